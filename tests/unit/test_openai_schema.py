@@ -1,0 +1,459 @@
+"""Decoding, validation and translation of OpenAI request bodies."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gateway.errors import APIError
+from gateway.openai_schema import (
+    decode_chat_request,
+    decode_completion_request,
+    include_usage,
+    to_generate_request,
+)
+from shared.protocol import ChatMessage, GenerateRequest, SamplingParams
+
+USER = [{"role": "user", "content": "hi"}]
+
+
+def chat_body(**fields) -> bytes:
+    body = {"model": "m", "messages": USER}
+    body.update(fields)
+    return json.dumps(body).encode()
+
+
+def completion_body(**fields) -> bytes:
+    body = {"model": "m", "prompt": "Once"}
+    body.update(fields)
+    return json.dumps(body).encode()
+
+
+def refused(decode, body: bytes, param: str | None) -> APIError:
+    with pytest.raises(APIError) as info:
+        decode(body)
+    err = info.value
+    assert err.status == 400
+    assert err.type == "invalid_request_error"
+    assert err.param == param, err.message
+    return err
+
+
+def chat_refused(param: str | None, **fields) -> APIError:
+    return refused(decode_chat_request, chat_body(**fields), param)
+
+
+def completion_refused(param: str | None, **fields) -> APIError:
+    return refused(decode_completion_request, completion_body(**fields), param)
+
+
+# --- body shape ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("body", [b"{", b"{'a': 1}", b'{"model": "m",}', b"NaN", b"\xff"])
+def test_malformed_json(body):
+    err = refused(decode_chat_request, body, None)
+    assert "not valid JSON" in err.message
+
+
+@pytest.mark.parametrize("body", [b"", b"   "])
+def test_empty_body(body):
+    assert "empty" in refused(decode_chat_request, body, None).message
+
+
+@pytest.mark.parametrize("body", [b"[]", b'"x"', b"1", b"null"])
+def test_non_object_body(body):
+    err = refused(decode_chat_request, body, None)
+    assert "JSON object" in err.message
+
+
+def test_missing_fields():
+    assert "model" in refused(decode_chat_request, b'{"messages": [{"role": "user", "content": "x"}]}', "model").message
+    refused(decode_chat_request, b'{"model": "m"}', "messages")
+    refused(decode_completion_request, b'{"model": "m"}', "prompt")
+
+
+def test_unknown_field_is_named():
+    err = chat_refused("foo", foo=1)
+    assert "foo" in err.message
+    completion_refused("foo", foo=None)
+    chat_refused("messages[0].foo", messages=[{"role": "user", "content": "x", "foo": 1}])
+    chat_refused("stream_options.bar", stream=True, stream_options={"bar": True})
+
+
+def test_model_bounds():
+    chat_refused("model", model="")
+    chat_refused("model", model="x" * 257)
+    chat_refused("model", model=5)
+
+
+# --- minimal valid request and defaults ----------------------------------------------
+
+
+def test_minimal_chat_translation():
+    req = decode_chat_request(chat_body())
+    gen = to_generate_request(req, "chatcmpl-1")
+    assert isinstance(gen, GenerateRequest)
+    assert gen.request_id == "chatcmpl-1"
+    assert gen.messages == [ChatMessage(role="user", content="hi")]
+    assert gen.prompt is None and gen.prompt_token_ids is None
+    assert gen.sampling == SamplingParams(max_tokens=None, temperature=1.0, top_p=1.0)
+    assert not include_usage(req)
+
+
+def test_full_chat_translation():
+    req = decode_chat_request(
+        chat_body(
+            messages=[
+                {"role": "developer", "content": "be brief"},
+                {"role": "system", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+                {"role": "user", "content": "q", "name": "bob"},
+                {"role": "assistant", "content": None, "refusal": None, "tool_calls": None},
+                {"role": "assistant", "content": "ok", "tool_calls": []},
+            ],
+            max_tokens=7,
+            temperature=0,
+            top_p=0.5,
+            top_k=-1,
+            min_p=0.1,
+            stop="END",
+            seed=-(2**63),
+            presence_penalty=-2,
+            frequency_penalty=2,
+            repetition_penalty=1.1,
+            logit_bias={"5": 100, "0": -100},
+            stream=True,
+            stream_options={"include_usage": True},
+            user="u1",
+            n=1,
+            logprobs=False,
+            top_logprobs=None,
+            response_format={"type": "text"},
+            tools=None,
+            tool_choice="none",
+            parallel_tool_calls=None,
+            functions=None,
+            function_call=None,
+        )
+    )
+    gen = to_generate_request(req, "r")
+    assert gen.messages == [
+        ChatMessage(role="system", content="be brief"),
+        ChatMessage(role="system", content="ab"),
+        ChatMessage(role="user", content="q", name="bob"),
+        ChatMessage(role="assistant", content=""),
+        ChatMessage(role="assistant", content="ok"),
+    ]
+    s = gen.sampling
+    assert s.max_tokens == 7 and s.temperature == 0.0 and s.top_p == 0.5
+    assert s.top_k == 0 and s.min_p == 0.1 and s.stop == ["END"]
+    assert s.seed == -(2**63)
+    assert s.presence_penalty == -2.0 and s.frequency_penalty == 2.0
+    assert s.repetition_penalty == 1.1
+    assert s.logit_bias == {5: 100.0, 0: -100.0}
+    assert all(type(k) is int for k in s.logit_bias)
+    assert include_usage(req)
+
+
+def test_translation_survives_the_wire_codec():
+    from shared.codec import gateway_codec, worker_codec
+
+    gen = to_generate_request(decode_chat_request(chat_body(stop=["a", "b"], logit_bias={"3": 1})), "r")
+    decoded = worker_codec().decode(gateway_codec().encode(gen))
+    assert decoded == gen
+
+
+# --- numeric bounds and strictness ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("temperature", 3),
+        ("temperature", -0.1),
+        ("temperature", "1"),
+        ("temperature", True),
+        ("top_p", 0),
+        ("top_p", 1.01),
+        ("top_k", -2),
+        ("top_k", 1_000_001),
+        ("top_k", 1.5),
+        ("min_p", 1.5),
+        ("min_p", -0.5),
+        ("presence_penalty", 2.5),
+        ("frequency_penalty", -3),
+        ("repetition_penalty", 0),
+        ("repetition_penalty", 10.5),
+        ("max_tokens", 0),
+        ("max_tokens", -1),
+        ("max_tokens", 2**63),
+        ("max_tokens", 1.5),
+        ("max_tokens", 1.0),
+        ("max_tokens", "5"),
+        ("max_tokens", 1_000_001),
+        ("max_completion_tokens", 0),
+        ("seed", 2**63),
+        ("seed", -(2**63) - 1),
+        ("seed", 1.5),
+        ("stream", "true"),
+        ("stream", 1),
+        ("user", "u" * 257),
+        ("user", 5),
+    ],
+)
+def test_bad_values_name_their_field(field, value):
+    chat_refused(field, **{field: value})
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("temperature", 2),
+        ("temperature", 0),
+        ("top_p", 1),
+        ("top_k", 0),
+        ("top_k", 1_000_000),
+        ("min_p", 0),
+        ("repetition_penalty", 10),
+        ("max_tokens", 1_000_000),
+        ("seed", 2**63 - 1),
+        ("user", "u" * 256),
+        ("stream", False),
+        ("stream", None),
+        ("temperature", None),
+    ],
+)
+def test_boundary_values_accepted(field, value):
+    decode_chat_request(chat_body(**{field: value}))
+
+
+def test_out_of_range_float_literal():
+    # 1e400 parses as infinity; it must not get through
+    body = b'{"model":"m","messages":[{"role":"user","content":"x"}],"temperature":1e400}'
+    refused(decode_chat_request, body, "temperature")
+    body = b'{"model":"m","messages":[{"role":"user","content":"x"}],"logit_bias":{"1":-1e400}}'
+    refused(decode_chat_request, body, "logit_bias")
+
+
+def test_nan_literal_is_malformed_json():
+    body = b'{"model":"m","messages":[{"role":"user","content":"x"}],"temperature":NaN}'
+    refused(decode_chat_request, body, None)
+
+
+def test_max_tokens_and_max_completion_tokens():
+    chat_refused("max_completion_tokens", max_tokens=5, max_completion_tokens=6)
+    gen = to_generate_request(decode_chat_request(chat_body(max_tokens=5, max_completion_tokens=5)), "r")
+    assert gen.sampling.max_tokens == 5
+    gen = to_generate_request(decode_chat_request(chat_body(max_completion_tokens=9)), "r")
+    assert gen.sampling.max_tokens == 9
+
+
+def test_top_k_translation():
+    for value, expected in ((-1, 0), (0, 0), (40, 40)):
+        gen = to_generate_request(decode_chat_request(chat_body(top_k=value)), "r")
+        assert gen.sampling.top_k == expected
+
+
+# --- stop and logit_bias -------------------------------------------------------------------
+
+
+def test_stop_string_and_list():
+    for stop, expected in (("x", ["x"]), (["a", "b"], ["a", "b"]), (None, []), ([], [])):
+        gen = to_generate_request(decode_chat_request(chat_body(stop=stop)), "r")
+        assert gen.sampling.stop == expected
+
+
+def test_stop_bounds():
+    chat_refused("stop", stop="")
+    chat_refused("stop[1]", stop=["a", ""])
+    chat_refused("stop", stop=[str(i) for i in range(17)])
+    chat_refused("stop", stop="x" * 513)
+    chat_refused("stop[0]", stop=["x" * 513])
+    chat_refused("stop[0]", stop=[1])
+    decode_chat_request(chat_body(stop=[str(i) for i in range(16)]))
+    decode_chat_request(chat_body(stop="x" * 512))
+
+
+@pytest.mark.parametrize(
+    "bias",
+    [
+        {"a": 1},
+        {"-1": 1},
+        {"1.5": 1},
+        {str(2**31): 1},
+        {"1": 101},
+        {"1": -100.5},
+        {"1": "5"},
+        {str(i): 1 for i in range(1025)},
+        [1, 2],
+    ],
+)
+def test_logit_bias_refused(bias):
+    chat_refused("logit_bias", logit_bias=bias)
+
+
+def test_logit_bias_accepted():
+    bias = {str(i): 0.5 for i in range(1024)}
+    gen = to_generate_request(decode_chat_request(chat_body(logit_bias=bias)), "r")
+    assert len(gen.sampling.logit_bias) == 1024 and gen.sampling.logit_bias[1023] == 0.5
+
+
+# --- messages --------------------------------------------------------------------------
+
+
+def test_messages_bounds():
+    chat_refused("messages", messages=[])
+    chat_refused("messages", messages=[{"role": "user", "content": "x"}] * 2049)
+    decode_chat_request(chat_body(messages=[{"role": "user", "content": "x"}] * 2048))
+    chat_refused("messages", messages="hi")
+
+
+def test_roles():
+    chat_refused("messages[0].role", messages=[{"role": "tool", "content": "x", "tool_call_id": "c"}])
+    err = chat_refused("messages[1].role", messages=[USER[0], {"role": "tool", "content": "x"}])
+    assert "not supported yet" in err.message
+    chat_refused("messages[0].role", messages=[{"role": "wizard", "content": "x"}])
+    chat_refused("messages[0].role", messages=[{"content": "x"}])
+
+
+def test_content_parts():
+    parts = [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]
+    gen = to_generate_request(decode_chat_request(chat_body(messages=[{"role": "user", "content": parts}])), "r")
+    assert gen.messages[0].content == "ab"
+
+
+def test_image_part_refused_by_type():
+    content = [{"type": "text", "text": "a"}, {"type": "image_url", "image_url": {"url": "http://x"}}]
+    err = chat_refused("messages[0].content[1].type", messages=[{"role": "user", "content": content}])
+    assert "image_url" in err.message and "not supported" in err.message
+
+
+def test_bad_parts():
+    def msg(content):
+        return [{"role": "user", "content": content}]
+
+    chat_refused("messages[0].content[0].text", messages=msg([{"type": "text"}]))
+    chat_refused("messages[0].content[0].type", messages=msg([{"text": "a"}]))
+    chat_refused("messages[0].content[0].type", messages=msg([{"type": "input_audio", "input_audio": {}}]))
+    chat_refused("messages[0].content[0].video", messages=msg([{"type": "video", "video": {}}]))
+    chat_refused("messages[0].content[0].extra", messages=msg([{"type": "text", "text": "a", "extra": 1}]))
+    chat_refused("messages[0].content[0].image_url", messages=msg([{"type": "text", "text": "a", "image_url": {}}]))
+    chat_refused("messages[0].content[0].text", messages=msg([{"type": "text", "text": 5}]))
+    chat_refused("messages[0].content", messages=msg([]))
+    chat_refused("messages[0].content", messages=msg(5))
+    chat_refused("messages[0].content", messages=msg({"type": "text", "text": "a"}))
+
+
+def test_null_content_only_for_assistant():
+    chat_refused("messages[0].content", messages=[{"role": "user", "content": None}])
+    chat_refused("messages[0].content", messages=[{"role": "user"}])
+    decode_chat_request(chat_body(messages=[USER[0], {"role": "assistant"}]))
+
+
+def test_message_echo_fields():
+    chat_refused("messages[0].refusal", messages=[{"role": "assistant", "content": "", "refusal": "no"}])
+    tool_call = [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
+    chat_refused("messages[0].tool_calls", messages=[{"role": "assistant", "content": None, "tool_calls": tool_call}])
+    chat_refused("messages[0].function_call", messages=[{"role": "assistant", "function_call": {"name": "f"}}])
+
+
+def test_message_name_bounds():
+    chat_refused("messages[0].name", messages=[{"role": "user", "content": "x", "name": "n" * 257}])
+
+
+# --- unsupported features ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("n", 2),
+        ("n", 0),
+        ("logprobs", True),
+        ("top_logprobs", 2),
+        ("response_format", {"type": "json_object"}),
+        ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}),
+        ("tools", [{"type": "function", "function": {"name": "f"}}]),
+        ("tools", []),
+        ("tool_choice", "auto"),
+        ("tool_choice", {"type": "function", "function": {"name": "f"}}),
+        ("parallel_tool_calls", True),
+        ("functions", [{"name": "f"}]),
+        ("function_call", "auto"),
+    ],
+)
+def test_unsupported_features_refused(field, value):
+    err = chat_refused(field, **{field: value})
+    assert "not supported" in err.message
+
+
+def test_n_message():
+    assert "n>1 is not supported yet" in chat_refused("n", n=3).message
+
+
+def test_stream_options_requires_stream():
+    chat_refused("stream_options", stream_options={"include_usage": True})
+    chat_refused("stream_options", stream=False, stream_options={"include_usage": True})
+    chat_refused("stream_options.include_usage", stream=True, stream_options={"include_usage": 1})
+    req = decode_chat_request(chat_body(stream=True, stream_options={"include_usage": False}))
+    assert not include_usage(req)
+    assert not include_usage(decode_chat_request(chat_body(stream=True, stream_options=None)))
+
+
+# --- completions -------------------------------------------------------------------------
+
+
+def test_completion_prompt_forms():
+    cases = [
+        ("hello", "hello", None),
+        (["hello"], "hello", None),
+        ([1, 2, 3], None, [1, 2, 3]),
+        ([[4, 5]], None, [4, 5]),
+        ([0, 2**31 - 1], None, [0, 2**31 - 1]),
+    ]
+    for prompt, text, ids in cases:
+        gen = to_generate_request(decode_completion_request(completion_body(prompt=prompt)), "cmpl-1")
+        assert (gen.prompt, gen.prompt_token_ids, gen.messages) == (text, ids, None)
+
+
+def test_completion_prompt_refused():
+    assert "batched" in completion_refused("prompt", prompt=["a", "b"]).message
+    assert "batched" in completion_refused("prompt", prompt=[[1], [2]]).message
+    completion_refused("prompt", prompt="")
+    completion_refused("prompt", prompt=[])
+    completion_refused("prompt", prompt=[""])
+    completion_refused("prompt", prompt=[[]])
+    completion_refused("prompt", prompt=[1, "a"])
+    completion_refused("prompt", prompt=None)
+    completion_refused("prompt[1]", prompt=[1, -1])
+    completion_refused("prompt[0]", prompt=[2**31])
+    completion_refused("prompt[0][0]", prompt=[[1.5]])
+    completion_refused("prompt", prompt=5)
+
+
+def test_completion_fields():
+    req = decode_completion_request(
+        completion_body(
+            max_tokens=3, temperature=0.5, stop=["x"], seed=1, echo=False, suffix=None,
+            best_of=1, logprobs=None, n=1, user="u", stream=True, stream_options={"include_usage": True},
+        )
+    )
+    gen = to_generate_request(req, "c")
+    assert gen.sampling.max_tokens == 3 and gen.sampling.temperature == 0.5
+    assert gen.sampling.stop == ["x"] and gen.sampling.seed == 1
+    assert include_usage(req)
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [("echo", True), ("suffix", "x"), ("best_of", 2), ("logprobs", 0), ("logprobs", 5), ("n", 2)],
+)
+def test_completion_unsupported(field, value):
+    completion_refused(field, **{field: value})
+
+
+def test_completion_rejects_chat_only_fields():
+    completion_refused("messages", messages=USER)
+    completion_refused("max_completion_tokens", max_completion_tokens=5)
+    completion_refused("tools", tools=None)

@@ -1,0 +1,253 @@
+"""The worker process: one model, three threads, two sockets.
+
+Threads:
+- the main thread reads the requests socket, decodes each frame (typed;
+  garbage is logged and dropped), tokenizes new requests and hands them to
+  the scheduler;
+- the scheduler thread loads the model, warms up and runs the engine; it is
+  the only thread that touches MLX;
+- the output thread detokenizes and is the only writer of the outputs socket.
+
+A watchdog thread ends the process when the gateway that started it is gone,
+so a worker never outlives its gateway.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+
+import zmq
+
+from shared.codec import DecodeError, worker_codec
+from shared.config import ModelConfig, decode_model_config
+from shared.logging import setup_logging
+from shared.protocol import (
+    AbortRequest,
+    Failed,
+    GenerateRequest,
+    Hello,
+    Loaded,
+    Ready,
+    RequestOutput,
+    Shutdown,
+    StepOutputs,
+)
+from shared.sockets import configure
+from worker.output import Admitted, Exit, OutputLoop
+from worker.prompt import PromptBuilder, PromptError
+from worker.scheduler import Abort, Scheduler, Stop
+
+log = logging.getLogger("mlxd.worker")
+
+
+class Worker:
+    """One worker incarnation serving ``config`` over the given sockets.
+
+    ``requests`` is a connected PULL socket and ``outputs`` a connected PUSH
+    socket; :meth:`run` uses ``requests`` on the calling thread and hands
+    ``outputs`` to the output thread.
+    """
+
+    def __init__(self, worker_id: str, config: ModelConfig, requests: zmq.Socket, outputs: zmq.Socket) -> None:
+        self.worker_id = worker_id
+        self.config = config
+        self._requests = requests
+        out_codec = worker_codec()
+        self._scheduler: Scheduler | None = None
+        self._prompts: PromptBuilder | None = None
+        self._decoder = None
+        self._ready = threading.Event()
+        self._failed = threading.Event()
+        self.output = OutputLoop(
+            worker_id,
+            send=lambda m: outputs.send(out_codec.encode(m), copy=False),
+            release=lambda item: self._scheduler.submit(item) if self._scheduler else None,
+            counters=lambda: self._scheduler.counters if self._scheduler else None,
+        )
+
+    def run(self) -> int:
+        """Serve until Shutdown, a load failure or the gateway's death.
+
+        Returns the process exit code (0 after a requested shutdown).
+        """
+        out_thread = threading.Thread(target=self.output.run, name="mlxd-output", daemon=True)
+        out_thread.start()
+        self.output.queue.put(Hello(worker_id=self.worker_id, pid=os.getpid(), model=self.config.name))
+        sched_thread = threading.Thread(target=self._scheduler_main, name="mlxd-scheduler", daemon=True)
+        sched_thread.start()
+        code = self._input_loop()
+        if self._scheduler is not None:
+            self._scheduler.submit(Stop())
+        sched_thread.join(timeout=10)
+        self.output.queue.put(Exit())
+        out_thread.join(timeout=5)
+        return code
+
+    def _scheduler_main(self) -> None:
+        """Scheduler thread: load, warm up, announce, then run the engine."""
+        try:
+            started = time.monotonic()
+            from worker.detok import TokenDecoder
+            from worker.loader import load_model
+
+            loaded = load_model(self.config.source, dtype=self.config.dtype)
+            context = loaded.context_length
+            if self.config.context_length:
+                context = min(context, self.config.context_length)
+            vocab = len(loaded.tokenizer)
+            self._decoder = TokenDecoder(loaded.tokenizer, loaded.path)
+            self._prompts = PromptBuilder(
+                loaded.tokenizer,
+                context_length=context,
+                default_max_tokens=self.config.default_max_tokens,
+                vocab_size=vocab,
+            )
+            scheduler = Scheduler(
+                loaded.model,
+                set(loaded.eos_token_ids),
+                self.output.queue.put,
+                max_batch_size=self.config.max_batch_size,
+                prefill_batch_size=self.config.prefill_batch_size,
+                prefill_step_size=self.config.prefill_step_size,
+            )
+            self.output.queue.put(
+                Loaded(
+                    worker_id=self.worker_id,
+                    context_length=context,
+                    load_seconds=time.monotonic() - started,
+                    model_path=str(loaded.path),
+                    blas=blas_in_use(),
+                )
+            )
+            scheduler.warm_up(list(loaded.tokenizer.encode("Hello")) or [0])
+            self._scheduler = scheduler
+        except BaseException as exc:
+            log.exception("model %s failed to load", self.config.name)
+            self.output.queue.put(Failed(worker_id=self.worker_id, message=f"{type(exc).__name__}: {exc}"))
+            self._failed.set()
+            return
+        self.output.queue.put(Ready(worker_id=self.worker_id))
+        self._ready.set()
+        log.info("model %s ready (context %d tokens)", self.config.name, context)
+        scheduler.run()
+
+    def _input_loop(self) -> int:
+        """Main thread: read and dispatch gateway messages."""
+        codec = worker_codec()
+        poller = zmq.Poller()
+        poller.register(self._requests, zmq.POLLIN)
+        while not self._failed.is_set():
+            if not poller.poll(200):
+                continue
+            frame = self._requests.recv(copy=False)
+            try:
+                message = codec.decode(frame.buffer)
+            except DecodeError as exc:
+                log.warning("dropped a malformed frame (%d bytes): %s", len(frame.buffer), exc)
+                continue
+            if isinstance(message, Shutdown):
+                return 0
+            self._ready.wait()
+            if isinstance(message, GenerateRequest):
+                self._admit(message)
+            elif isinstance(message, AbortRequest):
+                self._scheduler.submit(Abort(list(message.request_ids)))  # type: ignore[union-attr]
+        return 1
+
+    def _admit(self, request: GenerateRequest) -> None:
+        assert self._prompts is not None and self._scheduler is not None and self._decoder is not None
+        try:
+            admission = self._prompts.build(request)
+        except PromptError as exc:
+            self.output.queue.put(
+                StepOutputs(
+                    step=-1,
+                    outputs=[
+                        RequestOutput(
+                            request_id=request.request_id,
+                            finish_reason="error",
+                            error=exc.message,
+                            error_kind=exc.kind,
+                        )
+                    ],
+                )
+            )
+            return
+        self.output.queue.put(
+            Admitted(request.request_id, len(admission.prompt), self._decoder.stream(request.sampling.stop))
+        )
+        self._scheduler.submit(admission)
+
+
+def blas_in_use() -> str:
+    """Name the BLAS library mapped into this process (``openblas`` or
+    ``builtin``; ``accelerate`` on macOS)."""
+    if sys.platform == "darwin":
+        return "accelerate"
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            return "openblas" if "libopenblas" in maps.read() else "builtin"
+    except OSError:
+        return "unknown"
+
+
+def watch_parent(parent_pid: int, interval: float = 0.5) -> None:
+    """Start a daemon thread that ends this process when ``parent_pid`` is
+    no longer its parent (the gateway died, even by SIGKILL). On Linux the
+    kernel is also asked to send SIGKILL at the parent's death."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except OSError:
+            pass
+    if os.getppid() != parent_pid:
+        os._exit(0)
+
+    def loop() -> None:
+        while True:
+            time.sleep(interval)
+            if os.getppid() != parent_pid:
+                os._exit(0)
+
+    threading.Thread(target=loop, name="mlxd-parent-watch", daemon=True).start()
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Parse the command line the gateway builds for a worker."""
+    p = argparse.ArgumentParser(prog="python -m worker", description="mlxd model worker")
+    p.add_argument("--worker-id", required=True)
+    p.add_argument("--model-config", required=True, help="the model's config as JSON")
+    p.add_argument("--requests", required=True, help="ipc:// endpoint to pull requests from")
+    p.add_argument("--outputs", required=True, help="ipc:// endpoint to push outputs to")
+    p.add_argument("--parent-pid", type=int, required=True)
+    p.add_argument("--log-level", default="info")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m worker``; returns the exit code."""
+    args = parse_args(argv)
+    setup_logging(args.log_level, name=f"worker:{args.worker_id}")
+    watch_parent(args.parent_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the gateway's to handle
+    config = decode_model_config(args.model_config)
+    ctx = zmq.Context()
+    requests = configure(ctx.socket(zmq.PULL))
+    outputs = configure(ctx.socket(zmq.PUSH))
+    requests.connect(args.requests)
+    outputs.connect(args.outputs)
+    try:
+        return Worker(args.worker_id, config, requests, outputs).run()
+    finally:
+        requests.close(0)
+        outputs.close(0)
+        ctx.term()
