@@ -226,8 +226,10 @@ class _ChunkStream:
 class ChatChunkStream(_ChunkStream):
     """Builds the ``chat.completion.chunk`` frames of one streamed response.
 
-    Order of use: :meth:`start` once, :meth:`text` per piece of text,
-    :meth:`finish` once. Every method returns complete SSE frames.
+    Built from the response ``request_id``, ``created`` timestamp, ``model``
+    and whether ``include_usage`` was requested. Order of use: :meth:`start`
+    once, :meth:`text` per piece of text, :meth:`finish` once. Every method
+    returns complete SSE frames.
     """
 
     _object = "chat.completion.chunk"

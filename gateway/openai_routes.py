@@ -49,9 +49,13 @@ CLIENT_CLOSED_STATUS = 499
 response started."""
 
 JSON_MEDIA_TYPE = "application/json"
+"""Content type of every non-streamed answer."""
 
 ChunkStream = Union[fmt.ChatChunkStream, fmt.CompletionChunkStream]
+"""Either endpoint's stream-chunk builder."""
+
 OpenAIRequest = Union[ChatCompletionRequest, CompletionRequest]
+"""Either endpoint's decoded request."""
 
 
 def error_response(err: APIError) -> JSONResponse:

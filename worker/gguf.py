@@ -215,8 +215,8 @@ def build_config(metadata: Mapping[str, Any], tensors: Mapping[str, mx.array]) -
         "vocab_size": int(embed.shape[0]),
         "max_position_embeddings": int(_meta(metadata, "llama.context_length", 4096)),
         "tie_word_embeddings": "output.weight" not in tensors,
-        "attention_bias": any(_is_bias_of(name, ("attn_q", "attn_k", "attn_v", "attn_output")) for name in tensors),
-        "mlp_bias": any(_is_bias_of(name, ("ffn_gate", "ffn_up", "ffn_down")) for name in tensors),
+        "attention_bias": _has_bias(tensors, ("attn_q", "attn_k", "attn_v", "attn_output")),
+        "mlp_bias": _has_bias(tensors, ("ffn_gate", "ffn_up", "ffn_down")),
     }
     if (rope_scaling := _rope_scaling(metadata)) is not None:
         config["rope_scaling"] = rope_scaling
@@ -227,10 +227,13 @@ def build_config(metadata: Mapping[str, Any], tensors: Mapping[str, mx.array]) -
     return config
 
 
-def _is_bias_of(gguf_name: str, roles: tuple[str, ...]) -> bool:
-    """Whether ``gguf_name`` is ``blk.N.<role>.bias`` for one of ``roles``."""
-    match = _BLOCK_NAME.fullmatch(gguf_name.removesuffix(".bias"))
-    return gguf_name.endswith(".bias") and match is not None and match.group(2) in roles
+def _has_bias(tensors: Mapping[str, mx.array], roles: tuple[str, ...]) -> bool:
+    """Whether any ``blk.N.<role>.bias`` tensor exists for one of ``roles``."""
+    for name in tensors:
+        match = _BLOCK_NAME.fullmatch(name.removesuffix(".bias"))
+        if name.endswith(".bias") and match is not None and match.group(2) in roles:
+            return True
+    return False
 
 
 def _rope_scaling(metadata: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -647,14 +650,15 @@ def source_sha256(path: Path, cache_root: Path) -> str:
     index_path = cache_root / "source-hashes.json"
     index = _read_json(index_path)
     entry = index.get(str(path))
-    if isinstance(entry, dict) and entry.get("size") == stat.st_size and entry.get("mtime_ns") == stat.st_mtime_ns:
+    fresh = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    if isinstance(entry, dict) and all(entry.get(k) == v for k, v in fresh.items()):
         return str(entry["sha256"])
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         while chunk := handle.read(4 << 20):
             digest.update(chunk)
     index = {key: value for key, value in _read_json(index_path).items() if Path(key).exists()}
-    index[str(path)] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": digest.hexdigest()}
+    index[str(path)] = {**fresh, "sha256": digest.hexdigest()}
     with contextlib.suppress(OSError):  # remembering is an optimisation only
         _atomic_write_json(index_path, index)
     return digest.hexdigest()
@@ -686,7 +690,10 @@ def _atomic_write_json(path: Path, content: Any) -> None:
 def is_converted(model_dir: Path) -> bool:
     """Whether ``model_dir`` is a complete conversion by this converter version."""
     marker = _read_json(model_dir / CONVERSION_MARKER)
-    return marker.get("converter_version") == CONVERTER_VERSION and (model_dir / "model.safetensors").is_file()
+    return (
+        marker.get("converter_version") == CONVERTER_VERSION
+        and (model_dir / "model.safetensors").is_file()
+    )
 
 
 @contextlib.contextmanager
@@ -700,7 +707,9 @@ def _exclusive_lock(path: Path) -> Iterator[None]:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
-def ensure_converted(gguf_path: str | os.PathLike[str], cache_root: str | os.PathLike[str] | None = None) -> Path:
+def ensure_converted(
+    gguf_path: str | os.PathLike[str], cache_root: str | os.PathLike[str] | None = None
+) -> Path:
     """The converted mlx-lm directory for a GGUF file, converting it at most once.
 
     The directory is ``<cache_root>/<first 32 hex of the file's SHA-256>-v<N>``

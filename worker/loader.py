@@ -234,10 +234,10 @@ def load_model(source: str, *, dtype: str = "auto") -> LoadedModel:
         model, tokenizer, config = mlx_lm_load(
             str(path), lazy=True, return_config=True, trust_remote_code=False
         )
-    except ModelLoadError:
-        raise
-    except Exception as exc:
-        raise ModelLoadError(f"model source {source!r}: mlx-lm cannot load {path}: {_one_line(exc)}") from exc
+    except Exception as exc:  # ValueError, FileNotFoundError, OSError, JSON errors, ...
+        raise ModelLoadError(
+            f"model source {source!r}: mlx-lm cannot load {path}: {_one_line(exc)}"
+        ) from exc
 
     effective = _target_dtype(dtype)
     if effective != "quantized":

@@ -627,3 +627,33 @@ async def test_sdk_stops_reading_early():
             break
         await stream.close()
     assert engine.stream.aclose_calls >= 1
+
+
+# --- chunk templates ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("include_usage", [False, True])
+def test_chunk_templates_escape_everything(include_usage):
+    from gateway import openai_format as fmt
+
+    rid, model, text = 'id"\\x', 'org/mo"del\n', 'a"\\\n\u2028\x00🙂'
+    extra = {"usage": None} if include_usage else {}
+    chat = fmt.ChatChunkStream(rid, 7, model, include_usage)
+    head = {"id": rid, "object": "chat.completion.chunk", "created": 7, "model": model}
+    frame = chat.text(text)
+    assert frame.startswith(b"data: ") and frame.endswith(b"\n\n") and frame.count(b"\n") == 2
+    assert json.loads(frame[6:]) == {**head, "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}], **extra}
+    frames = sse_data(chat.finish("length", "", 2, 3))
+    assert json.loads(frames[0]) == {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}], **extra}
+    if include_usage:
+        assert json.loads(frames[1]) == {**head, "choices": [], "usage": {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5}}
+    else:
+        assert len(frames) == 1
+
+    comp = fmt.CompletionChunkStream(rid, 7, model, include_usage)
+    assert comp.start() == b""
+    frames = sse_data(comp.finish("stop", text, 1, 1))
+    assert json.loads(frames[0]) == {
+        "id": rid, "object": "text_completion", "created": 7, "model": model,
+        "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": "stop"}], **extra,
+    }
