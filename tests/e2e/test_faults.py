@@ -3,6 +3,7 @@ worker restarts, and the next request succeeds."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -107,3 +108,26 @@ def test_graceful_stop_leaves_no_worker(tiny_model_dir, tmp_path):
     time.sleep(0.2)
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_hung_worker_is_replaced(tiny_model_dir, tmp_path):
+    """A stopped (not dead) worker misses its heartbeats: its requests fail
+    and a new worker takes over."""
+    srv = start_server(tmp_path, [{"name": TINY, "source": str(tiny_model_dir)}], heartbeat_timeout=2.0)
+    try:
+        pid = srv.worker(TINY)["pid"]
+        client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key=API_KEY, max_retries=0, timeout=30)
+        os.kill(pid, signal.SIGSTOP)
+        started = time.monotonic()
+        with pytest.raises(openai.APIStatusError) as info:
+            client.chat.completions.create(model=TINY, messages=[{"role": "user", "content": "x"}], max_tokens=3)
+        assert info.value.status_code == 503
+        assert time.monotonic() - started < 10
+        new = srv.wait_ready(TINY, timeout=60, after_restarts=1)
+        assert new["pid"] != pid
+        r = client.chat.completions.create(model=TINY, messages=[{"role": "user", "content": "x"}], max_tokens=3)
+        assert r.usage.completion_tokens == 3
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        srv.stop()
