@@ -30,10 +30,13 @@ class ModelInfo:
 class RequestStream(Protocol):
     """The outputs of one admitted request, in order.
 
-    Iterating yields :class:`RequestOutput` items and stops right after the
-    terminal one (``finish_reason`` set); exactly one terminal output is
-    always delivered, also when the worker dies (then ``finish_reason`` is
-    ``"error"`` with ``error_kind="unavailable"``). ``aclose`` aborts the
+    Iterating yields :class:`RequestOutput` items (of every choice,
+    interleaved; ``output.index`` names the choice) and stops right after
+    the request's end: when each of its ``n`` choices has had its terminal
+    ``stop``/``length`` output, or right after the first ``error`` or
+    ``abort`` output, which ends all choices. That end is always delivered,
+    also when the worker dies (then ``finish_reason`` is ``"error"`` with
+    ``error_kind="unavailable"``). ``aclose`` aborts the
     request in the worker if it has not finished yet (client gone); it is
     idempotent and safe to call from ``finally`` blocks and after
     cancellation.
@@ -46,8 +49,19 @@ class RequestStream(Protocol):
     async def aclose(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class ModelLimits:
+    """Per-model request limits from the config: the largest ``n``."""
+
+    max_n: int = 1
+
+
 class Engine(Protocol):
     """What handlers may ask of the model workers."""
+
+    def limits(self, model: str) -> ModelLimits:
+        """The request limits of canonical model ``model``."""
+        ...
 
     def resolve(self, name: str) -> str:
         """Return the canonical configured name for ``name`` (or an alias).
@@ -64,7 +78,11 @@ class Engine(Protocol):
     async def submit(self, model: str, request: GenerateRequest) -> RequestStream:
         """Send ``request`` to the worker of canonical model ``model``.
 
+        The engine fills in the model's configured deadline (``timeout``).
+
         Raises:
-            gateway.errors.APIError: 503 when the worker is not ready.
+            gateway.errors.APIError: 503 when the worker is not ready, or
+                503 ``overloaded`` (with ``Retry-After``) when the model's
+                queue is full.
         """
         ...

@@ -3,26 +3,48 @@
 Whole responses (``chat.completion``, ``text_completion``, model objects)
 are msgspec Structs encoded in one call. Stream chunks are on the per-token
 path, so :class:`ChatChunkStream` and :class:`CompletionChunkStream` build,
-once per request, the constant bytes around a chunk's only variable part and
-then emit each frame as ``head + json(text) + tail``. Every frame they emit is
-a complete SSE ``data:`` frame (see :mod:`gateway.sse`); the JSON inside is
-byte-for-byte what encoding the equivalent object would give.
+once per request, the constant bytes around a chunk's variable parts and
+then emit each frame as ``head + json(text) + tail``; only chunks that carry
+log-probabilities encode an object. Every frame they emit is a complete SSE
+``data:`` frame (see :mod:`gateway.sse`); the JSON inside is byte-for-byte
+what encoding the equivalent object would give.
+
+Choices: a request has ``n`` choices; every choice object and chunk names
+its ``index``. Usage counts the prompt once and sums the completion tokens
+of all choices (:class:`UsageTally`); it always carries
+``prompt_tokens_details.cached_tokens``.
+
+Log-probabilities come from the worker as
+:class:`~shared.protocol.TokenLogprob` lists and are rendered as chat
+``{"content": [...], "refusal": null}`` or as the legacy completions object
+``{"tokens", "token_logprobs", "top_logprobs", "text_offset"}``. A
+log-probability below ``-9999`` (or not finite) is reported as ``-9999.0``,
+OpenAI's "very unlikely" value, so the JSON never holds ``null`` there.
 """
 
 from __future__ import annotations
 
-from typing import Iterable, Literal
+import math
+from dataclasses import dataclass
+from typing import Iterable, Literal, Sequence
 
 import msgspec
 
 from gateway.engine_api import ModelInfo
 from gateway.sse import DATA_PREFIX, FRAME_END
+from shared.protocol import RequestOutput, TokenLogprob
 
 OWNED_BY = "mlxd"
 """The ``owned_by`` of every model object."""
 
 FinalReason = Literal["stop", "length"]
 """Finish reasons a successful choice can carry."""
+
+FINAL_REASONS = ("stop", "length")
+"""The finish reasons that end one choice (and only that choice)."""
+
+MIN_LOGPROB = -9999.0
+"""The lowest log-probability reported (OpenAI's "very unlikely")."""
 
 _encoder = msgspec.json.Encoder()
 
@@ -32,21 +54,176 @@ def encode(obj: object) -> bytes:
     return _encoder.encode(obj)
 
 
+# --- usage -------------------------------------------------------------------------
+
+
+class PromptTokensDetails(msgspec.Struct, kw_only=True):
+    """``usage.prompt_tokens_details``: prompt tokens reused from the cache."""
+
+    cached_tokens: int = 0
+
+
 class Usage(msgspec.Struct, kw_only=True):
-    """Token counts of one request; ``total_tokens`` is their sum."""
+    """Token counts of one request; ``total_tokens`` is prompt + completion."""
 
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> Usage:
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> Usage:
     """Return the usage object for these counts."""
     return Usage(
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
         total_tokens=prompt_tokens + completion_tokens,
+        prompt_tokens_details=PromptTokensDetails(cached_tokens=cached_tokens),
     )
+
+
+class UsageTally:
+    """Running token counts of one request across all its choices.
+
+    Feed it every output of the request (:meth:`add`); :meth:`usage` then
+    counts the prompt once (the largest ``prompt_tokens``/``cached_tokens``
+    seen, as those are running values) and the sum over choices of each
+    choice's latest ``completion_tokens``.
+    """
+
+    def __init__(self) -> None:
+        self._prompt = 0
+        self._cached = 0
+        self._completion: dict[int, int] = {}
+
+    def add(self, output: RequestOutput) -> None:
+        """Account for one output."""
+        self._prompt = max(self._prompt, output.prompt_tokens)
+        self._cached = max(self._cached, output.cached_tokens)
+        seen = self._completion.get(output.index, 0)
+        self._completion[output.index] = max(seen, output.completion_tokens)
+
+    def usage(self) -> Usage:
+        """The usage object for everything added so far."""
+        return usage(self._prompt, sum(self._completion.values()), self._cached)
+
+
+# --- log-probabilities --------------------------------------------------------------
+
+
+def _clamped(logprob: float) -> float:
+    """``logprob``, or :data:`MIN_LOGPROB` when lower or not finite."""
+    return logprob if MIN_LOGPROB <= logprob < math.inf else MIN_LOGPROB
+
+
+class ChatTopLogprob(msgspec.Struct, kw_only=True):
+    """One alternative of a chat token: text, log-probability, UTF-8 bytes."""
+
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+class ChatTokenLogprob(msgspec.Struct, kw_only=True):
+    """A sampled chat token with its most likely alternatives."""
+
+    token: str
+    logprob: float
+    bytes: list[int]
+    top_logprobs: list[ChatTopLogprob]
+
+
+class ChatLogprobs(msgspec.Struct, kw_only=True):
+    """A chat choice's ``logprobs`` (``refusal`` is always null)."""
+
+    content: list[ChatTokenLogprob]
+    refusal: None = None
+
+
+def chat_logprobs(tokens: Iterable[TokenLogprob]) -> ChatLogprobs:
+    """Return the chat ``logprobs`` object for these sampled tokens."""
+    return ChatLogprobs(
+        content=[
+            ChatTokenLogprob(
+                token=t.token,
+                logprob=_clamped(t.logprob),
+                bytes=list(t.raw),
+                top_logprobs=[
+                    ChatTopLogprob(token=a.token, logprob=_clamped(a.logprob), bytes=list(a.raw))
+                    for a in t.top
+                ],
+            )
+            for t in tokens
+        ]
+    )
+
+
+class CompletionLogprobs(msgspec.Struct, kw_only=True):
+    """A completions choice's legacy ``logprobs`` object.
+
+    Parallel lists, one entry per sampled token: its text, log-probability,
+    a ``{text: logprob}`` map of the alternatives (``top_logprobs`` is null
+    when none were asked for) and the character offset where the token
+    starts in the choice's text.
+    """
+
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]] | None
+    text_offset: list[int]
+
+
+def _top_map(token: TokenLogprob, alternatives: int) -> dict[str, float]:
+    """The legacy ``{text: logprob}`` map of one position: the ``alternatives``
+    most likely tokens plus the sampled one (so up to ``alternatives + 1``
+    entries, as OpenAI documents); on duplicate texts the likelier wins."""
+    top: dict[str, float] = {}
+    for alt in token.top[:alternatives]:
+        top.setdefault(alt.token, _clamped(alt.logprob))
+    top.setdefault(token.token, _clamped(token.logprob))
+    return top
+
+
+def completion_logprobs(
+    tokens: Sequence[TokenLogprob], alternatives: int, offset: int = 0
+) -> tuple[CompletionLogprobs, int]:
+    """Return the legacy ``logprobs`` object for ``tokens`` and the offset
+    after them.
+
+    ``offset`` is where the first token starts in the choice's text; each
+    next token starts after the previous token's text (token texts are the
+    worker's per-token decoding, so offsets count their characters).
+    ``alternatives`` 0 gives ``top_logprobs: null``.
+    """
+    offsets = []
+    for t in tokens:
+        offsets.append(offset)
+        offset += len(t.token)
+    tops = [_top_map(t, alternatives) for t in tokens] if alternatives > 0 else None
+    result = CompletionLogprobs(
+        tokens=[t.token for t in tokens],
+        token_logprobs=[_clamped(t.logprob) for t in tokens],
+        top_logprobs=tops,
+        text_offset=offsets,
+    )
+    return result, offset
+
+
+# --- whole responses ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChoiceResult:
+    """One finished choice of a non-streamed response.
+
+    ``logprobs`` holds every token the choice sampled when the request asked
+    for log-probabilities, and is None when it did not.
+    """
+
+    index: int
+    text: str
+    finish_reason: FinalReason
+    logprobs: list[TokenLogprob] | None = None
 
 
 class AssistantMessage(msgspec.Struct, kw_only=True):
@@ -62,7 +239,7 @@ class ChatChoice(msgspec.Struct, kw_only=True):
 
     index: int = 0
     message: AssistantMessage
-    logprobs: None = None
+    logprobs: ChatLogprobs | None = None
     finish_reason: str
 
 
@@ -82,7 +259,7 @@ class CompletionChoice(msgspec.Struct, kw_only=True):
 
     text: str
     index: int = 0
-    logprobs: None = None
+    logprobs: CompletionLogprobs | None = None
     finish_reason: str | None
 
 
@@ -113,26 +290,41 @@ class ModelList(msgspec.Struct, kw_only=True):
     data: list[ModelCard]
 
 
+def _chat_choice(result: ChoiceResult) -> ChatChoice:
+    """The ``chat.completion`` choice for one finished choice."""
+    logprobs = None if result.logprobs is None else chat_logprobs(result.logprobs)
+    return ChatChoice(
+        index=result.index,
+        message=AssistantMessage(content=result.text),
+        logprobs=logprobs,
+        finish_reason=result.finish_reason,
+    )
+
+
 def chat_completion_body(
-    *,
-    request_id: str,
-    created: int,
-    model: str,
-    text: str,
-    finish_reason: FinalReason,
-    prompt_tokens: int,
-    completion_tokens: int,
+    *, request_id: str, created: int, model: str, choices: Sequence[ChoiceResult], usage: Usage
 ) -> bytes:
-    """Return the JSON of a one-choice ``chat.completion`` with usage."""
-    choice = ChatChoice(message=AssistantMessage(content=text), finish_reason=finish_reason)
+    """Return the JSON of a ``chat.completion`` with ``choices`` (ordered by
+    index) and ``usage``."""
+    ordered = sorted(choices, key=lambda c: c.index)
     return encode(
         ChatCompletion(
             id=request_id,
             created=created,
             model=model,
-            choices=[choice],
-            usage=usage(prompt_tokens, completion_tokens),
+            choices=[_chat_choice(c) for c in ordered],
+            usage=usage,
         )
+    )
+
+
+def _completion_choice(result: ChoiceResult, alternatives: int) -> CompletionChoice:
+    """The ``text_completion`` choice for one finished choice."""
+    logprobs = None
+    if result.logprobs is not None:
+        logprobs, _ = completion_logprobs(result.logprobs, alternatives)
+    return CompletionChoice(
+        text=result.text, index=result.index, logprobs=logprobs, finish_reason=result.finish_reason
     )
 
 
@@ -141,20 +333,20 @@ def text_completion_body(
     request_id: str,
     created: int,
     model: str,
-    text: str,
-    finish_reason: FinalReason,
-    prompt_tokens: int,
-    completion_tokens: int,
+    choices: Sequence[ChoiceResult],
+    usage: Usage,
+    alternatives: int = 0,
 ) -> bytes:
-    """Return the JSON of a one-choice ``text_completion`` with usage."""
-    choice = CompletionChoice(text=text, finish_reason=finish_reason)
+    """Return the JSON of a ``text_completion`` with ``choices`` (ordered by
+    index) and ``usage``; ``alternatives`` is the legacy ``logprobs`` count."""
+    ordered = sorted(choices, key=lambda c: c.index)
     return encode(
         TextCompletion(
             id=request_id,
             created=created,
             model=model,
-            choices=[choice],
-            usage=usage(prompt_tokens, completion_tokens),
+            choices=[_completion_choice(c, alternatives) for c in ordered],
+            usage=usage,
         )
     )
 
@@ -184,6 +376,9 @@ def error_frame(message: str, code: str | None, param: str | None = None) -> byt
     return DATA_PREFIX + encode(body) + FRAME_END
 
 
+# --- stream chunks -----------------------------------------------------------------
+
+
 def _head(request_id: str, obj: str, created: int, model: str) -> bytes:
     """The constant start of every chunk of one stream, up to ``"choices":``."""
     return b"".join(
@@ -202,97 +397,186 @@ def _head(request_id: str, obj: str, created: int, model: str) -> bytes:
 
 
 class _ChunkStream:
-    """Shared part of the two chunk builders: the constant head and the
-    usage chunk. ``include_usage`` adds ``"usage":null`` to every chunk and
-    makes :meth:`finish` end with a usage chunk (``choices: []``)."""
+    """Shared part of the two chunk builders.
+
+    Built from the response ``request_id``, ``created`` timestamp, ``model``,
+    whether ``include_usage`` was requested, the number of choices ``n`` and
+    whether ``logprobs`` were requested. ``include_usage`` adds
+    ``"usage":null`` to every chunk and makes :meth:`final_usage` return the
+    usage chunk (``choices: []``).
+
+    Use: :meth:`start` once; then, for every output of a choice in
+    ``0 .. n-1`` that does not end the whole request, :meth:`output`; for
+    an ``error``/``abort`` output, :meth:`content` (its text, if any) before
+    the error frame; after every choice finished, :meth:`final_usage`.
+    """
 
     _object = ""
 
-    def __init__(self, request_id: str, created: int, model: str, include_usage: bool) -> None:
+    def __init__(
+        self,
+        request_id: str,
+        created: int,
+        model: str,
+        include_usage: bool,
+        *,
+        n: int = 1,
+        logprobs: bool = False,
+    ) -> None:
         self._head = DATA_PREFIX + _head(request_id, self._object, created, model)
         self._end = (b',"usage":null}' if include_usage else b"}") + FRAME_END
         self._include_usage = include_usage
+        self._n = n
+        self._logprobs = logprobs
 
-    def usage(self, prompt_tokens: int, completion_tokens: int) -> bytes:
-        """Return the final usage chunk frame (``choices: []``)."""
-        counts = encode(usage(prompt_tokens, completion_tokens))
-        return self._head + b'[],"usage":' + counts + b"}" + FRAME_END
+    def start(self) -> bytes:
+        """Return the frames that open the stream (none by default)."""
+        return b""
 
-    def _usage_if_asked(self, prompt_tokens: int, completion_tokens: int) -> bytes:
-        """The usage frame when ``include_usage`` was set, else nothing."""
-        return self.usage(prompt_tokens, completion_tokens) if self._include_usage else b""
+    def content(self, output: RequestOutput) -> bytes:
+        """Return the chunk with ``output``'s text (and log-probabilities when
+        requested), or nothing when it has neither."""
+        raise NotImplementedError
+
+    def output(self, output: RequestOutput) -> bytes:
+        """Return the frames of one output of a choice (``stop``/``length``
+        outputs include the choice's finish)."""
+        raise NotImplementedError
+
+    def _has_content(self, output: RequestOutput) -> bool:
+        """Whether ``output`` has text, or tokens whose logprobs were asked."""
+        return bool(output.text) or (self._logprobs and bool(output.logprobs))
+
+    def usage(self, counts: Usage) -> bytes:
+        """Return the usage chunk frame (``choices: []``)."""
+        return self._head + b'[],"usage":' + encode(counts) + b"}" + FRAME_END
+
+    def final_usage(self, counts: Usage) -> bytes:
+        """The usage chunk when ``include_usage`` was set, else nothing."""
+        return self.usage(counts) if self._include_usage else b""
 
 
 class ChatChunkStream(_ChunkStream):
     """Builds the ``chat.completion.chunk`` frames of one streamed response.
 
-    Built from the response ``request_id``, ``created`` timestamp, ``model``
-    and whether ``include_usage`` was requested. Order of use: :meth:`start`
-    once, :meth:`text` per piece of text, :meth:`finish` once. Every method
-    returns complete SSE frames.
+    See :class:`_ChunkStream` for construction and order of use. Every chunk
+    holds one choice ``{"index", "delta", "logprobs", "finish_reason"}``:
+    :meth:`start` gives each choice its ``delta: {"role": "assistant",
+    "content": ""}`` chunk; a choice's content chunks carry ``delta:
+    {"content": text}`` and, when requested, ``logprobs: {"content": [the
+    output's tokens], "refusal": null}``; its last chunk is ``delta: {}``
+    with the ``finish_reason``. ``logprobs`` is null wherever it has no
+    tokens to carry.
     """
 
     _object = "chat.completion.chunk"
 
-    def __init__(self, request_id: str, created: int, model: str, include_usage: bool) -> None:
-        super().__init__(request_id, created, model, include_usage)
-        self._text_head = self._head + b'[{"index":0,"delta":{"content":'
-        self._text_tail = b'},"finish_reason":null}]' + self._end
+    def __init__(
+        self,
+        request_id: str,
+        created: int,
+        model: str,
+        include_usage: bool,
+        *,
+        n: int = 1,
+        logprobs: bool = False,
+    ) -> None:
+        super().__init__(request_id, created, model, include_usage, n=n, logprobs=logprobs)
+        self._choice_heads = [self._head + b'[{"index":%d,"delta":' % i for i in range(n)]
+        self._text_heads = [head + b'{"content":' for head in self._choice_heads]
+        self._text_tail = b'},"logprobs":null,"finish_reason":null}]' + self._end
 
     def start(self) -> bytes:
-        """Return the first chunk: ``delta: {"role": "assistant", "content": ""}``."""
-        return self._head + b'[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]' + self._end
+        """Return one opening chunk per choice, in index order."""
+        opening = b'{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]' + self._end
+        return b"".join(head + opening for head in self._choice_heads)
 
-    def text(self, text: str) -> bytes:
-        """Return a chunk with ``delta: {"content": text}``."""
-        return self._text_head + encode(text) + self._text_tail
+    def content(self, output: RequestOutput) -> bytes:
+        """Return ``output``'s content chunk (see the class), or nothing."""
+        if not self._has_content(output):
+            return b""
+        head = self._text_heads[output.index] + encode(output.text)
+        if not self._logprobs:
+            return head + self._text_tail
+        logprobs = encode(chat_logprobs(output.logprobs or ()))
+        return head + b'},"logprobs":' + logprobs + b',"finish_reason":null}]' + self._end
 
-    def finish(
-        self, reason: FinalReason, text: str, prompt_tokens: int, completion_tokens: int
-    ) -> bytes:
-        """Return the closing frames: a content chunk for ``text`` if it is
-        non-empty, the ``delta: {}`` chunk with ``finish_reason``, then the
-        usage chunk when ``include_usage`` was set."""
-        content = self.text(text) if text else b""
-        final = self._head + b'[{"index":0,"delta":{},"finish_reason":' + encode(reason) + b"}]" + self._end
-        return content + final + self._usage_if_asked(prompt_tokens, completion_tokens)
+    def output(self, output: RequestOutput) -> bytes:
+        """Return ``output``'s content chunk, then its choice's ``delta: {}``
+        finish chunk when ``output`` is that choice's last."""
+        frames = self.content(output)
+        if output.finish_reason in FINAL_REASONS:
+            reason = encode(output.finish_reason)
+            tail = b'{},"logprobs":null,"finish_reason":' + reason + b"}]" + self._end
+            frames += self._choice_heads[output.index] + tail
+        return frames
 
 
 class CompletionChunkStream(_ChunkStream):
     """Builds the ``text_completion`` chunk frames of one streamed response.
 
-    Same interface as :class:`ChatChunkStream`; :meth:`start` is empty and
-    the last text travels in the same chunk as ``finish_reason``.
+    See :class:`_ChunkStream` for construction and order of use;
+    ``alternatives`` is the legacy ``logprobs`` count. Every chunk holds one
+    choice ``{"text", "index", "logprobs", "finish_reason"}``; there is no
+    opening chunk, and a choice's last text travels in the same chunk as its
+    ``finish_reason``. When requested, ``logprobs`` is the legacy object for
+    the chunk's tokens, with ``text_offset`` counting on from the choice's
+    earlier chunks; otherwise it is null.
     """
 
     _object = "text_completion"
 
-    def __init__(self, request_id: str, created: int, model: str, include_usage: bool) -> None:
-        super().__init__(request_id, created, model, include_usage)
+    def __init__(
+        self,
+        request_id: str,
+        created: int,
+        model: str,
+        include_usage: bool,
+        *,
+        n: int = 1,
+        logprobs: bool = False,
+        alternatives: int = 0,
+    ) -> None:
+        super().__init__(request_id, created, model, include_usage, n=n, logprobs=logprobs)
+        self._alternatives = alternatives
+        self._offsets = [0] * n
         self._text_head = self._head + b'[{"text":'
-        self._text_tail = b',"index":0,"logprobs":null,"finish_reason":null}]' + self._end
+        self._index_parts = [b',"index":%d,"logprobs":' % i for i in range(n)]
 
-    def start(self) -> bytes:
-        """Return nothing: completions streams have no opening chunk."""
-        return b""
+    def content(self, output: RequestOutput) -> bytes:
+        """Return ``output``'s chunk without a finish reason, or nothing."""
+        if not self._has_content(output):
+            return b""
+        return self._chunk(output, b"null")
 
-    def text(self, text: str) -> bytes:
-        """Return a chunk carrying ``text``."""
-        return self._text_head + encode(text) + self._text_tail
+    def output(self, output: RequestOutput) -> bytes:
+        """Return ``output``'s chunk; a choice's last output always gets one,
+        carrying its ``finish_reason``."""
+        if output.finish_reason in FINAL_REASONS:
+            return self._chunk(output, encode(output.finish_reason))
+        return self.content(output)
 
-    def finish(
-        self, reason: FinalReason, text: str, prompt_tokens: int, completion_tokens: int
-    ) -> bytes:
-        """Return a chunk with the last ``text`` (maybe empty) and
-        ``finish_reason``, then the usage chunk when ``include_usage`` was set."""
-        final = b"".join(
+    def _chunk(self, output: RequestOutput, reason: bytes) -> bytes:
+        """One chunk for ``output`` with ``finish_reason`` JSON ``reason``."""
+        return b"".join(
             (
                 self._text_head,
-                encode(text),
-                b',"index":0,"logprobs":null,"finish_reason":',
-                encode(reason),
+                encode(output.text),
+                self._index_parts[output.index],
+                self._logprobs_json(output),
+                b',"finish_reason":',
+                reason,
                 b"}]",
                 self._end,
             )
         )
-        return final + self._usage_if_asked(prompt_tokens, completion_tokens)
+
+    def _logprobs_json(self, output: RequestOutput) -> bytes:
+        """The chunk's ``logprobs`` JSON; advances the choice's text offset."""
+        if not self._logprobs:
+            return b"null"
+        index = output.index
+        logprobs, self._offsets[index] = completion_logprobs(
+            output.logprobs or (), self._alternatives, self._offsets[index]
+        )
+        return encode(logprobs)

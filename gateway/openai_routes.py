@@ -6,13 +6,18 @@
 only through the :class:`~gateway.engine_api.Engine` in
 ``request.app.state.engine`` and never block the event loop.
 
-Generation flow: decode and validate the body, resolve the model, submit,
-then await the first output *before* any header is sent, so a request the
-worker refuses (e.g. a prompt longer than the context) is answered with a
-proper status even when ``stream`` is true. After that, a stream is sent as
-SSE chunks ending with ``data: [DONE]``; otherwise the text is collected
-into one object. Whatever happens (client gone, error, cancellation) the
-request stream is closed, which aborts the request in the worker.
+Generation flow: decode and validate the body, resolve the model, check
+the model's limits (``n``), submit, then await the first output *before*
+any header is sent, so a request the worker refuses (e.g. a prompt longer
+than the context) is answered with a proper status even when ``stream`` is
+true. After that, a stream is sent as SSE chunks ending with
+``data: [DONE]``; otherwise each choice's text is collected into one
+object. The outputs of the ``n`` choices arrive interleaved; the request is
+complete once every choice has had its ``stop``/``length`` output, and
+ends early at the first ``error``/``abort`` output (an error status, or a
+mid-stream error frame). Whatever happens (client gone, error,
+cancellation) the request stream is closed, which aborts the request in the
+worker.
 """
 
 from __future__ import annotations
@@ -35,12 +40,13 @@ from gateway.errors import APIError, model_not_found
 from gateway.openai_schema import (
     ChatCompletionRequest,
     CompletionRequest,
+    check_limits,
     decode_chat_request,
     decode_completion_request,
     include_usage,
     to_generate_request,
 )
-from shared.protocol import RequestOutput
+from shared.protocol import GenerateRequest, RequestOutput, TokenLogprob
 
 log = logging.getLogger("mlxd.gateway.openai")
 
@@ -58,10 +64,18 @@ OpenAIRequest = Union[ChatCompletionRequest, CompletionRequest]
 """Either endpoint's decoded request."""
 
 
+OVERLOADED_RETRY_AFTER = 1
+"""``Retry-After`` (seconds) of an ``overloaded`` error that set none."""
+
+
 def error_response(err: APIError) -> JSONResponse:
     """Return the OpenAI-shaped JSON response for ``err`` (its status, body
-    ``{"error": {...}}`` and ``Retry-After`` when set)."""
-    return JSONResponse(err.openai_body(), status_code=err.status, headers=err.headers())
+    ``{"error": {...}}`` and ``Retry-After`` when set). An ``overloaded``
+    error always carries ``Retry-After`` so clients back off and retry."""
+    headers = err.headers()
+    if err.code == "overloaded":
+        headers.setdefault("Retry-After", str(OVERLOADED_RETRY_AFTER))
+    return JSONResponse(err.openai_body(), status_code=err.status, headers=headers)
 
 
 # --- worker errors -------------------------------------------------------------
@@ -78,16 +92,21 @@ _KINDS: dict[str, tuple[int, str | None, int | None, str]] = {
     "overloaded": (503, "overloaded", 1, "The model is overloaded; retry shortly"),
     "unavailable": (503, "model_unavailable", 1, "The model is unavailable; retry shortly"),
     "internal": (500, "internal_error", None, "The model worker failed while generating"),
+    "timeout": (504, "timeout", None, "The request ran past its deadline and was stopped"),
 }
+
+_ENDS_REQUEST = ("error", "abort")
+"""Finish reasons that end every choice of a request at once."""
 
 
 def output_error(output: RequestOutput, prompt_param: str) -> APIError:
     """Return the client error for a terminal ``"error"`` or ``"abort"`` output.
 
     ``error_kind`` picks the status (invalid_request/context_length_exceeded
-    400, overloaded/unavailable 503 with ``Retry-After: 1``, internal 500;
-    an unknown kind is treated as internal). A context-length error names
-    ``prompt_param`` (``messages`` or ``prompt``). An abort is a 503.
+    400, overloaded/unavailable 503 with ``Retry-After: 1``, internal 500,
+    timeout 504 with code ``timeout``; an unknown kind is treated as
+    internal). A context-length error names ``prompt_param`` (``messages``
+    or ``prompt``). An abort is a 503.
     """
     if output.finish_reason == "abort":
         return APIError(503, "The request was aborted before it finished", code="aborted", retry_after=1)
@@ -107,13 +126,47 @@ def _lost_output(request_id: str) -> RequestOutput:
 
 
 async def _next_output(stream: RequestStream, request_id: str) -> RequestOutput:
-    """Return the next output; if the stream ended without a terminal one
+    """Return the next output; if the stream ended before the request did
     (a broken Engine promise), return a terminal ``unavailable`` error."""
     try:
         return await stream.__anext__()
     except StopAsyncIteration:
-        log.error("request %s: stream ended without a terminal output", request_id)
+        log.error("request %s: stream ended before every choice finished", request_id)
         return _lost_output(request_id)
+
+
+def _ends_request(output: RequestOutput) -> bool:
+    """Whether ``output`` ends the whole request (``error`` or ``abort``)."""
+    return output.finish_reason in _ENDS_REQUEST
+
+
+class _Progress:
+    """Which of a request's ``n`` choices have finished, and its usage.
+
+    :meth:`add` takes every output that does not end the request.
+    """
+
+    def __init__(self, request_id: str, n: int) -> None:
+        self._request_id = request_id
+        self._n = n
+        self._finished: set[int] = set()
+        self.tally = fmt.UsageTally()
+
+    def add(self, output: RequestOutput) -> bool:
+        """Account for ``output``; return False (and log) when its choice
+        index is out of range, in which case the caller ignores it."""
+        if not 0 <= output.index < self._n:
+            log.error("request %s: output for choice %d of %d ignored", self._request_id, output.index, self._n)
+            return False
+        self.tally.add(output)
+        if output.finish_reason in fmt.FINAL_REASONS:
+            self._finished.add(output.index)
+        return True
+
+    @property
+    def done(self) -> bool:
+        """Whether every choice has had its ``stop``/``length`` output."""
+        return len(self._finished) == self._n
 
 
 # --- client disconnects --------------------------------------------------------
@@ -149,41 +202,97 @@ async def _until_disconnect(receive: Receive, work: Awaitable[Any]) -> Any:
 
 @dataclass(frozen=True)
 class _Endpoint:
-    """What differs between chat and completions."""
+    """What differs between chat and completions: the id prefix, the field a
+    context-length error names, the body decoder, and the builders of the
+    stream chunks and of the whole response for a job."""
 
     id_prefix: str
     prompt_param: str
     decode: Callable[[bytes], OpenAIRequest]
-    chunks: type[fmt.ChatChunkStream] | type[fmt.CompletionChunkStream]
-    body: Callable[..., bytes]
+    chunks: Callable[[_Job], ChunkStream]
+    body: Callable[[_Job, list[fmt.ChoiceResult], fmt.Usage], bytes]
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One admitted generation request (``generate`` is what was submitted)."""
+
+    endpoint: _Endpoint
+    request: OpenAIRequest
+    generate: GenerateRequest
+    created: int
+    model: str
+    stream: RequestStream
+
+    @property
+    def request_id(self) -> str:
+        """The response id (also the worker's request id)."""
+        return self.generate.request_id
+
+    @property
+    def n(self) -> int:
+        """The number of choices."""
+        return self.generate.n
+
+    @property
+    def logprobs(self) -> bool:
+        """Whether log-probabilities were requested."""
+        return self.generate.sampling.logprobs
+
+
+def _chat_chunks(job: _Job) -> fmt.ChatChunkStream:
+    """The chat chunk builder for ``job``."""
+    return fmt.ChatChunkStream(
+        job.request_id, job.created, job.model, include_usage(job.request), n=job.n, logprobs=job.logprobs
+    )
+
+
+def _completion_chunks(job: _Job) -> fmt.CompletionChunkStream:
+    """The completions chunk builder for ``job``."""
+    return fmt.CompletionChunkStream(
+        job.request_id,
+        job.created,
+        job.model,
+        include_usage(job.request),
+        n=job.n,
+        logprobs=job.logprobs,
+        alternatives=job.generate.sampling.top_logprobs,
+    )
+
+
+def _chat_body(job: _Job, choices: list[fmt.ChoiceResult], usage: fmt.Usage) -> bytes:
+    """The ``chat.completion`` JSON for ``job``."""
+    return fmt.chat_completion_body(
+        request_id=job.request_id, created=job.created, model=job.model, choices=choices, usage=usage
+    )
+
+
+def _completion_body(job: _Job, choices: list[fmt.ChoiceResult], usage: fmt.Usage) -> bytes:
+    """The ``text_completion`` JSON for ``job``."""
+    return fmt.text_completion_body(
+        request_id=job.request_id,
+        created=job.created,
+        model=job.model,
+        choices=choices,
+        usage=usage,
+        alternatives=job.generate.sampling.top_logprobs,
+    )
 
 
 _CHAT = _Endpoint(
     id_prefix="chatcmpl-",
     prompt_param="messages",
     decode=decode_chat_request,
-    chunks=fmt.ChatChunkStream,
-    body=fmt.chat_completion_body,
+    chunks=_chat_chunks,
+    body=_chat_body,
 )
 _COMPLETIONS = _Endpoint(
     id_prefix="cmpl-",
     prompt_param="prompt",
     decode=decode_completion_request,
-    chunks=fmt.CompletionChunkStream,
-    body=fmt.text_completion_body,
+    chunks=_completion_chunks,
+    body=_completion_body,
 )
-
-
-@dataclass(frozen=True)
-class _Job:
-    """One admitted generation request."""
-
-    endpoint: _Endpoint
-    request: OpenAIRequest
-    request_id: str
-    created: int
-    model: str
-    stream: RequestStream
 
 
 def _engine(request: Request) -> Engine:
@@ -215,7 +324,7 @@ async def _generate(request: Request, endpoint: _Endpoint) -> Response:
         first = await _until_disconnect(request.receive, _next_output(job.stream, job.request_id))
         if first is _DISCONNECTED:
             return Response(status_code=CLIENT_CLOSED_STATUS)
-        if first.finish_reason in ("error", "abort"):
+        if _ends_request(first):
             return error_response(output_error(first, endpoint.prompt_param))
         if job.request.stream:
             response = _streaming_response(job, first)
@@ -228,24 +337,26 @@ async def _generate(request: Request, endpoint: _Endpoint) -> Response:
 
 
 async def _submit(request: Request, endpoint: _Endpoint) -> _Job:
-    """Decode the body, resolve the model and submit the request.
+    """Decode the body, resolve the model, check its limits and submit.
 
     Raises:
-        APIError: 400 invalid body, 404 unknown model, 503 worker not ready.
+        APIError: 400 invalid body or ``n`` above the model's limit, 404
+        unknown model, 503 worker not ready or overloaded.
     """
     req = endpoint.decode(await request.body())
     engine = _engine(request)
     model = engine.resolve(req.model)
-    request_id = endpoint.id_prefix + uuid.uuid4().hex
-    stream = await engine.submit(model, to_generate_request(req, request_id))
-    return _Job(endpoint, req, request_id, int(time.time()), model, stream)
+    check_limits(req, model, engine.limits(model))
+    generate = to_generate_request(req, endpoint.id_prefix + uuid.uuid4().hex)
+    stream = await engine.submit(model, generate)
+    return _Job(endpoint, req, generate, int(time.time()), model, stream)
 
 
 # --- non-streaming ---------------------------------------------------------------
 
 
 async def _complete(request: Request, job: _Job, first: RequestOutput) -> Response:
-    """Collect the whole text and answer one JSON object (or an error).
+    """Collect every choice and answer one JSON object (or an error).
 
     Returns a 499 placeholder if the client disconnects meanwhile (the caller
     then closes the stream, aborting the request).
@@ -253,31 +364,58 @@ async def _complete(request: Request, job: _Job, first: RequestOutput) -> Respon
     result = await _until_disconnect(request.receive, _collect(job, first))
     if result is _DISCONNECTED:
         return Response(status_code=CLIENT_CLOSED_STATUS)
-    text, last = result
-    if last.finish_reason not in ("stop", "length"):
-        return error_response(output_error(last, job.endpoint.prompt_param))
-    body = job.endpoint.body(
-        request_id=job.request_id,
-        created=job.created,
-        model=job.model,
-        text=text,
-        finish_reason=last.finish_reason,
-        prompt_tokens=last.prompt_tokens,
-        completion_tokens=last.completion_tokens,
-    )
+    if isinstance(result, RequestOutput):
+        return error_response(output_error(result, job.endpoint.prompt_param))
+    body = job.endpoint.body(job, result.results(), result.progress.tally.usage())
     return Response(body, media_type=JSON_MEDIA_TYPE)
 
 
-async def _collect(job: _Job, first: RequestOutput) -> tuple[str, RequestOutput]:
-    """Return the concatenated text of all outputs and the terminal output."""
-    pieces: list[str] = []
-    output = first
-    while True:
+class _Collector:
+    """The text, sampled tokens (when log-probabilities were requested) and
+    finish reason of each of a request's ``n`` choices."""
+
+    def __init__(self, job: _Job) -> None:
+        self.progress = _Progress(job.request_id, job.n)
+        self._pieces: list[list[str]] = [[] for _ in range(job.n)]
+        self._tokens: list[list[TokenLogprob]] | None = [[] for _ in range(job.n)] if job.logprobs else None
+        self._reasons: list[fmt.FinalReason] = ["stop"] * job.n
+
+    def add(self, output: RequestOutput) -> None:
+        """Take one output that does not end the request."""
+        if not self.progress.add(output):
+            return
+        index = output.index
         if output.text:
-            pieces.append(output.text)
-        if output.finish_reason is not None:
-            return "".join(pieces), output
+            self._pieces[index].append(output.text)
+        if self._tokens is not None and output.logprobs:
+            self._tokens[index].extend(output.logprobs)
+        if output.finish_reason in fmt.FINAL_REASONS:
+            self._reasons[index] = output.finish_reason  # type: ignore[assignment]
+
+    def results(self) -> list[fmt.ChoiceResult]:
+        """Every choice, in index order (call once all have finished)."""
+        return [
+            fmt.ChoiceResult(
+                index=i,
+                text="".join(pieces),
+                finish_reason=self._reasons[i],
+                logprobs=None if self._tokens is None else self._tokens[i],
+            )
+            for i, pieces in enumerate(self._pieces)
+        ]
+
+
+async def _collect(job: _Job, first: RequestOutput) -> _Collector | RequestOutput:
+    """Read the request to its end; return the collected choices, or the
+    ``error``/``abort`` output that ended it early."""
+    collector = _Collector(job)
+    output = first
+    while not _ends_request(output):
+        collector.add(output)
+        if collector.progress.done:
+            return collector
         output = await _next_output(job.stream, job.request_id)
+    return output
 
 
 # --- streaming ---------------------------------------------------------------------
@@ -285,37 +423,43 @@ async def _collect(job: _Job, first: RequestOutput) -> tuple[str, RequestOutput]
 
 def _streaming_response(job: _Job, first: RequestOutput) -> sse.SSEResponse:
     """The SSE response for ``job``; it owns (and finally closes) the stream."""
-    chunks = job.endpoint.chunks(job.request_id, job.created, job.model, include_usage(job.request))
-    return sse.SSEResponse(_events(job, chunks, first), on_close=job.stream.aclose)
+    return sse.SSEResponse(_events(job, job.endpoint.chunks(job), first), on_close=job.stream.aclose)
 
 
 async def _events(job: _Job, chunks: ChunkStream, first: RequestOutput) -> AsyncIterator[bytes]:
     """Yield the SSE frames of one streamed response, ending with ``[DONE]``.
 
-    Closes the request stream in ``finally``, so a disconnect (which cancels
-    or closes this generator) aborts the request in the worker.
+    Every choice's chunks as its outputs arrive; once all choices finished,
+    the usage chunk (when asked) and ``[DONE]``; if the request ends early,
+    an error frame and ``[DONE]``. Closes the request stream in ``finally``,
+    so a disconnect (which cancels or closes this generator) aborts the
+    request in the worker.
     """
     try:
+        progress = _Progress(job.request_id, job.n)
+        frames = chunks.start()
         output = first
-        opening = chunks.start()
-        while output.finish_reason is None:
-            if output.text or opening:
-                yield opening + (chunks.text(output.text) if output.text else b"")
-                opening = b""
+        while not _ends_request(output):
+            if progress.add(output):
+                frames += chunks.output(output)
+            if progress.done:
+                yield frames + chunks.final_usage(progress.tally.usage()) + sse.DONE
+                return
+            if frames:
+                yield frames
+                frames = b""
             output = await _next_output(job.stream, job.request_id)
-        yield opening + _closing_frames(job, chunks, output) + sse.DONE
+        yield frames + _error_frames(job, chunks, output) + sse.DONE
     finally:
         await job.stream.aclose()
 
 
-def _closing_frames(job: _Job, chunks: ChunkStream, last: RequestOutput) -> bytes:
-    """Frames for the terminal output: finish (+ usage) chunks, or any final
-    text followed by an error frame for ``error``/``abort``."""
-    if last.finish_reason in ("stop", "length"):
-        return chunks.finish(last.finish_reason, last.text, last.prompt_tokens, last.completion_tokens)
+def _error_frames(job: _Job, chunks: ChunkStream, last: RequestOutput) -> bytes:
+    """Frames for an ``error``/``abort`` output: any text it still carries,
+    then the error frame."""
     err = output_error(last, job.endpoint.prompt_param)
     code = err.code or last.error_kind or "internal_error"
-    text = chunks.text(last.text) if last.text else b""
+    text = chunks.content(last) if 0 <= last.index < job.n else b""
     return text + fmt.error_frame(err.message, code)
 
 

@@ -3,11 +3,17 @@
 Decoding is strict: the body must be one JSON object, no value is coerced
 (``"1"`` is not a number, ``1.5`` is not an integer), every number has bounds,
 every string and list has a maximum length, and unknown fields are refused by
-name. Fields OpenAI defines that mlxd does not implement yet (``n`` > 1,
-``logprobs``, tools, structured output, ...) are accepted only with their
+name. Fields OpenAI defines that mlxd does not implement yet (tools,
+structured output, ``best_of`` > 1, ``echo``, ...) are accepted only with their
 neutral value and otherwise refused with a 400 that says so; nothing is
 silently ignored. Every refusal is an :class:`~gateway.errors.APIError` 400
 whose ``param`` is the offending field path, e.g. ``messages[0].content``.
+
+Supported beyond the basics: ``n`` choices (bounded per model by
+:func:`check_limits`, which needs the resolved model's limits), chat
+``logprobs``/``top_logprobs`` (0..20 alternatives), completions
+``logprobs`` (legacy: an int k in 0..20 turns log-probabilities on with k
+alternatives) and the extensions ``ignore_eos`` and ``min_tokens``.
 
 :func:`to_generate_request` turns a decoded request into the worker's
 :class:`~shared.protocol.GenerateRequest`.
@@ -22,6 +28,7 @@ from typing import Annotated, Union
 import msgspec
 from msgspec import Meta, Raw
 
+from gateway.engine_api import ModelLimits
 from gateway.errors import APIError, bad_request
 from shared.protocol import ChatMessage, GenerateRequest, SamplingParams
 
@@ -44,7 +51,12 @@ MAX_PROMPT_TOKENS = 1_048_576
 MAX_TOKEN_ID = 2**31 - 1
 """Largest token id accepted in ``prompt`` or ``logit_bias``."""
 MAX_GENERATED_TOKENS = 1_000_000
-"""Largest ``max_tokens`` / ``max_completion_tokens`` / ``top_k``."""
+"""Largest ``max_tokens`` / ``max_completion_tokens`` / ``min_tokens`` / ``top_k``."""
+MAX_TOP_LOGPROBS = 20
+"""Most log-probability alternatives per token (chat ``top_logprobs``,
+completions ``logprobs``)."""
+MAX_CHOICES = 2**31 - 1
+"""Type bound of ``n``; the real limit is the model's ``max_n``."""
 
 _NULL = Raw(b"null")
 
@@ -54,6 +66,9 @@ ModelName = Annotated[str, Meta(min_length=1, max_length=MAX_NAME_CHARS)]
 ShortText = Annotated[str, Meta(max_length=MAX_NAME_CHARS)]
 Text = Annotated[str, Meta(max_length=MAX_TEXT_CHARS)]
 MaxTokens = Annotated[int, Meta(ge=1, le=MAX_GENERATED_TOKENS)]
+MinTokens = Annotated[int, Meta(ge=0, le=MAX_GENERATED_TOKENS)]
+Choices = Annotated[int, Meta(ge=1, le=MAX_CHOICES)]
+TopLogprobs = Annotated[int, Meta(ge=0, le=MAX_TOP_LOGPROBS)]
 Temperature = Annotated[float, Meta(ge=0.0, le=2.0)]
 TopP = Annotated[float, Meta(gt=0.0, le=1.0)]
 TopK = Annotated[int, Meta(ge=-1, le=MAX_GENERATED_TOKENS)]
@@ -133,7 +148,9 @@ class _SamplingFields(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     user: ShortText | None = None
-    n: int | None = None
+    n: Choices | None = None
+    ignore_eos: bool | None = None
+    min_tokens: MinTokens | None = None
 
 
 class ChatCompletionRequest(_SamplingFields, forbid_unknown_fields=True, kw_only=True):
@@ -147,7 +164,7 @@ class ChatCompletionRequest(_SamplingFields, forbid_unknown_fields=True, kw_only
     messages: Annotated[list[ChatMessageParam], Meta(min_length=1, max_length=MAX_MESSAGES)]
     max_completion_tokens: MaxTokens | None = None
     logprobs: bool | None = None
-    top_logprobs: int | None = None
+    top_logprobs: TopLogprobs | None = None
     response_format: Raw = _NULL
     tools: Raw = _NULL
     tool_choice: Raw = _NULL
@@ -168,7 +185,7 @@ class CompletionRequest(_SamplingFields, forbid_unknown_fields=True, kw_only=Tru
     echo: bool | None = None
     suffix: Text | None = None
     best_of: int | None = None
-    logprobs: int | None = None
+    logprobs: TopLogprobs | None = None
 
 
 # --- decoding ----------------------------------------------------------------
@@ -279,8 +296,8 @@ def _check_common(req: _SamplingFields) -> None:
     """Checks shared by both endpoints.
 
     Raises:
-        APIError: 400 for a non-finite float, ``n`` other than 1, or
-        ``stream_options`` without ``stream: true``.
+        APIError: 400 for a non-finite float or ``stream_options`` without
+        ``stream: true``.
     """
     for name in _FLOAT_FIELDS:
         value = getattr(req, name)
@@ -288,8 +305,6 @@ def _check_common(req: _SamplingFields) -> None:
             raise bad_request(f"'{name}' must be a finite number", name)
     if req.logit_bias and not all(math.isfinite(v) for v in req.logit_bias.values()):
         raise bad_request("'logit_bias' values must be finite numbers", "logit_bias")
-    if req.n is not None and req.n != 1:
-        raise bad_request("'n' must be 1: n>1 is not supported yet", "n")
     if req.stream_options is not None and req.stream is not True:
         raise bad_request("'stream_options' is only allowed when 'stream' is true", "stream_options")
 
@@ -309,10 +324,9 @@ def _check_chat(req: ChatCompletionRequest) -> None:
             "'max_tokens' and 'max_completion_tokens' disagree; send only one",
             "max_completion_tokens",
         )
-    if req.logprobs:
-        raise _not_supported("logprobs", "logprobs")
-    if req.top_logprobs is not None:
-        raise _not_supported("top_logprobs", "top_logprobs")
+    if req.top_logprobs is not None and req.logprobs is not True:
+        raise bad_request("'top_logprobs' requires 'logprobs' to be true", "top_logprobs")
+    _check_min_tokens(req.min_tokens, _chat_max_tokens(req))
     _check_response_format(req.response_format)
     _check_tools(req)
     for index, message in enumerate(req.messages):
@@ -393,9 +407,37 @@ def _check_completion(req: CompletionRequest) -> None:
         raise _not_supported("suffix", "suffix")
     if req.best_of is not None and req.best_of != 1:
         raise _not_supported("best_of", "best_of other than 1")
-    if req.logprobs is not None:
-        raise _not_supported("logprobs", "logprobs")
+    if req.best_of is not None and (req.n or 1) > req.best_of:
+        raise bad_request("'best_of' must be at least 'n'; leave 'best_of' out", "best_of")
+    _check_min_tokens(req.min_tokens, req.max_tokens)
     prompt_input(req)
+
+
+def _check_min_tokens(min_tokens: int | None, max_tokens: int | None) -> None:
+    """Refuse a ``min_tokens`` above the request's token limit.
+
+    Raises:
+        APIError: 400 param ``min_tokens``.
+    """
+    if min_tokens is not None and max_tokens is not None and min_tokens > max_tokens:
+        raise bad_request(
+            f"'min_tokens' ({min_tokens}) must not exceed the token limit ({max_tokens})",
+            "min_tokens",
+        )
+
+
+def check_limits(req: ChatCompletionRequest | CompletionRequest, model: str, limits: ModelLimits) -> None:
+    """Check ``req`` against the limits of its resolved model ``model``.
+
+    Raises:
+        APIError: 400 param ``n`` when ``n`` exceeds ``limits.max_n``; the
+        message names the limit.
+    """
+    if req.n is not None and req.n > limits.max_n:
+        raise bad_request(
+            f"'n' is {req.n} but model '{model}' allows at most {limits.max_n} choice(s) per request",
+            "n",
+        )
 
 
 def prompt_input(req: CompletionRequest) -> tuple[str | None, list[int] | None]:
@@ -441,9 +483,24 @@ def _stop_list(stop: str | list[str] | None) -> list[str]:
     return [stop] if isinstance(stop, str) else list(stop)
 
 
-def _sampling(req: _SamplingFields, max_tokens: int | None) -> SamplingParams:
+def _chat_max_tokens(req: ChatCompletionRequest) -> int | None:
+    """A chat request's token limit (``max_completion_tokens`` wins; the
+    checks guarantee the two agree when both are set)."""
+    return req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+
+
+def _logprobs(req: ChatCompletionRequest | CompletionRequest) -> tuple[bool, int]:
+    """``(on, alternatives)`` for the worker: chat ``logprobs`` and
+    ``top_logprobs``, or the legacy completions ``logprobs`` count."""
+    if isinstance(req, ChatCompletionRequest):
+        return bool(req.logprobs), req.top_logprobs or 0
+    return req.logprobs is not None, req.logprobs or 0
+
+
+def _sampling(req: ChatCompletionRequest | CompletionRequest, max_tokens: int | None) -> SamplingParams:
     """Build the worker's sampling settings; unset fields take OpenAI's
-    defaults (temperature 1, top_p 1, no penalties)."""
+    defaults (temperature 1, top_p 1, no penalties, no log-probabilities)."""
+    logprobs, top_logprobs = _logprobs(req)
     top_k = req.top_k if req.top_k is not None and req.top_k > 0 else 0
     return SamplingParams(
         max_tokens=max_tokens,
@@ -457,6 +514,10 @@ def _sampling(req: _SamplingFields, max_tokens: int | None) -> SamplingParams:
         repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
         logit_bias=dict(req.logit_bias or {}),
         stop=_stop_list(req.stop),
+        logprobs=logprobs,
+        top_logprobs=top_logprobs,
+        ignore_eos=bool(req.ignore_eos),
+        min_tokens=req.min_tokens or 0,
     )
 
 
@@ -484,14 +545,16 @@ def to_generate_request(
 
     Chat requests carry ``messages``; completions carry ``prompt`` or
     ``prompt_token_ids``. ``max_tokens`` stays None when the client set no
-    limit (the worker applies its default).
+    limit (the worker applies its default). ``n`` defaults to 1; ``timeout``
+    is left None for the engine to fill in.
     """
+    n = req.n or 1
     if isinstance(req, ChatCompletionRequest):
-        limit = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         return GenerateRequest(
             request_id=request_id,
-            sampling=_sampling(req, limit),
+            sampling=_sampling(req, _chat_max_tokens(req)),
             messages=_chat_messages(req),
+            n=n,
         )
     text, token_ids = prompt_input(req)
     return GenerateRequest(
@@ -499,6 +562,7 @@ def to_generate_request(
         sampling=_sampling(req, req.max_tokens),
         prompt=text,
         prompt_token_ids=token_ids,
+        n=n,
     )
 
 

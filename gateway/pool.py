@@ -10,7 +10,7 @@ import asyncio
 import time
 import uuid
 
-from gateway.engine_api import ModelInfo
+from gateway.engine_api import ModelInfo, ModelLimits
 from gateway.errors import model_not_found
 from gateway.worker_handle import WorkerHandle, WorkerRequestStream
 from shared.config import Config
@@ -60,6 +60,10 @@ class WorkerPool:
             return self._names[name]
         except KeyError:
             raise model_not_found(name) from None
+
+    def limits(self, model: str) -> ModelLimits:
+        """The configured request limits of canonical model ``model``."""
+        return ModelLimits(max_n=self.handles[model].model.max_n)
 
     def models(self) -> list[ModelInfo]:
         """Every configured model, in config order, with its state."""

@@ -25,10 +25,11 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+import msgspec
 import zmq
 import zmq.asyncio
 
-from gateway.errors import unavailable
+from gateway.errors import APIError, unavailable
 from shared.codec import DecodeError, gateway_codec
 from shared.config import ModelConfig, ServerConfig, encode_model_config
 from shared.protocol import (
@@ -70,13 +71,24 @@ class WorkerStatus:
 
 
 class _Pending:
-    """Outputs of one in-flight request, waiting to be read."""
+    """Outputs of one in-flight request, waiting to be read.
 
-    __slots__ = ("queue", "incarnation")
+    ``open_choices`` counts the choices the dispatcher still expects a
+    terminal output for.
+    """
 
-    def __init__(self, incarnation: int) -> None:
+    __slots__ = ("queue", "incarnation", "n", "open_choices")
+
+    def __init__(self, incarnation: int, n: int) -> None:
         self.queue: asyncio.Queue[RequestOutput] = asyncio.Queue()
         self.incarnation = incarnation
+        self.n = n
+        self.open_choices = n
+
+
+def ends_request(output: RequestOutput) -> bool:
+    """True for an output that ends its whole request (error or abort)."""
+    return output.finish_reason in ("error", "abort")
 
 
 class WorkerRequestStream:
@@ -90,6 +102,7 @@ class WorkerRequestStream:
         self._handle = handle
         self._request_id = request_id
         self._pending = pending
+        self._open = pending.n
         self._done = False
 
     def __aiter__(self) -> "WorkerRequestStream":
@@ -99,8 +112,11 @@ class WorkerRequestStream:
         if self._done:
             raise StopAsyncIteration
         output = await self._pending.queue.get()
-        if output.finish_reason is not None:
+        if ends_request(output):
             self._done = True
+        elif output.finish_reason is not None:
+            self._open -= 1
+            self._done = self._open == 0
         return output
 
     async def aclose(self) -> None:
@@ -126,6 +142,7 @@ class WorkerHandle:
         self._ctx = zmq.asyncio.Context.instance()
         self._codec = gateway_codec()
         self._inflight: dict[str, _Pending] = {}
+        self._sequences = 0  # open choices of all in-flight requests
         self._push: zmq.asyncio.Socket | None = None
         self._proc: asyncio.subprocess.Process | None = None
         self._task: asyncio.Task[None] | None = None
@@ -155,8 +172,18 @@ class WorkerHandle:
         if self.status.state != "ready" or self._push is None:
             detail = f": {self.status.last_error}" if self.status.last_error else ""
             raise unavailable(f"model '{self.model.name}' is {self.status.state}{detail}")
-        pending = _Pending(self.status.incarnation)
+        if self._sequences + request.n > self.model.max_batch_size + self.model.max_queued:
+            raise APIError(
+                503,
+                f"model '{self.model.name}' is at capacity; retry shortly",
+                code="overloaded",
+                retry_after=1,
+            )
+        if self.model.request_timeout and request.timeout is None:
+            request = msgspec.structs.replace(request, timeout=self.model.request_timeout)
+        pending = _Pending(self.status.incarnation, request.n)
         self._inflight[request.request_id] = pending
+        self._sequences += pending.open_choices
         self._send(request)
         return WorkerRequestStream(self, request.request_id, pending)
 
@@ -164,7 +191,7 @@ class WorkerHandle:
         """Forget ``request_id`` and ask its worker to drop it (if still the
         same incarnation)."""
         if self._inflight.get(request_id) is pending:
-            del self._inflight[request_id]
+            self._retire(request_id, pending)
             if pending.incarnation == self.status.incarnation:
                 self._send(AbortRequest([request_id]))
 
@@ -281,9 +308,14 @@ class WorkerHandle:
                 pending = self._inflight.get(output.request_id)
                 if pending is None:
                     continue
-                if output.finish_reason is not None:
-                    del self._inflight[output.request_id]
                 pending.queue.put_nowait(output)
+                if ends_request(output):
+                    self._retire(output.request_id, pending)
+                elif output.finish_reason is not None:
+                    pending.open_choices -= 1
+                    self._sequences -= 1
+                    if pending.open_choices == 0:
+                        del self._inflight[output.request_id]
         elif isinstance(message, Heartbeat):
             self.status.stats = message.stats
         elif isinstance(message, Hello):
@@ -315,8 +347,15 @@ class WorkerHandle:
         except zmq.ZMQError as exc:
             log.warning("could not send to the %s worker: %s", self.model.name, exc)
 
+    def _retire(self, request_id: str, pending: _Pending) -> None:
+        """Stop tracking a request and give back its open choices."""
+        del self._inflight[request_id]
+        self._sequences -= pending.open_choices
+        pending.open_choices = 0
+
     def _fail_inflight(self, message: str) -> None:
         inflight, self._inflight = self._inflight, {}
+        self._sequences = 0
         for request_id, pending in inflight.items():
             pending.queue.put_nowait(
                 RequestOutput(

@@ -62,6 +62,12 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     ``default_max_tokens``: completion cap when a request sets none.
     ``dtype``: ``auto`` (float32 on a CPU backend, as stored on Metal),
     ``float32``, ``float16``, ``bfloat16`` or ``quantized``.
+    ``max_queued``: sequences that may wait beyond ``max_batch_size``; past
+    that, new requests are refused at once with 503 and ``Retry-After``.
+    ``max_n``: the largest ``n`` (choices per request) accepted.
+    ``prefix_cache_bytes``: memory budget of the prefix (KV) cache; 0
+    disables it. ``request_timeout``: seconds after which a request is
+    ended with a timeout error and its memory freed (0: no deadline).
     """
 
     name: str
@@ -73,6 +79,10 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     context_length: Annotated[int, msgspec.Meta(ge=0)] = 0
     default_max_tokens: PositiveInt = 2048
     dtype: str = "auto"
+    max_queued: Annotated[int, msgspec.Meta(ge=0)] = 256
+    max_n: PositiveInt = 8
+    prefix_cache_bytes: Annotated[int, msgspec.Meta(ge=0)] = 512 * 1024 * 1024
+    request_timeout: Annotated[float, msgspec.Meta(ge=0)] = 0.0
 
 
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

@@ -18,8 +18,10 @@ produced anything. ``Failed`` reports a fatal start-up error just before the
 worker exits.
 
 Request lifecycle: every ``GenerateRequest`` the worker receives is answered
-by one or more :class:`RequestOutput` entries, exactly one of which has a
-non-null ``finish_reason`` (the terminal one). New fields are appended last
+by :class:`RequestOutput` entries; each of its ``n`` choices ends with exactly
+one output whose ``finish_reason`` is ``stop`` or ``length``, unless the
+request ends early with one ``error`` or ``abort`` output, which ends every
+choice at once. New fields are appended last
 with defaults so older peers keep decoding.
 """
 
@@ -34,11 +36,12 @@ FinishReason = Literal["stop", "length", "abort", "error"]
 (client gone, shutdown), or an error (see ``RequestOutput.error``)."""
 
 ErrorKind = Literal[
-    "invalid_request", "context_length_exceeded", "overloaded", "unavailable", "internal"
+    "invalid_request", "context_length_exceeded", "overloaded", "unavailable", "internal", "timeout"
 ]
 """Class of a request error; the gateway maps it to an HTTP status
-(400, 400, 503, 503, 500). ``unavailable`` is what the gateway itself
-reports when a worker dies or stops answering mid-request."""
+(400, 400, 503, 503, 500, 504). ``unavailable`` is what the gateway itself
+reports when a worker dies or stops answering mid-request; ``timeout`` means
+the request ran past its deadline and was stopped."""
 
 
 class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
@@ -49,7 +52,11 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     ``top_p`` 1 disable those filters. ``seed`` makes sampling reproducible
     for this request regardless of what else shares its batch.
     ``logit_bias`` maps token id to an additive bias. ``stop`` holds stop
-    strings; the matched string is not part of the output.
+    strings; the matched string is not part of the output. ``logprobs``
+    asks for each sampled token's log-probability and ``top_logprobs`` for
+    that many most likely alternatives. ``ignore_eos`` keeps generating past
+    end-of-sequence tokens; ``min_tokens`` forbids them before that many
+    tokens were generated.
     """
 
     max_tokens: int | None = None
@@ -63,6 +70,10 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     repetition_penalty: float = 1.0
     logit_bias: dict[int, float] = {}
     stop: list[str] = []
+    logprobs: bool = False
+    top_logprobs: int = 0
+    ignore_eos: bool = False
+    min_tokens: int = 0
 
 
 class ChatMessage(msgspec.Struct, frozen=True, kw_only=True):
@@ -79,6 +90,10 @@ class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True, tag="generate")
     Exactly one of ``messages`` (rendered with the model's chat template and
     a generation prompt), ``prompt`` (raw text) or ``prompt_token_ids`` is set.
     ``request_id`` is unique among the gateway's in-flight requests.
+    ``n`` independent choices are generated from one prefill; choice ``i``
+    of a seeded request uses seed ``seed + i``. ``timeout`` (seconds, None
+    for none) is the deadline after which the worker ends the request with
+    a ``timeout`` error and frees its memory.
     """
 
     request_id: str
@@ -86,6 +101,8 @@ class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True, tag="generate")
     messages: list[ChatMessage] | None = None
     prompt: str | None = None
     prompt_token_ids: list[int] | None = None
+    n: int = 1
+    timeout: float | None = None
 
 
 class AbortRequest(msgspec.Struct, frozen=True, tag="abort"):
@@ -100,8 +117,16 @@ class Shutdown(msgspec.Struct, frozen=True, tag="shutdown"):
 
 
 class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
-    """Counters a worker reports with every heartbeat (monotonic since start
-    except ``running`` and ``waiting``, which are current values)."""
+    """Counters a worker reports with every heartbeat.
+
+    Totals since the worker started, except the current values ``running``
+    (sequences decoding), ``waiting`` (admitted, not yet decoding),
+    ``cache_bytes`` and ``cache_entries`` (prefix cache contents).
+    ``prompt_tokens`` counts tokens actually prefilled; ``cached_tokens``
+    those reused from the prefix cache instead. ``cache_queries`` and
+    ``cache_hits`` count look-ups and look-ups that reused anything.
+    ``step_seconds`` is the wall time spent in engine steps.
+    """
 
     running: int = 0
     waiting: int = 0
@@ -111,6 +136,14 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     requests_finished: int = 0
     requests_aborted: int = 0
     max_batch_seen: int = 0
+    cache_bytes: int = 0
+    cache_budget_bytes: int = 0
+    cache_entries: int = 0
+    cache_queries: int = 0
+    cache_hits: int = 0
+    cached_tokens: int = 0
+    step_seconds: float = 0.0
+    requests_timed_out: int = 0
 
 
 class Hello(msgspec.Struct, frozen=True, kw_only=True, tag="hello"):
@@ -156,14 +189,39 @@ class Heartbeat(msgspec.Struct, frozen=True, kw_only=True, tag="heartbeat"):
     stats: WorkerStats
 
 
-class RequestOutput(msgspec.Struct, frozen=True, kw_only=True):
-    """New output of one request in one scheduler step.
+class TopLogprob(msgspec.Struct, frozen=True, array_like=True):
+    """One candidate token: its id, text (lossy for partial UTF-8), ``raw``
+    bytes and log-probability."""
 
-    ``text`` is the newly decoded text (may be empty while a multi-byte
-    character or a possible stop string is held back). ``prompt_tokens`` and
-    ``completion_tokens`` are running totals. When ``finish_reason`` is set
-    this is the request's last output; with ``"error"``, ``error`` holds a
-    message safe to show the client and ``error_kind`` its class.
+    token_id: int
+    token: str
+    raw: bytes
+    logprob: float
+
+
+class TokenLogprob(msgspec.Struct, frozen=True, array_like=True):
+    """A sampled token with its log-probability and the ``top`` most likely
+    alternatives at that position (most likely first)."""
+
+    token_id: int
+    token: str
+    raw: bytes
+    logprob: float
+    top: list[TopLogprob]
+
+
+class RequestOutput(msgspec.Struct, frozen=True, kw_only=True):
+    """New output of one choice of one request in one scheduler step.
+
+    ``index`` is the choice (0 .. n-1). ``text`` is the newly decoded text
+    (may be empty while a multi-byte character or a possible stop string is
+    held back). ``prompt_tokens``, ``cached_tokens`` (prompt tokens reused
+    from the prefix cache) and ``completion_tokens`` (this choice's) are
+    running totals. ``logprobs`` holds the tokens sampled in this step when
+    the request asked for them. When ``finish_reason`` is ``stop`` or
+    ``length`` this choice is done; ``error`` or ``abort`` end the whole
+    request (every choice): ``error`` holds a message safe to show the
+    client and ``error_kind`` its class.
     """
 
     request_id: str
@@ -173,6 +231,9 @@ class RequestOutput(msgspec.Struct, frozen=True, kw_only=True):
     finish_reason: FinishReason | None = None
     error: str | None = None
     error_kind: ErrorKind | None = None
+    index: int = 0
+    cached_tokens: int = 0
+    logprobs: list[TokenLogprob] | None = None
 
 
 class StepOutputs(msgspec.Struct, frozen=True, kw_only=True, tag="step"):

@@ -76,6 +76,10 @@ class TokenDecoder:
         else:
             self.table = [tokenizer.decode([i]).encode() for i in range(len(pieces))]
 
+    def raw(self, token: int) -> bytes:
+        """The bytes ``token`` stands for (empty for an unknown id)."""
+        return self.table[token] if 0 <= token < len(self.table) else b""
+
     def stream(self, stop: list[str]) -> "TextStream":
         """Return a fresh per-request stream that holds back ``stop`` strings."""
         return TextStream(self.table, stop)

@@ -37,9 +37,10 @@ from shared.protocol import (
     RequestOutput,
     Shutdown,
     StepOutputs,
+    WorkerStats,
 )
 from shared.sockets import configure
-from worker.output import Admitted, Exit, OutputLoop
+from worker.output import Exit, OutputLoop
 from worker.prompt import PromptBuilder, PromptError
 from worker.scheduler import Abort, Scheduler, Stop
 
@@ -61,14 +62,13 @@ class Worker:
         out_codec = worker_codec()
         self._scheduler: Scheduler | None = None
         self._prompts: PromptBuilder | None = None
-        self._decoder = None
         self._ready = threading.Event()
         self._failed = threading.Event()
         self.output = OutputLoop(
             worker_id,
             send=lambda m: outputs.send(out_codec.encode(m), copy=False),
             release=lambda item: self._scheduler.submit(item) if self._scheduler else None,
-            counters=lambda: self._scheduler.counters if self._scheduler else None,
+            stats=self.stats,
         )
 
     def run(self) -> int:
@@ -95,23 +95,26 @@ class Worker:
             started = time.monotonic()
             from worker.detok import TokenDecoder
             from worker.loader import load_model
+            from worker.prefix_cache import PrefixCache
 
             loaded = load_model(self.config.source, dtype=self.config.dtype)
             context = loaded.context_length
             if self.config.context_length:
                 context = min(context, self.config.context_length)
             vocab = len(loaded.tokenizer)
-            self._decoder = TokenDecoder(loaded.tokenizer, loaded.path)
+            self.output.decoder = TokenDecoder(loaded.tokenizer, loaded.path)
             self._prompts = PromptBuilder(
                 loaded.tokenizer,
                 context_length=context,
                 default_max_tokens=self.config.default_max_tokens,
                 vocab_size=vocab,
             )
+            budget = self.config.prefix_cache_bytes
             scheduler = Scheduler(
                 loaded.model,
                 set(loaded.eos_token_ids),
                 self.output.queue.put,
+                cache=PrefixCache(loaded.model_id, budget) if budget > 0 else None,
                 max_batch_size=self.config.max_batch_size,
                 prefill_batch_size=self.config.prefill_batch_size,
                 prefill_step_size=self.config.prefill_step_size,
@@ -160,8 +163,33 @@ class Worker:
                 self._scheduler.submit(Abort(list(message.request_ids)))  # type: ignore[union-attr]
         return 1
 
+    def stats(self) -> WorkerStats:
+        """The heartbeat counters (read on the output thread)."""
+        scheduler = self._scheduler
+        if scheduler is None:
+            return WorkerStats()
+        c, cache = scheduler.counters, scheduler.cache
+        return WorkerStats(
+            running=c.running,
+            waiting=c.waiting,
+            steps=c.steps,
+            prompt_tokens=c.prompt_tokens,
+            generated_tokens=c.generated_tokens,
+            requests_finished=c.requests_finished,
+            requests_aborted=c.requests_aborted,
+            max_batch_seen=c.max_batch_seen,
+            cache_bytes=cache.nbytes if cache else 0,
+            cache_budget_bytes=cache.budget_bytes if cache else 0,
+            cache_entries=cache.entries if cache else 0,
+            cache_queries=cache.queries if cache else 0,
+            cache_hits=cache.hits if cache else 0,
+            cached_tokens=cache.reused_tokens if cache else 0,
+            step_seconds=c.step_seconds,
+            requests_timed_out=c.requests_timed_out,
+        )
+
     def _admit(self, request: GenerateRequest) -> None:
-        assert self._prompts is not None and self._scheduler is not None and self._decoder is not None
+        assert self._prompts is not None and self._scheduler is not None
         try:
             admission = self._prompts.build(request)
         except PromptError as exc:
@@ -179,9 +207,6 @@ class Worker:
                 )
             )
             return
-        self.output.queue.put(
-            Admitted(request.request_id, len(admission.prompt), self._decoder.stream(request.sampling.stop))
-        )
         self._scheduler.submit(admission)
 
 

@@ -2,11 +2,12 @@
 only writer of the outputs socket.
 
 It consumes, in order, the items the input and scheduler threads queue:
-:class:`Admitted` (a request's text stream starts), ``TokenStep`` and
-``Terminal`` from the scheduler, and ready-made contract messages. Every
-``TokenStep`` becomes at most one ``StepOutputs`` message. Because this
-thread alone decides when a request's terminal output is sent, each request
-gets exactly one. Heartbeats go out whenever the queue is quiet for
+``Started`` (a request's choices begin), ``TokenStep`` and ``Terminal``
+from the scheduler, and ready-made contract messages. Every ``TokenStep``
+becomes at most one ``StepOutputs`` message. Because this thread alone
+decides when a choice's terminal output is sent, each choice ends exactly
+once, and a request that ends early (abort, error) gets one terminal output
+for all its choices. Heartbeats go out whenever the queue is quiet for
 ``heartbeat_interval`` seconds and at least that often under load.
 """
 
@@ -20,27 +21,35 @@ from typing import Callable
 
 import msgspec
 
-from shared.protocol import Heartbeat, RequestOutput, StepOutputs, WorkerStats
-from worker.detok import TextStream
-from worker.scheduler import Counters, Release, Terminal, TokenStep
+from shared.protocol import (
+    Heartbeat,
+    RequestOutput,
+    StepOutputs,
+    TokenLogprob,
+    TopLogprob,
+    WorkerStats,
+)
+from worker.detok import TextStream, TokenDecoder
+from worker.scheduler import Release, Started, Terminal, TokenLogprobs, TokenStep
 
 log = logging.getLogger("mlxd.worker.output")
 
 
 @dataclass
-class Admitted:
-    """Start tracking a request: ``stream`` is its fresh text stream."""
+class _Choice:
+    """Text state of one choice of a running request."""
 
-    request_id: str
-    prompt_tokens: int
     stream: TextStream
+    completion_tokens: int = 0
 
 
 @dataclass
-class _Live:
+class _Request:
+    """Output state of one running request."""
+
     prompt_tokens: int
-    stream: TextStream
-    completion_tokens: int = 0
+    cached_tokens: int
+    choices: dict[int, _Choice]
 
 
 class Exit:
@@ -51,8 +60,10 @@ class OutputLoop:
     """Runs on the output thread; see the module docstring.
 
     ``send`` writes one contract message to the socket (called only from
-    this thread). ``release`` tells the scheduler to drop a request this
-    thread finished on a stop string. ``counters`` is read for heartbeats.
+    this thread). ``release`` tells the scheduler to drop a choice this
+    thread finished on a stop string. ``stats`` returns the heartbeat's
+    counters. ``decoder`` is set once the model's tokenizer is loaded,
+    before any request starts.
     """
 
     def __init__(
@@ -60,16 +71,17 @@ class OutputLoop:
         worker_id: str,
         send: Callable[[msgspec.Struct], None],
         release: Callable[[Release], None],
-        counters: Callable[[], Counters | None],
-        heartbeat_interval: float = 1.0,
+        stats: Callable[[], WorkerStats],
+        heartbeat_interval: float = 0.5,
     ) -> None:
         self.queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self.decoder: TokenDecoder | None = None
         self._worker_id = worker_id
         self._send = send
         self._release = release
-        self._counters = counters
+        self._stats = stats
         self._interval = heartbeat_interval
-        self._live: dict[str, _Live] = {}
+        self._live: dict[str, _Request] = {}
         self._last_beat = 0.0
 
     def run(self) -> None:
@@ -94,52 +106,83 @@ class OutputLoop:
             outputs = [o for o in (self._token(*t) for t in item.tokens) if o is not None]
             if outputs:
                 self._send(StepOutputs(step=item.step, outputs=outputs))
-        elif isinstance(item, Admitted):
-            self._live[item.request_id] = _Live(item.prompt_tokens, item.stream)
+        elif isinstance(item, Started):
+            assert self.decoder is not None
+            self._live[item.request_id] = _Request(
+                item.prompt_tokens,
+                item.cached_tokens,
+                {i: _Choice(self.decoder.stream(item.stop)) for i in range(item.n)},
+            )
         elif isinstance(item, Terminal):
             self._terminal(item)
         elif isinstance(item, msgspec.Struct):
             self._send(item)
 
-    def _token(self, request_id: str, token: int, finish: str | None) -> RequestOutput | None:
-        live = self._live.get(request_id)
-        if live is None:
-            return None  # finished on a stop string; late tokens are dropped
-        live.completion_tokens += 1
-        stream = live.stream
+    def _token(
+        self, request_id: str, index: int, token: int, finish: str | None, lp: TokenLogprobs | None
+    ) -> RequestOutput | None:
+        request = self._live.get(request_id)
+        choice = request.choices.get(index) if request else None
+        if request is None or choice is None:
+            return None  # already finished (stop string); late tokens are dropped
+        choice.completion_tokens += 1
+        stream = choice.stream
         if finish == "stop":
-            text = stream.finish()  # the token is EOS: counted, not shown
+            text = stream.finish()  # the token is end-of-sequence: counted, not shown
         else:
             text = stream.add(token)
             if stream.stopped:
                 finish = "stop"
-                self._release(Release(request_id))
+                self._release(Release(request_id, index))
             elif finish == "length":
                 text += stream.finish()
-        if finish is None and not text:
+        if finish is None and not text and lp is None:
             return None
         if finish is not None:
-            del self._live[request_id]
+            del request.choices[index]
+            if not request.choices:
+                del self._live[request_id]
         return RequestOutput(
             request_id=request_id,
+            index=index,
             text=text,
-            prompt_tokens=live.prompt_tokens,
-            completion_tokens=live.completion_tokens,
+            prompt_tokens=request.prompt_tokens,
+            cached_tokens=request.cached_tokens,
+            completion_tokens=choice.completion_tokens,
             finish_reason=finish,  # type: ignore[arg-type]
+            logprobs=[self._logprob(token, lp)] if lp is not None else None,
         )
 
+    def _logprob(self, token: int, lp: TokenLogprobs) -> TokenLogprob:
+        assert self.decoder is not None
+        value, top = lp
+        raw = self.decoder.raw(token)
+        return TokenLogprob(
+            token_id=token,
+            token=raw.decode("utf-8", errors="replace"),
+            raw=raw,
+            logprob=value,
+            top=[self._top(t, v) for t, v in top],
+        )
+
+    def _top(self, token: int, value: float) -> TopLogprob:
+        assert self.decoder is not None
+        raw = self.decoder.raw(token)
+        return TopLogprob(token_id=token, token=raw.decode("utf-8", errors="replace"), raw=raw, logprob=value)
+
     def _terminal(self, item: Terminal) -> None:
-        live = self._live.pop(item.request_id, None)
-        if live is None:
-            return  # already finished here (stop string): one terminal only
+        request = self._live.pop(item.request_id, None)
+        if request is None:
+            return  # every choice already finished: nothing more to say
         self._send(
             StepOutputs(
                 step=-1,
                 outputs=[
                     RequestOutput(
                         request_id=item.request_id,
-                        prompt_tokens=live.prompt_tokens,
-                        completion_tokens=live.completion_tokens,
+                        prompt_tokens=request.prompt_tokens,
+                        cached_tokens=request.cached_tokens,
+                        completion_tokens=sum(c.completion_tokens for c in request.choices.values()),
                         finish_reason=item.reason,  # type: ignore[arg-type]
                         error=item.message,
                         error_kind=item.error_kind,  # type: ignore[arg-type]
@@ -150,15 +193,4 @@ class OutputLoop:
 
     def _beat(self) -> None:
         self._last_beat = time.monotonic()
-        c = self._counters()
-        stats = WorkerStats(
-            running=c.running,
-            waiting=c.waiting,
-            steps=c.steps,
-            prompt_tokens=c.prompt_tokens,
-            generated_tokens=c.generated_tokens,
-            requests_finished=c.requests_finished,
-            requests_aborted=c.requests_aborted,
-            max_batch_seen=c.max_batch_seen,
-        ) if c is not None else WorkerStats()
-        self._send(Heartbeat(worker_id=self._worker_id, stats=stats))
+        self._send(Heartbeat(worker_id=self._worker_id, stats=self._stats()))

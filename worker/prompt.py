@@ -7,6 +7,7 @@ thread never waits on templating or tokenization.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from shared.protocol import ErrorKind, GenerateRequest
@@ -53,11 +54,17 @@ class PromptBuilder:
             raise PromptError("invalid_request", "the prompt is empty after tokenization")
         self._check_ids(ids, "prompt token")
         self._check_ids(list(request.sampling.logit_bias), "logit_bias token")
+        if request.n < 1:
+            raise PromptError("invalid_request", "n must be at least 1")
+        if request.sampling.top_logprobs < 0:
+            raise PromptError("invalid_request", "top_logprobs must not be negative")
         return Admission(
             request_id=request.request_id,
             prompt=ids,
             max_tokens=self._max_tokens(len(ids), request.sampling.max_tokens),
             params=request.sampling,
+            n=request.n,
+            deadline=time.monotonic() + request.timeout if request.timeout else None,
         )
 
     def _tokens(self, request: GenerateRequest) -> list[int]:

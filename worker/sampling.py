@@ -38,18 +38,21 @@ def greedy(logprobs: mx.array) -> mx.array:
     return mx.argmax(logprobs, axis=-1)
 
 
-def make_sampler(params: SamplingParams) -> Sampler | None:
+def make_sampler(params: SamplingParams, choice: int = 0) -> Sampler | None:
     """Return the sampler for ``params``, or None for plain greedy decoding.
 
     None lets the engine use its shared batched greedy sampler. The returned
     closure takes log-probabilities of shape (1, vocab) and returns one token
     id per row. Temperature 0 is greedy whatever the other filters say.
+    ``choice`` is the index of the choice among ``n``: a seeded request's
+    choice ``i`` draws from seed ``seed + i``.
     """
     if params.temperature == 0.0:
         return None
     temperature = params.temperature
     top_k, top_p, min_p = params.top_k, params.top_p, params.min_p
-    key_state = [mx.random.key(params.seed)] if params.seed is not None else None
+    seed = None if params.seed is None else (params.seed + choice) % (1 << 64)
+    key_state = [mx.random.key(seed)] if seed is not None else None
 
     def sample(logprobs: mx.array) -> mx.array:
         if top_k > 0:
@@ -68,15 +71,19 @@ def make_sampler(params: SamplingParams) -> Sampler | None:
     return sample
 
 
-def make_processors(params: SamplingParams, prompt_len: int) -> list[LogitsProcessor]:
+def make_processors(params: SamplingParams, prompt_len: int, eos_ids: list[int]) -> list[LogitsProcessor]:
     """Return the logits processors ``params`` asks for (possibly none).
 
     ``prompt_len`` is the number of prompt tokens: presence and frequency
     penalties count only generated tokens (OpenAI semantics), the
     repetition penalty sees the last ``REPETITION_CONTEXT`` tokens of the
     whole sequence (mlx-lm semantics). Logit bias is added to every step.
+    With ``min_tokens``, the ``eos_ids`` cannot be sampled before that many
+    tokens were generated.
     """
     processors: list[LogitsProcessor] = []
+    if params.min_tokens > 0 and eos_ids and not params.ignore_eos:
+        processors.append(_min_tokens(params.min_tokens, prompt_len, eos_ids))
     if params.logit_bias:
         ids = mx.array(list(params.logit_bias.keys()), dtype=mx.int32)
         values = mx.array(list(params.logit_bias.values()), dtype=mx.float32)
@@ -104,5 +111,21 @@ def _generated_only(processor: LogitsProcessor, prompt_len: int) -> LogitsProces
         if generated.size == 0:
             return logits
         return processor(generated, logits)
+
+    return apply
+
+
+def _min_tokens(minimum: int, prompt_len: int, eos_ids: list[int]) -> LogitsProcessor:
+    """Forbid ``eos_ids`` until ``minimum`` tokens follow the prompt.
+
+    The engine's context holds the prompt and every token fed so far, so
+    ``len(tokens) - prompt_len`` tokens were generated before this step.
+    """
+    eos = mx.array(eos_ids, dtype=mx.int32)
+
+    def apply(tokens: mx.array, logits: mx.array) -> mx.array:
+        if tokens.shape[0] - prompt_len >= minimum:
+            return logits
+        return logits.at[:, eos].add(mx.array(-float("inf"), dtype=logits.dtype))
 
     return apply

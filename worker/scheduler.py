@@ -1,25 +1,34 @@
 """The scheduler thread: the only thread of the worker that touches MLX.
 
-It loads the model, warms it up, then runs continuous batching on mlx-lm's
-``BatchGenerator``: each loop iteration takes every queued command (admit,
-abort, release, shutdown) from its inbox, then runs one engine step in which
-new prompts are prefilled while running sequences decode. The tokens of a
-step go to the output thread as one :class:`TokenStep`; text, stop strings
-and the wire messages are the output thread's job.
+It runs continuous batching on mlx-lm's ``BatchGenerator``: each loop
+iteration applies every queued command (admit, abort, release, stop), ends
+requests past their deadline, then runs one engine step in which new prompts
+are prefilled while running sequences decode. The tokens of a step (with
+log-probabilities where asked) go to the output thread as one
+:class:`TokenStep`; text, stop strings and wire messages are that thread's
+job.
 
-Threads: ``run`` executes on the scheduler thread. ``submit`` may be called
-from any thread (the inbox is a thread-safe queue). ``stats`` is written only
-here and read by the output thread (plain ints, each update atomic).
+Prompts start from the longest reusable prefix in the :class:`PrefixCache`,
+and finished sequences leave their KV state there. A request with ``n``
+choices is prefilled once; each choice then decodes from its own copy.
+
+Threads: :meth:`Scheduler.run` and :meth:`Scheduler.warm_up` execute on the
+scheduler thread; :meth:`Scheduler.submit` may be called from any thread
+(the inbox is a thread-safe queue). ``counters`` is written only here and
+read by the output thread (plain numbers, each update atomic under the GIL).
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import queue
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from shared.protocol import SamplingParams
+from worker.prefix_cache import Lookup, PrefixCache
 
 log = logging.getLogger("mlxd.worker.scheduler")
 
@@ -28,13 +37,16 @@ log = logging.getLogger("mlxd.worker.scheduler")
 class Admission:
     """A tokenized request ready for the engine (built on the input thread).
 
-    ``max_tokens`` is already resolved against the context limit.
+    ``max_tokens`` is already resolved against the context limit;
+    ``deadline`` is a ``time.monotonic()`` instant or None.
     """
 
     request_id: str
     prompt: list[int]
     max_tokens: int
     params: SamplingParams
+    n: int = 1
+    deadline: float | None = None
 
 
 @dataclass
@@ -46,9 +58,10 @@ class Abort:
 
 @dataclass
 class Release:
-    """Drop a request the output thread already finished (stop string)."""
+    """Drop one choice the output thread already finished (stop string)."""
 
     request_id: str
+    index: int
 
 
 @dataclass
@@ -57,18 +70,37 @@ class Stop:
 
 
 @dataclass
+class Started:
+    """A request entered the engine: ``cached_tokens`` of its
+    ``prompt_tokens`` were reused from the prefix cache."""
+
+    request_id: str
+    n: int
+    prompt_tokens: int
+    cached_tokens: int
+    stop: list[str]
+
+
+TokenLogprobs = tuple[float, list[tuple[int, float]]]
+"""A sampled token's log-probability and its top alternatives (id, logprob)."""
+
+TokenEvent = tuple[str, int, int, "str | None", "TokenLogprobs | None"]
+"""``(request_id, choice index, token id, finish, logprobs)``; ``finish`` is
+None, ``"stop"`` (the token is an end-of-sequence token) or ``"length"``."""
+
+
+@dataclass
 class TokenStep:
-    """The tokens one engine step produced: ``(request_id, token, finish)``
-    triples, ``finish`` being None, ``"stop"`` (an EOS token) or
-    ``"length"``."""
+    """Every token one engine step produced."""
 
     step: int
-    tokens: list[tuple[str, int, str | None]]
+    tokens: list[TokenEvent]
 
 
 @dataclass
 class Terminal:
-    """A request ended without a token: ``reason`` is ``abort`` or ``error``."""
+    """A whole request ended without a token: ``reason`` is ``abort`` or
+    ``error`` (then ``error_kind`` and ``message`` say why)."""
 
     request_id: str
     reason: str
@@ -85,18 +117,30 @@ class Counters:
     generated_tokens: int = 0
     requests_finished: int = 0
     requests_aborted: int = 0
+    requests_timed_out: int = 0
     running: int = 0
     waiting: int = 0
     max_batch_seen: int = 0
+    step_seconds: float = 0.0
+
+
+@dataclass
+class _Seq:
+    """One choice of one request inside the engine."""
+
+    request_id: str
+    index: int
+    top_logprobs: int | None  # None: no logprobs wanted
 
 
 class Scheduler:
     """Owns the model's ``BatchGenerator`` and runs it on its own thread.
 
-    ``emit`` receives :class:`TokenStep` and :class:`Terminal` items in the
-    order they happen (it must be thread-safe and non-blocking, e.g. a
-    queue's ``put``). ``model`` and ``tokenizer`` must have been loaded on
-    the thread that calls :meth:`run`.
+    ``emit`` receives :class:`Started`, :class:`TokenStep` and
+    :class:`Terminal` items in the order they happen (it must be
+    thread-safe and non-blocking, e.g. a queue's ``put``). ``model`` must
+    have been loaded on the thread that calls :meth:`run`. ``cache`` is the
+    prefix cache (None disables reuse).
     """
 
     def __init__(
@@ -105,6 +149,7 @@ class Scheduler:
         eos_token_ids: set[int],
         emit: Callable[[object], None],
         *,
+        cache: PrefixCache | None,
         max_batch_size: int,
         prefill_batch_size: int,
         prefill_step_size: int,
@@ -112,6 +157,8 @@ class Scheduler:
         self._model = model
         self._eos = sorted(eos_token_ids)
         self._emit = emit
+        self.cache = cache
+        self._prefill_step = prefill_step_size
         self._batch_kwargs = dict(
             completion_batch_size=max_batch_size,
             prefill_batch_size=prefill_batch_size,
@@ -119,8 +166,9 @@ class Scheduler:
         )
         self.inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         self.counters = Counters()
-        self._by_uid: dict[int, str] = {}
-        self._by_request: dict[str, int] = {}
+        self._seqs: dict[int, _Seq] = {}
+        self._uids: dict[str, list[int]] = {}
+        self._deadlines: dict[str, float] = {}
         self._engine: Any = None
         self._step = 0
 
@@ -129,9 +177,9 @@ class Scheduler:
         self.inbox.put(item)
 
     def warm_up(self, prompt: list[int]) -> None:
-        """Run ``prompt`` through the engine for two tokens (scheduler thread).
+        """Run ``prompt`` through a throwaway engine for two tokens.
 
-        Compiles kernels and allocates buffers before the worker says Ready.
+        Allocates buffers and builds kernels before the worker says Ready.
         """
         engine = self._new_engine()
         (uid,) = engine.insert([prompt], max_tokens=[2])
@@ -139,22 +187,28 @@ class Scheduler:
         while not done:
             _, responses = engine.next()
             done = any(r.uid == uid and r.finish_reason for r in responses)
-        engine.remove([uid])
 
     def run(self) -> None:
         """The scheduler loop; returns after a :class:`Stop` command."""
         self._engine = self._new_engine()
         while True:
-            if not self._drain_inbox(block=not self._by_uid):
+            if not self._drain_inbox(block=not self._seqs):
                 return
-            if self._by_uid:
+            if self._deadlines:
+                self._expire(time.monotonic())
+            if self._seqs:
                 self._run_step()
+            self._update_gauges()
+
+    # -- engine -------------------------------------------------------------
 
     def _new_engine(self) -> Any:
-        from mlx_lm.generate import BatchGenerator
+        from mlx_lm.generate import BatchGenerator, StopSequences
 
         from worker.sampling import greedy
 
+        self._eos_stops = StopSequences([[t] for t in self._eos])
+        self._no_stops = StopSequences(None)
         return BatchGenerator(
             self._model,
             max_tokens=1,
@@ -171,9 +225,12 @@ class Scheduler:
             return True
         while True:
             if isinstance(item, Stop):
-                self._abort(list(self._by_request))
+                self._abort(list(self._uids))
                 return False
-            self._apply(item)
+            try:
+                self._apply(item)
+            except Exception:  # one bad command must not stop the loop
+                log.exception("scheduler command %s failed", type(item).__name__)
             try:
                 item = self.inbox.get_nowait()
             except queue.Empty:
@@ -185,79 +242,192 @@ class Scheduler:
         elif isinstance(item, Abort):
             self._abort(item.request_ids)
         elif isinstance(item, Release):
-            self._drop(item.request_id)
-        self._update_gauges()
+            self._release(item)
+
+    # -- admission ----------------------------------------------------------
 
     def _admit(self, adm: Admission) -> None:
-        from worker.sampling import make_processors, make_sampler
-
         try:
-            sampler = make_sampler(adm.params)
-            processors = make_processors(adm.params, len(adm.prompt))
-            (uid,) = self._engine.insert(
-                [adm.prompt],
-                max_tokens=[adm.max_tokens],
-                samplers=[sampler],
-                logits_processors=[processors],
-            )
+            uids, cached = self._insert(adm)
         except Exception as exc:  # a bad request must not take the worker down
             log.exception("could not admit %s", adm.request_id)
+            self._emit(Started(adm.request_id, adm.n, len(adm.prompt), 0, []))
             self._emit(Terminal(adm.request_id, "error", "internal", f"admission failed: {exc}"))
             return
-        self._by_uid[uid] = adm.request_id
-        self._by_request[adm.request_id] = uid
-        self.counters.prompt_tokens += len(adm.prompt)
+        self._uids[adm.request_id] = uids
+        if adm.deadline is not None:
+            self._deadlines[adm.request_id] = adm.deadline
+        self._emit(Started(adm.request_id, adm.n, len(adm.prompt), cached, list(adm.params.stop)))
 
-    def _drop(self, request_id: str) -> bool:
-        uid = self._by_request.pop(request_id, None)
-        if uid is None:
-            return False
-        del self._by_uid[uid]
-        self._engine.remove([uid])
-        return True
+    def _insert(self, adm: Admission) -> tuple[list[int], int]:
+        """Insert every choice of ``adm`` into the engine; return the uids and
+        the number of prompt tokens reused from the prefix cache."""
+        from worker.sampling import make_processors, make_sampler
+
+        prompt = adm.prompt
+        found = self.cache.fetch(prompt) if self.cache else Lookup(None, 0, list(prompt))
+        base, remaining = found.cache, found.remaining
+        if adm.n > 1 and len(remaining) > 1:
+            base = self._prefill(base, prompt, len(prompt) - len(remaining))
+            remaining = prompt[-1:]
+        done = len(prompt) - len(remaining)
+        self.counters.prompt_tokens += len(remaining)
+        params = adm.params
+        stops = self._no_stops if params.ignore_eos else self._eos_stops
+        uids = []
+        for i in range(adm.n):
+            cache = copy.deepcopy(base) if base is not None and adm.n > 1 else base
+            (uid,) = self._engine.insert(
+                [list(remaining)],
+                max_tokens=[adm.max_tokens],
+                caches=[cache] if cache is not None else None,
+                all_tokens=[list(prompt[:done])],
+                samplers=[make_sampler(params, choice=i)],
+                logits_processors=[make_processors(params, len(prompt), self._eos)],
+                stop_sequences=[stops],
+            )
+            top = params.top_logprobs if params.logprobs else None
+            self._seqs[uid] = _Seq(adm.request_id, i, top)
+            uids.append(uid)
+        return uids, found.cached
+
+    def _prefill(self, cache: list[Any] | None, prompt: list[int], start: int) -> list[Any]:
+        """Feed ``prompt[start:-1]`` into ``cache`` (a fresh one when None) so
+        it covers all but the last prompt token; keep a copy in the prefix
+        cache. Used to prefill once for all choices of an ``n`` > 1 request."""
+        import mlx.core as mx
+        from mlx_lm.models.cache import make_prompt_cache
+
+        cache = cache if cache is not None else make_prompt_cache(self._model)
+        todo = prompt[start:-1]
+        with mx.stream(self._engine.stream):
+            for i in range(0, len(todo), self._prefill_step):
+                self._model(mx.array(todo[i : i + self._prefill_step])[None], cache=cache)
+                mx.eval([c.state for c in cache])
+        if self.cache is not None:
+            self.cache.insert(prompt[:-1], copy.deepcopy(cache))
+        return cache
+
+    # -- removal --------------------------------------------------------------
+
+    def _forget(self, request_id: str) -> list[int]:
+        """Drop a request from the maps; return its live uids."""
+        uids = self._uids.pop(request_id, [])
+        self._deadlines.pop(request_id, None)
+        for uid in uids:
+            self._seqs.pop(uid, None)
+        return uids
 
     def _abort(self, request_ids: list[str]) -> None:
         for request_id in request_ids:
-            if self._drop(request_id):
-                self.counters.requests_aborted += 1
-                self._emit(Terminal(request_id, "abort"))
+            if request_id not in self._uids:
+                continue
+            uids = self._forget(request_id)
+            if uids:
+                self._engine.remove(uids)
+            self.counters.requests_aborted += 1
+            self._emit(Terminal(request_id, "abort"))
+
+    def _release(self, item: Release) -> None:
+        uids = self._uids.get(item.request_id, [])
+        uid = next((u for u in uids if self._seqs[u].index == item.index), None)
+        if uid is None:
+            return
+        caches = self._engine.remove([uid], return_prompt_caches=self.cache is not None)
+        self._finish_seq(uid)
+        if uid in caches:
+            cache, tokens = caches[uid]
+            self.cache.insert(tokens, cache)  # type: ignore[union-attr]
+
+    def _finish_seq(self, uid: int) -> None:
+        seq = self._seqs.pop(uid)
+        uids = self._uids[seq.request_id]
+        uids.remove(uid)
+        if not uids:
+            del self._uids[seq.request_id]
+            self._deadlines.pop(seq.request_id, None)
+            self.counters.requests_finished += 1
+
+    def _expire(self, now: float) -> None:
+        for request_id, deadline in list(self._deadlines.items()):
+            if deadline <= now:
+                uids = self._forget(request_id)
+                if uids:
+                    self._engine.remove(uids)
+                self.counters.requests_timed_out += 1
+                self._emit(Terminal(request_id, "error", "timeout", "the request exceeded its time limit"))
+
+    # -- stepping ---------------------------------------------------------------
 
     def _run_step(self) -> None:
+        started = time.perf_counter()
         try:
             _, responses = self._engine.next()
         except Exception as exc:
-            log.exception("engine step failed; failing %d requests", len(self._by_uid))
+            log.exception("engine step failed; failing %d requests", len(self._uids))
             self._fail_all(f"engine step failed: {exc}")
             return
         self._step += 1
+        events = self._events(responses)
         c = self.counters
+        c.step_seconds += time.perf_counter() - started
         c.steps = self._step
-        tokens: list[tuple[str, int, str | None]] = []
+        c.generated_tokens += len(events)
+        c.max_batch_seen = max(c.max_batch_seen, len(events))
+        if events:
+            self._emit(TokenStep(self._step, events))
+
+    def _events(self, responses: list[Any]) -> list[TokenEvent]:
+        """Turn engine responses into token events; retire finished choices."""
+        wanted = [r for r in responses if r.uid in self._seqs and self._wants_logprobs(r)]
+        logprobs = self._logprobs(wanted) if wanted else {}
+        events: list[TokenEvent] = []
         for r in responses:
-            request_id = self._by_uid.get(r.uid)
-            if request_id is None:
+            seq = self._seqs.get(r.uid)
+            if seq is None:
                 continue
-            tokens.append((request_id, r.token, r.finish_reason))
+            events.append((seq.request_id, seq.index, r.token, r.finish_reason, logprobs.get(r.uid)))
             if r.finish_reason is not None:
-                del self._by_uid[r.uid]
-                del self._by_request[request_id]
-                c.requests_finished += 1
-        c.generated_tokens += len(tokens)
-        c.max_batch_seen = max(c.max_batch_seen, len(tokens))
-        self._update_gauges()
-        if tokens:
-            self._emit(TokenStep(self._step, tokens))
+                self._finish_seq(r.uid)
+                if self.cache is not None and r.prompt_cache is not None:
+                    self.cache.insert(r.all_tokens, r.prompt_cache)
+        return events
+
+    def _wants_logprobs(self, r: Any) -> bool:
+        return self._seqs[r.uid].top_logprobs is not None and r.finish_reason != "stop"
+
+    def _logprobs(self, responses: list[Any]) -> dict[int, TokenLogprobs]:
+        """Each response's token log-probability and top alternatives, with
+        one evaluation for the whole step."""
+        import mlx.core as mx
+
+        rows = mx.stack([r.logprobs for r in responses])
+        ids = mx.array([r.token for r in responses])
+        chosen = mx.take_along_axis(rows, ids[:, None], axis=-1)[:, 0]
+        k = max(self._seqs[r.uid].top_logprobs or 0 for r in responses)
+        if k > 0:
+            top_ids = mx.argpartition(-rows, kth=k - 1, axis=-1)[:, :k]
+            top_vals = mx.take_along_axis(rows, top_ids, axis=-1)
+            chosen_l, ids_l, vals_l = chosen.tolist(), top_ids.tolist(), top_vals.tolist()
+        else:
+            chosen_l, ids_l, vals_l = chosen.tolist(), [[]] * len(responses), [[]] * len(responses)
+        result: dict[int, TokenLogprobs] = {}
+        for r, lp, tids, tvals in zip(responses, chosen_l, ids_l, vals_l):
+            want = self._seqs[r.uid].top_logprobs or 0
+            top = sorted(zip(tids, tvals), key=lambda p: -p[1])[:want]
+            result[r.uid] = (lp, top)
+        return result
 
     def _update_gauges(self) -> None:
         engine = self._engine
         running = len(engine._generation_batch) if engine is not None else 0
         self.counters.running = running
-        self.counters.waiting = max(0, len(self._by_uid) - running)
+        self.counters.waiting = max(0, len(self._seqs) - running)
 
     def _fail_all(self, message: str) -> None:
-        for request_id in list(self._by_request):
+        for request_id in list(self._uids):
             self._emit(Terminal(request_id, "error", "internal", message))
-        self._by_uid.clear()
-        self._by_request.clear()
+        self._seqs.clear()
+        self._uids.clear()
+        self._deadlines.clear()
         self._engine = self._new_engine()
-

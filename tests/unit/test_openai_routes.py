@@ -1,7 +1,9 @@
 """The OpenAI endpoints against a scripted Engine (no MLX, no workers).
 
-The Engine here replays predetermined RequestOutputs; it exists to test the
-HTTP formatting and the request-stream lifecycle only. Requests go through
+The Engine here replays predetermined RequestOutputs (of every choice,
+interleaved, ending like a real RequestStream once all ``n`` choices finished
+or at the first error/abort); it exists to test the HTTP formatting and the
+request-stream lifecycle only. Requests go through
 httpx's ASGI transport, the real ``openai`` SDK, or (for disconnects) a
 hand-driven ASGI call.
 """
@@ -19,7 +21,7 @@ import pytest
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from gateway.engine_api import ModelInfo
+from gateway.engine_api import ModelInfo, ModelLimits
 from gateway.errors import APIError, model_not_found, unavailable
 from gateway.openai_routes import (
     chat_completions,
@@ -28,7 +30,7 @@ from gateway.openai_routes import (
     list_models,
     retrieve_model,
 )
-from shared.protocol import GenerateRequest, RequestOutput
+from shared.protocol import GenerateRequest, RequestOutput, TokenLogprob, TopLogprob
 
 pytestmark = pytest.mark.anyio
 
@@ -41,7 +43,9 @@ def anyio_backend():
 # --- scripted engine -------------------------------------------------------------------
 
 
-def out(text="", finish=None, prompt=5, completion=0, error=None, kind=None) -> RequestOutput:
+def out(
+    text="", finish=None, prompt=5, completion=0, error=None, kind=None, index=0, cached=0, logprobs=None
+) -> RequestOutput:
     return RequestOutput(
         request_id="?",
         text=text,
@@ -50,19 +54,42 @@ def out(text="", finish=None, prompt=5, completion=0, error=None, kind=None) -> 
         finish_reason=finish,
         error=error,
         error_kind=kind,
+        index=index,
+        cached_tokens=cached,
+        logprobs=logprobs,
     )
+
+
+def lp(token: str, logprob: float, *alts: tuple[str, float]) -> TokenLogprob:
+    """A sampled token (id = its length) with alternatives ``(text, logprob)``."""
+    top = [TopLogprob(len(t), t, t.encode(), v) for t, v in alts]
+    return TokenLogprob(len(token), token, token.encode(), logprob, top)
+
+
+def usage_dict(prompt: int, completion: int, cached: int = 0) -> dict:
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
 
 
 HELLO = [out("Hel", completion=1), out("", completion=2), out("lo", completion=3), out("!", "stop", completion=4)]
 
 
 class ScriptedStream:
-    """Replays outputs; with ``hang`` it then blocks until closed (a long
-    generation), answering the abort terminal as a real stream would."""
+    """Replays outputs and stops, like a real stream, once each of the ``n``
+    choices had its stop/length output or right after an error/abort. With
+    ``hang`` it blocks after the script until closed (a long generation),
+    answering the abort terminal as a real stream would."""
 
-    def __init__(self, outputs: list[RequestOutput], hang: bool) -> None:
+    def __init__(self, outputs: list[RequestOutput], hang: bool, n: int = 1) -> None:
         self._outputs = list(outputs)
         self._hang = hang
+        self._n = n
+        self._finished: set[int] = set()
+        self._ended = False
         self._closed = asyncio.Event()
         self.aclose_calls = 0
         self.delivered = 0
@@ -72,14 +99,24 @@ class ScriptedStream:
 
     async def __anext__(self) -> RequestOutput:
         await asyncio.sleep(0)
+        if self._ended:
+            raise StopAsyncIteration
         if self.delivered < len(self._outputs):
             self.delivered += 1
-            return self._outputs[self.delivered - 1]
+            return self._note(self._outputs[self.delivered - 1])
         if self._hang:
             await self._closed.wait()
             self._hang = False
-            return out(finish="abort")
+            return self._note(out(finish="abort"))
         raise StopAsyncIteration
+
+    def _note(self, output: RequestOutput) -> RequestOutput:
+        if output.finish_reason in ("error", "abort"):
+            self._ended = True
+        elif output.finish_reason is not None:
+            self._finished.add(output.index)
+            self._ended = len(self._finished) == self._n
+        return output
 
     async def aclose(self) -> None:
         self.aclose_calls += 1
@@ -89,16 +126,22 @@ class ScriptedStream:
 class ScriptedEngine:
     """An Engine whose every request replays ``script``."""
 
-    def __init__(self, script=(), hang=False, submit_error: APIError | None = None) -> None:
+    def __init__(self, script=(), hang=False, submit_error: APIError | None = None, max_n: int = 4) -> None:
         self.script = list(script)
         self.hang = hang
         self.submit_error = submit_error
+        self.max_n = max_n
+        self.limits_asked: list[str] = []
         self.infos = [
             ModelInfo("m", 1_700_000_000, "ready", ("alias",)),
             ModelInfo("org/other", 1_700_000_001, "starting"),
         ]
         self.submitted: list[tuple[str, GenerateRequest]] = []
         self.streams: list[ScriptedStream] = []
+
+    def limits(self, model: str) -> ModelLimits:
+        self.limits_asked.append(model)
+        return ModelLimits(max_n=self.max_n)
 
     def resolve(self, name: str) -> str:
         for info in self.infos:
@@ -114,7 +157,7 @@ class ScriptedEngine:
             raise self.submit_error
         self.submitted.append((model, request))
         outputs = [msgspec.structs.replace(o, request_id=request.request_id) for o in self.script]
-        stream = ScriptedStream(outputs, self.hang)
+        stream = ScriptedStream(outputs, self.hang, request.n)
         self.streams.append(stream)
         return stream
 
@@ -192,7 +235,7 @@ async def test_chat_non_streaming_shape():
                 "finish_reason": "stop",
             }
         ],
-        "usage": {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9},
+        "usage": usage_dict(5, 4),
     }
     model, request = engine.submitted[0]
     assert model == "m" and request.request_id == body["id"]
@@ -353,15 +396,15 @@ async def test_chat_stream_frames_with_usage():
     assert len({c["created"] for c in chunks}) == 1
     choices = [c["choices"] for c in chunks]
     assert choices == [
-        [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}],
-        [{"index": 0, "delta": {"content": "Hel"}, "finish_reason": None}],
-        [{"index": 0, "delta": {"content": "lo"}, "finish_reason": None}],
-        [{"index": 0, "delta": {"content": "!"}, "finish_reason": None}],
-        [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+        [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}],
+        [{"index": 0, "delta": {"content": "Hel"}, "logprobs": None, "finish_reason": None}],
+        [{"index": 0, "delta": {"content": "lo"}, "logprobs": None, "finish_reason": None}],
+        [{"index": 0, "delta": {"content": "!"}, "logprobs": None, "finish_reason": None}],
+        [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}],
         [],
     ]
     assert all(c["usage"] is None for c in chunks[:-1])
-    assert chunks[-1]["usage"] == {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9}
+    assert chunks[-1]["usage"] == usage_dict(5, 4)
     assert engine.stream.aclose_calls >= 1
 
 
@@ -469,7 +512,7 @@ async def test_completions_non_streaming():
         "created": body["created"],
         "model": "m",
         "choices": [{"text": "Hello!", "index": 0, "logprobs": None, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9},
+        "usage": usage_dict(5, 4),
     }
     assert engine.submitted[0][1].prompt_token_ids == [1, 2, 3]
 
@@ -638,22 +681,402 @@ def test_chunk_templates_escape_everything(include_usage):
 
     rid, model, text = 'id"\\x', 'org/mo"del\n', 'a"\\\n\u2028\x00🙂'
     extra = {"usage": None} if include_usage else {}
-    chat = fmt.ChatChunkStream(rid, 7, model, include_usage)
+    chat = fmt.ChatChunkStream(rid, 7, model, include_usage, n=2)
     head = {"id": rid, "object": "chat.completion.chunk", "created": 7, "model": model}
-    frame = chat.text(text)
+    frame = chat.output(out(text, index=1))
     assert frame.startswith(b"data: ") and frame.endswith(b"\n\n") and frame.count(b"\n") == 2
-    assert json.loads(frame[6:]) == {**head, "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}], **extra}
-    frames = sse_data(chat.finish("length", "", 2, 3))
-    assert json.loads(frames[0]) == {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}], **extra}
+    assert json.loads(frame[6:]) == {
+        **head, "choices": [{"index": 1, "delta": {"content": text}, "logprobs": None, "finish_reason": None}], **extra,
+    }
+    frames = sse_data(chat.output(out(finish="length", index=0)) + chat.final_usage(fmt.usage(2, 3, 1)))
+    assert json.loads(frames[0]) == {
+        **head, "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "length"}], **extra,
+    }
     if include_usage:
-        assert json.loads(frames[1]) == {**head, "choices": [], "usage": {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5}}
+        assert json.loads(frames[1]) == {**head, "choices": [], "usage": usage_dict(2, 3, 1)}
     else:
         assert len(frames) == 1
 
     comp = fmt.CompletionChunkStream(rid, 7, model, include_usage)
     assert comp.start() == b""
-    frames = sse_data(comp.finish("stop", text, 1, 1))
+    frames = sse_data(comp.output(out(text, "stop")))
     assert json.loads(frames[0]) == {
         "id": rid, "object": "text_completion", "created": 7, "model": model,
         "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": "stop"}], **extra,
     }
+
+
+# --- n choices -------------------------------------------------------------------------
+
+# two choices, interleaved; choice 1 finishes first
+TWO = [
+    out("A", index=0, completion=1, cached=2),
+    out("x", index=1, completion=1, cached=2),
+    out("y", "length", index=1, completion=2, cached=2),
+    out("B", index=0, completion=2, cached=2),
+    out("", "stop", index=0, completion=3, cached=2),
+]
+
+
+async def test_chat_n_non_streaming_orders_choices():
+    engine = ScriptedEngine(TWO)
+    async with http(engine) as client:
+        resp = await client.post("/v1/chat/completions", json={**CHAT, "model": "alias", "n": 2})
+    assert resp.status_code == 200
+    body = resp.json()
+    assert body["choices"] == [
+        {"index": 0, "message": {"role": "assistant", "content": "AB", "refusal": None}, "logprobs": None, "finish_reason": "stop"},
+        {"index": 1, "message": {"role": "assistant", "content": "xy", "refusal": None}, "logprobs": None, "finish_reason": "length"},
+    ]
+    assert body["usage"] == usage_dict(5, 5, 2)
+    assert engine.submitted[0][1].n == 2
+    assert engine.limits_asked == ["m"]  # the canonical name, not the alias
+    assert engine.stream.aclose_calls >= 1
+
+
+async def test_completions_n_non_streaming():
+    engine = ScriptedEngine(TWO)
+    async with sdk(engine) as client:
+        result = await client.completions.create(model="m", prompt="Say", n=2)
+    assert [(c.index, c.text, c.finish_reason) for c in result.choices] == [(0, "AB", "stop"), (1, "xy", "length")]
+    assert result.usage.completion_tokens == 5 and result.usage.prompt_tokens == 5
+    assert result.usage.prompt_tokens_details.cached_tokens == 2
+
+
+async def test_chat_n_stream_frames():
+    engine = ScriptedEngine(TWO)
+    body = {**CHAT, "n": 2, "stream": True, "stream_options": {"include_usage": True}}
+    async with http(engine) as client:
+        resp = await client.post("/v1/chat/completions", json=body)
+    data = sse_data(resp.content)
+    assert data[-1] == "[DONE]"
+    chunks = [json.loads(d) for d in data[:-1]]
+    assert all(len(c["choices"]) == 1 for c in chunks[:-1])
+    seen = [(c["choices"][0]["index"], c["choices"][0]["delta"], c["choices"][0]["finish_reason"]) for c in chunks[:-1]]
+    assert seen == [
+        (0, {"role": "assistant", "content": ""}, None),
+        (1, {"role": "assistant", "content": ""}, None),
+        (0, {"content": "A"}, None),
+        (1, {"content": "x"}, None),
+        (1, {"content": "y"}, None),
+        (1, {}, "length"),
+        (0, {"content": "B"}, None),
+        (0, {}, "stop"),
+    ]
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == usage_dict(5, 5, 2)
+    assert engine.stream.aclose_calls >= 1
+
+
+async def test_chat_n_stream_sdk():
+    engine = ScriptedEngine(TWO)
+    async with sdk(engine) as client:
+        stream = await client.chat.completions.create(**CHAT, n=2, stream=True, stream_options={"include_usage": True})
+        text, finish, usage = {0: "", 1: ""}, {}, None
+        async for chunk in stream:
+            for choice in chunk.choices:
+                text[choice.index] += choice.delta.content or ""
+                if choice.finish_reason:
+                    finish[choice.index] = choice.finish_reason
+            usage = chunk.usage or usage
+    assert text == {0: "AB", 1: "xy"} and finish == {0: "stop", 1: "length"}
+    assert usage.completion_tokens == 5 and usage.prompt_tokens_details.cached_tokens == 2
+
+
+async def test_chat_n_stream_sdk_helper():
+    # (the helper itself raises LengthFinishReasonError on "length", so both stop)
+    engine = ScriptedEngine([msgspec.structs.replace(o, finish_reason="stop") if o.finish_reason else o for o in TWO])
+    async with sdk(engine) as client:
+        async with client.chat.completions.stream(**CHAT, n=2) as stream:
+            final = await stream.get_final_completion()
+    assert [(c.index, c.message.content, c.finish_reason) for c in final.choices] == [(0, "AB", "stop"), (1, "xy", "stop")]
+
+
+async def test_completions_n_stream_frames():
+    engine = ScriptedEngine(TWO)
+    async with http(engine) as client:
+        resp = await client.post("/v1/completions", json={"model": "m", "prompt": "x", "n": 2, "stream": True})
+    chunks = [json.loads(d) for d in sse_data(resp.content)[:-1]]
+    assert [c["choices"] for c in chunks] == [
+        [{"text": "A", "index": 0, "logprobs": None, "finish_reason": None}],
+        [{"text": "x", "index": 1, "logprobs": None, "finish_reason": None}],
+        [{"text": "y", "index": 1, "logprobs": None, "finish_reason": "length"}],
+        [{"text": "B", "index": 0, "logprobs": None, "finish_reason": None}],
+        [{"text": "", "index": 0, "logprobs": None, "finish_reason": "stop"}],
+    ]
+
+
+@pytest.mark.parametrize("path,body", [("/v1/chat/completions", CHAT), ("/v1/completions", {"model": "m", "prompt": "x"})])
+async def test_n_above_model_limit_is_400(path, body):
+    engine = ScriptedEngine(HELLO, max_n=2)
+    async with http(engine) as client:
+        resp = await client.post(path, json={**body, "n": 3, "stream": True})
+        ok = await client.post(path, json={**body, "n": 2})
+    assert resp.status_code == 400
+    error = resp.json()["error"]
+    assert error["param"] == "n" and "at most 2" in error["message"]
+    assert len(engine.submitted) == 1 and engine.submitted[0][1].n == 2
+    assert ok.status_code != 400
+
+
+async def test_unknown_model_is_404_before_the_n_check():
+    engine = ScriptedEngine(HELLO, max_n=1)
+    async with http(engine) as client:
+        resp = await client.post("/v1/chat/completions", json={**CHAT, "model": "nope", "n": 5})
+    assert resp.status_code == 404
+
+
+async def test_error_in_one_choice_ends_the_stream():
+    script = [out("A", index=0), out("x", "stop", index=1, completion=1), out("!", "error", error="worker died", kind="unavailable", index=0)]
+    engine = ScriptedEngine(script)
+    body = {**CHAT, "n": 2, "stream": True, "stream_options": {"include_usage": True}}
+    async with http(engine) as client:
+        resp = await client.post("/v1/chat/completions", json=body)
+    data = sse_data(resp.content)
+    assert data[-1] == "[DONE]"
+    assert json.loads(data[-2])["error"]["code"] == "model_unavailable"
+    chunks = [json.loads(d) for d in data[:-2]]
+    assert all(c["choices"] for c in chunks)  # no usage chunk after an error
+    assert chunks[-1]["choices"][0] == {"index": 0, "delta": {"content": "!"}, "logprobs": None, "finish_reason": None}
+
+
+async def test_error_in_one_choice_fails_non_streaming():
+    script = [out("x", "stop", index=1, completion=1), out(finish="error", error="bug", kind="internal")]
+    engine = ScriptedEngine(script)
+    async with http(engine) as client:
+        resp = await client.post("/v1/completions", json={"model": "m", "prompt": "x", "n": 2})
+    assert resp.status_code == 500 and resp.json()["error"]["code"] == "internal_error"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_stream_ending_before_every_choice_finished(stream):
+    engine = ScriptedEngine([out("x", "stop", index=1, completion=1)])  # choice 0 never finishes
+    async with http(engine) as client:
+        resp = await client.post("/v1/chat/completions", json={**CHAT, "n": 2, "stream": stream})
+    if stream:
+        data = sse_data(resp.content)
+        assert data[-1] == "[DONE]" and json.loads(data[-2])["error"]["code"] == "model_unavailable"
+    else:
+        assert resp.status_code == 503
+
+
+async def test_out_of_range_choice_is_ignored():
+    engine = ScriptedEngine([out("bogus", index=7), *HELLO])
+    async with http(engine) as client:
+        resp = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
+        whole = await client.post("/v1/chat/completions", json=CHAT)
+    chunks = [json.loads(d) for d in sse_data(resp.content)[:-1]]
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == "Hello!"
+    assert whole.json()["choices"][0]["message"]["content"] == "Hello!"
+
+
+# --- logprobs -------------------------------------------------------------------------------
+
+LP_SCRIPT = [
+    out("Hé", completion=2, logprobs=[lp("H", -0.5, ("H", -0.5), ("J", -1.5)), lp("é", -0.25, ("é", -0.25), ("e", -2.0))]),
+    out("", completion=3, logprobs=[lp("\ufffd", -1.0, ("\ufffd", -1.0), ("x", float("-inf")))]),  # text held back
+    out("!", "stop", completion=4, logprobs=[lp("!", -0.125, ("!", -0.125), (".", -3.0))]),
+]
+
+
+async def test_chat_logprobs_non_streaming_via_sdk():
+    engine = ScriptedEngine(LP_SCRIPT)
+    async with sdk(engine) as client:
+        result = await client.chat.completions.create(**CHAT, logprobs=True, top_logprobs=2)
+    sampling = engine.submitted[0][1].sampling
+    assert sampling.logprobs is True and sampling.top_logprobs == 2
+    choice = result.choices[0]
+    assert choice.message.content == "Hé!"
+    content = choice.logprobs.content
+    assert [t.token for t in content] == ["H", "é", "\ufffd", "!"]
+    assert content[1].bytes == list("é".encode()) and content[1].logprob == -0.25
+    assert [(a.token, a.logprob) for a in content[0].top_logprobs] == [("H", -0.5), ("J", -1.5)]
+    assert content[2].top_logprobs[1].logprob == -9999.0  # -inf clamped
+    assert choice.logprobs.refusal is None
+
+
+async def test_chat_logprobs_raw_shape():
+    engine = ScriptedEngine([out("H", "stop", completion=1, logprobs=[lp("H", -0.5, ("H", -0.5))])])
+    async with http(engine) as client:
+        resp = await client.post("/v1/chat/completions", json={**CHAT, "logprobs": True})
+    assert resp.json()["choices"][0]["logprobs"] == {
+        "content": [{"token": "H", "logprob": -0.5, "bytes": [72], "top_logprobs": [{"token": "H", "logprob": -0.5, "bytes": [72]}]}],
+        "refusal": None,
+    }
+
+
+async def test_chat_logprobs_stream_frames():
+    engine = ScriptedEngine(LP_SCRIPT)
+    async with http(engine) as client:
+        resp = await client.post("/v1/chat/completions", json={**CHAT, "logprobs": True, "stream": True})
+    chunks = [json.loads(d)["choices"][0] for d in sse_data(resp.content)[:-1]]
+    assert [c["delta"] for c in chunks] == [{"role": "assistant", "content": ""}, {"content": "Hé"}, {"content": ""}, {"content": "!"}, {}]
+    assert chunks[0]["logprobs"] is None and chunks[-1]["logprobs"] is None
+    assert [[t["token"] for t in c["logprobs"]["content"]] for c in chunks[1:4]] == [["H", "é"], ["\ufffd"], ["!"]]
+    assert all(c["logprobs"]["refusal"] is None for c in chunks[1:4])
+
+
+async def test_chat_logprobs_stream_sdk_helper_accumulates():
+    engine = ScriptedEngine(LP_SCRIPT)
+    async with sdk(engine) as client:
+        async with client.chat.completions.stream(**CHAT, logprobs=True, top_logprobs=2) as stream:
+            final = await stream.get_final_completion()
+    choice = final.choices[0]
+    assert choice.message.content == "Hé!"
+    assert [t.token for t in choice.logprobs.content] == ["H", "é", "\ufffd", "!"]
+    assert choice.logprobs.content[0].top_logprobs[1].token == "J"
+
+
+async def test_logprobs_not_requested_stay_null_even_if_sent():
+    engine = ScriptedEngine(LP_SCRIPT)
+    async with http(engine) as client:
+        resp = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
+        whole = await client.post("/v1/completions", json={"model": "m", "prompt": "x"})
+    chunks = [json.loads(d)["choices"][0] for d in sse_data(resp.content)[:-1]]
+    assert [c["delta"] for c in chunks] == [{"role": "assistant", "content": ""}, {"content": "Hé"}, {"content": "!"}, {}]
+    assert all(c["logprobs"] is None for c in chunks)
+    assert whole.json()["choices"][0]["logprobs"] is None
+
+
+async def test_completions_logprobs_non_streaming():
+    engine = ScriptedEngine(LP_SCRIPT)
+    async with http(engine) as client:
+        resp = await client.post("/v1/completions", json={"model": "m", "prompt": "x", "logprobs": 1})
+    assert engine.submitted[0][1].sampling.top_logprobs == 1
+    assert resp.json()["choices"][0]["logprobs"] == {
+        "tokens": ["H", "é", "\ufffd", "!"],
+        "token_logprobs": [-0.5, -0.25, -1.0, -0.125],
+        # the top alternative plus the sampled token when it is not among them
+        "top_logprobs": [{"H": -0.5}, {"é": -0.25}, {"\ufffd": -1.0}, {"!": -0.125}],
+        "text_offset": [0, 1, 2, 3],
+    }
+
+
+async def test_completions_logprobs_zero_and_sampled_token_added():
+    script = [out("ab", "stop", completion=2, logprobs=[lp("ab", -2.0, ("x", -0.1))])]
+    engine = ScriptedEngine(script)
+    async with sdk(engine) as client:
+        zero = await client.completions.create(model="m", prompt="x", logprobs=0)
+        one = await client.completions.create(model="m", prompt="x", logprobs=1)
+    assert zero.choices[0].logprobs.top_logprobs is None
+    assert zero.choices[0].logprobs.tokens == ["ab"] and zero.choices[0].logprobs.text_offset == [0]
+    assert one.choices[0].logprobs.top_logprobs == [{"x": -0.1, "ab": -2.0}]
+
+
+async def test_completions_logprobs_stream_offsets_continue():
+    engine = ScriptedEngine(LP_SCRIPT)
+    body = {"model": "m", "prompt": "x", "logprobs": 2, "stream": True}
+    async with http(engine) as client:
+        resp = await client.post("/v1/completions", json=body)
+    choices = [json.loads(d)["choices"][0] for d in sse_data(resp.content)[:-1]]
+    assert [c["text"] for c in choices] == ["Hé", "", "!"]
+    assert [c["logprobs"]["tokens"] for c in choices] == [["H", "é"], ["\ufffd"], ["!"]]
+    assert [c["logprobs"]["text_offset"] for c in choices] == [[0, 1], [2], [3]]
+    assert choices[1]["logprobs"]["top_logprobs"] == [{"\ufffd": -1.0, "x": -9999.0}]
+    assert choices[-1]["finish_reason"] == "stop"
+
+
+async def test_completions_logprobs_stream_sdk():
+    engine = ScriptedEngine(LP_SCRIPT)
+    async with sdk(engine) as client:
+        stream = await client.completions.create(model="m", prompt="x", logprobs=1, stream=True)
+        tokens = [t async for c in stream for t in c.choices[0].logprobs.tokens]
+    assert tokens == ["H", "é", "\ufffd", "!"]
+
+
+async def test_logprobs_with_two_choices():
+    script = [
+        out("a", index=1, completion=1, logprobs=[lp("a", -1.0)]),
+        out("b", "stop", index=0, completion=1, logprobs=[lp("b", -2.0)]),
+        out("c", "stop", index=1, completion=2, logprobs=[lp("c", -3.0)]),
+    ]
+    engine = ScriptedEngine(script)
+    async with http(engine) as client:
+        chat = await client.post("/v1/chat/completions", json={**CHAT, "n": 2, "logprobs": True})
+        comp = await client.post("/v1/completions", json={"model": "m", "prompt": "x", "n": 2, "logprobs": 0, "stream": True})
+    choices = chat.json()["choices"]
+    assert [[t["token"] for t in c["logprobs"]["content"]] for c in choices] == [["b"], ["a", "c"]]
+    assert [t["top_logprobs"] for c in choices for t in c["logprobs"]["content"]] == [[], [], []]
+    chunks = [json.loads(d)["choices"][0] for d in sse_data(comp.content)[:-1]]
+    assert [(c["index"], c["logprobs"]["text_offset"]) for c in chunks] == [(1, [0]), (0, [0]), (1, [1])]
+
+
+# --- usage and cached tokens ---------------------------------------------------------------
+
+
+async def test_cached_tokens_via_sdk():
+    script = [out("a", prompt=9, cached=6, completion=1), out("b", "stop", prompt=9, cached=6, completion=2)]
+    engine = ScriptedEngine(script)
+    async with sdk(engine) as client:
+        result = await client.chat.completions.create(**CHAT)
+        stream = await client.chat.completions.create(**CHAT, stream=True, stream_options={"include_usage": True})
+        last = [chunk async for chunk in stream][-1]
+    assert result.usage.prompt_tokens_details.cached_tokens == 6
+    assert result.usage.prompt_tokens == 9 and result.usage.total_tokens == 11
+    assert last.choices == [] and last.usage.prompt_tokens_details.cached_tokens == 6
+
+
+async def test_cached_tokens_default_zero():
+    engine = ScriptedEngine(HELLO)
+    async with sdk(engine) as client:
+        result = await client.completions.create(model="m", prompt="x")
+    assert result.usage.prompt_tokens_details.cached_tokens == 0
+
+
+# --- timeout and overload ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_timeout_before_first_token_is_504(stream):
+    engine = ScriptedEngine([out(finish="error", error="request timed out after 30s", kind="timeout")])
+    async with http(engine) as client:
+        resp = await client.post("/v1/chat/completions", json={**CHAT, "stream": stream})
+    assert resp.status_code == 504
+    assert resp.json() == {
+        "error": {"message": "request timed out after 30s", "type": "server_error", "param": None, "code": "timeout"}
+    }
+    assert "retry-after" not in resp.headers
+
+
+async def test_timeout_after_partial_output():
+    script = [out("a", completion=1), out(finish="error", kind="timeout")]
+    engine = ScriptedEngine(script)
+    async with http(engine) as client:
+        whole = await client.post("/v1/completions", json={"model": "m", "prompt": "x"})
+        streamed = await client.post("/v1/completions", json={"model": "m", "prompt": "x", "stream": True})
+    assert whole.status_code == 504 and whole.json()["error"]["code"] == "timeout"
+    assert whole.json()["error"]["message"]
+    data = sse_data(streamed.content)
+    assert data[-1] == "[DONE]" and json.loads(data[-2])["error"]["code"] == "timeout"
+
+
+async def test_timeout_in_sdk():
+    engine = ScriptedEngine([out(finish="error", error="deadline", kind="timeout")])
+    async with sdk(engine) as client:
+        with pytest.raises(openai.InternalServerError) as info:
+            await client.chat.completions.create(**CHAT)
+    assert info.value.status_code == 504 and info.value.code == "timeout"
+
+
+async def test_overloaded_submit_always_has_retry_after():
+    for err in (APIError(503, "queue full", code="overloaded"), APIError(503, "queue full", code="overloaded", retry_after=3)):
+        engine = ScriptedEngine(HELLO, submit_error=err)
+        async with http(engine) as client:
+            resp = await client.post("/v1/chat/completions", json=CHAT)
+        assert resp.status_code == 503 and resp.json()["error"]["code"] == "overloaded"
+        assert resp.headers["retry-after"] == str(err.retry_after or 1)
+
+
+# --- chunk builders --------------------------------------------------------------------------
+
+
+def test_chunk_builders_without_logprobs_use_templates_only():
+    """The fast path never builds a logprobs object."""
+    from gateway import openai_format as fmt
+
+    chat = fmt.ChatChunkStream("r", 1, "m", False, n=3)
+    comp = fmt.CompletionChunkStream("r", 1, "m", False, n=3)
+    assert chat.content(out("", index=2)) == b"" and comp.content(out("", index=2)) == b""
+    assert chat.content(out("", index=2, logprobs=[lp("a", -1.0)])) == b""  # not requested
+    frame = json.loads(sse_data(comp.output(out("z", index=2, logprobs=[lp("a", -1.0)])))[0])
+    assert frame["choices"] == [{"text": "z", "index": 2, "logprobs": None, "finish_reason": None}]
+    assert len(sse_data(chat.start())) == 3

@@ -6,8 +6,10 @@ import json
 
 import pytest
 
+from gateway.engine_api import ModelLimits
 from gateway.errors import APIError
 from gateway.openai_schema import (
+    check_limits,
     decode_chat_request,
     decode_completion_request,
     include_usage,
@@ -159,7 +161,11 @@ def test_full_chat_translation():
 def test_translation_survives_the_wire_codec():
     from shared.codec import gateway_codec, worker_codec
 
-    gen = to_generate_request(decode_chat_request(chat_body(stop=["a", "b"], logit_bias={"3": 1})), "r")
+    body = chat_body(
+        stop=["a", "b"], logit_bias={"3": 1}, n=3, logprobs=True, top_logprobs=4, ignore_eos=True, min_tokens=2
+    )
+    gen = to_generate_request(decode_chat_request(body), "r")
+    assert gen.n == 3 and gen.timeout is None
     decoded = worker_codec().decode(gateway_codec().encode(gen))
     assert decoded == gen
 
@@ -368,10 +374,6 @@ def test_message_name_bounds():
 @pytest.mark.parametrize(
     "field,value",
     [
-        ("n", 2),
-        ("n", 0),
-        ("logprobs", True),
-        ("top_logprobs", 2),
         ("response_format", {"type": "json_object"}),
         ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}),
         ("tools", [{"type": "function", "function": {"name": "f"}}]),
@@ -386,10 +388,6 @@ def test_message_name_bounds():
 def test_unsupported_features_refused(field, value):
     err = chat_refused(field, **{field: value})
     assert "not supported" in err.message
-
-
-def test_n_message():
-    assert "n>1 is not supported yet" in chat_refused("n", n=3).message
 
 
 def test_stream_options_requires_stream():
@@ -447,7 +445,7 @@ def test_completion_fields():
 
 @pytest.mark.parametrize(
     "field,value",
-    [("echo", True), ("suffix", "x"), ("best_of", 2), ("logprobs", 0), ("logprobs", 5), ("n", 2)],
+    [("echo", True), ("suffix", "x"), ("best_of", 2)],
 )
 def test_completion_unsupported(field, value):
     completion_refused(field, **{field: value})
@@ -457,3 +455,119 @@ def test_completion_rejects_chat_only_fields():
     completion_refused("messages", messages=USER)
     completion_refused("max_completion_tokens", max_completion_tokens=5)
     completion_refused("tools", tools=None)
+
+
+# --- n -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("decode,body", [(decode_chat_request, chat_body), (decode_completion_request, completion_body)])
+def test_n_translation(decode, body):
+    assert to_generate_request(decode(body()), "r").n == 1
+    assert to_generate_request(decode(body(n=None)), "r").n == 1
+    assert to_generate_request(decode(body(n=1)), "r").n == 1
+    assert to_generate_request(decode(body(n=3, stream=True)), "r").n == 3
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, 2.0, "2", True, 2**31])
+def test_bad_n(value):
+    chat_refused("n", n=value)
+    completion_refused("n", n=value)
+
+
+def test_n_limit():
+    for decode, body in ((decode_chat_request, chat_body), (decode_completion_request, completion_body)):
+        check_limits(decode(body()), "m", ModelLimits(max_n=1))
+        check_limits(decode(body(n=4)), "m", ModelLimits(max_n=4))
+        with pytest.raises(APIError) as info:
+            check_limits(decode(body(n=5)), "org/m", ModelLimits(max_n=4))
+        err = info.value
+        assert err.status == 400 and err.param == "n" and err.type == "invalid_request_error"
+        assert "at most 4" in err.message and "org/m" in err.message
+
+
+def test_best_of_must_cover_n():
+    completion_refused("best_of", best_of=1, n=2)
+    assert to_generate_request(decode_completion_request(completion_body(best_of=1, n=1)), "r").n == 1
+    assert to_generate_request(decode_completion_request(completion_body(best_of=None, n=2)), "r").n == 2
+
+
+# --- logprobs ------------------------------------------------------------------------------
+
+
+def test_chat_logprobs_translation():
+    cases = [
+        ({}, (False, 0)),
+        ({"logprobs": None}, (False, 0)),
+        ({"logprobs": False}, (False, 0)),
+        ({"logprobs": True}, (True, 0)),
+        ({"logprobs": True, "top_logprobs": None}, (True, 0)),
+        ({"logprobs": True, "top_logprobs": 0}, (True, 0)),
+        ({"logprobs": True, "top_logprobs": 20}, (True, 20)),
+    ]
+    for fields, expected in cases:
+        sampling = to_generate_request(decode_chat_request(chat_body(**fields)), "r").sampling
+        assert (sampling.logprobs, sampling.top_logprobs) == expected, fields
+
+
+@pytest.mark.parametrize("value", [-1, 21, 1.5, "2", True])
+def test_chat_top_logprobs_bounds(value):
+    chat_refused("top_logprobs", logprobs=True, top_logprobs=value)
+
+
+@pytest.mark.parametrize("logprobs", [None, False, "absent"])
+def test_chat_top_logprobs_needs_logprobs(logprobs):
+    fields = {} if logprobs == "absent" else {"logprobs": logprobs}
+    for top in (0, 3):
+        err = chat_refused("top_logprobs", top_logprobs=top, **fields)
+        assert "logprobs" in err.message
+
+
+@pytest.mark.parametrize("value", [1, "true", 0])
+def test_chat_logprobs_must_be_bool(value):
+    chat_refused("logprobs", logprobs=value)
+
+
+def test_completion_logprobs_translation():
+    for value, expected in ((None, (False, 0)), (0, (True, 0)), (5, (True, 5)), (20, (True, 20))):
+        sampling = to_generate_request(decode_completion_request(completion_body(logprobs=value)), "r").sampling
+        assert (sampling.logprobs, sampling.top_logprobs) == expected, value
+
+
+@pytest.mark.parametrize("value", [-1, 21, 1.5, "5", True, False])
+def test_completion_logprobs_bounds(value):
+    completion_refused("logprobs", logprobs=value)
+
+
+def test_completion_rejects_top_logprobs():
+    completion_refused("top_logprobs", logprobs=2, top_logprobs=2)
+
+
+# --- ignore_eos and min_tokens -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("decode,body", [(decode_chat_request, chat_body), (decode_completion_request, completion_body)])
+def test_ignore_eos_and_min_tokens_translation(decode, body):
+    sampling = to_generate_request(decode(body()), "r").sampling
+    assert (sampling.ignore_eos, sampling.min_tokens) == (False, 0)
+    sampling = to_generate_request(decode(body(ignore_eos=None, min_tokens=None)), "r").sampling
+    assert (sampling.ignore_eos, sampling.min_tokens) == (False, 0)
+    sampling = to_generate_request(decode(body(ignore_eos=True, min_tokens=7, max_tokens=7)), "r").sampling
+    assert (sampling.ignore_eos, sampling.min_tokens, sampling.max_tokens) == (True, 7, 7)
+    sampling = to_generate_request(decode(body(min_tokens=1_000_000)), "r").sampling
+    assert sampling.min_tokens == 1_000_000 and sampling.max_tokens is None
+
+
+@pytest.mark.parametrize("field,value", [("min_tokens", -1), ("min_tokens", 1_000_001), ("min_tokens", 1.5),
+                                         ("min_tokens", "3"), ("ignore_eos", 1), ("ignore_eos", "yes")])
+def test_ignore_eos_and_min_tokens_bounds(field, value):
+    chat_refused(field, **{field: value})
+    completion_refused(field, **{field: value})
+
+
+def test_min_tokens_above_max_tokens():
+    err = chat_refused("min_tokens", min_tokens=5, max_tokens=4)
+    assert "4" in err.message and "5" in err.message
+    chat_refused("min_tokens", min_tokens=5, max_completion_tokens=4)
+    completion_refused("min_tokens", min_tokens=5, max_tokens=4)
+    decode_chat_request(chat_body(min_tokens=4, max_completion_tokens=4))
+    decode_chat_request(chat_body(min_tokens=0, max_tokens=1))
