@@ -39,6 +39,8 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     them as ``Authorization: Bearer`` or ``x-api-key``.
     ``max_body_bytes``: larger request bodies get 413.
     ``allow_insecure_bind``: start on a non-loopback address without keys.
+    ``reasoning_field``: the name of the reasoning text in OpenAI chat
+    messages and deltas (``reasoning_content`` or ``reasoning``).
     """
 
     host: str = "127.0.0.1"
@@ -49,6 +51,7 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     allow_insecure_bind: bool = False
     heartbeat_timeout: Seconds = 20.0
     worker_start_timeout: Seconds = 600.0
+    reasoning_field: str = "reasoning_content"
 
 
 class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -68,6 +71,8 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     ``prefix_cache_bytes``: memory budget of the prefix (KV) cache; 0
     disables it. ``request_timeout``: seconds after which a request is
     ended with a timeout error and its memory freed (0: no deadline).
+    ``tool_parser`` / ``reasoning_parser``: the model family's tool-call and
+    reasoning markup (``auto``: detected from the chat template).
     """
 
     name: str
@@ -83,6 +88,8 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     max_n: PositiveInt = 8
     prefix_cache_bytes: Annotated[int, msgspec.Meta(ge=0)] = 512 * 1024 * 1024
     request_timeout: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    tool_parser: str = "auto"
+    reasoning_parser: str = "auto"
 
 
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -121,6 +128,8 @@ def validate(config: Config, origin: str = "config") -> Config:
             raise ConfigError(
                 f"{origin}: model {model.name!r}: dtype must be one of {sorted(_DTYPES)}"
             )
+    if config.server.reasoning_field not in ("reasoning_content", "reasoning"):
+        raise ConfigError(f"{origin}: server.reasoning_field must be reasoning_content or reasoning")
     if config.server.log_level not in _LOG_LEVELS:
         raise ConfigError(f"{origin}: server.log_level must be one of {sorted(_LOG_LEVELS)}")
     if not _is_loopback(config.server.host) and not config.server.api_keys:

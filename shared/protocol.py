@@ -19,7 +19,7 @@ worker exits.
 
 Request lifecycle: every ``GenerateRequest`` the worker receives is answered
 by :class:`RequestOutput` entries; each of its ``n`` choices ends with exactly
-one output whose ``finish_reason`` is ``stop`` or ``length``, unless the
+one output whose ``finish_reason`` is ``stop``, ``length`` or ``tool_calls``, unless the
 request ends early with one ``error`` or ``abort`` output, which ends every
 choice at once. New fields are appended last
 with defaults so older peers keep decoding.
@@ -27,13 +27,14 @@ with defaults so older peers keep decoding.
 
 from __future__ import annotations
 
-from typing import Literal, Union
+from typing import Any, Literal, Union
 
 import msgspec
 
-FinishReason = Literal["stop", "length", "abort", "error"]
+FinishReason = Literal["stop", "length", "abort", "error", "tool_calls"]
 """Why a request ended: a stop token or string, the token limit, an abort
-(client gone, shutdown), or an error (see ``RequestOutput.error``)."""
+(client gone, shutdown), an error (see ``RequestOutput.error``), or the
+model ended its turn with tool calls."""
 
 ErrorKind = Literal[
     "invalid_request", "context_length_exceeded", "overloaded", "unavailable", "internal", "timeout"
@@ -76,12 +77,51 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     min_tokens: int = 0
 
 
+class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
+    """A complete tool call: ``arguments`` is a JSON object as text."""
+
+    id: str
+    name: str
+    arguments: str
+
+
 class ChatMessage(msgspec.Struct, frozen=True, kw_only=True):
-    """One chat turn with its content flattened to text by the gateway."""
+    """One chat turn with its content flattened to text by the gateway.
+
+    ``role`` is ``system``, ``user``, ``assistant`` or ``tool``. An assistant
+    turn may carry earlier ``reasoning`` and ``tool_calls``; a ``tool`` turn
+    answers the call ``tool_call_id`` (``name`` is the tool's name).
+    """
 
     role: str
     content: str
     name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+    reasoning: str | None = None
+
+
+class Tool(msgspec.Struct, frozen=True, kw_only=True):
+    """A function the model may call: ``parameters`` is its JSON Schema."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = {}
+
+
+ToolChoice = Literal["none", "auto", "required", "function"]
+"""``none``: no calls; ``auto``: the model decides; ``required``: at least one
+call (grammar-enforced); ``function``: a call of ``tool_choice_name``."""
+
+
+class ResponseFormat(msgspec.Struct, frozen=True, kw_only=True):
+    """Constrain the output: ``json_object`` (any JSON object) or
+    ``json_schema`` (valid against ``schema``). Enforced by a grammar.
+    ``strict`` is recorded; mlxd always enforces the schema."""
+
+    type: Literal["json_object", "json_schema"]
+    schema: dict[str, Any] | None = None
+    strict: bool = False
 
 
 class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True, tag="generate"):
@@ -94,6 +134,14 @@ class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True, tag="generate")
     of a seeded request uses seed ``seed + i``. ``timeout`` (seconds, None
     for none) is the deadline after which the worker ends the request with
     a ``timeout`` error and frees its memory.
+
+    ``tools`` are rendered through the chat template; calls in the output
+    come back as ``RequestOutput.tool_calls`` per ``tool_choice``;
+    ``parallel_tool_calls`` False allows at most one call.
+    ``response_format`` constrains the text. ``thinking`` turns a model's
+    reasoning mode on or off where its template supports that (None: the
+    template's default); reasoning text comes back as
+    ``RequestOutput.reasoning``.
     """
 
     request_id: str
@@ -103,6 +151,13 @@ class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True, tag="generate")
     prompt_token_ids: list[int] | None = None
     n: int = 1
     timeout: float | None = None
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoice = "auto"
+    tool_choice_name: str | None = None
+    parallel_tool_calls: bool = True
+    response_format: ResponseFormat | None = None
+    thinking: bool | None = None
+    count_only: bool = False
 
 
 class AbortRequest(msgspec.Struct, frozen=True, tag="abort"):
@@ -210,6 +265,19 @@ class TokenLogprob(msgspec.Struct, frozen=True, array_like=True):
     top: list[TopLogprob]
 
 
+class ToolCallDelta(msgspec.Struct, frozen=True, kw_only=True):
+    """A piece of the ``index``-th tool call of a choice.
+
+    The first piece of a call carries its ``id`` and ``name``; every piece
+    may carry more ``arguments`` text (the JSON object, in order).
+    """
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
 class RequestOutput(msgspec.Struct, frozen=True, kw_only=True):
     """New output of one choice of one request in one scheduler step.
 
@@ -218,10 +286,14 @@ class RequestOutput(msgspec.Struct, frozen=True, kw_only=True):
     held back). ``prompt_tokens``, ``cached_tokens`` (prompt tokens reused
     from the prefix cache) and ``completion_tokens`` (this choice's) are
     running totals. ``logprobs`` holds the tokens sampled in this step when
-    the request asked for them. When ``finish_reason`` is ``stop`` or
-    ``length`` this choice is done; ``error`` or ``abort`` end the whole
-    request (every choice): ``error`` holds a message safe to show the
-    client and ``error_kind`` its class.
+    the request asked for them. ``reasoning`` is new reasoning text (split
+    out of the model's thinking markers) and ``tool_calls`` new pieces of
+    tool calls; tool-call and reasoning markup never appears in ``text``.
+    When ``finish_reason`` is ``stop``, ``length`` or ``tool_calls`` this
+    choice is done; ``error`` or ``abort`` end the whole request (every
+    choice): ``error`` holds a message safe to show the client and
+    ``error_kind`` its class. ``stop_sequence`` names the stop string that
+    ended the choice, if one did.
     """
 
     request_id: str
@@ -234,6 +306,9 @@ class RequestOutput(msgspec.Struct, frozen=True, kw_only=True):
     index: int = 0
     cached_tokens: int = 0
     logprobs: list[TokenLogprob] | None = None
+    reasoning: str = ""
+    tool_calls: list[ToolCallDelta] | None = None
+    stop_sequence: str | None = None
 
 
 class StepOutputs(msgspec.Struct, frozen=True, kw_only=True, tag="step"):
