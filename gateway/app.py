@@ -19,7 +19,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway import openai_routes
+from gateway import anthropic_routes, openai_routes, responses_routes
+from gateway.error_responses import error_response_for
 from gateway.errors import APIError
 from gateway.middleware import APIKeyMiddleware, BodyLimitMiddleware
 from gateway.pool import WorkerPool
@@ -42,17 +43,17 @@ async def _http_error(request: Request, exc: Exception) -> Response:
         err = APIError(405, f"Method {request.method} not allowed on {request.url.path}")
     else:
         err = APIError(exc.status_code, str(exc.detail))
-    return openai_routes.error_response(err)
+    return error_response_for(request.url.path, err)
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, APIError)
-    return openai_routes.error_response(exc)
+    return error_response_for(request.url.path, exc)
 
 
 async def _internal_error(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    return openai_routes.error_response(APIError(500, "Internal server error"))
+    return error_response_for(request.url.path, APIError(500, "Internal server error"))
 
 
 def build_app(config: Config, pool: WorkerPool | None = None) -> Starlette:
@@ -77,6 +78,9 @@ def build_app(config: Config, pool: WorkerPool | None = None) -> Starlette:
         Route("/v1/models/{model:path}", openai_routes.retrieve_model, methods=["GET"]),
         Route("/v1/chat/completions", openai_routes.chat_completions, methods=["POST"]),
         Route("/v1/completions", openai_routes.completions, methods=["POST"]),
+        Route("/v1/responses", responses_routes.create_response, methods=["POST"]),
+        Route("/v1/messages", anthropic_routes.messages, methods=["POST"]),
+        Route("/v1/messages/count_tokens", anthropic_routes.count_tokens, methods=["POST"]),
     ]
     middleware = [
         Middleware(APIKeyMiddleware, get_keys=lambda: config.server.api_keys),

@@ -11,8 +11,6 @@ from __future__ import annotations
 import hmac
 from typing import Any, Awaitable, Callable
 
-import msgspec
-
 from gateway.errors import APIError
 
 Scope = dict[str, Any]
@@ -25,15 +23,15 @@ PUBLIC_PATHS = frozenset({"/health"})
 """Routes that never need an API key."""
 
 
-async def send_error(send: Send, err: APIError) -> None:
-    """Send ``err`` as a complete JSON response."""
-    body = msgspec.json.encode(err.openai_body())
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    headers += [(k.lower().encode(), v.encode()) for k, v in err.headers().items()]
+async def send_error(scope: Scope, receive: Receive, send: Send, err: APIError) -> None:
+    """Send ``err`` as a complete JSON response in the protocol of the
+    requested route (Anthropic's under ``/v1/messages``, else OpenAI's)."""
+    from gateway.error_responses import error_response_for
+
+    response = error_response_for(scope.get("path", ""), err)
     if err.status == 401:
-        headers.append((b"www-authenticate", b"Bearer"))
-    await send({"type": "http.response.start", "status": err.status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+        response.headers["www-authenticate"] = "Bearer"
+    await response(scope, receive, send)
 
 
 def _presented_key(scope: Scope) -> bytes | None:
@@ -69,7 +67,7 @@ class APIKeyMiddleware:
         for key in keys:
             ok |= hmac.compare_digest(presented, key.encode())
         if not ok:
-            await send_error(send, APIError(401, "Invalid or missing API key", code="invalid_api_key"))
+            await send_error(scope, receive, send, APIError(401, "Invalid or missing API key", code="invalid_api_key"))
             return
         await self.app(scope, receive, send)
 
@@ -94,7 +92,7 @@ class BodyLimitMiddleware:
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 if value.isdigit() and int(value) > self.limit:
-                    await send_error(send, too_big)
+                    await send_error(scope, receive, send, too_big)
                     return
         chunks: list[bytes] = []
         size = 0
@@ -105,7 +103,7 @@ class BodyLimitMiddleware:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.limit:
-                await send_error(send, too_big)
+                await send_error(scope, receive, send, too_big)
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):

@@ -14,6 +14,17 @@ its ``index``. Usage counts the prompt once and sums the completion tokens
 of all choices (:class:`UsageTally`); it always carries
 ``prompt_tokens_details.cached_tokens``.
 
+Tool calls arrive as :class:`~shared.protocol.ToolCallDelta` pieces and are
+numbered per choice by :class:`ToolCallTracker`. A whole chat message holds
+them as ``tool_calls`` (and ``content`` is null when the choice produced
+tool calls but no text); a stream sends each call's first piece as
+``{"index", "id", "type": "function", "function": {"name", "arguments":
+""}}`` and every argument piece as ``{"index", "function": {"arguments"}}``
+(one chunk each). Reasoning text goes under the configured reasoning field
+(``reasoning_content`` or ``reasoning``): in a whole message only when
+non-empty (the key is omitted otherwise), in a stream as ``delta:
+{"<field>": text}`` chunks.
+
 Log-probabilities come from the worker as
 :class:`~shared.protocol.TokenLogprob` lists and are rendered as chat
 ``{"content": [...], "refusal": null}`` or as the legacy completions object
@@ -25,23 +36,30 @@ OpenAI's "very unlikely" value, so the JSON never holds ``null`` there.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 from typing import Iterable, Literal, Sequence
 
 import msgspec
 
 from gateway.engine_api import ModelInfo
 from gateway.sse import DATA_PREFIX, FRAME_END
-from shared.protocol import RequestOutput, TokenLogprob
+from shared.protocol import RequestOutput, TokenLogprob, ToolCall, ToolCallDelta
 
 OWNED_BY = "mlxd"
 """The ``owned_by`` of every model object."""
 
-FinalReason = Literal["stop", "length"]
+FinalReason = Literal["stop", "length", "tool_calls"]
 """Finish reasons a successful choice can carry."""
 
-FINAL_REASONS = ("stop", "length")
+FINAL_REASONS = ("stop", "length", "tool_calls")
 """The finish reasons that end one choice (and only that choice)."""
+
+REASONING_FIELDS = ("reasoning_content", "reasoning")
+"""The names the reasoning text may go by (``server.reasoning_field``)."""
+
+DEFAULT_REASONING_FIELD = "reasoning_content"
+"""The reasoning field when none is configured."""
 
 MIN_LOGPROB = -9999.0
 """The lowest log-probability reported (OpenAI's "very unlikely")."""
@@ -209,6 +227,57 @@ def completion_logprobs(
     return result, offset
 
 
+# --- tool calls -------------------------------------------------------------------
+
+
+def new_call_id() -> str:
+    """A fresh tool call id, for a call whose first piece came without one."""
+    return "call_" + uuid.uuid4().hex[:24]
+
+
+@dataclass
+class _TrackedCall:
+    """One tool call being assembled: its OpenAI index, id, name and the
+    argument pieces so far."""
+
+    position: int
+    id: str
+    name: str
+    arguments: list[str] = field(default_factory=list)
+
+
+class ToolCallTracker:
+    """The tool calls of one choice, assembled from their pieces.
+
+    Calls are numbered 0, 1, ... in the order their first piece arrives
+    (OpenAI's per-choice ``index``), whatever ``index`` the worker used, so
+    the numbering is always dense. A call's ``id`` and ``name`` are taken
+    from its first piece; a first piece missing them gets a fresh id
+    (:func:`new_call_id`) or an empty name. Later pieces only add arguments.
+    """
+
+    def __init__(self) -> None:
+        self._calls: dict[int, _TrackedCall] = {}
+
+    def add(self, piece: ToolCallDelta) -> tuple[int, ToolCall | None]:
+        """Account for ``piece``; return its call's OpenAI index and, when
+        ``piece`` starts the call, the call's id and name (as a
+        :class:`~shared.protocol.ToolCall` with empty ``arguments``)."""
+        call = self._calls.get(piece.index)
+        started = None
+        if call is None:
+            call = _TrackedCall(len(self._calls), piece.id or new_call_id(), piece.name or "")
+            self._calls[piece.index] = call
+            started = ToolCall(id=call.id, name=call.name, arguments="")
+        if piece.arguments:
+            call.arguments.append(piece.arguments)
+        return call.position, started
+
+    def calls(self) -> list[ToolCall]:
+        """Every call so far, in index order, with its full arguments."""
+        return [ToolCall(id=c.id, name=c.name, arguments="".join(c.arguments)) for c in self._calls.values()]
+
+
 # --- whole responses ---------------------------------------------------------------
 
 
@@ -217,21 +286,63 @@ class ChoiceResult:
     """One finished choice of a non-streamed response.
 
     ``logprobs`` holds every token the choice sampled when the request asked
-    for log-probabilities, and is None when it did not.
+    for log-probabilities, and is None when it did not. ``reasoning`` is the
+    choice's whole reasoning text and ``tool_calls`` its complete calls (chat
+    only).
     """
 
     index: int
     text: str
     finish_reason: FinalReason
     logprobs: list[TokenLogprob] | None = None
+    reasoning: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
-class AssistantMessage(msgspec.Struct, kw_only=True):
-    """The ``message`` of a chat choice (``refusal`` is always null)."""
+class FunctionCall(msgspec.Struct, kw_only=True):
+    """``function`` of a tool call: its name and arguments (JSON text)."""
 
-    role: str = "assistant"
-    content: str
-    refusal: None = None
+    name: str
+    arguments: str
+
+
+class ToolCallObject(msgspec.Struct, kw_only=True):
+    """One element of a chat message's ``tool_calls``."""
+
+    id: str
+    type: str = "function"
+    function: FunctionCall
+
+
+class AssistantMessage(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """The ``message`` of a chat choice.
+
+    ``role``, ``content`` (null when the choice made only tool calls) and
+    ``refusal`` (always null) are always present; ``tool_calls`` and the
+    reasoning field (one of the last two, see :data:`REASONING_FIELDS`) only
+    when non-empty.
+    """
+
+    role: str
+    content: str | None
+    refusal: None
+    tool_calls: list[ToolCallObject] | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+
+
+def assistant_message(result: ChoiceResult, reasoning_field: str = DEFAULT_REASONING_FIELD) -> AssistantMessage:
+    """The chat ``message`` for one finished choice, with its reasoning (if
+    any) under ``reasoning_field``."""
+    calls = [ToolCallObject(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments)) for c in result.tool_calls]
+    reasoning = {reasoning_field: result.reasoning} if result.reasoning else {}
+    return AssistantMessage(
+        role="assistant",
+        content=None if calls and not result.text else result.text,
+        refusal=None,
+        tool_calls=calls or None,
+        **reasoning,
+    )
 
 
 class ChatChoice(msgspec.Struct, kw_only=True):
@@ -290,29 +401,35 @@ class ModelList(msgspec.Struct, kw_only=True):
     data: list[ModelCard]
 
 
-def _chat_choice(result: ChoiceResult) -> ChatChoice:
+def _chat_choice(result: ChoiceResult, reasoning_field: str) -> ChatChoice:
     """The ``chat.completion`` choice for one finished choice."""
     logprobs = None if result.logprobs is None else chat_logprobs(result.logprobs)
     return ChatChoice(
         index=result.index,
-        message=AssistantMessage(content=result.text),
+        message=assistant_message(result, reasoning_field),
         logprobs=logprobs,
         finish_reason=result.finish_reason,
     )
 
 
 def chat_completion_body(
-    *, request_id: str, created: int, model: str, choices: Sequence[ChoiceResult], usage: Usage
+    *,
+    request_id: str,
+    created: int,
+    model: str,
+    choices: Sequence[ChoiceResult],
+    usage: Usage,
+    reasoning_field: str = DEFAULT_REASONING_FIELD,
 ) -> bytes:
     """Return the JSON of a ``chat.completion`` with ``choices`` (ordered by
-    index) and ``usage``."""
+    index) and ``usage``; reasoning goes under ``reasoning_field``."""
     ordered = sorted(choices, key=lambda c: c.index)
     return encode(
         ChatCompletion(
             id=request_id,
             created=created,
             model=model,
-            choices=[_chat_choice(c) for c in ordered],
+            choices=[_chat_choice(c, reasoning_field) for c in ordered],
             usage=usage,
         )
     )
@@ -407,8 +524,9 @@ class _ChunkStream:
 
     Use: :meth:`start` once; then, for every output of a choice in
     ``0 .. n-1`` that does not end the whole request, :meth:`output`; for
-    an ``error``/``abort`` output, :meth:`content` (its text, if any) before
-    the error frame; after every choice finished, :meth:`final_usage`.
+    an ``error``/``abort`` output, :meth:`deltas` (whatever it still
+    carries) before the error frame; after every choice finished,
+    :meth:`final_usage`.
     """
 
     _object = ""
@@ -433,14 +551,14 @@ class _ChunkStream:
         """Return the frames that open the stream (none by default)."""
         return b""
 
-    def content(self, output: RequestOutput) -> bytes:
-        """Return the chunk with ``output``'s text (and log-probabilities when
-        requested), or nothing when it has neither."""
+    def deltas(self, output: RequestOutput) -> bytes:
+        """Return the chunks of what ``output`` carries, without any finish
+        reason (nothing when it carries nothing)."""
         raise NotImplementedError
 
     def output(self, output: RequestOutput) -> bytes:
-        """Return the frames of one output of a choice (``stop``/``length``
-        outputs include the choice's finish)."""
+        """Return the frames of one output of a choice (a choice's last
+        output includes its finish)."""
         raise NotImplementedError
 
     def _has_content(self, output: RequestOutput) -> bool:
@@ -459,14 +577,18 @@ class _ChunkStream:
 class ChatChunkStream(_ChunkStream):
     """Builds the ``chat.completion.chunk`` frames of one streamed response.
 
-    See :class:`_ChunkStream` for construction and order of use. Every chunk
-    holds one choice ``{"index", "delta", "logprobs", "finish_reason"}``:
-    :meth:`start` gives each choice its ``delta: {"role": "assistant",
-    "content": ""}`` chunk; a choice's content chunks carry ``delta:
-    {"content": text}`` and, when requested, ``logprobs: {"content": [the
-    output's tokens], "refusal": null}``; its last chunk is ``delta: {}``
-    with the ``finish_reason``. ``logprobs`` is null wherever it has no
-    tokens to carry.
+    See :class:`_ChunkStream` for construction and order of use;
+    ``reasoning_field`` names the reasoning delta. Every chunk holds one
+    choice ``{"index", "delta", "finish_reason"}``, plus ``logprobs`` (null
+    where it has no tokens to carry) only when log-probabilities were
+    requested, exactly as in ``wire-formats.md``. :meth:`start` gives each
+    choice its ``delta: {"role": "assistant", "content": ""}`` chunk. An
+    output then gives, in this order and each only when present: a
+    ``{"<reasoning_field>": text}`` chunk; a ``{"content": text}`` chunk
+    (carrying the output's ``logprobs`` when requested, even with empty
+    text); one ``{"tool_calls": [...]}`` chunk per tool-call header and per
+    argument piece (see the module docstring; indexes per choice); and, for
+    a choice's last output, a ``delta: {}`` chunk with its ``finish_reason``.
     """
 
     _object = "chat.completion.chunk"
@@ -480,35 +602,74 @@ class ChatChunkStream(_ChunkStream):
         *,
         n: int = 1,
         logprobs: bool = False,
+        reasoning_field: str = DEFAULT_REASONING_FIELD,
     ) -> None:
         super().__init__(request_id, created, model, include_usage, n=n, logprobs=logprobs)
         self._choice_heads = [self._head + b'[{"index":%d,"delta":' % i for i in range(n)]
-        self._text_heads = [head + b'{"content":' for head in self._choice_heads]
-        self._text_tail = b'},"logprobs":null,"finish_reason":null}]' + self._end
+        self._logprobs_null = b',"logprobs":null' if logprobs else b""
+        self._delta_tail = self._logprobs_null + b',"finish_reason":null}]' + self._end
+        self._reasoning_key = b"{" + encode(reasoning_field) + b":"
+        self._tools = [ToolCallTracker() for _ in range(n)]
 
     def start(self) -> bytes:
         """Return one opening chunk per choice, in index order."""
-        opening = b'{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]' + self._end
-        return b"".join(head + opening for head in self._choice_heads)
+        return b"".join(self._delta(i, b'{"role":"assistant","content":""}') for i in range(self._n))
 
-    def content(self, output: RequestOutput) -> bytes:
-        """Return ``output``'s content chunk (see the class), or nothing."""
-        if not self._has_content(output):
-            return b""
-        head = self._text_heads[output.index] + encode(output.text)
-        if not self._logprobs:
-            return head + self._text_tail
-        logprobs = encode(chat_logprobs(output.logprobs or ()))
-        return head + b'},"logprobs":' + logprobs + b',"finish_reason":null}]' + self._end
+    def deltas(self, output: RequestOutput) -> bytes:
+        """Return ``output``'s reasoning, content and tool-call chunks (see
+        the class), or nothing."""
+        frames = b""
+        if output.reasoning:
+            frames += self._delta(output.index, self._reasoning_key + encode(output.reasoning) + b"}")
+        frames += self._content(output)
+        for piece in output.tool_calls or ():
+            frames += self._tool_call(output.index, piece)
+        return frames
 
     def output(self, output: RequestOutput) -> bytes:
-        """Return ``output``'s content chunk, then its choice's ``delta: {}``
+        """Return ``output``'s delta chunks, then its choice's ``delta: {}``
         finish chunk when ``output`` is that choice's last."""
-        frames = self.content(output)
+        frames = self.deltas(output)
         if output.finish_reason in FINAL_REASONS:
             reason = encode(output.finish_reason)
-            tail = b'{},"logprobs":null,"finish_reason":' + reason + b"}]" + self._end
+            tail = b"{}" + self._logprobs_null + b',"finish_reason":' + reason + b"}]" + self._end
             frames += self._choice_heads[output.index] + tail
+        return frames
+
+    def _delta(self, index: int, delta: bytes) -> bytes:
+        """One chunk of choice ``index`` with the ``delta`` JSON object."""
+        return self._choice_heads[index] + delta + self._delta_tail
+
+    def _content(self, output: RequestOutput) -> bytes:
+        """``output``'s content chunk, or nothing."""
+        if not self._has_content(output):
+            return b""
+        delta = b'{"content":' + encode(output.text) + b"}"
+        if not self._logprobs:
+            return self._delta(output.index, delta)
+        logprobs = encode(chat_logprobs(output.logprobs or ()))
+        tail = b',"logprobs":' + logprobs + b',"finish_reason":null}]' + self._end
+        return self._choice_heads[output.index] + delta + tail
+
+    def _tool_call(self, index: int, piece: ToolCallDelta) -> bytes:
+        """The chunks of one tool-call piece of choice ``index``: the call's
+        header when the piece starts it, then its argument piece if any."""
+        position, started = self._tools[index].add(piece)
+        frames = b""
+        if started is not None:
+            header = b"".join(
+                (
+                    b'{"tool_calls":[{"index":%d,"id":' % position,
+                    encode(started.id),
+                    b',"type":"function","function":{"name":',
+                    encode(started.name),
+                    b',"arguments":""}}]}',
+                )
+            )
+            frames += self._delta(index, header)
+        if piece.arguments:
+            arguments = b'{"tool_calls":[{"index":%d,"function":{"arguments":' % position
+            frames += self._delta(index, arguments + encode(piece.arguments) + b"}}]}")
         return frames
 
 
@@ -521,7 +682,9 @@ class CompletionChunkStream(_ChunkStream):
     opening chunk, and a choice's last text travels in the same chunk as its
     ``finish_reason``. When requested, ``logprobs`` is the legacy object for
     the chunk's tokens, with ``text_offset`` counting on from the choice's
-    earlier chunks; otherwise it is null.
+    earlier chunks; otherwise it is null. Only ``text`` is sent: reasoning
+    and tool-call pieces, which a raw prompt never asks for, have no place
+    in a text completion.
     """
 
     _object = "text_completion"
@@ -543,7 +706,7 @@ class CompletionChunkStream(_ChunkStream):
         self._text_head = self._head + b'[{"text":'
         self._index_parts = [b',"index":%d,"logprobs":' % i for i in range(n)]
 
-    def content(self, output: RequestOutput) -> bytes:
+    def deltas(self, output: RequestOutput) -> bytes:
         """Return ``output``'s chunk without a finish reason, or nothing."""
         if not self._has_content(output):
             return b""
@@ -554,7 +717,7 @@ class CompletionChunkStream(_ChunkStream):
         carrying its ``finish_reason``."""
         if output.finish_reason in FINAL_REASONS:
             return self._chunk(output, encode(output.finish_reason))
-        return self.content(output)
+        return self.deltas(output)
 
     def _chunk(self, output: RequestOutput, reason: bytes) -> bytes:
         """One chunk for ``output`` with ``finish_reason`` JSON ``reason``."""

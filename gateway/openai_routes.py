@@ -11,9 +11,12 @@ the model's limits (``n``), submit, then await the first output *before*
 any header is sent, so a request the worker refuses (e.g. a prompt longer
 than the context) is answered with a proper status even when ``stream`` is
 true. After that, a stream is sent as SSE chunks ending with
-``data: [DONE]``; otherwise each choice's text is collected into one
-object. The outputs of the ``n`` choices arrive interleaved; the request is
-complete once every choice has had its ``stop``/``length`` output, and
+``data: [DONE]``; otherwise each choice's text, reasoning and tool calls
+are collected into one object. Chat reasoning goes under the configured
+``server.reasoning_field`` (``request.app.state.config``; default
+``reasoning_content`` when the app has no config). The outputs of the ``n``
+choices arrive interleaved; the request is complete once every choice has
+had its ``stop``/``length``/``tool_calls`` output, and
 ends early at the first ``error``/``abort`` output (an error status, or a
 mid-stream error frame). Whatever happens (client gone, error,
 cancellation) the request stream is closed, which aborts the request in the
@@ -165,7 +168,8 @@ class _Progress:
 
     @property
     def done(self) -> bool:
-        """Whether every choice has had its ``stop``/``length`` output."""
+        """Whether every choice has had its final (``stop``, ``length`` or
+        ``tool_calls``) output."""
         return len(self._finished) == self._n
 
 
@@ -215,7 +219,8 @@ class _Endpoint:
 
 @dataclass(frozen=True)
 class _Job:
-    """One admitted generation request (``generate`` is what was submitted)."""
+    """One admitted generation request (``generate`` is what was submitted;
+    ``reasoning_field`` names chat reasoning in the response)."""
 
     endpoint: _Endpoint
     request: OpenAIRequest
@@ -223,6 +228,7 @@ class _Job:
     created: int
     model: str
     stream: RequestStream
+    reasoning_field: str = fmt.DEFAULT_REASONING_FIELD
 
     @property
     def request_id(self) -> str:
@@ -243,7 +249,13 @@ class _Job:
 def _chat_chunks(job: _Job) -> fmt.ChatChunkStream:
     """The chat chunk builder for ``job``."""
     return fmt.ChatChunkStream(
-        job.request_id, job.created, job.model, include_usage(job.request), n=job.n, logprobs=job.logprobs
+        job.request_id,
+        job.created,
+        job.model,
+        include_usage(job.request),
+        n=job.n,
+        logprobs=job.logprobs,
+        reasoning_field=job.reasoning_field,
     )
 
 
@@ -263,7 +275,12 @@ def _completion_chunks(job: _Job) -> fmt.CompletionChunkStream:
 def _chat_body(job: _Job, choices: list[fmt.ChoiceResult], usage: fmt.Usage) -> bytes:
     """The ``chat.completion`` JSON for ``job``."""
     return fmt.chat_completion_body(
-        request_id=job.request_id, created=job.created, model=job.model, choices=choices, usage=usage
+        request_id=job.request_id,
+        created=job.created,
+        model=job.model,
+        choices=choices,
+        usage=usage,
+        reasoning_field=job.reasoning_field,
     )
 
 
@@ -298,6 +315,15 @@ _COMPLETIONS = _Endpoint(
 def _engine(request: Request) -> Engine:
     """The Engine the app was built with."""
     return request.app.state.engine
+
+
+def _reasoning_field(request: Request) -> str:
+    """The configured name of chat reasoning text (``server.reasoning_field``),
+    or the default when the app was built without a config."""
+    config = getattr(request.app.state, "config", None)
+    if config is None:
+        return fmt.DEFAULT_REASONING_FIELD
+    return config.server.reasoning_field
 
 
 async def chat_completions(request: Request) -> Response:
@@ -349,7 +375,7 @@ async def _submit(request: Request, endpoint: _Endpoint) -> _Job:
     check_limits(req, model, engine.limits(model))
     generate = to_generate_request(req, endpoint.id_prefix + uuid.uuid4().hex)
     stream = await engine.submit(model, generate)
-    return _Job(endpoint, req, generate, int(time.time()), model, stream)
+    return _Job(endpoint, req, generate, int(time.time()), model, stream, _reasoning_field(request))
 
 
 # --- non-streaming ---------------------------------------------------------------
@@ -371,12 +397,15 @@ async def _complete(request: Request, job: _Job, first: RequestOutput) -> Respon
 
 
 class _Collector:
-    """The text, sampled tokens (when log-probabilities were requested) and
-    finish reason of each of a request's ``n`` choices."""
+    """The text, reasoning, tool calls, sampled tokens (when
+    log-probabilities were requested) and finish reason of each of a
+    request's ``n`` choices."""
 
     def __init__(self, job: _Job) -> None:
         self.progress = _Progress(job.request_id, job.n)
         self._pieces: list[list[str]] = [[] for _ in range(job.n)]
+        self._reasoning: list[list[str]] = [[] for _ in range(job.n)]
+        self._tools = [fmt.ToolCallTracker() for _ in range(job.n)]
         self._tokens: list[list[TokenLogprob]] | None = [[] for _ in range(job.n)] if job.logprobs else None
         self._reasons: list[fmt.FinalReason] = ["stop"] * job.n
 
@@ -387,6 +416,10 @@ class _Collector:
         index = output.index
         if output.text:
             self._pieces[index].append(output.text)
+        if output.reasoning:
+            self._reasoning[index].append(output.reasoning)
+        for piece in output.tool_calls or ():
+            self._tools[index].add(piece)
         if self._tokens is not None and output.logprobs:
             self._tokens[index].extend(output.logprobs)
         if output.finish_reason in fmt.FINAL_REASONS:
@@ -400,6 +433,8 @@ class _Collector:
                 text="".join(pieces),
                 finish_reason=self._reasons[i],
                 logprobs=None if self._tokens is None else self._tokens[i],
+                reasoning="".join(self._reasoning[i]),
+                tool_calls=tuple(self._tools[i].calls()),
             )
             for i, pieces in enumerate(self._pieces)
         ]
@@ -455,12 +490,12 @@ async def _events(job: _Job, chunks: ChunkStream, first: RequestOutput) -> Async
 
 
 def _error_frames(job: _Job, chunks: ChunkStream, last: RequestOutput) -> bytes:
-    """Frames for an ``error``/``abort`` output: any text it still carries,
-    then the error frame."""
+    """Frames for an ``error``/``abort`` output: whatever it still carries
+    (text, reasoning, tool-call pieces), then the error frame."""
     err = output_error(last, job.endpoint.prompt_param)
     code = err.code or last.error_kind or "internal_error"
-    text = chunks.content(last) if 0 <= last.index < job.n else b""
-    return text + fmt.error_frame(err.message, code)
+    deltas = chunks.deltas(last) if 0 <= last.index < job.n else b""
+    return deltas + fmt.error_frame(err.message, code)
 
 
 # --- models ---------------------------------------------------------------------------

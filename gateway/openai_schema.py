@@ -3,8 +3,8 @@
 Decoding is strict: the body must be one JSON object, no value is coerced
 (``"1"`` is not a number, ``1.5`` is not an integer), every number has bounds,
 every string and list has a maximum length, and unknown fields are refused by
-name. Fields OpenAI defines that mlxd does not implement yet (tools,
-structured output, ``best_of`` > 1, ``echo``, ...) are accepted only with their
+name. Fields OpenAI defines that mlxd does not implement yet (``best_of``
+> 1, ``echo``, non-text content parts, ...) are accepted only with their
 neutral value and otherwise refused with a 400 that says so; nothing is
 silently ignored. Every refusal is an :class:`~gateway.errors.APIError` 400
 whose ``param`` is the offending field path, e.g. ``messages[0].content``.
@@ -15,6 +15,33 @@ Supported beyond the basics: ``n`` choices (bounded per model by
 ``logprobs`` (legacy: an int k in 0..20 turns log-probabilities on with k
 alternatives) and the extensions ``ignore_eos`` and ``min_tokens``.
 
+Chat only (the completions endpoint refuses these fields as unknown):
+
+- ``tools``: up to 128 ``{"type": "function", "function": {"name",
+  "description", "parameters", "strict"}}``; names are 1..64 characters of
+  ``[A-Za-z0-9_-]`` and unique; ``parameters`` must be a JSON object
+  (absent: ``{}``). Other tool types are refused. An empty list means no
+  tools. ``strict`` is accepted but not forwarded (the wire has no field).
+- ``tool_choice``: ``"none"``, ``"auto"``, ``"required"`` or ``{"type":
+  "function", "function": {"name"}}`` naming one of ``tools``; anything but
+  ``"none"`` needs ``tools``. Default: ``"auto"`` with tools, else
+  ``"none"``. ``parallel_tool_calls`` (default true) is forwarded.
+  The legacy ``functions``/``function_call`` are refused ("use tools").
+- Messages: role ``tool`` (needs ``tool_call_id`` and ``content``; its
+  ``name`` defaults to the name of the earlier call with that id), assistant
+  ``tool_calls`` (``content`` may then be null) and assistant reasoning
+  under ``reasoning_content`` or ``reasoning`` (either name; both only if
+  equal) become :class:`~shared.protocol.ChatMessage` fields.
+- ``response_format``: ``{"type": "text"}`` (no constraint),
+  ``{"type": "json_object"}`` or ``{"type": "json_schema", "json_schema":
+  {"name", "description", "schema", "strict"}}`` (``name`` 1..64
+  characters, ``schema`` a JSON object, required) becomes a
+  :class:`~shared.protocol.ResponseFormat`.
+- Thinking: ``reasoning_effort`` ``"none"``/``"minimal"`` turn the model's
+  reasoning mode off, ``"low"``/``"medium"``/``"high"`` on (there is no
+  budget); ``chat_template_kwargs`` accepts only ``{"enable_thinking":
+  bool}``. If both are set they must agree. Neither: the template default.
+
 :func:`to_generate_request` turns a decoded request into the worker's
 :class:`~shared.protocol.GenerateRequest`.
 """
@@ -23,14 +50,22 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Union
+from typing import Annotated, Any, Union
 
 import msgspec
 from msgspec import Meta, Raw
 
 from gateway.engine_api import ModelLimits
 from gateway.errors import APIError, bad_request
-from shared.protocol import ChatMessage, GenerateRequest, SamplingParams
+from shared.protocol import (
+    ChatMessage,
+    GenerateRequest,
+    ResponseFormat,
+    SamplingParams,
+    Tool,
+    ToolCall,
+    ToolChoice,
+)
 
 MAX_MESSAGES = 2048
 """Most chat messages in one request."""
@@ -57,6 +92,12 @@ MAX_TOP_LOGPROBS = 20
 completions ``logprobs``)."""
 MAX_CHOICES = 2**31 - 1
 """Type bound of ``n``; the real limit is the model's ``max_n``."""
+MAX_TOOLS = 128
+"""Most ``tools`` in one request, and most ``tool_calls`` in one message."""
+MAX_TOOL_NAME_CHARS = 64
+"""Longest tool (function) name and ``json_schema`` name."""
+TOOL_NAME_PATTERN = r"^[A-Za-z0-9_-]+$"
+"""What a tool name may consist of."""
 
 _NULL = Raw(b"null")
 
@@ -86,6 +127,10 @@ LogitBias = Annotated[
 TokenIds = Annotated[list[TokenId], Meta(max_length=MAX_PROMPT_TOKENS)]
 PromptItem = Union[Text, TokenId, TokenIds]
 Prompt = Union[Text, Annotated[list[PromptItem], Meta(max_length=MAX_PROMPT_TOKENS)]]
+ToolName = Annotated[str, Meta(min_length=1, max_length=MAX_TOOL_NAME_CHARS, pattern=TOOL_NAME_PATTERN)]
+SchemaName = Annotated[str, Meta(min_length=1, max_length=MAX_TOOL_NAME_CHARS)]
+Identifier = Annotated[str, Meta(min_length=1, max_length=MAX_NAME_CHARS)]
+JSONObject = dict[str, Any]
 
 
 class StreamOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -110,24 +155,110 @@ class ContentPart(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     refusal: Raw = _NULL
 
 
+class CalledFunction(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``function`` of a tool call in the history: its name and its
+    arguments (JSON text, passed on as sent)."""
+
+    name: Identifier
+    arguments: Text
+
+
+class ToolCallParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """One element of an assistant message's ``tool_calls``.
+
+    Only ``type: "function"`` with its ``function`` is supported; ``custom``
+    is recognised so that such calls are refused by their type.
+    """
+
+    id: Identifier
+    type: ShortText
+    function: CalledFunction | None = None
+    custom: Raw = _NULL
+
+
 class ChatMessageParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """One message of a chat request.
 
-    ``role`` is ``system``, ``developer`` (treated as ``system``), ``user``
-    or ``assistant``. ``content`` is a string or a list of text parts; it may
-    be null only for ``assistant``. ``refusal``, ``tool_calls``,
-    ``function_call`` and ``tool_call_id`` are accepted only when null (or an
-    empty ``tool_calls`` list), so a client can send back a response message
-    as it received it.
+    ``role`` is ``system``, ``developer`` (treated as ``system``), ``user``,
+    ``assistant`` or ``tool``. ``content`` is a string or a list of text
+    parts; it may be null only for ``assistant``. Only an assistant message
+    may carry ``tool_calls`` (an empty list is the same as none) and
+    reasoning (``reasoning_content`` or its alias ``reasoning``); only a
+    ``tool`` message, and always, ``tool_call_id``. ``refusal`` and the
+    legacy ``function_call`` are accepted only when null, so a client can
+    send back a response message as it received it.
     """
 
     role: ShortText
     content: Union[Text, Annotated[list[ContentPart], Meta(min_length=1, max_length=MAX_CONTENT_PARTS)], None] = None
     name: ShortText | None = None
     refusal: Raw = _NULL
-    tool_calls: Raw = _NULL
+    tool_calls: Annotated[list[ToolCallParam], Meta(max_length=MAX_TOOLS)] | None = None
     function_call: Raw = _NULL
-    tool_call_id: Raw = _NULL
+    tool_call_id: Identifier | None = None
+    reasoning_content: Text | None = None
+    reasoning: Text | None = None
+
+
+class FunctionParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``function`` of a tool definition; ``parameters`` is its JSON Schema."""
+
+    name: ToolName
+    description: Text | None = None
+    parameters: JSONObject | None = None
+    strict: bool | None = None
+
+
+class ToolParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """One element of ``tools``: only ``type: "function"`` with its
+    ``function`` is supported (``custom`` is recognised to be refused by
+    type)."""
+
+    type: ShortText
+    function: FunctionParam | None = None
+    custom: Raw = _NULL
+
+
+class ChosenFunction(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``function`` of an object ``tool_choice``: the tool to call."""
+
+    name: Identifier
+
+
+class ToolChoiceParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """An object ``tool_choice``: only ``{"type": "function", "function":
+    {"name"}}`` is supported (``custom`` and ``allowed_tools`` are
+    recognised to be refused by type)."""
+
+    type: ShortText
+    function: ChosenFunction | None = None
+    custom: Raw = _NULL
+    allowed_tools: Raw = _NULL
+
+
+class JSONSchemaParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``response_format.json_schema``; ``schema`` is required by mlxd (the
+    grammar needs it) and must be a JSON object."""
+
+    name: SchemaName
+    description: Text | None = None
+    schema: JSONObject | None = None
+    strict: bool | None = None
+
+
+class ResponseFormatParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``response_format``: ``type`` ``text``, ``json_object`` or
+    ``json_schema`` (the latter, and only it, with ``json_schema``)."""
+
+    type: ShortText
+    json_schema: JSONSchemaParam | None = None
+
+
+class ChatTemplateKwargs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``chat_template_kwargs``: only ``enable_thinking`` is accepted (any
+    other key is refused by name)."""
+
+    enable_thinking: bool | None = None
 
 
 class _SamplingFields(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -165,12 +296,14 @@ class ChatCompletionRequest(_SamplingFields, forbid_unknown_fields=True, kw_only
     max_completion_tokens: MaxTokens | None = None
     logprobs: bool | None = None
     top_logprobs: TopLogprobs | None = None
-    response_format: Raw = _NULL
-    tools: Raw = _NULL
-    tool_choice: Raw = _NULL
-    parallel_tool_calls: Raw = _NULL
+    response_format: ResponseFormatParam | None = None
+    tools: Annotated[list[ToolParam], Meta(max_length=MAX_TOOLS)] | None = None
+    tool_choice: Union[ShortText, ToolChoiceParam, None] = None
+    parallel_tool_calls: bool | None = None
     functions: Raw = _NULL
     function_call: Raw = _NULL
+    reasoning_effort: ShortText | None = None
+    chat_template_kwargs: ChatTemplateKwargs | None = None
 
 
 class CompletionRequest(_SamplingFields, forbid_unknown_fields=True, kw_only=True):
@@ -287,11 +420,6 @@ def _is_null(raw: Raw) -> bool:
     return len(raw) == 4 and bytes(raw) == b"null"
 
 
-def _raw_value(raw: Raw) -> object:
-    """Decode ``raw`` (already known to be valid JSON) to Python values."""
-    return msgspec.json.decode(raw)
-
-
 def _check_common(req: _SamplingFields) -> None:
     """Checks shared by both endpoints.
 
@@ -310,7 +438,8 @@ def _check_common(req: _SamplingFields) -> None:
 
 
 def _check_chat(req: ChatCompletionRequest) -> None:
-    """Chat-only checks: token limits, unsupported features, messages.
+    """Chat-only checks: token limits, response format, tools, thinking,
+    messages.
 
     Raises:
         APIError: 400 naming the field.
@@ -329,59 +458,190 @@ def _check_chat(req: ChatCompletionRequest) -> None:
     _check_min_tokens(req.min_tokens, _chat_max_tokens(req))
     _check_response_format(req.response_format)
     _check_tools(req)
+    _check_thinking(req)
     for index, message in enumerate(req.messages):
         _check_message(message, f"messages[{index}]")
 
 
-def _check_response_format(raw: Raw) -> None:
-    """Accept only a null or ``{"type": "text"}`` response format."""
-    if _is_null(raw):
+def _check_response_format(fmt: ResponseFormatParam | None) -> None:
+    """Accept a ``text``, ``json_object`` or ``json_schema`` response format.
+
+    Raises:
+        APIError: 400 naming ``response_format.type`` (unknown type),
+        ``response_format.json_schema`` (missing for, or sent without, type
+        ``json_schema``) or ``response_format.json_schema.schema`` (missing).
+    """
+    if fmt is None:
         return
-    value = _raw_value(raw)
-    if value == {"type": "text"}:
+    if fmt.type not in ("text", "json_object", "json_schema"):
+        raise bad_request(
+            f"Invalid response_format type '{fmt.type}'; expected text, json_object or json_schema",
+            "response_format.type",
+        )
+    if fmt.type != "json_schema":
+        if fmt.json_schema is not None:
+            raise bad_request(
+                "'json_schema' is only allowed with response_format type 'json_schema'",
+                "response_format.json_schema",
+            )
         return
-    kind = value.get("type") if isinstance(value, dict) else None
-    what = f"response_format type '{kind}'" if isinstance(kind, str) else "this response_format"
-    raise _not_supported("response_format", what)
+    if fmt.json_schema is None:
+        raise bad_request("Missing required parameter: 'response_format.json_schema'", "response_format.json_schema")
+    if fmt.json_schema.schema is None:
+        raise bad_request(
+            "Missing required parameter: 'response_format.json_schema.schema'",
+            "response_format.json_schema.schema",
+        )
 
 
 def _check_tools(req: ChatCompletionRequest) -> None:
-    """Accept tool fields only when absent/null (``tool_choice`` also "none")."""
-    for name in ("tools", "parallel_tool_calls", "functions", "function_call"):
+    """Check ``tools`` and ``tool_choice``; refuse the legacy fields.
+
+    Raises:
+        APIError: 400 naming ``functions``/``function_call`` ("use tools"),
+        ``tools[i].type``, ``tools[i].function``, ``tools[i].function.name``
+        (duplicate) or the offending part of ``tool_choice``.
+    """
+    for name in ("functions", "function_call"):
         if not _is_null(getattr(req, name)):
-            raise _not_supported(name, f"'{name}' (tool calling)")
-    if not _is_null(req.tool_choice) and _raw_value(req.tool_choice) != "none":
-        raise _not_supported("tool_choice", "'tool_choice' (tool calling)")
+            raise bad_request(f"'{name}' is deprecated and not supported; use 'tools' and 'tool_choice'", name)
+    seen: set[str] = set()
+    for index, tool in enumerate(req.tools or ()):
+        path = f"tools[{index}]"
+        _check_function_type(tool.type, tool.function, path, "tool")
+        name = tool.function.name  # type: ignore[union-attr]
+        if name in seen:
+            raise bad_request(f"Tool name '{name}' is used twice", f"{path}.function.name")
+        seen.add(name)
+    _check_tool_choice(req.tool_choice, seen)
 
 
-_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+def _check_function_type(kind: str, function: object, path: str, what: str) -> None:
+    """Require a ``type: "function"`` item (a tool or a tool call at ``path``)
+    that has its ``function``.
+
+    Raises:
+        APIError: 400 param ``path.type`` or ``path.function``.
+    """
+    if kind != "function":
+        raise _not_supported(f"{path}.type", f"{what} type '{kind}'")
+    if function is None:
+        raise bad_request(f"Missing required parameter: '{path}.function'", f"{path}.function")
+
+
+_TOOL_CHOICES = ("none", "auto", "required")
+
+
+def _check_tool_choice(choice: str | ToolChoiceParam | None, tool_names: set[str]) -> None:
+    """Check ``tool_choice`` against the names of the request's tools.
+
+    Raises:
+        APIError: 400 for an unknown mode or type, a choice other than
+        ``"none"`` without tools, or a function name not among the tools.
+    """
+    if choice is None or choice == "none":
+        return
+    if isinstance(choice, str):
+        if choice not in _TOOL_CHOICES:
+            raise bad_request(
+                f"Invalid value for 'tool_choice': '{choice}'; expected none, auto, required or a function",
+                "tool_choice",
+            )
+    else:
+        _check_function_type(choice.type, choice.function, "tool_choice", "tool_choice")
+    if not tool_names:
+        raise bad_request("'tool_choice' is only allowed when 'tools' are specified", "tool_choice")
+    if isinstance(choice, ToolChoiceParam) and choice.function.name not in tool_names:  # type: ignore[union-attr]
+        raise bad_request(
+            f"tool_choice names function '{choice.function.name}', which is not among 'tools'",  # type: ignore[union-attr]
+            "tool_choice.function.name",
+        )
+
+
+_THINKING_BY_EFFORT = {"none": False, "minimal": False, "low": True, "medium": True, "high": True}
+"""``reasoning_effort`` -> whether the model's reasoning mode is on."""
+
+
+def _check_thinking(req: ChatCompletionRequest) -> None:
+    """Check ``reasoning_effort`` and that it agrees with
+    ``chat_template_kwargs.enable_thinking``.
+
+    Raises:
+        APIError: 400 param ``reasoning_effort`` (unknown value) or
+        ``chat_template_kwargs.enable_thinking`` (contradicts it).
+    """
+    effort = req.reasoning_effort
+    if effort is not None and effort not in _THINKING_BY_EFFORT:
+        raise bad_request(
+            f"Invalid value for 'reasoning_effort': '{effort}'; expected one of {', '.join(_THINKING_BY_EFFORT)}",
+            "reasoning_effort",
+        )
+    enabled = req.chat_template_kwargs.enable_thinking if req.chat_template_kwargs else None
+    if effort is not None and enabled is not None and enabled != _THINKING_BY_EFFORT[effort]:
+        raise bad_request(
+            f"'chat_template_kwargs.enable_thinking' ({str(enabled).lower()}) contradicts "
+            f"'reasoning_effort' ('{effort}'); send only one",
+            "chat_template_kwargs.enable_thinking",
+        )
+
+
+_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 
 
 def _check_message(message: ChatMessageParam, path: str) -> None:
-    """Validate one message's role, content and echo-only fields.
+    """Validate one message's role, content and role-specific fields.
 
     Raises:
         APIError: 400 naming e.g. ``messages[2].content[0].type``.
     """
-    if message.role == "tool":
-        raise _not_supported(f"{path}.role", "role 'tool' (tool calling)")
     if message.role not in _ROLES:
         raise bad_request(
-            f"Invalid role '{message.role}'; expected one of system, developer, user, assistant",
+            f"Invalid role '{message.role}'; expected one of {', '.join(_ROLES)}",
             f"{path}.role",
         )
     if not _is_null(message.refusal):
         raise _not_supported(f"{path}.refusal", "a non-null message 'refusal'")
-    for name in ("function_call", "tool_call_id"):
-        if not _is_null(getattr(message, name)):
-            raise _not_supported(f"{path}.{name}", f"message '{name}' (tool calling)")
-    if not _is_null(message.tool_calls) and _raw_value(message.tool_calls) != []:
-        raise _not_supported(f"{path}.tool_calls", "message 'tool_calls' (tool calling)")
+    if not _is_null(message.function_call):
+        raise bad_request("message 'function_call' is deprecated and not supported; use 'tool_calls'", f"{path}.function_call")
+    _check_tool_fields(message, path)
+    _check_reasoning(message, path)
     if message.content is None and message.role != "assistant":
         raise bad_request(f"'content' is required for role '{message.role}'", f"{path}.content")
     if isinstance(message.content, list):
         for index, part in enumerate(message.content):
             _check_part(part, f"{path}.content[{index}]")
+
+
+def _check_tool_fields(message: ChatMessageParam, path: str) -> None:
+    """``tool_calls`` only on assistant messages, each a function call;
+    ``tool_call_id`` on, and only on, tool messages.
+
+    Raises:
+        APIError: 400 naming the field.
+    """
+    if message.tool_calls and message.role != "assistant":
+        raise bad_request("Only assistant messages may have 'tool_calls'", f"{path}.tool_calls")
+    for index, call in enumerate(message.tool_calls or ()):
+        _check_function_type(call.type, call.function, f"{path}.tool_calls[{index}]", "tool call")
+    if message.role == "tool" and message.tool_call_id is None:
+        raise bad_request("Missing required parameter: 'tool_call_id' (role 'tool')", f"{path}.tool_call_id")
+    if message.role != "tool" and message.tool_call_id is not None:
+        raise bad_request("Only tool messages may have 'tool_call_id'", f"{path}.tool_call_id")
+
+
+def _check_reasoning(message: ChatMessageParam, path: str) -> None:
+    """Reasoning only on assistant messages, under one name (or both names
+    with the same text).
+
+    Raises:
+        APIError: 400 naming the field.
+    """
+    for name in ("reasoning_content", "reasoning"):
+        if getattr(message, name) is not None and message.role != "assistant":
+            raise bad_request(f"Only assistant messages may have '{name}'", f"{path}.{name}")
+    both = message.reasoning_content is not None and message.reasoning is not None
+    if both and message.reasoning_content != message.reasoning:
+        raise bad_request("'reasoning_content' and 'reasoning' disagree; send only one", f"{path}.reasoning")
 
 
 def _check_part(part: ContentPart, path: str) -> None:
@@ -530,12 +790,102 @@ def _flatten(content: str | list[ContentPart] | None) -> str:
     return "".join(part.text or "" for part in content)
 
 
-def _chat_messages(req: ChatCompletionRequest) -> list[ChatMessage]:
-    """The request's messages with roles normalised and content flattened."""
+def _tool_calls(message: ChatMessageParam) -> list[ToolCall] | None:
+    """An assistant message's tool calls for the worker (None when none)."""
+    if not message.tool_calls:
+        return None
     return [
-        ChatMessage(role=_ROLES[m.role], content=_flatten(m.content), name=m.name)
-        for m in req.messages
+        ToolCall(id=call.id, name=call.function.name, arguments=call.function.arguments)  # type: ignore[union-attr]
+        for call in message.tool_calls
     ]
+
+
+def _chat_messages(req: ChatCompletionRequest) -> list[ChatMessage]:
+    """The request's messages for the worker: roles normalised, content
+    flattened, tool calls and reasoning carried over, and a tool message's
+    missing ``name`` filled in from the earlier call it answers."""
+    call_names: dict[str, str] = {}
+    messages = []
+    for m in req.messages:
+        calls = _tool_calls(m)
+        call_names.update((call.id, call.name) for call in calls or ())
+        name = m.name
+        if m.role == "tool" and name is None:
+            name = call_names.get(m.tool_call_id or "")
+        messages.append(
+            ChatMessage(
+                role=_ROLES[m.role],
+                content=_flatten(m.content),
+                name=name,
+                tool_calls=calls,
+                tool_call_id=m.tool_call_id,
+                reasoning=m.reasoning_content if m.reasoning_content is not None else m.reasoning,
+            )
+        )
+    return messages
+
+
+def _tools(req: ChatCompletionRequest) -> list[Tool] | None:
+    """The request's tools for the worker (None when it has none)."""
+    if not req.tools:
+        return None
+    return [
+        Tool(
+            name=tool.function.name,  # type: ignore[union-attr]
+            description=tool.function.description or "",  # type: ignore[union-attr]
+            parameters=tool.function.parameters or {},  # type: ignore[union-attr]
+        )
+        for tool in req.tools
+    ]
+
+
+def _tool_choice(req: ChatCompletionRequest) -> tuple[ToolChoice, str | None]:
+    """``(tool_choice, tool_choice_name)`` for the worker. Unset:
+    ``"auto"`` with tools, ``"none"`` without."""
+    choice = req.tool_choice
+    if choice is None:
+        return ("auto" if req.tools else "none"), None
+    if isinstance(choice, ToolChoiceParam):
+        return "function", choice.function.name  # type: ignore[union-attr]
+    return choice, None  # type: ignore[return-value]
+
+
+def _response_format(req: ChatCompletionRequest) -> ResponseFormat | None:
+    """The worker's output constraint (None for none or ``text``)."""
+    fmt = req.response_format
+    if fmt is None or fmt.type == "text":
+        return None
+    if fmt.type == "json_object":
+        return ResponseFormat(type="json_object")
+    schema = fmt.json_schema
+    return ResponseFormat(type="json_schema", schema=schema.schema, strict=bool(schema.strict))  # type: ignore[union-attr]
+
+
+def _thinking(req: ChatCompletionRequest) -> bool | None:
+    """Whether the model's reasoning mode is on (None: template default);
+    the checks guarantee both sources agree when both are set."""
+    if req.chat_template_kwargs is not None and req.chat_template_kwargs.enable_thinking is not None:
+        return req.chat_template_kwargs.enable_thinking
+    if req.reasoning_effort is not None:
+        return _THINKING_BY_EFFORT[req.reasoning_effort]
+    return None
+
+
+def _chat_generate_request(req: ChatCompletionRequest, request_id: str) -> GenerateRequest:
+    """:func:`to_generate_request` for a chat request."""
+    tool_choice, tool_choice_name = _tool_choice(req)
+    return GenerateRequest(
+        request_id=request_id,
+        sampling=_sampling(req, _chat_max_tokens(req)),
+        messages=_chat_messages(req),
+        n=req.n or 1,
+        tools=_tools(req),
+        tool_choice=tool_choice,
+        tool_choice_name=tool_choice_name,
+        parallel_tool_calls=req.parallel_tool_calls is not False,
+        response_format=_response_format(req),
+        thinking=_thinking(req),
+    )
 
 
 def to_generate_request(
@@ -543,26 +893,21 @@ def to_generate_request(
 ) -> GenerateRequest:
     """Translate a validated request into the worker's ``GenerateRequest``.
 
-    Chat requests carry ``messages``; completions carry ``prompt`` or
-    ``prompt_token_ids``. ``max_tokens`` stays None when the client set no
-    limit (the worker applies its default). ``n`` defaults to 1; ``timeout``
-    is left None for the engine to fill in.
+    Chat requests carry ``messages`` plus tools, tool choice, response
+    format and thinking (see the module docstring); completions carry
+    ``prompt`` or ``prompt_token_ids``. ``max_tokens`` stays None when the
+    client set no limit (the worker applies its default). ``n`` defaults to
+    1; ``timeout`` is left None for the engine to fill in.
     """
-    n = req.n or 1
     if isinstance(req, ChatCompletionRequest):
-        return GenerateRequest(
-            request_id=request_id,
-            sampling=_sampling(req, _chat_max_tokens(req)),
-            messages=_chat_messages(req),
-            n=n,
-        )
+        return _chat_generate_request(req, request_id)
     text, token_ids = prompt_input(req)
     return GenerateRequest(
         request_id=request_id,
         sampling=_sampling(req, req.max_tokens),
         prompt=text,
         prompt_token_ids=token_ids,
-        n=n,
+        n=req.n or 1,
     )
 
 

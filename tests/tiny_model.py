@@ -56,3 +56,24 @@ def build_tiny_model(out_dir: Path, seed: int = 0) -> Path:
     mx.save_safetensors(str(out_dir / "model.safetensors"), weights)
     (out_dir / "config.json").write_text(json.dumps(config, indent=2))
     return out_dir
+
+
+THINKING_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}"
+)
+"""A chat template whose generation prompt opens a ``<think>`` block, as
+reasoning models' templates do."""
+
+
+def build_thinking_model(out_dir: Path, base: Path) -> Path:
+    """A copy of the tiny model at ``base`` whose chat template opens a
+    reasoning block, so everything it generates is reasoning text."""
+    if (out_dir / "model.safetensors").exists():
+        return out_dir
+    shutil.copytree(base, out_dir)
+    config_path = out_dir / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    config["chat_template"] = THINKING_TEMPLATE
+    config_path.write_text(json.dumps(config, indent=2))
+    return out_dir

@@ -95,7 +95,9 @@ class Worker:
             started = time.monotonic()
             from worker.detok import TokenDecoder
             from worker.loader import load_model
+            from worker.grammar import GrammarCompiler
             from worker.prefix_cache import PrefixCache
+            from worker.prompt import model_formats
 
             loaded = load_model(self.config.source, dtype=self.config.dtype)
             context = loaded.context_length
@@ -108,6 +110,12 @@ class Worker:
                 context_length=context,
                 default_max_tokens=self.config.default_max_tokens,
                 vocab_size=vocab,
+                formats=model_formats(loaded.tokenizer, self.config.tool_parser, self.config.reasoning_parser),
+                grammars=GrammarCompiler(
+                    getattr(loaded.tokenizer, "_tokenizer", loaded.tokenizer),
+                    min(loaded.eos_token_ids),
+                    vocab,
+                ),
             )
             budget = self.config.prefix_cache_bytes
             scheduler = Scheduler(
@@ -191,23 +199,26 @@ class Worker:
     def _admit(self, request: GenerateRequest) -> None:
         assert self._prompts is not None and self._scheduler is not None
         try:
+            if request.count_only:
+                counted = self._prompts.count(request)
+                self._reply(RequestOutput(request_id=request.request_id, prompt_tokens=counted, finish_reason="stop"))
+                return
             admission = self._prompts.build(request)
         except PromptError as exc:
-            self.output.queue.put(
-                StepOutputs(
-                    step=-1,
-                    outputs=[
-                        RequestOutput(
-                            request_id=request.request_id,
-                            finish_reason="error",
-                            error=exc.message,
-                            error_kind=exc.kind,
-                        )
-                    ],
+            self._reply(
+                RequestOutput(
+                    request_id=request.request_id,
+                    finish_reason="error",
+                    error=exc.message,
+                    error_kind=exc.kind,
                 )
             )
             return
         self._scheduler.submit(admission)
+
+    def _reply(self, output: RequestOutput) -> None:
+        """Answer a request without the engine (a count, or a refusal)."""
+        self.output.queue.put(StepOutputs(step=-1, outputs=[output]))
 
 
 def blas_in_use() -> str:

@@ -17,7 +17,7 @@ import logging
 import queue
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import msgspec
 
@@ -26,6 +26,7 @@ from shared.protocol import (
     RequestOutput,
     StepOutputs,
     TokenLogprob,
+    ToolCallDelta,
     TopLogprob,
     WorkerStats,
 )
@@ -37,10 +38,27 @@ log = logging.getLogger("mlxd.worker.output")
 
 @dataclass
 class _Choice:
-    """Text state of one choice of a running request."""
+    """Text state of one choice of a running request: its detokenizer and
+    stop-string matcher, and its parser (None when its text is plain)."""
 
     stream: TextStream
+    parser: Any = None
     completion_tokens: int = 0
+
+
+def _parser(spec: Any) -> Any:
+    """The output parser an admission's ``OutputSpec`` asks for, or None."""
+    if spec is None or not (spec.tool_format or spec.reasoning_format):
+        return None
+    from worker.parsers import make_parser
+
+    return make_parser(
+        tool_format=spec.tool_format,
+        reasoning_format=spec.reasoning_format,
+        tools=spec.tools,
+        thinking_open=spec.thinking_open,
+        parallel_tool_calls=spec.parallel_tool_calls,
+    )
 
 
 @dataclass
@@ -111,7 +129,7 @@ class OutputLoop:
             self._live[item.request_id] = _Request(
                 item.prompt_tokens,
                 item.cached_tokens,
-                {i: _Choice(self.decoder.stream(item.stop)) for i in range(item.n)},
+                {i: _Choice(self.decoder.stream(item.stop), _parser(item.output)) for i in range(item.n)},
             )
         elif isinstance(item, Terminal):
             self._terminal(item)
@@ -136,7 +154,10 @@ class OutputLoop:
                 self._release(Release(request_id, index))
             elif finish == "length":
                 text += stream.finish()
-        if finish is None and not text and lp is None:
+        reasoning, calls = "", None
+        if choice.parser is not None:
+            text, reasoning, calls, finish = self._parse(choice.parser, text, finish, request_id, index)
+        if finish is None and not text and not reasoning and not calls and lp is None:
             return None
         if finish is not None:
             del request.choices[index]
@@ -151,7 +172,31 @@ class OutputLoop:
             completion_tokens=choice.completion_tokens,
             finish_reason=finish,  # type: ignore[arg-type]
             logprobs=[self._logprob(token, lp)] if lp is not None else None,
+            reasoning=reasoning,
+            tool_calls=calls,
+            stop_sequence=stream.matched if stream.stopped else None,
         )
+
+    def _parse(
+        self, parser: Any, text: str, finish: str | None, request_id: str, index: int
+    ) -> tuple[str, str, list[ToolCallDelta] | None, str | None]:
+        """Split ``text`` into content, reasoning and tool-call pieces; a
+        parser that has seen its only allowed call ends the choice with
+        ``tool_calls`` (and the scheduler drops it)."""
+        delta = parser.feed(text) if text else None
+        content = delta.content if delta else ""
+        reasoning = delta.reasoning if delta else ""
+        calls = list(delta.tool_calls) if delta else []
+        if finish is None and getattr(parser, "done", False):
+            finish = "tool_calls"
+            self._release(Release(request_id, index))
+        if finish is not None:
+            tail = parser.finish()
+            content, reasoning = content + tail.content, reasoning + tail.reasoning
+            calls += tail.tool_calls
+            if finish == "stop" and parser.saw_tool_call:
+                finish = "tool_calls"
+        return content, reasoning, calls or None, finish
 
     def _logprob(self, token: int, lp: TokenLogprobs) -> TokenLogprob:
         assert self.decoder is not None

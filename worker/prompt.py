@@ -1,16 +1,22 @@
-"""Turning a ``GenerateRequest`` into token ids, on the worker's input thread.
+"""Turning a ``GenerateRequest`` into an engine admission, on the worker's
+input thread.
 
-Chat templates are rendered by the tokenizer (transformers renders them in a
-sandboxed Jinja environment); nothing here touches MLX, so the scheduler
-thread never waits on templating or tokenization.
+This is where a request becomes tokens (chat template, tools), where its
+token budget is checked against the context, where grammars for structured
+output and forced tool calls are compiled, and where the settings of its
+output parsers are fixed. Nothing here touches MLX, so the scheduler thread
+never waits on templating, tokenization or grammar compilation.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
-from shared.protocol import ErrorKind, GenerateRequest
+from shared.protocol import ErrorKind, GenerateRequest, Tool
+from worker.chat_render import render, template_supports_tools
+from worker.grammar import GrammarCompiler, GrammarError
 from worker.scheduler import Admission
 
 
@@ -23,41 +29,79 @@ class PromptError(Exception):
         self.message = message
 
 
+@dataclass(frozen=True)
+class OutputSpec:
+    """How the output thread splits a request's text: the tool-call format
+    (None: no tool parsing), the reasoning format (None: no split), the
+    offered tools, whether the prompt already opened a reasoning block, and
+    whether several tool calls are allowed."""
+
+    tool_format: str | None
+    reasoning_format: str | None
+    tools: list[Tool] | None
+    thinking_open: bool
+    parallel_tool_calls: bool
+
+
+@dataclass(frozen=True)
+class ModelFormats:
+    """A model's output markup: ``tool_format`` and ``reasoning_format`` as
+    detected from its chat template (or set in the config), and the marker
+    that opens a reasoning block (to notice prompts that end inside one)."""
+
+    tool_format: str
+    reasoning_format: str | None
+    reasoning_open_marker: str | None
+
+
 class PromptBuilder:
-    """Tokenizes requests for one model.
+    """Builds admissions for one model.
 
     ``context_length`` caps prompt plus completion tokens;
-    ``default_max_tokens`` caps completions that set no ``max_tokens``.
-    ``vocab_size`` bounds token ids in prompts and logit biases.
-    Safe to use from one thread at a time (the input thread).
+    ``default_max_tokens`` caps completions that set no ``max_tokens``;
+    ``vocab_size`` bounds token ids in prompts and logit biases;
+    ``grammars`` compiles constraints. Used by one thread (the input thread).
     """
 
     def __init__(
-        self, tokenizer: Any, *, context_length: int, default_max_tokens: int, vocab_size: int
+        self,
+        tokenizer: Any,
+        *,
+        context_length: int,
+        default_max_tokens: int,
+        vocab_size: int,
+        formats: ModelFormats,
+        grammars: GrammarCompiler,
     ) -> None:
         self._tokenizer = tokenizer
         self.context_length = context_length
         self.default_max_tokens = default_max_tokens
         self.vocab_size = vocab_size
+        self.formats = formats
+        self._grammars = grammars
+
+    def count(self, request: GenerateRequest) -> int:
+        """The number of prompt tokens ``request`` renders to.
+
+        Raises:
+            PromptError: as :meth:`build` does for the prompt itself.
+        """
+        return len(self._tokens(request)[0])
 
     def build(self, request: GenerateRequest) -> Admission:
         """Return the admission for ``request``.
 
         Raises:
             PromptError: ``invalid_request`` for a prompt that renders to no
-                tokens, an out-of-vocabulary token id, or a template failure;
-                ``context_length_exceeded`` when the prompt plus
-                ``max_tokens`` does not fit the context.
+                tokens, an out-of-vocabulary token id, a template failure, an
+                invalid schema or tool grammar; ``context_length_exceeded``
+                when the prompt plus ``max_tokens`` does not fit.
         """
-        ids = self._tokens(request)
-        if not ids:
-            raise PromptError("invalid_request", "the prompt is empty after tokenization")
-        self._check_ids(ids, "prompt token")
-        self._check_ids(list(request.sampling.logit_bias), "logit_bias token")
+        ids, text = self._tokens(request)
         if request.n < 1:
             raise PromptError("invalid_request", "n must be at least 1")
-        if request.sampling.top_logprobs < 0:
-            raise PromptError("invalid_request", "top_logprobs must not be negative")
+        self._check_ids(list(request.sampling.logit_bias), "logit_bias token")
+        matchers = self._matchers(request)
         return Admission(
             request_id=request.request_id,
             prompt=ids,
@@ -65,24 +109,40 @@ class PromptBuilder:
             params=request.sampling,
             n=request.n,
             deadline=time.monotonic() + request.timeout if request.timeout else None,
+            matchers=matchers,
+            output=self._output_spec(request, text),
         )
 
-    def _tokens(self, request: GenerateRequest) -> list[int]:
+    # -- prompt -----------------------------------------------------------
+
+    def _tokens(self, request: GenerateRequest) -> tuple[list[int], str]:
         if request.prompt_token_ids is not None:
-            return list(request.prompt_token_ids)
-        if request.prompt is not None:
-            return list(self._tokenizer.encode(request.prompt))
-        messages = [
-            {"role": m.role, "content": m.content, **({"name": m.name} if m.name else {})}
-            for m in request.messages or []
-        ]
-        try:
-            text = self._tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=False
-            )
-        except Exception as exc:  # template errors are the request's fault
-            raise PromptError("invalid_request", f"chat template failed: {exc}") from exc
-        return list(self._tokenizer.encode(text, add_special_tokens=False))
+            ids, text = list(request.prompt_token_ids), ""
+        elif request.prompt is not None:
+            ids, text = list(self._tokenizer.encode(request.prompt)), request.prompt
+        else:
+            try:
+                text = render(
+                    self._tokenizer,
+                    list(request.messages or []),
+                    tools=self._offered_tools(request),
+                    thinking=request.thinking,
+                )
+            except Exception as exc:  # template errors are the request's fault
+                raise PromptError("invalid_request", f"chat template failed: {exc}") from exc
+            ids = list(self._tokenizer.encode(text, add_special_tokens=False))
+        if not ids:
+            raise PromptError("invalid_request", "the prompt is empty after tokenization")
+        self._check_ids(ids, "prompt token")
+        return ids, text
+
+    @staticmethod
+    def _offered_tools(request: GenerateRequest) -> list[Tool] | None:
+        if not request.tools or request.tool_choice == "none":
+            return None
+        if request.tool_choice == "function":
+            return [t for t in request.tools if t.name == request.tool_choice_name] or None
+        return list(request.tools)
 
     def _check_ids(self, ids: list[int], what: str) -> None:
         bad = next((t for t in ids if not 0 <= t < self.vocab_size), None)
@@ -109,3 +169,109 @@ class PromptBuilder:
                 f"({prompt_len} in the prompt, {requested} for the completion).",
             )
         return requested
+
+    # -- output shaping -----------------------------------------------------
+
+    def _matchers(self, request: GenerateRequest) -> list[Any] | None:
+        """One grammar matcher per choice, or None when unconstrained."""
+        forced = request.tools and request.tool_choice in ("required", "function")
+        if forced and request.response_format is not None:
+            raise PromptError(
+                "invalid_request", "response_format cannot be combined with a required tool call"
+            )
+        try:
+            if request.response_format is not None:
+                fmt = request.response_format
+                grammar = self._grammars.json_schema(fmt.schema if fmt.type == "json_schema" else None)
+            elif forced:
+                grammar = self._tool_grammar(request)
+            else:
+                return None
+            return [self._grammars.matcher(grammar) for _ in range(request.n)]
+        except GrammarError as exc:
+            raise PromptError("invalid_request", str(exc)) from exc
+
+    def _tool_grammar(self, request: GenerateRequest) -> str:
+        from worker.parsers import special_token_ids, tool_call_grammar
+
+        tools = self._offered_tools(request) or []
+        fmt = self._tool_format()
+        try:
+            source = tool_call_grammar(
+                fmt,
+                tools,
+                choice=request.tool_choice,
+                name=request.tool_choice_name,
+                parallel=request.parallel_tool_calls,
+                special_tokens=special_token_ids(fmt, self._tokenizer),
+            )
+        except NotImplementedError as exc:
+            raise PromptError("invalid_request", f"forced tool calls are not supported for this model: {exc}") from exc
+        except ValueError as exc:
+            raise PromptError("invalid_request", f"invalid tool definition: {exc}") from exc
+        return self._grammars.lark(source)
+
+    def _tool_format(self) -> str:
+        from worker.parsers import GENERIC_TOOL_FORMAT
+
+        template = getattr(self._tokenizer, "chat_template", None)
+        if template_supports_tools(template):
+            return self.formats.tool_format
+        return GENERIC_TOOL_FORMAT
+
+    def _output_spec(self, request: GenerateRequest, prompt_text: str) -> OutputSpec:
+        offered = self._offered_tools(request) if request.messages is not None else None
+        marker = self.formats.reasoning_open_marker
+        thinking_open = bool(
+            self.formats.reasoning_format
+            and marker
+            and request.messages is not None
+            and prompt_text.rstrip().endswith(marker)
+        )
+        return OutputSpec(
+            tool_format=self._tool_format() if offered else None,
+            reasoning_format=self.formats.reasoning_format if request.messages is not None else None,
+            tools=offered,
+            thinking_open=thinking_open,
+            parallel_tool_calls=request.parallel_tool_calls,
+        )
+
+
+REASONING_OPEN_MARKERS = {"think": "<think>", "think_mistral": "[THINK]"}
+"""The text that opens a reasoning block, per reasoning format."""
+
+
+def model_formats(tokenizer: Any, tool_parser: str, reasoning_parser: str) -> ModelFormats:
+    """The model's output markup: the configured formats, or (``auto``) the
+    ones its chat template and vocabulary show; ``none`` disables one.
+
+    Raises:
+        ValueError: a configured format name is unknown.
+    """
+    from worker.parsers import (
+        GENERIC_TOOL_FORMAT,
+        REASONING_FORMATS,
+        TOOL_FORMATS,
+        detect_reasoning_format,
+        detect_tool_format,
+    )
+
+    template = getattr(tokenizer, "chat_template", None)
+    vocab = list(getattr(tokenizer, "get_vocab", lambda: {})().keys())
+    if tool_parser == "auto":
+        tool = detect_tool_format(template, vocab) or GENERIC_TOOL_FORMAT
+    elif tool_parser in TOOL_FORMATS:
+        tool = tool_parser
+    else:
+        raise ValueError(f"unknown tool_parser {tool_parser!r}; one of auto, {', '.join(TOOL_FORMATS)}")
+    if reasoning_parser == "auto":
+        reasoning = detect_reasoning_format(template, vocab)
+    elif reasoning_parser == "none":
+        reasoning = None
+    elif reasoning_parser in REASONING_FORMATS:
+        reasoning = reasoning_parser
+    else:
+        raise ValueError(
+            f"unknown reasoning_parser {reasoning_parser!r}; one of auto, none, {', '.join(REASONING_FORMATS)}"
+        )
+    return ModelFormats(tool, reasoning, REASONING_OPEN_MARKERS.get(reasoning or ""))

@@ -38,7 +38,10 @@ class Admission:
     """A tokenized request ready for the engine (built on the input thread).
 
     ``max_tokens`` is already resolved against the context limit;
-    ``deadline`` is a ``time.monotonic()`` instant or None.
+    ``deadline`` is a ``time.monotonic()`` instant or None; ``matchers``
+    holds one grammar matcher per choice for constrained decoding;
+    ``output`` is passed through to the output thread untouched (how to
+    parse the text).
     """
 
     request_id: str
@@ -47,6 +50,8 @@ class Admission:
     params: SamplingParams
     n: int = 1
     deadline: float | None = None
+    matchers: list[Any] | None = None
+    output: Any = None
 
 
 @dataclass
@@ -72,13 +77,15 @@ class Stop:
 @dataclass
 class Started:
     """A request entered the engine: ``cached_tokens`` of its
-    ``prompt_tokens`` were reused from the prefix cache."""
+    ``prompt_tokens`` were reused from the prefix cache. ``output`` is the
+    admission's output settings."""
 
     request_id: str
     n: int
     prompt_tokens: int
     cached_tokens: int
     stop: list[str]
+    output: Any = None
 
 
 TokenLogprobs = tuple[float, list[tuple[int, float]]]
@@ -251,18 +258,18 @@ class Scheduler:
             uids, cached = self._insert(adm)
         except Exception as exc:  # a bad request must not take the worker down
             log.exception("could not admit %s", adm.request_id)
-            self._emit(Started(adm.request_id, adm.n, len(adm.prompt), 0, []))
+            self._emit(Started(adm.request_id, adm.n, len(adm.prompt), 0, [], adm.output))
             self._emit(Terminal(adm.request_id, "error", "internal", f"admission failed: {exc}"))
             return
         self._uids[adm.request_id] = uids
         if adm.deadline is not None:
             self._deadlines[adm.request_id] = adm.deadline
-        self._emit(Started(adm.request_id, adm.n, len(adm.prompt), cached, list(adm.params.stop)))
+        self._emit(Started(adm.request_id, adm.n, len(adm.prompt), cached, list(adm.params.stop), adm.output))
 
     def _insert(self, adm: Admission) -> tuple[list[int], int]:
         """Insert every choice of ``adm`` into the engine; return the uids and
         the number of prompt tokens reused from the prefix cache."""
-        from worker.sampling import make_processors, make_sampler
+        from worker.sampling import make_sampler
 
         prompt = adm.prompt
         found = self.cache.fetch(prompt) if self.cache else Lookup(None, 0, list(prompt))
@@ -283,13 +290,24 @@ class Scheduler:
                 caches=[cache] if cache is not None else None,
                 all_tokens=[list(prompt[:done])],
                 samplers=[make_sampler(params, choice=i)],
-                logits_processors=[make_processors(params, len(prompt), self._eos)],
+                logits_processors=[self._processors(adm, i)],
                 stop_sequences=[stops],
             )
             top = params.top_logprobs if params.logprobs else None
             self._seqs[uid] = _Seq(adm.request_id, i, top)
             uids.append(uid)
         return uids, found.cached
+
+    def _processors(self, adm: Admission, choice: int) -> list[Any]:
+        """The logits processors of one choice: sampling penalties and biases,
+        then its grammar (last, so nothing can re-allow a masked token)."""
+        from worker.grammar import grammar_processor
+        from worker.sampling import make_processors
+
+        processors = make_processors(adm.params, len(adm.prompt), self._eos)
+        if adm.matchers is not None:
+            processors.append(grammar_processor(adm.matchers[choice], len(adm.prompt)))
+        return processors
 
     def _prefill(self, cache: list[Any] | None, prompt: list[int], start: int) -> list[Any]:
         """Feed ``prompt[start:-1]`` into ``cache`` (a fresh one when None) so

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
+import json
 
 import openai
 import pytest
@@ -46,3 +47,73 @@ def test_real_model_batches_concurrent_requests(client, real_server):
     assert "Paris" in answers[0].choices[0].message.content
     assert all(a.choices[0].message.content for a in answers)
     assert real_server.wait_ready(REAL)["stats"]["max_batch_seen"] >= 2
+
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 40},
+        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+        "city": {"type": "string", "maxLength": 40},
+    },
+    "required": ["name", "age", "city"],
+    "additionalProperties": False,
+}
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather for a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 40}, "unit": {"type": "string", "enum": ["c", "f"]}},
+            "required": ["city", "unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+def test_structured_outputs_share_the_batch(client):
+    """Schema-constrained requests (streaming and not) and a forced tool call
+    run alongside unconstrained ones; every constrained output validates."""
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
+    person = [{"role": "user", "content": "Invent a person who lives in Paris. Answer in JSON."}]
+
+    def constrained():
+        r = client.chat.completions.create(model=REAL, messages=person, response_format=fmt, max_tokens=60, temperature=0)
+        return r.choices[0].message.content
+
+    def constrained_stream():
+        chunks = client.chat.completions.create(
+            model=REAL, messages=person, response_format=fmt, max_tokens=60, temperature=0.7, seed=3, stream=True
+        )
+        return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+    def tool_call():
+        r = client.chat.completions.create(
+            model=REAL, messages=[{"role": "user", "content": "What's the weather in Paris?"}],
+            tools=[WEATHER_TOOL], tool_choice="required", max_tokens=60, temperature=0,
+        )
+        return r.choices[0].message.tool_calls[0].function
+
+    def any_object():
+        r = client.chat.completions.create(
+            model=REAL, messages=person, response_format={"type": "json_object"}, max_tokens=80, temperature=0
+        )
+        return r.choices[0].message.content
+
+    def free():
+        return client.chat.completions.create(model=REAL, messages=QUESTION, max_tokens=20, temperature=0)
+
+    with cf.ThreadPoolExecutor(6) as pool:
+        jobs = [pool.submit(f) for f in (constrained, constrained_stream, tool_call, free, any_object)]
+        results = [j.result() for j in jobs]
+    assert isinstance(json.loads(results[4]), dict)
+    for text in results[:2]:
+        data = json.loads(text)
+        assert set(data) == {"name", "age", "city"} and isinstance(data["age"], int)
+    call = results[2]
+    args = json.loads(call.arguments)
+    assert call.name == "get_weather" and set(args) == {"city", "unit"} and args["unit"] in ("c", "f")
+    assert "Paris" in results[3].choices[0].message.content

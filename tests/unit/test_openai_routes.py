@@ -30,7 +30,18 @@ from gateway.openai_routes import (
     list_models,
     retrieve_model,
 )
-from shared.protocol import GenerateRequest, RequestOutput, TokenLogprob, TopLogprob
+from shared.config import Config, ServerConfig
+from shared.protocol import (
+    ChatMessage,
+    GenerateRequest,
+    RequestOutput,
+    ResponseFormat,
+    TokenLogprob,
+    Tool,
+    ToolCall,
+    ToolCallDelta,
+    TopLogprob,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -44,7 +55,17 @@ def anyio_backend():
 
 
 def out(
-    text="", finish=None, prompt=5, completion=0, error=None, kind=None, index=0, cached=0, logprobs=None
+    text="",
+    finish=None,
+    prompt=5,
+    completion=0,
+    error=None,
+    kind=None,
+    index=0,
+    cached=0,
+    logprobs=None,
+    reasoning="",
+    tools=None,
 ) -> RequestOutput:
     return RequestOutput(
         request_id="?",
@@ -57,6 +78,8 @@ def out(
         index=index,
         cached_tokens=cached,
         logprobs=logprobs,
+        reasoning=reasoning,
+        tool_calls=tools,
     )
 
 
@@ -167,7 +190,7 @@ class ScriptedEngine:
         return self.streams[0]
 
 
-def make_app(engine: ScriptedEngine) -> Starlette:
+def make_app(engine: ScriptedEngine, config: Config | None = None) -> Starlette:
     app = Starlette(
         routes=[
             Route("/v1/chat/completions", chat_completions, methods=["POST"]),
@@ -177,16 +200,18 @@ def make_app(engine: ScriptedEngine) -> Starlette:
         ]
     )
     app.state.engine = engine
+    if config is not None:
+        app.state.config = config
     return app
 
 
-def http(engine: ScriptedEngine) -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=httpx.ASGITransport(make_app(engine)), base_url="http://test")
+def http(engine: ScriptedEngine, config: Config | None = None) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(make_app(engine, config)), base_url="http://test")
 
 
-def sdk(engine: ScriptedEngine) -> openai.AsyncOpenAI:
+def sdk(engine: ScriptedEngine, config: Config | None = None) -> openai.AsyncOpenAI:
     # openai 3.x is built on httpx2, which has the same ASGI transport.
-    transport = httpx2.ASGITransport(make_app(engine))
+    transport = httpx2.ASGITransport(make_app(engine, config))
     return openai.AsyncOpenAI(
         base_url="http://test/v1",
         api_key="x",
@@ -396,11 +421,11 @@ async def test_chat_stream_frames_with_usage():
     assert len({c["created"] for c in chunks}) == 1
     choices = [c["choices"] for c in chunks]
     assert choices == [
-        [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}],
-        [{"index": 0, "delta": {"content": "Hel"}, "logprobs": None, "finish_reason": None}],
-        [{"index": 0, "delta": {"content": "lo"}, "logprobs": None, "finish_reason": None}],
-        [{"index": 0, "delta": {"content": "!"}, "logprobs": None, "finish_reason": None}],
-        [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}],
+        [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}],
+        [{"index": 0, "delta": {"content": "Hel"}, "finish_reason": None}],
+        [{"index": 0, "delta": {"content": "lo"}, "finish_reason": None}],
+        [{"index": 0, "delta": {"content": "!"}, "finish_reason": None}],
+        [{"index": 0, "delta": {}, "finish_reason": "stop"}],
         [],
     ]
     assert all(c["usage"] is None for c in chunks[:-1])
@@ -686,11 +711,11 @@ def test_chunk_templates_escape_everything(include_usage):
     frame = chat.output(out(text, index=1))
     assert frame.startswith(b"data: ") and frame.endswith(b"\n\n") and frame.count(b"\n") == 2
     assert json.loads(frame[6:]) == {
-        **head, "choices": [{"index": 1, "delta": {"content": text}, "logprobs": None, "finish_reason": None}], **extra,
+        **head, "choices": [{"index": 1, "delta": {"content": text}, "finish_reason": None}], **extra,
     }
     frames = sse_data(chat.output(out(finish="length", index=0)) + chat.final_usage(fmt.usage(2, 3, 1)))
     assert json.loads(frames[0]) == {
-        **head, "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "length"}], **extra,
+        **head, "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}], **extra,
     }
     if include_usage:
         assert json.loads(frames[1]) == {**head, "choices": [], "usage": usage_dict(2, 3, 1)}
@@ -836,7 +861,7 @@ async def test_error_in_one_choice_ends_the_stream():
     assert json.loads(data[-2])["error"]["code"] == "model_unavailable"
     chunks = [json.loads(d) for d in data[:-2]]
     assert all(c["choices"] for c in chunks)  # no usage chunk after an error
-    assert chunks[-1]["choices"][0] == {"index": 0, "delta": {"content": "!"}, "logprobs": None, "finish_reason": None}
+    assert chunks[-1]["choices"][0] == {"index": 0, "delta": {"content": "!"}, "finish_reason": None}
 
 
 async def test_error_in_one_choice_fails_non_streaming():
@@ -933,7 +958,7 @@ async def test_logprobs_not_requested_stay_null_even_if_sent():
         whole = await client.post("/v1/completions", json={"model": "m", "prompt": "x"})
     chunks = [json.loads(d)["choices"][0] for d in sse_data(resp.content)[:-1]]
     assert [c["delta"] for c in chunks] == [{"role": "assistant", "content": ""}, {"content": "Hé"}, {"content": "!"}, {}]
-    assert all(c["logprobs"] is None for c in chunks)
+    assert all("logprobs" not in c for c in chunks)  # chunks carry the key only when asked
     assert whole.json()["choices"][0]["logprobs"] is None
 
 
@@ -1075,8 +1100,300 @@ def test_chunk_builders_without_logprobs_use_templates_only():
 
     chat = fmt.ChatChunkStream("r", 1, "m", False, n=3)
     comp = fmt.CompletionChunkStream("r", 1, "m", False, n=3)
-    assert chat.content(out("", index=2)) == b"" and comp.content(out("", index=2)) == b""
-    assert chat.content(out("", index=2, logprobs=[lp("a", -1.0)])) == b""  # not requested
+    assert chat.deltas(out("", index=2)) == b"" and comp.deltas(out("", index=2)) == b""
+    assert chat.deltas(out("", index=2, logprobs=[lp("a", -1.0)])) == b""  # not requested
     frame = json.loads(sse_data(comp.output(out("z", index=2, logprobs=[lp("a", -1.0)])))[0])
     assert frame["choices"] == [{"text": "z", "index": 2, "logprobs": None, "finish_reason": None}]
     assert len(sse_data(chat.start())) == 3
+
+
+# --- tool calls, reasoning, response formats ---------------------------------------------------
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+TOOL_CHAT = {**CHAT, "tools": [WEATHER_TOOL]}
+
+
+def call(index=0, arguments="", id=None, name=None) -> ToolCallDelta:
+    return ToolCallDelta(index=index, id=id, name=name, arguments=arguments)
+
+
+# The wire-formats.md (section 1) example: text, one call in three pieces, finish.
+WIRE_SCRIPT = [
+    out("Let me check", prompt=42, completion=3, cached=32),
+    out(tools=[call(0, id="call_1", name="get_weather")], prompt=42, completion=8, cached=32),
+    out(tools=[call(0, '{"city": ')], prompt=42, completion=12, cached=32),
+    out(tools=[call(0, '"Paris"}')], prompt=42, completion=16, cached=32),
+    out(finish="tool_calls", prompt=42, completion=17, cached=32),
+]
+
+# wire-formats.md section 1, verbatim; "…" stands for the constant chunk head
+WIRE_FRAMES = """\
+data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1735000000,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}],"usage":null}
+data: {…,"choices":[{"index":0,"delta":{"content":"Let me check"},"finish_reason":null}],"usage":null}
+data: {…,"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"get_weather","arguments":""}}]},"finish_reason":null}],"usage":null}
+data: {…,"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\\"city\\": "}}]},"finish_reason":null}],"usage":null}
+data: {…,"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\\"Paris\\"}"}}]},"finish_reason":null}],"usage":null}
+data: {…,"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}],"usage":null}
+data: {…,"choices":[],"usage":{"prompt_tokens":42,"completion_tokens":17,"total_tokens":59,"prompt_tokens_details":{"cached_tokens":32}}}
+data: [DONE]
+"""
+
+
+async def test_tool_call_stream_raw_frames_match_wire_formats():
+    engine = ScriptedEngine(WIRE_SCRIPT)
+    body = {**TOOL_CHAT, "stream": True, "stream_options": {"include_usage": True}}
+    async with http(engine) as client:
+        resp = await client.post("/v1/chat/completions", json=body)
+    first = json.loads(sse_data(resp.content)[0])
+    head = '{"id":"%s","object":"chat.completion.chunk","created":%d,"model":"m"' % (first["id"], first["created"])
+    expected = (
+        WIRE_FRAMES.replace('{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1735000000,"model":"m"', head)
+        .replace("{…", head)
+        .replace("\n", "\n\n")
+    )
+    assert resp.content.decode() == expected
+
+
+async def test_tool_call_stream_sdk_accumulator():
+    script = [
+        out(reasoning="User wants ", completion=1),
+        out(reasoning="weather.", completion=2),
+        out("Checking.", completion=3),
+        out(tools=[call(0, '{"city"', id="call_a", name="get_weather")], completion=4),
+        out(tools=[call(0, ': "Paris"}'), call(1, "", id="call_b", name="get_weather")], completion=5),
+        out(tools=[call(1, '{"city": "Rome"}')], completion=6),
+        out(finish="tool_calls", completion=7),
+    ]
+    engine = ScriptedEngine(script)
+    async with sdk(engine) as client:
+        async with client.chat.completions.stream(**TOOL_CHAT, stream_options={"include_usage": True}) as stream:
+            final = await stream.get_final_completion()
+    choice = final.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content == "Checking."
+    calls = choice.message.tool_calls
+    assert [(c.index, c.id, c.type, c.function.name, c.function.arguments) for c in calls] == [
+        (0, "call_a", "function", "get_weather", '{"city": "Paris"}'),
+        (1, "call_b", "function", "get_weather", '{"city": "Rome"}'),
+    ]
+    assert choice.message.model_extra["reasoning_content"] == "User wants weather."
+    assert final.usage.completion_tokens == 7
+
+
+async def test_tool_call_non_streaming_sdk():
+    script = [out(tools=[call(0, '{"city": ', id="call_1", name="get_weather")]), out(tools=[call(0, '"Paris"}')]), out(finish="tool_calls", completion=9)]
+    engine = ScriptedEngine(script)
+    async with sdk(engine) as client:
+        result = await client.chat.completions.create(**TOOL_CHAT, tool_choice="required")
+    choice = result.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content is None
+    [tool_call] = choice.message.tool_calls
+    assert (tool_call.id, tool_call.type, tool_call.function.name) == ("call_1", "function", "get_weather")
+    assert json.loads(tool_call.function.arguments) == {"city": "Paris"}
+    assert engine.submitted[0][1].tool_choice == "required"
+
+
+async def test_tool_call_non_streaming_raw_shape():
+    script = [out("Sure.", reasoning="hmm"), out(tools=[call(3, "{}", id="c1", name="f")]), out(finish="tool_calls")]
+    engine = ScriptedEngine(script)
+    async with http(engine) as client:
+        resp = await client.post("/v1/chat/completions", json=TOOL_CHAT)
+    assert resp.json()["choices"] == [
+        {
+            "index": 0,
+            "message": {
+                "role": "assistant",
+                "content": "Sure.",
+                "refusal": None,
+                "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+                "reasoning_content": "hmm",
+            },
+            "logprobs": None,
+            "finish_reason": "tool_calls",
+        }
+    ]
+
+
+async def test_plain_answer_has_no_tool_or_reasoning_keys():
+    engine = ScriptedEngine([out(finish="stop")])
+    async with http(engine) as client:
+        resp = await client.post("/v1/chat/completions", json=TOOL_CHAT)
+    assert resp.json()["choices"][0]["message"] == {"role": "assistant", "content": "", "refusal": None}
+
+
+@pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
+async def test_reasoning_field_is_configurable(field):
+    other = {"reasoning_content": "reasoning", "reasoning": "reasoning_content"}[field]
+    config = Config(server=ServerConfig(reasoning_field=field))
+    engine = ScriptedEngine([out(reasoning="Think", completion=1), out(reasoning="ing."), out("Answer", "stop")])
+    async with http(engine, config) as client:
+        whole = await client.post("/v1/chat/completions", json=CHAT)
+        streamed = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
+    message = whole.json()["choices"][0]["message"]
+    assert message[field] == "Thinking." and other not in message
+    deltas = [json.loads(d)["choices"][0]["delta"] for d in sse_data(streamed.content)[:-1]]
+    assert deltas == [{"role": "assistant", "content": ""}, {field: "Think"}, {field: "ing."}, {"content": "Answer"}, {}]
+
+
+async def test_reasoning_via_sdk_with_reasoning_name():
+    config = Config(server=ServerConfig(reasoning_field="reasoning"))
+    engine = ScriptedEngine([out("4", "stop", reasoning="2+2")])
+    async with sdk(engine, config) as client:
+        result = await client.chat.completions.create(**CHAT)
+        async with client.chat.completions.stream(**CHAT) as stream:
+            final = await stream.get_final_completion()
+    assert result.choices[0].message.model_extra == {"reasoning": "2+2"}
+    assert final.choices[0].message.model_extra["reasoning"] == "2+2"
+    assert final.choices[0].message.content == "4"
+
+
+async def test_one_output_with_reasoning_text_and_tool_call_is_split_in_order():
+    engine = ScriptedEngine([out("Hi", "tool_calls", reasoning="r", tools=[call(0, '{"a": 1}', id="c", name="f")])])
+    async with http(engine) as client:
+        resp = await client.post("/v1/chat/completions", json={**TOOL_CHAT, "stream": True})
+    choices = [json.loads(d)["choices"] for d in sse_data(resp.content)[:-1]]
+    assert choices == [
+        [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}],
+        [{"index": 0, "delta": {"reasoning_content": "r"}, "finish_reason": None}],
+        [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": None}],
+        [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "c", "type": "function", "function": {"name": "f", "arguments": ""}}]}, "finish_reason": None}],
+        [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": '{"a": 1}'}}]}, "finish_reason": None}],
+        [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}],
+    ]
+
+
+async def test_tool_call_indexes_are_dense_and_ids_filled_in():
+    # worker indexes 5 and 2 become 0 and 1; a first piece without id gets one
+    script = [out(tools=[call(5, "{}", id="a", name="f"), call(2, "{", name="g")]), out(tools=[call(2, "}")]), out(finish="tool_calls")]
+    engine = ScriptedEngine(script)
+    async with http(engine) as client:
+        streamed = await client.post("/v1/chat/completions", json={**TOOL_CHAT, "stream": True})
+        whole = await client.post("/v1/chat/completions", json=TOOL_CHAT)
+    pieces = [c for d in sse_data(streamed.content)[1:-2] for c in json.loads(d)["choices"][0]["delta"]["tool_calls"]]
+    assert [p["index"] for p in pieces] == [0, 0, 1, 1, 1]
+    assert pieces[2]["id"].startswith("call_") and len(pieces[2]["id"]) > len("call_")
+    calls = whole.json()["choices"][0]["message"]["tool_calls"]
+    assert [(c["function"]["name"], c["function"]["arguments"]) for c in calls] == [("f", "{}"), ("g", "{}")]
+    assert calls[0]["id"] == "a" and calls[1]["id"].startswith("call_")
+
+
+TOOL_TWO = [
+    out(tools=[call(0, '{"n": 0}', id="c0", name="get_weather")], index=0, completion=1),
+    out("plain", index=1, completion=1),
+    out(tools=[call(0, '{"n": 1}', id="c1", name="get_weather")], index=1, completion=2),
+    out(tools=[call(1, "{}", id="c2", name="get_weather")], index=1, completion=3),
+    out(finish="tool_calls", index=1, completion=3),
+    out(finish="tool_calls", index=0, completion=1),
+]
+
+
+async def test_tool_calls_with_two_choices_non_streaming():
+    engine = ScriptedEngine(TOOL_TWO)
+    async with sdk(engine) as client:
+        result = await client.chat.completions.create(**TOOL_CHAT, n=2)
+    first, second = result.choices
+    assert first.message.content is None and [c.id for c in first.message.tool_calls] == ["c0"]
+    assert second.message.content == "plain" and [c.id for c in second.message.tool_calls] == ["c1", "c2"]
+    assert first.finish_reason == second.finish_reason == "tool_calls"
+    assert result.usage.completion_tokens == 4
+
+
+async def test_tool_calls_with_two_choices_stream():
+    engine = ScriptedEngine(TOOL_TWO)
+    async with sdk(engine) as client:
+        async with client.chat.completions.stream(**TOOL_CHAT, n=2) as stream:
+            final = await stream.get_final_completion()
+    first, second = final.choices
+    assert [(c.index, c.id, c.function.arguments) for c in first.message.tool_calls] == [(0, "c0", '{"n": 0}')]
+    assert [(c.index, c.id, c.function.arguments) for c in second.message.tool_calls] == [(0, "c1", '{"n": 1}'), (1, "c2", "{}")]
+    assert first.finish_reason == second.finish_reason == "tool_calls"
+
+
+async def test_tool_call_chunks_carry_null_logprobs_when_asked():
+    engine = ScriptedEngine([out(tools=[call(0, "{}", id="c", name="f")]), out(finish="tool_calls")])
+    async with http(engine) as client:
+        resp = await client.post("/v1/chat/completions", json={**TOOL_CHAT, "stream": True, "logprobs": True})
+    choices = [json.loads(d)["choices"][0] for d in sse_data(resp.content)[:-1]]
+    assert all(c["logprobs"] is None for c in choices) and len(choices) == 4
+
+
+async def test_error_output_delivers_its_pieces_before_the_error():
+    script = [out(tools=[call(0, "{", id="c", name="f")]), out(finish="error", error="boom", kind="internal", reasoning="r", tools=[call(0, "}")])]
+    engine = ScriptedEngine(script)
+    async with http(engine) as client:
+        resp = await client.post("/v1/chat/completions", json={**TOOL_CHAT, "stream": True})
+    data = sse_data(resp.content)
+    deltas = [json.loads(d)["choices"][0]["delta"] for d in data[1:-2]]
+    assert deltas[-2:] == [{"reasoning_content": "r"}, {"tool_calls": [{"index": 0, "function": {"arguments": "}"}}]}]
+    assert json.loads(data[-2])["error"]["code"] == "internal_error"
+
+
+async def test_request_translation_reaches_the_engine():
+    history = [
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": None, "reasoning_content": "r", "tool_calls": [{"id": "c", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c", "content": "sunny"},
+    ]
+    schema = {"type": "object", "properties": {"w": {"type": "string"}}}
+    engine = ScriptedEngine([out("{}", "stop")])
+    async with sdk(engine) as client:
+        await client.chat.completions.create(
+            model="m",
+            messages=history,
+            tools=[WEATHER_TOOL],
+            tool_choice={"type": "function", "function": {"name": "get_weather"}},
+            parallel_tool_calls=False,
+            response_format={"type": "json_schema", "json_schema": {"name": "w", "schema": schema, "strict": True}},
+            reasoning_effort="low",
+        )
+    gen = engine.submitted[0][1]
+    assert gen.tools == [Tool(name="get_weather", parameters=WEATHER_TOOL["function"]["parameters"])]
+    assert (gen.tool_choice, gen.tool_choice_name, gen.parallel_tool_calls) == ("function", "get_weather", False)
+    assert gen.response_format == ResponseFormat(type="json_schema", schema=schema, strict=True)
+    assert gen.thinking is True
+    assert gen.messages[1:] == [
+        ChatMessage(role="assistant", content="", tool_calls=[ToolCall(id="c", name="get_weather", arguments="{}")], reasoning="r"),
+        ChatMessage(role="tool", content="sunny", name="get_weather", tool_call_id="c"),
+    ]
+
+
+async def test_tool_and_format_errors_are_400_via_sdk():
+    engine = ScriptedEngine([out("x", "stop")])
+    async with sdk(engine) as client:
+        with pytest.raises(openai.BadRequestError) as info:
+            await client.chat.completions.create(**CHAT, tool_choice="required")
+        assert info.value.body["param"] == "tool_choice"
+        with pytest.raises(openai.BadRequestError) as info:
+            await client.chat.completions.create(**CHAT, response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": [1]}})
+        assert info.value.body["param"] == "response_format.json_schema.schema"
+    assert engine.submitted == []
+
+
+async def test_completions_refuse_tools_and_response_format():
+    engine = ScriptedEngine([out("x", "stop")])
+    async with http(engine) as client:
+        for field, value in (("tools", [WEATHER_TOOL]), ("response_format", {"type": "json_object"})):
+            resp = await client.post("/v1/completions", json={"model": "m", "prompt": "x", field: value})
+            assert resp.status_code == 400 and resp.json()["error"]["param"] == field
+    assert engine.submitted == []
+
+
+def test_chunk_stream_tool_call_escaping():
+    from gateway import openai_format as fmt
+
+    chat = fmt.ChatChunkStream("r", 1, "m", False, reasoning_field="reasoning")
+    name, args, reasoning = 'we"ird\n', '{"q": "\\u2028\u2028"}', 'a"\n\x00'
+    frames = sse_data(chat.output(out(reasoning=reasoning, tools=[call(0, args, id='i"d', name=name)])))
+    deltas = [json.loads(f)["choices"][0]["delta"] for f in frames]
+    assert deltas == [
+        {"reasoning": reasoning},
+        {"tool_calls": [{"index": 0, "id": 'i"d', "type": "function", "function": {"name": name, "arguments": ""}}]},
+        {"tool_calls": [{"index": 0, "function": {"arguments": args}}]},
+    ]

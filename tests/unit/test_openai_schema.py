@@ -15,7 +15,7 @@ from gateway.openai_schema import (
     include_usage,
     to_generate_request,
 )
-from shared.protocol import ChatMessage, GenerateRequest, SamplingParams
+from shared.protocol import ChatMessage, GenerateRequest, ResponseFormat, SamplingParams, Tool, ToolCall
 
 USER = [{"role": "user", "content": "hi"}]
 
@@ -316,10 +316,8 @@ def test_messages_bounds():
 
 
 def test_roles():
-    chat_refused("messages[0].role", messages=[{"role": "tool", "content": "x", "tool_call_id": "c"}])
-    err = chat_refused("messages[1].role", messages=[USER[0], {"role": "tool", "content": "x"}])
-    assert "not supported yet" in err.message
-    chat_refused("messages[0].role", messages=[{"role": "wizard", "content": "x"}])
+    err = chat_refused("messages[0].role", messages=[{"role": "wizard", "content": "x"}])
+    assert "tool" in err.message
     chat_refused("messages[0].role", messages=[{"content": "x"}])
 
 
@@ -359,35 +357,25 @@ def test_null_content_only_for_assistant():
 
 def test_message_echo_fields():
     chat_refused("messages[0].refusal", messages=[{"role": "assistant", "content": "", "refusal": "no"}])
-    tool_call = [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
-    chat_refused("messages[0].tool_calls", messages=[{"role": "assistant", "content": None, "tool_calls": tool_call}])
-    chat_refused("messages[0].function_call", messages=[{"role": "assistant", "function_call": {"name": "f"}}])
+    err = chat_refused("messages[0].function_call", messages=[{"role": "assistant", "function_call": {"name": "f"}}])
+    assert "use 'tool_calls'" in err.message
 
 
 def test_message_name_bounds():
     chat_refused("messages[0].name", messages=[{"role": "user", "content": "x", "name": "n" * 257}])
 
 
-# --- unsupported features ----------------------------------------------------------------
+# --- legacy function calling ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "field,value",
-    [
-        ("response_format", {"type": "json_object"}),
-        ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}),
-        ("tools", [{"type": "function", "function": {"name": "f"}}]),
-        ("tools", []),
-        ("tool_choice", "auto"),
-        ("tool_choice", {"type": "function", "function": {"name": "f"}}),
-        ("parallel_tool_calls", True),
-        ("functions", [{"name": "f"}]),
-        ("function_call", "auto"),
-    ],
-)
-def test_unsupported_features_refused(field, value):
+@pytest.mark.parametrize("field,value", [("functions", [{"name": "f"}]), ("function_call", "auto")])
+def test_legacy_function_fields_refused(field, value):
     err = chat_refused(field, **{field: value})
-    assert "not supported" in err.message
+    assert "use 'tools'" in err.message
+
+
+def test_legacy_function_fields_null_accepted():
+    decode_chat_request(chat_body(functions=None, function_call=None))
 
 
 def test_stream_options_requires_stream():
@@ -571,3 +559,247 @@ def test_min_tokens_above_max_tokens():
     completion_refused("min_tokens", min_tokens=5, max_tokens=4)
     decode_chat_request(chat_body(min_tokens=4, max_completion_tokens=4))
     decode_chat_request(chat_body(min_tokens=0, max_tokens=1))
+
+
+# --- tools ------------------------------------------------------------------------------------
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather of a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        "strict": True,
+    },
+}
+TIME = {"type": "function", "function": {"name": "get-time_2"}}
+
+
+def test_tools_translation():
+    gen = to_generate_request(decode_chat_request(chat_body(tools=[WEATHER, TIME])), "r")
+    assert gen.tools == [
+        Tool(name="get_weather", description="Weather of a city", parameters=WEATHER["function"]["parameters"]),
+        Tool(name="get-time_2", description="", parameters={}),
+    ]
+    assert gen.tool_choice == "auto" and gen.tool_choice_name is None
+    assert gen.parallel_tool_calls is True
+
+
+def test_no_tools_defaults():
+    for body in (chat_body(), chat_body(tools=[]), chat_body(tools=None, tool_choice="none")):
+        gen = to_generate_request(decode_chat_request(body), "r")
+        assert gen.tools is None and gen.tool_choice == "none" and gen.tool_choice_name is None
+
+
+@pytest.mark.parametrize(
+    "choice,expected",
+    [
+        ("none", ("none", None)),
+        ("auto", ("auto", None)),
+        ("required", ("required", None)),
+        ({"type": "function", "function": {"name": "get-time_2"}}, ("function", "get-time_2")),
+    ],
+)
+def test_tool_choice_variants(choice, expected):
+    gen = to_generate_request(decode_chat_request(chat_body(tools=[WEATHER, TIME], tool_choice=choice)), "r")
+    assert (gen.tool_choice, gen.tool_choice_name) == expected
+
+
+def test_parallel_tool_calls():
+    gen = to_generate_request(decode_chat_request(chat_body(tools=[WEATHER], parallel_tool_calls=False)), "r")
+    assert gen.parallel_tool_calls is False
+    chat_refused("parallel_tool_calls", tools=[WEATHER], parallel_tool_calls="no")
+
+
+def test_tool_choice_refusals():
+    err = chat_refused("tool_choice.function.name", tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "nope"}})
+    assert "nope" in err.message
+    err = chat_refused("tool_choice", tool_choice="auto")
+    assert "'tools'" in err.message
+    chat_refused("tool_choice", tool_choice="required", tools=[])
+    chat_refused("tool_choice", tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    chat_refused("tool_choice", tools=[WEATHER], tool_choice="sometimes")
+    chat_refused("tool_choice", tools=[WEATHER], tool_choice=5)
+    chat_refused("tool_choice.type", tools=[WEATHER], tool_choice={"type": "custom", "custom": {"name": "x"}})
+    chat_refused("tool_choice.type", tools=[WEATHER], tool_choice={"type": "allowed_tools", "allowed_tools": {}})
+    chat_refused("tool_choice.function", tools=[WEATHER], tool_choice={"type": "function"})
+    chat_refused("tool_choice.function.name", tools=[WEATHER], tool_choice={"type": "function", "function": {}})
+    chat_refused("tool_choice.extra", tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "f"}, "extra": 1})
+
+
+def test_tool_definition_refusals():
+    def fn(**function):
+        return [{"type": "function", "function": {"name": "f", **function}}]
+
+    chat_refused("tools[0].function.name", tools=fn(name="a b"))
+    chat_refused("tools[0].function.name", tools=fn(name="a.b"))
+    chat_refused("tools[0].function.name", tools=fn(name=""))
+    chat_refused("tools[0].function.name", tools=fn(name="x" * 65))
+    decode_chat_request(chat_body(tools=fn(name="x" * 64)))
+    chat_refused("tools[0].function.name", tools=[{"type": "function", "function": {}}])
+    chat_refused("tools[0].function.parameters", tools=fn(parameters=[1]))
+    chat_refused("tools[0].function.parameters", tools=fn(parameters="{}"))
+    chat_refused("tools[0].function.strict", tools=fn(strict="yes"))
+    chat_refused("tools[0].function.extra", tools=fn(extra=1))
+    chat_refused("tools[1].function.name", tools=[TIME, TIME])
+    chat_refused("tools[0].function", tools=[{"type": "function"}])
+    err = chat_refused("tools[0].type", tools=[{"type": "custom", "custom": {"name": "x"}}])
+    assert "custom" in err.message
+    chat_refused("tools[0].type", tools=[{"type": "web_search"}])
+    chat_refused("tools", tools=[TIME] * 129)
+    chat_refused("tools", tools={"type": "function"})
+
+
+def test_max_tools_accepted():
+    tools = [{"type": "function", "function": {"name": f"f{i}"}} for i in range(128)]
+    assert len(to_generate_request(decode_chat_request(chat_body(tools=tools)), "r").tools) == 128
+
+
+# --- tool calls and reasoning in the history ---------------------------------------------------------------
+
+
+def test_tool_history_translation():
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    other = {"id": "call_2", "type": "function", "function": {"name": "get_time", "arguments": "{}"}}
+    messages = [
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": None, "tool_calls": [call, other], "reasoning_content": "think"},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+        {"role": "tool", "tool_call_id": "call_2", "content": [{"type": "text", "text": "12"}, {"type": "text", "text": ":00"}], "name": "clock"},
+        {"role": "tool", "tool_call_id": "unknown", "content": "?"},
+        {"role": "assistant", "content": "Sunny.", "reasoning": "easy"},
+    ]
+    gen = to_generate_request(decode_chat_request(chat_body(messages=messages, tools=[WEATHER])), "r")
+    assert gen.messages == [
+        ChatMessage(role="user", content="weather?"),
+        ChatMessage(
+            role="assistant",
+            content="",
+            tool_calls=[
+                ToolCall(id="call_1", name="get_weather", arguments='{"city": "Paris"}'),
+                ToolCall(id="call_2", name="get_time", arguments="{}"),
+            ],
+            reasoning="think",
+        ),
+        ChatMessage(role="tool", content="sunny", name="get_weather", tool_call_id="call_1"),
+        ChatMessage(role="tool", content="12:00", name="clock", tool_call_id="call_2"),
+        ChatMessage(role="tool", content="?", tool_call_id="unknown"),
+        ChatMessage(role="assistant", content="Sunny.", reasoning="easy"),
+    ]
+
+
+def test_tool_history_does_not_need_tools():
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    messages = [USER[0], {"role": "assistant", "tool_calls": [call]}, {"role": "tool", "tool_call_id": "c", "content": "1"}]
+    gen = to_generate_request(decode_chat_request(chat_body(messages=messages)), "r")
+    assert gen.messages[2] == ChatMessage(role="tool", content="1", name="f", tool_call_id="c")
+
+
+def test_tool_history_refusals():
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+
+    def refused_history(param, message):
+        return chat_refused(param, messages=[USER[0], message])
+
+    refused_history("messages[1].tool_call_id", {"role": "tool", "content": "x"})
+    refused_history("messages[1].content", {"role": "tool", "tool_call_id": "c"})
+    refused_history("messages[1].content", {"role": "tool", "tool_call_id": "c", "content": None})
+    refused_history("messages[1].tool_call_id", {"role": "user", "content": "x", "tool_call_id": "c"})
+    refused_history("messages[1].tool_call_id", {"role": "tool", "content": "x", "tool_call_id": ""})
+    refused_history("messages[1].tool_calls", {"role": "user", "content": "x", "tool_calls": [call]})
+    refused_history("messages[1].tool_calls[0].type", {"role": "assistant", "tool_calls": [{**call, "type": "custom"}]})
+    refused_history("messages[1].tool_calls[0].function", {"role": "assistant", "tool_calls": [{"id": "c", "type": "function"}]})
+    refused_history("messages[1].tool_calls[0].id", {"role": "assistant", "tool_calls": [{"type": "function", "function": call["function"]}]})
+    refused_history("messages[1].tool_calls[0].function.arguments", {"role": "assistant", "tool_calls": [{**call, "function": {"name": "f"}}]})
+    refused_history("messages[1].tool_calls[0].function.arguments", {"role": "assistant", "tool_calls": [{**call, "function": {"name": "f", "arguments": {}}}]})
+    refused_history("messages[1].reasoning_content", {"role": "user", "content": "x", "reasoning_content": "r"})
+    refused_history("messages[1].reasoning", {"role": "tool", "tool_call_id": "c", "content": "x", "reasoning": "r"})
+    refused_history("messages[1].reasoning", {"role": "assistant", "content": "x", "reasoning": "a", "reasoning_content": "b"})
+    same = {"role": "assistant", "content": "x", "reasoning": "a", "reasoning_content": "a"}
+    assert to_generate_request(decode_chat_request(chat_body(messages=[USER[0], same])), "r").messages[1].reasoning == "a"
+    # an empty tool_calls list (as some clients echo it) is no tool calls, on any role
+    gen = to_generate_request(decode_chat_request(chat_body(messages=[{"role": "user", "content": "x", "tool_calls": []}])), "r")
+    assert gen.messages[0].tool_calls is None
+
+
+# --- response_format ---------------------------------------------------------------------------
+
+SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"], "additionalProperties": False}
+
+
+@pytest.mark.parametrize(
+    "value,expected",
+    [
+        (None, None),
+        ({"type": "text"}, None),
+        ({"type": "json_object"}, ResponseFormat(type="json_object")),
+        (
+            {"type": "json_schema", "json_schema": {"name": "thing", "description": "d", "schema": SCHEMA, "strict": True}},
+            ResponseFormat(type="json_schema", schema=SCHEMA, strict=True),
+        ),
+        ({"type": "json_schema", "json_schema": {"name": "t", "schema": {}}}, ResponseFormat(type="json_schema", schema={})),
+    ],
+)
+def test_response_format_translation(value, expected):
+    gen = to_generate_request(decode_chat_request(chat_body(response_format=value)), "r")
+    assert gen.response_format == expected
+
+
+def test_response_format_refusals():
+    def schema(**fields):
+        return {"type": "json_schema", "json_schema": {"name": "t", "schema": {}, **fields}}
+
+    chat_refused("response_format.json_schema.schema", response_format=schema(schema=[1]))
+    chat_refused("response_format.json_schema.schema", response_format=schema(schema="{}"))
+    chat_refused("response_format.json_schema.schema", response_format={"type": "json_schema", "json_schema": {"name": "t"}})
+    chat_refused("response_format.json_schema.name", response_format={"type": "json_schema", "json_schema": {"schema": {}}})
+    chat_refused("response_format.json_schema.name", response_format=schema(name=""))
+    chat_refused("response_format.json_schema.name", response_format=schema(name="n" * 65))
+    decode_chat_request(chat_body(response_format=schema(name="n" * 64)))
+    chat_refused("response_format.json_schema.strict", response_format=schema(strict=1))
+    chat_refused("response_format.json_schema.extra", response_format=schema(extra=1))
+    chat_refused("response_format.json_schema", response_format={"type": "json_schema"})
+    chat_refused("response_format.json_schema", response_format={"type": "json_object", "json_schema": {"name": "t", "schema": {}}})
+    err = chat_refused("response_format.type", response_format={"type": "grammar"})
+    assert "grammar" in err.message
+    chat_refused("response_format.type", response_format={})
+    chat_refused("response_format", response_format="json_object")
+    completion_refused("response_format", response_format={"type": "json_object"})
+
+
+# --- thinking ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "fields,thinking",
+    [
+        ({}, None),
+        ({"reasoning_effort": "none"}, False),
+        ({"reasoning_effort": "minimal"}, False),
+        ({"reasoning_effort": "low"}, True),
+        ({"reasoning_effort": "medium"}, True),
+        ({"reasoning_effort": "high"}, True),
+        ({"chat_template_kwargs": {"enable_thinking": False}}, False),
+        ({"chat_template_kwargs": {"enable_thinking": True}}, True),
+        ({"chat_template_kwargs": {}}, None),
+        ({"chat_template_kwargs": {"enable_thinking": None}, "reasoning_effort": "high"}, True),
+        ({"chat_template_kwargs": {"enable_thinking": True}, "reasoning_effort": "low"}, True),
+        ({"chat_template_kwargs": {"enable_thinking": False}, "reasoning_effort": "none"}, False),
+    ],
+)
+def test_thinking_translation(fields, thinking):
+    assert to_generate_request(decode_chat_request(chat_body(**fields)), "r").thinking is thinking
+
+
+def test_thinking_refusals():
+    err = chat_refused("reasoning_effort", reasoning_effort="extreme")
+    assert "extreme" in err.message
+    chat_refused("reasoning_effort", reasoning_effort=1)
+    err = chat_refused("chat_template_kwargs.add_generation_prompt", chat_template_kwargs={"add_generation_prompt": False})
+    assert "add_generation_prompt" in err.message
+    chat_refused("chat_template_kwargs.enable_thinking", chat_template_kwargs={"enable_thinking": "yes"})
+    chat_refused("chat_template_kwargs", chat_template_kwargs=[])
+    err = chat_refused("chat_template_kwargs.enable_thinking", chat_template_kwargs={"enable_thinking": True}, reasoning_effort="none")
+    assert "reasoning_effort" in err.message
+    completion_refused("reasoning_effort", reasoning_effort="low")
+    completion_refused("chat_template_kwargs", chat_template_kwargs={"enable_thinking": True})

@@ -1,0 +1,461 @@
+"""Anthropic Messages responses, stream events and errors, as bytes.
+
+Statuses and error types: Anthropic's clients expect ``529
+overloaded_error`` where mlxd's engine says 503 (a full queue, a worker not
+ready or gone, an aborted request); the SDK retries it, honouring
+``Retry-After``. :func:`anthropic_status` and :func:`error_type` apply that
+mapping; :func:`error_body` builds ``{"type": "error", "error": {"type",
+"message"}, "request_id"}``.
+
+Content: a turn's output becomes content blocks in the order the model
+produces them: reasoning becomes a ``thinking`` block (``signature`` is
+always empty: mlxd does not sign reasoning), text a ``text`` block, and each
+tool call a ``tool_use`` block whose ``input`` is the call's arguments
+parsed as a JSON object. The non-streamed message (:class:`MessageCollector`)
+holds at most one thinking block, then one text block, then the tool calls
+by index; a stream (:class:`MessageEventStream`) starts a new block whenever
+the kind of output changes.
+
+Usage follows Anthropic's convention: ``input_tokens`` counts the prompt
+tokens that were computed, ``cache_read_input_tokens`` those reused from the
+prefix cache (together the whole prompt), ``cache_creation_input_tokens`` is
+always 0 (mlxd's cache fills as a side effect, never billed).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any, Literal, Union
+
+import msgspec
+
+from gateway import sse
+from gateway.errors import APIError
+from shared.protocol import RequestOutput, ToolCallDelta
+
+log = logging.getLogger("mlxd.gateway.anthropic")
+
+OVERLOADED_STATUS = 529
+"""Anthropic's "overloaded" status; mlxd's engine 503s are answered with it."""
+
+OVERLOADED_RETRY_AFTER = 1
+"""``Retry-After`` (seconds) of an overloaded answer that set none."""
+
+FINAL_REASONS = ("stop", "length", "tool_calls")
+"""Finish reasons that end the (single) choice successfully."""
+
+ENDS_REQUEST = ("error", "abort")
+"""Finish reasons that end the request with an error."""
+
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+
+_encoder = msgspec.json.Encoder()
+
+
+def encode(obj: object) -> bytes:
+    """Return ``obj`` as compact JSON bytes (msgspec)."""
+    return _encoder.encode(obj)
+
+
+def new_id(prefix: str) -> str:
+    """A fresh random id such as ``msg_<32 hex>`` or ``req_<32 hex>``."""
+    return prefix + uuid.uuid4().hex
+
+
+# --- errors ------------------------------------------------------------------------
+
+
+def anthropic_status(status: int) -> int:
+    """The status Anthropic clients expect for mlxd status ``status``:
+    503 becomes 529, everything else is kept."""
+    return OVERLOADED_STATUS if status == 503 else status
+
+
+def error_type(status: int) -> str:
+    """Anthropic's error ``type`` for an (already mapped) ``status``: the
+    documented table; other 5xx are ``api_error``, other 4xx
+    ``invalid_request_error``."""
+    default = "api_error" if status >= 500 else "invalid_request_error"
+    return _ERROR_TYPES.get(status, default)
+
+
+def error_object(status: int, message: str) -> dict[str, str]:
+    """The ``{"type", "message"}`` error object for ``status``."""
+    return {"type": error_type(status), "message": message}
+
+
+def error_body(status: int, message: str, request_id: str) -> bytes:
+    """The JSON of a non-streamed error answer with status ``status``."""
+    return encode({"type": "error", "error": error_object(status, message), "request_id": request_id})
+
+
+def error_frame(status: int, message: str) -> bytes:
+    """The ``event: error`` frame of a mid-stream error (the SDK raises
+    ``APIStatusError`` when it reads it)."""
+    return sse.json_frame({"type": "error", "error": error_object(status, message)}, event="error")
+
+
+# error_kind -> (status, default message)
+_KINDS: dict[str, tuple[int, str]] = {
+    "invalid_request": (400, "The model worker rejected the request"),
+    "context_length_exceeded": (400, "The request exceeds the model's context length"),
+    "overloaded": (OVERLOADED_STATUS, "Overloaded"),
+    "unavailable": (OVERLOADED_STATUS, "The model is unavailable; retry shortly"),
+    "internal": (500, "The model worker failed while generating"),
+    "timeout": (504, "The request ran past its deadline and was stopped"),
+}
+
+
+def output_error(output: RequestOutput) -> APIError:
+    """The client error for a terminal ``error`` or ``abort`` output, with an
+    Anthropic status: invalid_request / context_length_exceeded 400,
+    overloaded / unavailable 529 (``Retry-After: 1``), internal (or an
+    unknown kind) 500, timeout 504. An abort (server shutting down) is a 529
+    so clients retry elsewhere or later."""
+    if output.finish_reason == "abort":
+        return APIError(
+            OVERLOADED_STATUS, "The request was aborted before it finished", code="aborted", retry_after=1
+        )
+    kind = output.error_kind if output.error_kind in _KINDS else "internal"
+    status, default = _KINDS[kind]
+    retry_after = OVERLOADED_RETRY_AFTER if status == OVERLOADED_STATUS else None
+    return APIError(status, output.error or default, code=kind, retry_after=retry_after)
+
+
+# --- stop reasons and usage --------------------------------------------------------
+
+
+def stop_reason(finish_reason: str | None, stop_sequence: str | None) -> tuple[str, str | None]:
+    """``(stop_reason, stop_sequence)`` for a successful finish: tool_calls
+    -> ``tool_use``, length -> ``max_tokens``, stop with a matched stop
+    string -> ``stop_sequence`` (and that string), stop -> ``end_turn``."""
+    if finish_reason == "tool_calls":
+        return "tool_use", None
+    if finish_reason == "length":
+        return "max_tokens", None
+    if stop_sequence is not None:
+        return "stop_sequence", stop_sequence
+    return "end_turn", None
+
+
+class Usage(msgspec.Struct, kw_only=True):
+    """A message's ``usage`` (see the module docstring for the meaning)."""
+
+    input_tokens: int
+    output_tokens: int
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+
+
+class UsageTally:
+    """Running token counts of one single-choice request: feed it every
+    output (:meth:`add`); the counts are the largest running totals seen."""
+
+    def __init__(self) -> None:
+        self.prompt = 0
+        self.cached = 0
+        self.completion = 0
+
+    def add(self, output: RequestOutput) -> None:
+        """Account for one output."""
+        self.prompt = max(self.prompt, output.prompt_tokens)
+        self.cached = max(self.cached, output.cached_tokens)
+        self.completion = max(self.completion, output.completion_tokens)
+
+    def usage(self) -> Usage:
+        """The usage object for everything added so far."""
+        cached = min(self.cached, self.prompt)
+        return Usage(
+            input_tokens=self.prompt - cached,
+            output_tokens=self.completion,
+            cache_read_input_tokens=cached,
+        )
+
+
+# --- tool calls ----------------------------------------------------------------------
+
+
+class _Call:
+    """One tool call being assembled from its pieces."""
+
+    def __init__(self, piece: ToolCallDelta) -> None:
+        if piece.id is None or piece.name is None:
+            log.error("tool call %d started without its id or name", piece.index)
+        self.id = piece.id or new_id("toolu_")
+        self.name = piece.name or ""
+        self.arguments: list[str] = []
+
+
+def tool_input(arguments: str) -> dict[str, Any]:
+    """Parse a complete tool call's ``arguments`` (empty means ``{}``).
+
+    Raises:
+        APIError: 500 when they are not a JSON object (the worker promised
+        one).
+    """
+    if not arguments.strip():
+        return {}
+    try:
+        value = msgspec.json.decode(arguments)
+    except msgspec.DecodeError:
+        value = None
+    if not isinstance(value, dict):
+        log.error("tool call arguments are not a JSON object (%d chars)", len(arguments))
+        raise APIError(500, "The model produced tool call arguments that are not a JSON object")
+    return value
+
+
+# --- the non-streamed message ----------------------------------------------------------
+
+
+class TextContent(msgspec.Struct, tag_field="type", tag="text", kw_only=True):
+    """A ``text`` content block."""
+
+    text: str
+
+
+class ThinkingContent(msgspec.Struct, tag_field="type", tag="thinking", kw_only=True):
+    """A ``thinking`` content block (``signature`` always empty)."""
+
+    thinking: str
+    signature: str = ""
+
+
+class ToolUseContent(msgspec.Struct, tag_field="type", tag="tool_use", kw_only=True):
+    """A ``tool_use`` content block."""
+
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
+ContentBlock = Union[ThinkingContent, TextContent, ToolUseContent]
+"""Any block of a response's ``content``."""
+
+
+class Message(msgspec.Struct, kw_only=True):
+    """A ``message`` object (``stop_reason`` null only in ``message_start``)."""
+
+    id: str
+    type: Literal["message"] = "message"
+    role: Literal["assistant"] = "assistant"
+    model: str
+    content: list[ContentBlock]
+    stop_reason: str | None = None
+    stop_sequence: str | None = None
+    usage: Usage
+
+
+class MessageCollector:
+    """Collects a single-choice request's outputs into one ``message``.
+
+    :meth:`add` every output that does not end the request, until
+    :attr:`done`; then :meth:`body`.
+    """
+
+    def __init__(self) -> None:
+        self.tally = UsageTally()
+        self._reasoning: list[str] = []
+        self._text: list[str] = []
+        self._calls: dict[int, _Call] = {}
+        self._finish: RequestOutput | None = None
+
+    def add(self, output: RequestOutput) -> None:
+        """Take one output that does not end the request."""
+        self.tally.add(output)
+        if output.reasoning:
+            self._reasoning.append(output.reasoning)
+        if output.text:
+            self._text.append(output.text)
+        for piece in output.tool_calls or ():
+            call = self._calls.get(piece.index)
+            if call is None:
+                call = self._calls[piece.index] = _Call(piece)
+            call.arguments.append(piece.arguments)
+        if output.finish_reason in FINAL_REASONS:
+            self._finish = output
+
+    @property
+    def done(self) -> bool:
+        """Whether the choice has had its final output."""
+        return self._finish is not None
+
+    def content(self) -> list[ContentBlock]:
+        """The content blocks: thinking, text, then tool calls by index.
+
+        Raises:
+            APIError: 500 as :func:`tool_input`.
+        """
+        blocks: list[ContentBlock] = []
+        if self._reasoning:
+            blocks.append(ThinkingContent(thinking="".join(self._reasoning)))
+        if self._text:
+            blocks.append(TextContent(text="".join(self._text)))
+        for index in sorted(self._calls):
+            call = self._calls[index]
+            blocks.append(ToolUseContent(id=call.id, name=call.name, input=tool_input("".join(call.arguments))))
+        return blocks
+
+    def body(self, message_id: str, model: str) -> bytes:
+        """The JSON of the finished ``message`` (call once :attr:`done`).
+
+        Raises:
+            APIError: 500 as :func:`tool_input`.
+        """
+        finish = self._finish
+        reason, sequence = stop_reason(finish.finish_reason, finish.stop_sequence) if finish else ("end_turn", None)
+        message = Message(
+            id=message_id,
+            model=model,
+            content=self.content(),
+            stop_reason=reason,
+            stop_sequence=sequence,
+            usage=self.tally.usage(),
+        )
+        return encode(message)
+
+
+def count_tokens_body(input_tokens: int) -> bytes:
+    """The JSON of a ``count_tokens`` answer."""
+    return encode({"input_tokens": input_tokens})
+
+
+# --- the event stream --------------------------------------------------------------------
+
+_DELTA_HEAD = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
+_DELTA_KINDS = {
+    "thinking": b',"delta":{"type":"thinking_delta","thinking":',
+    "text": b',"delta":{"type":"text_delta","text":',
+    "tool": b',"delta":{"type":"input_json_delta","partial_json":',
+}
+_DELTA_TAIL = b"}}" + sse.FRAME_END
+
+BlockKey = tuple[str, int]
+"""Which block is open: ``("thinking", 0)``, ``("text", 0)`` or
+``("tool", call index)``."""
+
+
+class MessageEventStream:
+    """Builds the SSE frames of one streamed message, every frame with its
+    ``event:`` line.
+
+    Order of use: :meth:`start` with the first output (``message_start``
+    with the usage known so far, then ``ping``); :meth:`output` for every
+    output that does not end the request (``content_block_start`` /
+    ``content_block_delta`` / ``content_block_stop`` as the kind of output
+    changes: reasoning, text, tool call k); then either :meth:`finish` with
+    the final output (closes the open block, ``message_delta`` with stop
+    reason and cumulative usage, ``message_stop``) or :meth:`error`.
+    """
+
+    def __init__(self, message_id: str, model: str) -> None:
+        self._message_id = message_id
+        self._model = model
+        self.tally = UsageTally()
+        self._open: BlockKey | None = None
+        self._open_index = -1
+        self._blocks = 0
+        self._tool_blocks: dict[int, int] = {}
+
+    def start(self, first: RequestOutput) -> bytes:
+        """``message_start`` (usage from ``first``) and a ``ping``."""
+        self.tally.add(first)
+        message = Message(id=self._message_id, model=self._model, content=[], usage=self.tally.usage())
+        return sse.json_frame({"type": "message_start", "message": message}, event="message_start") + (
+            sse.json_frame({"type": "ping"}, event="ping")
+        )
+
+    def output(self, output: RequestOutput) -> bytes:
+        """The frames for ``output``'s reasoning, text and tool-call pieces,
+        in that order."""
+        self.tally.add(output)
+        frames = b""
+        if output.reasoning:
+            frames += self._enter(("thinking", 0), {"type": "thinking", "thinking": "", "signature": ""})
+            frames += self._delta("thinking", self._open_index, output.reasoning)
+        if output.text:
+            frames += self._enter(("text", 0), {"type": "text", "text": ""})
+            frames += self._delta("text", self._open_index, output.text)
+        for piece in output.tool_calls or ():
+            frames += self._tool_piece(piece)
+        return frames
+
+    def finish(self, output: RequestOutput) -> bytes:
+        """Close the open block, then ``message_delta`` and ``message_stop``
+        for the final ``output`` (already passed to :meth:`output`)."""
+        reason, sequence = stop_reason(output.finish_reason, output.stop_sequence)
+        delta = {
+            "type": "message_delta",
+            "delta": {"stop_reason": reason, "stop_sequence": sequence},
+            "usage": self.tally.usage(),
+        }
+        return (
+            self._close()
+            + sse.json_frame(delta, event="message_delta")
+            + sse.json_frame({"type": "message_stop"}, event="message_stop")
+        )
+
+    def error(self, err: APIError) -> bytes:
+        """The ``event: error`` frame for ``err`` (status mapped as for
+        non-streamed errors)."""
+        return error_frame(anthropic_status(err.status), err.message)
+
+    def _tool_piece(self, piece: ToolCallDelta) -> bytes:
+        """Frames for one piece of tool call ``piece.index``: a new call
+        closes the open block and starts a ``tool_use`` block; arguments
+        become ``input_json_delta`` fragments."""
+        block = self._tool_blocks.get(piece.index)
+        frames = b""
+        if block is None:
+            call = _Call(piece)
+            start = {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}
+            frames = self._enter(("tool", piece.index), start)
+            block = self._tool_blocks[piece.index] = self._open_index
+        elif self._open != ("tool", piece.index):
+            log.error("tool call %d continued after a later block started", piece.index)
+        if piece.arguments:
+            frames += self._delta("tool", block, piece.arguments)
+        return frames
+
+    def _enter(self, key: BlockKey, content_block: dict[str, Any]) -> bytes:
+        """Make ``key`` the open block: nothing if it already is, otherwise
+        close the open one and start a new block with ``content_block``."""
+        if self._open == key:
+            return b""
+        frames = self._close()
+        self._open, self._open_index = key, self._blocks
+        self._blocks += 1
+        start = {"type": "content_block_start", "index": self._open_index, "content_block": content_block}
+        return frames + sse.json_frame(start, event="content_block_start")
+
+    def _close(self) -> bytes:
+        """Close the open block, if any (a thinking block gets its empty
+        ``signature_delta`` first)."""
+        if self._open is None:
+            return b""
+        index = self._open_index
+        frames = b""
+        if self._open[0] == "thinking":
+            signature = {"type": "signature_delta", "signature": ""}
+            delta = {"type": "content_block_delta", "index": index, "delta": signature}
+            frames = sse.json_frame(delta, event="content_block_delta")
+        self._open = None
+        stop = {"type": "content_block_stop", "index": index}
+        return frames + sse.json_frame(stop, event="content_block_stop")
+
+    @staticmethod
+    def _delta(kind: str, index: int, text: str) -> bytes:
+        """One ``content_block_delta`` frame of ``kind`` carrying ``text``
+        (JSON-escaped, so it never breaks the single ``data:`` line)."""
+        return _DELTA_HEAD + b"%d" % index + _DELTA_KINDS[kind] + encode(text) + _DELTA_TAIL

@@ -1,0 +1,154 @@
+"""Anthropic response building: stop reasons, usage, errors, stream blocks."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from gateway import anthropic_format as fmt
+from gateway.errors import APIError
+from shared.protocol import RequestOutput, ToolCallDelta
+
+
+def out(text="", finish=None, *, reasoning="", calls=None, prompt=5, completion=0, cached=0, **extra):
+    return RequestOutput(
+        request_id="r",
+        text=text,
+        finish_reason=finish,
+        reasoning=reasoning,
+        tool_calls=calls,
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        cached_tokens=cached,
+        **extra,
+    )
+
+
+def frames(data: bytes) -> list[tuple[str, dict]]:
+    result = []
+    for frame in data.decode().split("\n\n")[:-1]:
+        event, payload = frame.split("\n")
+        assert event.startswith("event: ") and payload.startswith("data: ")
+        result.append((event[7:], json.loads(payload[6:])))
+    return result
+
+
+@pytest.mark.parametrize(
+    "finish, sequence, expected",
+    [
+        ("tool_calls", None, ("tool_use", None)),
+        ("length", None, ("max_tokens", None)),
+        ("length", "END", ("max_tokens", None)),
+        ("stop", "END", ("stop_sequence", "END")),
+        ("stop", None, ("end_turn", None)),
+    ],
+)
+def test_stop_reason(finish, sequence, expected):
+    assert fmt.stop_reason(finish, sequence) == expected
+
+
+def test_usage_splits_cached_prompt_tokens():
+    tally = fmt.UsageTally()
+    tally.add(out(prompt=10, cached=4, completion=1))
+    tally.add(out(prompt=10, cached=4, completion=3))
+    assert tally.usage() == fmt.Usage(input_tokens=6, output_tokens=3, cache_read_input_tokens=4)
+
+
+@pytest.mark.parametrize(
+    "status, mapped, error_type",
+    [
+        (503, 529, "overloaded_error"),
+        (418, 418, "invalid_request_error"),
+        (502, 502, "api_error"),
+        (413, 413, "request_too_large"),
+    ],
+)
+def test_status_and_type_mapping(status, mapped, error_type):
+    assert fmt.anthropic_status(status) == mapped
+    assert fmt.error_type(mapped) == error_type
+
+
+def test_output_error_kinds():
+    unknown = fmt.output_error(out(finish="error", error="x", error_kind=None))
+    assert (unknown.status, unknown.message, unknown.retry_after) == (500, "x", None)
+    overloaded = fmt.output_error(out(finish="error", error_kind="overloaded"))
+    assert (overloaded.status, overloaded.retry_after) == (529, 1)
+    assert fmt.output_error(out(finish="abort")).status == 529
+
+
+def test_tool_input():
+    assert fmt.tool_input("") == {} and fmt.tool_input(' {"a": [1]} ') == {"a": [1]}
+    for bad in ("[1]", "{", '"x"'):
+        with pytest.raises(APIError) as info:
+            fmt.tool_input(bad)
+        assert info.value.status == 500
+
+
+def test_collector_orders_blocks_and_calls():
+    collector = fmt.MessageCollector()
+    collector.add(out("Hi ", reasoning="think"))
+    collector.add(out(calls=[ToolCallDelta(index=1, id="b", name="g", arguments='{"y": 2}')]))
+    collector.add(out("there", calls=[ToolCallDelta(index=0, id="a", name="f", arguments="{}")]))
+    assert not collector.done
+    collector.add(out(finish="tool_calls", completion=9))
+    body = json.loads(collector.body("msg_1", "m"))
+    assert body["content"] == [
+        {"type": "thinking", "thinking": "think", "signature": ""},
+        {"type": "text", "text": "Hi there"},
+        {"type": "tool_use", "id": "a", "name": "f", "input": {}},
+        {"type": "tool_use", "id": "b", "name": "g", "input": {"y": 2}},
+    ]
+    assert body["stop_reason"] == "tool_use" and body["usage"]["output_tokens"] == 9
+
+
+def test_stream_closes_thinking_with_signature_at_finish():
+    stream = fmt.MessageEventStream("msg_1", "m")
+    stream.start(out())
+    data = stream.output(out(reasoning="hmm")) + stream.finish(out(finish="length"))
+    assert [(e, d.get("delta", {}).get("type")) for e, d in frames(data)] == [
+        ("content_block_start", None),
+        ("content_block_delta", "thinking_delta"),
+        ("content_block_delta", "signature_delta"),
+        ("content_block_stop", None),
+        ("message_delta", None),
+        ("message_stop", None),
+    ]
+    assert frames(data)[-2][1]["delta"] == {"stop_reason": "max_tokens", "stop_sequence": None}
+
+
+def test_stream_tool_call_without_id_gets_one(caplog):
+    stream = fmt.MessageEventStream("msg_1", "m")
+    with caplog.at_level(logging.ERROR, logger="mlxd.gateway.anthropic"):
+        data = stream.output(out(calls=[ToolCallDelta(index=0, arguments="{}")]))
+    block = frames(data)[0][1]["content_block"]
+    assert block["type"] == "tool_use" and block["id"].startswith("toolu_") and block["input"] == {}
+    assert "without its id or name" in caplog.text
+
+
+def test_stream_late_piece_goes_to_its_own_block(caplog):
+    stream = fmt.MessageEventStream("msg_1", "m")
+    first = ToolCallDelta(index=0, id="a", name="f", arguments='{"x": ')
+    second = ToolCallDelta(index=1, id="b", name="g", arguments="{}")
+    with caplog.at_level(logging.ERROR, logger="mlxd.gateway.anthropic"):
+        data = stream.output(out(calls=[first, second, ToolCallDelta(index=0, arguments="1}")]))
+    events = frames(data)
+    assert events[-1] == (
+        "content_block_delta",
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "1}"}},
+    )
+    assert "continued after a later block" in caplog.text
+
+
+def test_error_frame_shape():
+    (event, data), = frames(fmt.MessageEventStream("msg_1", "m").error(APIError(503, "busy")))
+    assert event == "error" and data == {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}
+
+
+def test_error_body():
+    assert json.loads(fmt.error_body(404, "gone", "req_1")) == {
+        "type": "error",
+        "error": {"type": "not_found_error", "message": "gone"},
+        "request_id": "req_1",
+    }

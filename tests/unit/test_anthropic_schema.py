@@ -1,0 +1,357 @@
+"""Decoding, validation and translation of Anthropic Messages request bodies."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gateway.anthropic_schema import (
+    TOOL_ERROR_PREFIX,
+    decode_count_tokens_request,
+    decode_messages_request,
+    to_count_request,
+    to_generate_request,
+)
+from gateway.errors import APIError
+from shared.protocol import ChatMessage, SamplingParams, Tool, ToolCall
+
+USER = [{"role": "user", "content": "hi"}]
+WEATHER_TOOL = {
+    "name": "get_weather",
+    "description": "Weather for a city",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
+CLOCK_TOOL = {"name": "now", "input_schema": {"type": "object"}}
+
+
+def body(**fields) -> bytes:
+    data = {"model": "m", "max_tokens": 64, "messages": USER}
+    data.update(fields)
+    return json.dumps(data).encode()
+
+
+def generate(**fields):
+    return to_generate_request(decode_messages_request(body(**fields)), "msg_1")
+
+
+def refused(param: str | None, data: bytes | None = None, **fields) -> APIError:
+    with pytest.raises(APIError) as info:
+        decode_messages_request(body(**fields) if data is None else data)
+    err = info.value
+    assert err.status == 400
+    assert err.param == param, err.message
+    if param:
+        assert err.message.startswith(f"{param}: "), err.message
+    return err
+
+
+# --- body shape ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("data", [b"{", b"[1]", b"", b"\xff", b'"x"'])
+def test_malformed_bodies(data):
+    refused(None, data)
+
+
+def test_unknown_fields_are_named():
+    assert refused("service_tier", service_tier="auto").message == "service_tier: Extra inputs are not permitted"
+    refused("messages[0].name", messages=[{"role": "user", "content": "x", "name": "bob"}])
+    refused("metadata.email", metadata={"email": "a@b"})
+    extra = {"type": "text", "text": "x", "foo": 1}
+    refused("messages[0].content[0].foo", messages=[{"role": "user", "content": [extra]}])
+
+
+def test_required_fields():
+    err = refused("max_tokens", json.dumps({"model": "m", "messages": USER}).encode())
+    assert err.message == "max_tokens: Field required"
+    refused("model", json.dumps({"max_tokens": 5, "messages": USER}).encode())
+    refused("messages", json.dumps({"model": "m", "max_tokens": 5}).encode())
+
+
+@pytest.mark.parametrize(
+    "param, value",
+    [
+        ("max_tokens", 0),
+        ("max_tokens", "5"),
+        ("max_tokens", 1.5),
+        ("max_tokens", 10**7),
+        ("temperature", 1.5),
+        ("temperature", -0.1),
+        ("top_p", 0),
+        ("top_p", 1.01),
+        ("top_k", -1),
+        ("stream", "yes"),
+        ("model", ""),
+        ("stop_sequences", ["x"] * 17),
+        ("stop_sequences", "x"),
+    ],
+)
+def test_bounds_and_types(param, value):
+    refused(param, **{param: value})
+
+
+def test_stop_sequence_bounds():
+    refused("stop_sequences[0]", stop_sequences=[""])
+    refused("stop_sequences[1]", stop_sequences=["a", "x" * 513])
+
+
+def test_messages_bounds():
+    refused("messages", messages=[])
+    refused("messages", messages=USER * 2049)
+    refused("messages[0].content", messages=[{"role": "user", "content": []}])
+
+
+# --- messages ------------------------------------------------------------------------------
+
+
+def test_roles():
+    err = refused("messages[0].role", messages=[{"role": "system", "content": "x"}])
+    assert "top-level 'system'" in err.message
+    err = refused("messages[1].role", messages=[*USER, {"role": "assistant", "content": "Sure, "}])
+    assert "not supported" in err.message
+
+
+@pytest.mark.parametrize("kind", ["image", "document"])
+def test_images_and_documents_not_supported(kind):
+    block = {"type": kind, "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}
+    turns = [{"role": "user", "content": [{"type": "text", "text": "x"}, block]}]
+    err = refused("messages[0].content[1].type", messages=turns)
+    assert "not supported" in err.message and kind in err.message
+
+
+def test_redacted_thinking_not_supported():
+    turns = [*USER, {"role": "assistant", "content": [{"type": "redacted_thinking", "data": "abc"}]}, *USER]
+    err = refused("messages[1].content[0].type", messages=turns)
+    assert "not supported" in err.message
+
+
+def test_unknown_block_type():
+    refused("messages[0].content[0].type", messages=[{"role": "user", "content": [{"type": "search_result"}]}])
+
+
+def test_blocks_per_role():
+    use = {"type": "tool_use", "id": "t1", "name": "f", "input": {}}
+    refused("messages[0].content[0].type", messages=[{"role": "user", "content": [use]}])
+    thinking = {"type": "thinking", "thinking": "hm", "signature": ""}
+    refused("messages[0].content[0].type", messages=[{"role": "user", "content": [thinking]}])
+    result = {"type": "tool_result", "tool_use_id": "t1", "content": "x"}
+    turns = [*USER, {"role": "assistant", "content": [use, result]}, *USER]
+    refused("messages[1].content[1].type", messages=turns)
+
+
+def test_tool_use_caller_and_toolset():
+    def turns(**extra):
+        use = {"type": "tool_use", "id": "t1", "name": "f", "input": {}, **extra}
+        return [*USER, {"role": "assistant", "content": [use]}, *USER]
+
+    decode_messages_request(body(messages=turns(caller=None, toolset_name=None)))
+    decode_messages_request(body(messages=turns(caller={"type": "direct"})))
+    server_caller = {"type": "code_execution_20250825", "tool_id": "x"}
+    refused("messages[1].content[0].caller", messages=turns(caller=server_caller))
+    refused("messages[1].content[0].toolset_name", messages=turns(toolset_name="fs"))
+
+
+def test_tool_result_needs_an_earlier_tool_use():
+    result = {"type": "tool_result", "tool_use_id": "t9", "content": "x"}
+    err = refused("messages[0].content[0].tool_use_id", messages=[{"role": "user", "content": [result]}])
+    assert "t9" in err.message
+
+
+def test_tool_result_content_only_text():
+    use = {"type": "tool_use", "id": "t1", "name": "f", "input": {}}
+    image = {"type": "image", "source": {}}
+    result = {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "a"}, image]}
+    turns = [*USER, {"role": "assistant", "content": [use]}, {"role": "user", "content": [result]}]
+    refused("messages[2].content[0].content[1].type", messages=turns)
+
+
+def test_citations_only_null():
+    ok = [{"role": "user", "content": [{"type": "text", "text": "x", "citations": None}]}]
+    decode_messages_request(body(messages=ok))
+    bad = [{"role": "user", "content": [{"type": "text", "text": "x", "citations": [{"type": "char_location"}]}]}]
+    refused("messages[0].content[0].citations", messages=bad)
+
+
+def test_cache_control_accepted_everywhere_documented():
+    cc = {"type": "ephemeral"}
+    req = generate(
+        system=[{"type": "text", "text": "S", "cache_control": cc}],
+        messages=[{"role": "user", "content": [{"type": "text", "text": "x", "cache_control": {**cc, "ttl": "1h"}}]}],
+        tools=[{**WEATHER_TOOL, "cache_control": cc}],
+        cache_control=cc,
+    )
+    assert req.messages[0] == ChatMessage(role="system", content="S")
+    refused("cache_control.type", cache_control={"type": "persistent"})
+    refused("cache_control.ttl", cache_control={"type": "ephemeral", "ttl": "2h"})
+
+
+# --- translation ---------------------------------------------------------------------------
+
+
+def test_defaults():
+    req = generate()
+    assert req.request_id == "msg_1" and req.n == 1
+    assert req.sampling == SamplingParams(max_tokens=64, temperature=1.0, top_p=1.0, top_k=0, stop=[])
+    assert req.messages == [ChatMessage(role="user", content="hi")]
+    assert req.tools is None and req.tool_choice == "auto" and req.parallel_tool_calls is True
+    assert req.thinking is None and req.count_only is False
+
+
+def test_sampling_fields():
+    req = generate(temperature=0, top_p=0.5, top_k=40, stop_sequences=["END", "##"], metadata={"user_id": "u1"})
+    assert req.sampling.temperature == 0.0 and req.sampling.top_p == 0.5 and req.sampling.top_k == 40
+    assert req.sampling.stop == ["END", "##"]
+
+
+@pytest.mark.parametrize(
+    "system", ["Be brief.", [{"type": "text", "text": "Be "}, {"type": "text", "text": "brief."}]]
+)
+def test_system_becomes_a_leading_message(system):
+    req = generate(system=system)
+    assert req.messages[0] == ChatMessage(role="system", content="Be brief.")
+    assert req.messages[1].role == "user"
+
+
+def test_empty_system_is_no_message():
+    assert generate(system="").messages == [ChatMessage(role="user", content="hi")]
+
+
+def test_text_blocks_are_joined():
+    turns = [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]
+    assert generate(messages=turns).messages == [ChatMessage(role="user", content="ab")]
+
+
+def test_tool_history_translation():
+    turns = [
+        {"role": "user", "content": "Weather in Paris and Rome?"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "Two cities.", "signature": ""},
+                {"type": "text", "text": "Checking."},
+                {"type": "tool_use", "id": "t1", "name": "get_weather", "input": {"city": "Paris"}},
+                {"type": "tool_use", "id": "t2", "name": "get_weather", "input": {"city": "Rome"}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "t1", "content": "18C"},
+                {"type": "text", "text": "Also, thanks."},
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "t2",
+                    "content": [{"type": "text", "text": "no data"}],
+                    "is_error": True,
+                },
+            ],
+        },
+    ]
+    req = generate(messages=turns, tools=[WEATHER_TOOL])
+    assert req.messages == [
+        ChatMessage(role="user", content="Weather in Paris and Rome?"),
+        ChatMessage(
+            role="assistant",
+            content="Checking.",
+            reasoning="Two cities.",
+            tool_calls=[
+                ToolCall(id="t1", name="get_weather", arguments='{"city":"Paris"}'),
+                ToolCall(id="t2", name="get_weather", arguments='{"city":"Rome"}'),
+            ],
+        ),
+        ChatMessage(role="tool", content="18C", tool_call_id="t1", name="get_weather"),
+        ChatMessage(role="tool", content=TOOL_ERROR_PREFIX + "no data", tool_call_id="t2", name="get_weather"),
+        ChatMessage(role="user", content="Also, thanks."),
+    ]
+    assert json.loads(req.messages[1].tool_calls[0].arguments) == {"city": "Paris"}
+
+
+def test_tool_result_without_content_and_no_text():
+    turns = [
+        *USER,
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "now", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1"}]},
+    ]
+    messages = generate(messages=turns, tools=[CLOCK_TOOL]).messages
+    assert messages[-1] == ChatMessage(role="tool", content="", tool_call_id="t1", name="now")
+    assert messages[1].tool_calls == [ToolCall(id="t1", name="now", arguments="{}")] and messages[1].content == ""
+
+
+def test_tools_translate():
+    req = generate(tools=[WEATHER_TOOL, {**CLOCK_TOOL, "type": "custom"}])
+    assert req.tools == [
+        Tool(name="get_weather", description="Weather for a city", parameters=WEATHER_TOOL["input_schema"]),
+        Tool(name="now", description="", parameters={"type": "object"}),
+    ]
+
+
+@pytest.mark.parametrize(
+    "choice, expected, name, parallel",
+    [
+        ({"type": "auto"}, "auto", None, True),
+        ({"type": "auto", "disable_parallel_tool_use": True}, "auto", None, False),
+        ({"type": "any"}, "required", None, True),
+        ({"type": "any", "disable_parallel_tool_use": True}, "required", None, False),
+        ({"type": "tool", "name": "now"}, "function", "now", True),
+        ({"type": "tool", "name": "now", "disable_parallel_tool_use": False}, "function", "now", True),
+        ({"type": "none"}, "none", None, True),
+    ],
+)
+def test_tool_choice_variants(choice, expected, name, parallel):
+    req = generate(tools=[WEATHER_TOOL, CLOCK_TOOL], tool_choice=choice)
+    assert (req.tool_choice, req.tool_choice_name, req.parallel_tool_calls) == (expected, name, parallel)
+
+
+def test_tool_choice_errors():
+    refused("tool_choice", tool_choice={"type": "any"})
+    refused("tool_choice.name", tools=[WEATHER_TOOL], tool_choice={"type": "tool", "name": "other"})
+    refused("tool_choice.name", tools=[WEATHER_TOOL], tool_choice={"type": "tool"})
+    refused("tool_choice.type", tools=[WEATHER_TOOL], tool_choice={"type": "sometimes"})
+    refused("tool_choice", tools=[WEATHER_TOOL], tool_choice="auto")
+    none_parallel = {"type": "none", "disable_parallel_tool_use": True}
+    refused("tool_choice.disable_parallel_tool_use", tools=[WEATHER_TOOL], tool_choice=none_parallel)
+
+
+def test_tool_errors():
+    err = refused("tools[0].type", tools=[{"type": "web_search_20250305", "name": "web_search", "max_uses": 5}])
+    assert "server tools" in err.message and "web_search_20250305" in err.message
+    refused("tools[1].name", tools=[WEATHER_TOOL, WEATHER_TOOL])
+    refused("tools[0].name", tools=[{**WEATHER_TOOL, "name": "has space"}])
+    refused("tools[0].input_schema", tools=[{"name": "f"}])
+    refused("tools[0].input_schema.type", tools=[{"name": "f", "input_schema": {"type": "string"}}])
+    refused("tools[0].strict", tools=[{**WEATHER_TOOL, "strict": True}])
+    refused("tools[0]", tools=["get_weather"])
+    refused("tools", tools=[CLOCK_TOOL] * 513)
+
+
+def test_thinking():
+    assert generate(max_tokens=2048, thinking={"type": "enabled", "budget_tokens": 1024}).thinking is True
+    assert generate(thinking={"type": "disabled"}).thinking is False
+    refused("thinking.budget_tokens", max_tokens=4096, thinking={"type": "enabled", "budget_tokens": 1023})
+    err = refused("thinking.budget_tokens", max_tokens=2048, thinking={"type": "enabled", "budget_tokens": 2048})
+    assert "max_tokens" in err.message
+    refused("thinking.budget_tokens", thinking={"type": "enabled"})
+    refused("thinking.type", thinking={"type": "adaptive"})
+    refused("thinking.budget_tokens", thinking={"type": "disabled", "budget_tokens": 2000})
+
+
+# --- count_tokens ------------------------------------------------------------------------------
+
+
+def test_count_tokens_request():
+    data = {"model": "m", "messages": USER, "system": "S", "tools": [CLOCK_TOOL], "tool_choice": {"type": "any"}}
+    req = to_count_request(decode_count_tokens_request(json.dumps(data).encode()), "count_1")
+    assert req.count_only is True and req.request_id == "count_1" and req.n == 1
+    assert req.messages == [ChatMessage(role="system", content="S"), ChatMessage(role="user", content="hi")]
+    assert req.tools == [Tool(name="now", parameters={"type": "object"})] and req.tool_choice == "required"
+    thinking = {**data, "thinking": {"type": "enabled", "budget_tokens": 5000}}
+    assert to_count_request(decode_count_tokens_request(json.dumps(thinking).encode()), "c").thinking is True
+
+
+@pytest.mark.parametrize("field, value", [("max_tokens", 5), ("stream", True), ("temperature", 0.5)])
+def test_count_tokens_refuses_generation_fields(field, value):
+    data = {"model": "m", "messages": USER, field: value}
+    with pytest.raises(APIError) as info:
+        decode_count_tokens_request(json.dumps(data).encode())
+    assert info.value.param == field

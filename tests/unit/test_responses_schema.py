@@ -1,0 +1,339 @@
+"""Decoding, validation, translation and echo of ``POST /v1/responses`` bodies."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gateway.errors import APIError
+from gateway.responses_format import FunctionToolEcho, TextFormatEcho, ToolChoiceFunctionEcho
+from gateway.responses_schema import decode_responses_request, response_settings, to_generate_request
+from shared.protocol import ChatMessage, ResponseFormat, SamplingParams, Tool, ToolCall
+
+FN = {"type": "function", "name": "f", "parameters": {"type": "object"}}
+
+
+def body(**fields) -> bytes:
+    data = {"model": "m", "input": "hi"}
+    data.update(fields)
+    return json.dumps(data).encode()
+
+
+def decode(**fields):
+    return decode_responses_request(body(**fields))
+
+
+def refused(param: str | None, **fields) -> APIError:
+    with pytest.raises(APIError) as info:
+        decode(**fields)
+    err = info.value
+    assert err.status == 400 and err.type == "invalid_request_error"
+    assert err.param == param, err.message
+    return err
+
+
+def messages(**fields) -> list[ChatMessage]:
+    return to_generate_request(decode(**fields), "resp_x").messages
+
+
+# --- refusals ----------------------------------------------------------------------------
+
+
+def test_body_shape():
+    with pytest.raises(APIError) as info:
+        decode_responses_request(b"[1]")
+    assert info.value.status == 400
+    with pytest.raises(APIError) as info:
+        decode_responses_request(b'{"model": "m"}')
+    assert info.value.param == "input" and "Missing required parameter" in info.value.message
+
+
+@pytest.mark.parametrize(
+    "fields,param",
+    [
+        ({"seed": 1}, "seed"),
+        ({"temperature": 2.5}, "temperature"),
+        ({"temperature": "1"}, "temperature"),
+        ({"top_p": 0}, "top_p"),
+        ({"max_output_tokens": 0}, "max_output_tokens"),
+        ({"max_output_tokens": 1.5}, "max_output_tokens"),
+        ({"input": []}, "input"),
+        ({"input": [{"role": "user", "content": "x", "foo": 1}]}, "input[0].foo"),
+        ({"input": [{"role": "user", "content": "x", "call_id": "c"}]}, "input[0].call_id"),
+        ({"input": [{"role": "tool", "content": "x"}]}, "input[0].role"),
+        ({"input": [{"role": "user"}]}, "input[0].content"),
+        ({"input": [{"role": "user", "content": None}]}, "input[0].content"),
+        ({"input": [{"content": "x"}]}, "input[0].role"),
+        ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]}, "input[0].content[0].type"),
+        ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]}, "input[0].content[0].type"),
+        ({"input": [{"role": "user", "content": [{"type": "output_text", "text": "x"}]}]}, "input[0].content[0].type"),
+        ({"input": [{"role": "user", "content": [{"type": "input_text"}]}]}, "input[0].content[0].text"),
+        ({"input": [{"role": "user", "content": [{"type": "input_text", "text": "x", "refusal": "r"}]}]}, "input[0].content[0].refusal"),
+        ({"input": [{"role": "user", "content": [{"type": "input_text", "text": "x", "nope": 1}]}]}, "input[0].content[0].nope"),
+        ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].type"),
+        ({"input": [{"type": "web_search_call", "id": "ws_1"}]}, "input[0].type"),
+        ({"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]}, "input[0].call_id"),
+        ({"input": [{"type": "function_call", "call_id": "c", "arguments": "{}"}]}, "input[0].name"),
+        ({"input": [{"type": "function_call_output", "call_id": "c"}]}, "input[0].output"),
+        ({"input": [{"type": "function_call_output", "output": "x"}]}, "input[0].call_id"),
+        ({"input": [{"type": "function_call_output", "call_id": "c", "output": [{"type": "input_image"}]}]}, "input[0].output[0].type"),
+        ({"input": [{"type": "reasoning", "summary": [], "encrypted_content": "gAAA"}]}, "input[0].encrypted_content"),
+        ({"input": [{"type": "reasoning", "summary": [], "content": "x"}]}, "input[0].content"),
+        ({"input": [{"type": "reasoning", "summary": [{"type": "reasoning_text", "text": "x"}]}]}, "input[0].summary[0].type"),
+        ({"previous_response_id": "resp_1"}, "previous_response_id"),
+        ({"conversation": "conv_1"}, "conversation"),
+        ({"background": True}, "background"),
+        ({"prompt": {"id": "pmpt_1"}}, "prompt"),
+        ({"stream_options": {"include_obfuscation": False}}, "stream_options"),
+        ({"stream": True, "stream_options": {"other": 1}}, "stream_options.other"),
+        ({"truncation": "auto"}, "truncation"),
+        ({"include": ["reasoning.encrypted_content"]}, "include[0]"),
+        ({"top_logprobs": 3}, "top_logprobs"),
+        ({"max_tool_calls": 1}, "max_tool_calls"),
+        ({"service_tier": "flex"}, "service_tier"),
+        ({"metadata": {str(i): "v" for i in range(17)}}, "metadata"),
+        ({"metadata": {"k": "v" * 513}}, "metadata"),
+        ({"metadata": {"k": 1}}, "metadata"),
+        ({"reasoning": {"effort": "huge"}}, "reasoning.effort"),
+        ({"reasoning": {"summary": "auto"}}, "reasoning.summary"),
+        ({"reasoning": {"generate_summary": "auto"}}, "reasoning.generate_summary"),
+        ({"reasoning": {"context": "auto"}}, "reasoning.context"),
+        ({"text": {"verbosity": "low"}}, "text.verbosity"),
+        ({"text": {"format": {"type": "xml"}}}, "text.format.type"),
+        ({"text": {"format": {"type": "json_schema", "name": "n"}}}, "text.format.schema"),
+        ({"text": {"format": {"type": "json_schema", "schema": {}}}}, "text.format.name"),
+        ({"text": {"format": {"type": "json_object", "name": "n"}}}, "text.format.name"),
+        ({"text": {"format": {"type": "json_schema", "name": "n", "schema": []}}}, "text.format.schema"),
+        ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
+        ({"tools": [{"type": "custom", "name": "c"}]}, "tools[0].type"),
+        ({"tools": [{"type": "function"}]}, "tools[0].name"),
+        ({"tools": [{**FN, "name": "bad name"}]}, "tools[0].name"),
+        ({"tools": [{**FN, "name": "x" * 65}]}, "tools[0].name"),
+        ({"tools": [{**FN, "extra": 1}]}, "tools[0].extra"),
+        ({"tools": [{**FN, "parameters": "{}"}]}, "tools[0].parameters"),
+        ({"tools": [FN, FN]}, "tools[1].name"),
+        ({"tools": [FN] * 129}, "tools"),
+        ({"tool_choice": "required"}, "tool_choice"),
+        ({"tool_choice": "sometimes", "tools": [FN]}, "tool_choice"),
+        ({"tool_choice": {"type": "function", "name": "g"}, "tools": [FN]}, "tool_choice.name"),
+        ({"tool_choice": {"type": "function"}, "tools": [FN]}, "tool_choice"),
+        ({"tool_choice": {"type": "file_search"}, "tools": [FN]}, "tool_choice.type"),
+        ({"tool_choice": {"type": "allowed_tools", "mode": "auto", "tools": []}, "tools": [FN]}, "tool_choice.type"),
+    ],
+)
+def test_refused(fields, param):
+    refused(param, **fields)
+
+
+def test_refusal_messages():
+    assert "stateless" in refused("previous_response_id", previous_response_id="resp_1").message
+    assert "not supported" in refused("tools[0].type", tools=[{"type": "web_search"}]).message
+    assert "Unrecognized request argument supplied: seed" in refused("seed", seed=1).message
+    err = refused("input[0].content[0].type", input=[{"role": "user", "content": [{"type": "input_image"}]}])
+    assert "not supported" in err.message
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"store": True},
+        {"store": False},
+        {"truncation": "disabled"},
+        {"include": []},
+        {"top_logprobs": 0},
+        {"service_tier": "auto"},
+        {"max_tool_calls": None},
+        {"stream": True, "stream_options": {"include_obfuscation": True}},
+        {"text": {"format": {"type": "text"}, "verbosity": None}},
+        {"reasoning": {"effort": None, "summary": None}},
+        {"tool_choice": "none"},
+        {"tools": []},
+        {"metadata": {"k" * 64: "v" * 512}},
+        {"user": "u", "safety_identifier": "s", "prompt_cache_key": "p"},
+        {"input": ""},
+    ],
+)
+def test_accepted(fields):
+    decode(**fields)
+
+
+# --- translation ----------------------------------------------------------------------------
+
+
+def test_string_input_defaults():
+    request = to_generate_request(decode(), "resp_1")
+    assert request.request_id == "resp_1" and request.n == 1
+    assert request.messages == [ChatMessage(role="user", content="hi")]
+    assert request.sampling == SamplingParams(max_tokens=None, temperature=1.0, top_p=1.0)
+    assert request.tools is None and request.tool_choice == "none" and request.tool_choice_name is None
+    assert request.parallel_tool_calls is True
+    assert request.response_format is None and request.thinking is None
+
+
+def test_sampling_and_tools():
+    request = to_generate_request(
+        decode(max_output_tokens=7, temperature=0.0, top_p=0.5, tools=[{**FN, "description": "d"}], parallel_tool_calls=False),
+        "r",
+    )
+    assert request.sampling == SamplingParams(max_tokens=7, temperature=0.0, top_p=0.5)
+    assert request.tools == [Tool(name="f", description="d", parameters={"type": "object"})]
+    assert request.tool_choice == "auto" and request.parallel_tool_calls is False
+
+
+@pytest.mark.parametrize(
+    "choice,expected",
+    [
+        ("none", ("none", None)),
+        ("auto", ("auto", None)),
+        ("required", ("required", None)),
+        ({"type": "function", "name": "f"}, ("function", "f")),
+    ],
+)
+def test_tool_choice(choice, expected):
+    request = to_generate_request(decode(tools=[FN], tool_choice=choice), "r")
+    assert (request.tool_choice, request.tool_choice_name) == expected
+
+
+@pytest.mark.parametrize(
+    "fmt,expected",
+    [
+        ({"type": "text"}, None),
+        ({"type": "json_object"}, ResponseFormat(type="json_object")),
+        (
+            {"type": "json_schema", "name": "n", "schema": {"type": "object"}},
+            ResponseFormat(type="json_schema", schema={"type": "object"}),
+        ),
+        (
+            {"type": "json_schema", "name": "n", "schema": {"type": "object"}, "strict": True, "description": "d"},
+            ResponseFormat(type="json_schema", schema={"type": "object"}, strict=True),
+        ),
+    ],
+)
+def test_text_format(fmt, expected):
+    assert to_generate_request(decode(text={"format": fmt}), "r").response_format == expected
+
+
+@pytest.mark.parametrize(
+    "effort,thinking",
+    [("none", False), ("minimal", False), ("low", True), ("medium", True), ("high", True), ("xhigh", True), (None, None)],
+)
+def test_reasoning_effort(effort, thinking):
+    assert to_generate_request(decode(reasoning={"effort": effort}), "r").thinking is thinking
+
+
+def test_instructions_lead_and_merge_with_a_leading_system_message():
+    assert messages(instructions="Be terse.") == [
+        ChatMessage(role="system", content="Be terse."),
+        ChatMessage(role="user", content="hi"),
+    ]
+    history = [{"role": "system", "content": "Use French."}, {"role": "user", "content": "hi"}]
+    merged = messages(instructions="Be terse.", input=history)
+    assert merged == [ChatMessage(role="system", content="Be terse.\n\nUse French."), ChatMessage(role="user", content="hi")]
+
+
+def test_message_items_and_parts():
+    result = messages(
+        input=[
+            {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "rules"}]},
+            {"role": "user", "content": [{"type": "input_text", "text": "a"}, {"type": "input_text", "text": "b"}]},
+            {
+                "type": "message",
+                "id": "msg_1",
+                "status": "completed",
+                "role": "assistant",
+                "content": [
+                    {"type": "output_text", "text": "yes", "annotations": [], "logprobs": []},
+                    {"type": "refusal", "refusal": "!"},
+                ],
+            },
+        ]
+    )
+    assert result == [
+        ChatMessage(role="system", content="rules"),
+        ChatMessage(role="user", content="ab"),
+        ChatMessage(role="assistant", content="yes!"),
+    ]
+
+
+def test_assistant_turns_group_reasoning_text_and_calls():
+    fc = lambda i: {"type": "function_call", "call_id": f"c{i}", "name": "f", "arguments": str(i)}  # noqa: E731
+    rs = lambda t: {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": t}]}  # noqa: E731
+    result = messages(
+        input=[
+            {"role": "user", "content": "q"},
+            rs("r1"),
+            {"role": "assistant", "content": "a1"},
+            fc(1),
+            fc(2),
+            {"type": "function_call_output", "call_id": "c1", "output": "o1"},
+            {"type": "function_call_output", "call_id": "c2", "output": "o2", "name": "g"},
+            rs("r2"),
+            rs("r3"),
+            {"role": "assistant", "content": "a2"},
+            {"role": "assistant", "content": "a3"},
+            fc(3),
+            rs("r4"),
+            {"type": "function_call_output", "call_id": "unknown", "output": "o3"},
+        ]
+    )
+    assert result == [
+        ChatMessage(role="user", content="q"),
+        ChatMessage(
+            role="assistant",
+            content="a1",
+            reasoning="r1",
+            tool_calls=[ToolCall(id="c1", name="f", arguments="1"), ToolCall(id="c2", name="f", arguments="2")],
+        ),
+        ChatMessage(role="tool", content="o1", tool_call_id="c1", name="f"),
+        ChatMessage(role="tool", content="o2", tool_call_id="c2", name="g"),
+        ChatMessage(role="assistant", content="a2", reasoning="r2\nr3"),
+        ChatMessage(role="assistant", content="a3", tool_calls=[ToolCall(id="c3", name="f", arguments="3")]),
+        ChatMessage(role="assistant", content="", reasoning="r4"),
+        ChatMessage(role="tool", content="o3", tool_call_id="unknown", name=None),
+    ]
+
+
+def test_reasoning_summary_is_used_without_content():
+    summary = [{"type": "summary_text", "text": "s1"}, {"type": "summary_text", "text": "s2"}]
+    item = {"type": "reasoning", "id": "rs_1", "summary": summary}
+    result = messages(input=[{"role": "user", "content": "q"}, item, {"role": "assistant", "content": "a"}])
+    assert result[1] == ChatMessage(role="assistant", content="a", reasoning="s1\ns2")
+
+
+# --- echo ---------------------------------------------------------------------------------------
+
+
+def test_echo_defaults():
+    settings = response_settings(decode())
+    assert settings.tool_choice == "none" and settings.tools == [] and settings.parallel_tool_calls is True
+    assert settings.text.format == TextFormatEcho(type="text") and settings.reasoning.effort is None
+    assert settings.temperature == 1.0 and settings.top_p == 1.0 and settings.metadata == {}
+    assert settings.store is False and settings.truncation == "disabled"
+
+
+def test_echo_values():
+    schema = {"type": "object"}
+    settings = response_settings(
+        decode(
+            instructions="i",
+            max_output_tokens=9,
+            temperature=0.2,
+            top_p=0.3,
+            tools=[FN],
+            tool_choice={"type": "function", "name": "f"},
+            text={"format": {"type": "json_schema", "name": "n", "schema": schema, "strict": False}},
+            reasoning={"effort": "high"},
+            metadata={"a": "b"},
+            user="u",
+            store=True,
+        )
+    )
+    assert settings.instructions == "i" and settings.max_output_tokens == 9
+    assert (settings.temperature, settings.top_p) == (0.2, 0.3)
+    assert settings.tools == [FunctionToolEcho(name="f", parameters=schema)]
+    assert settings.tool_choice == ToolChoiceFunctionEcho(name="f")
+    assert settings.text.format == TextFormatEcho(type="json_schema", name="n", schema=schema, strict=False)
+    assert settings.reasoning.effort == "high" and settings.metadata == {"a": "b"} and settings.user == "u"
+    assert settings.store is False
+    assert response_settings(decode(tools=[FN])).tool_choice == "auto"

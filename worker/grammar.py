@@ -1,0 +1,185 @@
+"""Grammar-constrained decoding with llguidance, on any MLX backend.
+
+:class:`GrammarCompiler` (input thread) turns a JSON schema or a Lark
+grammar into a validated grammar string, cached by source, and makes one
+``LLMatcher`` per choice; the expensive tokenizer conversion happens once per
+model. :func:`grammar_processor` (called on the scheduler thread) wraps a
+matcher as an mlx-lm logits processor: before every sampling step it feeds
+the matcher the token sampled last, asks it for the allowed-token bitmask and
+masks the logits with portable MLX ops (bit unpacking and ``mx.where``), so
+it runs on Metal and on the CPU backend alike. Each matcher belongs to one
+choice of one request.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from typing import Any, Callable
+
+import numpy as np
+
+GRAMMAR_CACHE_SIZE = 256
+"""Compiled grammars kept, least recently used evicted."""
+
+
+JSON_OPTIONS = {"whitespace_flexible": True, "whitespace_pattern": r"[\x20\x0A\x0D\x09]{0,16}"}
+"""JSON layout the grammar allows: pretty-printing as models like to write
+it, but at most 16 whitespace characters in a row, so a weak model cannot
+spend its whole budget on blank space."""
+
+
+class GrammarError(ValueError):
+    """The schema or grammar is invalid or unsupported; the message says why."""
+
+
+class GrammarCompiler:
+    """Compiles grammars for one model's tokenizer.
+
+    ``hf_tokenizer`` is a Hugging Face fast tokenizer; ``eos_token_id`` the
+    token that ends a constrained output; ``vocab_size`` the width of the
+    model's logits. Thread-safe: the tokenizer is built once under a lock.
+    """
+
+    def __init__(self, hf_tokenizer: Any, eos_token_id: int, vocab_size: int) -> None:
+        self._hf = hf_tokenizer
+        self._eos = eos_token_id
+        self.vocab_size = vocab_size
+        self._lock = threading.Lock()
+        self._tokenizer: Any = None
+        self._cache: OrderedDict[str, str] = OrderedDict()
+
+    def _lltokenizer(self) -> Any:
+        with self._lock:
+            if self._tokenizer is None:
+                import llguidance.hf
+
+                self._tokenizer = llguidance.hf.from_tokenizer(self._hf, eos_token=self._eos)
+            return self._tokenizer
+
+    def json_schema(self, schema: dict[str, Any] | None) -> str:
+        """A validated grammar for JSON text matching ``schema`` (None: any
+        JSON object).
+
+        Raises:
+            GrammarError: the schema is malformed or uses unsupported features.
+        """
+        schema = {"type": "object"} if schema is None else schema
+        key = "json:" + json.dumps(schema, sort_keys=True)
+
+        def build() -> str:
+            import llguidance
+
+            try:
+                return llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=JSON_OPTIONS)
+            except (ValueError, TypeError) as exc:
+                raise GrammarError(f"invalid JSON schema: {exc}") from exc
+
+        return self._compiled(key, build)
+
+    def lark(self, grammar: str) -> str:
+        """A validated grammar from Lark source (llguidance dialect).
+
+        Raises:
+            GrammarError: the grammar does not compile.
+        """
+
+        def build() -> str:
+            import llguidance
+
+            return llguidance.LLMatcher.grammar_from_lark(grammar)
+
+        return self._compiled("lark:" + grammar, build)
+
+    def _compiled(self, key: str, build: Callable[[], str]) -> str:
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None:
+                self._cache.move_to_end(key)
+                return hit
+        grammar = build()
+        import llguidance
+
+        error = llguidance.LLMatcher.validate_grammar(grammar, self._lltokenizer())
+        if error:
+            raise GrammarError(_first_line(error))
+        with self._lock:
+            self._cache[key] = grammar
+            while len(self._cache) > GRAMMAR_CACHE_SIZE:
+                self._cache.popitem(last=False)
+        return grammar
+
+    def matcher(self, grammar: str) -> Any:
+        """A fresh ``LLMatcher`` for a grammar from :meth:`json_schema` or
+        :meth:`lark`.
+
+        Raises:
+            GrammarError: the matcher could not be built.
+        """
+        import llguidance
+
+        matcher = llguidance.LLMatcher(self._lltokenizer(), grammar, log_level=0)
+        if matcher.is_error():
+            raise GrammarError(_first_line(matcher.get_error()))
+        return matcher
+
+
+def _first_line(message: str) -> str:
+    return message.strip().splitlines()[0][:500] if message.strip() else "invalid grammar"
+
+
+class _BitUnpacker:
+    """Turns llguidance's int32 bitmask words into a boolean vocab mask with
+    MLX ops (scheduler thread)."""
+
+    def __init__(self, vocab_size: int) -> None:
+        import mlx.core as mx
+
+        ids = mx.arange(vocab_size, dtype=mx.int32)
+        self.word = ids // 32
+        self.bit = (ids % 32).astype(mx.int32)
+
+    def allowed(self, words: np.ndarray) -> Any:
+        import mlx.core as mx
+
+        packed = mx.array(words.reshape(-1).view(np.int32))
+        return ((packed[self.word] >> self.bit) & 1).astype(mx.bool_)
+
+
+_UNPACKERS: dict[int, _BitUnpacker] = {}
+
+
+def grammar_processor(matcher: Any, prompt_len: int) -> Callable[[Any, Any], Any]:
+    """An mlx-lm logits processor enforcing ``matcher`` on one sequence.
+
+    ``prompt_len`` is the number of prompt tokens in the context the engine
+    passes in; every later token is fed to the matcher before the next mask
+    is computed. If the matcher errs (it cannot, given its own masks, unless
+    the engine forces a token) the mask falls back to allowing everything.
+    Scheduler thread only.
+    """
+    import llguidance.numpy as lln
+    import mlx.core as mx
+
+    state = {"fed": prompt_len, "words": None}
+
+    def apply(tokens: Any, logits: Any) -> Any:
+        vocab = logits.shape[-1]
+        total = tokens.shape[0]
+        if total > state["fed"]:
+            new = tokens[state["fed"] :].tolist()
+            matcher.consume_tokens([int(t) for t in new])
+            state["fed"] = total
+        if matcher.is_error():
+            return logits
+        if state["words"] is None:
+            state["words"] = lln.allocate_token_bitmask(1, vocab)
+        lln.fill_next_token_bitmask(matcher, state["words"])
+        unpacker = _UNPACKERS.get(vocab)
+        if unpacker is None:
+            unpacker = _UNPACKERS[vocab] = _BitUnpacker(vocab)
+        allowed = unpacker.allowed(state["words"])
+        return mx.where(allowed, logits, mx.array(-float("inf"), dtype=logits.dtype))
+
+    return apply

@@ -1,0 +1,254 @@
+"""Shared types and helpers of the output parsers.
+
+An output parser turns a model's raw output text, arriving in arbitrary
+pieces, into three streams: user-visible ``content``, ``reasoning`` and
+tool-call deltas (:class:`shared.protocol.ToolCallDelta`). Every parser is
+per request (per choice) and keeps only that choice's state.
+
+This module holds what every family shares: :class:`ParsedDelta`, the
+:class:`OutputParser` protocol, the :class:`ToolCallSink` that numbers calls
+and gives them ids, the marker search and hold-back helpers, and
+:func:`coerce_value`, which types a textual parameter value by its JSON
+schema (used by the XML-like families).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Protocol, runtime_checkable
+
+from shared.protocol import ToolCallDelta
+
+
+@dataclass
+class ParsedDelta:
+    """What a parser lets out for one piece of raw text.
+
+    ``content`` and ``reasoning`` are new text of those streams (markup
+    removed); ``tool_calls`` are new tool-call pieces in order, consecutive
+    pieces of one call already merged.
+    """
+
+    content: str = ""
+    reasoning: str = ""
+    tool_calls: list[ToolCallDelta] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        """True when the delta carries nothing."""
+        return not (self.content or self.reasoning or self.tool_calls)
+
+    def extend(self, other: "ParsedDelta") -> "ParsedDelta":
+        """Append ``other`` (which came later) to this delta in place; returns self."""
+        self.content += other.content
+        self.reasoning += other.reasoning
+        if other.tool_calls:
+            self.tool_calls = merge_tool_deltas(self.tool_calls + other.tool_calls)
+        return self
+
+
+@runtime_checkable
+class OutputParser(Protocol):
+    """A streaming, per-request splitter of raw output into content,
+    reasoning and tool calls.
+
+    ``feed`` takes the next raw text and returns what is safe to emit now
+    (text that may still turn out to be markup is held back); ``finish`` is
+    called once at the end of generation and flushes everything held, closing
+    an open tool call if it can be completed and turning it into content if
+    it cannot. ``saw_tool_call`` is True once any tool call was emitted and
+    ``done`` once nothing more will be emitted (``parallel_tool_calls``
+    False after the first complete call): the worker may stop generating.
+    """
+
+    def feed(self, text: str) -> ParsedDelta:
+        """New raw text → what is safe to emit now."""
+        ...
+
+    def finish(self) -> ParsedDelta:
+        """End of generation: flush held text, complete or give up open calls."""
+        ...
+
+    @property
+    def saw_tool_call(self) -> bool:
+        """At least one tool call was emitted."""
+        ...
+
+    @property
+    def done(self) -> bool:
+        """Nothing more will be emitted (the worker may stop generating)."""
+        ...
+
+
+def new_call_id() -> str:
+    """A fresh tool-call id: ``call_`` and 24 random hex characters."""
+    return "call_" + secrets.token_hex(12)
+
+
+def merge_tool_deltas(deltas: list[ToolCallDelta]) -> list[ToolCallDelta]:
+    """Merge consecutive pieces of the same call into one piece and drop
+    empty continuation pieces; order and meaning are preserved."""
+    out: list[ToolCallDelta] = []
+    for d in deltas:
+        if out and out[-1].index == d.index and d.id is None and d.name is None:
+            prev = out[-1]
+            if d.arguments:
+                out[-1] = ToolCallDelta(
+                    index=prev.index, id=prev.id, name=prev.name,
+                    arguments=prev.arguments + d.arguments,
+                )
+            continue
+        if d.id is None and d.name is None and not d.arguments:
+            continue
+        out.append(d)
+    return out
+
+
+class ToolCallSink:
+    """Numbers, names and collects the tool-call pieces of one choice.
+
+    A family parser calls :meth:`open` when a call's name is known (the first
+    piece carries index, a fresh id, the name and maybe a first arguments
+    fragment), :meth:`append` for more argument text and :meth:`close` when
+    the call's arguments are complete. With ``parallel`` False, closing the
+    first call sets :attr:`done`; parsers then drop everything else.
+    :meth:`take` returns and clears the pieces gathered so far.
+    """
+
+    def __init__(self, parallel: bool = True) -> None:
+        self.parallel = parallel
+        self.count = 0
+        self.done = False
+        self._pending: list[ToolCallDelta] = []
+
+    @property
+    def saw(self) -> bool:
+        """True once any call was opened."""
+        return self.count > 0
+
+    def open(self, name: str, arguments: str = "") -> int:
+        """Start a call named ``name``; returns its index."""
+        index = self.count
+        self.count += 1
+        self._pending.append(
+            ToolCallDelta(index=index, id=new_call_id(), name=name, arguments=arguments)
+        )
+        return index
+
+    def append(self, index: int, arguments: str) -> None:
+        """Add ``arguments`` text to call ``index``."""
+        if arguments:
+            self._pending.append(ToolCallDelta(index=index, arguments=arguments))
+
+    def close(self, index: int) -> None:
+        """Call ``index`` is complete."""
+        if not self.parallel:
+            self.done = True
+
+    def take(self) -> list[ToolCallDelta]:
+        """The pieces gathered since the last call, merged, and forget them."""
+        out = merge_tool_deltas(self._pending)
+        self._pending = []
+        return out
+
+
+def find_first(text: str, markers: Iterable[str], start: int = 0) -> tuple[int, str]:
+    """The earliest occurrence of any of ``markers`` in ``text`` at or after
+    ``start``: ``(position, marker)``, the longer marker winning a tie, or
+    ``(-1, "")`` when none occurs."""
+    best, found = -1, ""
+    for m in markers:
+        i = text.find(m, start)
+        if i >= 0 and (best < 0 or i < best or (i == best and len(m) > len(found))):
+            best, found = i, m
+    return best, found
+
+
+def held_suffix(text: str, markers: Iterable[str]) -> int:
+    """Length of the longest suffix of ``text`` that is a proper prefix of
+    one of ``markers``: the text that must be held back because it may be
+    the start of a marker."""
+    best = 0
+    for m in markers:
+        for k in range(min(len(m) - 1, len(text)), best, -1):
+            if text.endswith(m[:k]):
+                best = k
+                break
+    return best
+
+
+def is_marker_prefix(text: str, markers: Iterable[str]) -> bool:
+    """True when ``text`` is a (possibly empty or complete) prefix of one of ``markers``."""
+    return any(m.startswith(text) for m in markers)
+
+
+def tool_params(tools: Iterable[Any] | None) -> dict[str, dict[str, Any]]:
+    """Map each tool's name to its parameters' ``properties`` schemas."""
+    out: dict[str, dict[str, Any]] = {}
+    for t in tools or ():
+        props = (t.parameters or {}).get("properties")
+        out[t.name] = props if isinstance(props, dict) else {}
+    return out
+
+
+def schema_types(schema: Any) -> set[str]:
+    """The JSON types a (sub)schema allows, looking through ``type``,
+    ``anyOf``/``oneOf``, ``enum`` and ``const``; empty when unknown."""
+    if not isinstance(schema, dict):
+        return set()
+    types: set[str] = set()
+    t = schema.get("type")
+    if isinstance(t, str):
+        types.add(t)
+    elif isinstance(t, list):
+        types.update(x for x in t if isinstance(x, str))
+    for key in ("anyOf", "oneOf"):
+        for sub in schema.get(key) or ():
+            types |= schema_types(sub)
+    values = list(schema.get("enum") or ())
+    if "const" in schema:
+        values.append(schema["const"])
+    for v in values:
+        types.add(_json_type(v))
+    return types
+
+
+def _json_type(value: Any) -> str:
+    """The JSON schema type name of a Python value."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+def coerce_value(text: str, schema: Any) -> Any:
+    """Type a parameter value written as plain text, by its JSON schema.
+
+    Strings (and parameters with no known type) stay text, except that
+    ``null`` becomes None when the schema allows null. Other types
+    (number, integer, boolean, object, array) are parsed as JSON; a value
+    that does not parse stays text.
+    """
+    types = schema_types(schema)
+    if "null" in types and text.strip() == "null":
+        return None
+    if not types or "string" in types:
+        return text
+    try:
+        return json.loads(text)
+    except ValueError:
+        low = text.strip().lower()
+        if "boolean" in types and low in ("true", "false"):
+            return low == "true"
+        return text

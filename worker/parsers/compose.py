@@ -1,0 +1,152 @@
+"""Building a request's parser: reasoning split first, then tool parsing of
+the content stream (see :func:`make_parser`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from worker.parsers.base import OutputParser, ParsedDelta, ToolCallSink
+from worker.parsers.deepseek_v3 import DeepSeekV3Parser
+from worker.parsers.glm45 import Glm45Parser
+from worker.parsers.harmony import HarmonyParser
+from worker.parsers.hermes import HermesParser
+from worker.parsers.json_format import JsonToolParser
+from worker.parsers.llama3_json import Llama3JsonParser
+from worker.parsers.mistral import MistralParser
+from worker.parsers.qwen3_coder import Qwen3CoderParser
+from worker.parsers.reasoning import MARKERS, ReasoningSplitter
+
+TOOL_FORMATS: tuple[str, ...] = (
+    "hermes", "qwen3_coder", "llama3_json", "mistral", "deepseek_v3", "glm45", "harmony", "json",
+)
+"""Tool-call formats :func:`make_parser` accepts (also valid config overrides)."""
+
+REASONING_FORMATS: tuple[str, ...] = ("think", "think_mistral", "harmony")
+"""Reasoning formats :func:`make_parser` accepts (also valid config overrides)."""
+
+GENERIC_TOOL_FORMAT = "hermes"
+"""The format the worker asks for, with its own system-prompt instructions,
+when a model's template shows no tool-call format of its own."""
+
+
+def _tool_parser(tool_format: str, tools: list[Any], sink: ToolCallSink, thinking_open: bool):
+    """The tool-call parser of ``tool_format`` writing into ``sink``."""
+    names = {t.name for t in tools}
+    if tool_format == "hermes":
+        return HermesParser(sink)
+    if tool_format == "qwen3_coder":
+        return Qwen3CoderParser(sink, tools)
+    if tool_format == "llama3_json":
+        return Llama3JsonParser(sink, names)
+    if tool_format == "mistral":
+        return MistralParser(sink)
+    if tool_format == "deepseek_v3":
+        return DeepSeekV3Parser(sink)
+    if tool_format == "glm45":
+        return Glm45Parser(sink, tools)
+    if tool_format == "harmony":
+        return HarmonyParser(sink, tools_enabled=True, thinking_open=thinking_open)
+    if tool_format == "json":
+        return JsonToolParser(sink, names)
+    raise ValueError(f"unknown tool format {tool_format!r}; expected one of {TOOL_FORMATS}")
+
+
+class ComposedParser:
+    """An :class:`~worker.parsers.base.OutputParser` made of an optional
+    reasoning stage and an optional tool-call stage.
+
+    The first stage splits raw text into reasoning and content; the second
+    parses tool calls out of that content. Either may be absent (text then
+    passes through unchanged). Once the tool stage is done (one complete
+    call with ``parallel_tool_calls`` False), everything else is dropped.
+    """
+
+    def __init__(self, first: Any | None, second: Any | None, sink: ToolCallSink) -> None:
+        self.first = first
+        self.second = second
+        self.sink = sink
+
+    @property
+    def saw_tool_call(self) -> bool:
+        """True once any tool call was emitted."""
+        return self.sink.saw
+
+    @property
+    def done(self) -> bool:
+        """True once nothing more will be emitted."""
+        return self.sink.done
+
+    def feed(self, text: str) -> ParsedDelta:
+        """Take the next raw text; return what is safe to emit."""
+        if self.sink.done:
+            return ParsedDelta()
+        segments = self.first.feed_segments(text) if self.first else [("content", text)]
+        return self._through(segments)
+
+    def finish(self) -> ParsedDelta:
+        """End of input: flush both stages."""
+        if self.sink.done:
+            return ParsedDelta(tool_calls=self.sink.take())
+        out = self._through(self.first.finish_segments() if self.first else [])
+        if self.second is not None and not self.sink.done:
+            out.extend(self.second.finish())
+        return out
+
+    def _through(self, segments: list[tuple[str, str]]) -> ParsedDelta:
+        """Run the first stage's segments, in order, through the tool stage;
+        stop at once when that is done (so nothing after the call survives).
+        A first stage that makes calls itself (Harmony) drops what follows
+        them on its own."""
+        out = ParsedDelta()
+        for kind, text in segments:
+            if self.second is not None and self.sink.done:
+                break
+            if kind == "reasoning":
+                out.reasoning += text
+            elif self.second is None:
+                out.content += text
+            else:
+                out.extend(self.second.feed(text))
+        return out.extend(ParsedDelta(tool_calls=self.sink.take()))
+
+
+def make_parser(
+    *,
+    tool_format: str | None,
+    reasoning_format: str | None,
+    tools: list[Any] | None,
+    thinking_open: bool = False,
+    parallel_tool_calls: bool = True,
+) -> OutputParser:
+    """A fresh parser for one request's (one choice's) output.
+
+    ``tool_format`` None, or no ``tools``, means no tool parsing;
+    ``reasoning_format`` None means no reasoning split. ``thinking_open``:
+    the prompt already opened the reasoning block, so the output starts as
+    reasoning. ``parallel_tool_calls`` False keeps only the first complete
+    call and then sets ``done`` (the worker should stop generating).
+    Harmony as either format yields one parser handling channels and calls.
+    Unknown format names raise ValueError.
+    """
+    if tool_format is not None and tool_format not in TOOL_FORMATS:
+        raise ValueError(f"unknown tool format {tool_format!r}; expected one of {TOOL_FORMATS}")
+    if reasoning_format is not None and reasoning_format not in REASONING_FORMATS:
+        raise ValueError(
+            f"unknown reasoning format {reasoning_format!r}; expected one of {REASONING_FORMATS}"
+        )
+    sink = ToolCallSink(parallel=parallel_tool_calls)
+    use_tools = tool_format is not None and bool(tools)
+    first: Any | None = None
+    second: Any | None = None
+    if reasoning_format == "harmony":
+        first = HarmonyParser(
+            sink, tools_enabled=use_tools and tool_format == "harmony", thinking_open=thinking_open
+        )
+    elif reasoning_format in MARKERS:
+        first = ReasoningSplitter(reasoning_format, thinking_open=thinking_open)
+    if use_tools and not (tool_format == "harmony" and reasoning_format == "harmony"):
+        assert tool_format is not None and tools
+        second = _tool_parser(
+            tool_format, list(tools), sink, thinking_open and reasoning_format is None
+        )
+    return ComposedParser(first, second, sink)

@@ -1,0 +1,200 @@
+"""DeepSeek V3 / R1 / V3.1 tool calls (note the fullwidth ``｜`` and ``▁``).
+
+V3 and R1::
+
+    <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather
+    ```json
+    {"city": "Paris"}
+    ```<｜tool▁call▁end｜><｜tool▁calls▁end｜>
+
+V3.1::
+
+    <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "Paris"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>
+
+The form is told apart by what follows ``<｜tool▁sep｜>``: a ``{`` means
+V3.1 (the text before the separator is the name), anything else V3 (the
+name is the rest of that line). Arguments stream as they arrive. Calls may
+be separated by whitespace; a section may also start directly at
+``<｜tool▁call▁begin｜>``.
+"""
+
+from __future__ import annotations
+
+import re
+
+from worker.parsers.base import ToolCallSink, find_first, held_suffix, is_marker_prefix
+from worker.parsers.jsonstream import ArgStream
+from worker.parsers.lark import args_schema, json_rule, lark_str
+from worker.parsers.machine import ToolTextParser
+
+CALLS_BEGIN = "<｜tool▁calls▁begin｜>"
+CALLS_END = "<｜tool▁calls▁end｜>"
+CALL_BEGIN = "<｜tool▁call▁begin｜>"
+CALL_END = "<｜tool▁call▁end｜>"
+SEP = "<｜tool▁sep｜>"
+_FENCE = re.compile(r"\s*```[a-zA-Z]*[ \t]*\n?")
+_NAME_LIMIT = 256
+
+
+class DeepSeekV3Parser(ToolTextParser):
+    """Streaming parser of DeepSeek tool-call sections (see the module)."""
+
+    OPENERS = (CALLS_BEGIN, CALL_BEGIN)
+
+    def __init__(self, sink: ToolCallSink) -> None:
+        super().__init__(sink)
+        self.raw = ""
+        self.head = ""
+        self.args: ArgStream | None = None
+
+    def _open(self, marker: str, raw: str) -> None:
+        """Enter a tool-call section."""
+        self.raw = raw
+        if marker == CALL_BEGIN:
+            self.state = "head"
+        else:
+            self.state = "section"
+
+    def _give_back(self) -> bool:
+        """Not a call: the markup read so far goes out as content."""
+        self.emit(self.raw)
+        self.raw = ""
+        self.state = "content"
+        return True
+
+    def _step(self, final: bool) -> bool:
+        """Advance one state (see the module docstring)."""
+        st = self.state
+        if st == "content":
+            return self.content_step(final)
+        if st == "section":
+            stripped = self.buf.lstrip()
+            for marker, nxt in ((CALL_BEGIN, "head"), (CALLS_END, "content")):
+                if stripped.startswith(marker):
+                    self.raw += self.buf[: len(self.buf) - len(stripped) + len(marker)]
+                    self.buf = stripped[len(marker):]
+                    self.state = nxt
+                    if nxt == "content":
+                        self.raw = ""
+                    return True
+            if not stripped or is_marker_prefix(stripped, (CALL_BEGIN, CALLS_END)):
+                return False
+            if self.sink.saw:
+                self.buf = stripped
+                self.raw = ""
+                self.state = "content"
+                return True
+            return self._give_back()
+        if st == "head":
+            i = self.buf.find(SEP)
+            end = i if i >= 0 else len(self.buf) - held_suffix(self.buf, (SEP,))
+            if len(self.buf[:end]) > _NAME_LIMIT or "<｜" in self.buf[:end]:
+                return self._give_back()
+            if i < 0:
+                return False
+            self.head = self.buf[:i].strip()
+            self.raw += self.buf[: i + len(SEP)]
+            self.buf = self.buf[i + len(SEP):]
+            self.state = "after_sep"
+            return True
+        if st == "after_sep":
+            stripped = self.buf.lstrip()
+            if not stripped:
+                return False
+            self.raw += self.buf[: len(self.buf) - len(stripped)]
+            self.buf = stripped
+            if stripped[0] == "{":
+                if not self.head:
+                    return self._give_back()
+                return self._start_call(self.head)
+            self.state = "v3_name"
+            return True
+        if st == "v3_name":
+            i = self.buf.find("\n")
+            line = self.buf[:i] if i >= 0 else self.buf
+            if len(line) > _NAME_LIMIT or "<｜" in line:
+                return self._give_back()
+            if i < 0:
+                return False
+            name = line.strip()
+            if not name:
+                return self._give_back()
+            self.buf = self.buf[i + 1:]
+            return self._start_call(name, fence=True)
+        if st == "fence":
+            stripped = self.buf.lstrip()
+            if not stripped:
+                return False
+            if stripped[0] == "{":
+                self.buf = stripped
+                self.state = "args"
+                return True
+            if "\n" not in stripped and not final and "`" in stripped[:1]:
+                return False
+            m = _FENCE.match(stripped)
+            self.buf = stripped[m.end():] if m else stripped
+            self.state = "args"
+            return True
+        if st == "args":
+            assert self.args is not None
+            self.pump(self.args.push)
+            if self.args.done or self.args.error:
+                self.args.close()
+                self.args = None
+                self.state = "call_tail"
+                return True
+            return False
+        if st == "call_tail":
+            return self.drop_until_section(final)
+        return False
+
+    def _start_call(self, name: str, fence: bool = False) -> bool:
+        """The name is known: open the call and read its arguments."""
+        index = self.sink.open(name)
+        self.raw = ""
+        self.args = ArgStream(self.sink, index)
+        self.state = "fence" if fence else "args"
+        return True
+
+    def drop_until_section(self, final: bool) -> bool:
+        """After a call's arguments: drop the closing fence and markers up
+        to ``<｜tool▁call▁end｜>``, then continue the section."""
+        i, m = find_first(self.buf, (CALL_END, CALLS_END))
+        if i >= 0:
+            self.buf = self.buf[i + len(m):]
+            self.state = "section" if m == CALL_END else "content"
+            return True
+        keep = 0 if final else held_suffix(self.buf, (CALL_END, CALLS_END))
+        self.buf = self.buf[len(self.buf) - keep:]
+        return False
+
+    def _end(self) -> None:
+        """Input ended inside a section: close an open call, else content."""
+        st = self.state
+        if self.args is not None:
+            self.args.close()
+            self.args = None
+        elif st in ("head", "after_sep", "v3_name") or (st == "section" and not self.sink.saw):
+            self.emit(self.raw + self.buf)
+        self.raw = ""
+
+
+def grammar(tools, *, parallel: bool, lit) -> str:
+    """Lark grammar forcing a DeepSeek tool-call section with one (or, if
+    ``parallel``, several) calls of ``tools``, in the V3 or V3.1 form."""
+    rules = []
+    calls = []
+    for i, tool in enumerate(tools):
+        schema = args_schema(tool)
+        name = lark_str(tool.name)
+        rules.append(f"args{i}: {json_rule(schema)}")
+        rules.append(
+            f'call{i}: {lit(CALL_BEGIN)} ("function" {lit(SEP)} {name} "\\n```json\\n" args{i} '
+            f'"\\n```" | {name} {lit(SEP)} args{i}) {lit(CALL_END)}'
+        )
+        calls.append(f"call{i}")
+    rep = ' ("\\n"? call)*' if parallel else ""
+    return (
+        f"start: {lit(CALLS_BEGIN)} call{rep} {lit(CALLS_END)}\n"
+        f"call: {' | '.join(calls)}\n" + "\n".join(rules) + "\n"
+    )

@@ -1,0 +1,142 @@
+"""llguidance Lark grammars that force tool calls in a family's markup
+(``tool_choice`` ``required`` or a named function).
+
+Each family module has a ``grammar(tools, parallel=..., lit=...)``; this
+module picks the tools and renders markers. Arguments are embedded as
+``%json`` schemas, written compactly or with ``json.dumps`` spacing.
+
+Markers that are special tokens in a model's tokenizer cannot be matched
+by grammar text (llguidance keeps special tokens out of terminals), so a
+caller may pass ``special_tokens`` (marker text → token id, for markers of
+:func:`grammar_markers` that are special tokens in its tokenizer, as
+:func:`special_token_ids` computes); those are written as ``<[id]>``.
+Without it, Harmony markers are written as ``<|name|>`` token references
+(they are special tokens in every gpt-oss tokenizer) and every other marker
+as plain text, which is right for tokenizers where they are ordinary
+(possibly added, non-special) tokens.
+
+Every family has a grammar; none raises NotImplementedError. Harmony's
+allows one analysis message before the call and always exactly one call.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+from worker.parsers import deepseek_v3, glm45, harmony, hermes, json_format, llama3_json
+from worker.parsers import mistral, qwen3_coder
+from worker.parsers.compose import TOOL_FORMATS
+
+_MODULES = {
+    "hermes": hermes,
+    "json": json_format,
+    "llama3_json": llama3_json,
+    "mistral": mistral,
+    "deepseek_v3": deepseek_v3,
+    "qwen3_coder": qwen3_coder,
+    "glm45": glm45,
+    "harmony": harmony,
+}
+
+_MARKERS: dict[str, tuple[str, ...]] = {
+    "hermes": (hermes.OPEN, hermes.CLOSE),
+    "json": (),
+    "llama3_json": (),
+    "mistral": (mistral.TOOL_CALLS, mistral.ARGS),
+    "deepseek_v3": (
+        deepseek_v3.CALLS_BEGIN, deepseek_v3.CALLS_END, deepseek_v3.CALL_BEGIN,
+        deepseek_v3.CALL_END, deepseek_v3.SEP,
+    ),
+    "qwen3_coder": (qwen3_coder.OPEN, qwen3_coder.CLOSE),
+    "glm45": (glm45.OPEN, glm45.CLOSE, glm45.KEY, glm45.KEY_END, glm45.VALUE, glm45.VALUE_END),
+    "harmony": (
+        harmony.START, harmony.CHANNEL, harmony.MESSAGE, harmony.END, harmony.CALL,
+        harmony.CONSTRAIN,
+    ),
+}
+
+
+def grammar_markers(tool_format: str) -> tuple[str, ...]:
+    """The markers :func:`tool_call_grammar` writes for ``tool_format`` that
+    may be single special tokens (keys for its ``special_tokens``)."""
+    if tool_format not in _MARKERS:
+        raise ValueError(f"unknown tool format {tool_format!r}; expected one of {TOOL_FORMATS}")
+    return _MARKERS[tool_format]
+
+
+def special_token_ids(tool_format: str, tokenizer: Any) -> dict[str, int]:
+    """The ``special_tokens`` map for :func:`tool_call_grammar`: those of
+    ``tool_format``'s markers that are special added tokens of ``tokenizer``
+    (a Hugging Face tokenizer, or a wrapper exposing one as ``_tokenizer``),
+    with their ids. Empty when the tokenizer shows no added tokens."""
+    decoder = getattr(tokenizer, "added_tokens_decoder", None)
+    if decoder is None and hasattr(tokenizer, "_tokenizer"):
+        decoder = getattr(tokenizer._tokenizer, "added_tokens_decoder", None)
+    specials = {
+        getattr(tok, "content", str(tok)): int(i)
+        for i, tok in (decoder or {}).items()
+        if getattr(tok, "special", False)
+    }
+    return {m: specials[m] for m in grammar_markers(tool_format) if m in specials}
+
+
+class _Markers:
+    """Renders a marker as a Lark literal or a special-token reference."""
+
+    def __init__(self, tool_format: str, special_tokens: Mapping[str, int] | None) -> None:
+        self.tool_format = tool_format
+        self.special_tokens = special_tokens
+
+    def special(self, marker: str) -> bool:
+        """True when ``marker`` is written as a token reference."""
+        if self.special_tokens is not None:
+            return marker in self.special_tokens
+        return self.tool_format == "harmony" and marker in harmony.SPECIAL
+
+    def __call__(self, marker: str) -> str:
+        """Lark for ``marker``."""
+        if self.special_tokens is not None and marker in self.special_tokens:
+            return f"<[{int(self.special_tokens[marker])}]>"
+        if self.special(marker):
+            return marker
+        return json.dumps(marker, ensure_ascii=False)
+
+
+def tool_call_grammar(
+    tool_format: str,
+    tools: list[Any],
+    *,
+    choice: str,
+    name: str | None,
+    parallel: bool,
+    special_tokens: Mapping[str, int] | None = None,
+) -> str:
+    """A llguidance Lark grammar forcing the output to be one (or, if
+    ``parallel``, one or more) tool calls in ``tool_format``'s markup, each
+    call's arguments constrained by its tool's JSON schema.
+
+    ``choice`` ``required`` allows any of ``tools``; ``function`` exactly the
+    tool ``name``. ``special_tokens`` maps markers to token ids for markers
+    that are special tokens (see the module docstring). Harmony allows one
+    analysis message before the call and always a single call. Raises
+    ValueError for an unknown format or choice, no tools, or an unknown
+    ``name``. Compile the result with ``llguidance.grammar_from("lark", g)``.
+    """
+    if tool_format not in _MODULES:
+        raise ValueError(f"unknown tool format {tool_format!r}; expected one of {TOOL_FORMATS}")
+    if choice == "function":
+        chosen = [t for t in tools or () if t.name == name]
+        if not chosen:
+            raise ValueError(f"tool_choice names {name!r}, which is not among the tools")
+        chosen = chosen[:1]
+    elif choice == "required":
+        chosen = list(tools or ())
+        if not chosen:
+            raise ValueError("tool_choice 'required' needs at least one tool")
+    else:
+        raise ValueError(
+            f"a tool-call grammar needs choice 'required' or 'function', not {choice!r}"
+        )
+    lit = _Markers(tool_format, special_tokens)
+    return _MODULES[tool_format].grammar(chosen, parallel=parallel, lit=lit)
