@@ -100,6 +100,12 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 
 _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
+TOOL_PARSERS = ("auto", "hermes", "qwen3_coder", "llama3_json", "mistral", "deepseek_v3", "glm45", "harmony", "json")
+"""Accepted ``tool_parser`` values (the worker's parser families plus auto)."""
+
+REASONING_PARSERS = ("auto", "none", "think", "think_mistral", "harmony")
+"""Accepted ``reasoning_parser`` values."""
+
 _DTYPES = {"auto", "float32", "float16", "bfloat16", "quantized"}
 _LOG_LEVELS = {"debug", "info", "warning", "error"}
 
@@ -124,6 +130,12 @@ def validate(config: Config, origin: str = "config") -> Config:
             if name in seen:
                 raise ConfigError(f"{origin}: model name {name!r} is used twice")
             seen.add(name)
+        if model.tool_parser not in TOOL_PARSERS:
+            raise ConfigError(f"{origin}: model {model.name!r}: tool_parser must be one of {list(TOOL_PARSERS)}")
+        if model.reasoning_parser not in REASONING_PARSERS:
+            raise ConfigError(
+                f"{origin}: model {model.name!r}: reasoning_parser must be one of {list(REASONING_PARSERS)}"
+            )
         if model.dtype not in _DTYPES:
             raise ConfigError(
                 f"{origin}: model {model.name!r}: dtype must be one of {sorted(_DTYPES)}"

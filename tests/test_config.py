@@ -51,3 +51,16 @@ def test_cli_exits_2_on_bad_config(tmp_path, capsys):
     assert main(["serve", "--config", str(write(tmp_path, "[server]\n"))]) == 2
     err = capsys.readouterr().err
     assert err.startswith("mlxd: ") and err.count("\n") == 1
+
+
+def test_parser_names_match_the_worker():
+    from shared.config import REASONING_PARSERS, TOOL_PARSERS
+    from worker.parsers import REASONING_FORMATS, TOOL_FORMATS
+
+    assert set(TOOL_PARSERS) == {"auto", *TOOL_FORMATS}
+    assert set(REASONING_PARSERS) == {"auto", "none", *REASONING_FORMATS}
+
+
+def test_unknown_tool_parser(tmp_path):
+    with pytest.raises(ConfigError, match="tool_parser must be one of"):
+        load_config(write(tmp_path, '[[models]]\nname = "a"\ntool_parser = "xml"\n'))

@@ -58,6 +58,11 @@ class GrammarCompiler:
                 self._tokenizer = llguidance.hf.from_tokenizer(self._hf, eos_token=self._eos)
             return self._tokenizer
 
+    def warm(self) -> None:
+        """Build the llguidance tokenizer now (about a second) so the first
+        constrained request does not wait for it; safe from any thread."""
+        self._lltokenizer()
+
     def json_schema(self, schema: dict[str, Any] | None) -> str:
         """A validated grammar for JSON text matching ``schema`` (None: any
         JSON object).

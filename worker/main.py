@@ -143,6 +143,9 @@ class Worker:
             self.output.queue.put(Failed(worker_id=self.worker_id, message=f"{type(exc).__name__}: {exc}"))
             self._failed.set()
             return
+        grammars = self._prompts.grammars if self._prompts is not None else None
+        if grammars is not None:
+            threading.Thread(target=grammars.warm, name="mlxd-grammar-warm", daemon=True).start()
         self.output.queue.put(Ready(worker_id=self.worker_id))
         self._ready.set()
         log.info("model %s ready (context %d tokens)", self.config.name, context)

@@ -78,7 +78,7 @@ class PromptBuilder:
         self.default_max_tokens = default_max_tokens
         self.vocab_size = vocab_size
         self.formats = formats
-        self._grammars = grammars
+        self.grammars = grammars
 
     def count(self, request: GenerateRequest) -> int:
         """The number of prompt tokens ``request`` renders to.
@@ -182,12 +182,12 @@ class PromptBuilder:
         try:
             if request.response_format is not None:
                 fmt = request.response_format
-                grammar = self._grammars.json_schema(fmt.schema if fmt.type == "json_schema" else None)
+                grammar = self.grammars.json_schema(fmt.schema if fmt.type == "json_schema" else None)
             elif forced:
                 grammar = self._tool_grammar(request)
             else:
                 return None
-            return [self._grammars.matcher(grammar) for _ in range(request.n)]
+            return [self.grammars.matcher(grammar) for _ in range(request.n)]
         except GrammarError as exc:
             raise PromptError("invalid_request", str(exc)) from exc
 
@@ -209,7 +209,7 @@ class PromptBuilder:
             raise PromptError("invalid_request", f"forced tool calls are not supported for this model: {exc}") from exc
         except ValueError as exc:
             raise PromptError("invalid_request", f"invalid tool definition: {exc}") from exc
-        return self._grammars.lark(source)
+        return self.grammars.lark(source)
 
     def _tool_format(self) -> str:
         from worker.parsers import GENERIC_TOOL_FORMAT

@@ -190,7 +190,7 @@ def test_full_queue_is_refused_at_once(tiny_model_dir, tmp_path):
         tmp_path, [{"name": TINY, "source": str(tiny_model_dir), "max_batch_size": 2, "max_queued": 2}]
     )
     try:
-        body = {"model": TINY, "messages": MSG, "max_tokens": 300, "ignore_eos": True}
+        body = {"model": TINY, "messages": MSG, "max_tokens": 1200, "ignore_eos": True}
 
         def send(_):
             started = time.monotonic()
@@ -207,7 +207,7 @@ def test_full_queue_is_refused_at_once(tiny_model_dir, tmp_path):
             assert r.headers["retry-after"] == "1"
             assert r.json()["error"]["code"] == "overloaded"
             assert elapsed < 2.0
-        assert all(r.json()["usage"]["completion_tokens"] == 300 for r in ok)
+        assert all(r.json()["usage"]["completion_tokens"] == 1200 for r in ok)
     finally:
         srv.stop()
 

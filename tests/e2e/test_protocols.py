@@ -232,12 +232,13 @@ def test_responses_function_call_round_trip(oai):
 
 
 def test_responses_json_schema(oai):
-    r = oai.responses.create(
-        model=TINY, input="A person", max_output_tokens=60,
-        text={"format": {"type": "json_schema", "name": "person", "schema": SCHEMA, "strict": True}},
-    )
+    fmt = {"format": {"type": "json_schema", "name": "person", "schema": SCHEMA, "strict": True}}
+    r = oai.responses.create(model=TINY, input="A person", max_output_tokens=60, text=fmt, temperature=0)
     data = json.loads(r.output_text)
     assert set(data) == {"name", "age"}
+    with oai.responses.stream(model=TINY, input="A person", max_output_tokens=60, text=fmt, temperature=0) as stream:
+        final = stream.get_final_response()  # the grammar ends the JSON, so the response completes
+    assert final.status == "completed" and final.output_text == r.output_text
 
 
 # -- reasoning --------------------------------------------------------------------------
