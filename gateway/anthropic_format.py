@@ -32,6 +32,7 @@ import msgspec
 
 from gateway import sse
 from gateway.errors import APIError
+from gateway.request_flow import ENDS_REQUEST, FINAL_REASONS  # ENDS_REQUEST: kept importable from here
 from shared.protocol import RequestOutput, ToolCallDelta
 
 log = logging.getLogger("mlxd.gateway.anthropic")
@@ -41,12 +42,6 @@ OVERLOADED_STATUS = 529
 
 OVERLOADED_RETRY_AFTER = 1
 """``Retry-After`` (seconds) of an overloaded answer that set none."""
-
-FINAL_REASONS = ("stop", "length", "tool_calls")
-"""Finish reasons that end the (single) choice successfully."""
-
-ENDS_REQUEST = ("error", "abort")
-"""Finish reasons that end the request with an error."""
 
 _ERROR_TYPES = {
     400: "invalid_request_error",

@@ -10,7 +10,8 @@ value; nothing depends on them.
 Generation flow: decode and validate the body, resolve the model, submit
 (always one choice), then await the first output *before* any header is
 sent, so a request the worker refuses is answered with a proper status even
-when ``stream`` is true. After that a stream is sent as Anthropic SSE events
+when ``stream`` is true (:func:`gateway.request_flow.respond_after_first_output`).
+After that a stream is sent as Anthropic SSE events
 (``message_start``, ``ping``, content blocks, ``message_delta``,
 ``message_stop``; ``event: error`` if the request fails midway); otherwise
 the outputs are collected into one ``message`` object. Whatever happens
@@ -24,14 +25,12 @@ the SDK exposes as ``_request_id``.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Awaitable
+from typing import AsyncIterator
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import Receive
 
 from gateway import anthropic_format as fmt
 from gateway import sse
@@ -41,18 +40,20 @@ from gateway.anthropic_schema import (
     to_count_request,
     to_generate_request,
 )
-from gateway.engine_api import Engine, RequestStream
+from gateway.engine_api import RequestStream
 from gateway.errors import APIError
+from gateway.request_flow import (  # CLIENT_CLOSED_STATUS: kept importable from here
+    CLIENT_CLOSED_STATUS,
+    FINAL_REASONS,
+    JSON_MEDIA_TYPE,
+    engine_of,
+    ends_request,
+    next_output,
+    respond_after_first_output,
+)
 from shared.protocol import GenerateRequest, RequestOutput
 
 log = logging.getLogger("mlxd.gateway.anthropic")
-
-CLIENT_CLOSED_STATUS = 499
-"""Status recorded (never seen by anyone) when the client left before the
-response started."""
-
-JSON_MEDIA_TYPE = "application/json"
-"""Content type of every non-streamed answer."""
 
 REQUEST_ID_HEADER = "request-id"
 """The header carrying the ``req_…`` id of every answer."""
@@ -85,34 +86,9 @@ def _json_response(body: bytes) -> Response:
 # --- reading a request stream ---------------------------------------------------------
 
 
-def _lost_output(request_id: str) -> RequestOutput:
-    """A terminal error standing in for one the stream failed to deliver."""
-    return RequestOutput(
-        request_id=request_id,
-        finish_reason="error",
-        error="The request ended without a result",
-        error_kind="unavailable",
-    )
-
-
-async def _next_output(stream: RequestStream, request_id: str) -> RequestOutput:
-    """Return the next output; if the stream ended before the request did
-    (a broken Engine promise), return a terminal ``unavailable`` error."""
-    try:
-        return await stream.__anext__()
-    except StopAsyncIteration:
-        log.error("request %s: stream ended before the request finished", request_id)
-        return _lost_output(request_id)
-
-
-def _ends_request(output: RequestOutput) -> bool:
-    """Whether ``output`` ends the request with an error or abort."""
-    return output.finish_reason in fmt.ENDS_REQUEST
-
-
 def _is_final(output: RequestOutput) -> bool:
     """Whether ``output`` is the single choice's successful last output."""
-    return output.finish_reason in fmt.FINAL_REASONS
+    return output.finish_reason in FINAL_REASONS
 
 
 def _ours(output: RequestOutput, request_id: str) -> bool:
@@ -122,34 +98,6 @@ def _ours(output: RequestOutput, request_id: str) -> bool:
         return True
     log.error("request %s: output for choice %d of 1 ignored", request_id, output.index)
     return False
-
-
-# --- client disconnects ---------------------------------------------------------------
-
-_DISCONNECTED: Any = object()
-
-
-async def _wait_disconnect(receive: Receive) -> None:
-    """Return once the client has disconnected (body already consumed)."""
-    while (await receive())["type"] != "http.disconnect":
-        pass
-
-
-async def _until_disconnect(receive: Receive, work: Awaitable[Any]) -> Any:
-    """Run ``work``; return its result, or ``_DISCONNECTED`` (with ``work``
-    cancelled) if the client disconnects first. Exceptions of ``work``
-    propagate; both helper tasks are gone when this returns."""
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_wait_disconnect(receive))
-    try:
-        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
-        return task.result() if task.done() else _DISCONNECTED
-    finally:
-        pending = [t for t in (task, watcher) if not t.done()]
-        for t in pending:
-            t.cancel()
-        if pending:
-            await asyncio.wait(pending)
 
 
 # --- POST /v1/messages ------------------------------------------------------------------
@@ -170,11 +118,6 @@ class _Job:
         return self.generate.request_id
 
 
-def _engine(request: Request) -> Engine:
-    """The Engine the app was built with."""
-    return request.app.state.engine
-
-
 async def messages(request: Request) -> Response:
     """``POST /v1/messages``: a ``message`` object, or an SSE stream of
     Anthropic events when ``stream`` is true. Errors are Anthropic error JSON
@@ -183,21 +126,15 @@ async def messages(request: Request) -> Response:
         job = await _submit(request)
     except APIError as err:
         return anthropic_error_response(err)
-    handed_off = False
-    try:
-        first = await _until_disconnect(request.receive, _next_output(job.stream, job.request_id))
-        if first is _DISCONNECTED:
-            return Response(status_code=CLIENT_CLOSED_STATUS)
-        if _ends_request(first):
-            return anthropic_error_response(fmt.output_error(first))
-        if job.stream_requested:
-            response = _streaming_response(job, first)
-            handed_off = True
-            return response
-        return await _complete(request, job, first)
-    finally:
-        if not handed_off:
-            await job.stream.aclose()
+    return await respond_after_first_output(
+        request,
+        job.stream,
+        job.request_id,
+        refuse=lambda output: anthropic_error_response(fmt.output_error(output)),
+        streamed=(lambda first: _streaming_response(job, first)) if job.stream_requested else None,
+        collect=lambda first: _collect(job, first),
+        answer=lambda collector: _answer(job, collector),
+    )
 
 
 async def _submit(request: Request) -> _Job:
@@ -208,29 +145,11 @@ async def _submit(request: Request) -> _Job:
         or overloaded.
     """
     req = decode_messages_request(await request.body())
-    engine = _engine(request)
+    engine = engine_of(request)
     model = engine.resolve(req.model)
     generate = to_generate_request(req, fmt.new_id("msg_"))
     stream = await engine.submit(model, generate)
     return _Job(generate, model, bool(req.stream), stream)
-
-
-async def _complete(request: Request, job: _Job, first: RequestOutput) -> Response:
-    """Collect the message and answer one JSON object (or an error).
-
-    Returns a 499 placeholder if the client disconnects meanwhile (the caller
-    then closes the stream, aborting the request).
-    """
-    result = await _until_disconnect(request.receive, _collect(job, first))
-    if result is _DISCONNECTED:
-        return Response(status_code=CLIENT_CLOSED_STATUS)
-    if isinstance(result, RequestOutput):
-        return anthropic_error_response(fmt.output_error(result))
-    try:
-        body = result.body(job.request_id, job.model)
-    except APIError as err:
-        return anthropic_error_response(err)
-    return _json_response(body)
 
 
 async def _collect(job: _Job, first: RequestOutput) -> fmt.MessageCollector | RequestOutput:
@@ -238,13 +157,23 @@ async def _collect(job: _Job, first: RequestOutput) -> fmt.MessageCollector | Re
     ``error``/``abort`` output that ended it early."""
     collector = fmt.MessageCollector()
     output = first
-    while not _ends_request(output):
+    while not ends_request(output):
         if _ours(output, job.request_id):
             collector.add(output)
             if collector.done:
                 return collector
-        output = await _next_output(job.stream, job.request_id)
+        output = await next_output(job.stream, job.request_id)
     return output
+
+
+def _answer(job: _Job, collector: fmt.MessageCollector) -> Response:
+    """The ``message`` object answering ``job``, or a 500 when a tool
+    call's arguments are not a JSON object."""
+    try:
+        body = collector.body(job.request_id, job.model)
+    except APIError as err:
+        return anthropic_error_response(err)
+    return _json_response(body)
 
 
 def _streaming_response(job: _Job, first: RequestOutput) -> sse.SSEResponse:
@@ -266,7 +195,7 @@ async def _events(job: _Job, first: RequestOutput) -> AsyncIterator[bytes]:
         events = fmt.MessageEventStream(job.request_id, job.model)
         frames = events.start(first)
         output = first
-        while not _ends_request(output):
+        while not ends_request(output):
             if _ours(output, job.request_id):
                 frames += events.output(output)
                 if _is_final(output):
@@ -275,7 +204,7 @@ async def _events(job: _Job, first: RequestOutput) -> AsyncIterator[bytes]:
             if frames:
                 yield frames
                 frames = b""
-            output = await _next_output(job.stream, job.request_id)
+            output = await next_output(job.stream, job.request_id)
         content = events.output(output) if output.index == 0 else b""
         yield frames + content + events.error(fmt.output_error(output))
     finally:
@@ -291,26 +220,27 @@ async def count_tokens(request: Request) -> Response:
     Errors as for :func:`messages`."""
     try:
         req = decode_count_tokens_request(await request.body())
-        engine = _engine(request)
+        engine = engine_of(request)
         model = engine.resolve(req.model)
         generate = to_count_request(req, fmt.new_id("count_"))
         stream = await engine.submit(model, generate)
     except APIError as err:
         return anthropic_error_response(err)
-    try:
-        result = await _until_disconnect(request.receive, _terminal(stream, generate.request_id))
-        if result is _DISCONNECTED:
-            return Response(status_code=CLIENT_CLOSED_STATUS)
-        if _ends_request(result):
-            return anthropic_error_response(fmt.output_error(result))
-        return _json_response(fmt.count_tokens_body(result.prompt_tokens))
-    finally:
-        await stream.aclose()
+    return await respond_after_first_output(
+        request,
+        stream,
+        generate.request_id,
+        refuse=lambda output: anthropic_error_response(fmt.output_error(output)),
+        streamed=None,
+        collect=lambda first: _prompt_tokens(stream, generate.request_id, first),
+        answer=lambda tokens: _json_response(fmt.count_tokens_body(tokens)),
+    )
 
 
-async def _terminal(stream: RequestStream, request_id: str) -> RequestOutput:
-    """Read outputs until the one that ends the request and return it."""
-    while True:
-        output = await _next_output(stream, request_id)
-        if output.finish_reason is not None:
-            return output
+async def _prompt_tokens(stream: RequestStream, request_id: str, first: RequestOutput) -> int | RequestOutput:
+    """Read to the output that ends the request; return its prompt token
+    count, or that output when it ends the request in error."""
+    output = first
+    while output.finish_reason is None:
+        output = await next_output(stream, request_id)
+    return output if ends_request(output) else output.prompt_tokens

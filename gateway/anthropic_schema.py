@@ -55,10 +55,15 @@ from gateway.openai_schema import (
     MAX_CONTENT_PARTS,
     MAX_GENERATED_TOKENS,
     MAX_MESSAGES,
-    MAX_NAME_CHARS,
     MAX_STOP,
     MAX_STOP_CHARS,
-    MAX_TEXT_CHARS,
+    Identifier,
+    MaxTokens,
+    ModelName,
+    ShortText,
+    Text,
+    TopP,
+    decode_body,
 )
 from shared.protocol import ChatMessage, GenerateRequest, SamplingParams, Tool, ToolCall, ToolChoice
 
@@ -72,17 +77,12 @@ the model sees that the tool failed (the worker's tool turns carry text only).""
 
 _NULL = Raw(b"null")
 
-# --- field types (bounds live in the types) ---------------------------------
+# --- field types (bounds live in the types; the rest as for OpenAI) ----------
 
-ModelName = Annotated[str, Meta(min_length=1, max_length=MAX_NAME_CHARS)]
-ShortText = Annotated[str, Meta(max_length=MAX_NAME_CHARS)]
-Text = Annotated[str, Meta(max_length=MAX_TEXT_CHARS)]
 ToolName = Annotated[str, Meta(pattern=r"^[a-zA-Z0-9_-]{1,128}$")]
-ToolUseId = Annotated[str, Meta(min_length=1, max_length=MAX_NAME_CHARS)]
-MaxTokens = Annotated[int, Meta(ge=1, le=MAX_GENERATED_TOKENS)]
+ToolUseId = Identifier
 ThinkingBudget = Annotated[int, Meta(ge=MIN_THINKING_BUDGET, le=MAX_GENERATED_TOKENS)]
 Temperature = Annotated[float, Meta(ge=0.0, le=1.0)]
-TopP = Annotated[float, Meta(gt=0.0, le=1.0)]
 TopK = Annotated[int, Meta(ge=0, le=MAX_GENERATED_TOKENS)]
 StopSequence = Annotated[str, Meta(min_length=1, max_length=MAX_STOP_CHARS)]
 
@@ -332,19 +332,15 @@ def _validation_error(exc: msgspec.ValidationError, base: str = "") -> APIError:
 
 
 def _decode(decoder: msgspec.json.Decoder, data: bytes, base: str = "") -> Any:
-    """Decode ``data`` with ``decoder``; ``base`` prefixes error paths.
+    """Decode ``data`` with ``decoder`` (see
+    :func:`~gateway.openai_schema.decode_body`), reporting invalid fields in
+    Anthropic's wording with ``base`` prefixing their paths.
 
     Raises:
-        APIError: 400 for malformed JSON, a non-object, or invalid fields.
+        APIError: 400 for an empty body, malformed JSON, a non-object, or
+        invalid fields.
     """
-    if not data.strip():
-        raise bad_request("The request body is empty; expected a JSON object")
-    try:
-        return decoder.decode(data)
-    except msgspec.ValidationError as exc:
-        raise _validation_error(exc, base) from None
-    except msgspec.DecodeError as exc:
-        raise bad_request(f"The request body is not valid JSON ({exc})") from None
+    return decode_body(decoder, data, lambda exc: _validation_error(exc, base))
 
 
 def decode_messages_request(body: bytes) -> MessagesRequest:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -22,6 +22,7 @@ from starlette.routing import Route
 from gateway import anthropic_routes, openai_routes, responses_routes
 from gateway.error_responses import error_response_for
 from gateway.errors import APIError
+from gateway.metrics import Metrics, ModelSnapshot
 from gateway.middleware import APIKeyMiddleware, BodyLimitMiddleware
 from gateway.pool import WorkerPool
 from shared.config import Config
@@ -33,6 +34,38 @@ async def health(request: Request) -> Response:
     """``GET /health``: 200 while the gateway runs, with each worker's state
     and counters (running, waiting, steps, tokens)."""
     return JSONResponse(request.app.state.engine.health())
+
+
+async def ready(request: Request) -> Response:
+    """``GET /ready``: 200 when every preloaded model is ready, else 503;
+    the body has each model's state."""
+    ok, body = request.app.state.engine.readiness()
+    return JSONResponse(body, status_code=200 if ok else 503)
+
+
+async def metrics(request: Request) -> Response:
+    """``GET /metrics``: Prometheus text exposition of every series."""
+    body, content_type = request.app.state.metrics.render()
+    return Response(body, headers={"Content-Type": content_type})
+
+
+def snapshots(pool: WorkerPool) -> Callable[[], list[ModelSnapshot]]:
+    """What /metrics reads from ``pool`` at scrape time."""
+
+    def read() -> list[ModelSnapshot]:
+        return [
+            ModelSnapshot(
+                name=name,
+                state=h.status.state,
+                pid=h.status.pid,
+                restarts=h.status.restarts,
+                load_seconds=h.status.load_seconds,
+                stats=h.status.stats if h.status.pid else None,
+            )
+            for name, h in list(pool.handles.items())
+        ]
+
+    return read
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -59,10 +92,17 @@ async def _internal_error(request: Request, exc: Exception) -> Response:
 def build_app(config: Config, pool: WorkerPool | None = None) -> Starlette:
     """Return the gateway app for ``config``.
 
-    ``pool`` defaults to a :class:`WorkerPool` over ``config``; it is started
-    when the app starts and stopped when it stops.
+    ``pool`` defaults to a :class:`WorkerPool` over ``config`` with metrics;
+    it is started when the app starts and stopped when it stops.
     """
-    engine = pool or WorkerPool(config)
+    engine = pool
+    if engine is None:
+        holder: list[WorkerPool] = []
+        meter = Metrics(lambda: snapshots(holder[0])())
+        engine = WorkerPool(config, metrics=meter)
+        holder.append(engine)
+    else:
+        meter = Metrics(snapshots(engine))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -74,6 +114,8 @@ def build_app(config: Config, pool: WorkerPool | None = None) -> Starlette:
 
     routes = [
         Route("/health", health, methods=["GET"]),
+        Route("/ready", ready, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
         Route("/v1/models", openai_routes.list_models, methods=["GET"]),
         Route("/v1/models/{model:path}", openai_routes.retrieve_model, methods=["GET"]),
         Route("/v1/chat/completions", openai_routes.chat_completions, methods=["POST"]),
@@ -83,7 +125,7 @@ def build_app(config: Config, pool: WorkerPool | None = None) -> Starlette:
         Route("/v1/messages/count_tokens", anthropic_routes.count_tokens, methods=["POST"]),
     ]
     middleware = [
-        Middleware(APIKeyMiddleware, get_keys=lambda: config.server.api_keys),
+        Middleware(APIKeyMiddleware, get_server=lambda: engine.config.server),
         Middleware(BodyLimitMiddleware, limit=config.server.max_body_bytes),
     ]
     app = Starlette(
@@ -97,5 +139,6 @@ def build_app(config: Config, pool: WorkerPool | None = None) -> Starlette:
         lifespan=lifespan,
     )
     app.state.engine = engine
+    app.state.metrics = meter
     app.state.config = config
     return app

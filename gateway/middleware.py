@@ -19,8 +19,11 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-PUBLIC_PATHS = frozenset({"/health"})
+ALWAYS_PUBLIC = frozenset({"/health"})
 """Routes that never need an API key."""
+
+MONITORING_PATHS = frozenset({"/ready", "/metrics"})
+"""Routes that need a key only when ``server.metrics_require_key`` is set."""
 
 
 async def send_error(scope: Scope, receive: Receive, send: Send, err: APIError) -> None:
@@ -46,20 +49,27 @@ def _presented_key(scope: Scope) -> bytes | None:
 
 
 class APIKeyMiddleware:
-    """Requires one of ``keys`` on every HTTP request outside
-    :data:`PUBLIC_PATHS`; with no keys configured it lets everything pass.
+    """Requires one of the configured keys on every HTTP request outside
+    :data:`ALWAYS_PUBLIC` (and :data:`MONITORING_PATHS` unless the config
+    says otherwise); with no keys configured it lets everything pass.
 
-    ``keys`` is read through ``get_keys`` on every request, so a config
-    reload takes effect at once.
+    ``get_server`` returns the current ``ServerConfig`` and is read on every
+    request, so a config reload takes effect at once.
     """
 
-    def __init__(self, app: ASGIApp, get_keys: Callable[[], list[str]]) -> None:
+    def __init__(self, app: ASGIApp, get_server: Callable[[], Any]) -> None:
         self.app = app
-        self.get_keys = get_keys
+        self.get_server = get_server
+
+    def _public(self, path: str, server: Any) -> bool:
+        if path in ALWAYS_PUBLIC:
+            return True
+        return path in MONITORING_PATHS and not server.metrics_require_key
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        keys = self.get_keys()
-        if scope["type"] != "http" or not keys or scope.get("path") in PUBLIC_PATHS:
+        server = self.get_server()
+        keys = server.api_keys
+        if scope["type"] != "http" or not keys or self._public(scope.get("path", ""), server):
             await self.app(scope, receive, send)
             return
         presented = _presented_key(scope) or b""

@@ -38,22 +38,17 @@ from __future__ import annotations
 import math
 import uuid
 from dataclasses import dataclass, field
-from typing import Iterable, Literal, Sequence
+from typing import Iterable, Sequence
 
 import msgspec
 
 from gateway.engine_api import ModelInfo
+from gateway.request_flow import FINAL_REASONS, FinalReason
 from gateway.sse import DATA_PREFIX, FRAME_END
 from shared.protocol import RequestOutput, TokenLogprob, ToolCall, ToolCallDelta
 
 OWNED_BY = "mlxd"
 """The ``owned_by`` of every model object."""
-
-FinalReason = Literal["stop", "length", "tool_calls"]
-"""Finish reasons a successful choice can carry."""
-
-FINAL_REASONS = ("stop", "length", "tool_calls")
-"""The finish reasons that end one choice (and only that choice)."""
 
 REASONING_FIELDS = ("reasoning_content", "reasoning")
 """The names the reasoning text may go by (``server.reasoning_field``)."""

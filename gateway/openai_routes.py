@@ -10,7 +10,8 @@ Generation flow: decode and validate the body, resolve the model, check
 the model's limits (``n``), submit, then await the first output *before*
 any header is sent, so a request the worker refuses (e.g. a prompt longer
 than the context) is answered with a proper status even when ``stream`` is
-true. After that, a stream is sent as SSE chunks ending with
+true (:func:`gateway.request_flow.respond_after_first_output`, shared with
+the other protocols). After that, a stream is sent as SSE chunks ending with
 ``data: [DONE]``; otherwise each choice's text, reasoning and tool calls
 are collected into one object. Chat reasoning goes under the configured
 ``server.reasoning_field`` (``request.app.state.config``; default
@@ -25,20 +26,18 @@ worker.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Awaitable, Callable, Union
+from typing import Any, AsyncIterator, Callable, Union
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.types import Receive
 
 from gateway import openai_format as fmt
 from gateway import sse
-from gateway.engine_api import Engine, RequestStream
+from gateway.engine_api import RequestStream
 from gateway.errors import APIError, model_not_found
 from gateway.openai_schema import (
     ChatCompletionRequest,
@@ -49,16 +48,17 @@ from gateway.openai_schema import (
     include_usage,
     to_generate_request,
 )
+from gateway.request_flow import (  # CLIENT_CLOSED_STATUS: kept importable from here
+    CLIENT_CLOSED_STATUS,
+    JSON_MEDIA_TYPE,
+    engine_of,
+    ends_request,
+    next_output,
+    respond_after_first_output,
+)
 from shared.protocol import GenerateRequest, RequestOutput, TokenLogprob
 
 log = logging.getLogger("mlxd.gateway.openai")
-
-CLIENT_CLOSED_STATUS = 499
-"""Status recorded (never seen by anyone) when the client left before the
-response started."""
-
-JSON_MEDIA_TYPE = "application/json"
-"""Content type of every non-streamed answer."""
 
 ChunkStream = Union[fmt.ChatChunkStream, fmt.CompletionChunkStream]
 """Either endpoint's stream-chunk builder."""
@@ -98,9 +98,6 @@ _KINDS: dict[str, tuple[int, str | None, int | None, str]] = {
     "timeout": (504, "timeout", None, "The request ran past its deadline and was stopped"),
 }
 
-_ENDS_REQUEST = ("error", "abort")
-"""Finish reasons that end every choice of a request at once."""
-
 
 def output_error(output: RequestOutput, prompt_param: str) -> APIError:
     """Return the client error for a terminal ``"error"`` or ``"abort"`` output.
@@ -116,31 +113,6 @@ def output_error(output: RequestOutput, prompt_param: str) -> APIError:
     status, code, retry_after, default = _KINDS.get(output.error_kind or "internal", _KINDS["internal"])
     param = prompt_param if output.error_kind == "context_length_exceeded" else None
     return APIError(status, output.error or default, param=param, code=code, retry_after=retry_after)
-
-
-def _lost_output(request_id: str) -> RequestOutput:
-    """A terminal error standing in for one the stream failed to deliver."""
-    return RequestOutput(
-        request_id=request_id,
-        finish_reason="error",
-        error="The request ended without a result",
-        error_kind="unavailable",
-    )
-
-
-async def _next_output(stream: RequestStream, request_id: str) -> RequestOutput:
-    """Return the next output; if the stream ended before the request did
-    (a broken Engine promise), return a terminal ``unavailable`` error."""
-    try:
-        return await stream.__anext__()
-    except StopAsyncIteration:
-        log.error("request %s: stream ended before every choice finished", request_id)
-        return _lost_output(request_id)
-
-
-def _ends_request(output: RequestOutput) -> bool:
-    """Whether ``output`` ends the whole request (``error`` or ``abort``)."""
-    return output.finish_reason in _ENDS_REQUEST
 
 
 class _Progress:
@@ -171,34 +143,6 @@ class _Progress:
         """Whether every choice has had its final (``stop``, ``length`` or
         ``tool_calls``) output."""
         return len(self._finished) == self._n
-
-
-# --- client disconnects --------------------------------------------------------
-
-_DISCONNECTED: Any = object()
-
-
-async def _wait_disconnect(receive: Receive) -> None:
-    """Return once the client has disconnected (body already consumed)."""
-    while (await receive())["type"] != "http.disconnect":
-        pass
-
-
-async def _until_disconnect(receive: Receive, work: Awaitable[Any]) -> Any:
-    """Run ``work``; return its result, or ``_DISCONNECTED`` (with ``work``
-    cancelled) if the client disconnects first. Exceptions of ``work``
-    propagate; both helper tasks are gone when this returns."""
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_wait_disconnect(receive))
-    try:
-        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
-        return task.result() if task.done() else _DISCONNECTED
-    finally:
-        pending = [t for t in (task, watcher) if not t.done()]
-        for t in pending:
-            t.cancel()
-        if pending:
-            await asyncio.wait(pending)
 
 
 # --- endpoint plumbing ---------------------------------------------------------
@@ -246,30 +190,28 @@ class _Job:
         return self.generate.sampling.logprobs
 
 
-def _chat_chunks(job: _Job) -> fmt.ChatChunkStream:
+def _chunk_stream(job: _Job, builder: Callable[..., ChunkStream], **options: Any) -> ChunkStream:
+    """``builder`` (a chunk-stream class) for ``job``: its id, timestamp,
+    model, usage chunk, choices and log-probabilities, plus ``options``."""
+    return builder(
+        job.request_id,
+        job.created,
+        job.model,
+        include_usage(job.request),
+        n=job.n,
+        logprobs=job.logprobs,
+        **options,
+    )
+
+
+def _chat_chunks(job: _Job) -> ChunkStream:
     """The chat chunk builder for ``job``."""
-    return fmt.ChatChunkStream(
-        job.request_id,
-        job.created,
-        job.model,
-        include_usage(job.request),
-        n=job.n,
-        logprobs=job.logprobs,
-        reasoning_field=job.reasoning_field,
-    )
+    return _chunk_stream(job, fmt.ChatChunkStream, reasoning_field=job.reasoning_field)
 
 
-def _completion_chunks(job: _Job) -> fmt.CompletionChunkStream:
+def _completion_chunks(job: _Job) -> ChunkStream:
     """The completions chunk builder for ``job``."""
-    return fmt.CompletionChunkStream(
-        job.request_id,
-        job.created,
-        job.model,
-        include_usage(job.request),
-        n=job.n,
-        logprobs=job.logprobs,
-        alternatives=job.generate.sampling.top_logprobs,
-    )
+    return _chunk_stream(job, fmt.CompletionChunkStream, alternatives=job.generate.sampling.top_logprobs)
 
 
 def _chat_body(job: _Job, choices: list[fmt.ChoiceResult], usage: fmt.Usage) -> bytes:
@@ -312,11 +254,6 @@ _COMPLETIONS = _Endpoint(
 )
 
 
-def _engine(request: Request) -> Engine:
-    """The Engine the app was built with."""
-    return request.app.state.engine
-
-
 def _reasoning_field(request: Request) -> str:
     """The configured name of chat reasoning text (``server.reasoning_field``),
     or the default when the app was built without a config."""
@@ -345,21 +282,15 @@ async def _generate(request: Request, endpoint: _Endpoint) -> Response:
         job = await _submit(request, endpoint)
     except APIError as err:
         return error_response(err)
-    handed_off = False
-    try:
-        first = await _until_disconnect(request.receive, _next_output(job.stream, job.request_id))
-        if first is _DISCONNECTED:
-            return Response(status_code=CLIENT_CLOSED_STATUS)
-        if _ends_request(first):
-            return error_response(output_error(first, endpoint.prompt_param))
-        if job.request.stream:
-            response = _streaming_response(job, first)
-            handed_off = True
-            return response
-        return await _complete(request, job, first)
-    finally:
-        if not handed_off:
-            await job.stream.aclose()
+    return await respond_after_first_output(
+        request,
+        job.stream,
+        job.request_id,
+        refuse=lambda output: error_response(output_error(output, endpoint.prompt_param)),
+        streamed=(lambda first: _streaming_response(job, first)) if job.request.stream else None,
+        collect=lambda first: _collect(job, first),
+        answer=lambda collector: _answer(job, collector),
+    )
 
 
 async def _submit(request: Request, endpoint: _Endpoint) -> _Job:
@@ -370,7 +301,7 @@ async def _submit(request: Request, endpoint: _Endpoint) -> _Job:
         unknown model, 503 worker not ready or overloaded.
     """
     req = endpoint.decode(await request.body())
-    engine = _engine(request)
+    engine = engine_of(request)
     model = engine.resolve(req.model)
     check_limits(req, model, engine.limits(model))
     generate = to_generate_request(req, endpoint.id_prefix + uuid.uuid4().hex)
@@ -379,21 +310,6 @@ async def _submit(request: Request, endpoint: _Endpoint) -> _Job:
 
 
 # --- non-streaming ---------------------------------------------------------------
-
-
-async def _complete(request: Request, job: _Job, first: RequestOutput) -> Response:
-    """Collect every choice and answer one JSON object (or an error).
-
-    Returns a 499 placeholder if the client disconnects meanwhile (the caller
-    then closes the stream, aborting the request).
-    """
-    result = await _until_disconnect(request.receive, _collect(job, first))
-    if result is _DISCONNECTED:
-        return Response(status_code=CLIENT_CLOSED_STATUS)
-    if isinstance(result, RequestOutput):
-        return error_response(output_error(result, job.endpoint.prompt_param))
-    body = job.endpoint.body(job, result.results(), result.progress.tally.usage())
-    return Response(body, media_type=JSON_MEDIA_TYPE)
 
 
 class _Collector:
@@ -445,12 +361,18 @@ async def _collect(job: _Job, first: RequestOutput) -> _Collector | RequestOutpu
     ``error``/``abort`` output that ended it early."""
     collector = _Collector(job)
     output = first
-    while not _ends_request(output):
+    while not ends_request(output):
         collector.add(output)
         if collector.progress.done:
             return collector
-        output = await _next_output(job.stream, job.request_id)
+        output = await next_output(job.stream, job.request_id)
     return output
+
+
+def _answer(job: _Job, collector: _Collector) -> Response:
+    """The one JSON object answering ``job``, from its collected choices."""
+    body = job.endpoint.body(job, collector.results(), collector.progress.tally.usage())
+    return Response(body, media_type=JSON_MEDIA_TYPE)
 
 
 # --- streaming ---------------------------------------------------------------------
@@ -474,7 +396,7 @@ async def _events(job: _Job, chunks: ChunkStream, first: RequestOutput) -> Async
         progress = _Progress(job.request_id, job.n)
         frames = chunks.start()
         output = first
-        while not _ends_request(output):
+        while not ends_request(output):
             if progress.add(output):
                 frames += chunks.output(output)
             if progress.done:
@@ -483,7 +405,7 @@ async def _events(job: _Job, chunks: ChunkStream, first: RequestOutput) -> Async
             if frames:
                 yield frames
                 frames = b""
-            output = await _next_output(job.stream, job.request_id)
+            output = await next_output(job.stream, job.request_id)
         yield frames + _error_frames(job, chunks, output) + sse.DONE
     finally:
         await job.stream.aclose()
@@ -503,14 +425,14 @@ def _error_frames(job: _Job, chunks: ChunkStream, last: RequestOutput) -> bytes:
 
 async def list_models(request: Request) -> Response:
     """``GET /v1/models``: every configured model under its canonical name."""
-    return Response(fmt.model_list_body(_engine(request).models()), media_type=JSON_MEDIA_TYPE)
+    return Response(fmt.model_list_body(engine_of(request).models()), media_type=JSON_MEDIA_TYPE)
 
 
 async def retrieve_model(request: Request) -> Response:
     """``GET /v1/models/{model}``: one model object (an alias answers with its
     canonical model), or 404 ``model_not_found``."""
     name = request.path_params.get("model", "")
-    engine = _engine(request)
+    engine = engine_of(request)
     try:
         canonical = engine.resolve(name)
         info = next((m for m in engine.models() if m.name == canonical), None)

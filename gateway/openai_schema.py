@@ -44,13 +44,19 @@ Chat only (the completions endpoint refuses these fields as unknown):
 
 :func:`to_generate_request` turns a decoded request into the worker's
 :class:`~shared.protocol.GenerateRequest`.
+
+The Responses (:mod:`gateway.responses_schema`) and Anthropic
+(:mod:`gateway.anthropic_schema`) bodies reuse what applies to them too
+from here rather than repeating it: the bounded field types and tool limits,
+:func:`decode_body`, :func:`check_finite`, :func:`check_tool_choice` and
+:data:`THINKING_BY_EFFORT`.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Any, Union
+from typing import Annotated, Any, Callable, Collection, TypeVar, Union
 
 import msgspec
 from msgspec import Meta, Raw
@@ -93,11 +99,13 @@ completions ``logprobs``)."""
 MAX_CHOICES = 2**31 - 1
 """Type bound of ``n``; the real limit is the model's ``max_n``."""
 MAX_TOOLS = 128
-"""Most ``tools`` in one request, and most ``tool_calls`` in one message."""
+"""Most ``tools`` in one request, and most ``tool_calls`` in one message
+(chat and Responses)."""
 MAX_TOOL_NAME_CHARS = 64
-"""Longest tool (function) name and ``json_schema`` name."""
+"""Longest tool (function) name and ``json_schema`` name (chat and
+Responses)."""
 TOOL_NAME_PATTERN = r"^[A-Za-z0-9_-]+$"
-"""What a tool name may consist of."""
+"""What a tool name may consist of (chat and Responses)."""
 
 _NULL = Raw(b"null")
 
@@ -358,18 +366,32 @@ def _validation_error(exc: msgspec.ValidationError) -> APIError:
     return bad_request(f"Invalid value for '{path}': {problem}", path or None)
 
 
-def _decode(decoder: msgspec.json.Decoder, body: bytes) -> msgspec.Struct:
-    """Decode ``body`` with ``decoder``.
+def decode_body(
+    decoder: msgspec.json.Decoder,
+    body: bytes,
+    validation_error: Callable[[msgspec.ValidationError], APIError] | None = None,
+) -> Any:
+    """Decode a JSON request body (or one piece of it) with ``decoder``.
+
+    ``validation_error`` turns a msgspec validation error (a value of the
+    wrong type or out of bounds, an unknown or missing field, a body that
+    is not an object) into the 400 to raise; by default it is this
+    module's OpenAI wording: ``param`` is the field path (``a[0].b``),
+    unknown fields are "Unrecognized request argument supplied", missing
+    ones "Missing required parameter".
 
     Raises:
-        APIError: 400 for malformed JSON, a non-object, or invalid fields.
+        APIError: 400 "The request body is empty; expected a JSON object"
+        for an empty or blank ``body``, 400 "The request body is not valid
+        JSON (...)" for malformed JSON, and the 400 of
+        ``validation_error`` for invalid fields.
     """
     if not body.strip():
         raise bad_request("The request body is empty; expected a JSON object")
     try:
         return decoder.decode(body)
     except msgspec.ValidationError as exc:
-        raise _validation_error(exc) from None
+        raise (validation_error or _validation_error)(exc) from None
     except msgspec.DecodeError as exc:
         raise bad_request(f"The request body is not valid JSON ({exc})") from None
 
@@ -380,7 +402,7 @@ def decode_chat_request(body: bytes) -> ChatCompletionRequest:
     Raises:
         APIError: 400 with ``param`` naming the first offending field.
     """
-    req = _decode(_chat_decoder, body)
+    req = decode_body(_chat_decoder, body)
     _check_common(req)
     _check_chat(req)
     return req  # type: ignore[return-value]
@@ -392,7 +414,7 @@ def decode_completion_request(body: bytes) -> CompletionRequest:
     Raises:
         APIError: 400 with ``param`` naming the first offending field.
     """
-    req = _decode(_completion_decoder, body)
+    req = decode_body(_completion_decoder, body)
     _check_common(req)
     _check_completion(req)
     return req  # type: ignore[return-value]
@@ -420,6 +442,20 @@ def _is_null(raw: Raw) -> bool:
     return len(raw) == 4 and bytes(raw) == b"null"
 
 
+def check_finite(req: object, names: Collection[str]) -> None:
+    """Refuse a non-finite value (NaN or infinite) in any of the float
+    fields ``names`` of ``req`` (an unset field, None, is fine).
+
+    Raises:
+        APIError: 400 "'<name>' must be a finite number", param ``<name>``,
+        for the first such field in the order of ``names``.
+    """
+    for name in names:
+        value = getattr(req, name)
+        if value is not None and not math.isfinite(value):
+            raise bad_request(f"'{name}' must be a finite number", name)
+
+
 def _check_common(req: _SamplingFields) -> None:
     """Checks shared by both endpoints.
 
@@ -427,10 +463,7 @@ def _check_common(req: _SamplingFields) -> None:
         APIError: 400 for a non-finite float or ``stream_options`` without
         ``stream: true``.
     """
-    for name in _FLOAT_FIELDS:
-        value = getattr(req, name)
-        if value is not None and not math.isfinite(value):
-            raise bad_request(f"'{name}' must be a finite number", name)
+    check_finite(req, _FLOAT_FIELDS)
     if req.logit_bias and not all(math.isfinite(v) for v in req.logit_bias.values()):
         raise bad_request("'logit_bias' values must be finite numbers", "logit_bias")
     if req.stream_options is not None and req.stream is not True:
@@ -513,7 +546,7 @@ def _check_tools(req: ChatCompletionRequest) -> None:
         if name in seen:
             raise bad_request(f"Tool name '{name}' is used twice", f"{path}.function.name")
         seen.add(name)
-    _check_tool_choice(req.tool_choice, seen)
+    check_tool_choice(req.tool_choice, seen, _chosen_function, "tool_choice.function.name")
 
 
 def _check_function_type(kind: str, function: object, path: str, what: str) -> None:
@@ -529,37 +562,64 @@ def _check_function_type(kind: str, function: object, path: str, what: str) -> N
         raise bad_request(f"Missing required parameter: '{path}.function'", f"{path}.function")
 
 
-_TOOL_CHOICES = ("none", "auto", "required")
+TOOL_CHOICES = ("none", "auto", "required")
+"""The string values of ``tool_choice`` (chat and Responses)."""
+
+_Choice = TypeVar("_Choice")
 
 
-def _check_tool_choice(choice: str | ToolChoiceParam | None, tool_names: set[str]) -> None:
-    """Check ``tool_choice`` against the names of the request's tools.
+def check_tool_choice(
+    choice: str | _Choice | None,
+    tool_names: Collection[str],
+    chosen: Callable[[_Choice], str],
+    name_param: str,
+) -> None:
+    """Check a request's ``tool_choice`` against the names of its tools.
+
+    ``choice`` is absent (None), one of :data:`TOOL_CHOICES`, or an object
+    choice, which ``chosen`` checks (raising its own 400 for a malformed
+    one) and reduces to the name of the function it forces; ``name_param``
+    is the field path such a name is reported at when it is not among
+    ``tool_names``. Absent and ``"none"`` are always fine.
 
     Raises:
-        APIError: 400 for an unknown mode or type, a choice other than
-        ``"none"`` without tools, or a function name not among the tools.
+        APIError: 400 param ``tool_choice`` for an unknown string value or
+        for a choice other than ``"none"`` when there are no tools; the
+        400 of ``chosen``; 400 param ``name_param`` for a function name not
+        among the tools. Checked in that order.
     """
     if choice is None or choice == "none":
         return
+    name: str | None = None
     if isinstance(choice, str):
-        if choice not in _TOOL_CHOICES:
+        if choice not in TOOL_CHOICES:
             raise bad_request(
                 f"Invalid value for 'tool_choice': '{choice}'; expected none, auto, required or a function",
                 "tool_choice",
             )
     else:
-        _check_function_type(choice.type, choice.function, "tool_choice", "tool_choice")
+        name = chosen(choice)
     if not tool_names:
         raise bad_request("'tool_choice' is only allowed when 'tools' are specified", "tool_choice")
-    if isinstance(choice, ToolChoiceParam) and choice.function.name not in tool_names:  # type: ignore[union-attr]
-        raise bad_request(
-            f"tool_choice names function '{choice.function.name}', which is not among 'tools'",  # type: ignore[union-attr]
-            "tool_choice.function.name",
-        )
+    if name is not None and name not in tool_names:
+        raise bad_request(f"tool_choice names function '{name}', which is not among 'tools'", name_param)
 
 
-_THINKING_BY_EFFORT = {"none": False, "minimal": False, "low": True, "medium": True, "high": True}
-"""``reasoning_effort`` -> whether the model's reasoning mode is on."""
+def _chosen_function(choice: ToolChoiceParam) -> str:
+    """The function an object ``tool_choice`` forces; it must be
+    ``{"type": "function", "function": {"name"}}``.
+
+    Raises:
+        APIError: 400 param ``tool_choice.type`` or ``tool_choice.function``.
+    """
+    _check_function_type(choice.type, choice.function, "tool_choice", "tool_choice")
+    return choice.function.name  # type: ignore[union-attr]
+
+
+THINKING_BY_EFFORT = {"none": False, "minimal": False, "low": True, "medium": True, "high": True}
+"""``reasoning_effort`` -> whether the model's reasoning mode is on (the
+Responses API's ``reasoning.effort`` accepts these and more, see
+:data:`gateway.responses_schema.THINKING_BY_EFFORT`)."""
 
 
 def _check_thinking(req: ChatCompletionRequest) -> None:
@@ -571,13 +631,13 @@ def _check_thinking(req: ChatCompletionRequest) -> None:
         ``chat_template_kwargs.enable_thinking`` (contradicts it).
     """
     effort = req.reasoning_effort
-    if effort is not None and effort not in _THINKING_BY_EFFORT:
+    if effort is not None and effort not in THINKING_BY_EFFORT:
         raise bad_request(
-            f"Invalid value for 'reasoning_effort': '{effort}'; expected one of {', '.join(_THINKING_BY_EFFORT)}",
+            f"Invalid value for 'reasoning_effort': '{effort}'; expected one of {', '.join(THINKING_BY_EFFORT)}",
             "reasoning_effort",
         )
     enabled = req.chat_template_kwargs.enable_thinking if req.chat_template_kwargs else None
-    if effort is not None and enabled is not None and enabled != _THINKING_BY_EFFORT[effort]:
+    if effort is not None and enabled is not None and enabled != THINKING_BY_EFFORT[effort]:
         raise bad_request(
             f"'chat_template_kwargs.enable_thinking' ({str(enabled).lower()}) contradicts "
             f"'reasoning_effort' ('{effort}'); send only one",
@@ -867,7 +927,7 @@ def _thinking(req: ChatCompletionRequest) -> bool | None:
     if req.chat_template_kwargs is not None and req.chat_template_kwargs.enable_thinking is not None:
         return req.chat_template_kwargs.enable_thinking
     if req.reasoning_effort is not None:
-        return _THINKING_BY_EFFORT[req.reasoning_effort]
+        return THINKING_BY_EFFORT[req.reasoning_effort]
     return None
 
 

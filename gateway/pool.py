@@ -1,58 +1,164 @@
 """The :class:`gateway.engine_api.Engine` backed by worker processes.
 
-Maps configured model names and aliases to their :class:`WorkerHandle` and
-owns the gateway's private socket directory. Runs on the event loop only.
+Maps configured model names and aliases to their :class:`WorkerHandle`,
+starts workers on first use within the memory budget (evicting the least
+recently used idle worker when needed), applies config reloads without
+dropping work, and drains everything at shutdown. Owns the gateway's private
+socket directory. Runs on the event loop only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import sys
 import time
 import uuid
 
+import msgspec
+import psutil
+
 from gateway.engine_api import ModelInfo, ModelLimits
-from gateway.errors import model_not_found
+from gateway.errors import APIError, model_not_found, unavailable
+from gateway.model_paths import SourceOutsideRoot, check_inside_root, source_bytes
 from gateway.worker_handle import WorkerHandle, WorkerRequestStream
-from shared.config import Config
+from shared.config import Config, ModelConfig, parse_size
 from shared.protocol import GenerateRequest
 from shared.sockets import make_socket_dir, remove_socket_dir
+
+log = logging.getLogger("mlxd.gateway.pool")
+
+UNKNOWN_MODEL_BYTES = 1 << 30
+"""Memory assumed for a model whose files cannot be measured."""
+
+EXPANSION = 1.5 if sys.platform == "darwin" else 4.0
+"""Worker memory per byte of model files: on a CPU backend quantized
+weights are expanded to float32."""
 
 
 class WorkerPool:
     """One :class:`WorkerHandle` per configured model.
 
-    Construct it anywhere; call :meth:`start` on the running loop (it spawns
-    every worker without waiting for them) and :meth:`stop` at shutdown.
+    Construct it anywhere; call :meth:`start` on the running loop (it starts
+    the ``preload`` models without waiting) and :meth:`stop` at shutdown.
+    ``metrics`` (optional) is handed to every handle.
     """
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, metrics: object = None) -> None:
         self.config = config
         self.created = int(time.time())
         self.handles: dict[str, WorkerHandle] = {}
+        self.draining = False
+        self._metrics = metrics
         self._names: dict[str, str] = {}
-        for model in config.models:
-            for name in (model.name, *model.aliases):
-                self._names[name] = model.name
         self._socket_dir: str | None = None
+        self._room = asyncio.Lock()
+        self._retiring: set[asyncio.Task[None]] = set()
+
+    # -- lifecycle --------------------------------------------------------------
 
     def start(self) -> None:
-        """Create the socket directory and start every worker."""
+        """Create the socket directory and start the ``preload`` models."""
         self._socket_dir = make_socket_dir()
+        self._apply_models(self.config.models)
         for model in self.config.models:
-            handle = WorkerHandle(model, self.config.server, self._socket_dir)
-            self.handles[model.name] = handle
-            handle.start()
+            if model.preload:
+                asyncio.create_task(self._preload(model.name))
+
+    async def _preload(self, name: str) -> None:
+        try:
+            await self._acquire(self.handles[name])
+        except APIError as err:
+            log.error("could not preload %s: %s", name, err.message)
 
     async def stop(self) -> None:
         """Stop every worker (in parallel) and remove the socket directory."""
+        await asyncio.gather(*self._retiring, return_exceptions=True)
         await asyncio.gather(*(h.stop() for h in self.handles.values()))
         if self._socket_dir is not None:
             remove_socket_dir(self._socket_dir)
 
     async def wait_ready(self, timeout: float) -> bool:
-        """Wait until every worker is ready; False on timeout."""
-        results = await asyncio.gather(*(h.wait_ready(timeout) for h in self.handles.values()))
+        """Wait until every preloaded worker is ready; False on timeout."""
+        wanted = [self.handles[m.name] for m in self.config.models if m.preload]
+        results = await asyncio.gather(*(h.wait_ready(timeout) for h in wanted))
         return all(results)
+
+    def begin_drain(self) -> None:
+        """Refuse new requests from now on (503); in-flight ones go on."""
+        self.draining = True
+
+    async def wait_idle(self, timeout: float) -> bool:
+        """Wait until nothing is in flight; False on timeout."""
+        deadline = time.monotonic() + timeout
+        while any(h.inflight for h in self.handles.values()):
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.05)
+        return True
+
+    # -- reload -----------------------------------------------------------------
+
+    def reload(self, config: Config) -> list[str]:
+        """Apply a new config; return one line per change made.
+
+        Added models become available (and start if ``preload``), removed
+        ones stop taking requests and are drained and stopped, changed ones
+        are drained and restarted with their new settings; API keys and
+        other server settings that can change at run time take effect at
+        once (listen address changes need a restart).
+        """
+        old = {m.name: m for m in self.config.models}
+        new = {m.name: m for m in config.models}
+        changes = []
+        if (config.server.host, config.server.port) != (self.config.server.host, self.config.server.port):
+            changes.append("listen address changed: restart mlxd to apply it")
+        self.config = config
+        for name in old.keys() - new.keys():
+            handle = self.handles.pop(name)
+            self._retire(handle.unload("removed from the config"))
+            changes.append(f"removed model {name}")
+        for name, model in new.items():
+            handle = self.handles.get(name)
+            if handle is None:
+                changes.append(f"added model {name}")
+            else:
+                handle.server = config.server  # used from the next worker start on
+                if model != old[name]:
+                    self._retire(self._restart(handle, model))
+                    changes.append(f"changed model {name}: restarting it after its requests finish")
+        self._apply_models(config.models)
+        for name in new.keys() - old.keys():
+            if new[name].preload:
+                asyncio.create_task(self._preload(name))
+        return changes
+
+    async def _restart(self, handle: WorkerHandle, model: ModelConfig) -> None:
+        was_running = handle.resident
+        await handle.unload("its configuration changed")
+        handle.model = model
+        handle.server = self.config.server
+        if was_running or model.preload:
+            await self._acquire(handle)
+
+    def _retire(self, coro: object) -> None:
+        task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    def _apply_models(self, models: list[ModelConfig]) -> None:
+        assert self._socket_dir is not None
+        names: dict[str, str] = {}
+        for model in models:
+            if model.name not in self.handles:
+                self.handles[model.name] = WorkerHandle(
+                    model, self.config.server, self._socket_dir, metrics=self._metrics
+                )
+            for name in (model.name, *model.aliases):
+                names[name] = model.name
+        self._names = names
+
+    # -- Engine -------------------------------------------------------------------
 
     def resolve(self, name: str) -> str:
         """Canonical model name for ``name``; raises the 404 APIError."""
@@ -68,29 +174,102 @@ class WorkerPool:
     def models(self) -> list[ModelInfo]:
         """Every configured model, in config order, with its state."""
         return [
-            ModelInfo(
-                name=m.name,
-                created=self.created,
-                state=self.handles[m.name].status.state if m.name in self.handles else "stopped",
-                aliases=tuple(m.aliases),
-            )
+            ModelInfo(name=m.name, created=self.created, state=self.handles[m.name].status.state, aliases=tuple(m.aliases))
             for m in self.config.models
+            if m.name in self.handles
         ]
 
     async def submit(self, model: str, request: GenerateRequest) -> WorkerRequestStream:
-        """Route ``request`` to ``model``'s worker (503 APIError if not ready)."""
-        return self.handles[model].submit(request)
+        """Route ``request`` to ``model``'s worker, starting it if needed.
+
+        Raises:
+            gateway.errors.APIError: 503 while draining, when the model
+                cannot be loaded (or not within the memory budget), or when
+                its queue is full.
+        """
+        if self.draining:
+            raise unavailable("the server is shutting down", retry_after=5)
+        handle = self.handles.get(model)
+        if handle is None:
+            raise model_not_found(model)
+        await self._acquire(handle)
+        return handle.submit(request)
+
+    async def _acquire(self, handle: WorkerHandle) -> None:
+        if handle.status.state != "ready":
+            async with self._room:
+                if not handle.resident:
+                    self._check_path(handle)
+                    await self._make_room(handle)
+                    handle.start()
+        await handle.acquire(self.config.server.worker_start_timeout)
+
+    def _check_path(self, handle: WorkerHandle) -> None:
+        try:
+            check_inside_root(handle.model.source, self.config.server.models_root)
+        except SourceOutsideRoot as exc:
+            raise APIError(503, str(exc), code="model_unavailable") from None
+
+    # -- memory budget ---------------------------------------------------------------
+
+    def budget(self) -> int:
+        """The memory budget in bytes (0: unlimited)."""
+        return parse_size(self.config.server.memory_budget, psutil.virtual_memory().total)
+
+    def estimate(self, handle: WorkerHandle) -> int:
+        """Bytes ``handle``'s worker is expected to use once loaded: the
+        larger of its configured ``memory_estimate`` and what it measured
+        when it last became ready; failing both, a guess from the size of
+        the model's files."""
+        known = max(handle.status.memory_bytes or 0, handle.model.memory_estimate)
+        if known:
+            return known
+        size = source_bytes(handle.model.source)
+        return int(size * EXPANSION) if size else UNKNOWN_MODEL_BYTES
+
+    def _resident_bytes(self, skip: WorkerHandle) -> int:
+        return sum(self.estimate(h) for h in self.handles.values() if h is not skip and h.resident)
+
+    async def _make_room(self, handle: WorkerHandle) -> None:
+        """Evict least recently used idle workers until ``handle`` fits.
+
+        Raises:
+            gateway.errors.APIError: 503 when not enough idle workers can go.
+        """
+        budget = self.budget()
+        if not budget:
+            return
+        needed = self.estimate(handle)
+        while self._resident_bytes(handle) + needed > budget:
+            idle = [h for h in self.handles.values() if h is not handle and h.resident and h.idle]
+            if not idle:
+                raise APIError(
+                    503,
+                    f"not enough memory to load model '{handle.model.name}' "
+                    f"(needs ~{needed >> 20} MiB of a {budget >> 20} MiB budget); retry later",
+                    code="insufficient_memory",
+                    retry_after=10,
+                )
+            victim = min(idle, key=lambda h: h.last_used)
+            log.info("evicting %s to make room for %s", victim.model.name, handle.model.name)
+            await victim.unload(f"evicted for {handle.model.name}")
+
+    # -- health ------------------------------------------------------------------------
 
     def health(self) -> dict[str, object]:
         """The body of ``GET /health``: each model's worker status."""
-        import msgspec
-
         return {
-            "status": "ok",
-            "models": {
-                name: msgspec.to_builtins(h.status) for name, h in self.handles.items()
-            },
+            "status": "draining" if self.draining else "ok",
+            "models": {name: msgspec.to_builtins(h.status) for name, h in self.handles.items()},
         }
+
+    def readiness(self) -> tuple[bool, dict[str, object]]:
+        """Whether every preloaded model is ready (and the server is not
+        draining), with each model's state, for ``GET /ready``."""
+        states = {name: h.status.state for name, h in self.handles.items()}
+        preloaded = [m.name for m in self.config.models if m.preload]
+        ready = not self.draining and all(states.get(n) == "ready" for n in preloaded)
+        return ready, {"ready": ready, "models": states}
 
 
 def new_request_id(prefix: str) -> str:

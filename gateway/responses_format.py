@@ -44,6 +44,7 @@ import msgspec
 
 from gateway import sse
 from gateway.openai_format import Usage
+from gateway.request_flow import FinalReason
 from shared.protocol import RequestOutput, ToolCallDelta
 
 log = logging.getLogger("mlxd.gateway.responses")
@@ -591,7 +592,7 @@ class OutputAssembler:
 # --- one response ------------------------------------------------------------------------------
 
 
-FinishReason = Literal["stop", "length", "tool_calls"]
+FinishReason = FinalReason
 """How a successful request ended."""
 
 

@@ -6,7 +6,8 @@ background mode; clients send the whole conversation as ``input`` (see
 :mod:`gateway.responses_schema`). It reaches the workers only through the
 :class:`~gateway.engine_api.Engine` in ``request.app.state.engine``.
 
-Flow, as for chat completions (:mod:`gateway.openai_routes`): decode and
+Flow, as for chat completions (:mod:`gateway.openai_routes`, with
+:func:`gateway.request_flow.respond_after_first_output`): decode and
 validate, resolve the model, submit one choice, then await the first output
 *before* any header is sent, so a refused request (e.g. an input longer
 than the context: 400 ``context_length_exceeded`` naming ``input``) gets a
@@ -36,18 +37,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway import sse
-from gateway.engine_api import Engine, RequestStream
+from gateway.engine_api import RequestStream
 from gateway.errors import APIError
 from gateway.openai_format import UsageTally
-from gateway.openai_routes import (
-    _DISCONNECTED,
-    CLIENT_CLOSED_STATUS,
+from gateway.openai_routes import error_response, output_error
+from gateway.request_flow import (
+    FINAL_REASONS,
     JSON_MEDIA_TYPE,
-    _ends_request,
-    _next_output,
-    _until_disconnect,
-    error_response,
-    output_error,
+    engine_of,
+    ends_request,
+    next_output,
+    respond_after_first_output,
 )
 from gateway.responses_format import (
     Event,
@@ -71,9 +71,6 @@ log = logging.getLogger("mlxd.gateway.responses")
 PROMPT_PARAM = "input"
 """The request field a context-length error names."""
 
-_FINISHES = ("stop", "length", "tool_calls")
-"""Finish reasons that end the (single) choice successfully."""
-
 
 @dataclass(frozen=True)
 class _Job:
@@ -86,11 +83,6 @@ class _Job:
     request_id: str
 
 
-def _engine(request: Request) -> Engine:
-    """The Engine the app was built with."""
-    return request.app.state.engine
-
-
 async def create_response(request: Request) -> Response:
     """``POST /v1/responses``: a ``response`` object, or an SSE stream of
     Responses events when ``stream`` is true. Errors are OpenAI error JSON
@@ -99,21 +91,15 @@ async def create_response(request: Request) -> Response:
         job = await _submit(request)
     except APIError as err:
         return error_response(err)
-    handed_off = False
-    try:
-        first = await _until_disconnect(request.receive, _next_output(job.stream, job.request_id))
-        if first is _DISCONNECTED:
-            return Response(status_code=CLIENT_CLOSED_STATUS)
-        if _ends_request(first):
-            return error_response(output_error(first, PROMPT_PARAM))
-        if job.request.stream:
-            response = sse.SSEResponse(_stream_frames(job, first), on_close=job.stream.aclose)
-            handed_off = True
-            return response
-        return await _complete(request, job, first)
-    finally:
-        if not handed_off:
-            await job.stream.aclose()
+    return await respond_after_first_output(
+        request,
+        job.stream,
+        job.request_id,
+        refuse=lambda output: error_response(output_error(output, PROMPT_PARAM)),
+        streamed=(lambda first: _streaming_response(job, first)) if job.request.stream else None,
+        collect=lambda first: _collect(job, first),
+        answer=lambda builder: Response(encode(builder.final), media_type=JSON_MEDIA_TYPE),
+    )
 
 
 async def _submit(request: Request) -> _Job:
@@ -124,7 +110,7 @@ async def _submit(request: Request) -> _Job:
         or overloaded.
     """
     req = decode_responses_request(await request.body())
-    engine = _engine(request)
+    engine = engine_of(request)
     model = engine.resolve(req.model)
     request_id = new_id("resp")
     generate = to_generate_request(req, request_id)
@@ -137,14 +123,14 @@ class _Run:
     """Feeds one request's outputs to its response builder.
 
     :meth:`events` yields the stream events batch by batch; once it is
-    exhausted the builder's ``final`` object is set and :attr:`error` holds
-    the client error if the request failed.
+    exhausted the builder's ``final`` object is set and :attr:`failed` holds
+    the ``error``/``abort`` output if the request failed.
     """
 
     def __init__(self, job: _Job) -> None:
         self._job = job
         self._tally = UsageTally()
-        self.error: APIError | None = None
+        self.failed: RequestOutput | None = None
 
     async def events(self, first: RequestOutput) -> AsyncIterator[list[Event]]:
         """Yield the events of the whole response, starting with
@@ -153,7 +139,7 @@ class _Run:
         pending = builder.start()
         output = first
         while True:
-            if _ends_request(output):
+            if ends_request(output):
                 yield pending + self._fail(output)
                 return
             if output.index != 0:
@@ -161,19 +147,20 @@ class _Run:
             else:
                 self._tally.add(output)
                 pending += builder.add(output)
-                if output.finish_reason in _FINISHES:
+                if output.finish_reason in FINAL_REASONS:
                     reason: FinishReason = output.finish_reason  # type: ignore[assignment]
                     yield pending + builder.finish(reason, self._tally.usage())
                     return
             if pending:
                 yield pending
                 pending = []
-            output = await _next_output(self._job.stream, self._job.request_id)
+            output = await next_output(self._job.stream, self._job.request_id)
 
     def _fail(self, last: RequestOutput) -> list[Event]:
         """The events ending the response with the error of ``last`` (after
         any content ``last`` still carries)."""
-        self.error = err = output_error(last, PROMPT_PARAM)
+        self.failed = last
+        err = output_error(last, PROMPT_PARAM)
         builder = self._job.builder
         events = builder.add(last) if last.index == 0 else []
         code = err.code or last.error_kind or "internal_error"
@@ -183,29 +170,22 @@ class _Run:
 # --- non-streaming ------------------------------------------------------------------------
 
 
-async def _complete(request: Request, job: _Job, first: RequestOutput) -> Response:
-    """Collect the response and answer it as one JSON object (or an error).
-
-    Returns a 499 placeholder if the client disconnects meanwhile (the caller
-    then closes the stream, aborting the request).
-    """
+async def _collect(job: _Job, first: RequestOutput) -> ResponseBuilder | RequestOutput:
+    """Run the request to its end, discarding the stream events; return its
+    builder (whose ``final`` response is then set), or the ``error``/``abort``
+    output that ended it."""
     run = _Run(job)
-    result = await _until_disconnect(request.receive, _drain(run, first))
-    if result is _DISCONNECTED:
-        return Response(status_code=CLIENT_CLOSED_STATUS)
-    if run.error is not None:
-        return error_response(run.error)
-    return Response(encode(job.builder.final), media_type=JSON_MEDIA_TYPE)
-
-
-async def _drain(run: _Run, first: RequestOutput) -> bool:
-    """Run the request to its end, discarding the stream events."""
     async for _ in run.events(first):
         pass
-    return True
+    return job.builder if run.failed is None else run.failed
 
 
 # --- streaming ------------------------------------------------------------------------------
+
+
+def _streaming_response(job: _Job, first: RequestOutput) -> sse.SSEResponse:
+    """The SSE response for ``job``; it owns (and finally closes) the stream."""
+    return sse.SSEResponse(_stream_frames(job, first), on_close=job.stream.aclose)
 
 
 async def _stream_frames(job: _Job, first: RequestOutput) -> AsyncIterator[bytes]:

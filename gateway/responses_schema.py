@@ -53,22 +53,34 @@ Supported:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Union
+from typing import Annotated, Union
 
 import msgspec
 from msgspec import UNSET, Meta, Raw, UnsetType
 
 from gateway.errors import APIError, bad_request
-from gateway.openai_schema import (
+from gateway.openai_schema import (  # MAX_TOOL_NAME_CHARS, TOOL_NAME_PATTERN: kept importable from here
     MAX_CONTENT_PARTS,
-    MAX_GENERATED_TOKENS,
-    MAX_NAME_CHARS,
-    MAX_TEXT_CHARS,
+    MAX_TOOL_NAME_CHARS,
+    MAX_TOOLS,
     MAX_TOP_LOGPROBS,
-    _decode,
+    TOOL_NAME_PATTERN,
+    Identifier,
+    JSONObject,
+    MaxTokens,
+    ModelName,
+    SchemaName,
+    ShortText,
+    Temperature,
+    Text,
+    ToolName,
+    TopP,
+    check_finite,
+    check_tool_choice,
+    decode_body,
 )
+from gateway.openai_schema import THINKING_BY_EFFORT as _CHAT_THINKING_BY_EFFORT
 from gateway.responses_format import (
     FunctionToolEcho,
     ReasoningEcho,
@@ -89,12 +101,6 @@ from shared.protocol import (
 
 MAX_INPUT_ITEMS = 4096
 """Most items in ``input``."""
-MAX_TOOLS = 128
-"""Most ``tools``."""
-MAX_TOOL_NAME_CHARS = 64
-"""Longest tool name and ``json_schema`` name."""
-TOOL_NAME_PATTERN = r"^[A-Za-z0-9_-]+$"
-"""What a tool name may consist of."""
 MAX_METADATA = 16
 """Most ``metadata`` pairs."""
 MAX_METADATA_KEY_CHARS = 64
@@ -106,18 +112,8 @@ MAX_TOOL_CALLS = 2**31 - 1
 MAX_INCLUDE = 64
 """Type bound of ``include`` (which must be empty anyway)."""
 
-# --- field types -----------------------------------------------------------------------
+# --- field types (the rest as for chat, from gateway.openai_schema) -------------------
 
-ModelName = Annotated[str, Meta(min_length=1, max_length=MAX_NAME_CHARS)]
-ShortText = Annotated[str, Meta(max_length=MAX_NAME_CHARS)]
-Identifier = Annotated[str, Meta(min_length=1, max_length=MAX_NAME_CHARS)]
-Text = Annotated[str, Meta(max_length=MAX_TEXT_CHARS)]
-MaxTokens = Annotated[int, Meta(ge=1, le=MAX_GENERATED_TOKENS)]
-Temperature = Annotated[float, Meta(ge=0.0, le=2.0)]
-TopP = Annotated[float, Meta(gt=0.0, le=1.0)]
-ToolName = Annotated[str, Meta(min_length=1, max_length=MAX_TOOL_NAME_CHARS, pattern=TOOL_NAME_PATTERN)]
-SchemaName = Annotated[str, Meta(min_length=1, max_length=MAX_TOOL_NAME_CHARS)]
-JSONObject = dict[str, Any]
 Metadata = Annotated[
     dict[
         Annotated[str, Meta(max_length=MAX_METADATA_KEY_CHARS)],
@@ -301,7 +297,7 @@ def decode_responses_request(body: bytes) -> ResponsesRequest:
     Raises:
         APIError: 400 with ``param`` naming the first offending field.
     """
-    req: ResponsesRequest = _decode(_decoder, body)  # type: ignore[assignment]
+    req: ResponsesRequest = decode_body(_decoder, body)
     _check_settings(req)
     _check_tools(req)
     _check_text(req.text)
@@ -336,10 +332,7 @@ def _check_settings(req: ResponsesRequest) -> None:
     Raises:
         APIError: 400 naming the field.
     """
-    for name in ("temperature", "top_p"):
-        value = getattr(req, name)
-        if value is not None and not math.isfinite(value):
-            raise bad_request(f"'{name}' must be a finite number", name)
+    check_finite(req, ("temperature", "top_p"))
     if req.previous_response_id is not None:
         raise _stateless("previous_response_id")
     if _given(req.conversation):
@@ -372,16 +365,9 @@ def _check_neutral(req: ResponsesRequest) -> None:
         raise _not_supported("service_tier", f"service_tier '{req.service_tier}'")
 
 
-_THINKING_BY_EFFORT = {
-    "none": False,
-    "minimal": False,
-    "low": True,
-    "medium": True,
-    "high": True,
-    "xhigh": True,
-    "max": True,
-}
-"""``reasoning.effort`` -> whether the model's reasoning mode is on."""
+THINKING_BY_EFFORT = {**_CHAT_THINKING_BY_EFFORT, "xhigh": True, "max": True}
+"""``reasoning.effort`` -> whether the model's reasoning mode is on: the
+chat ``reasoning_effort`` values plus ``xhigh`` and ``max``."""
 
 
 def _check_reasoning(reasoning: ReasoningParam | None) -> None:
@@ -392,10 +378,10 @@ def _check_reasoning(reasoning: ReasoningParam | None) -> None:
     """
     if reasoning is None:
         return
-    if reasoning.effort is not None and reasoning.effort not in _THINKING_BY_EFFORT:
+    if reasoning.effort is not None and reasoning.effort not in THINKING_BY_EFFORT:
         raise bad_request(
             f"Invalid value for 'reasoning.effort': '{reasoning.effort}'; "
-            f"expected one of {', '.join(_THINKING_BY_EFFORT)}",
+            f"expected one of {', '.join(THINKING_BY_EFFORT)}",
             "reasoning.effort",
         )
     for name in ("summary", "generate_summary"):
@@ -424,39 +410,24 @@ def _check_tools(req: ResponsesRequest) -> None:
         if tool.name in names:
             raise bad_request(f"Tool name '{tool.name}' is used twice", f"tools[{index}].name")
         names.add(tool.name)
-    _check_tool_choice(req.tool_choice, names)
+    check_tool_choice(req.tool_choice, names, _chosen_function, "tool_choice.name")
 
 
-_TOOL_CHOICES = ("none", "auto", "required")
-
-
-def _check_tool_choice(choice: str | ToolChoiceParam | None, names: set[str]) -> None:
-    """Check ``tool_choice`` against the names of the request's tools.
+def _chosen_function(choice: ToolChoiceParam) -> str:
+    """The function an object ``tool_choice`` forces; it must be exactly
+    ``{"type": "function", "name"}``.
 
     Raises:
-        APIError: 400 for an unknown mode or type, a choice other than
-        ``"none"`` without tools, or a function name not among the tools.
+        APIError: 400 param ``tool_choice.type`` (another type) or
+        ``tool_choice`` (no name, or fields of the other forms).
     """
-    if choice is None or choice == "none":
-        return
-    if isinstance(choice, str):
-        if choice not in _TOOL_CHOICES:
-            raise bad_request(
-                f"Invalid value for 'tool_choice': '{choice}'; expected none, auto, required or a function",
-                "tool_choice",
-            )
-    elif choice.type != "function":
+    if choice.type != "function":
         raise bad_request(
             f"tool_choice type '{choice.type}' is not supported; only 'function' is", "tool_choice.type"
         )
-    elif choice.name is UNSET or any(_given(getattr(choice, f)) for f in ("mode", "tools", "server_label")):
+    if choice.name is UNSET or any(_given(getattr(choice, f)) for f in ("mode", "tools", "server_label")):
         raise bad_request("A function tool_choice is {\"type\": \"function\", \"name\": ...}", "tool_choice")
-    if not names:
-        raise bad_request("'tool_choice' is only allowed when 'tools' are specified", "tool_choice")
-    if isinstance(choice, ToolChoiceParam) and choice.name not in names:
-        raise bad_request(
-            f"tool_choice names function '{choice.name}', which is not among 'tools'", "tool_choice.name"
-        )
+    return choice.name  # type: ignore[return-value]
 
 
 _FORMATS = ("text", "json_object", "json_schema")
@@ -798,7 +769,7 @@ def _response_format(req: ResponsesRequest) -> ResponseFormat | None:
 def _thinking(req: ResponsesRequest) -> bool | None:
     """Whether to turn the reasoning mode on (None: the template default)."""
     effort = req.reasoning.effort if req.reasoning is not None else None
-    return None if effort is None else _THINKING_BY_EFFORT[effort]
+    return None if effort is None else THINKING_BY_EFFORT[effort]
 
 
 def to_generate_request(req: ResponsesRequest, request_id: str) -> GenerateRequest:

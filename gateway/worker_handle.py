@@ -1,37 +1,35 @@
-"""Supervision of one model's worker process, and request routing to it.
+"""One configured model: its worker's lifecycle and the requests routed to it.
 
-A :class:`WorkerHandle` starts ``python -m worker`` for its model, waits for
-the hello -> loaded -> ready handshake, then forwards requests to it and
-dispatches its outputs to per-request queues. It notices a dead worker
-(process exit) or a hung one (no message for ``heartbeat_timeout`` seconds),
-ends every in-flight request with a terminal ``unavailable`` error at once,
-and starts a new incarnation with exponential back-off.
+A :class:`WorkerHandle` starts its worker on first use (or at start with
+``preload``), loads it exactly once however many requests arrive meanwhile,
+routes requests to it and their outputs back, unloads it after ``ttl``
+seconds idle, drains it before a stop or a config change, and restarts it
+with back-off when it dies or hangs. When a worker dies every request in
+flight on it ends at once with a terminal ``unavailable`` error.
 
-Everything here runs on the gateway's event loop; sockets are
-``zmq.asyncio`` sockets and the process is an asyncio subprocess, so nothing
-blocks the loop. Each incarnation binds fresh socket paths, so nothing queued
-for a dead worker reaches its replacement.
+States: ``unloaded`` (no process), ``starting`` and ``loading`` (process up,
+model loading), ``ready``, ``draining`` (finishing in-flight work, taking no
+new requests), ``restarting`` (after a crash, waiting to retry),
+``failed`` (the model could not be loaded; retried with back-off) and
+``stopped`` (the server is exiting).
+
+Everything here runs on the gateway's event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes.util
 import logging
-import os
-import signal
-import sys
 import time
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import msgspec
-import zmq
-import zmq.asyncio
 
 from gateway.errors import APIError, unavailable
-from shared.codec import DecodeError, gateway_codec
-from shared.config import ModelConfig, ServerConfig, encode_model_config
+from gateway.worker_process import Incarnation, run_incarnation
+from shared.config import ModelConfig, ServerConfig, parse_duration
 from shared.protocol import (
     AbortRequest,
     Failed,
@@ -43,23 +41,23 @@ from shared.protocol import (
     RequestOutput,
     Shutdown,
     StepOutputs,
+    WorkerMessage,
     WorkerStats,
 )
-from shared.sockets import configure, endpoint_path, endpoints_for
 
 log = logging.getLogger("mlxd.gateway.worker")
+requests_log = logging.getLogger("mlxd.requests")
 
 MAX_BACKOFF = 30.0
 
 
 @dataclass
 class WorkerStatus:
-    """What the gateway knows about a model's worker (for /health).
+    """What the gateway knows about a model's worker (for /health and
+    /metrics). ``memory_bytes`` is the worker's resident memory measured
+    when it became ready."""
 
-    ``state``: starting, loading, ready, restarting, failed or stopped.
-    """
-
-    state: str = "starting"
+    state: str = "unloaded"
     pid: int | None = None
     incarnation: int = 0
     restarts: int = 0
@@ -67,23 +65,8 @@ class WorkerStatus:
     load_seconds: float | None = None
     blas: str | None = None
     last_error: str | None = None
+    memory_bytes: int | None = None
     stats: WorkerStats = field(default_factory=WorkerStats)
-
-
-class _Pending:
-    """Outputs of one in-flight request, waiting to be read.
-
-    ``open_choices`` counts the choices the dispatcher still expects a
-    terminal output for.
-    """
-
-    __slots__ = ("queue", "incarnation", "n", "open_choices")
-
-    def __init__(self, incarnation: int, n: int) -> None:
-        self.queue: asyncio.Queue[RequestOutput] = asyncio.Queue()
-        self.incarnation = incarnation
-        self.n = n
-        self.open_choices = n
 
 
 def ends_request(output: RequestOutput) -> bool:
@@ -91,11 +74,57 @@ def ends_request(output: RequestOutput) -> bool:
     return output.finish_reason in ("error", "abort")
 
 
+class _Pending:
+    """One in-flight request: its output queue and accounting.
+
+    ``open_choices`` counts the choices still expecting a terminal output;
+    ``tokens`` the last completion count seen per choice.
+    """
+
+    __slots__ = ("queue", "incarnation", "n", "open_choices", "tokens", "timer", "started", "model")
+
+    def __init__(self, incarnation: int, n: int, timer: Any, model: str) -> None:
+        self.queue: asyncio.Queue[RequestOutput] = asyncio.Queue()
+        self.incarnation = incarnation
+        self.n = n
+        self.open_choices = n
+        self.tokens: dict[int, int] = {}
+        self.timer = timer
+        self.started = time.monotonic()
+        self.model = model
+
+    def record(self, output: RequestOutput) -> None:
+        """Count ``output``'s new tokens for metrics."""
+        before = self.tokens.get(output.index, 0)
+        self.tokens[output.index] = max(before, output.completion_tokens)
+        if self.timer is not None:
+            if output.queue_seconds is not None:
+                self.timer.queued(output.queue_seconds)
+            self.timer.output(tokens=self.tokens[output.index] - before, index=output.index)
+
+    def finish(self, request_id: str, last: RequestOutput) -> None:
+        """Observe the end of the request and write its log line."""
+        reason = last.finish_reason or "error"
+        completion = sum(self.tokens.values())
+        if self.timer is not None:
+            self.timer.finished(
+                reason=reason,
+                prompt_tokens=last.prompt_tokens,
+                cached_tokens=last.cached_tokens,
+                completion_tokens=completion,
+            )
+        requests_log.info(
+            "request %s model=%s status=%s prompt_tokens=%d cached_tokens=%d completion_tokens=%d seconds=%.3f",
+            request_id, self.model, reason, last.prompt_tokens, last.cached_tokens, completion,
+            time.monotonic() - self.started,
+        )
+
+
 class WorkerRequestStream:
     """The :class:`gateway.engine_api.RequestStream` of one request.
 
-    Yields the request's outputs and stops after the terminal one.
-    ``aclose`` before the end sends an abort to the worker.
+    Yields the request's outputs and stops after its end (every choice
+    finished, or an error/abort). ``aclose`` before the end aborts it.
     """
 
     def __init__(self, handle: "WorkerHandle", request_id: str, pending: _Pending) -> None:
@@ -130,29 +159,59 @@ class WorkerRequestStream:
 class WorkerHandle:
     """Owns the worker process of one configured model.
 
-    ``socket_dir`` is the gateway's private socket directory. Call
-    :meth:`start` once on the running loop and :meth:`stop` at shutdown.
+    ``socket_dir`` is the gateway's private socket directory; ``metrics``
+    (optional) gets a timer per request; ``on_change`` is called after each
+    state change (the pool uses it to wake waiters).
     """
 
-    def __init__(self, model: ModelConfig, server: ServerConfig, socket_dir: str) -> None:
+    def __init__(
+        self,
+        model: ModelConfig,
+        server: ServerConfig,
+        socket_dir: str,
+        *,
+        metrics: Any = None,
+    ) -> None:
         self.model = model
+        self.server = server
         self.status = WorkerStatus()
-        self._server = server
+        self.last_used = 0.0
         self._socket_dir = socket_dir
-        self._ctx = zmq.asyncio.Context.instance()
-        self._codec = gateway_codec()
+        self._metrics = metrics
         self._inflight: dict[str, _Pending] = {}
         self._sequences = 0  # open choices of all in-flight requests
-        self._push: zmq.asyncio.Socket | None = None
-        self._proc: asyncio.subprocess.Process | None = None
+        self._incarnation: Incarnation | None = None
         self._task: asyncio.Task[None] | None = None
-        self._closing = False
+        self._wanted = False
         self._ready = asyncio.Event()
+        self._state_changed = asyncio.Event()
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._stopping: asyncio.Task[None] | None = None
 
-    # -- public API -------------------------------------------------------
+    # -- lifecycle ------------------------------------------------------------
+
+    @property
+    def resident(self) -> bool:
+        """Whether a worker process is (or is being) started."""
+        return self._task is not None and not self._task.done()
+
+    @property
+    def idle(self) -> bool:
+        """Ready with nothing in flight."""
+        return self.status.state == "ready" and not self._inflight
+
+    @property
+    def inflight(self) -> int:
+        """Requests in flight."""
+        return len(self._inflight)
 
     def start(self) -> None:
-        """Start supervising (spawns the first incarnation)."""
+        """Start the worker if it is not running (no-op otherwise)."""
+        if self.resident or self.status.state == "stopped":
+            return
+        self._wanted = True
+        self._ready.clear()
+        self._set_state("starting")
         self._task = asyncio.create_task(self._supervise(), name=f"supervise:{self.model.name}")
 
     async def wait_ready(self, timeout: float) -> bool:
@@ -163,163 +222,164 @@ class WorkerHandle:
         except asyncio.TimeoutError:
             return False
 
-    def submit(self, request: GenerateRequest) -> WorkerRequestStream:
-        """Send ``request`` to the worker and return its output stream.
+    async def acquire(self, timeout: float) -> None:
+        """Make sure the worker is running and ready, starting it if needed;
+        concurrent callers share one start.
 
         Raises:
-            gateway.errors.APIError: 503 when the worker is not ready.
+            gateway.errors.APIError: 503 (with the reason) when the model
+                failed to load, is draining, or is not ready in ``timeout``.
         """
-        if self.status.state != "ready" or self._push is None:
+        state = self.status.state
+        if state == "failed":
+            raise unavailable(f"model '{self.model.name}' failed to load: {self.status.last_error}", retry_after=5)
+        if state in ("draining", "stopped"):
+            raise unavailable(f"model '{self.model.name}' is {state}")
+        if state == "ready":
+            return
+        self.start()
+        deadline = time.monotonic() + timeout
+        while self.status.state != "ready":
+            if self.status.state in ("failed", "draining", "stopped", "unloaded"):
+                detail = f": {self.status.last_error}" if self.status.last_error else ""
+                raise unavailable(f"model '{self.model.name}' is {self.status.state}{detail}", retry_after=5)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise unavailable(f"model '{self.model.name}' is still {self.status.state}", retry_after=5)
+            self._state_changed.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._state_changed.wait(), remaining)
+
+    async def unload(self, why: str, timeout: float | None = None) -> None:
+        """Stop the worker gracefully: take no new requests, let in-flight
+        ones finish (at most ``timeout`` s, default the drain timeout), then
+        ask it to exit. The handle can start again later."""
+        if not self.resident:
+            return
+        if self._stopping is None or self._stopping.done():
+            self._stopping = asyncio.create_task(self._drain_and_stop(why, timeout))
+        await asyncio.shield(self._stopping)
+
+    async def stop(self, timeout: float = 5.0) -> None:
+        """Final stop at server exit: fail what is still in flight, stop the
+        worker (killed after ``timeout`` s) and never start again."""
+        self._cancel_idle_timer()
+        self._wanted = False
+        self._fail_inflight("the server is shutting down")
+        await self._stop_process(timeout)
+        self._set_state("stopped")
+
+    async def _drain_and_stop(self, why: str, timeout: float | None) -> None:
+        self._cancel_idle_timer()
+        self._set_state("draining")
+        limit = self.server.drain_timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        while self._inflight and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        self._fail_inflight(f"model '{self.model.name}' was stopped ({why})")
+        self._wanted = False
+        await self._stop_process(5.0)
+        self._set_state("unloaded")
+        log.info("model %s unloaded (%s)", self.model.name, why)
+
+    async def _stop_process(self, timeout: float) -> None:
+        incarnation, task = self._incarnation, self._task
+        if incarnation is not None:
+            incarnation.send(Shutdown())
+        if task is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(task), timeout)
+            except asyncio.TimeoutError:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._task = None
+
+    # -- requests -------------------------------------------------------------
+
+    def submit(self, request: GenerateRequest) -> WorkerRequestStream:
+        """Send ``request`` to the ready worker and return its output stream.
+
+        Raises:
+            gateway.errors.APIError: 503 when the worker is not ready, or 503
+                ``overloaded`` when its queue is full.
+        """
+        incarnation = self._incarnation
+        if self.status.state != "ready" or incarnation is None:
             detail = f": {self.status.last_error}" if self.status.last_error else ""
             raise unavailable(f"model '{self.model.name}' is {self.status.state}{detail}")
         if self._sequences + request.n > self.model.max_batch_size + self.model.max_queued:
-            raise APIError(
-                503,
-                f"model '{self.model.name}' is at capacity; retry shortly",
-                code="overloaded",
-                retry_after=1,
-            )
+            raise APIError(503, f"model '{self.model.name}' is at capacity; retry shortly", code="overloaded", retry_after=1)
         if self.model.request_timeout and request.timeout is None:
             request = msgspec.structs.replace(request, timeout=self.model.request_timeout)
-        pending = _Pending(self.status.incarnation, request.n)
+        timer = self._metrics.request_started(self.model.name) if self._metrics is not None else None
+        pending = _Pending(incarnation.number, request.n, timer, self.model.name)
         self._inflight[request.request_id] = pending
         self._sequences += pending.open_choices
-        self._send(request)
+        self._cancel_idle_timer()
+        self.last_used = time.monotonic()
+        incarnation.send(request)
         return WorkerRequestStream(self, request.request_id, pending)
 
     def abort(self, request_id: str, pending: _Pending) -> None:
-        """Forget ``request_id`` and ask its worker to drop it (if still the
-        same incarnation)."""
+        """Forget ``request_id`` and ask its worker to drop it (if it is still
+        the same incarnation)."""
         if self._inflight.get(request_id) is pending:
-            self._retire(request_id, pending)
-            if pending.incarnation == self.status.incarnation:
-                self._send(AbortRequest([request_id]))
+            self._retire(request_id, pending, None)
+            incarnation = self._incarnation
+            if incarnation is not None and pending.incarnation == incarnation.number:
+                incarnation.send(AbortRequest([request_id]))
 
-    async def stop(self, timeout: float = 5.0) -> None:
-        """Ask the worker to exit, kill it after ``timeout`` s, fail what is
-        still in flight, and stop supervising."""
-        self._closing = True
-        proc = self._proc
-        if proc is not None and proc.returncode is None:
-            self._send(Shutdown())
-            try:
-                await asyncio.wait_for(proc.wait(), timeout)
-            except asyncio.TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-                await proc.wait()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        self._fail_inflight("the server is shutting down")
-        self.status.state = "stopped"
-
-    # -- supervision ------------------------------------------------------
+    # -- supervision ----------------------------------------------------------
 
     async def _supervise(self) -> None:
         backoff = 1.0
-        while not self._closing:
+        while self._wanted:
             started = time.monotonic()
-            await self._run_incarnation()
+            self.status.incarnation += 1
+            self.status.stats = WorkerStats()
+            why = await run_incarnation(
+                self.model,
+                self.server,
+                self._socket_dir,
+                self.status.incarnation,
+                on_start=self._started,
+                on_message=self._dispatch,
+                silence_limit=self._silence_limit,
+            )
+            self._incarnation = None
+            self.status.pid = None
             self._ready.clear()
             self._fail_inflight("the model worker stopped unexpectedly; retry the request")
-            if self._closing:
+            if not self._wanted:
                 return
+            failed = self.status.state == "failed"
+            self.status.last_error = self.status.last_error if failed else why
             if time.monotonic() - started > 60:
                 backoff = 1.0
             self.status.restarts += 1
-            if self.status.state != "failed":
-                self.status.state = "restarting"
-            log.warning("worker for %s exited; restarting in %.0fs", self.model.name, backoff)
+            self._set_state("failed" if failed else "restarting")
+            log.warning("worker for %s ended (%s); restarting in %.0fs", self.model.name, why, backoff)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, MAX_BACKOFF)
 
-    async def _run_incarnation(self) -> None:
-        self.status.incarnation += 1
-        incarnation = self.status.incarnation
-        endpoints = endpoints_for(self._socket_dir, _safe(self.model.name), incarnation)
-        push = configure(self._ctx.socket(zmq.PUSH))
-        pull = configure(self._ctx.socket(zmq.PULL))
-        try:
-            push.bind(endpoints.requests)
-            pull.bind(endpoints.outputs)
-            self.status.state = "starting"
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "worker",
-                "--worker-id", f"{_safe(self.model.name)}-{incarnation}",
-                "--model-config", encode_model_config(self.model),
-                "--requests", endpoints.requests,
-                "--outputs", endpoints.outputs,
-                "--parent-pid", str(os.getpid()),
-                "--log-level", self._server.log_level,
-                stdin=asyncio.subprocess.DEVNULL,
-                env=worker_environment(),
-                start_new_session=True,
-            )
-            self._proc = proc
-            self._push = push
-            self.status.pid = proc.pid
-            log.info("started worker for %s (pid %d)", self.model.name, proc.pid)
-            await self._pump(pull, proc)
-        finally:
-            self._push = None
-            if self._proc is not None and self._proc.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    self._proc.kill()
-                await self._proc.wait()
-            push.close(0)
-            pull.close(0)
-            for ep in (endpoints.requests, endpoints.outputs):
-                with contextlib.suppress(OSError):
-                    os.unlink(endpoint_path(ep))
+    def _started(self, incarnation: Incarnation) -> None:
+        self._incarnation = incarnation
+        self.status.pid = incarnation.pid
 
-    async def _pump(self, pull: zmq.asyncio.Socket, proc: asyncio.subprocess.Process) -> None:
-        """Dispatch the worker's messages until it exits or goes silent."""
-        exited = asyncio.ensure_future(proc.wait())
-        try:
-            while True:
-                ready = self.status.state == "ready"
-                limit = self._server.heartbeat_timeout if ready else self._server.worker_start_timeout
-                recv = asyncio.ensure_future(pull.recv(copy=False))
-                done, _ = await asyncio.wait({recv, exited}, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
-                if recv not in done:
-                    recv.cancel()
-                    if exited in done:
-                        self.status.last_error = f"worker exited with code {proc.returncode}"
-                        return
-                    self.status.last_error = f"worker sent nothing for {limit:.0f}s; killed"
-                    log.error("worker for %s is unresponsive; killing pid %d", self.model.name, proc.pid)
-                    with contextlib.suppress(ProcessLookupError):
-                        proc.send_signal(signal.SIGKILL)
-                    return
-                self._dispatch(recv.result().buffer)
-        finally:
-            exited.cancel()
+    def _silence_limit(self) -> float:
+        if self.status.state in ("ready", "draining"):
+            return self.server.heartbeat_timeout
+        return self.server.worker_start_timeout
 
-    def _dispatch(self, frame: memoryview) -> None:
-        try:
-            message = self._codec.decode(frame)
-        except DecodeError as exc:
-            log.warning("dropped a malformed frame from the %s worker: %s", self.model.name, exc)
-            return
+    def _dispatch(self, message: WorkerMessage) -> None:
         if isinstance(message, StepOutputs):
             for output in message.outputs:
-                pending = self._inflight.get(output.request_id)
-                if pending is None:
-                    continue
-                pending.queue.put_nowait(output)
-                if ends_request(output):
-                    self._retire(output.request_id, pending)
-                elif output.finish_reason is not None:
-                    pending.open_choices -= 1
-                    self._sequences -= 1
-                    if pending.open_choices == 0:
-                        del self._inflight[output.request_id]
+                self._route(output)
         elif isinstance(message, Heartbeat):
             self.status.stats = message.stats
         elif isinstance(message, Hello):
-            self.status.state = "loading"
+            self._set_state("loading")
         elif isinstance(message, Loaded):
             self.status.context_length = message.context_length
             self.status.load_seconds = message.load_seconds
@@ -329,59 +389,83 @@ class WorkerHandle:
                 self.model.name, message.load_seconds, message.model_path, message.blas,
             )
         elif isinstance(message, Ready):
-            self.status.state = "ready"
             self.status.last_error = None
+            self.status.memory_bytes = _rss(self.status.pid)
+            self.last_used = time.monotonic()
+            self._set_state("ready")
             self._ready.set()
+            self._schedule_idle()
             log.info("model %s is ready", self.model.name)
         elif isinstance(message, Failed):
-            self.status.state = "failed"
             self.status.last_error = message.message
+            self._set_state("failed")
             log.error("model %s failed to load: %s", self.model.name, message.message)
 
-    def _send(self, message: object) -> None:
-        push = self._push
-        if push is None:
+    def _route(self, output: RequestOutput) -> None:
+        pending = self._inflight.get(output.request_id)
+        if pending is None:
             return
-        try:
-            push.send(self._codec.encode(message), flags=zmq.NOBLOCK)  # type: ignore[arg-type]
-        except zmq.ZMQError as exc:
-            log.warning("could not send to the %s worker: %s", self.model.name, exc)
+        pending.record(output)
+        pending.queue.put_nowait(output)
+        if ends_request(output):
+            self._retire(output.request_id, pending, output)
+        elif output.finish_reason is not None:
+            pending.open_choices -= 1
+            self._sequences -= 1
+            if pending.open_choices == 0:
+                self._retire(output.request_id, pending, output)
 
-    def _retire(self, request_id: str, pending: _Pending) -> None:
-        """Stop tracking a request and give back its open choices."""
+    def _retire(self, request_id: str, pending: _Pending, last: RequestOutput | None) -> None:
+        """Stop tracking a request; observe how it ended."""
         del self._inflight[request_id]
         self._sequences -= pending.open_choices
         pending.open_choices = 0
+        pending.finish(request_id, last or RequestOutput(request_id=request_id, finish_reason="abort"))
+        self.last_used = time.monotonic()
+        if not self._inflight:
+            self._schedule_idle()
 
     def _fail_inflight(self, message: str) -> None:
-        inflight, self._inflight = self._inflight, {}
-        self._sequences = 0
-        for request_id, pending in inflight.items():
-            pending.queue.put_nowait(
-                RequestOutput(
-                    request_id=request_id,
-                    finish_reason="error",
-                    error=message,
-                    error_kind="unavailable",
-                )
+        for request_id, pending in list(self._inflight.items()):
+            output = RequestOutput(
+                request_id=request_id, finish_reason="error", error=message, error_kind="unavailable"
             )
+            pending.queue.put_nowait(output)
+            self._retire(request_id, pending, output)
+        self._sequences = 0
+
+    # -- idle unload ------------------------------------------------------------
+
+    def _schedule_idle(self) -> None:
+        ttl = parse_duration(self.model.ttl)
+        if ttl < 0 or self.status.state != "ready" or self._inflight:
+            return
+        self._cancel_idle_timer()
+        loop = asyncio.get_running_loop()
+        self._idle_timer = loop.call_later(ttl, self._idle_expired)
+
+    def _idle_expired(self) -> None:
+        self._idle_timer = None
+        if self.idle:
+            asyncio.create_task(self.unload("idle for its ttl"))
+
+    def _cancel_idle_timer(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+
+    def _set_state(self, state: str) -> None:
+        self.status.state = state
+        self._state_changed.set()
 
 
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:40]
+def _rss(pid: int | None) -> int | None:
+    """Resident memory of ``pid`` in bytes (None when unknown)."""
+    if pid is None:
+        return None
+    try:
+        import psutil
 
-
-def worker_environment() -> dict[str, str]:
-    """The environment for a worker process.
-
-    On Linux, when the system has OpenBLAS (Debian's libopenblas0-pthread)
-    and ``MLXD_BLAS`` is not ``builtin``, it is preloaded so MLX's CPU
-    matrix products use it instead of the reference BLAS (tens of times
-    faster). Nothing changes on macOS.
-    """
-    env = dict(os.environ)
-    if sys.platform.startswith("linux") and env.get("MLXD_BLAS", "auto") != "builtin":
-        lib = ctypes.util.find_library("openblas")
-        if lib:
-            env["LD_PRELOAD"] = " ".join(filter(None, [env.get("LD_PRELOAD"), lib]))
-    return env
+        return psutil.Process(pid).memory_info().rss
+    except Exception:
+        return None

@@ -41,6 +41,16 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     ``allow_insecure_bind``: start on a non-loopback address without keys.
     ``reasoning_field``: the name of the reasoning text in OpenAI chat
     messages and deltas (``reasoning_content`` or ``reasoning``).
+    ``drain_timeout``: seconds in-flight requests may take to finish at
+    shutdown or when their model is removed or changed by a reload.
+    ``memory_budget``: the most memory the resident models' workers may use:
+    bytes, a size such as ``"12GiB"``, a share of RAM such as ``"75%"``, or
+    0 for no limit. ``log_file``: where logs go (empty: standard error).
+    ``metrics_require_key``: ``/metrics`` needs an API key too.
+    ``pid_file``: where ``mlxd serve`` records its pid for ``mlxd reload``
+    (empty: a file named after the port in the cache directory).
+    ``models_root``: when set, local model sources must resolve inside it
+    (no ``..`` or symlink escapes).
     """
 
     host: str = "127.0.0.1"
@@ -52,6 +62,12 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     heartbeat_timeout: Seconds = 20.0
     worker_start_timeout: Seconds = 600.0
     reasoning_field: str = "reasoning_content"
+    drain_timeout: Seconds = 30.0
+    memory_budget: int | str = 0
+    log_file: str = ""
+    metrics_require_key: bool = False
+    pid_file: str = ""
+    models_root: str = ""
 
 
 class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -73,6 +89,11 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     ended with a timeout error and its memory freed (0: no deadline).
     ``tool_parser`` / ``reasoning_parser``: the model family's tool-call and
     reasoning markup (``auto``: detected from the chat template).
+    ``preload``: start the worker with the server instead of on first use.
+    ``ttl``: how long an idle worker stays loaded: seconds or a duration
+    such as ``"5m"`` / ``"1h30m"``; 0 unloads after each request, -1 never.
+    ``memory_estimate``: bytes the worker will use, for the memory budget
+    before it has been measured (0: estimated from the model files).
     """
 
     name: str
@@ -90,6 +111,9 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     request_timeout: Annotated[float, msgspec.Meta(ge=0)] = 0.0
     tool_parser: str = "auto"
     reasoning_parser: str = "auto"
+    preload: bool = False
+    ttl: int | float | str = -1
+    memory_estimate: Annotated[int, msgspec.Meta(ge=0)] = 0
 
 
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -136,12 +160,20 @@ def validate(config: Config, origin: str = "config") -> Config:
             raise ConfigError(
                 f"{origin}: model {model.name!r}: reasoning_parser must be one of {list(REASONING_PARSERS)}"
             )
+        try:
+            parse_duration(model.ttl)
+        except ValueError as exc:
+            raise ConfigError(f"{origin}: model {model.name!r}: ttl: {exc}") from None
         if model.dtype not in _DTYPES:
             raise ConfigError(
                 f"{origin}: model {model.name!r}: dtype must be one of {sorted(_DTYPES)}"
             )
     if config.server.reasoning_field not in ("reasoning_content", "reasoning"):
         raise ConfigError(f"{origin}: server.reasoning_field must be reasoning_content or reasoning")
+    try:
+        parse_size(config.server.memory_budget, 1 << 40)
+    except ValueError as exc:
+        raise ConfigError(f"{origin}: server.memory_budget: {exc}") from None
     if config.server.log_level not in _LOG_LEVELS:
         raise ConfigError(f"{origin}: server.log_level must be one of {sorted(_LOG_LEVELS)}")
     if not _is_loopback(config.server.host) and not config.server.api_keys:
@@ -151,6 +183,57 @@ def validate(config: Config, origin: str = "config") -> Config:
                 "(set server.allow_insecure_bind = true to override)"
             )
     return config
+
+
+_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?(?:(\d+)ms)?")
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?", re.IGNORECASE)
+
+
+def parse_duration(value: int | float | str) -> float:
+    """Seconds in ``value``: a number, or a string such as ``"90s"``,
+    ``"5m"``, ``"1h30m"``, ``"250ms"``; negative numbers mean never (-1).
+
+    Raises:
+        ValueError: not a duration.
+    """
+    if isinstance(value, (int, float)):
+        return float(value) if value >= 0 else -1.0
+    text = value.strip().lower()
+    try:
+        return parse_duration(float(text))
+    except ValueError:
+        pass
+    match = _DURATION.fullmatch(text)
+    if not text or not match or not any(match.groups()):
+        raise ValueError(f"not a duration: {value!r} (use seconds, or e.g. 30s, 5m, 1h30m)")
+    h, m, s, ms = (float(g) if g else 0.0 for g in match.groups())
+    return h * 3600 + m * 60 + s + ms / 1000
+
+
+def parse_size(value: int | str, total_memory: int) -> int:
+    """Bytes in ``value``: an integer, a size such as ``"12GiB"``/``"800MB"``,
+    or a percentage of ``total_memory`` such as ``"75%"``; 0 means no limit.
+
+    Raises:
+        ValueError: not a size.
+    """
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError("a size cannot be negative")
+        return value
+    text = value.strip()
+    if text.endswith("%"):
+        share = float(text[:-1])
+        if not 0 < share <= 100:
+            raise ValueError(f"not a share of memory: {value!r}")
+        return int(total_memory * share / 100)
+    match = _SIZE.fullmatch(text)
+    if not match:
+        raise ValueError(f"not a size: {value!r} (use bytes, e.g. 12GiB, or a share such as 75%)")
+    number, unit = float(match.group(1)), (match.group(2) or "").upper()
+    base = 1024 if "I" in unit else 1000
+    power = {"": 0, "B": 0, "K": 1, "M": 2, "G": 3, "T": 4}[unit[:1] if unit not in ("", "B") else unit]
+    return int(number * base**power)
 
 
 def _is_loopback(host: str) -> bool:

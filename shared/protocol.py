@@ -293,7 +293,8 @@ class RequestOutput(msgspec.Struct, frozen=True, kw_only=True):
     choice is done; ``error`` or ``abort`` end the whole request (every
     choice): ``error`` holds a message safe to show the client and
     ``error_kind`` its class. ``stop_sequence`` names the stop string that
-    ended the choice, if one did.
+    ended the choice, if one did. ``queue_seconds`` (on a request's first
+    output) is how long it waited in the worker before the engine took it.
     """
 
     request_id: str
@@ -309,6 +310,7 @@ class RequestOutput(msgspec.Struct, frozen=True, kw_only=True):
     reasoning: str = ""
     tool_calls: list[ToolCallDelta] | None = None
     stop_sequence: str | None = None
+    queue_seconds: float | None = None
 
 
 class StepOutputs(msgspec.Struct, frozen=True, kw_only=True, tag="step"):

@@ -73,6 +73,19 @@ class Server:
             time.sleep(0.2)
         raise TimeoutError(f"{model} not ready: {last}\n{self.log_path.read_text()[-4000:]}")
 
+    def wait_listening(self, timeout: float = 60) -> None:
+        """Wait until the gateway answers ``/health``."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"gateway exited:\n{self.log_path.read_text()[-4000:]}")
+            try:
+                httpx.get(f"{self.url}/health", timeout=2)
+                return
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        raise TimeoutError(f"gateway not listening:\n{self.log_path.read_text()[-4000:]}")
+
     def stop(self) -> None:
         """SIGTERM the gateway and wait for it (and its workers) to exit."""
         if self.proc.poll() is None:
@@ -98,6 +111,7 @@ def write_config(path: Path, port: int, models: list[dict], api_keys: list[str] 
 def start_server(tmp: Path, models: list[dict], api_key: str | None = API_KEY, **server) -> Server:
     """Start a gateway for ``models`` and wait for every worker to be ready."""
     port = free_port()
+    models = [{"preload": True, **m} for m in models]
     config = write_config(tmp / "mlxd.toml", port, models, [api_key] if api_key else [], **server)
     log_path = tmp / "gateway.log"
     log = open(log_path, "w")
@@ -106,8 +120,10 @@ def start_server(tmp: Path, models: list[dict], api_key: str | None = API_KEY, *
         cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     srv = Server(f"http://127.0.0.1:{port}", proc, api_key, log_path)
+    srv.wait_listening()
     for model in models:
-        srv.wait_ready(model["name"])
+        if model["preload"]:
+            srv.wait_ready(model["name"])
     return srv
 
 

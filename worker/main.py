@@ -15,6 +15,7 @@ so a worker never outlives its gateway.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
@@ -39,7 +40,7 @@ from shared.protocol import (
     StepOutputs,
     WorkerStats,
 )
-from shared.sockets import configure
+from shared.sockets import configure, endpoint_path
 from worker.output import Exit, OutputLoop
 from worker.prompt import PromptBuilder, PromptError
 from worker.scheduler import Abort, Scheduler, Stop
@@ -236,26 +237,47 @@ def blas_in_use() -> str:
         return "unknown"
 
 
-def watch_parent(parent_pid: int, interval: float = 0.5) -> None:
-    """Start a daemon thread that ends this process when ``parent_pid`` is
-    no longer its parent (the gateway died, even by SIGKILL). On Linux the
-    kernel is also asked to send SIGKILL at the parent's death."""
+def remove_socket_files(endpoints: list[str]) -> None:
+    """Delete this worker's IPC socket files, and their directory when it is
+    left empty (the gateway that owned it is gone). Never raises."""
+    directories = set()
+    for endpoint in endpoints:
+        path = endpoint_path(endpoint)
+        directories.add(os.path.dirname(path))
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    for directory in directories:
+        with contextlib.suppress(OSError):
+            os.rmdir(directory)
+
+
+def watch_parent(parent_pid: int, endpoints: list[str], interval: float = 0.5) -> None:
+    """End this process when ``parent_pid`` is no longer its parent (the
+    gateway died, even by SIGKILL), removing the socket files the gateway
+    could not. On Linux the kernel also sends SIGTERM at the parent's
+    death, which is handled the same way; elsewhere a daemon thread polls."""
+
+    def orphaned(*_: object) -> None:
+        remove_socket_files(endpoints)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, orphaned)
     if sys.platform.startswith("linux"):
         try:
             import ctypes
 
             libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+            libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
         except OSError:
             pass
     if os.getppid() != parent_pid:
-        os._exit(0)
+        orphaned()
 
     def loop() -> None:
         while True:
             time.sleep(interval)
             if os.getppid() != parent_pid:
-                os._exit(0)
+                orphaned()
 
     threading.Thread(target=loop, name="mlxd-parent-watch", daemon=True).start()
 
@@ -269,14 +291,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--outputs", required=True, help="ipc:// endpoint to push outputs to")
     p.add_argument("--parent-pid", type=int, required=True)
     p.add_argument("--log-level", default="info")
+    p.add_argument("--log-file", default=None, help="append logs here instead of stderr")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m worker``; returns the exit code."""
     args = parse_args(argv)
-    setup_logging(args.log_level, name=f"worker:{args.worker_id}")
-    watch_parent(args.parent_pid)
+    setup_logging(args.log_level, name=f"worker:{args.worker_id}", log_file=args.log_file)
+    watch_parent(args.parent_pid, [args.requests, args.outputs])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the gateway's to handle
     config = decode_model_config(args.model_config)
     ctx = zmq.Context()

@@ -68,6 +68,7 @@ class _Request:
     prompt_tokens: int
     cached_tokens: int
     choices: dict[int, _Choice]
+    queue_seconds: float | None = None
 
 
 class Exit:
@@ -121,6 +122,9 @@ class OutputLoop:
 
     def _handle(self, item: object) -> None:
         if isinstance(item, TokenStep):
+            for request_id, waited in item.scheduled:
+                if request_id in self._live:
+                    self._live[request_id].queue_seconds = waited
             outputs = [o for o in (self._token(*t) for t in item.tokens) if o is not None]
             if outputs:
                 self._send(StepOutputs(step=item.step, outputs=outputs))
@@ -163,6 +167,7 @@ class OutputLoop:
             del request.choices[index]
             if not request.choices:
                 del self._live[request_id]
+        waited, request.queue_seconds = request.queue_seconds, None
         return RequestOutput(
             request_id=request_id,
             index=index,
@@ -175,6 +180,7 @@ class OutputLoop:
             reasoning=reasoning,
             tool_calls=calls,
             stop_sequence=stream.matched if stream.stopped else None,
+            queue_seconds=waited,
         )
 
     def _parse(

@@ -111,6 +111,7 @@ class PromptBuilder:
             deadline=time.monotonic() + request.timeout if request.timeout else None,
             matchers=matchers,
             output=self._output_spec(request, text),
+            received=time.monotonic(),
         )
 
     # -- prompt -----------------------------------------------------------

@@ -24,7 +24,7 @@ import copy
 import logging
 import queue
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from shared.protocol import SamplingParams
@@ -41,7 +41,8 @@ class Admission:
     ``deadline`` is a ``time.monotonic()`` instant or None; ``matchers``
     holds one grammar matcher per choice for constrained decoding;
     ``output`` is passed through to the output thread untouched (how to
-    parse the text).
+    parse the text); ``received`` is when the worker got the request
+    (``time.monotonic()``).
     """
 
     request_id: str
@@ -52,6 +53,7 @@ class Admission:
     deadline: float | None = None
     matchers: list[Any] | None = None
     output: Any = None
+    received: float = 0.0
 
 
 @dataclass
@@ -98,10 +100,12 @@ None, ``"stop"`` (the token is an end-of-sequence token) or ``"length"``."""
 
 @dataclass
 class TokenStep:
-    """Every token one engine step produced."""
+    """Every token one engine step produced, and the requests the engine
+    took up in this step with the seconds each had waited."""
 
     step: int
     tokens: list[TokenEvent]
+    scheduled: list[tuple[str, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -176,6 +180,7 @@ class Scheduler:
         self._seqs: dict[int, _Seq] = {}
         self._uids: dict[str, list[int]] = {}
         self._deadlines: dict[str, float] = {}
+        self._waiting_since: dict[str, float] = {}
         self._engine: Any = None
         self._step = 0
 
@@ -262,6 +267,7 @@ class Scheduler:
             self._emit(Terminal(adm.request_id, "error", "internal", f"admission failed: {exc}"))
             return
         self._uids[adm.request_id] = uids
+        self._waiting_since[adm.request_id] = adm.received or time.monotonic()
         if adm.deadline is not None:
             self._deadlines[adm.request_id] = adm.deadline
         self._emit(Started(adm.request_id, adm.n, len(adm.prompt), cached, list(adm.params.stop), adm.output))
@@ -332,6 +338,7 @@ class Scheduler:
         """Drop a request from the maps; return its live uids."""
         uids = self._uids.pop(request_id, [])
         self._deadlines.pop(request_id, None)
+        self._waiting_since.pop(request_id, None)
         for uid in uids:
             self._seqs.pop(uid, None)
         return uids
@@ -380,20 +387,34 @@ class Scheduler:
     def _run_step(self) -> None:
         started = time.perf_counter()
         try:
-            _, responses = self._engine.next()
+            progress, responses = self._engine.next()
         except Exception as exc:
             log.exception("engine step failed; failing %d requests", len(self._uids))
             self._fail_all(f"engine step failed: {exc}")
             return
         self._step += 1
+        scheduled = self._scheduled(progress, responses)
         events = self._events(responses)
         c = self.counters
         c.step_seconds += time.perf_counter() - started
         c.steps = self._step
         c.generated_tokens += len(events)
         c.max_batch_seen = max(c.max_batch_seen, len(events))
-        if events:
-            self._emit(TokenStep(self._step, events))
+        if events or scheduled:
+            self._emit(TokenStep(self._step, events, scheduled))
+
+    def _scheduled(self, progress: list[Any], responses: list[Any]) -> list[tuple[str, float]]:
+        """Requests the engine worked on for the first time in this step,
+        with how long each waited since the worker received it."""
+        if not self._waiting_since:
+            return []
+        now = time.monotonic()
+        found: list[tuple[str, float]] = []
+        for r in (*progress, *responses):
+            seq = self._seqs.get(r.uid)
+            if seq is not None and seq.request_id in self._waiting_since:
+                found.append((seq.request_id, now - self._waiting_since.pop(seq.request_id)))
+        return found
 
     def _events(self, responses: list[Any]) -> list[TokenEvent]:
         """Turn engine responses into token events; retire finished choices."""

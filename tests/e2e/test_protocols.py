@@ -167,7 +167,7 @@ def test_anthropic_text(claude):
 def test_anthropic_stream_and_tool_use(claude):
     with claude.messages.stream(
         model=TINY, max_tokens=80, messages=[{"role": "user", "content": "Weather in Paris?"}],
-        tools=[ANTHROPIC_TOOL], tool_choice={"type": "tool", "name": "get_weather"},
+        tools=[ANTHROPIC_TOOL], tool_choice={"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True},
     ) as stream:
         final = stream.get_final_message()
     assert final.stop_reason == "tool_use"

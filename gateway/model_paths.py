@@ -1,0 +1,62 @@
+"""Where a configured model source lives on disk, as far as the gateway
+can tell without loading it: for the memory estimate and for the
+``models_root`` confinement check. No MLX, no network."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+
+class SourceOutsideRoot(ValueError):
+    """A local model source resolves outside the configured models root."""
+
+
+def local_path(source: str) -> Path | None:
+    """The file or directory a source names, or None for a Hugging Face
+    repo id. ``package:<pkg>/<file>`` is located without importing the
+    package."""
+    if source.startswith("package:"):
+        package, _, rel = source[len("package:"):].partition("/")
+        spec = importlib.util.find_spec(package.split(".")[0]) if package else None
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        base = Path(next(iter(spec.submodule_search_locations)))
+        for part in package.split(".")[1:]:
+            base = base / part
+        return base / rel
+    path = Path(source).expanduser()
+    if path.is_absolute() or source.startswith((".", "~")) or path.exists():
+        return path
+    return None
+
+
+def check_inside_root(source: str, root: str) -> None:
+    """Raise unless ``source`` (a local path) resolves inside ``root``.
+
+    ``..`` components and symbolic links are resolved first, so neither can
+    escape. Repo ids and package sources are not paths and pass.
+
+    Raises:
+        SourceOutsideRoot: the resolved path is not under ``root``.
+    """
+    if not root or source.startswith("package:"):
+        return
+    path = local_path(source)
+    if path is None:
+        return
+    real_root = Path(os.path.realpath(Path(root).expanduser()))
+    real = Path(os.path.realpath(path))
+    if real != real_root and real_root not in real.parents:
+        raise SourceOutsideRoot(f"model source {source!r} resolves outside models_root {root!r}")
+
+
+def source_bytes(source: str) -> int | None:
+    """Bytes of weight files a source holds, or None when unknown."""
+    path = local_path(source)
+    if path is None or not path.exists():
+        return None
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.glob("*") if p.suffix in (".safetensors", ".gguf", ".npz"))

@@ -1,0 +1,207 @@
+"""How every protocol front-end reads an admitted request and watches its client.
+
+The OpenAI (:mod:`gateway.openai_routes`), Responses
+(:mod:`gateway.responses_routes`) and Anthropic
+(:mod:`gateway.anthropic_routes`) endpoints differ in their bodies and
+answers but read the worker the same way, with the pieces here:
+
+- Finish reasons: a ``stop``/``length``/``tool_calls`` output ends its
+  choice (:data:`FINAL_REASONS`); an ``error``/``abort`` output ends the
+  whole request (:data:`ENDS_REQUEST`, :func:`ends_request`).
+- Reading: :func:`next_output` returns the next output of a
+  :class:`~gateway.engine_api.RequestStream`, standing in a terminal
+  ``unavailable`` error (:func:`lost_output`) if the stream ends before the
+  request did (a broken Engine promise), so a reader never has to handle
+  ``StopAsyncIteration``.
+- Client disconnects: :func:`until_disconnect` runs a piece of work while
+  watching the ASGI ``receive`` channel and returns :data:`DISCONNECTED`
+  instead of its result if the client leaves first (the work is then
+  cancelled); :func:`client_closed` is the placeholder response recorded
+  then.
+- First output before headers: :func:`respond_after_first_output` awaits
+  the first output *before* any header is sent, so a request the worker
+  refuses (e.g. a prompt longer than the context) is answered with a proper
+  status even when the client asked for a stream; then it hands over to
+  the endpoint's streamed answer, or collects the whole answer while still
+  watching the client. Whatever happens (client gone, error, cancellation)
+  the request stream is closed unless a streamed response took it over,
+  which aborts the request in the worker.
+
+Also shared: :func:`engine_of` (the app's Engine), :data:`JSON_MEDIA_TYPE`
+and :data:`CLIENT_CLOSED_STATUS`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Awaitable, Callable, Literal, TypeVar
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive
+
+from gateway.engine_api import Engine, RequestStream
+from shared.protocol import RequestOutput
+
+log = logging.getLogger("mlxd.gateway.request_flow")
+
+CLIENT_CLOSED_STATUS = 499
+"""Status recorded (never seen by anyone) when the client left before the
+response started."""
+
+JSON_MEDIA_TYPE = "application/json"
+"""Content type of every non-streamed answer."""
+
+FinalReason = Literal["stop", "length", "tool_calls"]
+"""Finish reasons a successful choice can carry."""
+
+FINAL_REASONS = ("stop", "length", "tool_calls")
+"""The finish reasons that end one choice (and only that choice)."""
+
+ENDS_REQUEST = ("error", "abort")
+"""The finish reasons that end every choice of a request at once (with an
+error)."""
+
+DISCONNECTED: Any = object()
+"""What :func:`until_disconnect` returns when the client left first (compare
+with ``is``)."""
+
+_Collected = TypeVar("_Collected")
+
+
+def engine_of(request: Request) -> Engine:
+    """Return the :class:`~gateway.engine_api.Engine` the app was built with
+    (``request.app.state.engine``)."""
+    return request.app.state.engine
+
+
+def client_closed() -> Response:
+    """Return the placeholder response for a client that disconnected before
+    the answer started: status :data:`CLIENT_CLOSED_STATUS`, no body. Nobody
+    receives it; it only ends the handler."""
+    return Response(status_code=CLIENT_CLOSED_STATUS)
+
+
+# --- reading a request stream ------------------------------------------------------------
+
+
+def ends_request(output: RequestOutput) -> bool:
+    """Return whether ``output`` ends the whole request (finish reason
+    ``error`` or ``abort``)."""
+    return output.finish_reason in ENDS_REQUEST
+
+
+def lost_output(request_id: str) -> RequestOutput:
+    """Return the terminal output standing in for one the stream failed to
+    deliver: finish reason ``error``, ``error_kind`` ``unavailable``, message
+    "The request ended without a result"."""
+    return RequestOutput(
+        request_id=request_id,
+        finish_reason="error",
+        error="The request ended without a result",
+        error_kind="unavailable",
+    )
+
+
+async def next_output(stream: RequestStream, request_id: str) -> RequestOutput:
+    """Return the next output of ``stream`` (the request ``request_id``).
+
+    If the stream ends before the request did (a broken Engine promise: a
+    stream always delivers its request's end), log an error and return
+    :func:`lost_output` instead, so the reader ends the request with a 503
+    ``model_unavailable`` (529 for Anthropic) like any other failure.
+    """
+    try:
+        return await stream.__anext__()
+    except StopAsyncIteration:
+        log.error("request %s: stream ended before the request finished", request_id)
+        return lost_output(request_id)
+
+
+# --- client disconnects ------------------------------------------------------------------
+
+
+async def wait_disconnect(receive: Receive) -> None:
+    """Return once the client has disconnected (``http.disconnect`` on
+    ``receive``); every other message is skipped. Use only after the body
+    has been read."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def until_disconnect(receive: Receive, work: Awaitable[Any]) -> Any:
+    """Run ``work`` while watching ``receive`` for the client's disconnect.
+
+    Returns the result of ``work``, or :data:`DISCONNECTED` (with ``work``
+    cancelled) if the client disconnects first. Exceptions of ``work``
+    propagate. Both helper tasks are finished when this returns, also when
+    the caller is cancelled.
+    """
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(wait_disconnect(receive))
+    try:
+        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
+        return task.result() if task.done() else DISCONNECTED
+    finally:
+        pending = [t for t in (task, watcher) if not t.done()]
+        for t in pending:
+            t.cancel()
+        if pending:
+            await asyncio.wait(pending)
+
+
+# --- the first output before any header ----------------------------------------------------
+
+
+async def respond_after_first_output(
+    request: Request,
+    stream: RequestStream,
+    request_id: str,
+    *,
+    refuse: Callable[[RequestOutput], Response],
+    streamed: Callable[[RequestOutput], Response] | None,
+    collect: Callable[[RequestOutput], Awaitable[_Collected | RequestOutput]],
+    answer: Callable[[_Collected], Response],
+) -> Response:
+    """Answer the admitted request ``request_id`` once its first output is in.
+
+    Awaits the first output of ``stream`` while watching the client, before
+    any header is sent. Then:
+
+    - client gone first: :func:`client_closed`;
+    - the first output ends the request (``error``/``abort``):
+      ``refuse(first)``, the endpoint's error response for that output;
+    - ``streamed`` given (the client asked for a stream): ``streamed(first)``,
+      a response that takes the stream over and must close it itself
+      (e.g. an :class:`~gateway.sse.SSEResponse` with ``on_close``);
+    - otherwise the whole answer: ``collect(first)`` reads the request to
+      its end (with :func:`next_output`) and returns what it gathered, or
+      the ``error``/``abort`` output that ended the request early. While it
+      runs the client is watched: client gone, :func:`client_closed`; ended
+      early, ``refuse(output)``; else ``answer(gathered)``.
+
+    In every case but the hand-over to ``streamed`` the stream is closed
+    before this returns, also on an exception or cancellation, which aborts
+    the request in the worker if it had not finished.
+    """
+    handed_off = False
+    try:
+        first = await until_disconnect(request.receive, next_output(stream, request_id))
+        if first is DISCONNECTED:
+            return client_closed()
+        if ends_request(first):
+            return refuse(first)
+        if streamed is not None:
+            response = streamed(first)
+            handed_off = True
+            return response
+        result = await until_disconnect(request.receive, collect(first))
+        if result is DISCONNECTED:
+            return client_closed()
+        if isinstance(result, RequestOutput):
+            return refuse(result)
+        return answer(result)
+    finally:
+        if not handed_off:
+            await stream.aclose()

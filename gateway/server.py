@@ -1,0 +1,121 @@
+"""Running the gateway: uvicorn plus mlxd's signal handling.
+
+- SIGTERM or SIGINT: drain. New requests get 503, requests in flight may
+  finish for up to ``server.drain_timeout`` seconds, then the server stops:
+  what is still running ends with a terminal error, every worker is stopped
+  and the process exits 0. A second signal stops at once.
+- SIGHUP: reload the config file. A valid config is applied without dropping
+  work (see :meth:`WorkerPool.reload`); an invalid one is refused with one
+  log line and the old config stays in force.
+
+The server writes its pid to the pid file (for ``mlxd reload``) and removes
+it at exit. Everything runs on the main thread's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from pathlib import Path
+from typing import Any, Iterator
+
+import uvicorn
+
+from gateway.app import build_app
+from shared.config import Config, ConfigError, load_config
+from shared.paths import default_pid_file
+
+log = logging.getLogger("mlxd")
+
+
+def pid_file_for(config: Config) -> Path:
+    """The pid file of a server running ``config``."""
+    configured = config.server.pid_file
+    return Path(configured).expanduser() if configured else default_pid_file(config.server.port)
+
+
+@contextlib.contextmanager
+def pid_file(path: Path) -> Iterator[None]:
+    """Hold ``path`` with this process's pid while the block runs."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"{os.getpid()}\n")
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            if path.read_text().strip() == str(os.getpid()):
+                path.unlink()
+
+
+class _Server(uvicorn.Server):
+    """uvicorn with mlxd's signals: drain on SIGTERM/SIGINT, reload on SIGHUP."""
+
+    def __init__(self, config: uvicorn.Config, app: Any, config_path: str) -> None:
+        super().__init__(config)
+        self.mlxd_app = app
+        self.config_path = config_path
+        self._draining = False
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:  # type: ignore[override]
+        handled = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in handled}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _on_signal(self, sig: int, frame: object) -> None:
+        loop = asyncio.get_event_loop()
+        if hasattr(signal, "SIGHUP") and sig == signal.SIGHUP:
+            loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self.reload()))
+        elif self._draining:
+            self.should_exit = True
+        else:
+            self._draining = True
+            loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self.drain()))
+
+    async def drain(self) -> None:
+        """Stop taking requests, let in-flight ones finish, then exit."""
+        pool = self.mlxd_app.state.engine
+        timeout = pool.config.server.drain_timeout
+        log.info("draining: waiting up to %.0fs for requests in flight", timeout)
+        pool.begin_drain()
+        if not await pool.wait_idle(timeout):
+            log.warning("drain timeout: ending the requests still running")
+        self.should_exit = True
+
+    async def reload(self) -> None:
+        """Re-read the config file and apply it (or keep the old one)."""
+        try:
+            config = await asyncio.to_thread(load_config, self.config_path)
+        except ConfigError as exc:
+            log.error("reload refused, keeping the running config: %s", exc)
+            return
+        changes = self.mlxd_app.state.engine.reload(config)
+        self.mlxd_app.state.config = config
+        log.info("reloaded %s: %s", self.config_path, "; ".join(changes) or "no changes")
+
+
+def run(config: Config, config_path: str) -> None:
+    """Serve ``config`` until drained or stopped; blocks the main thread."""
+    app = build_app(config)
+    server = _Server(
+        uvicorn.Config(
+            app,
+            host=config.server.host,
+            port=config.server.port,
+            log_level="warning",
+            access_log=False,
+            timeout_keep_alive=30,
+            h11_max_incomplete_event_size=64 * 1024,
+        ),
+        app,
+        config_path,
+    )
+    with pid_file(pid_file_for(config)):
+        server.run()

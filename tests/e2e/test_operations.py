@@ -1,0 +1,333 @@
+"""Operations: several models, lazy loading, idle unload, the memory budget,
+reload, drain, readiness, metrics and the launchd plist, against real
+gateway and worker processes (tiny model)."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import plistlib
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import psutil
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import API_KEY, ROOT, TINY, start_server, write_config
+
+MSG = [{"role": "user", "content": "hi"}]
+
+
+def client(srv, **kw):
+    return openai.OpenAI(base_url=f"{srv.url}/v1", api_key=API_KEY, max_retries=0, **kw)
+
+
+def ask(srv, model, max_tokens=3, **kw):
+    return client(srv).chat.completions.create(model=model, messages=MSG, max_tokens=max_tokens, **kw)
+
+
+def wait_for(predicate, timeout=30.0, interval=0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise TimeoutError("condition not met")
+
+
+def gone(pid):
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def model(tiny_model_dir, name, **kw):
+    return {"name": name, "source": str(tiny_model_dir), **kw}
+
+
+def test_two_models_two_workers(tiny_model_dir, tmp_path):
+    srv = start_server(tmp_path, [model(tiny_model_dir, "a"), model(tiny_model_dir, "b")])
+    try:
+        with cf.ThreadPoolExecutor(4) as pool:
+            results = list(pool.map(lambda m: ask(srv, m, 20), ["a", "b", "a", "b"]))
+        assert [r.model for r in results] == ["a", "b", "a", "b"]
+        pids = {srv.worker("a")["pid"], srv.worker("b")["pid"]}
+        assert len(pids) == 2 and None not in pids
+        listed = httpx.get(f"{srv.url}/v1/models", headers=srv.headers).json()["data"]
+        assert [m["id"] for m in listed] == ["a", "b"]
+    finally:
+        srv.stop()
+
+
+def test_lazy_single_load_and_idle_unload(tiny_model_dir, tmp_path):
+    srv = start_server(tmp_path, [model(tiny_model_dir, "lazy", preload=False, ttl="1500ms")])
+    try:
+        assert srv.worker("lazy")["state"] == "unloaded"
+        assert httpx.get(f"{srv.url}/ready").status_code == 200  # nothing preloaded
+        with cf.ThreadPoolExecutor(10) as pool:
+            results = list(pool.map(lambda _: ask(srv, "lazy"), range(10)))
+        assert all(r.usage.completion_tokens == 3 for r in results)
+        status = srv.worker("lazy")
+        assert status["incarnation"] == 1 and status["restarts"] == 0  # one load for all ten
+        pid = status["pid"]
+        wait_for(lambda: srv.worker("lazy")["state"] == "unloaded", timeout=15)
+        wait_for(lambda: gone(pid), timeout=10)
+        assert ask(srv, "lazy").usage.completion_tokens == 3  # loads again on demand
+        assert srv.worker("lazy")["incarnation"] == 2
+    finally:
+        srv.stop()
+
+
+def test_memory_budget_evicts_least_recently_used(tiny_model_dir, tmp_path):
+    mib = 1 << 20
+    models = [model(tiny_model_dir, n, preload=False, memory_estimate=400 * mib) for n in ("a", "b", "c")]
+    srv = start_server(tmp_path, models, memory_budget=900 * mib)
+    try:
+        ask(srv, "a")
+        ask(srv, "b")
+        assert {srv.worker(n)["state"] for n in "ab"} == {"ready"}
+        ask(srv, "a")  # a is now the most recently used
+        ask(srv, "c")  # no room for three: b goes
+        assert srv.worker("b")["state"] == "unloaded"
+        assert srv.worker("a")["state"] == "ready" and srv.worker("c")["state"] == "ready"
+
+        # while a and c are busy, nothing can be evicted for b: a clean 503
+        body = {"messages": MSG, "max_tokens": 1500, "ignore_eos": True, "stream": True}
+        streams = []
+        with httpx.Client(timeout=60, headers=srv.headers) as http:
+            for name in ("a", "c"):
+                ctx = http.stream("POST", f"{srv.url}/v1/chat/completions", json=body | {"model": name})
+                lines = ctx.__enter__().iter_lines()
+                next(lines)
+                streams.append((ctx, lines))  # keep the iterator: dropping it closes the stream
+            r = http.post(f"{srv.url}/v1/chat/completions", json={"model": "b", "messages": MSG, "max_tokens": 2})
+            assert r.status_code == 503 and r.headers["retry-after"]
+            assert "memory" in r.json()["error"]["message"]
+            for ctx, _ in streams:
+                ctx.__exit__(None, None, None)
+    finally:
+        srv.stop()
+
+
+def test_reload_adds_and_removes_models_while_streaming(tiny_model_dir, tmp_path):
+    srv = start_server(tmp_path, [model(tiny_model_dir, "keep"), model(tiny_model_dir, "old")])
+    try:
+        config = tmp_path / "mlxd.toml"
+        port = int(srv.url.rsplit(":", 1)[1])
+        result: dict = {}
+
+        def long_stream():
+            chunks = list(client(srv).chat.completions.create(
+                model="keep", messages=MSG, max_tokens=600, stream=True,
+                extra_body={"ignore_eos": True}, stream_options={"include_usage": True},
+            ))
+            result["tokens"] = chunks[-1].usage.completion_tokens
+
+        thread = threading.Thread(target=long_stream)
+        thread.start()
+        time.sleep(0.5)
+        old_pid = srv.worker("old")["pid"]
+        write_config(config, port, [model(tiny_model_dir, "keep", preload=True), model(tiny_model_dir, "new", preload=True)],
+                     [API_KEY, "sk-second-key"])
+        srv.proc.send_signal(signal.SIGHUP)
+        srv.wait_ready("new", timeout=60)
+        assert ask(srv, "new").usage.completion_tokens == 3
+        with pytest.raises(openai.NotFoundError):
+            ask(srv, "old")
+        wait_for(lambda: gone(old_pid), timeout=15)
+        # the new key works at once
+        other = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="sk-second-key", max_retries=0)
+        assert other.models.list().data
+        thread.join(60)
+        assert result["tokens"] == 600  # the stream on the kept model was not disturbed
+        assert srv.worker("keep")["incarnation"] == 1
+
+        # a broken config is refused and the running one stays
+        config.write_text("[server]\nport = 'oops'\n")
+        srv.proc.send_signal(signal.SIGHUP)
+        time.sleep(1)
+        assert ask(srv, "new").usage.completion_tokens == 3
+        assert "reload refused" in srv.log_path.read_text()
+    finally:
+        srv.stop()
+
+
+def test_changed_model_restarts_after_its_requests(tiny_model_dir, tmp_path):
+    srv = start_server(tmp_path, [model(tiny_model_dir, TINY, max_batch_size=4)])
+    try:
+        port = int(srv.url.rsplit(":", 1)[1])
+        first_pid = srv.worker(TINY)["pid"]
+        result: dict = {}
+
+        def stream():
+            chunks = list(client(srv).chat.completions.create(
+                model=TINY, messages=MSG, max_tokens=400, stream=True,
+                extra_body={"ignore_eos": True}, stream_options={"include_usage": True},
+            ))
+            result["tokens"] = chunks[-1].usage.completion_tokens
+
+        thread = threading.Thread(target=stream)
+        thread.start()
+        time.sleep(0.3)
+        write_config(tmp_path / "mlxd.toml", port, [model(tiny_model_dir, TINY, max_batch_size=8, preload=True)], [API_KEY])
+        srv.proc.send_signal(signal.SIGHUP)
+        thread.join(60)
+        assert result["tokens"] == 400  # finished on the old worker
+        new = wait_for(lambda: (w := srv.worker(TINY))["state"] == "ready" and w["pid"] != first_pid and w, timeout=60)
+        assert new["incarnation"] == 2
+    finally:
+        srv.stop()
+
+
+def test_sigterm_drains_streams_in_flight(tiny_model_dir, tmp_path):
+    srv = start_server(tmp_path, [model(tiny_model_dir, TINY)], drain_timeout=30.0)
+    pid = srv.worker(TINY)["pid"]
+    socket_dirs_before = set(Path("/tmp").glob("mlxd-*"))
+    results: list = []
+
+    def stream():
+        chunks = list(client(srv).chat.completions.create(
+            model=TINY, messages=MSG, max_tokens=300, stream=True,
+            extra_body={"ignore_eos": True}, stream_options={"include_usage": True},
+        ))
+        results.append(chunks[-1].usage.completion_tokens)
+
+    threads = [threading.Thread(target=stream) for _ in range(2)]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)
+    srv.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    refused = httpx.post(f"{srv.url}/v1/chat/completions", json={"model": TINY, "messages": MSG}, headers=srv.headers)
+    assert refused.status_code == 503
+    assert httpx.get(f"{srv.url}/ready").status_code == 503
+    for t in threads:
+        t.join(60)
+    assert results == [300, 300]
+    assert srv.proc.wait(30) == 0
+    assert gone(pid)
+    assert set(Path("/tmp").glob("mlxd-*")) <= socket_dirs_before - {None} | socket_dirs_before
+    assert not (set(Path("/tmp").glob("mlxd-*")) - socket_dirs_before)
+
+
+def test_sigkill_of_gateway_leaves_no_socket_files(tiny_model_dir, tmp_path):
+    before = set(Path("/tmp").glob("mlxd-*"))
+    srv = start_server(tmp_path, [model(tiny_model_dir, TINY)])
+    pid = srv.worker(TINY)["pid"]
+    created = set(Path("/tmp").glob("mlxd-*")) - before
+    assert created
+    srv.proc.kill()
+    srv.proc.wait()
+    wait_for(lambda: gone(pid), timeout=10)
+    wait_for(lambda: not any(d.exists() for d in created), timeout=10)
+
+
+def test_ready_waits_for_preloaded_models(tiny_model_dir, tmp_path):
+    config = write_config(tmp_path / "mlxd.toml", 0, [model(tiny_model_dir, TINY, preload=True)])
+    from tests.conftest import free_port
+
+    port = free_port()
+    write_config(config, port, [model(tiny_model_dir, TINY, preload=True)])
+    log = open(tmp_path / "log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(config)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        first = wait_for(lambda: _get(f"{url}/ready"), timeout=30)
+        statuses = [first.status_code]
+        final = wait_for(lambda: (r := _get(f"{url}/ready")) and r.status_code == 200 and r, timeout=120)
+        statuses.append(final.status_code)
+        assert final.json()["models"][TINY] == "ready"
+        assert statuses[-1] == 200
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+
+
+def _get(url):
+    try:
+        return httpx.get(url, timeout=2)
+    except httpx.HTTPError:
+        return None
+
+
+def scrape(srv):
+    text = httpx.get(f"{srv.url}/metrics").text  # no key needed
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            key = (s.name, tuple(sorted(s.labels.items())))
+            samples[key] = s.value
+    return samples
+
+
+def value(samples, name, **labels):
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def test_metrics_move_with_traffic(tiny_model_dir, tmp_path):
+    srv = start_server(tmp_path, [model(tiny_model_dir, TINY)])
+    try:
+        before = scrape(srv)
+        for _ in range(3):
+            ask(srv, TINY, max_tokens=5)
+        list(client(srv).chat.completions.create(model=TINY, messages=MSG, max_tokens=5, stream=True))
+        time.sleep(1.2)  # a heartbeat
+        after = scrape(srv)
+        m = {"model": TINY}
+        assert value(after, "mlxd:request_success_total", model=TINY, finished_reason="length") - \
+            value(before, "mlxd:request_success_total", model=TINY, finished_reason="length") == 4
+        assert value(after, "mlxd:generation_tokens_total", **m) - value(before, "mlxd:generation_tokens_total", **m) == 20
+        assert value(after, "mlxd:prompt_tokens_total", **m) > value(before, "mlxd:prompt_tokens_total", **m)
+        assert value(after, "mlxd:time_to_first_token_seconds_count", **m) - value(before, "mlxd:time_to_first_token_seconds_count", **m) == 4
+        assert value(after, "mlxd:e2e_request_latency_seconds_count", **m) == 4
+        assert value(after, "mlxd:inter_token_latency_seconds_count", **m) >= 12
+        assert value(after, "mlxd:request_queue_time_seconds_count", **m) == 4
+        assert value(after, "mlxd:prefix_cache_queries_total", **m) >= 4
+        assert value(after, "mlxd:worker_memory_bytes", **m) > 10 * (1 << 20)
+        assert value(after, "mlxd:model_state", model=TINY, state="ready") == 1
+        assert value(after, "mlxd:num_requests_running", **m) == 0
+        assert value(after, "mlxd:model_load_time_seconds", **m) > 0
+    finally:
+        srv.stop()
+
+
+def test_models_root_confines_local_sources(tiny_model_dir, tmp_path):
+    root = tmp_path / "models"
+    root.mkdir()
+    (root / "inside").symlink_to(tiny_model_dir)  # a link that leaves the root
+    srv = start_server(
+        tmp_path,
+        [model(tiny_model_dir, "escape", preload=False), {"name": "dots", "source": str(root / ".." / "x"), "preload": False},
+         {"name": "link", "source": str(root / "inside"), "preload": False}],
+        models_root=str(root),
+    )
+    try:
+        for name in ("escape", "dots", "link"):
+            r = httpx.post(f"{srv.url}/v1/chat/completions", json={"model": name, "messages": MSG}, headers=srv.headers)
+            assert r.status_code == 503 and "models_root" in r.json()["error"]["message"]
+            assert srv.worker(name)["state"] == "unloaded"
+    finally:
+        srv.stop()
+
+
+def test_install_dry_run_prints_a_valid_plist(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "gateway", "install", "--dry-run", "--config", str(ROOT / "configs" / "mlxd.toml")],
+        cwd=ROOT, capture_output=True, timeout=60, check=True,
+    ).stdout
+    plist = plistlib.loads(out)
+    assert plist["Label"] == "com.mlxd.server"
+    assert plist["ProgramArguments"][1:4] == ["-m", "gateway", "serve"]
+    assert plist["ProgramArguments"][-1] == str((ROOT / "configs" / "mlxd.toml").resolve())
+    assert plist["RunAtLoad"] is True and plist["KeepAlive"]
+    assert plist["ExitTimeOut"] > 30
+    assert plist["StandardErrorPath"].endswith("Library/Logs/mlxd/mlxd.err.log")
