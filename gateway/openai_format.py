@@ -381,12 +381,19 @@ class TextCompletion(msgspec.Struct, kw_only=True):
 
 
 class ModelCard(msgspec.Struct, kw_only=True):
-    """One entry of ``GET /v1/models`` (and ``GET /v1/models/{id}``)."""
+    """One entry of ``GET /v1/models`` (and ``GET /v1/models/{id}``).
+
+    Beyond OpenAI's fields, ``state`` is the model's worker state
+    (unloaded, starting, loading, ready, draining, restarting, failed) and
+    ``aliases`` the other names it answers to.
+    """
 
     id: str
     object: str = "model"
     created: int
     owned_by: str = OWNED_BY
+    state: str = "ready"
+    aliases: list[str] = []
 
 
 class ModelList(msgspec.Struct, kw_only=True):
@@ -465,7 +472,7 @@ def text_completion_body(
 
 def model_card(info: ModelInfo) -> ModelCard:
     """Return the OpenAI model object for a configured model."""
-    return ModelCard(id=info.name, created=info.created)
+    return ModelCard(id=info.name, created=info.created, state=info.state, aliases=list(info.aliases))
 
 
 def model_body(info: ModelInfo) -> bytes:

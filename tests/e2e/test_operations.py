@@ -331,3 +331,23 @@ def test_install_dry_run_prints_a_valid_plist(tmp_path):
     assert plist["RunAtLoad"] is True and plist["KeepAlive"]
     assert plist["ExitTimeOut"] > 30
     assert plist["StandardErrorPath"].endswith("Library/Logs/mlxd/mlxd.err.log")
+
+
+def test_mlxd_reload_command_signals_the_server(tiny_model_dir, tmp_path):
+    srv = start_server(tmp_path, [model(tiny_model_dir, "first")], pid_file=str(tmp_path / "mlxd.pid"))
+    try:
+        port = int(srv.url.rsplit(":", 1)[1])
+        assert (tmp_path / "mlxd.pid").read_text().strip() == str(srv.proc.pid)
+        write_config(tmp_path / "mlxd.toml", port, [model(tiny_model_dir, "first"), model(tiny_model_dir, "second", preload=True)],
+                     [API_KEY], pid_file=str(tmp_path / "mlxd.pid"))
+        done = subprocess.run(
+            [sys.executable, "-m", "gateway", "reload", "--config", str(tmp_path / "mlxd.toml")],
+            cwd=ROOT, capture_output=True, text=True, timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        srv.wait_ready("second", timeout=60)
+        models = httpx.get(f"{srv.url}/v1/models", headers=srv.headers).json()["data"]
+        assert [(m["id"], m["state"]) for m in models] == [("first", "ready"), ("second", "ready")]
+    finally:
+        srv.stop()
+    assert not (tmp_path / "mlxd.pid").exists()

@@ -584,8 +584,8 @@ async def test_list_and_retrieve_models():
     assert listing == {
         "object": "list",
         "data": [
-            {"id": "m", "object": "model", "created": 1_700_000_000, "owned_by": "mlxd"},
-            {"id": "org/other", "object": "model", "created": 1_700_000_001, "owned_by": "mlxd"},
+            {"id": "m", "object": "model", "created": 1_700_000_000, "owned_by": "mlxd", "state": "ready", "aliases": ["alias"]},
+            {"id": "org/other", "object": "model", "created": 1_700_000_001, "owned_by": "mlxd", "state": "starting", "aliases": []},
         ],
     }
     assert one.json() == listing["data"][1]
