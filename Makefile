@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.mlxd-installed
 CONFIG ?= configs/mlxd.toml
 
-.PHONY: setup sysdeps model run test clean
+.PHONY: setup sysdeps model run test soak docs clean
 
 setup: $(STAMP) sysdeps
 
@@ -41,6 +41,23 @@ run: model
 
 test: model
 	$(PY) -m pytest -q tests
+
+# 30 minutes of mixed traffic with disconnects; prints worker memory over time (not in CI)
+soak: model
+	$(PY) tests/reliability/soak.py --minutes 30
+
+# The documentation site in site/ (open site/index.html), plus site/api-inventory.json,
+# site/llms.txt and site/llms-full.txt. Reads the source statically: never imports it or MLX.
+DOCS_STAMP := $(VENV)/.mlxd-docs-installed
+
+$(DOCS_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+	$(PY) -m tools.apimap --out site/api-inventory.json
+	$(PY) -m tools.llms --site site
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,6 +1,7 @@
 """Assembly of the gateway's Starlette application.
 
-Routes, middleware (body cap inside, API keys outside) and error handlers
+Routes, middleware (from the outside in: Host check, CORS when configured,
+API keys, body cap) and error handlers
 that answer every failure in OpenAI's error shape. The worker pool is
 started in the app's lifespan and stopped (workers asked to exit, then
 killed) when the server shuts down.
@@ -23,9 +24,10 @@ from gateway import anthropic_routes, openai_routes, responses_routes
 from gateway.error_responses import error_response_for
 from gateway.errors import APIError
 from gateway.metrics import Metrics, ModelSnapshot
-from gateway.middleware import APIKeyMiddleware, BodyLimitMiddleware
+from gateway.openapi import openapi_response
+from gateway.middleware import APIKeyMiddleware, BodyLimitMiddleware, HostCheckMiddleware, ProtocolCORSMiddleware
 from gateway.pool import WorkerPool
-from shared.config import Config
+from shared.config import Config, ServerConfig, is_loopback
 
 log = logging.getLogger("mlxd.gateway")
 
@@ -76,7 +78,10 @@ async def _http_error(request: Request, exc: Exception) -> Response:
         err = APIError(405, f"Method {request.method} not allowed on {request.url.path}")
     else:
         err = APIError(exc.status_code, str(exc.detail))
-    return error_response_for(request.url.path, err)
+    response = error_response_for(request.url.path, err)
+    for name, value in (exc.headers or {}).items():  # e.g. Allow on a 405
+        response.headers[name] = value
+    return response
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:
@@ -116,6 +121,7 @@ def build_app(config: Config, pool: WorkerPool | None = None) -> Starlette:
         Route("/health", health, methods=["GET"]),
         Route("/ready", ready, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
+        Route("/openapi.json", openapi_response, methods=["GET"]),
         Route("/v1/models", openai_routes.list_models, methods=["GET"]),
         Route("/v1/models/{model:path}", openai_routes.retrieve_model, methods=["GET"]),
         Route("/v1/chat/completions", openai_routes.chat_completions, methods=["POST"]),
@@ -124,8 +130,15 @@ def build_app(config: Config, pool: WorkerPool | None = None) -> Starlette:
         Route("/v1/messages", anthropic_routes.messages, methods=["POST"]),
         Route("/v1/messages/count_tokens", anthropic_routes.count_tokens, methods=["POST"]),
     ]
-    middleware = [
-        Middleware(APIKeyMiddleware, get_server=lambda: engine.config.server),
+
+    def get_server() -> ServerConfig:
+        return engine.config.server
+
+    middleware = [Middleware(HostCheckMiddleware, get_server=get_server, loopback=is_loopback(config.server.host))]
+    if config.server.cors_origins:
+        middleware.append(Middleware(ProtocolCORSMiddleware, origins=config.server.cors_origins))
+    middleware += [
+        Middleware(APIKeyMiddleware, get_server=get_server),
         Middleware(BodyLimitMiddleware, limit=config.server.max_body_bytes),
     ]
     app = Starlette(

@@ -46,7 +46,9 @@ class RequestStream(Protocol):
 
     async def __anext__(self) -> RequestOutput: ...
 
-    async def aclose(self) -> None: ...
+    async def aclose(self) -> None:
+        """Abort the request unless it already ended; idempotent."""
+        ...
 
 
 @dataclass(frozen=True)

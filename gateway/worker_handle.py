@@ -50,6 +50,11 @@ requests_log = logging.getLogger("mlxd.requests")
 
 MAX_BACKOFF = 30.0
 
+MAX_BUFFERED_OUTPUTS = 512
+"""Outputs a request may have waiting for its client; a client that reads
+slower than that is dropped (its request aborted) so it cannot hold memory
+and a batch slot indefinitely."""
+
 
 @dataclass
 class WorkerStatus:
@@ -405,6 +410,9 @@ class WorkerHandle:
         pending = self._inflight.get(output.request_id)
         if pending is None:
             return
+        if pending.queue.qsize() >= MAX_BUFFERED_OUTPUTS and output.finish_reason is None:
+            self._drop_slow_reader(output.request_id, pending)
+            return
         pending.record(output)
         pending.queue.put_nowait(output)
         if ends_request(output):
@@ -414,6 +422,15 @@ class WorkerHandle:
             self._sequences -= 1
             if pending.open_choices == 0:
                 self._retire(output.request_id, pending, output)
+
+    def _drop_slow_reader(self, request_id: str, pending: _Pending) -> None:
+        """Abort a request whose client stopped reading."""
+        log.warning("request %s: client is not reading its stream; aborting it", request_id)
+        output = RequestOutput(
+            request_id=request_id, finish_reason="abort", error="the client did not read the stream fast enough"
+        )
+        pending.queue.put_nowait(output)
+        self.abort(request_id, pending)
 
     def _retire(self, request_id: str, pending: _Pending, last: RequestOutput | None) -> None:
         """Stop tracking a request; observe how it ended."""

@@ -51,6 +51,16 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     (empty: a file named after the port in the cache directory).
     ``models_root``: when set, local model sources must resolve inside it
     (no ``..`` or symlink escapes).
+    ``allowed_hosts``: host names (no port) accepted in the ``Host`` header
+    besides ``localhost``, ``127.0.0.1`` and ``[::1]``; others get 421. The
+    check always runs on a loopback ``host`` (against DNS rebinding) and on
+    other addresses only when this list is non-empty.
+    ``cors_origins``: browser origins (``scheme://host[:port]``, or ``"*"``)
+    allowed to call the API cross-origin; empty = no CORS headers at all.
+    Read at start.
+    ``header_timeout``: seconds a connection may take to send a complete
+    request head, counted from its opening or from the end of its previous
+    response; slower connections are closed (slowloris). Read at start.
     """
 
     host: str = "127.0.0.1"
@@ -68,6 +78,9 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     metrics_require_key: bool = False
     pid_file: str = ""
     models_root: str = ""
+    allowed_hosts: list[str] = []
+    cors_origins: list[str] = []
+    header_timeout: Seconds = 10.0
 
 
 class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -176,7 +189,7 @@ def validate(config: Config, origin: str = "config") -> Config:
         raise ConfigError(f"{origin}: server.memory_budget: {exc}") from None
     if config.server.log_level not in _LOG_LEVELS:
         raise ConfigError(f"{origin}: server.log_level must be one of {sorted(_LOG_LEVELS)}")
-    if not _is_loopback(config.server.host) and not config.server.api_keys:
+    if not is_loopback(config.server.host) and not config.server.api_keys:
         if not config.server.allow_insecure_bind:
             raise ConfigError(
                 f"{origin}: refusing to listen on {config.server.host} without api_keys "
@@ -236,7 +249,8 @@ def parse_size(value: int | str, total_memory: int) -> int:
     return int(number * base**power)
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address) is this machine's loopback."""
     if host == "localhost":
         return True
     try:

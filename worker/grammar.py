@@ -9,6 +9,11 @@ the matcher the token sampled last, asks it for the allowed-token bitmask and
 masks the logits with portable MLX ops (bit unpacking and ``mx.where``), so
 it runs on Metal and on the CPU backend alike. Each matcher belongs to one
 choice of one request.
+
+Pathological inputs are bounded twice: :func:`check_schema_size` refuses
+huge or deeply nested schemas before compiling, and llguidance's own
+default parser limits (lexer fuel, Earley items per step, lexer states)
+turn an explosive grammar or regex into an error instead of a stall.
 """
 
 from __future__ import annotations
@@ -28,6 +33,32 @@ JSON_OPTIONS = {"whitespace_flexible": True, "whitespace_pattern": r"[\x20\x0A\x
 """JSON layout the grammar allows: pretty-printing as models like to write
 it, but at most 16 whitespace characters in a row, so a weak model cannot
 spend its whole budget on blank space."""
+
+
+MAX_SCHEMA_BYTES = 64 * 1024
+"""Largest JSON schema accepted, as compact JSON."""
+
+MAX_SCHEMA_DEPTH = 32
+"""Deepest nesting of objects and arrays accepted in a JSON schema."""
+
+
+def check_schema_size(schema: Any) -> None:
+    """Refuse schemas too large or too deeply nested to compile quickly.
+
+    Raises:
+        GrammarError: naming the limit that was passed.
+    """
+    if len(json.dumps(schema)) > MAX_SCHEMA_BYTES:
+        raise GrammarError(f"the JSON schema is larger than {MAX_SCHEMA_BYTES} bytes")
+    stack = [(schema, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_SCHEMA_DEPTH:
+            raise GrammarError(f"the JSON schema nests deeper than {MAX_SCHEMA_DEPTH} levels")
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values())
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node)
 
 
 class GrammarError(ValueError):
@@ -71,6 +102,7 @@ class GrammarCompiler:
             GrammarError: the schema is malformed or uses unsupported features.
         """
         schema = {"type": "object"} if schema is None else schema
+        check_schema_size(schema)
         key = "json:" + json.dumps(schema, sort_keys=True)
 
         def build() -> str:

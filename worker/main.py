@@ -78,6 +78,7 @@ class Worker:
         Returns the process exit code (0 after a requested shutdown).
         """
         out_thread = threading.Thread(target=self.output.run, name="mlxd-output", daemon=True)
+        self._out_thread = out_thread
         out_thread.start()
         self.output.queue.put(Hello(worker_id=self.worker_id, pid=os.getpid(), model=self.config.name))
         sched_thread = threading.Thread(target=self._scheduler_main, name="mlxd-scheduler", daemon=True)
@@ -151,6 +152,12 @@ class Worker:
         self._ready.set()
         log.info("model %s ready (context %d tokens)", self.config.name, context)
         scheduler.run()
+        if scheduler.broken:
+            log.error("exiting after an engine failure; the gateway starts a fresh worker")
+            self.output.queue.put(Exit())
+            self._out_thread.join(timeout=5)
+            logging.shutdown()
+            os._exit(3)
 
     def _input_loop(self) -> int:
         """Main thread: read and dispatch gateway messages."""
@@ -209,16 +216,19 @@ class Worker:
                 return
             admission = self._prompts.build(request)
         except PromptError as exc:
-            self._reply(
-                RequestOutput(
-                    request_id=request.request_id,
-                    finish_reason="error",
-                    error=exc.message,
-                    error_kind=exc.kind,
-                )
-            )
+            self._refuse(request.request_id, exc.kind, exc.message)
+            return
+        except Exception as exc:  # never let one request take the input thread down
+            log.exception("could not prepare request %s", request.request_id)
+            self._refuse(request.request_id, "invalid_request", f"the request could not be prepared: {type(exc).__name__}")
             return
         self._scheduler.submit(admission)
+
+    def _refuse(self, request_id: str, kind: str, message: str) -> None:
+        """End a request that never reached the engine with an error."""
+        self._reply(
+            RequestOutput(request_id=request_id, finish_reason="error", error=message, error_kind=kind)  # type: ignore[arg-type]
+        )
 
     def _reply(self, output: RequestOutput) -> None:
         """Answer a request without the engine (a count, or a refusal)."""

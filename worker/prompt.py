@@ -10,14 +10,41 @@ never waits on templating, tokenization or grammar compilation.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from shared.protocol import ErrorKind, GenerateRequest, Tool
+import msgspec
+
+from shared.protocol import ChatMessage, ErrorKind, GenerateRequest, Tool
 from worker.chat_render import render, template_supports_tools
 from worker.grammar import GrammarCompiler, GrammarError
 from worker.scheduler import Admission
+
+
+_SENTINEL = re.compile("(\ue000mlxd\\d+\ue001)")
+"""Placeholders for client-written contents while the template renders
+(private-use code points a template does not produce)."""
+
+
+def protect_contents(messages: list[ChatMessage]) -> tuple[list[ChatMessage], dict[str, str]]:
+    """Replace the content of every non-assistant message with a unique
+    placeholder; return the messages and the placeholder -> content map.
+
+    Client-written text must never become control tokens (a user typing
+    ``<|im_end|>`` must not end their turn), so it is tokenized apart from
+    the template around it. Assistant turns (the model's own earlier output)
+    keep their text so templates can rework them.
+    """
+    out, originals = [], {}
+    for i, message in enumerate(messages):
+        if message.role != "assistant" and message.content:
+            key = f"\ue000mlxd{i}\ue001"
+            originals[key] = message.content
+            message = msgspec.structs.replace(message, content=key)
+        out.append(message)
+    return out, originals
 
 
 class PromptError(Exception):
@@ -122,20 +149,36 @@ class PromptBuilder:
         elif request.prompt is not None:
             ids, text = list(self._tokenizer.encode(request.prompt)), request.prompt
         else:
+            messages, originals = protect_contents(list(request.messages or []))
             try:
                 text = render(
                     self._tokenizer,
-                    list(request.messages or []),
+                    messages,
                     tools=self._offered_tools(request),
                     thinking=request.thinking,
                 )
             except Exception as exc:  # template errors are the request's fault
                 raise PromptError("invalid_request", f"chat template failed: {exc}") from exc
-            ids = list(self._tokenizer.encode(text, add_special_tokens=False))
+            ids = self._encode_protected(text, originals)
+            text = _SENTINEL.sub(lambda m: originals.get(m.group(0), m.group(0)), text)
         if not ids:
             raise PromptError("invalid_request", "the prompt is empty after tokenization")
         self._check_ids(ids, "prompt token")
         return ids, text
+
+    def _encode_protected(self, text: str, originals: dict[str, str]) -> list[int]:
+        """Tokenize rendered chat text: template text normally (its control
+        tokens are real), each protected content as plain text (any
+        special-token spelling in it stays ordinary text)."""
+        ids: list[int] = []
+        for piece in _SENTINEL.split(text):
+            if not piece:
+                continue
+            if piece in originals:
+                ids += self._tokenizer.encode(originals[piece], add_special_tokens=False, split_special_tokens=True)
+            else:
+                ids += self._tokenizer.encode(piece, add_special_tokens=False)
+        return ids
 
     @staticmethod
     def _offered_tools(request: GenerateRequest) -> list[Tool] | None:

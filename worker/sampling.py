@@ -55,7 +55,7 @@ def make_sampler(params: SamplingParams, choice: int = 0) -> Sampler | None:
     key_state = [mx.random.key(seed)] if seed is not None else None
 
     def sample(logprobs: mx.array) -> mx.array:
-        if top_k > 0:
+        if 0 < top_k < logprobs.shape[-1]:  # k >= vocabulary size keeps everything
             logprobs = apply_top_k(logprobs, top_k)
         if min_p > 0.0:
             logprobs = apply_min_p(logprobs, min_p)

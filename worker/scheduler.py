@@ -183,6 +183,7 @@ class Scheduler:
         self._waiting_since: dict[str, float] = {}
         self._engine: Any = None
         self._step = 0
+        self.broken = False
 
     def submit(self, item: object) -> None:
         """Queue a command for the scheduler thread; any thread may call."""
@@ -201,9 +202,11 @@ class Scheduler:
             done = any(r.uid == uid and r.finish_reason for r in responses)
 
     def run(self) -> None:
-        """The scheduler loop; returns after a :class:`Stop` command."""
+        """The scheduler loop; returns after a :class:`Stop` command, or with
+        :attr:`broken` set after an engine step failed (every request then
+        got its error; the worker process should exit and be replaced)."""
         self._engine = self._new_engine()
-        while True:
+        while not self.broken:
             if not self._drain_inbox(block=not self._seqs):
                 return
             if self._deadlines:
@@ -261,10 +264,10 @@ class Scheduler:
     def _admit(self, adm: Admission) -> None:
         try:
             uids, cached = self._insert(adm)
-        except Exception as exc:  # a bad request must not take the worker down
+        except Exception:  # a bad request must not take the worker down
             log.exception("could not admit %s", adm.request_id)
             self._emit(Started(adm.request_id, adm.n, len(adm.prompt), 0, [], adm.output))
-            self._emit(Terminal(adm.request_id, "error", "internal", f"admission failed: {exc}"))
+            self._emit(Terminal(adm.request_id, "error", "internal", "the request could not be started"))
             return
         self._uids[adm.request_id] = uids
         self._waiting_since[adm.request_id] = adm.received or time.monotonic()
@@ -388,9 +391,10 @@ class Scheduler:
         started = time.perf_counter()
         try:
             progress, responses = self._engine.next()
-        except Exception as exc:
+        except Exception:
             log.exception("engine step failed; failing %d requests", len(self._uids))
-            self._fail_all(f"engine step failed: {exc}")
+            self._fail_all("the model worker failed while generating; retry the request")
+            self.broken = True
             return
         self._step += 1
         scheduled = self._scheduled(progress, responses)
@@ -464,9 +468,10 @@ class Scheduler:
         self.counters.waiting = max(0, len(self._seqs) - running)
 
     def _fail_all(self, message: str) -> None:
+        """End every request with an internal error (after a failed step,
+        whose engine and arrays cannot be trusted any more)."""
         for request_id in list(self._uids):
             self._emit(Terminal(request_id, "error", "internal", message))
         self._seqs.clear()
         self._uids.clear()
         self._deadlines.clear()
-        self._engine = self._new_engine()

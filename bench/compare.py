@@ -1,0 +1,473 @@
+"""``make bench``: mlxd against mlx_lm.server and the in-process engine.
+
+One run, one machine, one environment: every contender gets OpenBLAS
+preloaded exactly as mlxd's workers do (``gateway.worker_process.
+worker_environment``), and all serve the same weights:
+
+* the default model (SmolLM2-135M-Instruct) as one float32 directory written
+  once by :mod:`models` (mlxd dequantizes to float32 on CPU anyway);
+* a tiny random-weight llama whose forward pass is almost free, so serving
+  overhead is what gets measured.
+
+Contenders: mlxd (gateway + one worker, ``max_batch_size`` 32),
+``mlx_lm.server`` (its flags: :data:`harness.MLX_LM_SERVER_FLAGS`) and the
+in-process mlx-lm engine (``stream_generate`` for one stream,
+``batch_generate`` for more) in a process of its own. The HTTP contenders
+are driven by an async httpx client that streams greedy chat completions
+and counts completion tokens from the usage chunk.
+
+The machine may be shared (other sessions run tests on it), so the three
+contenders of a model run side by side, interleaved: every round measures
+each concurrency on each contender in turn (the order rotates per round),
+each measurement first waits briefly for the machine to go quiet, and the
+best round of each is reported (with the worst beside it and the CPU other
+processes used meanwhile). With ``--nice`` the bench and every contender run
+at a higher scheduling priority than the machine's other work.
+
+Prints a table (aggregate and median per-stream tokens/s, median and p99
+time to first token, per concurrency), the prefix-cache TTFT test, CPU time
+per token, and the ratios the targets name with PASS/MISS. Never asserts.
+Usage::
+
+    .venv/bin/python bench/compare.py [--real-tokens 64] [--tiny-tokens 128]
+        [--streams 1,8,16,32] [--rounds 2] [--only real|tiny] [--nice -10]
+        [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import random
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from harness import (
+    MLX_LM_SERVER_FLAGS,
+    QUIET_WAITED,
+    CpuWatch,
+    InProcessEngine,
+    Result,
+    blas_environment,
+    concurrent,
+    cpu_seconds,
+    median,
+    mlx_lm_server,
+    mlxd,
+    percentile,
+    wait_for_quiet,
+)
+from models import float32_model, tiny_model
+
+TOPICS = (
+    "a dragon who collects clocks", "a lighthouse keeper", "a robot learning to paint",
+    "a lost key", "the first city on the moon", "a small fishing town", "a clockmaker's apprentice",
+    "a storm at sea", "a library that never closes", "two rival bakers", "a forgotten map",
+    "a train that runs backwards", "a garden on a rooftop", "a detective cat", "an old violin",
+    "the last day of summer",
+)
+WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi "
+         "omicron pi rho sigma tau upsilon phi chi psi omega").split()
+PREFIX_WORDS = 770
+"""Words of the shared system prompt: about 1,000 tokens with SmolLM2's tokenizer."""
+MLXD_NAME = "bench"
+PEER_MODEL = "default_model"  # mlx_lm.server's name for its --model
+CONTENDERS = ("in-process", "mlx_lm.server", "mlxd")
+IN_PROCESS_PREFILL = 8
+"""``prefill_batch_size`` of the in-process ``batch_generate`` (mlx-lm's default)."""
+
+
+@dataclass
+class Row:
+    """One contender at one concurrency, in one round."""
+
+    streams: int
+    aggregate: float
+    per_stream: float | None
+    ttft_median: float | None
+    ttft_p99: float | None
+    tokens: int
+    errors: int = 0
+    counted_by: str = "usage"
+    foreign_cpu: float = 0.0
+    cpu: dict | None = None
+    error_sample: str | None = None
+
+
+@dataclass
+class Section:
+    """Every measurement of one contender on one model: all rounds per
+    concurrency, and the prefix test."""
+
+    contender: str
+    model: str
+    rounds: dict[int, list[Row]] = field(default_factory=dict)
+    prefix: dict | None = None
+    note: str = ""
+
+    def best(self, streams: int) -> Row | None:
+        """The round with the highest aggregate rate at ``streams``."""
+        rows = self.rounds.get(streams) or []
+        return max(rows, key=lambda r: r.aggregate) if rows else None
+
+    def worst(self, streams: int) -> Row | None:
+        """The round with the lowest aggregate rate at ``streams``."""
+        rows = self.rounds.get(streams) or []
+        return min(rows, key=lambda r: r.aggregate) if rows else None
+
+
+# --- requests --------------------------------------------------------------------------
+
+
+def story_prompts(streams: int, tag: str) -> list[list[dict]]:
+    """``streams`` distinct chats asking for a long story (greedy decoding
+    keeps them going well past the token budget). ``tag`` keeps one run's
+    prompts apart from another's, so no server reuses a cached prompt; the
+    contenders of one round and concurrency get the same prompts."""
+    return [
+        [{"role": "user", "content": f"Write a long, detailed story about {TOPICS[i % len(TOPICS)]}. "
+                                     f"(story {tag}-{i})"}]
+        for i in range(streams)
+    ]
+
+
+def body(contender: str, messages: list[dict], max_tokens: int) -> dict:
+    """A greedy streaming chat body for ``contender``; mlxd gets
+    ``ignore_eos`` (mlx_lm.server has no such field)."""
+    if contender == "mlxd":
+        return {"model": MLXD_NAME, "messages": messages, "max_tokens": max_tokens,
+                "temperature": 0, "ignore_eos": True}
+    return {"model": PEER_MODEL, "messages": messages, "max_tokens": max_tokens, "temperature": 0}
+
+
+def row_from(streams: int, results: list[Result], wall: float, foreign: float) -> Row:
+    """Summarize one concurrent run (failed requests count as errors; the
+    tokens they delivered before failing still count)."""
+    ok = [r for r in results if r.error is None]
+    errors = [r.error for r in results if r.error]
+    return Row(
+        streams=streams,
+        aggregate=sum(r.tokens for r in results) / wall,
+        per_stream=median([r.stream_rate for r in ok]) if ok else None,
+        ttft_median=median([r.ttft for r in ok]) if ok else None,
+        ttft_p99=percentile([r.ttft for r in ok], 99) if ok else None,
+        tokens=sum(r.tokens for r in results),
+        errors=len(errors),
+        counted_by="+".join(sorted({r.counted_by for r in results})),
+        foreign_cpu=foreign,
+        error_sample=errors[0] if errors else None,
+    )
+
+
+# --- contenders ------------------------------------------------------------------------------
+
+
+class HttpContender:
+    """A running server measured over HTTP. ``pids`` are its processes (for
+    CPU accounting); ``front`` is the one that speaks HTTP (mlxd's gateway)."""
+
+    def __init__(self, name: str, base_url: str, pids: list[int], front: int) -> None:
+        self.name = name
+        self.url = f"{base_url}/v1/chat/completions"
+        self.pids = pids
+        self.front = front
+
+    def warm_up(self) -> None:
+        """Two short requests, so first-use costs stay out of the numbers."""
+        asyncio.run(concurrent(self.url, [body(self.name, m, 4) for m in story_prompts(2, "warm")]))
+
+    def measure(self, chats: list[list[dict]], tokens: int) -> Row:
+        """All chats at once; the row, with CPU seconds of the front process,
+        the others and this load generator."""
+        bodies = [body(self.name, m, tokens) for m in chats]
+        before = {pid: cpu_seconds(pid) for pid in self.pids}
+        client_before = time.process_time()
+        with CpuWatch(self.pids + [os.getpid()]) as watch:
+            results, wall = asyncio.run(concurrent(self.url, bodies))
+        spent = {pid: cpu_seconds(pid) - before[pid] for pid in self.pids}
+        row = row_from(len(chats), results, wall, watch.foreign)
+        row.cpu = {"front_s": spent[self.front],
+                   "rest_s": sum(v for pid, v in spent.items() if pid != self.front),
+                   "client_s": time.process_time() - client_before, "wall": wall}
+        return row
+
+
+class InProcessContender:
+    """The in-process engine (bench/inprocess.py) as a contender."""
+
+    name = "in-process"
+
+    def __init__(self, engine: InProcessEngine) -> None:
+        self.engine = engine
+
+    def warm_up(self) -> None:
+        """Nothing: the engine warmed itself up before saying it was ready."""
+
+    def measure(self, chats: list[list[dict]], tokens: int) -> Row:
+        """``stream_generate`` for one chat, ``batch_generate`` for more."""
+        m = self.engine.run(chats, tokens, IN_PROCESS_PREFILL)
+        single = m["streams"] == 1
+        return Row(
+            streams=m["streams"],
+            aggregate=m["tokens"] / m["wall"],
+            per_stream=((m["tokens"] - 1) / (m["wall"] - m["ttft"])) if single else None,
+            ttft_median=m["ttft"] if single else None,
+            ttft_p99=m["ttft"] if single else None,
+            tokens=m["tokens"],
+            counted_by="ids",
+            foreign_cpu=m["foreign_cpu"],
+        )
+
+
+async def prefix_pair(url: str, contender: str, system: str, take: int) -> tuple[Result, Result]:
+    """A request with a new ~1,000-token system prompt (cold), then one
+    sharing it with a different question (warm)."""
+    first = [{"role": "system", "content": system}, {"role": "user", "content": f"Summarize, take {take}."}]
+    second = [{"role": "system", "content": system}, {"role": "user", "content": f"Count the words, take {take}."}]
+    (cold,), _ = await concurrent(url, [body(contender, first, 4)])
+    wait_for_quiet(max_wait=3)
+    (warm,), _ = await concurrent(url, [body(contender, second, 4)])
+    return cold, warm
+
+
+def prefix_test(servers: list[HttpContender], sections: dict[str, Section], rounds: int = 3) -> None:
+    """TTFT cold vs warm with a shared ~1,000-token prefix, interleaved over
+    the servers; medians over ``rounds`` fresh prefixes (the same prefixes
+    for every server) go to each server's section."""
+    rng = random.Random(1234)
+    samples: dict[str, list[tuple[Result, Result]]] = {s.name: [] for s in servers}
+    for take in range(rounds):
+        system = " ".join(rng.choice(WORDS) for _ in range(PREFIX_WORDS))
+        for server in servers:
+            wait_for_quiet(max_wait=5)
+            samples[server.name].append(asyncio.run(prefix_pair(server.url, server.name, system, take)))
+    for name, pairs in samples.items():
+        failed = next((r.error for pair in pairs for r in pair if r.error), None)
+        if failed:
+            sections[name].prefix = {"error": failed}
+            continue
+        cold, warm = median([a.ttft for a, _ in pairs]), median([b.ttft for _, b in pairs])
+        sections[name].prefix = {"cold": cold, "warm": warm, "ratio": warm / cold if cold else float("nan"),
+                                 "cached_tokens": pairs[-1][1].cached, "prompt_tokens": pairs[-1][1].prompt_tokens}
+
+
+def run_model(label: str, model_dir: Path, levels: list[int], tokens: int, rounds: int,
+              wanted: list[str], tmp: Path) -> dict[str, Section]:
+    """Start every wanted contender on ``model_dir``, measure them interleaved
+    for ``rounds`` rounds, and (real model) run the prefix test."""
+    sections = {name: Section(name, label) for name in wanted}
+    with contextlib.ExitStack() as stack:
+        contenders: list = []
+        for name in wanted:
+            t0 = time.monotonic()
+            if name == "in-process":
+                engine = InProcessEngine(model_dir)
+                stack.callback(engine.close)
+                contenders.append(InProcessContender(engine))
+                sections[name].note = (f"stream_generate (1 stream) / batch_generate (prefill_batch_size "
+                                       f"{IN_PROCESS_PREFILL}); EOS ignored")
+            elif name == "mlx_lm.server":
+                peer = stack.enter_context(mlx_lm_server(tmp / f"peer-{label}", model_dir))
+                contenders.append(HttpContender(name, peer.url, [peer.proc.pid], peer.proc.pid))
+            else:
+                model = {"name": MLXD_NAME, "source": str(model_dir), "max_batch_size": 32}
+                server = stack.enter_context(mlxd(tmp / f"mlxd-{label}", model))
+                status = server.worker(MLXD_NAME)
+                contenders.append(HttpContender(name, server.url, [server.proc.pid, status["pid"]], server.proc.pid))
+                sections[name].note = f"worker BLAS: {status.get('blas')}"
+            contenders[-1].warm_up()
+            print(f"[{label}] {name} up in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+        for r in range(rounds):
+            t0 = time.monotonic()
+            order = contenders[r % len(contenders):] + contenders[: r % len(contenders)]
+            for streams in levels:
+                chats = story_prompts(streams, f"r{r}s{streams}")
+                for contender in order:
+                    wait_for_quiet()
+                    sections[contender.name].rounds.setdefault(streams, []).append(contender.measure(chats, tokens))
+            print(f"[{label}] round {r + 1} of {rounds} in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+        servers = [c for c in contenders if isinstance(c, HttpContender)]
+        if label == "real" and servers:
+            t0 = time.monotonic()
+            prefix_test(servers, sections)
+            print(f"[{label}] prefix test in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+    return sections
+
+
+# --- report ----------------------------------------------------------------------------------
+
+
+def fmt(value: float | None, spec: str, scale: float = 1.0) -> str:
+    """``value`` formatted, or ``-`` when unknown."""
+    return "-" if value is None else format(value * scale, spec)
+
+
+def print_table(title: str, sections: dict[str, Section], levels: list[int], tokens: int) -> None:
+    """The per-concurrency table of one model (best round per cell)."""
+    print(f"\n== {title}: {tokens} tokens per request, greedy; best of the rounds ==")
+    print(f"{'contender':<14}{'streams':>7}{'agg tok/s':>10}{'(worst)':>9}{'stream tok/s':>13}"
+          f"{'TTFT p50':>9}{'TTFT p99':>9}{'tokens':>7}{'err':>4}{'other cpu':>10}  counted by")
+    for section in sections.values():
+        for n in levels:
+            row, worst = section.best(n), section.worst(n)
+            if row is None or worst is None:
+                continue
+            print(f"{section.contender:<14}{n:>7}{row.aggregate:>10.1f}{f'({worst.aggregate:.1f})':>9}"
+                  f"{fmt(row.per_stream, '.1f'):>13}{fmt(row.ttft_median, '.0f', 1000):>7}ms"
+                  f"{fmt(row.ttft_p99, '.0f', 1000):>7}ms{row.tokens:>7}{row.errors:>4}"
+                  f"{row.foreign_cpu:>10.2f}  {row.counted_by}")
+    for section in sections.values():
+        errors = [r.error_sample for rows in section.rounds.values() for r in rows if r.error_sample]
+        notes = [section.note] if section.note else []
+        if errors:
+            total = sum(r.errors for rows in section.rounds.values() for r in rows)
+            notes.append(f"{total} failed streams over all rounds, e.g. {errors[0]!r}")
+        if notes:
+            print(f"  {section.contender}: {'; '.join(notes)}")
+
+
+def agg(sections: dict[tuple[str, str], Section], contender: str, model: str, streams: int) -> float | None:
+    """Best aggregate tokens/s of one contender at one level, if measured."""
+    section = sections.get((contender, model))
+    row = section.best(streams) if section else None
+    return row.aggregate if row else None
+
+
+def ratio_line(name: str, num: float | None, den: float | None, target: float, at_most: bool = False) -> str:
+    """``name  value  (target)  PASS/MISS``; MISS when not measurable."""
+    bound = f"(target {'<=' if at_most else '>='} {target:.2f})"
+    if num is None or den is None or den == 0:
+        return f"{name:<60} {'n/a':>7}   {bound}  MISS"
+    value = num / den
+    ok = value <= target if at_most else value >= target
+    return f"{name:<60} {value:>7.2f}x  {bound}  {'PASS' if ok else 'MISS'}"
+
+
+def print_report(sections: dict[tuple[str, str], Section]) -> None:
+    """The prefix test, the CPU figures and the target ratios."""
+    print("\n== shared ~1,000-token prefix (default model): TTFT cold vs warm, median of 3 ==")
+    for contender in ("mlxd", "mlx_lm.server"):
+        section = sections.get((contender, "real"))
+        p = section.prefix if section else None
+        if not p:
+            continue
+        if "error" in p:
+            print(f"{contender:<14} error: {p['error']}")
+            continue
+        print(f"{contender:<14} cold {p['cold'] * 1000:6.0f} ms   warm {p['warm'] * 1000:5.0f} ms   "
+              f"warm/cold {p['ratio']:.2f}   ({p['cached_tokens']} of {p['prompt_tokens']} prompt tokens cached)")
+
+    print("\n== CPU per streamed token, 32 streams (best round) ==")
+    for model in ("tiny", "real"):
+        for contender in ("mlxd", "mlx_lm.server"):
+            section = sections.get((contender, model))
+            row = section.best(32) if section else None
+            if row is None or not row.cpu or not row.tokens:
+                continue
+            c, per = row.cpu, 1000 / row.tokens
+            what = (f"gateway {c['front_s'] * per:.3f} ms, worker {c['rest_s'] * per:.3f} ms"
+                    if contender == "mlxd" else f"server {c['front_s'] * per:.3f} ms")
+            print(f"{model:<5}{contender:<14} {what}; load generator {c['client_s'] * per:.3f} ms "
+                  f"({row.tokens} tokens in {c['wall']:.1f} s)")
+
+    print("\n== targets (ratios of best rounds, this run) ==")
+    print(ratio_line("default model, 16 streams: mlxd / mlx_lm.server",
+                     agg(sections, "mlxd", "real", 16), agg(sections, "mlx_lm.server", "real", 16), 1.15))
+    print(ratio_line("default model, 16 streams: mlxd / in-process batch_generate",
+                     agg(sections, "mlxd", "real", 16), agg(sections, "in-process", "real", 16), 0.95))
+    print(ratio_line("default model, 1 stream: mlxd / in-process stream_generate",
+                     agg(sections, "mlxd", "real", 1), agg(sections, "in-process", "real", 1), 0.95))
+    print(ratio_line("tiny model, 32 streams: mlxd / mlx_lm.server",
+                     agg(sections, "mlxd", "tiny", 32), agg(sections, "mlx_lm.server", "tiny", 32), 2.0))
+    tiny = sections.get(("mlxd", "tiny"))
+    row = tiny.best(32) if tiny else None
+    if row and row.cpu and row.tokens:
+        print(f"{'tiny model, 32 streams: mlxd gateway CPU per token':<60} "
+              f"{row.cpu['front_s'] * 1000 / row.tokens:>7.3f} ms  (no target)")
+    real = sections.get(("mlxd", "real"))
+    p = real.prefix if real else None
+    ok = bool(p) and "error" not in p  # type: ignore[operator]
+    print(ratio_line("shared 1,000-token prefix, mlxd: warm / cold TTFT",
+                     p["warm"] if ok else None, p["cold"] if ok else None, 0.2, at_most=True))  # type: ignore[index]
+    print("\nFor context (no target):")
+    for model in ("real", "tiny"):
+        for n in (1, 8, 16, 32):
+            parts = []
+            for other in ("mlx_lm.server", "in-process"):
+                a, b = agg(sections, "mlxd", model, n), agg(sections, other, model, n)
+                if a and b:
+                    parts.append(f"mlxd / {other} {a / b:5.2f}x")
+            if parts:
+                print(f"  {model:<4} {n:>2} streams: {'   '.join(parts)}")
+
+
+def print_header(args: argparse.Namespace, levels: list[int]) -> None:
+    """What ran, where, with which settings."""
+    from importlib.metadata import version
+
+    env = blas_environment()
+    load = os.getloadavg()
+    print("mlxd bench: mlxd vs mlx_lm.server vs the in-process mlx-lm engine")
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, {platform.system()}; "
+          f"mlx {version('mlx')}, mlx-lm {version('mlx-lm')}; Python {platform.python_version()}")
+    print(f"BLAS for every contender: LD_PRELOAD={env.get('LD_PRELOAD', '(none: built-in BLAS)')}")
+    print(f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; scheduling priority: nice {os.nice(0)}")
+    print(f"streams {levels}; {args.real_tokens} tokens/request (default model), {args.tiny_tokens} (tiny); "
+          f"{args.rounds} interleaved rounds, best reported")
+    print(f"mlx_lm.server flags: {' '.join(MLX_LM_SERVER_FLAGS)}")
+    print("mlxd: one worker, max_batch_size 32, other settings default; its requests carry ignore_eos")
+    print("tokens counted from each stream's usage chunk ('usage'; 'chunks' for a failed stream); "
+          "in-process: generated ids")
+    print("stream tok/s = (tokens - 1) / (time after the first token), median over streams;")
+    print("'other cpu' = cores used meanwhile by processes outside the contender and this client")
+
+
+def main() -> None:
+    """Parse arguments, run every contender on both models, print the report."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--real-tokens", type=int, default=64)
+    parser.add_argument("--tiny-tokens", type=int, default=128)
+    parser.add_argument("--streams", default="1,8,16,32")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--only", choices=("real", "tiny"))
+    parser.add_argument("--contenders", default=",".join(CONTENDERS))
+    parser.add_argument("--nice", type=int, default=-10,
+                        help="niceness increment for the bench and its contenders (0: leave as is; "
+                             "a negative value needs root and is skipped without it)")
+    parser.add_argument("--json", type=Path, help="also write every measurement here")
+    args = parser.parse_args()
+    levels = [int(x) for x in args.streams.split(",")]
+    wanted = [c for c in CONTENDERS if c in args.contenders.split(",")]
+    if args.nice:
+        with contextlib.suppress(PermissionError):
+            os.nice(args.nice)
+    started = time.monotonic()
+    print_header(args, levels)
+    sections: dict[tuple[str, str], Section] = {}
+    with tempfile.TemporaryDirectory(prefix="mlxd-bench-") as tmp_name:
+        for label, make, tokens, title in (
+            ("real", float32_model, args.real_tokens, "default model (SmolLM2-135M-Instruct, float32)"),
+            ("tiny", tiny_model, args.tiny_tokens, "tiny model (random weights, 2 layers x 64 wide)"),
+        ):
+            if args.only and label != args.only:
+                continue
+            by_name = run_model(label, make(), levels, tokens, args.rounds, wanted, Path(tmp_name))
+            sections.update({(name, label): s for name, s in by_name.items()})
+            print_table(title, by_name, levels, tokens)
+            sys.stdout.flush()
+    print_report(sections)
+    print(f"\ntotal bench time: {time.monotonic() - started:.0f} s "
+          f"(of which {QUIET_WAITED[0]:.0f} s waiting for other processes to go quiet)")
+    if args.json:
+        args.json.write_text(json.dumps({f"{c}/{m}": asdict(s) for (c, m), s in sections.items()}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,911 @@
+"""The gateway's HTTP API as an OpenAPI 3.1 document (``GET /openapi.json``).
+
+:func:`openapi_document` builds the document from the code that defines the
+wire formats, so it cannot drift from them:
+
+- Request bodies are the msgspec Structs the routes decode with
+  (:class:`~gateway.openai_schema.ChatCompletionRequest`,
+  :class:`~gateway.openai_schema.CompletionRequest`,
+  :class:`~gateway.responses_schema.ResponsesRequest`,
+  :class:`~gateway.anthropic_schema.MessagesRequest`,
+  :class:`~gateway.anthropic_schema.CountTokensRequest`). Their JSON Schema
+  says what the *decoder* accepts: types, bounds, lengths, required and
+  unknown fields. The semantic checks that run after decoding (roles, tool
+  names referring to tools, a model's ``max_n``, ...) cannot be expressed
+  there; such a body is answered with a documented 400.
+- Successful non-streamed answers are the Structs the format modules encode
+  (:mod:`gateway.openai_format`, :mod:`gateway.responses_format`,
+  :mod:`gateway.anthropic_format`); ``/health`` uses the worker status
+  dataclass.
+- Streamed answers (``"stream": true``) are ``text/event-stream``. Their
+  schema describes one parsed event ``{"event", "data", "id"?, "retry"?}``
+  whose ``data`` is JSON (``contentMediaType``/``contentSchema``) of the
+  shape that event name carries; OpenAI's chat and completions streams
+  end with ``data: [DONE]``.
+- Every error is documented with the shape the route answers it in: OpenAI
+  ``{"error": {"message", "type", "param", "code"}}`` everywhere except
+  under ``/v1/messages``, where it is Anthropic's ``{"type": "error",
+  "error": {"type", "message"}, "request_id"}`` (engine 503s become 529
+  there, and every answer carries a ``request-id`` header).
+- Security: a key as ``Authorization: Bearer <key>`` or ``x-api-key``
+  (only enforced when the server has keys configured). ``/health`` and
+  ``/openapi.json`` are always public; ``/ready`` and ``/metrics`` need a
+  key only with ``server.metrics_require_key``.
+
+msgspec cannot generate schemas for two things these Structs use, so the
+document is generated from *schema views*: mirror Structs built by
+:class:`_SchemaViews` with the same names, fields, bounds, defaults and
+docstrings, in which a ``msgspec.Raw`` field (any JSON value; its default
+``null``) becomes ``Any`` with default ``None``, and an untagged union of
+Structs (e.g. a response's ``output`` items) becomes a union tagged by the
+members' constant ``type`` field, which every member always encodes. The
+views are used for the document only, never for decoding.
+
+:func:`openapi_response` is the Starlette endpoint serving the document.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+import typing
+from importlib import metadata
+from typing import Annotated, Any, Iterable, Literal, Sequence, Union
+
+import msgspec
+from msgspec import NODEFAULT, Raw
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway import anthropic_format, openai_format, responses_format
+from gateway.anthropic_schema import CountTokensRequest, MessagesRequest
+from gateway.openai_schema import ChatCompletionRequest, CompletionRequest
+from gateway.responses_schema import ResponsesRequest
+from gateway.sse import MEDIA_TYPE as SSE_MEDIA_TYPE
+from gateway.worker_handle import WorkerStatus
+
+OPENAPI_VERSION = "3.1.0"
+"""The OpenAPI version the document follows."""
+
+SCHEMA_REF_PREFIX = "#/components/schemas/"
+"""Where component schemas live; every ``$ref`` starts with this."""
+
+JSON = "application/json"
+"""The media type of every JSON body."""
+
+METRICS_MEDIA_TYPE = "text/plain"
+"""The media type of ``GET /metrics`` (Prometheus text exposition)."""
+
+BEARER_SCHEME = "bearerAuth"
+"""Security scheme: ``Authorization: Bearer <key>``."""
+
+API_KEY_SCHEME = "apiKeyHeader"
+"""Security scheme: ``x-api-key: <key>`` (what the Anthropic SDKs send)."""
+
+EXAMPLE_MODEL = "default"
+"""The model named in request examples when no model name is given."""
+
+DONE_DATA = "[DONE]"
+"""The ``data`` of the frame that ends an OpenAI chat/completions stream."""
+
+
+# --- documentation-only bodies -------------------------------------------------------------
+# The routes build these as plain dicts; the Structs below describe them.
+
+
+class OpenAIErrorDetail(msgspec.Struct, kw_only=True):
+    """The ``error`` object of an OpenAI error: a client-safe ``message``,
+    its ``type`` (e.g. ``invalid_request_error``), the offending request
+    field ``param`` (a path such as ``messages[0].content``) and a short
+    machine-readable ``code`` (e.g. ``model_not_found``)."""
+
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class OpenAIError(msgspec.Struct, kw_only=True):
+    """An error answered by an OpenAI-protocol route (every route outside
+    ``/v1/messages``), also as the data of a mid-stream error frame."""
+
+    error: OpenAIErrorDetail
+
+
+class AnthropicErrorDetail(msgspec.Struct, kw_only=True):
+    """The ``error`` object of an Anthropic error: its ``type`` (e.g.
+    ``invalid_request_error``, ``overloaded_error``) and ``message``."""
+
+    type: str
+    message: str
+
+
+class AnthropicError(msgspec.Struct, kw_only=True):
+    """An error answered by a ``/v1/messages`` route; ``request_id``
+    equals the ``request-id`` header."""
+
+    type: Literal["error"]
+    error: AnthropicErrorDetail
+    request_id: str
+
+
+class AnthropicStreamError(msgspec.Struct, kw_only=True):
+    """The data of an Anthropic ``event: error`` frame (mid-stream error)."""
+
+    type: Literal["error"]
+    error: AnthropicErrorDetail
+
+
+class TokenCount(msgspec.Struct, kw_only=True):
+    """The ``POST /v1/messages/count_tokens`` answer: how many tokens the
+    request's prompt (system, messages, tools) renders to."""
+
+    input_tokens: int
+
+
+class Health(msgspec.Struct, kw_only=True):
+    """The ``GET /health`` body: the gateway's state and each configured
+    model's worker status."""
+
+    status: Literal["ok", "draining"]
+    models: dict[str, WorkerStatus]
+
+
+class Readiness(msgspec.Struct, kw_only=True):
+    """The ``GET /ready`` body: whether every preloaded model is ready, and
+    each model's worker state."""
+
+    ready: bool
+    models: dict[str, str]
+
+
+# --- schema views ---------------------------------------------------------------------------
+
+
+def _is_struct(tp: Any) -> bool:
+    """Whether ``tp`` is a msgspec Struct class."""
+    return isinstance(tp, type) and issubclass(tp, msgspec.Struct)
+
+
+def _is_union(tp: Any) -> bool:
+    """Whether ``tp`` is a ``Union[...]`` / ``X | Y`` type."""
+    return typing.get_origin(tp) in (Union, types.UnionType)
+
+
+def _structs(members: Iterable[Any]) -> list[type]:
+    """The Struct classes among union ``members`` (``Annotated`` wrappers
+    looked through)."""
+    found = []
+    for member in members:
+        while typing.get_origin(member) is Annotated:
+            member = typing.get_args(member)[0]
+        if _is_struct(member):
+            found.append(member)
+    return found
+
+
+def _untagged_structs(members: Iterable[Any]) -> list[type]:
+    """The Struct classes among union ``members`` that are object-like and
+    carry no tag."""
+    return [
+        cls
+        for cls in _structs(members)
+        if cls.__struct_config__.tag is None and not cls.__struct_config__.array_like  # type: ignore[attr-defined]
+    ]
+
+
+class _SchemaViews:
+    """Mirror types of Structs that msgspec can generate JSON Schema for.
+
+    ``view(tp, encoded)`` returns ``tp`` with every Struct replaced by its
+    view, built once per class and use:
+
+    - ``Raw`` becomes ``Any`` (a ``Raw`` default: the value it encodes);
+    - a Struct that is a member of an untagged union of two or more Structs
+      anywhere under ``roots`` (found by the constructor's walk) gets
+      ``tag_field="type"``, its tag being its ``type`` field's string
+      default;
+    - ``encoded`` (a type the server only sends): every field is required,
+      as msgspec always encodes it, unless the Struct has
+      ``omit_defaults``;
+    - decoded (a type the server only reads): a tagged Struct that is not
+      one of several Structs of a union keeps its tag as an optional field
+      (``<Name>Standalone``), as msgspec requires the tag only to choose
+      among Structs.
+
+    Raises (from ``view``):
+        TypeError: a Struct in an untagged union has no ``type`` field with a
+        string default, so no tag can be derived.
+    """
+
+    TAG_FIELD = "type"
+
+    def __init__(self, roots: Iterable[Any]) -> None:
+        self._tagged: set[type] = set()
+        self._views: dict[tuple[type, str], Any] = {}
+        seen: set[type] = set()
+        for root in roots:
+            self._find_untagged_unions(root, seen)
+
+    def _find_untagged_unions(self, tp: Any, seen: set[type]) -> None:
+        """Record in ``self._tagged`` the members of untagged Struct unions
+        reachable from ``tp``."""
+        if _is_struct(tp):
+            if tp in seen:
+                return
+            seen.add(tp)
+            for info in msgspec.structs.fields(tp):
+                self._find_untagged_unions(info.type, seen)
+            return
+        args = typing.get_args(tp)
+        if _is_union(tp):
+            members = _untagged_structs(args)
+            if len(members) >= 2:
+                self._tagged.update(members)
+        if typing.get_origin(tp) is Annotated:
+            args = args[:1]
+        for arg in args:
+            self._find_untagged_unions(arg, seen)
+
+    def view(self, tp: Any, encoded: bool, in_union: bool = False) -> Any:
+        """``tp`` with Structs replaced by their views and ``Raw`` by ``Any``
+        (``in_union``: ``tp`` is one of several Structs of a union, where
+        msgspec needs the tag to tell them apart)."""
+        if tp is Raw:
+            return Any
+        if _is_struct(tp):
+            return self._struct_view(tp, encoded, in_union)
+        origin = typing.get_origin(tp)
+        args = typing.get_args(tp)
+        if origin is None or not args:
+            return tp
+        if origin is Annotated:
+            return Annotated[(self.view(args[0], encoded, in_union), *tp.__metadata__)]  # type: ignore[misc]
+        if origin is Literal:
+            return tp
+        union = _is_union(tp)
+        several = union and len(_structs(args)) >= 2
+        viewed = tuple(self.view(arg, encoded, several) for arg in args)
+        if union:
+            return Union[viewed]  # type: ignore[return-value]
+        return origin[viewed if len(viewed) > 1 else viewed[0]]
+
+    def _struct_view(self, cls: type, encoded: bool, in_union: bool) -> Any:
+        """The (cached) view of Struct ``cls`` for this use."""
+        config = cls.__struct_config__  # type: ignore[attr-defined]
+        tag_field, tag = config.tag_field, config.tag
+        standalone = not encoded and tag is not None and not in_union
+        use = "encoded" if encoded else "standalone" if standalone else "decoded"
+        cached = self._views.get((cls, use))
+        if cached is not None:
+            return cached
+        fields = list(msgspec.structs.fields(cls))  # type: ignore[arg-type]
+        name = cls.__name__
+        if cls in self._tagged:
+            tag_field, tag = self.TAG_FIELD, self._constant_type(cls, fields)
+            fields = [f for f in fields if f.name != self.TAG_FIELD]
+        # A placeholder first, so that self-referencing Structs terminate.
+        self._views[(cls, use)] = Any
+        specs = [self._field_spec(f, encoded, encoded and not config.omit_defaults) for f in fields]
+        if standalone:
+            specs.insert(0, (tag_field, Literal[tag], tag))
+            name, tag_field, tag = name + "Standalone", None, None
+        view = msgspec.defstruct(
+            name,
+            specs,
+            module=cls.__module__,
+            kw_only=True,
+            omit_defaults=config.omit_defaults,
+            forbid_unknown_fields=config.forbid_unknown_fields,
+            tag_field=tag_field,
+            tag=tag,
+            rename={f.name: f.encode_name for f in fields if f.name != f.encode_name} or None,
+        )
+        view.__doc__ = cls.__doc__
+        if standalone:
+            view.__doc__ = (cls.__doc__ or "") + "\n\nOutside a union the type tag may be left out."
+        self._views[(cls, use)] = view
+        return view
+
+    def _constant_type(self, cls: type, fields: list[msgspec.structs.FieldInfo]) -> str:
+        """The string default of ``cls``'s ``type`` field (its tag)."""
+        for info in fields:
+            if info.name == self.TAG_FIELD and isinstance(info.default, str):
+                return info.default
+        raise TypeError(
+            f"{cls.__qualname__} is a member of an untagged Struct union but has no "
+            f"'{self.TAG_FIELD}' field with a string default to document it by"
+        )
+
+    def _field_spec(self, info: msgspec.structs.FieldInfo, encoded: bool, always_present: bool) -> tuple[Any, ...]:
+        """A ``defstruct`` field spec mirroring ``info``: its type viewed
+        (``encoded`` as its Struct), a ``Raw`` default decoded to the value
+        it stands for, and no default at all when the field is
+        ``always_present``."""
+        tp = self.view(info.type, encoded)
+        if always_present:
+            return (info.name, tp)
+        if info.default is not NODEFAULT:
+            default = info.default
+            if isinstance(default, Raw):
+                default = msgspec.json.decode(bytes(default))
+            return (info.name, tp, default)
+        if info.default_factory is not NODEFAULT:
+            return (info.name, tp, msgspec.field(default_factory=info.default_factory))
+        return (info.name, tp)
+
+
+# --- the document ----------------------------------------------------------------------------
+
+_TYPES: dict[str, Any] = {
+    # request bodies
+    "chat_request": ChatCompletionRequest,
+    "completion_request": CompletionRequest,
+    "responses_request": ResponsesRequest,
+    "messages_request": MessagesRequest,
+    "count_tokens_request": CountTokensRequest,
+    # successful answers
+    "chat_completion": openai_format.ChatCompletion,
+    "text_completion": openai_format.TextCompletion,
+    "completion_choice": openai_format.CompletionChoice,
+    "chat_logprobs": openai_format.ChatLogprobs,
+    "openai_usage": openai_format.Usage,
+    "model_list": openai_format.ModelList,
+    "model": openai_format.ModelCard,
+    "response": responses_format.ResponseBody,
+    "message": anthropic_format.Message,
+    "anthropic_usage": anthropic_format.Usage,
+    "content_block": anthropic_format.ContentBlock,
+    "token_count": TokenCount,
+    "health": Health,
+    "readiness": Readiness,
+    # errors
+    "openai_error": OpenAIError,
+    "anthropic_error": AnthropicError,
+    "anthropic_stream_error": AnthropicStreamError,
+    # Responses stream events (see _RESPONSES_EVENTS)
+    "lifecycle_event": responses_format.LifecycleEvent,
+    "item_event": responses_format.ItemEvent,
+    "part_event": responses_format.PartEvent,
+    "text_delta_event": responses_format.TextDeltaEvent,
+    "text_done_event": responses_format.TextDoneEvent,
+    "reasoning_delta_event": responses_format.ReasoningDeltaEvent,
+    "reasoning_done_event": responses_format.ReasoningDoneEvent,
+    "arguments_delta_event": responses_format.ArgumentsDeltaEvent,
+    "arguments_done_event": responses_format.ArgumentsDoneEvent,
+    "error_event": responses_format.ErrorEvent,
+}
+"""Every type the document is generated from, by the key it is used under."""
+
+_DECODED = frozenset(
+    {"chat_request", "completion_request", "responses_request", "messages_request", "count_tokens_request"}
+)
+"""The keys of :data:`_TYPES` the server decodes; it encodes all the others."""
+
+_RESPONSES_EVENTS: dict[str, str] = {
+    "response.created": "lifecycle_event",
+    "response.in_progress": "lifecycle_event",
+    "response.completed": "lifecycle_event",
+    "response.incomplete": "lifecycle_event",
+    "response.failed": "lifecycle_event",
+    "response.output_item.added": "item_event",
+    "response.output_item.done": "item_event",
+    "response.content_part.added": "part_event",
+    "response.content_part.done": "part_event",
+    "response.output_text.delta": "text_delta_event",
+    "response.output_text.done": "text_done_event",
+    "response.reasoning_text.delta": "reasoning_delta_event",
+    "response.reasoning_text.done": "reasoning_done_event",
+    "response.function_call_arguments.delta": "arguments_delta_event",
+    "response.function_call_arguments.done": "arguments_done_event",
+    "error": "error_event",
+}
+"""Responses stream: event name -> the key of its data's type in :data:`_TYPES`
+(the data's ``type`` equals the event name)."""
+
+_OPENAI_ERRORS = {
+    400: "Invalid request: malformed JSON, a field of the wrong type or out of bounds, an unknown "
+    "field, an unsupported feature, or a prompt longer than the model's context",
+    401: "Missing or invalid API key",
+    404: "Unknown model (`model_not_found`)",
+    413: "Request body larger than `server.max_body_bytes`",
+    415: "Unsupported request content type",
+    500: "Internal error",
+    503: "The model is not ready, overloaded or the request was aborted; retry after `Retry-After`",
+    504: "The request ran past its deadline",
+}
+"""OpenAI-protocol error statuses of a generation route, with their meaning."""
+
+_ANTHROPIC_ERRORS = {
+    400: _OPENAI_ERRORS[400],
+    401: _OPENAI_ERRORS[401],
+    404: _OPENAI_ERRORS[404],
+    413: _OPENAI_ERRORS[413],
+    415: _OPENAI_ERRORS[415],
+    500: _OPENAI_ERRORS[500],
+    504: _OPENAI_ERRORS[504],
+    529: "Overloaded: the model is not ready, its queue is full or the request was aborted; retry after `Retry-After`",
+}
+"""Anthropic-protocol error statuses of the ``/v1/messages`` routes."""
+
+
+class _Builder:
+    """Assembles the document from the generated schemas (``refs``: key of
+    :data:`_TYPES` -> its schema, a ``$ref`` for Structs)."""
+
+    def __init__(self, refs: dict[str, dict[str, Any]], example_model: str) -> None:
+        self.refs = refs
+        self.model = example_model
+
+    # -- responses --
+
+    @staticmethod
+    def _header(description: str, schema: dict[str, Any], required: bool = False) -> dict[str, Any]:
+        """A response header object."""
+        return {"description": description, "required": required, "schema": schema}
+
+    def _error_responses(self, statuses: dict[int, str], anthropic: bool) -> dict[str, Any]:
+        """Error response objects for ``statuses`` in the route's protocol."""
+        schema = self.refs["anthropic_error" if anthropic else "openai_error"]
+        out: dict[str, Any] = {}
+        for status, description in statuses.items():
+            headers: dict[str, Any] = {}
+            if anthropic:
+                headers["request-id"] = self._header(
+                    "The id of this answer (equal to the body's `request_id`)", {"type": "string"}, True
+                )
+            if status == 401:
+                headers["WWW-Authenticate"] = self._header("The scheme to authenticate with", {"type": "string"})
+            if status in (503, 529):
+                headers["Retry-After"] = self._header(
+                    "Seconds to wait before retrying", {"type": "integer", "minimum": 0}, anthropic
+                )
+            response: dict[str, Any] = {"description": description, "content": {JSON: {"schema": schema}}}
+            if headers:
+                response["headers"] = headers
+            out[str(status)] = response
+        return out
+
+    @staticmethod
+    def _sse_event(event_names: dict[str, dict[str, Any]] | None, data: dict[str, Any]) -> dict[str, Any]:
+        """The schema of one parsed SSE event.
+
+        ``event_names`` maps each event name to the schema of its JSON
+        data; when None the event carries no name (``message``) and ``data``
+        is the schema of its whole ``data`` string.
+        """
+        event: dict[str, Any] = {
+            "type": "object",
+            "required": ["event", "data"],
+            "properties": {
+                "event": {"type": "string"},
+                "data": {"type": "string"},
+                "id": {"type": "string"},
+                "retry": {"type": "integer", "minimum": 0},
+            },
+        }
+        if event_names is None:
+            event["properties"]["event"] = {"const": "message"}
+            event["properties"]["data"] = data
+            return event
+        event["properties"]["event"] = {"enum": list(event_names)}
+        event["allOf"] = [
+            {
+                "if": {"properties": {"event": {"const": name}}},
+                "then": {"properties": {"data": _json_text(schema)}},
+            }
+            for name, schema in event_names.items()
+        ]
+        return event
+
+    def _openai_stream(self, chunk: dict[str, Any]) -> dict[str, Any]:
+        """An OpenAI chat/completions stream event: a ``chunk``, an error
+        frame, or the final ``[DONE]``."""
+        payload = {"anyOf": [chunk, self.refs["openai_error"]]}
+        data = {"type": "string", "if": {"const": DONE_DATA}, "else": _json_text(payload)}
+        return self._sse_event(None, data)
+
+    def _ok(
+        self,
+        description: str,
+        json_schema: dict[str, Any],
+        sse: dict[str, Any] | None = None,
+        headers: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """A 200 response object (JSON, plus SSE when ``sse`` is given)."""
+        content: dict[str, Any] = {JSON: {"schema": json_schema}}
+        if sse is not None:
+            content[SSE_MEDIA_TYPE] = {"schema": sse}
+        response: dict[str, Any] = {"description": description, "content": content}
+        if headers:
+            response["headers"] = headers
+        return {"200": response}
+
+    # -- stream chunk schemas (built as bytes by the format modules, so no Structs) --
+
+    def _chunk(self, obj: str, choice: dict[str, Any]) -> dict[str, Any]:
+        """An OpenAI stream chunk whose ``object`` is ``obj`` and whose
+        ``choices`` items follow ``choice`` (the usage chunk has none)."""
+        return {
+            "type": "object",
+            "required": ["id", "object", "created", "model", "choices"],
+            "properties": {
+                "id": {"type": "string"},
+                "object": {"const": obj},
+                "created": {"type": "integer"},
+                "model": {"type": "string"},
+                "choices": {"type": "array", "items": choice},
+                "usage": {"anyOf": [self.refs["openai_usage"], {"type": "null"}]},
+            },
+        }
+
+    def chat_chunk(self) -> dict[str, Any]:
+        """A ``chat.completion.chunk``."""
+        tool_call = {
+            "type": "object",
+            "required": ["index"],
+            "properties": {
+                "index": {"type": "integer", "minimum": 0},
+                "id": {"type": "string"},
+                "type": {"const": "function"},
+                "function": {
+                    "type": "object",
+                    "properties": {"name": {"type": "string"}, "arguments": {"type": "string"}},
+                },
+            },
+        }
+        delta = {
+            "type": "object",
+            "properties": {
+                "role": {"const": "assistant"},
+                "content": {"type": ["string", "null"]},
+                "reasoning_content": {"type": "string"},
+                "reasoning": {"type": "string"},
+                "tool_calls": {"type": "array", "items": tool_call},
+            },
+        }
+        choice = {
+            "type": "object",
+            "required": ["index", "delta", "finish_reason"],
+            "properties": {
+                "index": {"type": "integer", "minimum": 0},
+                "delta": delta,
+                "logprobs": {"anyOf": [self.refs["chat_logprobs"], {"type": "null"}]},
+                "finish_reason": {"enum": ["stop", "length", "tool_calls", None]},
+            },
+        }
+        return self._chunk("chat.completion.chunk", choice)
+
+    def completion_chunk(self) -> dict[str, Any]:
+        """A streamed ``text_completion`` chunk."""
+        return self._chunk("text_completion", self.refs["completion_choice"])
+
+    def anthropic_events(self) -> dict[str, dict[str, Any]]:
+        """Anthropic stream: event name -> the schema of its data."""
+
+        def event(name: str, required: dict[str, Any]) -> dict[str, Any]:
+            properties = {"type": {"const": name}, **required}
+            return {"type": "object", "required": list(properties), "properties": properties}
+
+        index = {"type": "integer", "minimum": 0}
+        delta = {
+            "type": "object",
+            "required": ["type"],
+            "properties": {
+                "type": {"enum": ["text_delta", "thinking_delta", "input_json_delta", "signature_delta"]},
+                "text": {"type": "string"},
+                "thinking": {"type": "string"},
+                "partial_json": {"type": "string"},
+                "signature": {"type": "string"},
+            },
+        }
+        stop = {
+            "type": "object",
+            "required": ["stop_reason", "stop_sequence"],
+            "properties": {
+                "stop_reason": {"enum": ["end_turn", "max_tokens", "stop_sequence", "tool_use"]},
+                "stop_sequence": {"type": ["string", "null"]},
+            },
+        }
+        return {
+            "message_start": event("message_start", {"message": self.refs["message"]}),
+            "ping": event("ping", {}),
+            "content_block_start": event(
+                "content_block_start", {"index": index, "content_block": self.refs["content_block"]}
+            ),
+            "content_block_delta": event("content_block_delta", {"index": index, "delta": delta}),
+            "content_block_stop": event("content_block_stop", {"index": index}),
+            "message_delta": event("message_delta", {"delta": stop, "usage": self.refs["anthropic_usage"]}),
+            "message_stop": event("message_stop", {}),
+            "error": self.refs["anthropic_stream_error"],
+        }
+
+    def responses_events(self) -> dict[str, dict[str, Any]]:
+        """Responses stream: event name -> the schema of its data."""
+        return {
+            name: {"allOf": [self.refs[key], {"properties": {"type": {"const": name}}}]}
+            for name, key in _RESPONSES_EVENTS.items()
+        }
+
+    # -- operations --
+
+    def _body(self, key: str, example: dict[str, Any], streams: bool) -> dict[str, Any]:
+        """A required JSON request body of type ``key`` with ``example``,
+        plus the same example streamed when the operation ``streams``."""
+        examples = {"minimal": {"summary": "A short answer", "value": example}}
+        if streams:
+            examples["streamed"] = {"summary": "The same, streamed", "value": {**example, "stream": True}}
+        return {"required": True, "content": {JSON: {"schema": self.refs[key], "examples": examples}}}
+
+    def generation(
+        self,
+        *,
+        operation_id: str,
+        summary: str,
+        tag: str,
+        body: str,
+        example: dict[str, Any],
+        ok: dict[str, Any],
+        anthropic: bool = False,
+    ) -> dict[str, Any]:
+        """A ``POST`` generation operation."""
+        errors = _ANTHROPIC_ERRORS if anthropic else _OPENAI_ERRORS
+        return {
+            "operationId": operation_id,
+            "summary": summary,
+            "tags": [tag],
+            "requestBody": self._body(body, example, SSE_MEDIA_TYPE in ok["200"]["content"]),
+            "responses": {**ok, **self._error_responses(errors, anthropic)},
+        }
+
+    def paths(self, include_openapi_route: bool) -> dict[str, Any]:
+        """Every path item."""
+        model = self.model
+        message = [{"role": "user", "content": "Hello"}]
+        openai_errors = {s: _OPENAI_ERRORS[s] for s in (401, 404)}
+        request_id = {
+            "request-id": self._header("The id of this answer", {"type": "string"}, True),
+        }
+        optional_key = [{}, {BEARER_SCHEME: []}, {API_KEY_SCHEME: []}]
+        paths: dict[str, Any] = {
+            "/v1/chat/completions": {
+                "post": self.generation(
+                    operation_id="createChatCompletion",
+                    summary="Chat completion (OpenAI)",
+                    tag="OpenAI",
+                    body="chat_request",
+                    example={"model": model, "messages": message, "max_tokens": 8},
+                    ok=self._ok(
+                        "A `chat.completion`, or with `stream: true` a stream of `chat.completion.chunk` "
+                        "frames ending with `data: [DONE]`",
+                        self.refs["chat_completion"],
+                        self._openai_stream(self.chat_chunk()),
+                    ),
+                )
+            },
+            "/v1/completions": {
+                "post": self.generation(
+                    operation_id="createCompletion",
+                    summary="Text completion (OpenAI, legacy)",
+                    tag="OpenAI",
+                    body="completion_request",
+                    example={"model": model, "prompt": "Once upon a time", "max_tokens": 8},
+                    ok=self._ok(
+                        "A `text_completion`, or with `stream: true` a stream of them ending with `data: [DONE]`",
+                        self.refs["text_completion"],
+                        self._openai_stream(self.completion_chunk()),
+                    ),
+                )
+            },
+            "/v1/responses": {
+                "post": self.generation(
+                    operation_id="createResponse",
+                    summary="Create a response (OpenAI Responses API, stateless)",
+                    tag="OpenAI",
+                    body="responses_request",
+                    example={"model": model, "input": "Hello", "max_output_tokens": 8},
+                    ok=self._ok(
+                        "A `response` object, or with `stream: true` its stream events",
+                        self.refs["response"],
+                        self._sse_event(self.responses_events(), {}),
+                    ),
+                )
+            },
+            "/v1/messages": {
+                "post": self.generation(
+                    operation_id="createMessage",
+                    summary="Create a message (Anthropic Messages API)",
+                    tag="Anthropic",
+                    body="messages_request",
+                    example={"model": model, "messages": message, "max_tokens": 8},
+                    ok=self._ok(
+                        "A `message`, or with `stream: true` its stream events",
+                        self.refs["message"],
+                        self._sse_event(self.anthropic_events(), {}),
+                        request_id,
+                    ),
+                    anthropic=True,
+                )
+            },
+            "/v1/messages/count_tokens": {
+                "post": self.generation(
+                    operation_id="countMessageTokens",
+                    summary="Count the prompt tokens of a message request (Anthropic)",
+                    tag="Anthropic",
+                    body="count_tokens_request",
+                    example={"model": model, "messages": message},
+                    ok=self._ok("The prompt's token count", self.refs["token_count"], None, request_id),
+                    anthropic=True,
+                )
+            },
+            "/v1/models": {
+                "get": {
+                    "operationId": "listModels",
+                    "summary": "List the configured models (canonical names)",
+                    "tags": ["OpenAI"],
+                    "responses": {
+                        **self._ok("The model list", self.refs["model_list"]),
+                        **self._error_responses({401: _OPENAI_ERRORS[401]}, False),
+                    },
+                }
+            },
+            "/v1/models/{model}": {
+                "get": {
+                    "operationId": "retrieveModel",
+                    "summary": "One model, by its name or an alias",
+                    "tags": ["OpenAI"],
+                    "parameters": [
+                        {
+                            "name": "model",
+                            "in": "path",
+                            "required": True,
+                            "description": "A model name or alias (may contain `/`)",
+                            "schema": {"type": "string", "minLength": 1},
+                            "example": model,
+                        }
+                    ],
+                    "responses": {
+                        **self._ok("The model (an alias answers with its canonical model)", self.refs["model"]),
+                        **self._error_responses(openai_errors, False),
+                    },
+                }
+            },
+            "/health": {
+                "get": {
+                    "operationId": "health",
+                    "summary": "Liveness, with each model's worker status",
+                    "tags": ["Operations"],
+                    "security": [],
+                    "responses": self._ok("The gateway runs", self.refs["health"]),
+                }
+            },
+            "/ready": {
+                "get": {
+                    "operationId": "ready",
+                    "summary": "Readiness: every preloaded model is ready",
+                    "tags": ["Operations"],
+                    "security": optional_key,
+                    "responses": {
+                        **self._ok("Every preloaded model is ready", self.refs["readiness"]),
+                        "503": {
+                            "description": "Some preloaded model is not ready, or the server is draining",
+                            "content": {JSON: {"schema": self.refs["readiness"]}},
+                        },
+                        **self._error_responses({401: _OPENAI_ERRORS[401] + " (with `metrics_require_key`)"}, False),
+                    },
+                }
+            },
+            "/metrics": {
+                "get": {
+                    "operationId": "metrics",
+                    "summary": "Prometheus metrics",
+                    "tags": ["Operations"],
+                    "security": optional_key,
+                    "responses": {
+                        "200": {
+                            "description": "Prometheus text exposition",
+                            "content": {METRICS_MEDIA_TYPE: {"schema": {"type": "string"}}},
+                        },
+                        **self._error_responses({401: _OPENAI_ERRORS[401] + " (with `metrics_require_key`)"}, False),
+                    },
+                }
+            },
+        }
+        if include_openapi_route:
+            paths["/openapi.json"] = {
+                "get": {
+                    "operationId": "openapi",
+                    "summary": "This document",
+                    "tags": ["Operations"],
+                    "security": [],
+                    "responses": self._ok("The OpenAPI document", {"type": "object"}),
+                }
+            }
+        return paths
+
+
+def _json_text(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema of a string holding JSON text that follows ``schema``."""
+    return {"type": "string", "contentMediaType": JSON, "contentSchema": schema}
+
+
+def _package_version() -> str:
+    """mlxd's installed version (``0.0.0`` when not installed)."""
+    try:
+        return metadata.version("mlxd")
+    except metadata.PackageNotFoundError:
+        return "0.0.0"
+
+
+def openapi_document(
+    model_names: Sequence[str] = (),
+    *,
+    title: str = "mlxd",
+    version: str | None = None,
+    include_openapi_route: bool = True,
+) -> dict[str, Any]:
+    """Return the OpenAPI 3.1 document of the gateway's HTTP API.
+
+    ``model_names`` are the configured models; the first one is named in
+    the request examples (:data:`EXAMPLE_MODEL` when there is none). The
+    model field itself accepts any name (unknown ones are a documented 404).
+    ``version`` defaults to the installed package version.
+    ``include_openapi_route`` documents ``GET /openapi.json`` itself.
+
+    The result is a fresh, JSON-serialisable dict (the caller may modify
+    it): ``paths`` for every route of :func:`gateway.app.build_app`,
+    ``components.schemas`` with one schema per type (every reference is
+    ``#/components/schemas/{name}``) and ``components.securitySchemes``.
+    """
+    views = _SchemaViews(_TYPES.values())
+    keys = list(_TYPES)
+    schemas, components = msgspec.json.schema_components(
+        [views.view(_TYPES[key], encoded=key not in _DECODED) for key in keys],
+        ref_template=SCHEMA_REF_PREFIX + "{name}",
+    )
+    refs = dict(zip(keys, schemas))
+    builder = _Builder(refs, model_names[0] if model_names else EXAMPLE_MODEL)
+    return {
+        "openapi": OPENAPI_VERSION,
+        "info": {
+            "title": title,
+            "version": version or _package_version(),
+            "description": (
+                "OpenAI- and Anthropic-compatible LLM server. Request bodies are decoded strictly: "
+                "unknown fields, wrong types and out-of-bounds values are refused with a 400 naming "
+                "the field (`error.param`)."
+            ),
+        },
+        "tags": [
+            {"name": "OpenAI", "description": "OpenAI-compatible endpoints (OpenAI error shape)"},
+            {"name": "Anthropic", "description": "Anthropic Messages API (Anthropic error shape)"},
+            {"name": "Operations", "description": "Health, readiness, metrics"},
+        ],
+        "security": [{BEARER_SCHEME: []}, {API_KEY_SCHEME: []}],
+        "paths": builder.paths(include_openapi_route),
+        "components": {
+            "schemas": components,
+            "securitySchemes": {
+                BEARER_SCHEME: {"type": "http", "scheme": "bearer", "description": "`Authorization: Bearer <key>`"},
+                API_KEY_SCHEME: {"type": "apiKey", "in": "header", "name": "x-api-key"},
+            },
+        },
+    }
+
+
+@functools.lru_cache(maxsize=8)
+def _document_json(model_names: tuple[str, ...]) -> bytes:
+    """The encoded document for ``model_names`` (built once per name list)."""
+    return msgspec.json.encode(openapi_document(model_names))
+
+
+async def openapi_response(request: Request) -> Response:
+    """``GET /openapi.json``: the document as JSON.
+
+    The examples name the app's configured models (read from
+    ``request.app.state.engine`` when it has one). The document is built
+    once per list of model names and served from a cache afterwards.
+    """
+    engine = getattr(request.app.state, "engine", None)
+    names = tuple(m.name for m in engine.models()) if engine is not None else ()
+    return Response(_document_json(names), media_type=JSON)

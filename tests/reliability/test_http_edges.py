@@ -1,0 +1,412 @@
+"""HTTP edge cases against a real gateway: the Host check (DNS rebinding),
+CORS only when configured, compressed bodies refused, oversized heads,
+and the header timeout that cuts off slowloris clients.
+
+Requests that clients such as httpx would normalise or refuse to send go
+over raw sockets (:func:`exchange`).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import socket
+import threading
+import time
+import zlib
+from dataclasses import dataclass
+
+import httpx
+import pytest
+
+from tests.conftest import API_KEY, TINY, start_server
+
+GOOD_ORIGIN = "http://app.example"
+OTHER_ORIGIN = "http://other.example"
+EXTRA_HOST = "mlxd.test"
+HEADER_TIMEOUT = 1.0
+MSG = [{"role": "user", "content": "hi"}]
+
+
+# -- raw HTTP ---------------------------------------------------------------------------
+
+
+@dataclass
+class Reply:
+    """A parsed raw HTTP response (``status`` 0: the server sent nothing)."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> dict:
+        """The body parsed as JSON."""
+        return json.loads(self.body)
+
+
+def port_of(server) -> int:
+    """The TCP port of a test ``Server``."""
+    return int(server.url.rsplit(":", 1)[1])
+
+
+def head(method: str, target: str, headers: list[tuple[str, str]], version: str = "HTTP/1.1") -> bytes:
+    """A request head, sent exactly as given (plus ``Connection: close``)."""
+    lines = [f"{method} {target} {version}", *(f"{k}: {v}" for k, v in headers), "Connection: close"]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def parse_reply(data: bytes) -> Reply:
+    """Parse one HTTP/1.1 response read up to the connection's close."""
+    if not data:
+        return Reply(0, {}, b"")
+    raw_head, _, body = data.partition(b"\r\n\r\n")
+    status_line, *lines = raw_head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in lines:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return Reply(int(status_line.split()[1]), headers, body)
+
+
+def read_all(sock: socket.socket) -> bytes:
+    """Everything ``sock`` receives until the peer closes it."""
+    chunks = []
+    while chunk := sock.recv(65536):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def exchange(port: int, data: bytes, timeout: float = 30) -> Reply:
+    """Send ``data`` on a fresh connection and parse what comes back."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        try:
+            sock.sendall(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the server answered and closed before reading it all
+        return parse_reply(read_all(sock))
+
+
+def raw_get(port: int, target: str, host: str = "localhost", extra: list[tuple[str, str]] | None = None) -> Reply:
+    """``GET target`` with the given Host header (and ``extra`` headers)."""
+    return exchange(port, head("GET", target, [("Host", host), *(extra or [])]))
+
+
+def assert_openai_error(reply: Reply, status: int) -> dict:
+    """``reply`` is ``status`` with an OpenAI error object; return it."""
+    assert reply.status == status, reply
+    err = reply.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"} and err["message"]
+    return err
+
+
+def assert_anthropic_error(reply: Reply, status: int) -> dict:
+    """``reply`` is ``status`` with an Anthropic error body; return its error."""
+    assert reply.status == status, reply
+    body = reply.json()
+    assert body["type"] == "error" and body["error"]["message"] and body["error"]["type"]
+    return body["error"]
+
+
+@pytest.fixture(scope="module")
+def edge_server(tiny_model_dir, tmp_path_factory):
+    """A gateway with CORS, an extra allowed host and a 1 s header timeout."""
+    srv = start_server(
+        tmp_path_factory.mktemp("edge-gw"),
+        [{"name": TINY, "source": str(tiny_model_dir)}],
+        cors_origins=[GOOD_ORIGIN],
+        allowed_hosts=[EXTRA_HOST],
+        header_timeout=HEADER_TIMEOUT,
+    )
+    yield srv
+    srv.stop()
+
+
+AUTH = [("Authorization", f"Bearer {API_KEY}")]
+
+
+# -- 1. Host header check -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "localhost",
+        "localhost:8000",
+        "LocalHost",
+        "127.0.0.1",
+        "127.0.0.1:1",
+        "[::1]",
+        "[::1]:8000",
+        EXTRA_HOST,
+        f"{EXTRA_HOST}:443",
+    ],
+)
+def test_own_host_names_are_served(edge_server, host):
+    reply = raw_get(port_of(edge_server), "/v1/models", host, AUTH)
+    assert reply.status == 200, reply
+    assert reply.json()["data"][0]["id"] == TINY
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "evil.example",
+        "evil.example:8000",
+        "localhost.evil.example",
+        "127.0.0.1.nip.io",
+        "127.0.0.2",
+        "::1",
+        "a/#@b",
+        "localhost:8000@evil",
+        "localhost:80:80",
+        "localhost/",
+        "",
+        "[::1",
+        "evil.example\\",
+    ],
+)
+def test_foreign_host_is_misdirected_in_protocol_shape(edge_server, host):
+    port = port_of(edge_server)
+    err = assert_openai_error(raw_get(port, "/v1/models", host, AUTH), 421)
+    assert err["code"] == "host_not_allowed"
+    assert_openai_error(raw_get(port, "/health", host), 421)  # public routes too: they show worker state
+    body = json.dumps({"model": TINY, "max_tokens": 1, "messages": MSG})
+    data = (
+        head(
+            "POST",
+            "/v1/messages",
+            [
+                ("Host", host),
+                ("x-api-key", API_KEY),
+                ("Content-Type", "application/json"),
+                ("Content-Length", str(len(body))),
+            ],
+        )
+        + body.encode()
+    )
+    assert_anthropic_error(exchange(port, data), 421)
+
+
+def test_allowed_hosts_is_per_server(tiny_server):
+    # tiny_server has no allowed_hosts: only the loopback names pass
+    port = port_of(tiny_server)
+    assert raw_get(port, "/health", "localhost").status == 200
+    assert_openai_error(raw_get(port, "/health", EXTRA_HOST), 421)
+
+
+def test_missing_or_repeated_host_is_refused(edge_server):
+    port = port_of(edge_server)
+    assert_openai_error(exchange(port, head("GET", "/health", [], version="HTTP/1.0")), 421)
+    twice = head("GET", "/health", [("Host", "localhost"), ("Host", "evil.example")])
+    assert exchange(port, twice).status in (400, 421)
+
+
+# -- 2. CORS ---------------------------------------------------------------------------------
+
+
+def preflight(server, path: str, origin: str, method: str = "POST") -> httpx.Response:
+    """A browser's CORS preflight for ``method path`` from ``origin`` (no key)."""
+    headers = {
+        "Origin": origin,
+        "Access-Control-Request-Method": method,
+        "Access-Control-Request-Headers": "authorization, content-type",
+    }
+    return httpx.options(f"{server.url}{path}", headers=headers, timeout=30)
+
+
+def cors_headers(response: httpx.Response) -> dict[str, str]:
+    """The ``Access-Control-*`` headers of ``response``."""
+    return {k: v for k, v in response.headers.items() if k.lower().startswith("access-control-")}
+
+
+def test_no_cors_headers_unless_configured(tiny_server):
+    r = preflight(tiny_server, "/v1/chat/completions", GOOD_ORIGIN)
+    assert r.status_code == 401 and not cors_headers(r)
+    for path, headers in (("/health", {}), ("/v1/models", tiny_server.headers)):
+        r = httpx.get(f"{tiny_server.url}{path}", headers={"Origin": GOOD_ORIGIN, **headers}, timeout=30)
+        assert r.status_code == 200 and not cors_headers(r)
+
+
+def test_cors_for_the_configured_origin_only(edge_server):
+    r = preflight(edge_server, "/v1/chat/completions", GOOD_ORIGIN)
+    assert r.status_code == 200, r.text  # no API key needed for a preflight
+    assert r.headers["access-control-allow-origin"] == GOOD_ORIGIN
+    assert {"GET", "POST", "OPTIONS"} <= set(r.headers["access-control-allow-methods"].replace(" ", "").split(","))
+    allowed = r.headers["access-control-allow-headers"].lower()
+    assert all(h in allowed for h in ("authorization", "content-type", "x-api-key", "anthropic-version"))
+    ok = httpx.get(f"{edge_server.url}/v1/models", headers={"Origin": GOOD_ORIGIN, **edge_server.headers}, timeout=30)
+    assert ok.status_code == 200 and ok.headers["access-control-allow-origin"] == GOOD_ORIGIN
+    denied = httpx.get(f"{edge_server.url}/v1/models", headers={"Origin": GOOD_ORIGIN}, timeout=30)
+    assert denied.status_code == 401  # CORS never replaces the key
+    assert denied.headers["access-control-allow-origin"] == GOOD_ORIGIN  # so the page can read the error
+
+    refused = preflight(edge_server, "/v1/chat/completions", OTHER_ORIGIN)
+    assert refused.status_code == 400 and "access-control-allow-origin" not in refused.headers
+    assert set(refused.json()["error"]) == {"message", "type", "param", "code"}
+    refused = preflight(edge_server, "/v1/messages", OTHER_ORIGIN)
+    assert refused.status_code == 400 and refused.json()["type"] == "error"
+    other = httpx.get(
+        f"{edge_server.url}/v1/models", headers={"Origin": OTHER_ORIGIN, **edge_server.headers}, timeout=30
+    )
+    assert other.status_code == 200 and "access-control-allow-origin" not in other.headers
+    assert preflight(edge_server, "/v1/models", GOOD_ORIGIN, method="DELETE").status_code == 400
+
+
+# -- 3. Content-Encoding ------------------------------------------------------------------------
+
+
+CHAT = json.dumps({"model": TINY, "max_tokens": 1, "messages": MSG}).encode()
+ENCODED = {
+    "gzip": gzip.compress(CHAT),
+    "deflate": zlib.compress(CHAT),
+    "br": b"\x0b\x02\x80" + CHAT + b"\x03",  # never decoded, so any bytes will do
+    "gzip, identity": gzip.compress(CHAT),
+    "x-unknown": CHAT,
+}
+
+
+@pytest.mark.parametrize("encoding", sorted(ENCODED))
+def test_compressed_bodies_get_415(tiny_server, encoding):
+    headers = {**tiny_server.headers, "Content-Type": "application/json", "Content-Encoding": encoding}
+    r = httpx.post(f"{tiny_server.url}/v1/chat/completions", content=ENCODED[encoding], headers=headers, timeout=30)
+    assert r.status_code == 415, r.text
+    err = r.json()["error"]
+    assert "Content-Encoding" in err["message"] and "not supported" in err["message"]
+    r = httpx.post(f"{tiny_server.url}/v1/messages", content=ENCODED[encoding], headers=headers, timeout=30)
+    assert r.status_code == 415 and r.json()["type"] == "error"
+
+
+def test_identity_encoding_is_served(tiny_server):
+    headers = {**tiny_server.headers, "Content-Type": "application/json", "Content-Encoding": "identity"}
+    r = httpx.post(f"{tiny_server.url}/v1/chat/completions", content=CHAT, headers=headers, timeout=60)
+    assert r.status_code == 200, r.text
+
+
+# -- 4. Oversized request heads --------------------------------------------------------------------
+
+
+def big_head(size: int) -> bytes:
+    """``GET /health`` with one header of ``size`` bytes."""
+    return head("GET", "/health", [("Host", "localhost"), ("X-Big", "a" * size)])
+
+
+def test_100kb_header_gets_431_and_the_server_keeps_serving(tiny_server):
+    port = port_of(tiny_server)
+    err = assert_openai_error(exchange(port, big_head(100_000)), 431)  # arrives in one read
+    assert err["code"] == "headers_too_large"
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:  # arrives in many reads
+        data = big_head(100_000)
+        try:
+            for i in range(0, len(data), 4096):
+                sock.sendall(data[i : i + 4096])
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        assert_openai_error(parse_reply(read_all(sock)), 431)
+    anthropic = head("POST", "/v1/messages?beta=true", [("Host", "localhost"), ("X-Big", "a" * 100_000)])
+    assert_anthropic_error(exchange(port, anthropic), 431)
+    many = head("GET", "/health", [("Host", "localhost"), *((f"X-H{i}", "b" * 100) for i in range(1000))])
+    assert_openai_error(exchange(port, many), 431)
+    assert exchange(port, big_head(30_000)).status == 200  # below the limit is fine
+    assert httpx.get(f"{tiny_server.url}/health", timeout=10).status_code == 200
+
+
+def test_garbage_request_gets_400_json(tiny_server):
+    assert_openai_error(exchange(port_of(tiny_server), b"HELLO THERE\r\n\r\n"), 400)
+
+
+# -- 5. Header timeout (slowloris) ---------------------------------------------------------------------
+
+
+def trickle(port: int, data: bytes, interval: float, stop_after: float) -> tuple[Reply, float, int]:
+    """Send ``data`` one byte per ``interval`` seconds until the server
+    closes the connection or ``stop_after`` seconds pass; return what came
+    back, the seconds until the close and the bytes sent."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=stop_after + 5)
+    start = time.monotonic()
+    sent = 0
+    try:
+        for byte in data:
+            if time.monotonic() - start > stop_after:
+                break
+            sock.sendall(bytes([byte]))
+            sent += 1
+            time.sleep(interval)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    try:
+        received = read_all(sock)
+    except ConnectionResetError:
+        received = b""
+    elapsed = time.monotonic() - start
+    sock.close()
+    return parse_reply(received), elapsed, sent
+
+
+def test_trickled_head_is_cut_off_while_others_are_served(edge_server):
+    port = port_of(edge_server)
+    data = head("GET", "/health", [("Host", "localhost")] + [("X-Slow", "x" * 20)] * 10)
+    served: list[int] = []
+
+    def normal_traffic() -> None:
+        for _ in range(8):
+            served.append(httpx.get(f"{edge_server.url}/health", timeout=10).status_code)
+            time.sleep(0.2)
+
+    other = threading.Thread(target=normal_traffic)
+    other.start()
+    reply, elapsed, sent = trickle(port, data, interval=0.2, stop_after=20)
+    other.join()
+    assert sent < len(data), "the server let the whole trickled head in"
+    assert HEADER_TIMEOUT * 0.9 <= elapsed <= HEADER_TIMEOUT + 2.5, elapsed
+    assert reply.status in (0, 408)
+    if reply.status == 408:
+        assert reply.json()["error"]["code"] == "timeout"
+    assert served == [200] * 8
+
+
+def test_silent_connection_is_closed(edge_server):
+    with socket.create_connection(("127.0.0.1", port_of(edge_server)), timeout=10) as sock:
+        start = time.monotonic()
+        assert read_all(sock) == b""
+        assert time.monotonic() - start <= HEADER_TIMEOUT + 2.5
+
+
+def read_response(sock: socket.socket) -> Reply:
+    """One Content-Length-framed response from a keep-alive connection."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    reply = parse_reply(data)
+    length = int(reply.headers["content-length"])
+    while len(reply.body) < length:
+        reply.body += sock.recv(65536)
+    return reply
+
+
+def test_timer_restarts_after_each_response(edge_server):
+    keep_alive = b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", port_of(edge_server)), timeout=10) as sock:
+        for _ in range(3):  # each request starts within the timeout of the previous response
+            time.sleep(HEADER_TIMEOUT * 0.6)
+            sock.sendall(keep_alive)
+            assert read_response(sock).status == 200
+        start = time.monotonic()
+        assert read_all(sock) == b""  # then idle: closed
+        assert HEADER_TIMEOUT * 0.9 <= time.monotonic() - start <= HEADER_TIMEOUT + 2.5
+
+
+def test_slow_body_after_a_complete_head_is_not_cut(edge_server):
+    body = json.dumps({"model": TINY, "prompt": "hello", "max_tokens": 1}).encode()
+    data = head(
+        "POST",
+        "/v1/completions",
+        [("Host", "localhost"), *AUTH, ("Content-Type", "application/json"), ("Content-Length", str(len(body)))],
+    )
+    with socket.create_connection(("127.0.0.1", port_of(edge_server)), timeout=30) as sock:
+        sock.sendall(data)
+        for part in (body[:5], body[5:10], body[10:]):
+            time.sleep(HEADER_TIMEOUT * 0.8)
+            sock.sendall(part)
+        reply = parse_reply(read_all(sock))
+    assert reply.status == 200, reply
+    assert reply.json()["usage"]["completion_tokens"] == 1
