@@ -42,6 +42,9 @@ run: model
 test: model
 	$(PY) -m pytest -q tests
 
+bench: model
+	$(PY) bench/compare.py
+
 # 30 minutes of mixed traffic with disconnects; prints worker memory over time (not in CI)
 soak: model
 	$(PY) tests/reliability/soak.py --minutes 30

@@ -67,14 +67,27 @@ from harness import (
 from models import float32_model, tiny_model
 
 TOPICS = (
-    "a dragon who collects clocks", "a lighthouse keeper", "a robot learning to paint",
-    "a lost key", "the first city on the moon", "a small fishing town", "a clockmaker's apprentice",
-    "a storm at sea", "a library that never closes", "two rival bakers", "a forgotten map",
-    "a train that runs backwards", "a garden on a rooftop", "a detective cat", "an old violin",
+    "a dragon who collects clocks",
+    "a lighthouse keeper",
+    "a robot learning to paint",
+    "a lost key",
+    "the first city on the moon",
+    "a small fishing town",
+    "a clockmaker's apprentice",
+    "a storm at sea",
+    "a library that never closes",
+    "two rival bakers",
+    "a forgotten map",
+    "a train that runs backwards",
+    "a garden on a rooftop",
+    "a detective cat",
+    "an old violin",
     "the last day of summer",
 )
-WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi "
-         "omicron pi rho sigma tau upsilon phi chi psi omega").split()
+WORDS = (
+    "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi "
+    "omicron pi rho sigma tau upsilon phi chi psi omega"
+).split()
 PREFIX_WORDS = 770
 """Words of the shared system prompt: about 1,000 tokens with SmolLM2's tokenizer."""
 MLXD_NAME = "bench"
@@ -132,8 +145,12 @@ def story_prompts(streams: int, tag: str) -> list[list[dict]]:
     prompts apart from another's, so no server reuses a cached prompt; the
     contenders of one round and concurrency get the same prompts."""
     return [
-        [{"role": "user", "content": f"Write a long, detailed story about {TOPICS[i % len(TOPICS)]}. "
-                                     f"(story {tag}-{i})"}]
+        [
+            {
+                "role": "user",
+                "content": f"Write a long, detailed story about {TOPICS[i % len(TOPICS)]}. (story {tag}-{i})",
+            }
+        ]
         for i in range(streams)
     ]
 
@@ -142,8 +159,13 @@ def body(contender: str, messages: list[dict], max_tokens: int) -> dict:
     """A greedy streaming chat body for ``contender``; mlxd gets
     ``ignore_eos`` (mlx_lm.server has no such field)."""
     if contender == "mlxd":
-        return {"model": MLXD_NAME, "messages": messages, "max_tokens": max_tokens,
-                "temperature": 0, "ignore_eos": True}
+        return {
+            "model": MLXD_NAME,
+            "messages": messages,
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "ignore_eos": True,
+        }
     return {"model": PEER_MODEL, "messages": messages, "max_tokens": max_tokens, "temperature": 0}
 
 
@@ -193,9 +215,12 @@ class HttpContender:
             results, wall = asyncio.run(concurrent(self.url, bodies))
         spent = {pid: cpu_seconds(pid) - before[pid] for pid in self.pids}
         row = row_from(len(chats), results, wall, watch.foreign)
-        row.cpu = {"front_s": spent[self.front],
-                   "rest_s": sum(v for pid, v in spent.items() if pid != self.front),
-                   "client_s": time.process_time() - client_before, "wall": wall}
+        row.cpu = {
+            "front_s": spent[self.front],
+            "rest_s": sum(v for pid, v in spent.items() if pid != self.front),
+            "client_s": time.process_time() - client_before,
+            "wall": wall,
+        }
         return row
 
 
@@ -254,12 +279,18 @@ def prefix_test(servers: list[HttpContender], sections: dict[str, Section], roun
             sections[name].prefix = {"error": failed}
             continue
         cold, warm = median([a.ttft for a, _ in pairs]), median([b.ttft for _, b in pairs])
-        sections[name].prefix = {"cold": cold, "warm": warm, "ratio": warm / cold if cold else float("nan"),
-                                 "cached_tokens": pairs[-1][1].cached, "prompt_tokens": pairs[-1][1].prompt_tokens}
+        sections[name].prefix = {
+            "cold": cold,
+            "warm": warm,
+            "ratio": warm / cold if cold else float("nan"),
+            "cached_tokens": pairs[-1][1].cached,
+            "prompt_tokens": pairs[-1][1].prompt_tokens,
+        }
 
 
-def run_model(label: str, model_dir: Path, levels: list[int], tokens: int, rounds: int,
-              wanted: list[str], tmp: Path) -> dict[str, Section]:
+def run_model(
+    label: str, model_dir: Path, levels: list[int], tokens: int, rounds: int, wanted: list[str], tmp: Path
+) -> dict[str, Section]:
     """Start every wanted contender on ``model_dir``, measure them interleaved
     for ``rounds`` rounds, and (real model) run the prefix test."""
     sections = {name: Section(name, label) for name in wanted}
@@ -271,8 +302,10 @@ def run_model(label: str, model_dir: Path, levels: list[int], tokens: int, round
                 engine = InProcessEngine(model_dir)
                 stack.callback(engine.close)
                 contenders.append(InProcessContender(engine))
-                sections[name].note = (f"stream_generate (1 stream) / batch_generate (prefill_batch_size "
-                                       f"{IN_PROCESS_PREFILL}); EOS ignored")
+                sections[name].note = (
+                    f"stream_generate (1 stream) / batch_generate (prefill_batch_size "
+                    f"{IN_PROCESS_PREFILL}); EOS ignored"
+                )
             elif name == "mlx_lm.server":
                 peer = stack.enter_context(mlx_lm_server(tmp / f"peer-{label}", model_dir))
                 contenders.append(HttpContender(name, peer.url, [peer.proc.pid], peer.proc.pid))
@@ -286,7 +319,7 @@ def run_model(label: str, model_dir: Path, levels: list[int], tokens: int, round
             print(f"[{label}] {name} up in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
         for r in range(rounds):
             t0 = time.monotonic()
-            order = contenders[r % len(contenders):] + contenders[: r % len(contenders)]
+            order = contenders[r % len(contenders) :] + contenders[: r % len(contenders)]
             for streams in levels:
                 chats = story_prompts(streams, f"r{r}s{streams}")
                 for contender in order:
@@ -312,17 +345,21 @@ def fmt(value: float | None, spec: str, scale: float = 1.0) -> str:
 def print_table(title: str, sections: dict[str, Section], levels: list[int], tokens: int) -> None:
     """The per-concurrency table of one model (best round per cell)."""
     print(f"\n== {title}: {tokens} tokens per request, greedy; best of the rounds ==")
-    print(f"{'contender':<14}{'streams':>7}{'agg tok/s':>10}{'(worst)':>9}{'stream tok/s':>13}"
-          f"{'TTFT p50':>9}{'TTFT p99':>9}{'tokens':>7}{'err':>4}{'other cpu':>10}  counted by")
+    print(
+        f"{'contender':<14}{'streams':>7}{'agg tok/s':>10}{'(worst)':>9}{'stream tok/s':>13}"
+        f"{'TTFT p50':>9}{'TTFT p99':>9}{'tokens':>7}{'err':>4}{'other cpu':>10}  counted by"
+    )
     for section in sections.values():
         for n in levels:
             row, worst = section.best(n), section.worst(n)
             if row is None or worst is None:
                 continue
-            print(f"{section.contender:<14}{n:>7}{row.aggregate:>10.1f}{f'({worst.aggregate:.1f})':>9}"
-                  f"{fmt(row.per_stream, '.1f'):>13}{fmt(row.ttft_median, '.0f', 1000):>7}ms"
-                  f"{fmt(row.ttft_p99, '.0f', 1000):>7}ms{row.tokens:>7}{row.errors:>4}"
-                  f"{row.foreign_cpu:>10.2f}  {row.counted_by}")
+            print(
+                f"{section.contender:<14}{n:>7}{row.aggregate:>10.1f}{f'({worst.aggregate:.1f})':>9}"
+                f"{fmt(row.per_stream, '.1f'):>13}{fmt(row.ttft_median, '.0f', 1000):>7}ms"
+                f"{fmt(row.ttft_p99, '.0f', 1000):>7}ms{row.tokens:>7}{row.errors:>4}"
+                f"{row.foreign_cpu:>10.2f}  {row.counted_by}"
+            )
     for section in sections.values():
         errors = [r.error_sample for rows in section.rounds.values() for r in rows if r.error_sample]
         notes = [section.note] if section.note else []
@@ -361,8 +398,10 @@ def print_report(sections: dict[tuple[str, str], Section]) -> None:
         if "error" in p:
             print(f"{contender:<14} error: {p['error']}")
             continue
-        print(f"{contender:<14} cold {p['cold'] * 1000:6.0f} ms   warm {p['warm'] * 1000:5.0f} ms   "
-              f"warm/cold {p['ratio']:.2f}   ({p['cached_tokens']} of {p['prompt_tokens']} prompt tokens cached)")
+        print(
+            f"{contender:<14} cold {p['cold'] * 1000:6.0f} ms   warm {p['warm'] * 1000:5.0f} ms   "
+            f"warm/cold {p['ratio']:.2f}   ({p['cached_tokens']} of {p['prompt_tokens']} prompt tokens cached)"
+        )
 
     print("\n== CPU per streamed token, 32 streams (best round) ==")
     for model in ("tiny", "real"):
@@ -372,30 +411,68 @@ def print_report(sections: dict[tuple[str, str], Section]) -> None:
             if row is None or not row.cpu or not row.tokens:
                 continue
             c, per = row.cpu, 1000 / row.tokens
-            what = (f"gateway {c['front_s'] * per:.3f} ms, worker {c['rest_s'] * per:.3f} ms"
-                    if contender == "mlxd" else f"server {c['front_s'] * per:.3f} ms")
-            print(f"{model:<5}{contender:<14} {what}; load generator {c['client_s'] * per:.3f} ms "
-                  f"({row.tokens} tokens in {c['wall']:.1f} s)")
+            what = (
+                f"gateway {c['front_s'] * per:.3f} ms, worker {c['rest_s'] * per:.3f} ms"
+                if contender == "mlxd"
+                else f"server {c['front_s'] * per:.3f} ms"
+            )
+            print(
+                f"{model:<5}{contender:<14} {what}; load generator {c['client_s'] * per:.3f} ms "
+                f"({row.tokens} tokens in {c['wall']:.1f} s)"
+            )
 
     print("\n== targets (ratios of best rounds, this run) ==")
-    print(ratio_line("default model, 16 streams: mlxd / mlx_lm.server",
-                     agg(sections, "mlxd", "real", 16), agg(sections, "mlx_lm.server", "real", 16), 1.15))
-    print(ratio_line("default model, 16 streams: mlxd / in-process batch_generate",
-                     agg(sections, "mlxd", "real", 16), agg(sections, "in-process", "real", 16), 0.95))
-    print(ratio_line("default model, 1 stream: mlxd / in-process stream_generate",
-                     agg(sections, "mlxd", "real", 1), agg(sections, "in-process", "real", 1), 0.95))
-    print(ratio_line("tiny model, 32 streams: mlxd / mlx_lm.server",
-                     agg(sections, "mlxd", "tiny", 32), agg(sections, "mlx_lm.server", "tiny", 32), 2.0))
+    print(
+        ratio_line(
+            "default model, 16 streams: mlxd / mlx_lm.server",
+            agg(sections, "mlxd", "real", 16),
+            agg(sections, "mlx_lm.server", "real", 16),
+            1.15,
+        )
+    )
+    print(
+        ratio_line(
+            "default model, 16 streams: mlxd / in-process batch_generate",
+            agg(sections, "mlxd", "real", 16),
+            agg(sections, "in-process", "real", 16),
+            0.95,
+        )
+    )
+    print(
+        ratio_line(
+            "default model, 1 stream: mlxd / in-process stream_generate",
+            agg(sections, "mlxd", "real", 1),
+            agg(sections, "in-process", "real", 1),
+            0.95,
+        )
+    )
+    print(
+        ratio_line(
+            "tiny model, 32 streams: mlxd / mlx_lm.server",
+            agg(sections, "mlxd", "tiny", 32),
+            agg(sections, "mlx_lm.server", "tiny", 32),
+            2.0,
+        )
+    )
     tiny = sections.get(("mlxd", "tiny"))
     row = tiny.best(32) if tiny else None
     if row and row.cpu and row.tokens:
-        print(f"{'tiny model, 32 streams: mlxd gateway CPU per token':<60} "
-              f"{row.cpu['front_s'] * 1000 / row.tokens:>7.3f} ms  (no target)")
+        print(
+            f"{'tiny model, 32 streams: mlxd gateway CPU per token':<60} "
+            f"{row.cpu['front_s'] * 1000 / row.tokens:>7.3f} ms  (no target)"
+        )
     real = sections.get(("mlxd", "real"))
     p = real.prefix if real else None
     ok = bool(p) and "error" not in p  # type: ignore[operator]
-    print(ratio_line("shared 1,000-token prefix, mlxd: warm / cold TTFT",
-                     p["warm"] if ok else None, p["cold"] if ok else None, 0.2, at_most=True))  # type: ignore[index]
+    print(
+        ratio_line(
+            "shared 1,000-token prefix, mlxd: warm / cold TTFT",
+            p["warm"] if ok else None,
+            p["cold"] if ok else None,
+            0.2,
+            at_most=True,
+        )
+    )  # type: ignore[index]
     print("\nFor context (no target):")
     for model in ("real", "tiny"):
         for n in (1, 8, 16, 32):
@@ -415,16 +492,22 @@ def print_header(args: argparse.Namespace, levels: list[int]) -> None:
     env = blas_environment()
     load = os.getloadavg()
     print("mlxd bench: mlxd vs mlx_lm.server vs the in-process mlx-lm engine")
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, {platform.system()}; "
-          f"mlx {version('mlx')}, mlx-lm {version('mlx-lm')}; Python {platform.python_version()}")
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, {platform.system()}; "
+        f"mlx {version('mlx')}, mlx-lm {version('mlx-lm')}; Python {platform.python_version()}"
+    )
     print(f"BLAS for every contender: LD_PRELOAD={env.get('LD_PRELOAD', '(none: built-in BLAS)')}")
     print(f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; scheduling priority: nice {os.nice(0)}")
-    print(f"streams {levels}; {args.real_tokens} tokens/request (default model), {args.tiny_tokens} (tiny); "
-          f"{args.rounds} interleaved rounds, best reported")
+    print(
+        f"streams {levels}; {args.real_tokens} tokens/request (default model), {args.tiny_tokens} (tiny); "
+        f"{args.rounds} interleaved rounds, best reported"
+    )
     print(f"mlx_lm.server flags: {' '.join(MLX_LM_SERVER_FLAGS)}")
     print("mlxd: one worker, max_batch_size 32, other settings default; its requests carry ignore_eos")
-    print("tokens counted from each stream's usage chunk ('usage'; 'chunks' for a failed stream); "
-          "in-process: generated ids")
+    print(
+        "tokens counted from each stream's usage chunk ('usage'; 'chunks' for a failed stream); "
+        "in-process: generated ids"
+    )
     print("stream tok/s = (tokens - 1) / (time after the first token), median over streams;")
     print("'other cpu' = cores used meanwhile by processes outside the contender and this client")
 
@@ -438,9 +521,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--only", choices=("real", "tiny"))
     parser.add_argument("--contenders", default=",".join(CONTENDERS))
-    parser.add_argument("--nice", type=int, default=-10,
-                        help="niceness increment for the bench and its contenders (0: leave as is; "
-                             "a negative value needs root and is skipped without it)")
+    parser.add_argument(
+        "--nice",
+        type=int,
+        default=-10,
+        help="niceness increment for the bench and its contenders (0: leave as is; "
+        "a negative value needs root and is skipped without it)",
+    )
     parser.add_argument("--json", type=Path, help="also write every measurement here")
     args = parser.parse_args()
     levels = [int(x) for x in args.streams.split(",")]
@@ -463,8 +550,10 @@ def main() -> None:
             print_table(title, by_name, levels, tokens)
             sys.stdout.flush()
     print_report(sections)
-    print(f"\ntotal bench time: {time.monotonic() - started:.0f} s "
-          f"(of which {QUIET_WAITED[0]:.0f} s waiting for other processes to go quiet)")
+    print(
+        f"\ntotal bench time: {time.monotonic() - started:.0f} s "
+        f"(of which {QUIET_WAITED[0]:.0f} s waiting for other processes to go quiet)"
+    )
     if args.json:
         args.json.write_text(json.dumps({f"{c}/{m}": asdict(s) for (c, m), s in sections.items()}, indent=2))
 

@@ -66,8 +66,10 @@ async def throughput(url: str, streams: int, tokens: int) -> float:
 async def run(url: str, tokens: int) -> None:
     """Measure and print the table."""
     cold, warm, cached = await prefix_ttft(url, rounds=3)
-    print(f"prefix cache: cold TTFT {cold * 1000:.0f} ms, warm {warm * 1000:.0f} ms "
-          f"({cached} cached tokens): warm/cold = {warm / cold:.2f}x (target <= 0.20x)")
+    print(
+        f"prefix cache: cold TTFT {cold * 1000:.0f} ms, warm {warm * 1000:.0f} ms "
+        f"({cached} cached tokens): warm/cold = {warm / cold:.2f}x (target <= 0.20x)"
+    )
     await throughput(url, 2, 4)  # warm-up
     base = None
     for streams in (1, 8, 16):

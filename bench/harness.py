@@ -98,8 +98,14 @@ async def stream_chat(client: httpx.AsyncClient, url: str, body: dict) -> Result
     counted_by = "usage" if "completion_tokens" in usage else "chunks"
     tokens = usage["completion_tokens"] if counted_by == "usage" else chunks
     return Result(
-        ttft or total, total, tokens, details.get("cached_tokens", 0) or 0,
-        usage.get("prompt_tokens", 0), chunks, counted_by, error,
+        ttft or total,
+        total,
+        tokens,
+        details.get("cached_tokens", 0) or 0,
+        usage.get("prompt_tokens", 0),
+        chunks,
+        counted_by,
+        error,
     )
 
 
@@ -175,11 +181,16 @@ class PeerServer:
 
 
 MLX_LM_SERVER_FLAGS = (
-    "--decode-concurrency", "32",
-    "--prompt-concurrency", "32",
-    "--prefill-step-size", "2048",
-    "--prompt-cache-size", "64",
-    "--log-level", "WARNING",
+    "--decode-concurrency",
+    "32",
+    "--prompt-concurrency",
+    "32",
+    "--prefill-step-size",
+    "2048",
+    "--prompt-cache-size",
+    "64",
+    "--log-level",
+    "WARNING",
 )
 """The ``mlx_lm.server`` 0.32.2 settings the comparison uses (its best
 throughput here; bench/NOTES.md says why): 32 sequences decoded together,
@@ -198,9 +209,22 @@ def mlx_lm_server(tmp: Path, model_dir: Path, flags: tuple[str, ...] = MLX_LM_SE
     log_path = tmp / "mlx_lm_server.log"
     log = open(log_path, "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mlx_lm.server", "--model", str(model_dir),
-         "--host", "127.0.0.1", "--port", str(port), *flags],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "mlx_lm.server",
+            "--model",
+            str(model_dir),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            *flags,
+        ],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
         env={**blas_environment(), "PYTHONUNBUFFERED": "1"},
     )
     server = PeerServer(f"http://127.0.0.1:{port}", proc, log_path)
@@ -219,8 +243,12 @@ class InProcessEngine:
     def __init__(self, model_dir: Path) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, str(ROOT / "bench" / "inprocess.py"), str(model_dir)],
-            cwd=ROOT / "bench", env=blas_environment(), text=True,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            cwd=ROOT / "bench",
+            env=blas_environment(),
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
         )
         ready = self.proc.stdout.readline()  # type: ignore[union-attr]
         if not ready:
@@ -305,11 +333,13 @@ class CpuWatch:
     def __init__(self, pids: list[int]) -> None:
         import psutil
 
-        self._procs = []
+        found: dict[int, psutil.Process] = {}
         for pid in pids:
             with contextlib.suppress(psutil.Error):
                 proc = psutil.Process(pid)
-                self._procs += [proc, *proc.children(recursive=True)]
+                for p in (proc, *proc.children(recursive=True)):
+                    found.setdefault(p.pid, p)
+        self._procs = list(found.values())
         self.ours = 0.0
         self.foreign = 0.0
 
@@ -329,7 +359,7 @@ class CpuWatch:
                 total += times.user + times.system
         return total
 
-    def __enter__(self) -> "CpuWatch":
+    def __enter__(self) -> CpuWatch:
         self._start = (time.perf_counter(), self._busy(), self._ours())
         return self
 

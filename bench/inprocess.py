@@ -52,8 +52,13 @@ def measure_batch(model, tokenizer, prompts: list[list[int]], tokens: int, prefi
 
     started = time.perf_counter()
     response = batch_generate(
-        model, tokenizer, prompts, max_tokens=tokens, return_token_ids=True,
-        completion_batch_size=32, prefill_batch_size=prefill_batch_size,
+        model,
+        tokenizer,
+        prompts,
+        max_tokens=tokens,
+        return_token_ids=True,
+        completion_batch_size=32,
+        prefill_batch_size=prefill_batch_size,
     )
     wall = time.perf_counter() - started
     made = sum(len(ids) for ids in response.token_ids or [])

@@ -51,7 +51,8 @@ def float32_model() -> Path:
     if not (out / "model.safetensors").exists():
         subprocess.run(
             [sys.executable, str(Path(__file__).resolve()), "float32", str(out)],
-            cwd=ROOT, check=True,
+            cwd=ROOT,
+            check=True,
         )
     return out
 

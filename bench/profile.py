@@ -38,8 +38,13 @@ NAME = "bench"
 
 def chat(i: int, tokens: int) -> dict:
     """A greedy streaming request body that always makes ``tokens`` tokens."""
-    return {"model": NAME, "max_tokens": tokens, "temperature": 0, "ignore_eos": True,
-            "messages": [{"role": "user", "content": f"Write a long, detailed story about topic {i}."}]}
+    return {
+        "model": NAME,
+        "max_tokens": tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "messages": [{"role": "user", "content": f"Write a long, detailed story about topic {i}."}],
+    }
 
 
 class Load:
@@ -66,8 +71,22 @@ class Load:
 def record(pid: int, seconds: float, out: Path, native: bool) -> subprocess.Popen:
     """Start ``py-spy record`` on ``pid`` for ``seconds`` into ``out`` (raw)."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    args = [spy, "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", "100",
-            "--format", "raw", "--output", str(out), "--threads", "--nonblocking"]
+    args = [
+        spy,
+        "record",
+        "--pid",
+        str(pid),
+        "--duration",
+        str(int(seconds)),
+        "--rate",
+        "100",
+        "--format",
+        "raw",
+        "--output",
+        str(out),
+        "--threads",
+        "--nonblocking",
+    ]
     if native:
         args.append("--native")
     return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -130,8 +149,10 @@ def main() -> None:
             load.thread.start()
             time.sleep(3)  # every stream admitted and decoding
             tokens0, cpu0, t0 = load.done, cpu_seconds(gateway), time.monotonic()
-            spies = [record(gateway, args.seconds, args.out / f"gateway-{tag}.txt", False),
-                     record(worker, args.seconds, args.out / f"worker-{tag}.txt", args.native)]
+            spies = [
+                record(gateway, args.seconds, args.out / f"gateway-{tag}.txt", False),
+                record(worker, args.seconds, args.out / f"worker-{tag}.txt", args.native),
+            ]
             for spy in spies:
                 _, err = spy.communicate()
                 if spy.returncode != 0:
@@ -139,9 +160,11 @@ def main() -> None:
             tokens, cpu, wall = load.done - tokens0, cpu_seconds(gateway) - cpu0, time.monotonic() - t0
             load.stop.set()
             load.thread.join(timeout=120)
-    print(f"{args.model} model, {args.streams} streams x {args.tokens} tokens: "
-          f"{tokens} tokens in {wall:.1f} s ({tokens / wall:.0f} tok/s while sampled); "
-          f"gateway CPU {1000 * cpu / max(tokens, 1):.3f} ms/token (py-spy's own cost included)")
+    print(
+        f"{args.model} model, {args.streams} streams x {args.tokens} tokens: "
+        f"{tokens} tokens in {wall:.1f} s ({tokens / wall:.0f} tok/s while sampled); "
+        f"gateway CPU {1000 * cpu / max(tokens, 1):.3f} ms/token (py-spy's own cost included)"
+    )
     for name in (f"gateway-{tag}.txt", f"worker-{tag}.txt"):
         path = args.out / name
         if path.exists():

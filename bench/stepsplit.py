@@ -6,8 +6,9 @@ does, and times, per step (median over the steps, milliseconds):
 
 * ``engine.next``: mlx-lm's ``BatchGenerator.next()``, what the scheduler
   thread calls once per step;
-* ``scheduler step``: mlxd's ``Scheduler._run_step`` around it (token events,
-  counters, the hand-off to the output thread);
+* ``scheduler step``: mlxd's ``Scheduler._run_step`` around it, and its
+  own bookkeeping alone (token events, counters, the hand-off to the output
+  thread);
 * the pieces of ``GenerationBatch._step`` on their own: the forward pass,
   the log-softmax (``logsumexp``) over the vocabulary, the greedy
   ``argmax``, splitting the log-probabilities into one array per row;
@@ -70,8 +71,7 @@ def split_engine(model, tokenizer, n: int, steps: int) -> dict[str, float]:
 
     from worker.sampling import greedy
 
-    engine = BatchGenerator(model, stop_tokens=None, sampler=greedy,
-                            completion_batch_size=32, prefill_batch_size=32)
+    engine = BatchGenerator(model, stop_tokens=None, sampler=greedy, completion_batch_size=32, prefill_batch_size=32)
     fill(engine, prompts(tokenizer, n))
     out: dict[str, float] = {}
     out["engine.next (BatchGenerator)"] = timed(engine.next, steps)
@@ -79,6 +79,7 @@ def split_engine(model, tokenizer, n: int, steps: int) -> dict[str, float]:
     cache = gen.prompt_cache
     tokens = mx.array([[1]] * n)
     with mx.stream(engine.stream):
+
         def forward():
             mx.eval(model(tokens, cache=cache)[:, -1, :])
 
@@ -126,8 +127,15 @@ def split_scheduler(model, tokenizer, model_dir: Path, n: int, steps: int) -> di
     from worker.scheduler import Admission, Scheduler, TokenStep
 
     emitted: list = []
-    scheduler = Scheduler(model, set(tokenizer.eos_token_ids), emitted.append, cache=None,
-                          max_batch_size=32, prefill_batch_size=32, prefill_step_size=512)
+    scheduler = Scheduler(
+        model,
+        set(tokenizer.eos_token_ids),
+        emitted.append,
+        cache=None,
+        max_batch_size=32,
+        prefill_batch_size=32,
+        prefill_step_size=512,
+    )
     scheduler._engine = scheduler._new_engine()
     params = SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=100_000)
     for i, prompt in enumerate(prompts(tokenizer, n)):
@@ -136,11 +144,14 @@ def split_scheduler(model, tokenizer, model_dir: Path, n: int, steps: int) -> di
         scheduler._run_step()
     engine_only = timed(scheduler._engine.next, steps)
     with_scheduler = timed(scheduler._run_step, steps)
+    progress, responses = scheduler._engine.next()
+    bookkeeping = timed(lambda: (scheduler._scheduled(progress, responses), scheduler._events(responses)), steps)
 
     codec = worker_codec()
     sent: list[int] = []
-    loop = OutputLoop("bench", send=lambda m: sent.append(len(codec.encode(m))),
-                      release=lambda item: None, stats=WorkerStats)
+    loop = OutputLoop(
+        "bench", send=lambda m: sent.append(len(codec.encode(m))), release=lambda item: None, stats=WorkerStats
+    )
     loop.decoder = TokenDecoder(tokenizer, model_dir)
     starts = [e for e in emitted if not isinstance(e, TokenStep)]
     for item in starts:
@@ -151,7 +162,7 @@ def split_scheduler(model, tokenizer, model_dir: Path, n: int, steps: int) -> di
     return {
         "engine.next (inside the scheduler)": engine_only,
         "Scheduler._run_step (engine + mlxd bookkeeping)": with_scheduler,
-        "  mlxd scheduler bookkeeping": with_scheduler - engine_only,
+        "  mlxd bookkeeping (_scheduled + _events)": bookkeeping,
         "output thread: one step's tokens -> StepOutputs": out_ms,
         "  per token (us)": out_ms * 1000 / n,
     }
@@ -171,7 +182,6 @@ def main() -> None:
         if "LD_PRELOAD" in env:
             os.execve(sys.executable, [sys.executable, *sys.argv], env)
     from mlx_lm.utils import load
-
     from models import float32_model, tiny_model
 
     model_dir = {"real": float32_model, "tiny": tiny_model}.get(args.model, lambda: Path(args.model))()

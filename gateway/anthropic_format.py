@@ -32,7 +32,7 @@ import msgspec
 
 from gateway import sse
 from gateway.errors import APIError
-from gateway.request_flow import ENDS_REQUEST, FINAL_REASONS  # ENDS_REQUEST: kept importable from here
+from gateway.request_flow import FINAL_REASONS
 from shared.protocol import RequestOutput, ToolCallDelta
 
 log = logging.getLogger("mlxd.gateway.anthropic")
@@ -119,9 +119,7 @@ def output_error(output: RequestOutput) -> APIError:
     unknown kind) 500, timeout 504. An abort (server shutting down) is a 529
     so clients retry elsewhere or later."""
     if output.finish_reason == "abort":
-        return APIError(
-            OVERLOADED_STATUS, "The request was aborted before it finished", code="aborted", retry_after=1
-        )
+        return APIError(OVERLOADED_STATUS, "The request was aborted before it finished", code="aborted", retry_after=1)
     kind = output.error_kind if output.error_kind in _KINDS else "internal"
     status, default = _KINDS[kind]
     retry_after = OVERLOADED_RETRY_AFTER if status == OVERLOADED_STATUS else None

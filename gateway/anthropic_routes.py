@@ -42,12 +42,11 @@ from gateway.anthropic_schema import (
 )
 from gateway.engine_api import RequestStream
 from gateway.errors import APIError
-from gateway.request_flow import (  # CLIENT_CLOSED_STATUS: kept importable from here
-    CLIENT_CLOSED_STATUS,
+from gateway.request_flow import (
     FINAL_REASONS,
     JSON_MEDIA_TYPE,
-    engine_of,
     ends_request,
+    engine_of,
     next_output,
     respond_after_first_output,
 )

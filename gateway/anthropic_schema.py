@@ -138,9 +138,7 @@ ToolResultContent = Union[TextBlock, ImageBlock, DocumentBlock]
 """What a tool result's content list may hold (only text is supported)."""
 
 
-class ToolResultBlock(
-    msgspec.Struct, tag_field="type", tag="tool_result", forbid_unknown_fields=True, kw_only=True
-):
+class ToolResultBlock(msgspec.Struct, tag_field="type", tag="tool_result", forbid_unknown_fields=True, kw_only=True):
     """The result of the tool call ``tool_use_id``, in a user turn."""
 
     tool_use_id: ToolUseId
@@ -563,9 +561,7 @@ def _tool_result_message(block: ToolResultBlock, names: dict[str, str]) -> ChatM
     text = _text_of(block.content)  # type: ignore[arg-type]  # checked: text only
     if block.is_error:
         text = TOOL_ERROR_PREFIX + text
-    return ChatMessage(
-        role="tool", content=text, tool_call_id=block.tool_use_id, name=names.get(block.tool_use_id)
-    )
+    return ChatMessage(role="tool", content=text, tool_call_id=block.tool_use_id, name=names.get(block.tool_use_id))
 
 
 def _user_messages(message: MessageParam, names: dict[str, str]) -> list[ChatMessage]:
@@ -631,9 +627,7 @@ def _tool_fields(req: _PromptFields) -> dict[str, Any]:
     """The GenerateRequest tool fields: ``tools`` (None when there are none),
     ``tool_choice`` (auto/required/function/none), ``tool_choice_name`` and
     ``parallel_tool_calls`` (False with ``disable_parallel_tool_use``)."""
-    tools = [
-        Tool(name=t.name, description=t.description or "", parameters=t.input_schema) for t in custom_tools(req)
-    ]
+    tools = [Tool(name=t.name, description=t.description or "", parameters=t.input_schema) for t in custom_tools(req)]
     choice = req.tool_choice
     return {
         "tools": tools or None,

@@ -24,8 +24,8 @@ from gateway import anthropic_routes, openai_routes, responses_routes
 from gateway.error_responses import error_response_for
 from gateway.errors import APIError
 from gateway.metrics import Metrics, ModelSnapshot
-from gateway.openapi import openapi_response
 from gateway.middleware import APIKeyMiddleware, BodyLimitMiddleware, HostCheckMiddleware, ProtocolCORSMiddleware
+from gateway.openapi import openapi_response
 from gateway.pool import WorkerPool
 from shared.config import Config, ServerConfig, is_loopback
 

@@ -65,7 +65,9 @@ def serve(config: Config, config_path: str) -> int:
     setup_logging(config.server.log_level, log_file=config.server.log_file or None)
     logging.getLogger("mlxd").info(
         "serving %s at http://%s:%d/v1",
-        ", ".join(m.name for m in config.models), config.server.host, config.server.port,
+        ", ".join(m.name for m in config.models),
+        config.server.host,
+        config.server.port,
     )
     run(config, config_path)
     logging.getLogger("mlxd").info("stopped")
@@ -114,8 +116,10 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command or "serve"
     config_path = getattr(args, "config", str(DEFAULT_CONFIG_PATH))
     try:
-        config = None if command == "uninstall" else _load(
-            config_path, getattr(args, "host", None), getattr(args, "port", None)
+        config = (
+            None
+            if command == "uninstall"
+            else _load(config_path, getattr(args, "host", None), getattr(args, "port", None))
         )
     except ConfigError as exc:
         print(f"mlxd: {exc}", file=sys.stderr)

@@ -235,9 +235,7 @@ def uninstall(*, runner: Runner = subprocess.run, platform: str = sys.platform) 
     return "; ".join(done) or f"{LABEL} is not installed"
 
 
-def status(
-    *, health_url: str, runner: Runner = subprocess.run, platform: str = sys.platform
-) -> ServiceStatus:
+def status(*, health_url: str, runner: Runner = subprocess.run, platform: str = sys.platform) -> ServiceStatus:
     """The agent's :class:`ServiceStatus`. Off macOS, launchd is not asked
     (``loaded`` False, ``pid`` None) but the plist and health URL are."""
     loaded, pid = False, None
@@ -245,9 +243,7 @@ def status(
         result = _launchctl(runner, "print", _service_target())
         loaded = result.returncode == 0
         pid = _parse_pid(result.stdout) if loaded else None
-    return ServiceStatus(
-        installed=plist_path().exists(), loaded=loaded, pid=pid, healthy=_is_healthy(health_url)
-    )
+    return ServiceStatus(installed=plist_path().exists(), loaded=loaded, pid=pid, healthy=_is_healthy(health_url))
 
 
 def format_status(st: ServiceStatus) -> str:

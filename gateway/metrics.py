@@ -83,25 +83,92 @@ FINISHED_REASONS: tuple[str, ...] = ("stop", "length", "tool_calls", "abort", "e
 """Values of the ``finished_reason`` label, pre-created at zero for each model."""
 
 MODEL_STATES: tuple[str, ...] = (
-    "unloaded", "starting", "loading", "ready", "draining", "restarting", "failed", "stopped",
+    "unloaded",
+    "starting",
+    "loading",
+    "ready",
+    "draining",
+    "restarting",
+    "failed",
+    "stopped",
 )
 """Values of the ``state`` label of ``mlxd:model_state``; exactly one is 1."""
 
 TTFT_BUCKETS: tuple[float, ...] = (
-    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
-    1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
 )
 """Time-to-first-token buckets (seconds), as vLLM's."""
 
 ITL_BUCKETS: tuple[float, ...] = (
-    0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,
-    0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+    0.001,
+    0.0025,
+    0.005,
+    0.0075,
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
 )
 """Inter-token latency buckets (seconds): vLLM's plus four below 10 ms."""
 
 E2E_BUCKETS: tuple[float, ...] = (
-    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
-    50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
 )
 """End-to-end request latency buckets (seconds), as vLLM's."""
 
@@ -161,40 +228,56 @@ class Metrics:
 
         r = self.registry
         self.request_success = Counter(
-            PREFIX + "request_success", "Count of finished requests by finish reason.",
-            ["model", "finished_reason"], registry=r,
+            PREFIX + "request_success",
+            "Count of finished requests by finish reason.",
+            ["model", "finished_reason"],
+            registry=r,
         )
         self.prompt_tokens = Counter(
-            PREFIX + "prompt_tokens", "Prompt tokens of finished requests (cached ones included).",
-            ["model"], registry=r,
+            PREFIX + "prompt_tokens",
+            "Prompt tokens of finished requests (cached ones included).",
+            ["model"],
+            registry=r,
         )
         self.prompt_tokens_cached = Counter(
-            PREFIX + "prompt_tokens_cached", "Prompt tokens reused from the prefix cache.",
-            ["model"], registry=r,
+            PREFIX + "prompt_tokens_cached",
+            "Prompt tokens reused from the prefix cache.",
+            ["model"],
+            registry=r,
         )
         self.generation_tokens = Counter(
-            PREFIX + "generation_tokens", "Generated (completion) tokens, counted as they stream.",
-            ["model"], registry=r,
+            PREFIX + "generation_tokens",
+            "Generated (completion) tokens, counted as they stream.",
+            ["model"],
+            registry=r,
         )
         self.time_to_first_token = Histogram(
             PREFIX + "time_to_first_token_seconds",
             "Time from request arrival to its first generated token.",
-            ["model"], buckets=TTFT_BUCKETS, registry=r,
+            ["model"],
+            buckets=TTFT_BUCKETS,
+            registry=r,
         )
         self.inter_token_latency = Histogram(
             PREFIX + "inter_token_latency_seconds",
             "Time between generated tokens of a choice, one observation per token.",
-            ["model"], buckets=ITL_BUCKETS, registry=r,
+            ["model"],
+            buckets=ITL_BUCKETS,
+            registry=r,
         )
         self.e2e_request_latency = Histogram(
             PREFIX + "e2e_request_latency_seconds",
             "Time from request arrival to its end, whatever the outcome.",
-            ["model"], buckets=E2E_BUCKETS, registry=r,
+            ["model"],
+            buckets=E2E_BUCKETS,
+            registry=r,
         )
         self.request_queue_time = Histogram(
             PREFIX + "request_queue_time_seconds",
             "Time a request waited in the worker before it started decoding.",
-            ["model"], buckets=QUEUE_BUCKETS, registry=r,
+            ["model"],
+            buckets=QUEUE_BUCKETS,
+            registry=r,
         )
 
     def _ensure_model(self, model: str) -> None:
@@ -205,13 +288,17 @@ class Metrics:
         for reason in FINISHED_REASONS:
             self.request_success.labels(model, reason)
         for metric in (
-            self.prompt_tokens, self.prompt_tokens_cached, self.generation_tokens,
-            self.time_to_first_token, self.inter_token_latency,
-            self.e2e_request_latency, self.request_queue_time,
+            self.prompt_tokens,
+            self.prompt_tokens_cached,
+            self.generation_tokens,
+            self.time_to_first_token,
+            self.inter_token_latency,
+            self.e2e_request_latency,
+            self.request_queue_time,
         ):
             metric.labels(model)
 
-    def request_started(self, model: str, *, now: float | None = None) -> "RequestTimer":
+    def request_started(self, model: str, *, now: float | None = None) -> RequestTimer:
         """Start timing one request for canonical model ``model``.
 
         Call it when the request arrives (before validation/queueing costs
@@ -221,7 +308,7 @@ class Metrics:
         self._ensure_model(model)
         return RequestTimer(self, model, self.clock() if now is None else now)
 
-    def track(self, stream: "RequestStream", timer: "RequestTimer", n: int = 1) -> "MeteredStream":
+    def track(self, stream: RequestStream, timer: RequestTimer, n: int = 1) -> MeteredStream:
         """Wrap an admitted request's stream so ``timer`` sees every output.
 
         ``n`` is the request's number of choices. See :class:`MeteredStream`.
@@ -271,9 +358,21 @@ class RequestTimer:
     """
 
     __slots__ = (
-        "_metrics", "model", "start", "_done", "_first_token", "_last_token_at",
-        "_generated", "_queued", "_seen_completion", "_seen_prompt", "_seen_cached",
-        "_seen_reason", "_gen", "_ttft", "_itl",
+        "_metrics",
+        "model",
+        "start",
+        "_done",
+        "_first_token",
+        "_last_token_at",
+        "_generated",
+        "_queued",
+        "_seen_completion",
+        "_seen_prompt",
+        "_seen_cached",
+        "_seen_reason",
+        "_gen",
+        "_ttft",
+        "_itl",
     )
 
     def __init__(self, metrics: Metrics, model: str, start: float) -> None:
@@ -340,8 +439,7 @@ class RequestTimer:
         self._seen_cached = max(self._seen_cached, out.cached_tokens)
         reason = out.finish_reason
         if reason is not None and (
-            self._seen_reason is None
-            or _REASON_RANK.get(reason, 5) > _REASON_RANK.get(self._seen_reason, 5)
+            self._seen_reason is None or _REASON_RANK.get(reason, 5) > _REASON_RANK.get(self._seen_reason, 5)
         ):
             self._seen_reason = reason
         self.output(tokens=max(0, out.completion_tokens - prev), now=now, index=out.index)
@@ -424,13 +522,13 @@ class MeteredStream:
 
     __slots__ = ("_inner", "timer", "_open")
 
-    def __init__(self, inner: "RequestStream", timer: RequestTimer, n: int = 1) -> None:
+    def __init__(self, inner: RequestStream, timer: RequestTimer, n: int = 1) -> None:
         """Wrap ``inner``, the stream of a request with ``n`` choices."""
         self._inner = inner
         self.timer = timer
         self._open = set(range(max(1, n)))
 
-    def __aiter__(self) -> "MeteredStream":
+    def __aiter__(self) -> MeteredStream:
         """Return self: this is its own async iterator."""
         return self
 
@@ -493,7 +591,8 @@ class _SnapshotCollector(Collector):
         memory = gauge("worker_memory_bytes", "Resident set size of the worker process.")
         load = gauge("model_load_time_seconds", "Duration of the last model load.")
         state = GaugeMetricFamily(
-            PREFIX + "model_state", "1 for the model's current state, 0 for the others.",
+            PREFIX + "model_state",
+            "1 for the model's current state, 0 for the others.",
             labels=["model", "state"],
         )
 

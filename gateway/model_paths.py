@@ -18,7 +18,7 @@ def local_path(source: str) -> Path | None:
     repo id. ``package:<pkg>/<file>`` is located without importing the
     package."""
     if source.startswith("package:"):
-        package, _, rel = source[len("package:"):].partition("/")
+        package, _, rel = source[len("package:") :].partition("/")
         spec = importlib.util.find_spec(package.split(".")[0]) if package else None
         if spec is None or not spec.submodule_search_locations:
             return None

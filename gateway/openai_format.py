@@ -162,8 +162,7 @@ def chat_logprobs(tokens: Iterable[TokenLogprob]) -> ChatLogprobs:
                 logprob=_clamped(t.logprob),
                 bytes=list(t.raw),
                 top_logprobs=[
-                    ChatTopLogprob(token=a.token, logprob=_clamped(a.logprob), bytes=list(a.raw))
-                    for a in t.top
+                    ChatTopLogprob(token=a.token, logprob=_clamped(a.logprob), bytes=list(a.raw)) for a in t.top
                 ],
             )
             for t in tokens
@@ -329,7 +328,9 @@ class AssistantMessage(msgspec.Struct, kw_only=True, omit_defaults=True):
 def assistant_message(result: ChoiceResult, reasoning_field: str = DEFAULT_REASONING_FIELD) -> AssistantMessage:
     """The chat ``message`` for one finished choice, with its reasoning (if
     any) under ``reasoning_field``."""
-    calls = [ToolCallObject(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments)) for c in result.tool_calls]
+    calls = [
+        ToolCallObject(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments)) for c in result.tool_calls
+    ]
     reasoning = {reasoning_field: result.reasoning} if result.reasoning else {}
     return AssistantMessage(
         role="assistant",
@@ -442,9 +443,7 @@ def _completion_choice(result: ChoiceResult, alternatives: int) -> CompletionCho
     logprobs = None
     if result.logprobs is not None:
         logprobs, _ = completion_logprobs(result.logprobs, alternatives)
-    return CompletionChoice(
-        text=result.text, index=result.index, logprobs=logprobs, finish_reason=result.finish_reason
-    )
+    return CompletionChoice(text=result.text, index=result.index, logprobs=logprobs, finish_reason=result.finish_reason)
 
 
 def text_completion_body(

@@ -48,11 +48,10 @@ from gateway.openai_schema import (
     include_usage,
     to_generate_request,
 )
-from gateway.request_flow import (  # CLIENT_CLOSED_STATUS: kept importable from here
-    CLIENT_CLOSED_STATUS,
+from gateway.request_flow import (
     JSON_MEDIA_TYPE,
-    engine_of,
     ends_request,
+    engine_of,
     next_output,
     respond_after_first_output,
 )

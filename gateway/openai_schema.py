@@ -662,7 +662,9 @@ def _check_message(message: ChatMessageParam, path: str) -> None:
     if not _is_null(message.refusal):
         raise _not_supported(f"{path}.refusal", "a non-null message 'refusal'")
     if not _is_null(message.function_call):
-        raise bad_request("message 'function_call' is deprecated and not supported; use 'tool_calls'", f"{path}.function_call")
+        raise bad_request(
+            "message 'function_call' is deprecated and not supported; use 'tool_calls'", f"{path}.function_call"
+        )
     _check_tool_fields(message, path)
     _check_reasoning(message, path)
     if message.content is None and message.role != "assistant":
@@ -948,9 +950,7 @@ def _chat_generate_request(req: ChatCompletionRequest, request_id: str) -> Gener
     )
 
 
-def to_generate_request(
-    req: ChatCompletionRequest | CompletionRequest, request_id: str
-) -> GenerateRequest:
+def to_generate_request(req: ChatCompletionRequest | CompletionRequest, request_id: str) -> GenerateRequest:
     """Translate a validated request into the worker's ``GenerateRequest``.
 
     Chat requests carry ``messages`` plus tools, tool choice, response

@@ -174,7 +174,9 @@ class WorkerPool:
     def models(self) -> list[ModelInfo]:
         """Every configured model, in config order, with its state."""
         return [
-            ModelInfo(name=m.name, created=self.created, state=self.handles[m.name].status.state, aliases=tuple(m.aliases))
+            ModelInfo(
+                name=m.name, created=self.created, state=self.handles[m.name].status.state, aliases=tuple(m.aliases)
+            )
             for m in self.config.models
             if m.name in self.handles
         ]

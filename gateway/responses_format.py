@@ -437,9 +437,7 @@ def _render(item: _OpenItem, status: ItemStatus, parts: bool = True) -> OutputIt
         return MessageItem(id=item.id, status=status, content=[OutputText(text=item.text)] if parts else [])
     if item.kind == _REASONING:
         return ReasoningItem(id=item.id, content=[ReasoningText(text=item.text)] if parts else [], status=status)
-    return FunctionCallItem(
-        id=item.id, call_id=item.call_id, name=item.name, arguments=item.text, status=status
-    )
+    return FunctionCallItem(id=item.id, call_id=item.call_id, name=item.name, arguments=item.text, status=status)
 
 
 class _Sequence:
@@ -617,9 +615,7 @@ class ResponseBuilder:
     object.
     """
 
-    def __init__(
-        self, head: ResponseHead, settings: ResponseSettings, clock: Callable[[], float] = time.time
-    ) -> None:
+    def __init__(self, head: ResponseHead, settings: ResponseSettings, clock: Callable[[], float] = time.time) -> None:
         self._head = head
         self._settings = settings
         self._clock = clock

@@ -44,8 +44,8 @@ from gateway.openai_routes import error_response, output_error
 from gateway.request_flow import (
     FINAL_REASONS,
     JSON_MEDIA_TYPE,
-    engine_of,
     ends_request,
+    engine_of,
     next_output,
     respond_after_first_output,
 )

@@ -60,12 +60,10 @@ import msgspec
 from msgspec import UNSET, Meta, Raw, UnsetType
 
 from gateway.errors import APIError, bad_request
-from gateway.openai_schema import (  # MAX_TOOL_NAME_CHARS, TOOL_NAME_PATTERN: kept importable from here
+from gateway.openai_schema import (
     MAX_CONTENT_PARTS,
-    MAX_TOOL_NAME_CHARS,
     MAX_TOOLS,
     MAX_TOP_LOGPROBS,
-    TOOL_NAME_PATTERN,
     Identifier,
     JSONObject,
     MaxTokens,
@@ -422,11 +420,9 @@ def _chosen_function(choice: ToolChoiceParam) -> str:
         ``tool_choice`` (no name, or fields of the other forms).
     """
     if choice.type != "function":
-        raise bad_request(
-            f"tool_choice type '{choice.type}' is not supported; only 'function' is", "tool_choice.type"
-        )
+        raise bad_request(f"tool_choice type '{choice.type}' is not supported; only 'function' is", "tool_choice.type")
     if choice.name is UNSET or any(_given(getattr(choice, f)) for f in ("mode", "tools", "server_label")):
-        raise bad_request("A function tool_choice is {\"type\": \"function\", \"name\": ...}", "tool_choice")
+        raise bad_request('A function tool_choice is {"type": "function", "name": ...}', "tool_choice")
     return choice.name  # type: ignore[return-value]
 
 
@@ -542,9 +538,7 @@ def _check_item(item: InputItemParam, path: str) -> None:
 def _check_message(item: InputItemParam, path: str) -> None:
     """A message's role and content parts."""
     if item.role not in _ROLES:
-        raise bad_request(
-            f"Invalid role '{item.role}'; expected one of {', '.join(_ROLES)}", f"{path}.role"
-        )
+        raise bad_request(f"Invalid role '{item.role}'; expected one of {', '.join(_ROLES)}", f"{path}.role")
     allowed = _ASSISTANT_PARTS if item.role == "assistant" else _USER_PARTS
     _check_parts(item.content, allowed, f"{path}.content")  # type: ignore[arg-type]
 

@@ -23,7 +23,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import msgspec
 
@@ -120,7 +120,12 @@ class _Pending:
             )
         requests_log.info(
             "request %s model=%s status=%s prompt_tokens=%d cached_tokens=%d completion_tokens=%d seconds=%.3f",
-            request_id, self.model, reason, last.prompt_tokens, last.cached_tokens, completion,
+            request_id,
+            self.model,
+            reason,
+            last.prompt_tokens,
+            last.cached_tokens,
+            completion,
             time.monotonic() - self.started,
         )
 
@@ -132,14 +137,14 @@ class WorkerRequestStream:
     finished, or an error/abort). ``aclose`` before the end aborts it.
     """
 
-    def __init__(self, handle: "WorkerHandle", request_id: str, pending: _Pending) -> None:
+    def __init__(self, handle: WorkerHandle, request_id: str, pending: _Pending) -> None:
         self._handle = handle
         self._request_id = request_id
         self._pending = pending
         self._open = pending.n
         self._done = False
 
-    def __aiter__(self) -> "WorkerRequestStream":
+    def __aiter__(self) -> WorkerRequestStream:
         return self
 
     async def __anext__(self) -> RequestOutput:
@@ -224,7 +229,7 @@ class WorkerHandle:
         try:
             await asyncio.wait_for(self._ready.wait(), timeout)
             return True
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
 
     async def acquire(self, timeout: float) -> None:
@@ -294,7 +299,7 @@ class WorkerHandle:
         if task is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(task), timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
@@ -314,7 +319,9 @@ class WorkerHandle:
             detail = f": {self.status.last_error}" if self.status.last_error else ""
             raise unavailable(f"model '{self.model.name}' is {self.status.state}{detail}")
         if self._sequences + request.n > self.model.max_batch_size + self.model.max_queued:
-            raise APIError(503, f"model '{self.model.name}' is at capacity; retry shortly", code="overloaded", retry_after=1)
+            raise APIError(
+                503, f"model '{self.model.name}' is at capacity; retry shortly", code="overloaded", retry_after=1
+            )
         if self.model.request_timeout and request.timeout is None:
             request = msgspec.structs.replace(request, timeout=self.model.request_timeout)
         timer = self._metrics.request_started(self.model.name) if self._metrics is not None else None
@@ -391,7 +398,10 @@ class WorkerHandle:
             self.status.blas = message.blas
             log.info(
                 "model %s loaded in %.1fs from %s (BLAS: %s)",
-                self.model.name, message.load_seconds, message.model_path, message.blas,
+                self.model.name,
+                message.load_seconds,
+                message.model_path,
+                message.blas,
             )
         elif isinstance(message, Ready):
             self.status.last_error = None

@@ -161,9 +161,7 @@ def validate(config: Config, origin: str = "config") -> Config:
     for model in config.models:
         for name in (model.name, *model.aliases):
             if not _MODEL_NAME.fullmatch(name):
-                raise ConfigError(
-                    f"{origin}: invalid model name {name!r} (letters, digits, . _ : / - only)"
-                )
+                raise ConfigError(f"{origin}: invalid model name {name!r} (letters, digits, . _ : / - only)")
             if name in seen:
                 raise ConfigError(f"{origin}: model name {name!r} is used twice")
             seen.add(name)
@@ -178,9 +176,7 @@ def validate(config: Config, origin: str = "config") -> Config:
         except ValueError as exc:
             raise ConfigError(f"{origin}: model {model.name!r}: ttl: {exc}") from None
         if model.dtype not in _DTYPES:
-            raise ConfigError(
-                f"{origin}: model {model.name!r}: dtype must be one of {sorted(_DTYPES)}"
-            )
+            raise ConfigError(f"{origin}: model {model.name!r}: dtype must be one of {sorted(_DTYPES)}")
     if config.server.reasoning_field not in ("reasoning_content", "reasoning"):
         raise ConfigError(f"{origin}: server.reasoning_field must be reasoning_content or reasoning")
     try:

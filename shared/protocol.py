@@ -36,9 +36,7 @@ FinishReason = Literal["stop", "length", "abort", "error", "tool_calls"]
 (client gone, shutdown), an error (see ``RequestOutput.error``), or the
 model ended its turn with tool calls."""
 
-ErrorKind = Literal[
-    "invalid_request", "context_length_exceeded", "overloaded", "unavailable", "internal", "timeout"
-]
+ErrorKind = Literal["invalid_request", "context_length_exceeded", "overloaded", "unavailable", "internal", "timeout"]
 """Class of a request error; the gateway maps it to an HTTP status
 (400, 400, 503, 503, 500, 504). ``unavailable`` is what the gateway itself
 reports when a worker dies or stops answering mid-request; ``timeout`` means

@@ -117,7 +117,10 @@ def start_server(tmp: Path, models: list[dict], api_key: str | None = API_KEY, *
     log = open(log_path, "w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "gateway", "serve", "--config", str(config)],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     srv = Server(f"http://127.0.0.1:{port}", proc, api_key, log_path)
     srv.wait_listening()

@@ -130,8 +130,17 @@ def test_dry_run_plist_has_every_key(home, config, platform):
     data = plistlib.loads(plist.encode())
     log_dir = home / "Library" / "Logs" / "mlxd"
     assert set(data) == {
-        "Label", "ProgramArguments", "RunAtLoad", "KeepAlive", "ExitTimeOut", "StandardOutPath",
-        "StandardErrorPath", "WorkingDirectory", "EnvironmentVariables", "ProcessType", "ThrottleInterval",
+        "Label",
+        "ProgramArguments",
+        "RunAtLoad",
+        "KeepAlive",
+        "ExitTimeOut",
+        "StandardOutPath",
+        "StandardErrorPath",
+        "WorkingDirectory",
+        "EnvironmentVariables",
+        "ProcessType",
+        "ThrottleInterval",
     }
     assert data["Label"] == LABEL
     assert data["ProgramArguments"] == [PYTHON, "-m", "gateway", "serve", "--config", str(config.resolve())]
@@ -170,8 +179,12 @@ def test_config_path_with_xml_specials_round_trips(home, tmp_path):
 def test_render_escapes_every_value():
     odd = "x & y < z > w \"q\" 'a' \r\n\t é $label"
     plist = launchd.render_plist(
-        python=f"/p{odd}/python", config=f"/c{odd}", log_dir=f"/l{odd}", exit_timeout=7,
-        working_dir=f"/w{odd}", environment={f"K{odd}": f"V{odd}", "PATH": "/custom"},
+        python=f"/p{odd}/python",
+        config=f"/c{odd}",
+        log_dir=f"/l{odd}",
+        exit_timeout=7,
+        working_dir=f"/w{odd}",
+        environment={f"K{odd}": f"V{odd}", "PATH": "/custom"},
     )
     data = plistlib.loads(plist)
     assert data["ProgramArguments"] == [f"/p{odd}/python", "-m", "gateway", "serve", "--config", f"/c{odd}"]
@@ -315,7 +328,7 @@ def test_uninstall_boots_out_and_removes_plist(home, config):
 def test_uninstall_is_idempotent(home):
     runner = FakeLaunchctl(
         bootout=[(3, "", "Boot-out failed: 3: No such process")],
-        print=[(113, "", f"Could not find service \"{LABEL}\" in domain for user gui: {UID}")],
+        print=[(113, "", f'Could not find service "{LABEL}" in domain for user gui: {UID}')],
     )
     assert launchd.uninstall(runner=runner, platform="darwin") == f"{LABEL} is not installed"
     assert launchd.uninstall(runner=runner, platform="darwin") == f"{LABEL} is not installed"
@@ -324,7 +337,9 @@ def test_uninstall_is_idempotent(home):
 
 def test_uninstall_fails_if_still_loaded(home, config):
     launchd.install(config=config, python=PYTHON, drain_timeout=DRAIN, runner=FakeLaunchctl(), platform="darwin")
-    runner = FakeLaunchctl(bootout=[(5, "", "Boot-out failed: 5: Input/output error")], print=[(0, LAUNCHCTL_PRINT, "")])
+    runner = FakeLaunchctl(
+        bootout=[(5, "", "Boot-out failed: 5: Input/output error")], print=[(0, LAUNCHCTL_PRINT, "")]
+    )
     with pytest.raises(ServiceError, match="bootout failed: Boot-out failed: 5"):
         launchd.uninstall(runner=runner, platform="darwin")
     assert launchd.plist_path().exists()

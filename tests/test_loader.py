@@ -225,9 +225,7 @@ def test_load_model_from_gguf_path_uses_the_cache_dir_env(tiny_gguf: Path, cache
     assert loaded.model_id != load_model(str(tiny_gguf), dtype="float16").model_id
 
 
-def test_converting_twice_hits_the_cache(
-    tiny_gguf: Path, cache_root: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_converting_twice_hits_the_cache(tiny_gguf: Path, cache_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     first = ensure_converted(tiny_gguf, cache_root)
     stamp = (first / "model.safetensors").stat().st_mtime_ns
 
@@ -263,9 +261,7 @@ def test_a_failed_conversion_leaves_nothing_that_looks_complete(
     assert sorted(p.name for p in cache_root.iterdir() if p.is_dir()) == [key]
 
 
-def test_concurrent_converters_convert_once(
-    tiny_gguf: Path, cache_root: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_concurrent_converters_convert_once(tiny_gguf: Path, cache_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
     real_convert = gguf.convert_gguf
 
@@ -320,9 +316,7 @@ def test_per_tensor_quantization_is_recorded_and_dequantized(
     assert mx.allclose(expected, actual, atol=2e-3, rtol=2e-2).item()
     # Dequantized weights match the quantized layer's own dequantization.
     layer = kept.model.model.layers[0].self_attn.q_proj
-    reference = mx.dequantize(
-        layer.weight, layer.scales, layer.biases, group_size=32, bits=4, dtype=mx.float32
-    )
+    reference = mx.dequantize(layer.weight, layer.scales, layer.biases, group_size=32, bits=4, dtype=mx.float32)
     dense_weight = dense.model.model.layers[0].self_attn.q_proj.weight
     assert mx.allclose(dense_weight, reference, atol=1e-3).item()
 

@@ -33,11 +33,16 @@ class Pool:
         return list(self.snaps)
 
 
-def snap(name: str = M, state: str = "ready", pid: int | None = None, restarts: int = 0,
-         load_seconds: float | None = None, stats: WorkerStats | None = None) -> ModelSnapshot:
+def snap(
+    name: str = M,
+    state: str = "ready",
+    pid: int | None = None,
+    restarts: int = 0,
+    load_seconds: float | None = None,
+    stats: WorkerStats | None = None,
+) -> ModelSnapshot:
     """A ModelSnapshot with quiet defaults."""
-    return ModelSnapshot(name=name, state=state, pid=pid, restarts=restarts,
-                         load_seconds=load_seconds, stats=stats)
+    return ModelSnapshot(name=name, state=state, pid=pid, restarts=restarts, load_seconds=load_seconds, stats=stats)
 
 
 def scrape(metrics: Metrics) -> tuple[list, dict]:
@@ -89,18 +94,36 @@ def test_names_prefixed_and_every_sample_has_model_label():
             assert s.name.startswith("mlxd:"), s.name
             assert "model" in s.labels, (s.name, s.labels)
     expected = {
-        "mlxd:num_requests_running", "mlxd:num_requests_waiting", "mlxd:request_success",
-        "mlxd:prompt_tokens", "mlxd:generation_tokens", "mlxd:prompt_tokens_cached",
-        "mlxd:time_to_first_token_seconds", "mlxd:inter_token_latency_seconds",
-        "mlxd:e2e_request_latency_seconds", "mlxd:request_queue_time_seconds",
-        "mlxd:prefix_cache_queries", "mlxd:prefix_cache_hits", "mlxd:prefix_cache_bytes",
-        "mlxd:prefix_cache_budget_bytes", "mlxd:worker_restarts", "mlxd:worker_memory_bytes",
-        "mlxd:model_load_time_seconds", "mlxd:model_state",
+        "mlxd:num_requests_running",
+        "mlxd:num_requests_waiting",
+        "mlxd:request_success",
+        "mlxd:prompt_tokens",
+        "mlxd:generation_tokens",
+        "mlxd:prompt_tokens_cached",
+        "mlxd:time_to_first_token_seconds",
+        "mlxd:inter_token_latency_seconds",
+        "mlxd:e2e_request_latency_seconds",
+        "mlxd:request_queue_time_seconds",
+        "mlxd:prefix_cache_queries",
+        "mlxd:prefix_cache_hits",
+        "mlxd:prefix_cache_bytes",
+        "mlxd:prefix_cache_budget_bytes",
+        "mlxd:worker_restarts",
+        "mlxd:worker_memory_bytes",
+        "mlxd:model_load_time_seconds",
+        "mlxd:model_state",
     }
     assert expected <= names, expected - names
     # counters are exposed with the _total suffix vLLM dashboards query
-    for counter in ("request_success", "prompt_tokens", "generation_tokens", "prompt_tokens_cached",
-                    "prefix_cache_queries", "prefix_cache_hits", "worker_restarts"):
+    for counter in (
+        "request_success",
+        "prompt_tokens",
+        "generation_tokens",
+        "prompt_tokens_cached",
+        "prefix_cache_queries",
+        "prefix_cache_hits",
+        "worker_restarts",
+    ):
         assert any(name == f"mlxd:{counter}_total" for name, _ in values), counter
 
 
@@ -116,7 +139,8 @@ def test_request_success_counts_every_reason_and_starts_at_zero():
     for reason, n in plan.items():
         for _ in range(n):
             metrics.request_started(M, now=0.0).finished(
-                reason=reason, prompt_tokens=0, cached_tokens=0, completion_tokens=0, now=1.0)
+                reason=reason, prompt_tokens=0, cached_tokens=0, completion_tokens=0, now=1.0
+            )
     _, values = scrape(metrics)
     for reason, n in plan.items():
         assert v(values, "mlxd:request_success_total", model=M, finished_reason=reason) == n
@@ -150,12 +174,12 @@ def test_token_counters():
 def test_ttft_and_inter_token_latency():
     metrics = Metrics(Pool())
     t = metrics.request_started(M, now=100.0)
-    t.output(tokens=0, now=100.5)   # no token yet: no TTFT
+    t.output(tokens=0, now=100.5)  # no token yet: no TTFT
     _, values = scrape(metrics)
     assert hist(values, "mlxd:time_to_first_token_seconds") == (0, 0)
-    t.output(tokens=1, now=101.0)   # TTFT 1.0, starts the ITL clock
+    t.output(tokens=1, now=101.0)  # TTFT 1.0, starts the ITL clock
     t.output(tokens=1, now=101.25)  # ITL 0.25
-    t.output(tokens=0, now=101.5)   # no token: neither observes nor moves the clock
+    t.output(tokens=0, now=101.5)  # no token: neither observes nor moves the clock
     t.output(tokens=2, now=101.75)  # gap 0.5 over 2 tokens: 0.25 observed twice
     t.output(tokens=4, now=102.75)  # gap 1.0 over 4 tokens: 0.25 observed 4 times
     _, values = scrape(metrics)
@@ -223,13 +247,19 @@ def test_record_derives_tokens_and_reason_from_request_outputs():
     t = metrics.request_started(M, now=0.0)
 
     def out(index: int, completion: int, reason: str | None = None) -> RequestOutput:
-        return RequestOutput(request_id="r", index=index, prompt_tokens=20, cached_tokens=8,
-                             completion_tokens=completion, finish_reason=reason)
+        return RequestOutput(
+            request_id="r",
+            index=index,
+            prompt_tokens=20,
+            cached_tokens=8,
+            completion_tokens=completion,
+            finish_reason=reason,
+        )
 
     t.record(out(0, 1), now=1.0)
     t.record(out(1, 1), now=1.0)
-    t.record(out(0, 3), now=2.0)            # 2 new tokens over 1 s: 0.5 twice
-    t.record(out(1, 2, "stop"), now=2.0)    # 1 new token over 1 s
+    t.record(out(0, 3), now=2.0)  # 2 new tokens over 1 s: 0.5 twice
+    t.record(out(1, 2, "stop"), now=2.0)  # 1 new token over 1 s
     t.record(out(0, 3, "length"), now=2.5)  # terminal output without a new token
     t.finished(now=4.0)
     _, values = scrape(metrics)
@@ -258,9 +288,16 @@ def test_record_derives_tokens_and_reason_from_request_outputs():
 
 
 def test_heartbeat_series_follow_the_latest_snapshot_across_a_restart():
-    pool = Pool(snap(M, restarts=0, load_seconds=3.5, stats=WorkerStats(
-        running=3, waiting=2, cache_queries=10, cache_hits=7,
-        cache_bytes=4096, cache_budget_bytes=1 << 30)))
+    pool = Pool(
+        snap(
+            M,
+            restarts=0,
+            load_seconds=3.5,
+            stats=WorkerStats(
+                running=3, waiting=2, cache_queries=10, cache_hits=7, cache_bytes=4096, cache_budget_bytes=1 << 30
+            ),
+        )
+    )
     metrics = Metrics(pool)
     _, values = scrape(metrics)
     assert v(values, "mlxd:num_requests_running", model=M) == 3
@@ -279,16 +316,28 @@ def test_heartbeat_series_follow_the_latest_snapshot_across_a_restart():
 
     pool.snaps = [snap(M, state="restarting", restarts=1, load_seconds=3.5, stats=None)]
     _, values = scrape(metrics)
-    for name in ("mlxd:num_requests_running", "mlxd:num_requests_waiting",
-                 "mlxd:prefix_cache_queries_total", "mlxd:prefix_cache_hits_total",
-                 "mlxd:prefix_cache_bytes", "mlxd:prefix_cache_budget_bytes"):
+    for name in (
+        "mlxd:num_requests_running",
+        "mlxd:num_requests_waiting",
+        "mlxd:prefix_cache_queries_total",
+        "mlxd:prefix_cache_hits_total",
+        "mlxd:prefix_cache_bytes",
+        "mlxd:prefix_cache_budget_bytes",
+    ):
         assert v(values, name, model=M) is None, name
     assert v(values, "mlxd:worker_restarts_total", model=M) == 1
 
     # the new incarnation reports totals from zero: exposed values follow
-    pool.snaps = [snap(M, restarts=1, load_seconds=1.25, stats=WorkerStats(
-        running=0, waiting=0, cache_queries=2, cache_hits=1,
-        cache_bytes=0, cache_budget_bytes=1 << 30))]
+    pool.snaps = [
+        snap(
+            M,
+            restarts=1,
+            load_seconds=1.25,
+            stats=WorkerStats(
+                running=0, waiting=0, cache_queries=2, cache_hits=1, cache_bytes=0, cache_budget_bytes=1 << 30
+            ),
+        )
+    ]
     _, values = scrape(metrics)
     assert v(values, "mlxd:prefix_cache_queries_total", model=M) == 2
     assert v(values, "mlxd:prefix_cache_hits_total", model=M) == 1
@@ -323,8 +372,9 @@ def test_model_state_is_one_hot(current):
     for state in MODEL_STATES:
         assert v(values, "mlxd:model_state", model=M, state=state) == (1 if state == current else 0)
         assert v(values, "mlxd:model_state", model="m2", state=state) == (1 if state == "ready" else 0)
-    assert sum(val for (name, labels), val in values.items()
-               if name == "mlxd:model_state" and ("model", M) in labels) == 1
+    assert (
+        sum(val for (name, labels), val in values.items() if name == "mlxd:model_state" and ("model", M) in labels) == 1
+    )
 
 
 def test_unknown_state_is_still_exposed():
@@ -337,15 +387,17 @@ def test_render_calls_snapshots_once_and_registries_are_private():
     pool = Pool(snap(M))
     a = Metrics(pool)
     b = Metrics(Pool(snap(M)))  # a second instance must not clash with the first
-    assert pool.calls == 0      # nothing is scraped at construction
+    assert pool.calls == 0  # nothing is scraped at construction
     a.render()
     assert pool.calls == 1
     a.request_started(M, now=0.0).finished(
-        reason="stop", prompt_tokens=1, cached_tokens=0, completion_tokens=1, now=1.0)
+        reason="stop", prompt_tokens=1, cached_tokens=0, completion_tokens=1, now=1.0
+    )
     _, values = scrape(b)
     assert v(values, "mlxd:request_success_total", model=M, finished_reason="stop") == 0
     # a scrape through the registry itself (not render) also calls snapshots
     from prometheus_client import generate_latest
+
     assert b"mlxd:model_state" in generate_latest(a.registry)
     assert pool.calls == 2
 
@@ -385,11 +437,18 @@ class FakeStream:
         self.closed += 1
 
 
-def ro(index: int = 0, completion: int = 0, reason: str | None = None,
-       prompt: int = 10, cached: int = 0) -> RequestOutput:
+def ro(
+    index: int = 0, completion: int = 0, reason: str | None = None, prompt: int = 10, cached: int = 0
+) -> RequestOutput:
     """A RequestOutput with running totals."""
-    return RequestOutput(request_id="r", index=index, prompt_tokens=prompt, cached_tokens=cached,
-                         completion_tokens=completion, finish_reason=reason)
+    return RequestOutput(
+        request_id="r",
+        index=index,
+        prompt_tokens=prompt,
+        cached_tokens=cached,
+        completion_tokens=completion,
+        finish_reason=reason,
+    )
 
 
 async def drain(stream) -> list[RequestOutput]:
@@ -405,12 +464,17 @@ def test_metered_stream_meters_a_complete_request():
 
     clock = Clock()
     metrics = Metrics(Pool(), clock=clock)
-    inner = FakeStream(clock, [
-        (1.0, ro(0, 1, cached=4)), (1.0, ro(1, 1, cached=4)),
-        (1.5, ro(0, 2, cached=4)), (2.0, ro(1, 3, "length", cached=4)),
-        (3.0, ro(0, 3, "stop", cached=4)),
-    ])
-    timer = metrics.request_started(M)           # at t=0
+    inner = FakeStream(
+        clock,
+        [
+            (1.0, ro(0, 1, cached=4)),
+            (1.0, ro(1, 1, cached=4)),
+            (1.5, ro(0, 2, cached=4)),
+            (2.0, ro(1, 3, "length", cached=4)),
+            (3.0, ro(0, 3, "stop", cached=4)),
+        ],
+    )
+    timer = metrics.request_started(M)  # at t=0
     stream = metrics.track(inner, timer, n=2)
     outs = asyncio.run(drain(stream))
     assert len(outs) == 5 and inner.closed == 1 and timer.done
@@ -433,24 +497,28 @@ def test_metered_stream_outcomes_abort_error_and_close():
 
     async def scenario():
         # worker error output ends the request at once, whatever n is
-        s = metrics.track(FakeStream(clock, [(1.0, ro(0, 1)), (2.0, ro(0, 1, "error"))]),
-                          metrics.request_started(M, now=0.0), n=3)
+        s = metrics.track(
+            FakeStream(clock, [(1.0, ro(0, 1)), (2.0, ro(0, 1, "error"))]), metrics.request_started(M, now=0.0), n=3
+        )
         await drain(s)
         # client gone mid-stream: aclose before the end counts an abort at close time
-        s = metrics.track(FakeStream(clock, [(1.0, ro(0, 1)), (2.0, ro(0, 2, "stop"))]),
-                          metrics.request_started(M, now=0.0))
+        s = metrics.track(
+            FakeStream(clock, [(1.0, ro(0, 1)), (2.0, ro(0, 2, "stop"))]), metrics.request_started(M, now=0.0)
+        )
         await s.__anext__()
         clock.t = 1.25
         await s.aclose()
         await s.aclose()  # idempotent
         # the inner stream raises: error
-        s = metrics.track(FakeStream(clock, [(1.0, ro(0, 1)), (4.0, RuntimeError("boom"))]),
-                          metrics.request_started(M, now=0.0))
+        s = metrics.track(
+            FakeStream(clock, [(1.0, ro(0, 1)), (4.0, RuntimeError("boom"))]), metrics.request_started(M, now=0.0)
+        )
         with pytest.raises(RuntimeError):
             await drain(s)
         # the inner stream stops before the request's end: error
-        s = metrics.track(FakeStream(clock, [(1.0, ro(0, 1)), (2.0, ro(0, 2, "stop"))]),
-                          metrics.request_started(M, now=0.0), n=2)
+        s = metrics.track(
+            FakeStream(clock, [(1.0, ro(0, 1)), (2.0, ro(0, 2, "stop"))]), metrics.request_started(M, now=0.0), n=2
+        )
         clock.t = 2.0
         await drain(s)
 

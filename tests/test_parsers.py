@@ -74,7 +74,7 @@ def chunkings(text: str, seeds=(0, 1, 2, 3, 4)) -> dict[str, list[str]]:
         pieces, i = [], 0
         while i < len(text):
             n = rnd.randint(1, 9)
-            pieces.append(text[i:i + n])
+            pieces.append(text[i : i + n])
             i += n
         out[f"random{seed}"] = pieces
     return out
@@ -117,56 +117,111 @@ def check_all_chunkings(text: str, content: str, calls: list, reasoning: str = "
 
 
 W = ("get_weather", {"city": "Paris", "days": 3})
-S = ("search", {"query": "mlx \"fast\" {inference}"})
+S = ("search", {"query": 'mlx "fast" {inference}'})
 
 CASES = {
     "hermes": [
-        ("no call", "The weather is nice.\nNo tools <needed> here: a < b.", "The weather is nice.\nNo tools <needed> here: a < b.", []),
-        ("content then call",
-         'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}\n</tool_call>',
-         "Let me check.", [W]),
-        ("two calls",
-         '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}\n</tool_call>\n'
-         '<tool_call>\n{"name": "search", "arguments": {"query": "mlx \\"fast\\" {inference}"}}\n</tool_call>\n',
-         "", [W, S]),
-        ("compact, no newlines",
-         '<tool_call>{"name":"get_weather","arguments":{"city":"Paris","days":3}}</tool_call>', "", [W]),
-        ("arguments first",
-         '<tool_call>\n{"arguments": {"city": "Paris", "days": 3}, "name": "get_weather"}\n</tool_call>', "", [W]),
-        ("arguments as a JSON string",
-         '<tool_call>\n{"name": "get_weather", "arguments": "{\\"city\\": \\"Paris\\", \\"days\\": 3}"}\n</tool_call>',
-         "", [W]),
+        (
+            "no call",
+            "The weather is nice.\nNo tools <needed> here: a < b.",
+            "The weather is nice.\nNo tools <needed> here: a < b.",
+            [],
+        ),
+        (
+            "content then call",
+            'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}\n</tool_call>',
+            "Let me check.",
+            [W],
+        ),
+        (
+            "two calls",
+            '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}\n</tool_call>\n'
+            '<tool_call>\n{"name": "search", "arguments": {"query": "mlx \\"fast\\" {inference}"}}\n</tool_call>\n',
+            "",
+            [W, S],
+        ),
+        (
+            "compact, no newlines",
+            '<tool_call>{"name":"get_weather","arguments":{"city":"Paris","days":3}}</tool_call>',
+            "",
+            [W],
+        ),
+        (
+            "arguments first",
+            '<tool_call>\n{"arguments": {"city": "Paris", "days": 3}, "name": "get_weather"}\n</tool_call>',
+            "",
+            [W],
+        ),
+        (
+            "arguments as a JSON string",
+            '<tool_call>\n{"name": "get_weather", "arguments": "{\\"city\\": \\"Paris\\", \\"days\\": 3}"}\n</tool_call>',
+            "",
+            [W],
+        ),
         ("no arguments", '<tool_call>\n{"name": "get_time"}\n</tool_call>', "", [("get_time", {})]),
-        ("nested arguments",
-         '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "coords": {"lat": -1.5e3, "v": [true, null, "}"]}}}\n</tool_call>',
-         "", [("get_weather", {"city": "Paris", "coords": {"lat": -1500.0, "v": [True, None, "}"]}})]),
-        ("missing outer brace",
-         '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}\n</tool_call>', "", [W]),
-        ("content after call",
-         '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>\nDone.', "\nDone.", [("get_time", {})]),
-        ("raw newline in string",
-         '<tool_call>\n{"name": "search", "arguments": {"query": "a\nb"}}\n</tool_call>', "",
-         [("search", {"query": "a\nb"})]),
-        ("unicode", 'Voilà 🌦\n<tool_call>\n{"name": "search", "arguments": {"query": "météo ☀ \\u00e9"}}\n</tool_call>',
-         "Voilà 🌦", [("search", {"query": "météo ☀ é"})]),
+        (
+            "nested arguments",
+            '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "coords": {"lat": -1.5e3, "v": [true, null, "}"]}}}\n</tool_call>',
+            "",
+            [("get_weather", {"city": "Paris", "coords": {"lat": -1500.0, "v": [True, None, "}"]}})],
+        ),
+        (
+            "missing outer brace",
+            '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}\n</tool_call>',
+            "",
+            [W],
+        ),
+        (
+            "content after call",
+            '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>\nDone.',
+            "\nDone.",
+            [("get_time", {})],
+        ),
+        (
+            "raw newline in string",
+            '<tool_call>\n{"name": "search", "arguments": {"query": "a\nb"}}\n</tool_call>',
+            "",
+            [("search", {"query": "a\nb"})],
+        ),
+        (
+            "unicode",
+            'Voilà 🌦\n<tool_call>\n{"name": "search", "arguments": {"query": "météo ☀ \\u00e9"}}\n</tool_call>',
+            "Voilà 🌦",
+            [("search", {"query": "météo ☀ é"})],
+        ),
     ],
     "qwen3_coder": [
         ("no call", "Use <function> pointers.", "Use <function> pointers.", []),
-        ("content then call",
-         "I'll look that up.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
-         "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
-         "I'll look that up.", [W]),
-        ("two calls, typed values",
-         "<tool_call>\n<function=get_weather>\n<parameter=city>\nNew York\n</parameter>\n<parameter=detailed>\ntrue\n</parameter>\n"
-         "<parameter=coords>\n{\"lat\": 1}\n</parameter>\n</function>\n</tool_call>\n"
-         "<tool_call>\n<function=search>\n<parameter=query>\nline1\nline2\n</parameter>\n<parameter=limit>\n2.5\n</parameter>\n</function>\n</tool_call>",
-         "", [("get_weather", {"city": "New York", "detailed": True, "coords": {"lat": 1}}),
-              ("search", {"query": "line1\nline2", "limit": 2.5})]),
-        ("string typed stays string",
-         "<tool_call>\n<function=search>\n<parameter=query>\n42\n</parameter>\n</function>\n</tool_call>", "",
-         [("search", {"query": "42"})]),
-        ("missing </parameter> and <tool_call>",
-         "<function=get_weather>\n<parameter=city>\nParis\n<parameter=days>\n3\n</function>\nok", "\nok", [W]),
+        (
+            "content then call",
+            "I'll look that up.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+            "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
+            "I'll look that up.",
+            [W],
+        ),
+        (
+            "two calls, typed values",
+            "<tool_call>\n<function=get_weather>\n<parameter=city>\nNew York\n</parameter>\n<parameter=detailed>\ntrue\n</parameter>\n"
+            '<parameter=coords>\n{"lat": 1}\n</parameter>\n</function>\n</tool_call>\n'
+            "<tool_call>\n<function=search>\n<parameter=query>\nline1\nline2\n</parameter>\n<parameter=limit>\n2.5\n</parameter>\n</function>\n</tool_call>",
+            "",
+            [
+                ("get_weather", {"city": "New York", "detailed": True, "coords": {"lat": 1}}),
+                ("search", {"query": "line1\nline2", "limit": 2.5}),
+            ],
+        ),
+        (
+            "string typed stays string",
+            "<tool_call>\n<function=search>\n<parameter=query>\n42\n</parameter>\n</function>\n</tool_call>",
+            "",
+            [("search", {"query": "42"})],
+        ),
+        (
+            "missing </parameter> and <tool_call>",
+            "<function=get_weather>\n<parameter=city>\nParis\n<parameter=days>\n3\n</function>\nok",
+            "\nok",
+            [W],
+        ),
         ("no parameters", "<tool_call>\n<function=get_time>\n</function>\n</tool_call>", "", [("get_time", {})]),
     ],
     "llama3_json": [
@@ -174,71 +229,116 @@ CASES = {
         ("json answer is content", '{"city": "Paris"}', '{"city": "Paris"}', []),
         ("unknown name is content", '{"name": "Bob", "parameters": {}}', '{"name": "Bob", "parameters": {}}', []),
         ("call", '{"name": "get_weather", "parameters": {"city": "Paris", "days": 3}}', "", [W]),
-        ("python tag, two calls",
-         '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris", "days": 3}}; '
-         '{"name": "search", "parameters": {"query": "mlx \\"fast\\" {inference}"}}<|eom_id|>',
-         "", [W, S]),
+        (
+            "python tag, two calls",
+            '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris", "days": 3}}; '
+            '{"name": "search", "parameters": {"query": "mlx \\"fast\\" {inference}"}}<|eom_id|>',
+            "",
+            [W, S],
+        ),
         ("leading whitespace", '\n {"name": "get_time", "parameters": {}}', "", [("get_time", {})]),
-        ("call not at start is content", 'Sure: {"name": "get_time", "parameters": {}}',
-         'Sure: {"name": "get_time", "parameters": {}}', []),
+        (
+            "call not at start is content",
+            'Sure: {"name": "get_time", "parameters": {}}',
+            'Sure: {"name": "get_time", "parameters": {}}',
+            [],
+        ),
     ],
     "mistral": [
         ("no call", "Bonjour [not a tool] call.", "Bonjour [not a tool] call.", []),
-        ("old form, two calls",
-         'Checking.[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}, '
-         '{"name": "search", "arguments": {"query": "mlx \\"fast\\" {inference}"}}]',
-         "Checking.", [W, S]),
-        ("new form, two calls",
-         '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris", "days": 3}[TOOL_CALLS]search[ARGS]{"query": "mlx \\"fast\\" {inference}"}',
-         "", [W, S]),
-        ("new form with call id", '[TOOL_CALLS]get_weather[CALL_ID]a1b2c3d4e[ARGS]{"city": "Paris", "days": 3}', "", [W]),
+        (
+            "old form, two calls",
+            'Checking.[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}, '
+            '{"name": "search", "arguments": {"query": "mlx \\"fast\\" {inference}"}}]',
+            "Checking.",
+            [W, S],
+        ),
+        (
+            "new form, two calls",
+            '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris", "days": 3}[TOOL_CALLS]search[ARGS]{"query": "mlx \\"fast\\" {inference}"}',
+            "",
+            [W, S],
+        ),
+        (
+            "new form with call id",
+            '[TOOL_CALLS]get_weather[CALL_ID]a1b2c3d4e[ARGS]{"city": "Paris", "days": 3}',
+            "",
+            [W],
+        ),
         ("old form single object", '[TOOL_CALLS] {"name": "get_time", "arguments": {}}', "", [("get_time", {})]),
     ],
     "deepseek_v3": [
         ("no call", "Plain answer with ｜ characters.", "Plain answer with ｜ characters.", []),
-        ("v3 form, two calls",
-         "Let me see.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
-         '{"city": "Paris", "days": 3}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>search\n'
-         '```json\n{"query": "mlx \\"fast\\" {inference}"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
-         "Let me see.", [W, S]),
-        ("v3.1 form",
-         '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "Paris", "days": 3}'
-         "<｜tool▁call▁end｜><｜tool▁calls▁end｜>", "", [W]),
+        (
+            "v3 form, two calls",
+            "Let me see.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+            '{"city": "Paris", "days": 3}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>search\n'
+            '```json\n{"query": "mlx \\"fast\\" {inference}"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+            "Let me see.",
+            [W, S],
+        ),
+        (
+            "v3.1 form",
+            '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "Paris", "days": 3}'
+            "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+            "",
+            [W],
+        ),
     ],
     "glm45": [
         ("no call", "Nothing to call <here>.", "Nothing to call <here>.", []),
-        ("content then two calls",
-         "Checking.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
-         "<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>\n<tool_call>search\n"
-         '<arg_key>query</arg_key>\n<arg_value>mlx "fast" {inference}</arg_value>\n</tool_call>',
-         "Checking.", [W, S]),
-        ("no newline after name",
-         "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value><arg_key>days</arg_key>"
-         "<arg_value>3</arg_value></tool_call>", "", [W]),
+        (
+            "content then two calls",
+            "Checking.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
+            "<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>\n<tool_call>search\n"
+            '<arg_key>query</arg_key>\n<arg_value>mlx "fast" {inference}</arg_value>\n</tool_call>',
+            "Checking.",
+            [W, S],
+        ),
+        (
+            "no newline after name",
+            "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value><arg_key>days</arg_key>"
+            "<arg_value>3</arg_value></tool_call>",
+            "",
+            [W],
+        ),
         ("no arguments", "<tool_call>get_time\n</tool_call>", "", [("get_time", {})]),
     ],
     "harmony": [
         ("final only", "<|channel|>final<|message|>Hello there.<|return|>", "Hello there.", []),
-        ("analysis then call",
-         "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "
-         'to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris", "days": 3}<|call|>',
-         "", [W]),
-        ("recipient before channel",
-         ' to=functions.search<|channel|>commentary json<|message|>{"query": "mlx \\"fast\\" {inference}"}<|call|>',
-         "", [S]),
-        ("preamble then call",
-         "<|channel|>commentary<|message|>Checking now.<|end|><|start|>assistant to=functions.get_time"
-         "<|channel|>commentary <|constrain|>json<|message|>{}<|call|>",
-         "Checking now.", [("get_time", {})]),
+        (
+            "analysis then call",
+            "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "
+            'to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris", "days": 3}<|call|>',
+            "",
+            [W],
+        ),
+        (
+            "recipient before channel",
+            ' to=functions.search<|channel|>commentary json<|message|>{"query": "mlx \\"fast\\" {inference}"}<|call|>',
+            "",
+            [S],
+        ),
+        (
+            "preamble then call",
+            "<|channel|>commentary<|message|>Checking now.<|end|><|start|>assistant to=functions.get_time"
+            "<|channel|>commentary <|constrain|>json<|message|>{}<|call|>",
+            "Checking now.",
+            [("get_time", {})],
+        ),
         ("not harmony at all", "Just text.", "Just text.", []),
     ],
     "json": [
         ("plain text", "Hello {world}", "Hello {world}", []),
         ("json answer is content", '{"answer": 42}', '{"answer": 42}', []),
         ("single call", '{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}', "", [W]),
-        ("array",
-         ' [{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}, '
-         '{"name": "search", "arguments": {"query": "mlx \\"fast\\" {inference}"}}]', "", [W, S]),
+        (
+            "array",
+            ' [{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}, '
+            '{"name": "search", "arguments": {"query": "mlx \\"fast\\" {inference}"}}]',
+            "",
+            [W, S],
+        ),
         ("fenced", '```json\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}\n```\n', "", [W]),
         ("fenced non-call", "```json\n[1, 2]\n```", "```json\n[1, 2]\n```", []),
         ("code fence of another language", "```python\nprint(1)\n```", "```python\nprint(1)\n```", []),
@@ -316,19 +416,22 @@ def test_xml_families_stream_each_parameter():
     assert d.tool_calls[0].arguments == "}"
 
 
-@pytest.mark.parametrize("fmt,text", [
-    ("hermes", 'Hi <tool_call>\n{"name": "get_wea'),
-    ("hermes", "Hi\n<tool_call>\n"),
-    ("hermes", "Hi\n<tool_call>\n{\"na"),
-    ("qwen3_coder", "Hi\n<tool_call>\n<function=get_wea"),
-    ("glm45", "Hi\n<tool_call>get_wea"),
-    ("mistral", "Hi[TOOL_CALLS]get_wea"),
-    ("mistral", 'Hi[TOOL_CALLS][{"name": "get'),
-    ("deepseek_v3", "Hi<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_wea"),
-    ("llama3_json", '<|python_tag|>{"name": "get_'),
-    ("json", '{"name": "get_'),
-    ("json", '```json\n[{"name'),
-])
+@pytest.mark.parametrize(
+    "fmt,text",
+    [
+        ("hermes", 'Hi <tool_call>\n{"name": "get_wea'),
+        ("hermes", "Hi\n<tool_call>\n"),
+        ("hermes", 'Hi\n<tool_call>\n{"na'),
+        ("qwen3_coder", "Hi\n<tool_call>\n<function=get_wea"),
+        ("glm45", "Hi\n<tool_call>get_wea"),
+        ("mistral", "Hi[TOOL_CALLS]get_wea"),
+        ("mistral", 'Hi[TOOL_CALLS][{"name": "get'),
+        ("deepseek_v3", "Hi<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_wea"),
+        ("llama3_json", '<|python_tag|>{"name": "get_'),
+        ("json", '{"name": "get_'),
+        ("json", '```json\n[{"name'),
+    ],
+)
 def test_truncated_before_name_becomes_content(fmt, text):
     for how, pieces in chunkings(text).items():
         r = run(pieces, tool_format=fmt)
@@ -336,24 +439,40 @@ def test_truncated_before_name_becomes_content(fmt, text):
         assert r.content == text, how
 
 
-@pytest.mark.parametrize("fmt,text,expected", [
-    ("hermes", '<tool_call>\n{"name": "search", "arguments": {"query": "mlx', {"query": "mlx"}),
-    ("hermes", '<tool_call>\n{"name": "search", "arguments": {"query": "a", "limit": 1.', {"query": "a", "limit": 1}),
-    ("hermes", '<tool_call>\n{"name": "search", "arguments": {"query": "a", "lim', {"query": "a"}),
-    ("hermes", '<tool_call>\n{"name": "search", "arguments": {"query": "a\\u00', {"query": "a"}),
-    ("hermes", '<tool_call>\n{"name": "get_time", "argu', {}),
-    ("hermes", '<tool_call>\n{"name": "get_weather", "arguments": {"coords": {"v": [1, tru',
-     {"coords": {"v": [1]}}),
-    ("qwen3_coder", "<tool_call>\n<function=search>\n<parameter=query>\nmlx is", {"query": "mlx is"}),
-    ("glm45", "<tool_call>search\n<arg_key>query</arg_key>\n<arg_value>ml", {"query": "ml"}),
-    ("mistral", '[TOOL_CALLS]search[ARGS]{"query": "ml', {"query": "ml"}),
-    ("deepseek_v3", '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>search<｜tool▁sep｜>{"query": "ml',
-     {"query": "ml"}),
-    ("harmony", '<|channel|>commentary to=functions.search <|constrain|>json<|message|>{"query": "ml',
-     {"query": "ml"}),
-    ("json", '[{"name": "search", "arguments": {"query": "ml', {"query": "ml"}),
-    ("llama3_json", '{"name": "search", "parameters": {"query": "ml', {"query": "ml"}),
-])
+@pytest.mark.parametrize(
+    "fmt,text,expected",
+    [
+        ("hermes", '<tool_call>\n{"name": "search", "arguments": {"query": "mlx', {"query": "mlx"}),
+        (
+            "hermes",
+            '<tool_call>\n{"name": "search", "arguments": {"query": "a", "limit": 1.',
+            {"query": "a", "limit": 1},
+        ),
+        ("hermes", '<tool_call>\n{"name": "search", "arguments": {"query": "a", "lim', {"query": "a"}),
+        ("hermes", '<tool_call>\n{"name": "search", "arguments": {"query": "a\\u00', {"query": "a"}),
+        ("hermes", '<tool_call>\n{"name": "get_time", "argu', {}),
+        (
+            "hermes",
+            '<tool_call>\n{"name": "get_weather", "arguments": {"coords": {"v": [1, tru',
+            {"coords": {"v": [1]}},
+        ),
+        ("qwen3_coder", "<tool_call>\n<function=search>\n<parameter=query>\nmlx is", {"query": "mlx is"}),
+        ("glm45", "<tool_call>search\n<arg_key>query</arg_key>\n<arg_value>ml", {"query": "ml"}),
+        ("mistral", '[TOOL_CALLS]search[ARGS]{"query": "ml', {"query": "ml"}),
+        (
+            "deepseek_v3",
+            '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>search<｜tool▁sep｜>{"query": "ml',
+            {"query": "ml"},
+        ),
+        (
+            "harmony",
+            '<|channel|>commentary to=functions.search <|constrain|>json<|message|>{"query": "ml',
+            {"query": "ml"},
+        ),
+        ("json", '[{"name": "search", "arguments": {"query": "ml', {"query": "ml"}),
+        ("llama3_json", '{"name": "search", "parameters": {"query": "ml', {"query": "ml"}),
+    ],
+)
 def test_truncated_call_is_completed(fmt, text, expected):
     for how, pieces in chunkings(text).items():
         r = run(pieces, tool_format=fmt)
@@ -379,9 +498,7 @@ def test_hermes_invalid_json_after_name_closes_call():
 
 @pytest.mark.parametrize("fmt", list(CASES))
 def test_parallel_false_keeps_first_call_and_sets_done(fmt):
-    samples = sorted(
-        ((text, calls) for _, text, _, calls in CASES[fmt] if calls), key=lambda s: -len(s[1])
-    )
+    samples = sorted(((text, calls) for _, text, _, calls in CASES[fmt] if calls), key=lambda s: -len(s[1]))
     text, calls = samples[0]  # a multi-call sample where the family has one
     text += "\ntrailing text"
     for how, pieces in chunkings(text).items():
@@ -443,7 +560,10 @@ def test_truncation_at_every_point(fmt):
             whole = run([prefix], tool_format=fmt)
             chars = run(list(prefix), tool_format=fmt)
             assert (whole.content, whole.reasoning, whole.parsed_calls) == (
-                chars.content, chars.reasoning, chars.parsed_calls), prefix
+                chars.content,
+                chars.reasoning,
+                chars.parsed_calls,
+            ), prefix
             if not whole.calls and fmt != "harmony":
                 assert whole.content == prefix, prefix
 
@@ -504,14 +624,67 @@ def test_passthrough_without_formats():
 
 
 SOUP = [
-    "<tool_call>", "</tool_call>", "\n", " ", "{", "}", "[", "]", '"name"', ":", ",", '"get_weather"',
-    '"search"', '"arguments"', '"parameters"', '{"city": "Paris"}', '"x', "\\", "1", "tru", "<function=",
-    "get_weather", ">", "<parameter=", "city", "</parameter>", "</function>", "<arg_key>", "</arg_key>",
-    "<arg_value>", "</arg_value>", "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "<｜tool▁calls▁begin｜>",
-    "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>", "function",
-    "```json\n", "```", "<|channel|>", "analysis", "final", "commentary to=functions.search", "<|message|>",
-    "<|end|>", "<|call|>", "<|start|>assistant", "<|return|>", "<think>", "</think>", "[THINK]", "[/THINK]",
-    "<|python_tag|>", ";", "hello", "é🌦", "<", "<|",
+    "<tool_call>",
+    "</tool_call>",
+    "\n",
+    " ",
+    "{",
+    "}",
+    "[",
+    "]",
+    '"name"',
+    ":",
+    ",",
+    '"get_weather"',
+    '"search"',
+    '"arguments"',
+    '"parameters"',
+    '{"city": "Paris"}',
+    '"x',
+    "\\",
+    "1",
+    "tru",
+    "<function=",
+    "get_weather",
+    ">",
+    "<parameter=",
+    "city",
+    "</parameter>",
+    "</function>",
+    "<arg_key>",
+    "</arg_key>",
+    "<arg_value>",
+    "</arg_value>",
+    "[TOOL_CALLS]",
+    "[ARGS]",
+    "[CALL_ID]",
+    "<｜tool▁calls▁begin｜>",
+    "<｜tool▁call▁begin｜>",
+    "<｜tool▁sep｜>",
+    "<｜tool▁call▁end｜>",
+    "<｜tool▁calls▁end｜>",
+    "function",
+    "```json\n",
+    "```",
+    "<|channel|>",
+    "analysis",
+    "final",
+    "commentary to=functions.search",
+    "<|message|>",
+    "<|end|>",
+    "<|call|>",
+    "<|start|>assistant",
+    "<|return|>",
+    "<think>",
+    "</think>",
+    "[THINK]",
+    "[/THINK]",
+    "<|python_tag|>",
+    ";",
+    "hello",
+    "é🌦",
+    "<",
+    "<|",
 ]
 
 
@@ -531,5 +704,7 @@ def test_marker_soup_is_chunking_independent(seed):
     results = [run(pieces, **kw) for pieces in chunkings(text, seeds=(seed,)).values()]
     first = results[0]
     for r in results[1:]:
-        assert (r.content, r.reasoning, r.parsed_calls) == (
-            first.content, first.reasoning, first.parsed_calls), (text, kw)
+        assert (r.content, r.reasoning, r.parsed_calls) == (first.content, first.reasoning, first.parsed_calls), (
+            text,
+            kw,
+        )

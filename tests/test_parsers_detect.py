@@ -19,7 +19,7 @@ QWEN25 = (
     "with the user query.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:"
     "\\n<tools>{%- for tool in tools %}{{- tool | tojson }}{%- endfor %}\\n</tools>\\n\\nFor each function "
     "call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:"
-    "\\n<tool_call>\\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\\n</tool_call>"
+    '\\n<tool_call>\\n{"name": <function-name>, "arguments": <args-json-object>}\\n</tool_call>'
     "<|im_end|>\\n{%- endif %}"
 )
 QWEN3 = QWEN25 + (
@@ -53,14 +53,14 @@ GPT_OSS = (
 )
 LLAMA31 = (
     "{%- if builtin_tools is defined or tools is not none %}{{- 'Environment: ipython\\n' }}{%- endif %}"
-    "{%- elif message.role == \"tool\" or message.role == \"ipython\" %}"
+    '{%- elif message.role == "tool" or message.role == "ipython" %}'
     "{{- '<|start_header_id|>ipython<|end_header_id|>\\n\\n' }}"
     "{{- '<|python_tag|>' + tool_call.name + '.call(' }}"
 )
 LLAMA32 = (
     "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' }}"
-    "{%- elif message.role == \"tool\" or message.role == \"ipython\" %}"
-    "{{- '{\"name\": \"' + tool_call.name + '\", \"parameters\": ' }}"
+    '{%- elif message.role == "tool" or message.role == "ipython" %}'
+    '{{- \'{"name": "\' + tool_call.name + \'", "parameters": \' }}'
 )
 SMOLLM2 = (
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
@@ -69,22 +69,25 @@ SMOLLM2 = (
 SMOLLM3 = SMOLLM2 + "{{ '<|im_start|>assistant\\n<think>\\n\\n</think>\\n' }}"
 
 
-@pytest.mark.parametrize("template,tool,reasoning", [
-    (QWEN25, "hermes", None),
-    (QWEN3, "hermes", "think"),
-    (QWEN3_CODER, "qwen3_coder", None),
-    (GLM45, "glm45", "think"),
-    (MISTRAL, "mistral", None),
-    (MAGISTRAL, "mistral", "think_mistral"),
-    (DEEPSEEK_V3, "deepseek_v3", None),
-    (DEEPSEEK_R1, "deepseek_v3", "think"),
-    (GPT_OSS, "harmony", "harmony"),
-    (LLAMA31, "llama3_json", None),
-    (LLAMA32, "llama3_json", None),
-    (SMOLLM2, None, None),
-    (SMOLLM3, None, "think"),
-    (None, None, None),
-])
+@pytest.mark.parametrize(
+    "template,tool,reasoning",
+    [
+        (QWEN25, "hermes", None),
+        (QWEN3, "hermes", "think"),
+        (QWEN3_CODER, "qwen3_coder", None),
+        (GLM45, "glm45", "think"),
+        (MISTRAL, "mistral", None),
+        (MAGISTRAL, "mistral", "think_mistral"),
+        (DEEPSEEK_V3, "deepseek_v3", None),
+        (DEEPSEEK_R1, "deepseek_v3", "think"),
+        (GPT_OSS, "harmony", "harmony"),
+        (LLAMA31, "llama3_json", None),
+        (LLAMA32, "llama3_json", None),
+        (SMOLLM2, None, None),
+        (SMOLLM3, None, "think"),
+        (None, None, None),
+    ],
+)
 def test_detect_from_template(template, tool, reasoning):
     assert detect_tool_format(template, []) == tool
     assert detect_reasoning_format(template, []) == reasoning
@@ -98,15 +101,18 @@ def test_template_wins_over_vocabulary():
     assert detect_tool_format(DEEPSEEK_R1, vocab) == "deepseek_v3"
 
 
-@pytest.mark.parametrize("vocab,tool,reasoning", [
-    (["<|im_start|>", "<tool_call>", "</tool_call>", "<think>", "</think>"], "hermes", "think"),
-    (["<tool_call>", "<arg_key>", "</arg_key>"], "glm45", None),
-    (["[INST]", "[TOOL_CALLS]", "[ARGS]", "[THINK]"], "mistral", "think_mistral"),
-    (["<|start|>", "<|channel|>", "<|message|>"], "harmony", "harmony"),
-    (["<|begin_of_text|>", "<|python_tag|>", "<|eom_id|>"], "llama3_json", None),
-    (["<｜tool▁calls▁begin｜>", "<｜tool▁sep｜>"], "deepseek_v3", None),
-    (["a", "b", "<|im_start|>"], None, None),
-])
+@pytest.mark.parametrize(
+    "vocab,tool,reasoning",
+    [
+        (["<|im_start|>", "<tool_call>", "</tool_call>", "<think>", "</think>"], "hermes", "think"),
+        (["<tool_call>", "<arg_key>", "</arg_key>"], "glm45", None),
+        (["[INST]", "[TOOL_CALLS]", "[ARGS]", "[THINK]"], "mistral", "think_mistral"),
+        (["<|start|>", "<|channel|>", "<|message|>"], "harmony", "harmony"),
+        (["<|begin_of_text|>", "<|python_tag|>", "<|eom_id|>"], "llama3_json", None),
+        (["<｜tool▁calls▁begin｜>", "<｜tool▁sep｜>"], "deepseek_v3", None),
+        (["a", "b", "<|im_start|>"], None, None),
+    ],
+)
 def test_detect_from_vocabulary(vocab, tool, reasoning):
     assert detect_tool_format(None, vocab) == tool
     assert detect_tool_format("", iter(vocab)) == tool

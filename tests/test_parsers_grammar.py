@@ -22,8 +22,15 @@ from worker.parsers import (  # noqa: E402
 )
 
 SPECIALS = [
-    "<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|call|>", "<|constrain|>", "<|return|>",
-    "[TOOL_CALLS]", "[ARGS]",
+    "<|start|>",
+    "<|channel|>",
+    "<|message|>",
+    "<|end|>",
+    "<|call|>",
+    "<|constrain|>",
+    "<|return|>",
+    "[TOOL_CALLS]",
+    "[ARGS]",
 ]
 
 
@@ -42,18 +49,21 @@ def test_grammar_compiles(fmt, choice, name, parallel):
 
 def test_grammar_compiles_with_awkward_schemas():
     tools = [
-        Tool(name="odd-name.v2", parameters={
-            "type": "object",
-            "$schema": "http://json-schema.org/draft-07/schema#",
-            "title": "brace } and \"quote\" and \\ backslash",
-            "properties": {
-                "when": {"type": "string", "format": "date-time"},
-                "maybe": {"type": ["integer", "null"]},
-                "tags": {"type": "array", "items": {"type": "string"}},
-                "mode": {"enum": ["a", "b\"c"]},
-                "any": {},
+        Tool(
+            name="odd-name.v2",
+            parameters={
+                "type": "object",
+                "$schema": "http://json-schema.org/draft-07/schema#",
+                "title": 'brace } and "quote" and \\ backslash',
+                "properties": {
+                    "when": {"type": "string", "format": "date-time"},
+                    "maybe": {"type": ["integer", "null"]},
+                    "tags": {"type": "array", "items": {"type": "string"}},
+                    "mode": {"enum": ["a", 'b"c']},
+                    "any": {},
+                },
             },
-        }),
+        ),
         Tool(name="noargs"),
     ]
     for fmt in TOOL_FORMATS:
@@ -166,21 +176,21 @@ def test_json_grammar_accepts_and_rejects(ll_tokenizer):
 ROUND_TRIP = {
     "hermes": HERMES_TWO,
     "json": '[{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}, '
-            '{"name": "search", "arguments": {"query": "mlx"}}]',
+    '{"name": "search", "arguments": {"query": "mlx"}}]',
     "llama3_json": '{"name": "get_weather", "parameters": {"city": "Paris", "days": 3}}; '
-                   '{"name": "search", "parameters": {"query": "mlx"}}',
+    '{"name": "search", "parameters": {"query": "mlx"}}',
     "qwen3_coder": "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
-                   "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n"
-                   "<function=search>\n<parameter=query>\nmlx\n</parameter>\n</function>\n</tool_call>",
+    "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n"
+    "<function=search>\n<parameter=query>\nmlx\n</parameter>\n</function>\n</tool_call>",
     "glm45": "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
-             "<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>\n<tool_call>search\n"
-             "<arg_key>query</arg_key>\n<arg_value>mlx</arg_value>\n</tool_call>",
+    "<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>\n<tool_call>search\n"
+    "<arg_key>query</arg_key>\n<arg_value>mlx</arg_value>\n</tool_call>",
     "deepseek_v3": "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
-                   '{"city": "Paris", "days": 3}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>search'
-                   '<｜tool▁sep｜>{"query": "mlx"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+    '{"city": "Paris", "days": 3}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>search'
+    '<｜tool▁sep｜>{"query": "mlx"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
     "mistral": '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris", "days": 3}[TOOL_CALLS]search[ARGS]{"query": "mlx"}',
     "harmony": "<|channel|>analysis<|message|>Weather, then search.<|end|><|start|>assistant<|channel|>"
-               'commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris", "days": 3}<|call|>',
+    'commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris", "days": 3}<|call|>',
 }
 EXPECTED = [("get_weather", {"city": "Paris", "days": 3}), ("search", {"query": "mlx"})]
 
@@ -193,8 +203,7 @@ def test_grammar_output_parses_back(fmt, ll_tokenizer, ll_special):
     needs_special = any(m in ids for m in markers)
     tokenizer = special_tok if needs_special else ll_tokenizer
     special = {m: ids[m] for m in markers if m in ids} if fmt == "mistral" else None
-    g = tool_call_grammar(fmt, TOOLS, choice="required", name=None, parallel=True,
-                          special_tokens=special)
+    g = tool_call_grammar(fmt, TOOLS, choice="required", name=None, parallel=True, special_tokens=special)
     assert accepts(tokenizer, g, text), fmt
     r = run([text], tool_format=fmt)
     expected = EXPECTED[:1] if fmt == "harmony" else EXPECTED
@@ -208,8 +217,7 @@ def test_special_token_map_is_used(ll_special):
     plain = tool_call_grammar("mistral", TOOLS, choice="required", name=None, parallel=True)
     assert not accepts(tokenizer, plain, text)  # literal text cannot match a special token
     special = {m: ids[m] for m in grammar_markers("mistral")}
-    g = tool_call_grammar("mistral", TOOLS, choice="required", name=None, parallel=True,
-                          special_tokens=special)
+    g = tool_call_grammar("mistral", TOOLS, choice="required", name=None, parallel=True, special_tokens=special)
     assert f"<[{ids['[TOOL_CALLS]']}]>" in g
     assert accepts(tokenizer, g, text)
     assert accepts(tokenizer, g, '[TOOL_CALLS][{"name": "get_time", "arguments": {}}]')
@@ -217,15 +225,21 @@ def test_special_token_map_is_used(ll_special):
 
 def test_qwen3_coder_grammar_types_values(ll_tokenizer):
     g = tool_call_grammar("qwen3_coder", TOOLS, choice="function", name="get_weather", parallel=False)
-    good = ("<tool_call>\n<function=get_weather>\n<parameter=city>\nNew\nYork\n</parameter>\n"
-            "<parameter=days>\n3\n</parameter>\n<parameter=unit>\ncelsius\n</parameter>\n"
-            '<parameter=coords>\n{"lat": 1}\n</parameter>\n</function>\n</tool_call>')
+    good = (
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\nNew\nYork\n</parameter>\n"
+        "<parameter=days>\n3\n</parameter>\n<parameter=unit>\ncelsius\n</parameter>\n"
+        '<parameter=coords>\n{"lat": 1}\n</parameter>\n</function>\n</tool_call>'
+    )
     assert accepts(ll_tokenizer, g, good)
     assert not accepts(ll_tokenizer, g, good.replace("\n3\n", "\nthree\n"))
     assert not accepts(ll_tokenizer, g, good.replace("celsius", "kelvin"))
     assert not accepts(ll_tokenizer, g, good.replace("<parameter=city>\nNew\nYork\n</parameter>\n", ""))
     assert json.loads(json.dumps(run([good], tool_format="qwen3_coder").parsed_calls[0][1])) == {
-        "city": "New\nYork", "days": 3, "unit": "celsius", "coords": {"lat": 1}}
+        "city": "New\nYork",
+        "days": 3,
+        "unit": "celsius",
+        "coords": {"lat": 1},
+    }
 
 
 def test_special_token_ids_from_tokenizer(hf_special, hf_tokenizer_file):
@@ -240,4 +254,5 @@ def test_special_token_ids_from_tokenizer(hf_special, hf_tokenizer_file):
         _tokenizer = hf_special
 
     assert special_token_ids("harmony", Wrapper()) == {
-        m: hf_special.convert_tokens_to_ids(m) for m in grammar_markers("harmony")}
+        m: hf_special.convert_tokens_to_ids(m) for m in grammar_markers("harmony")
+    }

@@ -123,6 +123,4 @@ def render(
             kwargs["tools"] = tool_dicts(tools)
     else:
         rendered_messages = generic_messages(messages, tools)
-    return tokenizer.apply_chat_template(
-        rendered_messages, add_generation_prompt=True, tokenize=False, **kwargs
-    )
+    return tokenizer.apply_chat_template(rendered_messages, add_generation_prompt=True, tokenize=False, **kwargs)

@@ -67,8 +67,7 @@ class TokenDecoder:
         if kind == "bpe":
             table = _gpt2_byte_decoder()
             self.table = [
-                p.encode() if p in special or any(ch not in table for ch in p)
-                else bytes(table[ch] for ch in p)
+                p.encode() if p in special or any(ch not in table for ch in p) else bytes(table[ch] for ch in p)
                 for p in (x or "" for x in pieces)
             ]
         elif kind == "spm":
@@ -80,7 +79,7 @@ class TokenDecoder:
         """The bytes ``token`` stands for (empty for an unknown id)."""
         return self.table[token] if 0 <= token < len(self.table) else b""
 
-    def stream(self, stop: list[str]) -> "TextStream":
+    def stream(self, stop: list[str]) -> TextStream:
         """Return a fresh per-request stream that holds back ``stop`` strings."""
         return TextStream(self.table, stop)
 
@@ -138,7 +137,7 @@ class TextStream:
             self._held = ""
             return pending[:cut]
         keep = self._longest_stop_prefix_suffix(pending)
-        self._held = pending[len(pending) - keep:] if keep else ""
+        self._held = pending[len(pending) - keep :] if keep else ""
         return pending[: len(pending) - keep]
 
     def _longest_stop_prefix_suffix(self, text: str) -> int:

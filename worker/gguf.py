@@ -84,8 +84,7 @@ _TOKEN_TYPE_USER_DEFINED = 4
 # Control tokens that end a turn even when the metadata names another EOS;
 # llama.cpp treats the same strings as end-of-generation.
 _END_OF_GENERATION_TOKENS = frozenset(
-    {"<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>",
-     "<end_of_turn>", "<|end|>", "</s>"}
+    {"<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "<end_of_turn>", "<|end|>", "</s>"}
 )
 _LLAMA3_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
@@ -177,15 +176,12 @@ def build_config(metadata: Mapping[str, Any], tensors: Mapping[str, mx.array]) -
     """
     arch = _meta(metadata, "general.architecture")
     if arch != "llama":
-        raise ModelLoadError(
-            f"GGUF architecture {arch!r} is not supported (only 'llama' can be converted)"
-        )
+        raise ModelLoadError(f"GGUF architecture {arch!r} is not supported (only 'llama' can be converted)")
     if (_meta(metadata, "llama.expert_count") or 0) > 0:
         raise ModelLoadError("mixture-of-experts llama GGUF files are not supported")
     if "rope_freqs.weight" in tensors:
         raise ModelLoadError(
-            "GGUF uses per-dimension RoPE factors (rope_freqs, Llama 3.1 style), "
-            "which this converter does not support"
+            "GGUF uses per-dimension RoPE factors (rope_freqs, Llama 3.1 style), which this converter does not support"
         )
 
     hidden = int(_require(metadata, "llama.embedding_length"))
@@ -193,9 +189,7 @@ def build_config(metadata: Mapping[str, Any], tensors: Mapping[str, mx.array]) -
     head_dim = int(_meta(metadata, "llama.attention.key_length") or hidden // heads)
     rope_dims = int(_meta(metadata, "llama.rope.dimension_count") or head_dim)
     if rope_dims != head_dim:
-        raise ModelLoadError(
-            f"partial RoPE ({rope_dims} of {head_dim} head dims) is not supported"
-        )
+        raise ModelLoadError(f"partial RoPE ({rope_dims} of {head_dim} head dims) is not supported")
     embed = tensors.get("token_embd.weight")
     if embed is None:
         raise ModelLoadError("GGUF has no token_embd.weight tensor")
@@ -263,7 +257,8 @@ def end_of_generation_ids(metadata: Mapping[str, Any]) -> list[int]:
     tokens = metadata.get("tokenizer.ggml.tokens") or []
     types = _token_types(metadata, len(tokens))
     ids.update(
-        i for i, (text, kind) in enumerate(zip(tokens, types))
+        i
+        for i, (text, kind) in enumerate(zip(tokens, types))
         if kind == _TOKEN_TYPE_CONTROL and text in _END_OF_GENERATION_TOKENS
     )
     return sorted(ids)
@@ -316,15 +311,11 @@ def convert_tensors(
         if f"{module}.scales" in weights:
             per_layer[module] = _quantization_of(module, weights, config)
         elif not mx.issubdtype(weight.dtype, mx.floating):
-            raise ModelLoadError(
-                f"unsupported GGUF tensor type for {module} ({weight.dtype} without scales)"
-            )
+            raise ModelLoadError(f"unsupported GGUF tensor type for {module} ({weight.dtype} without scales)")
     return weights, per_layer
 
 
-def _quantization_of(
-    module: str, weights: Mapping[str, mx.array], config: Mapping[str, Any]
-) -> dict[str, Any]:
+def _quantization_of(module: str, weights: Mapping[str, mx.array], config: Mapping[str, Any]) -> dict[str, Any]:
     """``{"group_size", "bits", "mode"}`` of one affine-quantized module.
 
     The unpacked input width comes from the config, so
@@ -407,9 +398,7 @@ def build_tokenizer(metadata: Mapping[str, Any]) -> Any:
 
     kind = _meta(metadata, "tokenizer.ggml.model")
     if kind != "gpt2":
-        raise ModelLoadError(
-            f"GGUF tokenizer model {kind!r} is not supported (only byte-level BPE 'gpt2')"
-        )
+        raise ModelLoadError(f"GGUF tokenizer model {kind!r} is not supported (only byte-level BPE 'gpt2')")
     tokens: list[str] = list(metadata.get("tokenizer.ggml.tokens") or [])
     merges: list[str] = list(metadata.get("tokenizer.ggml.merges") or [])
     if not tokens or not merges:
@@ -428,14 +417,20 @@ def build_tokenizer(metadata: Mapping[str, Any]) -> Any:
     tokenizer.post_processor = _post_processor(metadata, tokens)
 
     types = _token_types(metadata, len(tokens))
-    tokenizer.add_special_tokens([
-        AddedToken(text, special=True, normalized=False)
-        for text, kind_ in zip(tokens, types) if kind_ == _TOKEN_TYPE_CONTROL
-    ])
-    tokenizer.add_tokens([
-        AddedToken(text, special=False, normalized=False)
-        for text, kind_ in zip(tokens, types) if kind_ == _TOKEN_TYPE_USER_DEFINED
-    ])
+    tokenizer.add_special_tokens(
+        [
+            AddedToken(text, special=True, normalized=False)
+            for text, kind_ in zip(tokens, types)
+            if kind_ == _TOKEN_TYPE_CONTROL
+        ]
+    )
+    tokenizer.add_tokens(
+        [
+            AddedToken(text, special=False, normalized=False)
+            for text, kind_ in zip(tokens, types)
+            if kind_ == _TOKEN_TYPE_USER_DEFINED
+        ]
+    )
     return tokenizer
 
 
@@ -473,9 +468,7 @@ def _pre_tokenizer(pre: str | None, add_prefix_space: bool) -> Any:
         split = pre_tokenizers.Split(Regex(_LLAMA3_SPLIT), behavior="isolated", invert=False)
         raw_bytes = pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space, use_regex=False)
         return pre_tokenizers.Sequence([split, raw_bytes])
-    raise ModelLoadError(
-        f"GGUF pre-tokenizer {pre!r} is not supported (known: {', '.join(SUPPORTED_PRE_TOKENIZERS)})"
-    )
+    raise ModelLoadError(f"GGUF pre-tokenizer {pre!r} is not supported (known: {', '.join(SUPPORTED_PRE_TOKENIZERS)})")
 
 
 def _post_processor(metadata: Mapping[str, Any], tokens: list[str]) -> Any:
@@ -567,11 +560,14 @@ def convert_gguf(gguf_path: str | os.PathLike[str], out_dir: str | os.PathLike[s
     _write_json(out / "config.json", config)
     _write_json(out / "generation_config.json", _generation_config(config))
     _verify_loadable(out, source)
-    _write_json(out / CONVERSION_MARKER, {
-        "converter_version": CONVERTER_VERSION,
-        "source": str(source),
-        "seconds": round(time.perf_counter() - started, 3),
-    })
+    _write_json(
+        out / CONVERSION_MARKER,
+        {
+            "converter_version": CONVERTER_VERSION,
+            "source": str(source),
+            "seconds": round(time.perf_counter() - started, 3),
+        },
+    )
     _fsync_tree(out)
     return out
 
@@ -592,9 +588,7 @@ def _verify_loadable(model_dir: Path, source: Path) -> None:
     try:
         load_model(model_dir, lazy=True, strict=True)
     except Exception as exc:
-        raise ModelLoadError(
-            f"{source}: converted model does not load in mlx-lm: {_one_line(exc)}"
-        ) from exc
+        raise ModelLoadError(f"{source}: converted model does not load in mlx-lm: {_one_line(exc)}") from exc
 
 
 def _write_json(path: Path, content: Any) -> None:
@@ -690,10 +684,7 @@ def _atomic_write_json(path: Path, content: Any) -> None:
 def is_converted(model_dir: Path) -> bool:
     """Whether ``model_dir`` is a complete conversion by this converter version."""
     marker = _read_json(model_dir / CONVERSION_MARKER)
-    return (
-        marker.get("converter_version") == CONVERTER_VERSION
-        and (model_dir / "model.safetensors").is_file()
-    )
+    return marker.get("converter_version") == CONVERTER_VERSION and (model_dir / "model.safetensors").is_file()
 
 
 @contextlib.contextmanager
@@ -707,9 +698,7 @@ def _exclusive_lock(path: Path) -> Iterator[None]:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
-def ensure_converted(
-    gguf_path: str | os.PathLike[str], cache_root: str | os.PathLike[str] | None = None
-) -> Path:
+def ensure_converted(gguf_path: str | os.PathLike[str], cache_root: str | os.PathLike[str] | None = None) -> Path:
     """The converted mlx-lm directory for a GGUF file, converting it at most once.
 
     The directory is ``<cache_root>/<first 32 hex of the file's SHA-256>-v<N>``

@@ -101,8 +101,7 @@ def resolve_source(source: str) -> Path:
     if _REPO_ID.fullmatch(text) and not text.startswith((".", "~")):
         return _resolve_path(_cached_repo(text), source)
     raise ModelLoadError(
-        f"model source {source!r}: no such file or directory "
-        "(and not a package: source or a Hugging Face repo id)"
+        f"model source {source!r}: no such file or directory (and not a package: source or a Hugging Face repo id)"
     )
 
 
@@ -148,7 +147,7 @@ def _package_path(source: str) -> Path:
         ModelLoadError: malformed source, package not installed, or the
             relative path does not exist in it.
     """
-    spec = source[len(_PACKAGE_PREFIX):]
+    spec = source[len(_PACKAGE_PREFIX) :]
     package, _, relative = spec.partition("/")
     if not package or not relative:
         raise ModelLoadError(f"model source {source!r}: expected package:<package>/<path inside it>")
@@ -231,13 +230,9 @@ def load_model(source: str, *, dtype: str = "auto") -> LoadedModel:
     try:
         from mlx_lm.utils import load as mlx_lm_load
 
-        model, tokenizer, config = mlx_lm_load(
-            str(path), lazy=True, return_config=True, trust_remote_code=False
-        )
+        model, tokenizer, config = mlx_lm_load(str(path), lazy=True, return_config=True, trust_remote_code=False)
     except Exception as exc:  # ValueError, FileNotFoundError, OSError, JSON errors, ...
-        raise ModelLoadError(
-            f"model source {source!r}: mlx-lm cannot load {path}: {_one_line(exc)}"
-        ) from exc
+        raise ModelLoadError(f"model source {source!r}: mlx-lm cannot load {path}: {_one_line(exc)}") from exc
 
     effective = _target_dtype(dtype)
     if effective != "quantized":
@@ -279,6 +274,7 @@ def dequantize_model(model: nn.Module, dtype: mx.Dtype) -> None:
     quantized layer types (e.g. mixture-of-experts switch layers) are left
     quantized. The new arrays are not evaluated.
     """
+
     def replace(_path: str, module: nn.Module) -> nn.Module:
         if isinstance(module, nn.QuantizedLinear):
             return _float_linear(module, dtype)
@@ -300,8 +296,7 @@ def _dequantized_weight(module: nn.Module, dtype: mx.Dtype) -> mx.array:
     the scales' float16. Other layouts use ``mx.dequantize``.
     """
     if module.mode == "affine" and module.bits in (2, 4, 8) and "biases" in module:
-        return _unpack_affine(module.weight, module.scales, module.biases,
-                              module.group_size, module.bits).astype(dtype)
+        return _unpack_affine(module.weight, module.scales, module.biases, module.group_size, module.bits).astype(dtype)
     return mx.dequantize(
         module.weight,
         module.scales,
@@ -314,9 +309,7 @@ def _dequantized_weight(module: nn.Module, dtype: mx.Dtype) -> mx.array:
     )
 
 
-def _unpack_affine(
-    packed: mx.array, scales: mx.array, biases: mx.array, group_size: int, bits: int
-) -> mx.array:
+def _unpack_affine(packed: mx.array, scales: mx.array, biases: mx.array, group_size: int, bits: int) -> mx.array:
     """Float32 ``scales * q + biases`` for MLX's little-endian packed ``uint32`` weights."""
     shifts = mx.arange(0, 32, bits, dtype=mx.uint32)
     values = (packed[..., None] >> shifts) & ((1 << bits) - 1)
@@ -347,10 +340,7 @@ def _float_embedding(module: nn.QuantizedEmbedding, dtype: mx.Dtype) -> nn.Embed
 
 def _is_quantized(model: nn.Module) -> bool:
     """Whether any leaf module of ``model`` is quantized."""
-    return any(
-        isinstance(module, (nn.QuantizedLinear, nn.QuantizedEmbedding))
-        for _, module in model.named_modules()
-    )
+    return any(isinstance(module, (nn.QuantizedLinear, nn.QuantizedEmbedding)) for _, module in model.named_modules())
 
 
 def _dominant_dtype(model: nn.Module) -> str:

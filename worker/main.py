@@ -96,8 +96,8 @@ class Worker:
         try:
             started = time.monotonic()
             from worker.detok import TokenDecoder
-            from worker.loader import load_model
             from worker.grammar import GrammarCompiler
+            from worker.loader import load_model
             from worker.prefix_cache import PrefixCache
             from worker.prompt import model_formats
 
@@ -220,7 +220,9 @@ class Worker:
             return
         except Exception as exc:  # never let one request take the input thread down
             log.exception("could not prepare request %s", request.request_id)
-            self._refuse(request.request_id, "invalid_request", f"the request could not be prepared: {type(exc).__name__}")
+            self._refuse(
+                request.request_id, "invalid_request", f"the request could not be prepared: {type(exc).__name__}"
+            )
             return
         self._scheduler.submit(admission)
 

@@ -22,7 +22,6 @@ from worker.chat_render import render, template_supports_tools
 from worker.grammar import GrammarCompiler, GrammarError
 from worker.scheduler import Admission
 
-
 _SENTINEL = re.compile("(\ue000mlxd\\d+\ue001)")
 """Placeholders for client-written contents while the template renders
 (private-use code points a template does not produce)."""
@@ -220,9 +219,7 @@ class PromptBuilder:
         """One grammar matcher per choice, or None when unconstrained."""
         forced = request.tools and request.tool_choice in ("required", "function")
         if forced and request.response_format is not None:
-            raise PromptError(
-                "invalid_request", "response_format cannot be combined with a required tool call"
-            )
+            raise PromptError("invalid_request", "response_format cannot be combined with a required tool call")
         try:
             if request.response_format is not None:
                 fmt = request.response_format

@@ -61,10 +61,16 @@ def ask(client, question, stream=False, system=SYSTEM):
     messages = [{"role": "system", "content": system}, {"role": "user", "content": question}]
     if not stream:
         return client.chat.completions.create(model=TINY, messages=messages, max_tokens=4, temperature=0).usage
-    chunks = list(client.chat.completions.create(
-        model=TINY, messages=messages, max_tokens=4, temperature=0, stream=True,
-        stream_options={"include_usage": True},
-    ))
+    chunks = list(
+        client.chat.completions.create(
+            model=TINY,
+            messages=messages,
+            max_tokens=4,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     return chunks[-1].usage
 
 
@@ -186,9 +192,7 @@ def test_stop_string_ends_generation_at_once(client, server):
 
 
 def test_full_queue_is_refused_at_once(tiny_model_dir, tmp_path):
-    srv = start_server(
-        tmp_path, [{"name": TINY, "source": str(tiny_model_dir), "max_batch_size": 2, "max_queued": 2}]
-    )
+    srv = start_server(tmp_path, [{"name": TINY, "source": str(tiny_model_dir), "max_batch_size": 2, "max_queued": 2}])
     try:
         body = {"model": TINY, "messages": MSG, "max_tokens": 1200, "ignore_eos": True}
 
@@ -213,7 +217,9 @@ def test_full_queue_is_refused_at_once(tiny_model_dir, tmp_path):
 
 
 def test_missing_max_tokens_fills_the_context(tiny_model_dir, tmp_path):
-    srv = start_server(tmp_path, [{"name": TINY, "source": str(tiny_model_dir), "context_length": 64, "request_timeout": 1.5}])
+    srv = start_server(
+        tmp_path, [{"name": TINY, "source": str(tiny_model_dir), "context_length": 64, "request_timeout": 1.5}]
+    )
     try:
         client = sdk(srv)
         r = client.chat.completions.create(model=TINY, messages=MSG, extra_body={"ignore_eos": True})
@@ -232,7 +238,9 @@ def test_deadline_ends_the_request_and_frees_it(tiny_model_dir, tmp_path):
         body = {"model": TINY, "messages": MSG, "max_tokens": 2000, "ignore_eos": True}
         r = httpx.post(f"{srv.url}/v1/chat/completions", json=body, headers=srv.headers, timeout=60)
         assert r.status_code == 504 and r.json()["error"]["code"] == "timeout"
-        with httpx.stream("POST", f"{srv.url}/v1/chat/completions", json=body | {"stream": True}, headers=srv.headers, timeout=60) as s:
+        with httpx.stream(
+            "POST", f"{srv.url}/v1/chat/completions", json=body | {"stream": True}, headers=srv.headers, timeout=60
+        ) as s:
             lines = [line for line in s.iter_lines() if line]
         assert '"error"' in lines[-2] and lines[-1] == "data: [DONE]"
         stats = settled_stats(srv)
@@ -250,7 +258,12 @@ def test_n_choices_share_one_prefill(client, server):
     prompt = "n choices prompt " * 30
     before = settled_stats(server)
     r = client.chat.completions.create(
-        model=TINY, messages=[{"role": "user", "content": prompt}], n=3, max_tokens=10, temperature=1.0, seed=5,
+        model=TINY,
+        messages=[{"role": "user", "content": prompt}],
+        n=3,
+        max_tokens=10,
+        temperature=1.0,
+        seed=5,
     )
     after = settled_stats(server)
     assert [c.index for c in r.choices] == [0, 1, 2]
@@ -258,22 +271,38 @@ def test_n_choices_share_one_prefill(client, server):
     assert r.usage.completion_tokens == 30
     assert after["prompt_tokens"] - before["prompt_tokens"] <= r.usage.prompt_tokens  # not 3x
     again = client.chat.completions.create(
-        model=TINY, messages=[{"role": "user", "content": prompt}], n=3, max_tokens=10, temperature=1.0, seed=5,
+        model=TINY,
+        messages=[{"role": "user", "content": prompt}],
+        n=3,
+        max_tokens=10,
+        temperature=1.0,
+        seed=5,
     )
     assert [c.message.content for c in again.choices] == [c.message.content for c in r.choices]
 
 
 def test_n_choices_stream(client):
-    chunks = list(client.chat.completions.create(
-        model=TINY, messages=MSG, n=2, max_tokens=6, stream=True, stream_options={"include_usage": True},
-    ))
-    finishes = {c.choices[0].index: c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason}
+    chunks = list(
+        client.chat.completions.create(
+            model=TINY,
+            messages=MSG,
+            n=2,
+            max_tokens=6,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    finishes = {
+        c.choices[0].index: c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
+    }
     assert finishes == {0: "length", 1: "length"}
     assert chunks[-1].usage.completion_tokens == 12
 
 
 def test_chat_logprobs(client):
-    r = client.chat.completions.create(model=TINY, messages=MSG, max_tokens=6, temperature=0, logprobs=True, top_logprobs=5)
+    r = client.chat.completions.create(
+        model=TINY, messages=MSG, max_tokens=6, temperature=0, logprobs=True, top_logprobs=5
+    )
     content = r.choices[0].logprobs.content
     assert len(content) == 6
     assert "".join(t.token for t in content) == r.choices[0].message.content
@@ -283,9 +312,17 @@ def test_chat_logprobs(client):
         assert math.isclose(t.top_logprobs[0].logprob, t.logprob, rel_tol=1e-4)
         assert [x.logprob for x in t.top_logprobs] == sorted((x.logprob for x in t.top_logprobs), reverse=True)
         assert bytes(t.bytes).decode("utf-8", "replace") == t.token
-    streamed = list(client.chat.completions.create(
-        model=TINY, messages=MSG, max_tokens=6, temperature=0, logprobs=True, top_logprobs=2, stream=True,
-    ))
+    streamed = list(
+        client.chat.completions.create(
+            model=TINY,
+            messages=MSG,
+            max_tokens=6,
+            temperature=0,
+            logprobs=True,
+            top_logprobs=2,
+            stream=True,
+        )
+    )
     tokens = [t for c in streamed if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.content]
     assert [t.token for t in tokens] == [t.token for t in content]
 
@@ -302,7 +339,11 @@ def test_ignore_eos_and_min_tokens(client):
     forced_eos = {str(EOS): 100}
     r = client.completions.create(model=TINY, prompt="x", max_tokens=10, logit_bias=forced_eos)
     assert r.choices[0].finish_reason == "stop" and r.usage.completion_tokens == 1
-    r = client.completions.create(model=TINY, prompt="x", max_tokens=10, logit_bias=forced_eos, extra_body={"min_tokens": 4})
+    r = client.completions.create(
+        model=TINY, prompt="x", max_tokens=10, logit_bias=forced_eos, extra_body={"min_tokens": 4}
+    )
     assert r.choices[0].finish_reason == "stop" and r.usage.completion_tokens == 5
-    r = client.completions.create(model=TINY, prompt="x", max_tokens=10, logit_bias=forced_eos, extra_body={"ignore_eos": True})
+    r = client.completions.create(
+        model=TINY, prompt="x", max_tokens=10, logit_bias=forced_eos, extra_body={"ignore_eos": True}
+    )
     assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 10

@@ -74,7 +74,9 @@ def test_context_length_exceeded_is_400_even_streaming(tiny_server):
 
 
 def test_unknown_model_and_route(tiny_server):
-    assert_error(post(tiny_server, "/v1/chat/completions", {"model": "nope", "messages": MSG}), 404, code="model_not_found")
+    assert_error(
+        post(tiny_server, "/v1/chat/completions", {"model": "nope", "messages": MSG}), 404, code="model_not_found"
+    )
     r = httpx.get(f"{tiny_server.url}/v1/models/nope", headers=tiny_server.headers)
     assert_error(r, 404, code="model_not_found")
     assert_error(httpx.get(f"{tiny_server.url}/v1/nothing", headers=tiny_server.headers), 404)
@@ -87,7 +89,15 @@ def test_auth(tiny_server):
     assert_error(httpx.get(url, headers={"x-api-key": API_KEY + "x"}), 401)
     assert httpx.get(url, headers={"x-api-key": API_KEY}).status_code == 200
     assert httpx.get(url, headers={"Authorization": f"Bearer {API_KEY}"}).status_code == 200
-    assert_error(post(tiny_server, "/v1/chat/completions", {"model": TINY, "messages": MSG}, headers={"Authorization": "Bearer no"}), 401)
+    assert_error(
+        post(
+            tiny_server,
+            "/v1/chat/completions",
+            {"model": TINY, "messages": MSG},
+            headers={"Authorization": "Bearer no"},
+        ),
+        401,
+    )
     assert httpx.get(f"{tiny_server.url}/health").status_code == 200
 
 

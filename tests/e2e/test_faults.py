@@ -38,7 +38,10 @@ def test_worker_killed_mid_stream(server):
     def stream():
         try:
             s = client.chat.completions.create(
-                model=TINY, messages=[{"role": "user", "content": "go"}], max_tokens=1900, stream=True,
+                model=TINY,
+                messages=[{"role": "user", "content": "go"}],
+                max_tokens=1900,
+                stream=True,
             )
             for chunk in s:
                 if chunk.choices and chunk.choices[0].delta.content:
@@ -69,7 +72,8 @@ def test_worker_killed_mid_stream(server):
     r = httpx.post(
         f"{server.url}/v1/chat/completions",
         json={"model": TINY, "messages": [{"role": "user", "content": "x"}], "max_tokens": 2},
-        headers=server.headers, timeout=30,
+        headers=server.headers,
+        timeout=30,
     )
     assert r.status_code in (200, 503)
     if r.status_code == 503:

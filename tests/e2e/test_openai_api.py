@@ -44,9 +44,7 @@ def test_chat_non_streaming(client):
 
 
 def test_alias_routes_to_the_model(client):
-    r = client.chat.completions.create(
-        model="tiny-alias", messages=[{"role": "user", "content": "x"}], max_tokens=2
-    )
+    r = client.chat.completions.create(model="tiny-alias", messages=[{"role": "user", "content": "x"}], max_tokens=2)
     assert r.usage.completion_tokens == 2
 
 
@@ -65,16 +63,23 @@ def test_greedy_is_deterministic_and_streaming_matches(client):
 
 def test_content_as_text_parts(client):
     parts = [{"type": "text", "text": "Tell me "}, {"type": "text", "text": "a story"}]
-    r = client.chat.completions.create(model=TINY, messages=[{"role": "user", "content": parts}], max_tokens=12, temperature=0)
+    r = client.chat.completions.create(
+        model=TINY, messages=[{"role": "user", "content": parts}], max_tokens=12, temperature=0
+    )
     assert r.choices[0].message.content == chat(client, "Tell me a story").choices[0].message.content
 
 
 def test_raw_sse_frames(tiny_server):
     body = {
-        "model": TINY, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
-        "stream": True, "stream_options": {"include_usage": True},
+        "model": TINY,
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 4,
+        "stream": True,
+        "stream_options": {"include_usage": True},
     }
-    with httpx.stream("POST", f"{tiny_server.url}/v1/chat/completions", json=body, headers=tiny_server.headers, timeout=60) as r:
+    with httpx.stream(
+        "POST", f"{tiny_server.url}/v1/chat/completions", json=body, headers=tiny_server.headers, timeout=60
+    ) as r:
         assert r.status_code == 200
         assert r.headers["content-type"].startswith("text/event-stream")
         lines = [line for line in r.iter_lines() if line]
@@ -92,7 +97,9 @@ def test_completions_endpoint(client):
     r = client.completions.create(model=TINY, prompt="Once upon a time", max_tokens=6, temperature=0)
     assert r.object == "text_completion"
     assert r.usage.completion_tokens == 6
-    streamed = client.completions.create(model=TINY, prompt="Once upon a time", max_tokens=6, temperature=0, stream=True)
+    streamed = client.completions.create(
+        model=TINY, prompt="Once upon a time", max_tokens=6, temperature=0, stream=True
+    )
     assert "".join(c.choices[0].text for c in streamed if c.choices) == r.choices[0].text
 
 
@@ -106,7 +113,7 @@ def test_stop_strings_under_batching(client):
     prompts = [f"Write item number {i}" for i in range(8)]
     full = [chat(client, p, max_tokens=24).choices[0].message.content for p in prompts]
     # a stop string from the middle of each greedy answer
-    stops = [t[len(t) // 2: len(t) // 2 + 3] for t in full]
+    stops = [t[len(t) // 2 : len(t) // 2 + 3] for t in full]
 
     def run(i):
         return chat(client, prompts[i], max_tokens=24, stop=[stops[i], "\u0000never"])
@@ -146,7 +153,12 @@ def test_logit_bias_forces_a_token(client):
 
 def test_sampling_fields_are_honoured(client):
     r = chat(
-        client, temperature=0.8, top_p=0.9, presence_penalty=0.5, frequency_penalty=0.5, seed=7,
+        client,
+        temperature=0.8,
+        top_p=0.9,
+        presence_penalty=0.5,
+        frequency_penalty=0.5,
+        seed=7,
         extra_body={"top_k": 20, "min_p": 0.05, "repetition_penalty": 1.2},
     )
     assert r.usage.completion_tokens == 12

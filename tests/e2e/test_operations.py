@@ -5,7 +5,6 @@ gateway and worker processes (tiny model)."""
 from __future__ import annotations
 
 import concurrent.futures as cf
-import os
 import plistlib
 import signal
 import subprocess
@@ -126,18 +125,28 @@ def test_reload_adds_and_removes_models_while_streaming(tiny_model_dir, tmp_path
         result: dict = {}
 
         def long_stream():
-            chunks = list(client(srv).chat.completions.create(
-                model="keep", messages=MSG, max_tokens=600, stream=True,
-                extra_body={"ignore_eos": True}, stream_options={"include_usage": True},
-            ))
+            chunks = list(
+                client(srv).chat.completions.create(
+                    model="keep",
+                    messages=MSG,
+                    max_tokens=600,
+                    stream=True,
+                    extra_body={"ignore_eos": True},
+                    stream_options={"include_usage": True},
+                )
+            )
             result["tokens"] = chunks[-1].usage.completion_tokens
 
         thread = threading.Thread(target=long_stream)
         thread.start()
         time.sleep(0.5)
         old_pid = srv.worker("old")["pid"]
-        write_config(config, port, [model(tiny_model_dir, "keep", preload=True), model(tiny_model_dir, "new", preload=True)],
-                     [API_KEY, "sk-second-key"])
+        write_config(
+            config,
+            port,
+            [model(tiny_model_dir, "keep", preload=True), model(tiny_model_dir, "new", preload=True)],
+            [API_KEY, "sk-second-key"],
+        )
         srv.proc.send_signal(signal.SIGHUP)
         srv.wait_ready("new", timeout=60)
         assert ask(srv, "new").usage.completion_tokens == 3
@@ -169,16 +178,24 @@ def test_changed_model_restarts_after_its_requests(tiny_model_dir, tmp_path):
         result: dict = {}
 
         def stream():
-            chunks = list(client(srv).chat.completions.create(
-                model=TINY, messages=MSG, max_tokens=400, stream=True,
-                extra_body={"ignore_eos": True}, stream_options={"include_usage": True},
-            ))
+            chunks = list(
+                client(srv).chat.completions.create(
+                    model=TINY,
+                    messages=MSG,
+                    max_tokens=400,
+                    stream=True,
+                    extra_body={"ignore_eos": True},
+                    stream_options={"include_usage": True},
+                )
+            )
             result["tokens"] = chunks[-1].usage.completion_tokens
 
         thread = threading.Thread(target=stream)
         thread.start()
         time.sleep(0.3)
-        write_config(tmp_path / "mlxd.toml", port, [model(tiny_model_dir, TINY, max_batch_size=8, preload=True)], [API_KEY])
+        write_config(
+            tmp_path / "mlxd.toml", port, [model(tiny_model_dir, TINY, max_batch_size=8, preload=True)], [API_KEY]
+        )
         srv.proc.send_signal(signal.SIGHUP)
         thread.join(60)
         assert result["tokens"] == 400  # finished on the old worker
@@ -188,17 +205,29 @@ def test_changed_model_restarts_after_its_requests(tiny_model_dir, tmp_path):
         srv.stop()
 
 
+def socket_dir_of(srv, name):
+    """The private socket directory of ``name``'s worker, from its command line."""
+    cmdline = psutil.Process(srv.worker(name)["pid"]).cmdline()
+    return Path(cmdline[cmdline.index("--outputs") + 1].removeprefix("ipc://")).parent
+
+
 def test_sigterm_drains_streams_in_flight(tiny_model_dir, tmp_path):
     srv = start_server(tmp_path, [model(tiny_model_dir, TINY)], drain_timeout=30.0)
     pid = srv.worker(TINY)["pid"]
-    socket_dirs_before = set(Path("/tmp").glob("mlxd-*"))
+    sockets = socket_dir_of(srv, TINY)
     results: list = []
 
     def stream():
-        chunks = list(client(srv).chat.completions.create(
-            model=TINY, messages=MSG, max_tokens=300, stream=True,
-            extra_body={"ignore_eos": True}, stream_options={"include_usage": True},
-        ))
+        chunks = list(
+            client(srv).chat.completions.create(
+                model=TINY,
+                messages=MSG,
+                max_tokens=300,
+                stream=True,
+                extra_body={"ignore_eos": True},
+                stream_options={"include_usage": True},
+            )
+        )
         results.append(chunks[-1].usage.completion_tokens)
 
     threads = [threading.Thread(target=stream) for _ in range(2)]
@@ -215,20 +244,18 @@ def test_sigterm_drains_streams_in_flight(tiny_model_dir, tmp_path):
     assert results == [300, 300]
     assert srv.proc.wait(30) == 0
     assert gone(pid)
-    assert set(Path("/tmp").glob("mlxd-*")) <= socket_dirs_before - {None} | socket_dirs_before
-    assert not (set(Path("/tmp").glob("mlxd-*")) - socket_dirs_before)
+    assert not sockets.exists()
 
 
 def test_sigkill_of_gateway_leaves_no_socket_files(tiny_model_dir, tmp_path):
-    before = set(Path("/tmp").glob("mlxd-*"))
     srv = start_server(tmp_path, [model(tiny_model_dir, TINY)])
     pid = srv.worker(TINY)["pid"]
-    created = set(Path("/tmp").glob("mlxd-*")) - before
-    assert created
+    sockets = socket_dir_of(srv, TINY)
+    assert sockets.exists()
     srv.proc.kill()
     srv.proc.wait()
     wait_for(lambda: gone(pid), timeout=10)
-    wait_for(lambda: not any(d.exists() for d in created), timeout=10)
+    wait_for(lambda: not sockets.exists(), timeout=10)
 
 
 def test_ready_waits_for_preloaded_models(tiny_model_dir, tmp_path):
@@ -238,7 +265,12 @@ def test_ready_waits_for_preloaded_models(tiny_model_dir, tmp_path):
     port = free_port()
     write_config(config, port, [model(tiny_model_dir, TINY, preload=True)])
     log = open(tmp_path / "log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(config)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "serve", "--config", str(config)],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         url = f"http://127.0.0.1:{port}"
         first = wait_for(lambda: _get(f"{url}/ready"), timeout=30)
@@ -283,11 +315,20 @@ def test_metrics_move_with_traffic(tiny_model_dir, tmp_path):
         time.sleep(1.2)  # a heartbeat
         after = scrape(srv)
         m = {"model": TINY}
-        assert value(after, "mlxd:request_success_total", model=TINY, finished_reason="length") - \
-            value(before, "mlxd:request_success_total", model=TINY, finished_reason="length") == 4
-        assert value(after, "mlxd:generation_tokens_total", **m) - value(before, "mlxd:generation_tokens_total", **m) == 20
+        assert (
+            value(after, "mlxd:request_success_total", model=TINY, finished_reason="length")
+            - value(before, "mlxd:request_success_total", model=TINY, finished_reason="length")
+            == 4
+        )
+        assert (
+            value(after, "mlxd:generation_tokens_total", **m) - value(before, "mlxd:generation_tokens_total", **m) == 20
+        )
         assert value(after, "mlxd:prompt_tokens_total", **m) > value(before, "mlxd:prompt_tokens_total", **m)
-        assert value(after, "mlxd:time_to_first_token_seconds_count", **m) - value(before, "mlxd:time_to_first_token_seconds_count", **m) == 4
+        assert (
+            value(after, "mlxd:time_to_first_token_seconds_count", **m)
+            - value(before, "mlxd:time_to_first_token_seconds_count", **m)
+            == 4
+        )
         assert value(after, "mlxd:e2e_request_latency_seconds_count", **m) == 4
         assert value(after, "mlxd:inter_token_latency_seconds_count", **m) >= 12
         assert value(after, "mlxd:request_queue_time_seconds_count", **m) == 4
@@ -306,8 +347,11 @@ def test_models_root_confines_local_sources(tiny_model_dir, tmp_path):
     (root / "inside").symlink_to(tiny_model_dir)  # a link that leaves the root
     srv = start_server(
         tmp_path,
-        [model(tiny_model_dir, "escape", preload=False), {"name": "dots", "source": str(root / ".." / "x"), "preload": False},
-         {"name": "link", "source": str(root / "inside"), "preload": False}],
+        [
+            model(tiny_model_dir, "escape", preload=False),
+            {"name": "dots", "source": str(root / ".." / "x"), "preload": False},
+            {"name": "link", "source": str(root / "inside"), "preload": False},
+        ],
         models_root=str(root),
     )
     try:
@@ -322,7 +366,10 @@ def test_models_root_confines_local_sources(tiny_model_dir, tmp_path):
 def test_install_dry_run_prints_a_valid_plist(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "gateway", "install", "--dry-run", "--config", str(ROOT / "configs" / "mlxd.toml")],
-        cwd=ROOT, capture_output=True, timeout=60, check=True,
+        cwd=ROOT,
+        capture_output=True,
+        timeout=60,
+        check=True,
     ).stdout
     plist = plistlib.loads(out)
     assert plist["Label"] == "com.mlxd.server"
@@ -338,11 +385,19 @@ def test_mlxd_reload_command_signals_the_server(tiny_model_dir, tmp_path):
     try:
         port = int(srv.url.rsplit(":", 1)[1])
         assert (tmp_path / "mlxd.pid").read_text().strip() == str(srv.proc.pid)
-        write_config(tmp_path / "mlxd.toml", port, [model(tiny_model_dir, "first"), model(tiny_model_dir, "second", preload=True)],
-                     [API_KEY], pid_file=str(tmp_path / "mlxd.pid"))
+        write_config(
+            tmp_path / "mlxd.toml",
+            port,
+            [model(tiny_model_dir, "first"), model(tiny_model_dir, "second", preload=True)],
+            [API_KEY],
+            pid_file=str(tmp_path / "mlxd.pid"),
+        )
         done = subprocess.run(
             [sys.executable, "-m", "gateway", "reload", "--config", str(tmp_path / "mlxd.toml")],
-            cwd=ROOT, capture_output=True, text=True, timeout=60,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         assert done.returncode == 0, done.stderr
         srv.wait_ready("second", timeout=60)

@@ -22,7 +22,10 @@ WEATHER = {
         "description": "Current weather for a city",
         "parameters": {
             "type": "object",
-            "properties": {"city": {"type": "string", "maxLength": 24}, "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+            "properties": {
+                "city": {"type": "string", "maxLength": 24},
+                "days": {"type": "integer", "minimum": 1, "maximum": 7},
+            },
             "required": ["city", "days"],
             "additionalProperties": False,
         },
@@ -58,7 +61,12 @@ def claude(tiny_server):
 
 def test_required_tool_call_validates(oai):
     r = oai.chat.completions.create(
-        model=TINY, messages=ASK, tools=[WEATHER, TIME], tool_choice="required", max_tokens=120, temperature=0,
+        model=TINY,
+        messages=ASK,
+        tools=[WEATHER, TIME],
+        tool_choice="required",
+        max_tokens=120,
+        temperature=0,
         parallel_tool_calls=False,
     )
     choice = r.choices[0]
@@ -72,8 +80,13 @@ def test_required_tool_call_validates(oai):
 
 def test_named_tool_call_streams_incrementally(oai):
     with oai.chat.completions.stream(
-        model=TINY, messages=ASK, tools=[WEATHER, TIME], max_tokens=80, temperature=0,
-        tool_choice={"type": "function", "function": {"name": "get_weather"}}, parallel_tool_calls=False,
+        model=TINY,
+        messages=ASK,
+        tools=[WEATHER, TIME],
+        max_tokens=80,
+        temperature=0,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        parallel_tool_calls=False,
     ) as stream:
         fragments = 0
         for event in stream:
@@ -89,10 +102,17 @@ def test_named_tool_call_streams_incrementally(oai):
 
 def test_raw_tool_call_frames(tiny_server):
     body = {
-        "model": TINY, "messages": ASK, "tools": [WEATHER], "tool_choice": "required", "max_tokens": 80,
-        "temperature": 0, "stream": True,
+        "model": TINY,
+        "messages": ASK,
+        "tools": [WEATHER],
+        "tool_choice": "required",
+        "max_tokens": 80,
+        "temperature": 0,
+        "stream": True,
     }
-    with httpx.stream("POST", f"{tiny_server.url}/v1/chat/completions", json=body, headers=tiny_server.headers, timeout=60) as r:
+    with httpx.stream(
+        "POST", f"{tiny_server.url}/v1/chat/completions", json=body, headers=tiny_server.headers, timeout=60
+    ) as r:
         frames = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
     deltas = [f["choices"][0]["delta"] for f in frames if f["choices"]]
     calls = [d["tool_calls"][0] for d in deltas if d.get("tool_calls")]
@@ -118,7 +138,9 @@ def test_tool_results_round_trip(oai):
 
 
 def test_tool_choice_none_offers_no_tools(oai):
-    with_tools = oai.chat.completions.create(model=TINY, messages=ASK, tools=[WEATHER], tool_choice="none", max_tokens=2)
+    with_tools = oai.chat.completions.create(
+        model=TINY, messages=ASK, tools=[WEATHER], tool_choice="none", max_tokens=2
+    )
     without = oai.chat.completions.create(model=TINY, messages=ASK, max_tokens=2)
     assert with_tools.usage.prompt_tokens == without.usage.prompt_tokens
 
@@ -127,7 +149,10 @@ def test_tool_choice_none_offers_no_tools(oai):
 
 SCHEMA = {
     "type": "object",
-    "properties": {"name": {"type": "string", "maxLength": 20}, "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+    "properties": {
+        "name": {"type": "string", "maxLength": 20},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+    },
     "required": ["name", "age"],
     "additionalProperties": False,
 }
@@ -141,7 +166,10 @@ def test_json_schema_on_tiny_model(oai):
 
 
 def test_invalid_schema_is_400(oai):
-    bad = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"a": {"type": "nonsense"}}}}}
+    bad = {
+        "type": "json_schema",
+        "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"a": {"type": "nonsense"}}}},
+    }
     with pytest.raises(openai.BadRequestError):
         oai.chat.completions.create(model=TINY, messages=ASK, response_format=bad, max_tokens=5)
     again = oai.chat.completions.create(model=TINY, messages=ASK, max_tokens=2)
@@ -158,7 +186,9 @@ ANTHROPIC_TOOL = {
 
 
 def test_anthropic_text(claude):
-    m = claude.messages.create(model=TINY, max_tokens=8, system="Be brief.", messages=[{"role": "user", "content": "Hi"}])
+    m = claude.messages.create(
+        model=TINY, max_tokens=8, system="Be brief.", messages=[{"role": "user", "content": "Hi"}]
+    )
     assert m.type == "message" and m.role == "assistant"
     assert m.content[0].type == "text" and m.content[0].text
     assert m.stop_reason == "max_tokens" and m.usage.output_tokens == 8
@@ -166,15 +196,20 @@ def test_anthropic_text(claude):
 
 def test_anthropic_stream_and_tool_use(claude):
     with claude.messages.stream(
-        model=TINY, max_tokens=80, messages=[{"role": "user", "content": "Weather in Paris?"}],
-        tools=[ANTHROPIC_TOOL], tool_choice={"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True},
+        model=TINY,
+        max_tokens=80,
+        messages=[{"role": "user", "content": "Weather in Paris?"}],
+        tools=[ANTHROPIC_TOOL],
+        tool_choice={"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True},
     ) as stream:
         final = stream.get_final_message()
     assert final.stop_reason == "tool_use"
     block = [b for b in final.content if b.type == "tool_use"][0]
     assert block.name == "get_weather" and valid_weather(block.input)
     follow = claude.messages.create(
-        model=TINY, max_tokens=4, tools=[ANTHROPIC_TOOL],
+        model=TINY,
+        max_tokens=4,
+        tools=[ANTHROPIC_TOOL],
         messages=[
             {"role": "user", "content": "Weather in Paris?"},
             {"role": "assistant", "content": [b.model_dump() for b in final.content]},
@@ -191,7 +226,9 @@ def test_anthropic_count_tokens_and_errors(claude):
     with pytest.raises(anthropic.NotFoundError):
         claude.messages.create(model="nope", max_tokens=1, messages=[{"role": "user", "content": "x"}])
     with pytest.raises(anthropic.BadRequestError):
-        claude.messages.create(model=TINY, max_tokens=1, messages=[{"role": "user", "content": "x"}], extra_body={"temperature": 3})
+        claude.messages.create(
+            model=TINY, max_tokens=1, messages=[{"role": "user", "content": "x"}], extra_body={"temperature": 3}
+        )
     bad = anthropic.Anthropic(base_url=claude.base_url, api_key="wrong", max_retries=0)
     with pytest.raises(anthropic.AuthenticationError):
         bad.messages.create(model=TINY, max_tokens=1, messages=[{"role": "user", "content": "x"}])
@@ -215,11 +252,15 @@ def test_responses_text_and_stream(oai):
 
 def test_responses_function_call_round_trip(oai):
     tool = {"type": "function", **WEATHER["function"]}
-    r = oai.responses.create(model=TINY, input="Weather in Paris?", tools=[tool], tool_choice="required", max_output_tokens=80)
+    r = oai.responses.create(
+        model=TINY, input="Weather in Paris?", tools=[tool], tool_choice="required", max_output_tokens=80
+    )
     call = [item for item in r.output if item.type == "function_call"][0]
     assert valid_weather(json.loads(call.arguments))
     follow = oai.responses.create(
-        model=TINY, tools=[tool], max_output_tokens=4,
+        model=TINY,
+        tools=[tool],
+        max_output_tokens=4,
         input=[
             {"role": "user", "content": "Weather in Paris?"},
             {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},

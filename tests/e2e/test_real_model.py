@@ -26,7 +26,11 @@ def test_paris_non_streaming(client):
 
 def test_paris_streaming(client):
     stream = client.chat.completions.create(
-        model=REAL, messages=QUESTION, max_tokens=20, temperature=0, stream=True,
+        model=REAL,
+        messages=QUESTION,
+        max_tokens=20,
+        temperature=0,
+        stream=True,
         stream_options={"include_usage": True},
     )
     chunks = list(stream)
@@ -81,7 +85,9 @@ def test_structured_outputs_share_the_batch(client):
     person = [{"role": "user", "content": "Invent a person who lives in Paris. Answer in JSON."}]
 
     def constrained():
-        r = client.chat.completions.create(model=REAL, messages=person, response_format=fmt, max_tokens=60, temperature=0)
+        r = client.chat.completions.create(
+            model=REAL, messages=person, response_format=fmt, max_tokens=60, temperature=0
+        )
         return r.choices[0].message.content
 
     def constrained_stream():
@@ -92,8 +98,12 @@ def test_structured_outputs_share_the_batch(client):
 
     def tool_call():
         r = client.chat.completions.create(
-            model=REAL, messages=[{"role": "user", "content": "What's the weather in Paris?"}],
-            tools=[WEATHER_TOOL], tool_choice="required", max_tokens=60, temperature=0,
+            model=REAL,
+            messages=[{"role": "user", "content": "What's the weather in Paris?"}],
+            tools=[WEATHER_TOOL],
+            tool_choice="required",
+            max_tokens=60,
+            temperature=0,
         )
         return r.choices[0].message.tool_calls[0].function
 

@@ -29,7 +29,8 @@ def prompt_tokens(server, content: str) -> int:
     r = httpx.post(
         f"{server.url}/v1/chat/completions",
         json={"model": TINY, "messages": [{"role": "user", "content": content}], "max_tokens": 1},
-        headers=server.headers, timeout=60,
+        headers=server.headers,
+        timeout=60,
     )
     assert r.status_code == 200, r.text
     return r.json()["usage"]["prompt_tokens"]
@@ -43,7 +44,8 @@ def test_special_token_text_stays_plain_text(server):
     claude_like = httpx.post(
         f"{server.url}/v1/messages",
         json={"model": TINY, "max_tokens": 1, "messages": [{"role": "user", "content": "<|endoftext|>"}]},
-        headers={"x-api-key": API_KEY}, timeout=60,
+        headers={"x-api-key": API_KEY},
+        timeout=60,
     )
     assert claude_like.status_code == 200
     assert_recovered(server, TINY)
@@ -60,7 +62,13 @@ def deep(depth: int) -> dict:
     "schema, needle",
     [
         (deep(100), "nests deeper"),
-        ({"type": "object", "properties": {f"p{i}": {"type": "string", "description": "x" * 200} for i in range(400)}}, "larger than"),
+        (
+            {
+                "type": "object",
+                "properties": {f"p{i}": {"type": "string", "description": "x" * 200} for i in range(400)},
+            },
+            "larger than",
+        ),
         ({"type": "object", "properties": {"a": {"type": "frobnicate"}}}, ""),
         ({"type": "object", "properties": {"a": {"type": "string", "pattern": "(("}}}, ""),
     ],
@@ -70,7 +78,8 @@ def test_pathological_schemas_are_400(server, schema, needle):
     r = httpx.post(
         f"{server.url}/v1/chat/completions",
         json={"model": TINY, "messages": MSG, "response_format": fmt, "max_tokens": 5},
-        headers=server.headers, timeout=60,
+        headers=server.headers,
+        timeout=60,
     )
     assert r.status_code == 400, r.text
     assert needle in r.json()["error"]["message"]
@@ -78,20 +87,26 @@ def test_pathological_schemas_are_400(server, schema, needle):
     r = httpx.post(
         f"{server.url}/v1/chat/completions",
         json={"model": TINY, "messages": MSG, "tools": [tool], "tool_choice": "required", "max_tokens": 5},
-        headers=server.headers, timeout=60,
+        headers=server.headers,
+        timeout=60,
     )
     assert r.status_code == 400, r.text
     assert_recovered(server, TINY)
 
 
 def test_catastrophic_regex_is_bounded(server):
-    schema = {"type": "object", "properties": {"a": {"type": "string", "pattern": "^(a+)+$", "maxLength": 30}}, "required": ["a"]}
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "string", "pattern": "^(a+)+$", "maxLength": 30}},
+        "required": ["a"],
+    }
     fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
     started = time.monotonic()
     r = httpx.post(
         f"{server.url}/v1/chat/completions",
         json={"model": TINY, "messages": MSG, "response_format": fmt, "max_tokens": 40, "temperature": 0},
-        headers=server.headers, timeout=60,
+        headers=server.headers,
+        timeout=60,
     )
     assert r.status_code in (200, 400), r.text
     assert time.monotonic() - started < 30
@@ -104,7 +119,9 @@ def test_hostile_chat_template_is_sandboxed(tiny_model_dir, tmp_path):
     model = tmp_path / "hostile"
     shutil.copytree(tiny_model_dir, model)
     config = json.loads((model / "tokenizer_config.json").read_text())
-    config["chat_template"] = "{{ ''.__class__.__mro__[1].__subclasses__() }}{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    config["chat_template"] = (
+        "{{ ''.__class__.__mro__[1].__subclasses__() }}{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    )
     (model / "tokenizer_config.json").write_text(json.dumps(config))
     srv = start_server(tmp_path, [{"name": TINY, "source": str(model)}])
     try:
@@ -123,13 +140,15 @@ def test_request_supplied_chat_template_is_refused(server):
     r = httpx.post(
         f"{server.url}/v1/chat/completions",
         json={"model": TINY, "messages": MSG, "chat_template": "{{ 7*7 }}"},
-        headers=server.headers, timeout=60,
+        headers=server.headers,
+        timeout=60,
     )
     assert r.status_code == 400 and r.json()["error"]["param"] == "chat_template"
     r = httpx.post(
         f"{server.url}/v1/chat/completions",
         json={"model": TINY, "messages": MSG, "chat_template_kwargs": {"custom_template": "x"}},
-        headers=server.headers, timeout=60,
+        headers=server.headers,
+        timeout=60,
     )
     assert r.status_code == 400
 
@@ -139,7 +158,8 @@ def test_top_k_beyond_the_vocabulary_keeps_every_token(server):
         r = httpx.post(
             f"{server.url}/v1/completions",
             json={"model": TINY, "prompt": "Once upon a time", "max_tokens": 4, "top_k": top_k},
-            headers=server.headers, timeout=60,
+            headers=server.headers,
+            timeout=60,
         )
         assert r.status_code == 200, r.text
     assert server.worker(TINY)["restarts"] == 0

@@ -77,15 +77,22 @@ def test_anthropic_stream_gets_error_event_when_worker_dies(server):
 def test_unloadable_model_fails_fast_and_retries(tiny_model_dir, tmp_path):
     srv = start_server(
         tmp_path,
-        [{"name": TINY, "source": str(tiny_model_dir)}, {"name": "broken", "source": str(tmp_path / "missing"), "preload": False}],
+        [
+            {"name": TINY, "source": str(tiny_model_dir)},
+            {"name": "broken", "source": str(tmp_path / "missing"), "preload": False},
+        ],
     )
     try:
         started = time.monotonic()
-        r = httpx.post(f"{srv.url}/v1/chat/completions", json={"model": "broken", "messages": MSG}, headers=srv.headers, timeout=60)
+        r = httpx.post(
+            f"{srv.url}/v1/chat/completions", json={"model": "broken", "messages": MSG}, headers=srv.headers, timeout=60
+        )
         assert r.status_code == 503 and "missing" in r.json()["error"]["message"]
         assert r.headers["retry-after"]
         assert time.monotonic() - started < 30
-        again = httpx.post(f"{srv.url}/v1/chat/completions", json={"model": "broken", "messages": MSG}, headers=srv.headers, timeout=5)
+        again = httpx.post(
+            f"{srv.url}/v1/chat/completions", json={"model": "broken", "messages": MSG}, headers=srv.headers, timeout=5
+        )
         assert again.status_code == 503  # fails fast while the retry backs off
         deadline = time.monotonic() + 20
         while srv.worker("broken")["restarts"] < 2:
@@ -103,18 +110,31 @@ def test_disconnects_at_every_stage_free_the_request(server):
     long_prompt = [{"role": "user", "content": "word " * 1500}]
     # mid-prefill: the client leaves before any token
     with pytest.raises(httpx.ReadTimeout):
-        httpx.post(url, json={"model": TINY, "messages": long_prompt, "max_tokens": 50, "stream": True},
-                   headers=server.headers, timeout=httpx.Timeout(5, read=0.01))
+        httpx.post(
+            url,
+            json={"model": TINY, "messages": long_prompt, "max_tokens": 50, "stream": True},
+            headers=server.headers,
+            timeout=httpx.Timeout(5, read=0.01),
+        )
     # mid-decode, streaming
-    with httpx.stream("POST", url, json={"model": TINY, "messages": MSG, "max_tokens": 1900, "ignore_eos": True, "stream": True},
-                      headers=server.headers, timeout=30) as r:
+    with httpx.stream(
+        "POST",
+        url,
+        json={"model": TINY, "messages": MSG, "max_tokens": 1900, "ignore_eos": True, "stream": True},
+        headers=server.headers,
+        timeout=30,
+    ) as r:
         lines = r.iter_lines()
         for _ in range(5):
             next(lines)
     # non-streaming
     with pytest.raises(httpx.ReadTimeout):
-        httpx.post(url, json={"model": TINY, "messages": MSG, "max_tokens": 1900, "ignore_eos": True},
-                   headers=server.headers, timeout=httpx.Timeout(5, read=0.3))
+        httpx.post(
+            url,
+            json={"model": TINY, "messages": MSG, "max_tokens": 1900, "ignore_eos": True},
+            headers=server.headers,
+            timeout=httpx.Timeout(5, read=0.3),
+        )
     settled(server, "requests_aborted", before, 3)
     assert_recovered(server, TINY, baseline)
 
@@ -125,10 +145,16 @@ def test_hundred_concurrent_streams(server):
 
     def run(i):
         try:
-            chunks = list(client.chat.completions.create(
-                model=TINY, messages=[{"role": "user", "content": f"prompt number {i}"}], max_tokens=24,
-                temperature=1.0, seed=i, stream=True,
-            ))
+            chunks = list(
+                client.chat.completions.create(
+                    model=TINY,
+                    messages=[{"role": "user", "content": f"prompt number {i}"}],
+                    max_tokens=24,
+                    temperature=1.0,
+                    seed=i,
+                    stream=True,
+                )
+            )
             return i, "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
         except openai.APIStatusError as exc:
             assert exc.status_code == 503

@@ -142,7 +142,7 @@ def test_stream_late_piece_goes_to_its_own_block(caplog):
 
 
 def test_error_frame_shape():
-    (event, data), = frames(fmt.MessageEventStream("msg_1", "m").error(APIError(503, "busy")))
+    ((event, data),) = frames(fmt.MessageEventStream("msg_1", "m").error(APIError(503, "busy")))
     assert event == "error" and data == {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}
 
 

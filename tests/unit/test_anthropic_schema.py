@@ -204,9 +204,7 @@ def test_sampling_fields():
     assert req.sampling.stop == ["END", "##"]
 
 
-@pytest.mark.parametrize(
-    "system", ["Be brief.", [{"type": "text", "text": "Be "}, {"type": "text", "text": "brief."}]]
-)
+@pytest.mark.parametrize("system", ["Be brief.", [{"type": "text", "text": "Be "}, {"type": "text", "text": "brief."}]])
 def test_system_becomes_a_leading_message(system):
     req = generate(system=system)
     assert req.messages[0] == ChatMessage(role="system", content="Be brief.")

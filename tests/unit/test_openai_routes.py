@@ -270,7 +270,9 @@ async def test_chat_non_streaming_shape():
 async def test_chat_via_alias_reports_canonical_model_and_length():
     engine = ScriptedEngine([out("ab", "length", completion=2)])
     async with sdk(engine) as client:
-        result = await client.chat.completions.create(model="alias", messages=[{"role": "user", "content": "x"}], max_tokens=2)
+        result = await client.chat.completions.create(
+            model="alias", messages=[{"role": "user", "content": "x"}], max_tokens=2
+        )
     assert result.model == "m"
     assert result.choices[0].message.content == "ab"
     assert result.choices[0].finish_reason == "length"
@@ -310,7 +312,9 @@ async def test_chat_non_streaming_error_after_first_output(terminal, status, cod
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_context_length_error_is_400_even_when_streaming(stream):
-    engine = ScriptedEngine([out(finish="error", error="prompt is 9000 tokens; limit 8192", kind="context_length_exceeded")])
+    engine = ScriptedEngine(
+        [out(finish="error", error="prompt is 9000 tokens; limit 8192", kind="context_length_exceeded")]
+    )
     async with http(engine) as client:
         resp = await client.post("/v1/chat/completions", json={**CHAT, "stream": stream})
     assert resp.status_code == 400
@@ -397,7 +401,9 @@ def test_error_response_helper():
     resp = error_response(APIError(503, "busy", code="overloaded", retry_after=2))
     assert resp.status_code == 503
     assert resp.headers["retry-after"] == "2"
-    assert json.loads(resp.body) == {"error": {"message": "busy", "type": "server_error", "param": None, "code": "overloaded"}}
+    assert json.loads(resp.body) == {
+        "error": {"message": "busy", "type": "server_error", "param": None, "code": "overloaded"}
+    }
 
 
 # --- chat, streaming -----------------------------------------------------------------------
@@ -444,7 +450,7 @@ async def test_chat_stream_without_usage_has_no_usage_key():
 
 
 async def test_chat_stream_sdk_reassembles():
-    text = ["Hé", "llo\n", '"wor', "ld\"\u2028", " 🙂"]
+    text = ["Hé", "llo\n", '"wor', 'ld"\u2028', " 🙂"]
     script = [out(t, completion=i + 1) for i, t in enumerate(text)] + [out("", "stop", completion=6)]
     engine = ScriptedEngine(script)
     async with sdk(engine) as client:
@@ -478,7 +484,11 @@ async def test_first_output_terminal_stream():
     async with http(engine) as client:
         resp = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
     chunks = [json.loads(d) for d in sse_data(resp.content)[:-1]]
-    assert [c["choices"][0]["delta"] for c in chunks] == [{"role": "assistant", "content": ""}, {"content": "all at once"}, {}]
+    assert [c["choices"][0]["delta"] for c in chunks] == [
+        {"role": "assistant", "content": ""},
+        {"content": "all at once"},
+        {},
+    ]
 
 
 @pytest.mark.parametrize(
@@ -584,8 +594,22 @@ async def test_list_and_retrieve_models():
     assert listing == {
         "object": "list",
         "data": [
-            {"id": "m", "object": "model", "created": 1_700_000_000, "owned_by": "mlxd", "state": "ready", "aliases": ["alias"]},
-            {"id": "org/other", "object": "model", "created": 1_700_000_001, "owned_by": "mlxd", "state": "starting", "aliases": []},
+            {
+                "id": "m",
+                "object": "model",
+                "created": 1_700_000_000,
+                "owned_by": "mlxd",
+                "state": "ready",
+                "aliases": ["alias"],
+            },
+            {
+                "id": "org/other",
+                "object": "model",
+                "created": 1_700_000_001,
+                "owned_by": "mlxd",
+                "state": "starting",
+                "aliases": [],
+            },
         ],
     }
     assert one.json() == listing["data"][1]
@@ -711,11 +735,15 @@ def test_chunk_templates_escape_everything(include_usage):
     frame = chat.output(out(text, index=1))
     assert frame.startswith(b"data: ") and frame.endswith(b"\n\n") and frame.count(b"\n") == 2
     assert json.loads(frame[6:]) == {
-        **head, "choices": [{"index": 1, "delta": {"content": text}, "finish_reason": None}], **extra,
+        **head,
+        "choices": [{"index": 1, "delta": {"content": text}, "finish_reason": None}],
+        **extra,
     }
     frames = sse_data(chat.output(out(finish="length", index=0)) + chat.final_usage(fmt.usage(2, 3, 1)))
     assert json.loads(frames[0]) == {
-        **head, "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}], **extra,
+        **head,
+        "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}],
+        **extra,
     }
     if include_usage:
         assert json.loads(frames[1]) == {**head, "choices": [], "usage": usage_dict(2, 3, 1)}
@@ -726,8 +754,12 @@ def test_chunk_templates_escape_everything(include_usage):
     assert comp.start() == b""
     frames = sse_data(comp.output(out(text, "stop")))
     assert json.loads(frames[0]) == {
-        "id": rid, "object": "text_completion", "created": 7, "model": model,
-        "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": "stop"}], **extra,
+        "id": rid,
+        "object": "text_completion",
+        "created": 7,
+        "model": model,
+        "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": "stop"}],
+        **extra,
     }
 
 
@@ -750,8 +782,18 @@ async def test_chat_n_non_streaming_orders_choices():
     assert resp.status_code == 200
     body = resp.json()
     assert body["choices"] == [
-        {"index": 0, "message": {"role": "assistant", "content": "AB", "refusal": None}, "logprobs": None, "finish_reason": "stop"},
-        {"index": 1, "message": {"role": "assistant", "content": "xy", "refusal": None}, "logprobs": None, "finish_reason": "length"},
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "AB", "refusal": None},
+            "logprobs": None,
+            "finish_reason": "stop",
+        },
+        {
+            "index": 1,
+            "message": {"role": "assistant", "content": "xy", "refusal": None},
+            "logprobs": None,
+            "finish_reason": "length",
+        },
     ]
     assert body["usage"] == usage_dict(5, 5, 2)
     assert engine.submitted[0][1].n == 2
@@ -813,7 +855,10 @@ async def test_chat_n_stream_sdk_helper():
     async with sdk(engine) as client:
         async with client.chat.completions.stream(**CHAT, n=2) as stream:
             final = await stream.get_final_completion()
-    assert [(c.index, c.message.content, c.finish_reason) for c in final.choices] == [(0, "AB", "stop"), (1, "xy", "stop")]
+    assert [(c.index, c.message.content, c.finish_reason) for c in final.choices] == [
+        (0, "AB", "stop"),
+        (1, "xy", "stop"),
+    ]
 
 
 async def test_completions_n_stream_frames():
@@ -830,7 +875,9 @@ async def test_completions_n_stream_frames():
     ]
 
 
-@pytest.mark.parametrize("path,body", [("/v1/chat/completions", CHAT), ("/v1/completions", {"model": "m", "prompt": "x"})])
+@pytest.mark.parametrize(
+    "path,body", [("/v1/chat/completions", CHAT), ("/v1/completions", {"model": "m", "prompt": "x"})]
+)
 async def test_n_above_model_limit_is_400(path, body):
     engine = ScriptedEngine(HELLO, max_n=2)
     async with http(engine) as client:
@@ -851,7 +898,11 @@ async def test_unknown_model_is_404_before_the_n_check():
 
 
 async def test_error_in_one_choice_ends_the_stream():
-    script = [out("A", index=0), out("x", "stop", index=1, completion=1), out("!", "error", error="worker died", kind="unavailable", index=0)]
+    script = [
+        out("A", index=0),
+        out("x", "stop", index=1, completion=1),
+        out("!", "error", error="worker died", kind="unavailable", index=0),
+    ]
     engine = ScriptedEngine(script)
     body = {**CHAT, "n": 2, "stream": True, "stream_options": {"include_usage": True}}
     async with http(engine) as client:
@@ -897,7 +948,11 @@ async def test_out_of_range_choice_is_ignored():
 # --- logprobs -------------------------------------------------------------------------------
 
 LP_SCRIPT = [
-    out("Hé", completion=2, logprobs=[lp("H", -0.5, ("H", -0.5), ("J", -1.5)), lp("é", -0.25, ("é", -0.25), ("e", -2.0))]),
+    out(
+        "Hé",
+        completion=2,
+        logprobs=[lp("H", -0.5, ("H", -0.5), ("J", -1.5)), lp("é", -0.25, ("é", -0.25), ("e", -2.0))],
+    ),
     out("", completion=3, logprobs=[lp("\ufffd", -1.0, ("\ufffd", -1.0), ("x", float("-inf")))]),  # text held back
     out("!", "stop", completion=4, logprobs=[lp("!", -0.125, ("!", -0.125), (".", -3.0))]),
 ]
@@ -924,7 +979,14 @@ async def test_chat_logprobs_raw_shape():
     async with http(engine) as client:
         resp = await client.post("/v1/chat/completions", json={**CHAT, "logprobs": True})
     assert resp.json()["choices"][0]["logprobs"] == {
-        "content": [{"token": "H", "logprob": -0.5, "bytes": [72], "top_logprobs": [{"token": "H", "logprob": -0.5, "bytes": [72]}]}],
+        "content": [
+            {
+                "token": "H",
+                "logprob": -0.5,
+                "bytes": [72],
+                "top_logprobs": [{"token": "H", "logprob": -0.5, "bytes": [72]}],
+            }
+        ],
         "refusal": None,
     }
 
@@ -934,7 +996,13 @@ async def test_chat_logprobs_stream_frames():
     async with http(engine) as client:
         resp = await client.post("/v1/chat/completions", json={**CHAT, "logprobs": True, "stream": True})
     chunks = [json.loads(d)["choices"][0] for d in sse_data(resp.content)[:-1]]
-    assert [c["delta"] for c in chunks] == [{"role": "assistant", "content": ""}, {"content": "Hé"}, {"content": ""}, {"content": "!"}, {}]
+    assert [c["delta"] for c in chunks] == [
+        {"role": "assistant", "content": ""},
+        {"content": "Hé"},
+        {"content": ""},
+        {"content": "!"},
+        {},
+    ]
     assert chunks[0]["logprobs"] is None and chunks[-1]["logprobs"] is None
     assert [[t["token"] for t in c["logprobs"]["content"]] for c in chunks[1:4]] == [["H", "é"], ["\ufffd"], ["!"]]
     assert all(c["logprobs"]["refusal"] is None for c in chunks[1:4])
@@ -957,7 +1025,12 @@ async def test_logprobs_not_requested_stay_null_even_if_sent():
         resp = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
         whole = await client.post("/v1/completions", json={"model": "m", "prompt": "x"})
     chunks = [json.loads(d)["choices"][0] for d in sse_data(resp.content)[:-1]]
-    assert [c["delta"] for c in chunks] == [{"role": "assistant", "content": ""}, {"content": "Hé"}, {"content": "!"}, {}]
+    assert [c["delta"] for c in chunks] == [
+        {"role": "assistant", "content": ""},
+        {"content": "Hé"},
+        {"content": "!"},
+        {},
+    ]
     assert all("logprobs" not in c for c in chunks)  # chunks carry the key only when asked
     assert whole.json()["choices"][0]["logprobs"] is None
 
@@ -1017,7 +1090,9 @@ async def test_logprobs_with_two_choices():
     engine = ScriptedEngine(script)
     async with http(engine) as client:
         chat = await client.post("/v1/chat/completions", json={**CHAT, "n": 2, "logprobs": True})
-        comp = await client.post("/v1/completions", json={"model": "m", "prompt": "x", "n": 2, "logprobs": 0, "stream": True})
+        comp = await client.post(
+            "/v1/completions", json={"model": "m", "prompt": "x", "n": 2, "logprobs": 0, "stream": True}
+        )
     choices = chat.json()["choices"]
     assert [[t["token"] for t in c["logprobs"]["content"]] for c in choices] == [["b"], ["a", "c"]]
     assert [t["top_logprobs"] for c in choices for t in c["logprobs"]["content"]] == [[], [], []]
@@ -1083,7 +1158,10 @@ async def test_timeout_in_sdk():
 
 
 async def test_overloaded_submit_always_has_retry_after():
-    for err in (APIError(503, "queue full", code="overloaded"), APIError(503, "queue full", code="overloaded", retry_after=3)):
+    for err in (
+        APIError(503, "queue full", code="overloaded"),
+        APIError(503, "queue full", code="overloaded", retry_after=3),
+    ):
         engine = ScriptedEngine(HELLO, submit_error=err)
         async with http(engine) as client:
             resp = await client.post("/v1/chat/completions", json=CHAT)
@@ -1151,9 +1229,11 @@ async def test_tool_call_stream_raw_frames_match_wire_formats():
     async with http(engine) as client:
         resp = await client.post("/v1/chat/completions", json=body)
     first = json.loads(sse_data(resp.content)[0])
-    head = '{"id":"%s","object":"chat.completion.chunk","created":%d,"model":"m"' % (first["id"], first["created"])
+    head = f'{{"id":"{first["id"]}","object":"chat.completion.chunk","created":{first["created"]},"model":"m"'
     expected = (
-        WIRE_FRAMES.replace('{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1735000000,"model":"m"', head)
+        WIRE_FRAMES.replace(
+            '{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1735000000,"model":"m"', head
+        )
         .replace("{…", head)
         .replace("\n", "\n\n")
     )
@@ -1187,7 +1267,11 @@ async def test_tool_call_stream_sdk_accumulator():
 
 
 async def test_tool_call_non_streaming_sdk():
-    script = [out(tools=[call(0, '{"city": ', id="call_1", name="get_weather")]), out(tools=[call(0, '"Paris"}')]), out(finish="tool_calls", completion=9)]
+    script = [
+        out(tools=[call(0, '{"city": ', id="call_1", name="get_weather")]),
+        out(tools=[call(0, '"Paris"}')]),
+        out(finish="tool_calls", completion=9),
+    ]
     engine = ScriptedEngine(script)
     async with sdk(engine) as client:
         result = await client.chat.completions.create(**TOOL_CHAT, tool_choice="required")
@@ -1239,7 +1323,13 @@ async def test_reasoning_field_is_configurable(field):
     message = whole.json()["choices"][0]["message"]
     assert message[field] == "Thinking." and other not in message
     deltas = [json.loads(d)["choices"][0]["delta"] for d in sse_data(streamed.content)[:-1]]
-    assert deltas == [{"role": "assistant", "content": ""}, {field: "Think"}, {field: "ing."}, {"content": "Answer"}, {}]
+    assert deltas == [
+        {"role": "assistant", "content": ""},
+        {field: "Think"},
+        {field: "ing."},
+        {"content": "Answer"},
+        {},
+    ]
 
 
 async def test_reasoning_via_sdk_with_reasoning_name():
@@ -1263,15 +1353,35 @@ async def test_one_output_with_reasoning_text_and_tool_call_is_split_in_order():
         [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}],
         [{"index": 0, "delta": {"reasoning_content": "r"}, "finish_reason": None}],
         [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": None}],
-        [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "c", "type": "function", "function": {"name": "f", "arguments": ""}}]}, "finish_reason": None}],
-        [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": '{"a": 1}'}}]}, "finish_reason": None}],
+        [
+            {
+                "index": 0,
+                "delta": {
+                    "tool_calls": [
+                        {"index": 0, "id": "c", "type": "function", "function": {"name": "f", "arguments": ""}}
+                    ]
+                },
+                "finish_reason": None,
+            }
+        ],
+        [
+            {
+                "index": 0,
+                "delta": {"tool_calls": [{"index": 0, "function": {"arguments": '{"a": 1}'}}]},
+                "finish_reason": None,
+            }
+        ],
         [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}],
     ]
 
 
 async def test_tool_call_indexes_are_dense_and_ids_filled_in():
     # worker indexes 5 and 2 become 0 and 1; a first piece without id gets one
-    script = [out(tools=[call(5, "{}", id="a", name="f"), call(2, "{", name="g")]), out(tools=[call(2, "}")]), out(finish="tool_calls")]
+    script = [
+        out(tools=[call(5, "{}", id="a", name="f"), call(2, "{", name="g")]),
+        out(tools=[call(2, "}")]),
+        out(finish="tool_calls"),
+    ]
     engine = ScriptedEngine(script)
     async with http(engine) as client:
         streamed = await client.post("/v1/chat/completions", json={**TOOL_CHAT, "stream": True})
@@ -1312,7 +1422,10 @@ async def test_tool_calls_with_two_choices_stream():
             final = await stream.get_final_completion()
     first, second = final.choices
     assert [(c.index, c.id, c.function.arguments) for c in first.message.tool_calls] == [(0, "c0", '{"n": 0}')]
-    assert [(c.index, c.id, c.function.arguments) for c in second.message.tool_calls] == [(0, "c1", '{"n": 1}'), (1, "c2", "{}")]
+    assert [(c.index, c.id, c.function.arguments) for c in second.message.tool_calls] == [
+        (0, "c1", '{"n": 1}'),
+        (1, "c2", "{}"),
+    ]
     assert first.finish_reason == second.finish_reason == "tool_calls"
 
 
@@ -1325,7 +1438,10 @@ async def test_tool_call_chunks_carry_null_logprobs_when_asked():
 
 
 async def test_error_output_delivers_its_pieces_before_the_error():
-    script = [out(tools=[call(0, "{", id="c", name="f")]), out(finish="error", error="boom", kind="internal", reasoning="r", tools=[call(0, "}")])]
+    script = [
+        out(tools=[call(0, "{", id="c", name="f")]),
+        out(finish="error", error="boom", kind="internal", reasoning="r", tools=[call(0, "}")]),
+    ]
     engine = ScriptedEngine(script)
     async with http(engine) as client:
         resp = await client.post("/v1/chat/completions", json={**TOOL_CHAT, "stream": True})
@@ -1338,7 +1454,12 @@ async def test_error_output_delivers_its_pieces_before_the_error():
 async def test_request_translation_reaches_the_engine():
     history = [
         {"role": "user", "content": "weather?"},
-        {"role": "assistant", "content": None, "reasoning_content": "r", "tool_calls": [{"id": "c", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "reasoning_content": "r",
+            "tool_calls": [{"id": "c", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}],
+        },
         {"role": "tool", "tool_call_id": "c", "content": "sunny"},
     ]
     schema = {"type": "object", "properties": {"w": {"type": "string"}}}
@@ -1359,7 +1480,12 @@ async def test_request_translation_reaches_the_engine():
     assert gen.response_format == ResponseFormat(type="json_schema", schema=schema, strict=True)
     assert gen.thinking is True
     assert gen.messages[1:] == [
-        ChatMessage(role="assistant", content="", tool_calls=[ToolCall(id="c", name="get_weather", arguments="{}")], reasoning="r"),
+        ChatMessage(
+            role="assistant",
+            content="",
+            tool_calls=[ToolCall(id="c", name="get_weather", arguments="{}")],
+            reasoning="r",
+        ),
         ChatMessage(role="tool", content="sunny", name="get_weather", tool_call_id="c"),
     ]
 
@@ -1371,7 +1497,9 @@ async def test_tool_and_format_errors_are_400_via_sdk():
             await client.chat.completions.create(**CHAT, tool_choice="required")
         assert info.value.body["param"] == "tool_choice"
         with pytest.raises(openai.BadRequestError) as info:
-            await client.chat.completions.create(**CHAT, response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": [1]}})
+            await client.chat.completions.create(
+                **CHAT, response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": [1]}}
+            )
         assert info.value.body["param"] == "response_format.json_schema.schema"
     assert engine.submitted == []
 

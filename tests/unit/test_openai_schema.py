@@ -421,8 +421,18 @@ def test_completion_prompt_refused():
 def test_completion_fields():
     req = decode_completion_request(
         completion_body(
-            max_tokens=3, temperature=0.5, stop=["x"], seed=1, echo=False, suffix=None,
-            best_of=1, logprobs=None, n=1, user="u", stream=True, stream_options={"include_usage": True},
+            max_tokens=3,
+            temperature=0.5,
+            stop=["x"],
+            seed=1,
+            echo=False,
+            suffix=None,
+            best_of=1,
+            logprobs=None,
+            n=1,
+            user="u",
+            stream=True,
+            stream_options={"include_usage": True},
         )
     )
     gen = to_generate_request(req, "c")
@@ -448,7 +458,9 @@ def test_completion_rejects_chat_only_fields():
 # --- n -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("decode,body", [(decode_chat_request, chat_body), (decode_completion_request, completion_body)])
+@pytest.mark.parametrize(
+    "decode,body", [(decode_chat_request, chat_body), (decode_completion_request, completion_body)]
+)
 def test_n_translation(decode, body):
     assert to_generate_request(decode(body()), "r").n == 1
     assert to_generate_request(decode(body(n=None)), "r").n == 1
@@ -533,7 +545,9 @@ def test_completion_rejects_top_logprobs():
 # --- ignore_eos and min_tokens -----------------------------------------------------------
 
 
-@pytest.mark.parametrize("decode,body", [(decode_chat_request, chat_body), (decode_completion_request, completion_body)])
+@pytest.mark.parametrize(
+    "decode,body", [(decode_chat_request, chat_body), (decode_completion_request, completion_body)]
+)
 def test_ignore_eos_and_min_tokens_translation(decode, body):
     sampling = to_generate_request(decode(body()), "r").sampling
     assert (sampling.ignore_eos, sampling.min_tokens) == (False, 0)
@@ -545,8 +559,17 @@ def test_ignore_eos_and_min_tokens_translation(decode, body):
     assert sampling.min_tokens == 1_000_000 and sampling.max_tokens is None
 
 
-@pytest.mark.parametrize("field,value", [("min_tokens", -1), ("min_tokens", 1_000_001), ("min_tokens", 1.5),
-                                         ("min_tokens", "3"), ("ignore_eos", 1), ("ignore_eos", "yes")])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("min_tokens", -1),
+        ("min_tokens", 1_000_001),
+        ("min_tokens", 1.5),
+        ("min_tokens", "3"),
+        ("ignore_eos", 1),
+        ("ignore_eos", "yes"),
+    ],
+)
 def test_ignore_eos_and_min_tokens_bounds(field, value):
     chat_refused(field, **{field: value})
     completion_refused(field, **{field: value})
@@ -612,7 +635,9 @@ def test_parallel_tool_calls():
 
 
 def test_tool_choice_refusals():
-    err = chat_refused("tool_choice.function.name", tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "nope"}})
+    err = chat_refused(
+        "tool_choice.function.name", tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "nope"}}
+    )
     assert "nope" in err.message
     err = chat_refused("tool_choice", tool_choice="auto")
     assert "'tools'" in err.message
@@ -624,7 +649,9 @@ def test_tool_choice_refusals():
     chat_refused("tool_choice.type", tools=[WEATHER], tool_choice={"type": "allowed_tools", "allowed_tools": {}})
     chat_refused("tool_choice.function", tools=[WEATHER], tool_choice={"type": "function"})
     chat_refused("tool_choice.function.name", tools=[WEATHER], tool_choice={"type": "function", "function": {}})
-    chat_refused("tool_choice.extra", tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "f"}, "extra": 1})
+    chat_refused(
+        "tool_choice.extra", tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "f"}, "extra": 1}
+    )
 
 
 def test_tool_definition_refusals():
@@ -665,7 +692,12 @@ def test_tool_history_translation():
         {"role": "user", "content": "weather?"},
         {"role": "assistant", "content": None, "tool_calls": [call, other], "reasoning_content": "think"},
         {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
-        {"role": "tool", "tool_call_id": "call_2", "content": [{"type": "text", "text": "12"}, {"type": "text", "text": ":00"}], "name": "clock"},
+        {
+            "role": "tool",
+            "tool_call_id": "call_2",
+            "content": [{"type": "text", "text": "12"}, {"type": "text", "text": ":00"}],
+            "name": "clock",
+        },
         {"role": "tool", "tool_call_id": "unknown", "content": "?"},
         {"role": "assistant", "content": "Sunny.", "reasoning": "easy"},
     ]
@@ -690,7 +722,11 @@ def test_tool_history_translation():
 
 def test_tool_history_does_not_need_tools():
     call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
-    messages = [USER[0], {"role": "assistant", "tool_calls": [call]}, {"role": "tool", "tool_call_id": "c", "content": "1"}]
+    messages = [
+        USER[0],
+        {"role": "assistant", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c", "content": "1"},
+    ]
     gen = to_generate_request(decode_chat_request(chat_body(messages=messages)), "r")
     assert gen.messages[2] == ChatMessage(role="tool", content="1", name="f", tool_call_id="c")
 
@@ -708,17 +744,34 @@ def test_tool_history_refusals():
     refused_history("messages[1].tool_call_id", {"role": "tool", "content": "x", "tool_call_id": ""})
     refused_history("messages[1].tool_calls", {"role": "user", "content": "x", "tool_calls": [call]})
     refused_history("messages[1].tool_calls[0].type", {"role": "assistant", "tool_calls": [{**call, "type": "custom"}]})
-    refused_history("messages[1].tool_calls[0].function", {"role": "assistant", "tool_calls": [{"id": "c", "type": "function"}]})
-    refused_history("messages[1].tool_calls[0].id", {"role": "assistant", "tool_calls": [{"type": "function", "function": call["function"]}]})
-    refused_history("messages[1].tool_calls[0].function.arguments", {"role": "assistant", "tool_calls": [{**call, "function": {"name": "f"}}]})
-    refused_history("messages[1].tool_calls[0].function.arguments", {"role": "assistant", "tool_calls": [{**call, "function": {"name": "f", "arguments": {}}}]})
+    refused_history(
+        "messages[1].tool_calls[0].function", {"role": "assistant", "tool_calls": [{"id": "c", "type": "function"}]}
+    )
+    refused_history(
+        "messages[1].tool_calls[0].id",
+        {"role": "assistant", "tool_calls": [{"type": "function", "function": call["function"]}]},
+    )
+    refused_history(
+        "messages[1].tool_calls[0].function.arguments",
+        {"role": "assistant", "tool_calls": [{**call, "function": {"name": "f"}}]},
+    )
+    refused_history(
+        "messages[1].tool_calls[0].function.arguments",
+        {"role": "assistant", "tool_calls": [{**call, "function": {"name": "f", "arguments": {}}}]},
+    )
     refused_history("messages[1].reasoning_content", {"role": "user", "content": "x", "reasoning_content": "r"})
     refused_history("messages[1].reasoning", {"role": "tool", "tool_call_id": "c", "content": "x", "reasoning": "r"})
-    refused_history("messages[1].reasoning", {"role": "assistant", "content": "x", "reasoning": "a", "reasoning_content": "b"})
+    refused_history(
+        "messages[1].reasoning", {"role": "assistant", "content": "x", "reasoning": "a", "reasoning_content": "b"}
+    )
     same = {"role": "assistant", "content": "x", "reasoning": "a", "reasoning_content": "a"}
-    assert to_generate_request(decode_chat_request(chat_body(messages=[USER[0], same])), "r").messages[1].reasoning == "a"
+    assert (
+        to_generate_request(decode_chat_request(chat_body(messages=[USER[0], same])), "r").messages[1].reasoning == "a"
+    )
     # an empty tool_calls list (as some clients echo it) is no tool calls, on any role
-    gen = to_generate_request(decode_chat_request(chat_body(messages=[{"role": "user", "content": "x", "tool_calls": []}])), "r")
+    gen = to_generate_request(
+        decode_chat_request(chat_body(messages=[{"role": "user", "content": "x", "tool_calls": []}])), "r"
+    )
     assert gen.messages[0].tool_calls is None
 
 
@@ -734,10 +787,16 @@ SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required"
         ({"type": "text"}, None),
         ({"type": "json_object"}, ResponseFormat(type="json_object")),
         (
-            {"type": "json_schema", "json_schema": {"name": "thing", "description": "d", "schema": SCHEMA, "strict": True}},
+            {
+                "type": "json_schema",
+                "json_schema": {"name": "thing", "description": "d", "schema": SCHEMA, "strict": True},
+            },
             ResponseFormat(type="json_schema", schema=SCHEMA, strict=True),
         ),
-        ({"type": "json_schema", "json_schema": {"name": "t", "schema": {}}}, ResponseFormat(type="json_schema", schema={})),
+        (
+            {"type": "json_schema", "json_schema": {"name": "t", "schema": {}}},
+            ResponseFormat(type="json_schema", schema={}),
+        ),
     ],
 )
 def test_response_format_translation(value, expected):
@@ -751,15 +810,22 @@ def test_response_format_refusals():
 
     chat_refused("response_format.json_schema.schema", response_format=schema(schema=[1]))
     chat_refused("response_format.json_schema.schema", response_format=schema(schema="{}"))
-    chat_refused("response_format.json_schema.schema", response_format={"type": "json_schema", "json_schema": {"name": "t"}})
-    chat_refused("response_format.json_schema.name", response_format={"type": "json_schema", "json_schema": {"schema": {}}})
+    chat_refused(
+        "response_format.json_schema.schema", response_format={"type": "json_schema", "json_schema": {"name": "t"}}
+    )
+    chat_refused(
+        "response_format.json_schema.name", response_format={"type": "json_schema", "json_schema": {"schema": {}}}
+    )
     chat_refused("response_format.json_schema.name", response_format=schema(name=""))
     chat_refused("response_format.json_schema.name", response_format=schema(name="n" * 65))
     decode_chat_request(chat_body(response_format=schema(name="n" * 64)))
     chat_refused("response_format.json_schema.strict", response_format=schema(strict=1))
     chat_refused("response_format.json_schema.extra", response_format=schema(extra=1))
     chat_refused("response_format.json_schema", response_format={"type": "json_schema"})
-    chat_refused("response_format.json_schema", response_format={"type": "json_object", "json_schema": {"name": "t", "schema": {}}})
+    chat_refused(
+        "response_format.json_schema",
+        response_format={"type": "json_object", "json_schema": {"name": "t", "schema": {}}},
+    )
     err = chat_refused("response_format.type", response_format={"type": "grammar"})
     assert "grammar" in err.message
     chat_refused("response_format.type", response_format={})
@@ -795,11 +861,15 @@ def test_thinking_refusals():
     err = chat_refused("reasoning_effort", reasoning_effort="extreme")
     assert "extreme" in err.message
     chat_refused("reasoning_effort", reasoning_effort=1)
-    err = chat_refused("chat_template_kwargs.add_generation_prompt", chat_template_kwargs={"add_generation_prompt": False})
+    err = chat_refused(
+        "chat_template_kwargs.add_generation_prompt", chat_template_kwargs={"add_generation_prompt": False}
+    )
     assert "add_generation_prompt" in err.message
     chat_refused("chat_template_kwargs.enable_thinking", chat_template_kwargs={"enable_thinking": "yes"})
     chat_refused("chat_template_kwargs", chat_template_kwargs=[])
-    err = chat_refused("chat_template_kwargs.enable_thinking", chat_template_kwargs={"enable_thinking": True}, reasoning_effort="none")
+    err = chat_refused(
+        "chat_template_kwargs.enable_thinking", chat_template_kwargs={"enable_thinking": True}, reasoning_effort="none"
+    )
     assert "reasoning_effort" in err.message
     completion_refused("reasoning_effort", reasoning_effort="low")
     completion_refused("chat_template_kwargs", chat_template_kwargs={"enable_thinking": True})

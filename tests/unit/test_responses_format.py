@@ -125,5 +125,5 @@ def test_frames_are_single_line_event_frames():
     assert len(chunks) == 3
     for chunk in chunks:
         event, payload = chunk.split("\n")
-        assert json.loads(payload[len("data: "):])["type"] == event[len("event: "):]
+        assert json.loads(payload[len("data: ") :])["type"] == event[len("event: ") :]
     assert json.loads(chunks[2].split("\n")[1][6:])["delta"] == text

@@ -36,7 +36,9 @@ def anyio_backend():
 # --- scripted engine --------------------------------------------------------------------
 
 
-def out(text="", finish=None, completion=0, prompt=5, cached=0, reasoning="", calls=None, error=None, kind=None, index=0):
+def out(
+    text="", finish=None, completion=0, prompt=5, cached=0, reasoning="", calls=None, error=None, kind=None, index=0
+):
     return RequestOutput(
         request_id="?",
         text=text,
@@ -274,7 +276,12 @@ async def test_sdk_reasoning_and_function_calls():
     assert reasoning.id.startswith("rs_") and reasoning.summary == []
     assert [c.text for c in reasoning.content] == ["Let me think."] and reasoning.content[0].type == "reasoning_text"
     assert message.content[0].text == "Checking." and result.output_text == "Checking."
-    assert (first.call_id, first.name, first.arguments, first.status) == ("call_a", "weather", '{"city": "Paris"}', "completed")
+    assert (first.call_id, first.name, first.arguments, first.status) == (
+        "call_a",
+        "weather",
+        '{"city": "Paris"}',
+        "completed",
+    )
     assert (second.call_id, second.name, second.arguments) == ("call_b", "time", "{}")
     assert first.id.startswith("fc_") and first.id != second.id
     assert result.status == "completed" and result.usage.output_tokens == 7
@@ -293,7 +300,10 @@ async def test_length_makes_response_incomplete():
     assert result.status == "incomplete"
     assert result.incomplete_details.reason == "max_output_tokens"
     assert result.completed_at is None
-    assert [(item.type, item.status) for item in result.output] == [("reasoning", "completed"), ("message", "incomplete")]
+    assert [(item.type, item.status) for item in result.output] == [
+        ("reasoning", "completed"),
+        ("message", "incomplete"),
+    ]
     assert result.output_text == "Onc" and result.max_output_tokens == 2
     assert engine.request.sampling.max_tokens == 2
 
@@ -383,7 +393,9 @@ async def test_sdk_output_round_trips_as_input():
 
 
 async def test_non_streaming_error_after_first_output():
-    engine = ScriptedEngine([out("partial", completion=1), out(finish="error", error="worker died", kind="unavailable")])
+    engine = ScriptedEngine(
+        [out("partial", completion=1), out(finish="error", error="worker died", kind="unavailable")]
+    )
     async with http(engine) as client:
         resp = await client.post("/v1/responses", json=BODY)
     assert resp.status_code == 503 and resp.headers["retry-after"] == "1"
@@ -396,7 +408,9 @@ async def test_non_streaming_error_after_first_output():
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_context_length_is_400_naming_input(stream):
-    engine = ScriptedEngine([out(finish="error", error="input is 9000 tokens; limit 8192", kind="context_length_exceeded")])
+    engine = ScriptedEngine(
+        [out(finish="error", error="input is 9000 tokens; limit 8192", kind="context_length_exceeded")]
+    )
     async with http(engine) as client:
         resp = await client.post("/v1/responses", json={**BODY, "stream": stream})
     assert resp.status_code == 400 and resp.headers["content-type"] == "application/json"
@@ -447,7 +461,10 @@ async def test_invalid_bodies_are_400_and_never_submitted():
         bad_json = await client.post("/v1/responses", content=b"{nope")
         image = await client.post(
             "/v1/responses",
-            json={"model": "m", "input": [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x"}]}]},
+            json={
+                "model": "m",
+                "input": [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x"}]}],
+            },
         )
     assert unknown.status_code == 400 and unknown.json()["error"]["param"] == "seed"
     assert "Unrecognized request argument supplied: seed" in unknown.json()["error"]["message"]
@@ -503,12 +520,21 @@ async def test_stream_frames_exact_sequence():
     assert created["output"] == [] and created["usage"] is None and created["completed_at"] is None
     item = events[2][1]
     assert item["output_index"] == 0
-    assert item["item"] == {"type": "message", "id": item["item"]["id"], "status": "in_progress", "role": "assistant", "content": []}
+    assert item["item"] == {
+        "type": "message",
+        "id": item["item"]["id"],
+        "status": "in_progress",
+        "role": "assistant",
+        "content": [],
+    }
     item_id = item["item"]["id"]
     assert events[3][1]["part"] == {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
     deltas = [data for name, data in events if name == "response.output_text.delta"]
     assert [d["delta"] for d in deltas] == ["Hel", "lo", "!"]
-    assert all(d["item_id"] == item_id and d["output_index"] == 0 and d["content_index"] == 0 and d["logprobs"] == [] for d in deltas)
+    assert all(
+        d["item_id"] == item_id and d["output_index"] == 0 and d["content_index"] == 0 and d["logprobs"] == []
+        for d in deltas
+    )
     assert events[7][1]["text"] == "Hello!"
     assert events[8][1]["part"]["text"] == "Hello!"
     assert events[9][1]["item"]["status"] == "completed"
@@ -553,7 +579,10 @@ async def test_stream_create_event_names_via_sdk():
     numbers = [e.sequence_number for e in events]
     assert all(a < b for a, b in zip(numbers, numbers[1:]))
     assert [e.output_index for e in events if e.type == "response.output_item.added"] == [0, 1, 2, 3]
-    assert [e.arguments for e in events if e.type == "response.function_call_arguments.done"] == ['{"city": "Paris"}', "{}"]
+    assert [e.arguments for e in events if e.type == "response.function_call_arguments.done"] == [
+        '{"city": "Paris"}',
+        "{}",
+    ]
     added = [e.item for e in events if e.type == "response.output_item.added"]
     assert added[2].call_id == "call_a" and added[2].name == "weather" and added[2].status == "in_progress"
 
@@ -574,7 +603,9 @@ async def test_stream_helper_rebuilds_the_non_streamed_output():
     def shape(response):
         """The output without item ids (fresh per response) and without the
         stream helper's client-side ``parsed``/``parsed_arguments``."""
-        items = [{k: v for k, v in item.to_dict().items() if k not in ("id", "parsed_arguments")} for item in response.output]
+        items = [
+            {k: v for k, v in item.to_dict().items() if k not in ("id", "parsed_arguments")} for item in response.output
+        ]
         for item in items:
             for part in item.get("content", []):
                 part.pop("parsed", None)

@@ -65,22 +65,40 @@ def test_body_shape():
         ({"input": [{"role": "user"}]}, "input[0].content"),
         ({"input": [{"role": "user", "content": None}]}, "input[0].content"),
         ({"input": [{"content": "x"}]}, "input[0].role"),
-        ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]}, "input[0].content[0].type"),
-        ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]}, "input[0].content[0].type"),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]},
+            "input[0].content[0].type",
+        ),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},
+            "input[0].content[0].type",
+        ),
         ({"input": [{"role": "user", "content": [{"type": "output_text", "text": "x"}]}]}, "input[0].content[0].type"),
         ({"input": [{"role": "user", "content": [{"type": "input_text"}]}]}, "input[0].content[0].text"),
-        ({"input": [{"role": "user", "content": [{"type": "input_text", "text": "x", "refusal": "r"}]}]}, "input[0].content[0].refusal"),
-        ({"input": [{"role": "user", "content": [{"type": "input_text", "text": "x", "nope": 1}]}]}, "input[0].content[0].nope"),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_text", "text": "x", "refusal": "r"}]}]},
+            "input[0].content[0].refusal",
+        ),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_text", "text": "x", "nope": 1}]}]},
+            "input[0].content[0].nope",
+        ),
         ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].type"),
         ({"input": [{"type": "web_search_call", "id": "ws_1"}]}, "input[0].type"),
         ({"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]}, "input[0].call_id"),
         ({"input": [{"type": "function_call", "call_id": "c", "arguments": "{}"}]}, "input[0].name"),
         ({"input": [{"type": "function_call_output", "call_id": "c"}]}, "input[0].output"),
         ({"input": [{"type": "function_call_output", "output": "x"}]}, "input[0].call_id"),
-        ({"input": [{"type": "function_call_output", "call_id": "c", "output": [{"type": "input_image"}]}]}, "input[0].output[0].type"),
+        (
+            {"input": [{"type": "function_call_output", "call_id": "c", "output": [{"type": "input_image"}]}]},
+            "input[0].output[0].type",
+        ),
         ({"input": [{"type": "reasoning", "summary": [], "encrypted_content": "gAAA"}]}, "input[0].encrypted_content"),
         ({"input": [{"type": "reasoning", "summary": [], "content": "x"}]}, "input[0].content"),
-        ({"input": [{"type": "reasoning", "summary": [{"type": "reasoning_text", "text": "x"}]}]}, "input[0].summary[0].type"),
+        (
+            {"input": [{"type": "reasoning", "summary": [{"type": "reasoning_text", "text": "x"}]}]},
+            "input[0].summary[0].type",
+        ),
         ({"previous_response_id": "resp_1"}, "previous_response_id"),
         ({"conversation": "conv_1"}, "conversation"),
         ({"background": True}, "background"),
@@ -173,7 +191,13 @@ def test_string_input_defaults():
 
 def test_sampling_and_tools():
     request = to_generate_request(
-        decode(max_output_tokens=7, temperature=0.0, top_p=0.5, tools=[{**FN, "description": "d"}], parallel_tool_calls=False),
+        decode(
+            max_output_tokens=7,
+            temperature=0.0,
+            top_p=0.5,
+            tools=[{**FN, "description": "d"}],
+            parallel_tool_calls=False,
+        ),
         "r",
     )
     assert request.sampling == SamplingParams(max_tokens=7, temperature=0.0, top_p=0.5)
@@ -216,7 +240,15 @@ def test_text_format(fmt, expected):
 
 @pytest.mark.parametrize(
     "effort,thinking",
-    [("none", False), ("minimal", False), ("low", True), ("medium", True), ("high", True), ("xhigh", True), (None, None)],
+    [
+        ("none", False),
+        ("minimal", False),
+        ("low", True),
+        ("medium", True),
+        ("high", True),
+        ("xhigh", True),
+        (None, None),
+    ],
 )
 def test_reasoning_effort(effort, thinking):
     assert to_generate_request(decode(reasoning={"effort": effort}), "r").thinking is thinking
@@ -229,7 +261,10 @@ def test_instructions_lead_and_merge_with_a_leading_system_message():
     ]
     history = [{"role": "system", "content": "Use French."}, {"role": "user", "content": "hi"}]
     merged = messages(instructions="Be terse.", input=history)
-    assert merged == [ChatMessage(role="system", content="Be terse.\n\nUse French."), ChatMessage(role="user", content="hi")]
+    assert merged == [
+        ChatMessage(role="system", content="Be terse.\n\nUse French."),
+        ChatMessage(role="user", content="hi"),
+    ]
 
 
 def test_message_items_and_parts():

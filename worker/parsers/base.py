@@ -40,7 +40,7 @@ class ParsedDelta:
         """True when the delta carries nothing."""
         return not (self.content or self.reasoning or self.tool_calls)
 
-    def extend(self, other: "ParsedDelta") -> "ParsedDelta":
+    def extend(self, other: ParsedDelta) -> ParsedDelta:
         """Append ``other`` (which came later) to this delta in place; returns self."""
         self.content += other.content
         self.reasoning += other.reasoning
@@ -96,7 +96,9 @@ def merge_tool_deltas(deltas: list[ToolCallDelta]) -> list[ToolCallDelta]:
             prev = out[-1]
             if d.arguments:
                 out[-1] = ToolCallDelta(
-                    index=prev.index, id=prev.id, name=prev.name,
+                    index=prev.index,
+                    id=prev.id,
+                    name=prev.name,
                     arguments=prev.arguments + d.arguments,
                 )
             continue
@@ -132,9 +134,7 @@ class ToolCallSink:
         """Start a call named ``name``; returns its index."""
         index = self.count
         self.count += 1
-        self._pending.append(
-            ToolCallDelta(index=index, id=new_call_id(), name=name, arguments=arguments)
-        )
+        self._pending.append(ToolCallDelta(index=index, id=new_call_id(), name=name, arguments=arguments))
         return index
 
     def append(self, index: int, arguments: str) -> None:

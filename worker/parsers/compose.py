@@ -17,7 +17,14 @@ from worker.parsers.qwen3_coder import Qwen3CoderParser
 from worker.parsers.reasoning import MARKERS, ReasoningSplitter
 
 TOOL_FORMATS: tuple[str, ...] = (
-    "hermes", "qwen3_coder", "llama3_json", "mistral", "deepseek_v3", "glm45", "harmony", "json",
+    "hermes",
+    "qwen3_coder",
+    "llama3_json",
+    "mistral",
+    "deepseek_v3",
+    "glm45",
+    "harmony",
+    "json",
 )
 """Tool-call formats :func:`make_parser` accepts (also valid config overrides)."""
 
@@ -131,22 +138,16 @@ def make_parser(
     if tool_format is not None and tool_format not in TOOL_FORMATS:
         raise ValueError(f"unknown tool format {tool_format!r}; expected one of {TOOL_FORMATS}")
     if reasoning_format is not None and reasoning_format not in REASONING_FORMATS:
-        raise ValueError(
-            f"unknown reasoning format {reasoning_format!r}; expected one of {REASONING_FORMATS}"
-        )
+        raise ValueError(f"unknown reasoning format {reasoning_format!r}; expected one of {REASONING_FORMATS}")
     sink = ToolCallSink(parallel=parallel_tool_calls)
     use_tools = tool_format is not None and bool(tools)
     first: Any | None = None
     second: Any | None = None
     if reasoning_format == "harmony":
-        first = HarmonyParser(
-            sink, tools_enabled=use_tools and tool_format == "harmony", thinking_open=thinking_open
-        )
+        first = HarmonyParser(sink, tools_enabled=use_tools and tool_format == "harmony", thinking_open=thinking_open)
     elif reasoning_format in MARKERS:
         first = ReasoningSplitter(reasoning_format, thinking_open=thinking_open)
     if use_tools and not (tool_format == "harmony" and reasoning_format == "harmony"):
         assert tool_format is not None and tools
-        second = _tool_parser(
-            tool_format, list(tools), sink, thinking_open and reasoning_format is None
-        )
+        second = _tool_parser(tool_format, list(tools), sink, thinking_open and reasoning_format is None)
     return ComposedParser(first, second, sink)

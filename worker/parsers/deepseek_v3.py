@@ -72,7 +72,7 @@ class DeepSeekV3Parser(ToolTextParser):
             for marker, nxt in ((CALL_BEGIN, "head"), (CALLS_END, "content")):
                 if stripped.startswith(marker):
                     self.raw += self.buf[: len(self.buf) - len(stripped) + len(marker)]
-                    self.buf = stripped[len(marker):]
+                    self.buf = stripped[len(marker) :]
                     self.state = nxt
                     if nxt == "content":
                         self.raw = ""
@@ -94,7 +94,7 @@ class DeepSeekV3Parser(ToolTextParser):
                 return False
             self.head = self.buf[:i].strip()
             self.raw += self.buf[: i + len(SEP)]
-            self.buf = self.buf[i + len(SEP):]
+            self.buf = self.buf[i + len(SEP) :]
             self.state = "after_sep"
             return True
         if st == "after_sep":
@@ -119,7 +119,7 @@ class DeepSeekV3Parser(ToolTextParser):
             name = line.strip()
             if not name:
                 return self._give_back()
-            self.buf = self.buf[i + 1:]
+            self.buf = self.buf[i + 1 :]
             return self._start_call(name, fence=True)
         if st == "fence":
             stripped = self.buf.lstrip()
@@ -132,7 +132,7 @@ class DeepSeekV3Parser(ToolTextParser):
             if "\n" not in stripped and not final and "`" in stripped[:1]:
                 return False
             m = _FENCE.match(stripped)
-            self.buf = stripped[m.end():] if m else stripped
+            self.buf = stripped[m.end() :] if m else stripped
             self.state = "args"
             return True
         if st == "args":
@@ -161,11 +161,11 @@ class DeepSeekV3Parser(ToolTextParser):
         to ``<｜tool▁call▁end｜>``, then continue the section."""
         i, m = find_first(self.buf, (CALL_END, CALLS_END))
         if i >= 0:
-            self.buf = self.buf[i + len(m):]
+            self.buf = self.buf[i + len(m) :]
             self.state = "section" if m == CALL_END else "content"
             return True
         keep = 0 if final else held_suffix(self.buf, (CALL_END, CALLS_END))
-        self.buf = self.buf[len(self.buf) - keep:]
+        self.buf = self.buf[len(self.buf) - keep :]
         return False
 
     def _end(self) -> None:
@@ -195,6 +195,5 @@ def grammar(tools, *, parallel: bool, lit) -> str:
         calls.append(f"call{i}")
     rep = ' ("\\n"? call)*' if parallel else ""
     return (
-        f"start: {lit(CALLS_BEGIN)} call{rep} {lit(CALLS_END)}\n"
-        f"call: {' | '.join(calls)}\n" + "\n".join(rules) + "\n"
+        f"start: {lit(CALLS_BEGIN)} call{rep} {lit(CALLS_END)}\ncall: {' | '.join(calls)}\n" + "\n".join(rules) + "\n"
     )

@@ -48,8 +48,17 @@ def _reasoning_format_in(text: str) -> str | None:
 
 
 _VOCAB_MARKERS = (
-    "<tool_call>", "<arg_key>", "<function=", "[TOOL_CALLS]", CALLS_BEGIN, "<|channel|>",
-    "<|python_tag|>", "<|start_header_id|>", "<think>", "</think>", "[THINK]",
+    "<tool_call>",
+    "<arg_key>",
+    "<function=",
+    "[TOOL_CALLS]",
+    CALLS_BEGIN,
+    "<|channel|>",
+    "<|python_tag|>",
+    "<|start_header_id|>",
+    "<think>",
+    "</think>",
+    "[THINK]",
 )
 
 

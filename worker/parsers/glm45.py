@@ -69,13 +69,13 @@ class Glm45Parser(ToolTextParser):
             if i < 0:
                 return False
             self.key = self.buf[:i].strip()
-            self.buf = self.buf[i + len(KEY_END):]
+            self.buf = self.buf[i + len(KEY_END) :]
             self.state = "pre_value"
             return True
         if st == "pre_value":
             stripped = self.buf.lstrip()
             if stripped.startswith(VALUE):
-                self.buf = stripped[len(VALUE):]
+                self.buf = stripped[len(VALUE) :]
                 self.state = "value"
                 return True
             if not stripped or is_marker_prefix(stripped, (VALUE,)):
@@ -92,7 +92,7 @@ class Glm45Parser(ToolTextParser):
             self.scanned = 0
             assert self.call is not None
             self.call.member(self.key, self.buf[:i])
-            self.buf = self.buf[i + len(m):] if m == VALUE_END else self.buf[i:]
+            self.buf = self.buf[i + len(m) :] if m == VALUE_END else self.buf[i:]
             self.state = "args"
             return True
         if st == "broken":
@@ -118,9 +118,9 @@ class Glm45Parser(ToolTextParser):
                 self.state = "broken"
                 return True
             self.raw += self.buf[: i + 1]
-            self.buf = self.buf[i + 1:]
+            self.buf = self.buf[i + 1 :]
             return True
-        self.buf = self.buf[i + 1:] if m == "\n" else self.buf[i:]
+        self.buf = self.buf[i + 1 :] if m == "\n" else self.buf[i:]
         self.call = XmlCall(self.sink, name, self.params.get(name, {}))
         self.raw = ""
         self.state = "args"
@@ -130,11 +130,11 @@ class Glm45Parser(ToolTextParser):
         """Between arguments: the next key, or the end of the call."""
         stripped = self.buf.lstrip()
         if stripped.startswith(KEY):
-            self.buf = stripped[len(KEY):]
+            self.buf = stripped[len(KEY) :]
             self.state = "key"
             return True
         if stripped.startswith(CLOSE):
-            self.buf = stripped[len(CLOSE):]
+            self.buf = stripped[len(CLOSE) :]
             assert self.call is not None
             self.call.close()
             self.call = None
@@ -174,16 +174,10 @@ def grammar(tools, *, parallel: bool, lit) -> str:
         seq = []
         for j, (key, sub) in enumerate(props.items()):
             rule = f"a{i}_{j}"
-            rules.append(
-                f'{rule}: "\\n" {lit(KEY)} {lark_str(key)} {lit(KEY_END)} '
-                f'"\\n" {lit(VALUE)} v{i}_{j}'
-            )
+            rules.append(f'{rule}: "\\n" {lit(KEY)} {lark_str(key)} {lit(KEY_END)} "\\n" {lit(VALUE)} v{i}_{j}')
             rules += value_rules(f"v{i}_{j}", sub, VALUE_END, lit)
             seq.append(rule if key in required else f"{rule}?")
-        rules.append(
-            f"fn{i}: {lit(OPEN)} {lark_str(tool.name)} {' '.join(seq)} "
-            f'"\\n" {lit(CLOSE)}'
-        )
+        rules.append(f'fn{i}: {lit(OPEN)} {lark_str(tool.name)} {" ".join(seq)} "\\n" {lit(CLOSE)}')
         fns.append(f"fn{i}")
     rules.append(f"call: {' | '.join(fns)}")
     return "\n".join(rules) + "\n"

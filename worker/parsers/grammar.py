@@ -24,8 +24,7 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-from worker.parsers import deepseek_v3, glm45, harmony, hermes, json_format, llama3_json
-from worker.parsers import mistral, qwen3_coder
+from worker.parsers import deepseek_v3, glm45, harmony, hermes, json_format, llama3_json, mistral, qwen3_coder
 from worker.parsers.compose import TOOL_FORMATS
 
 _MODULES = {
@@ -45,13 +44,20 @@ _MARKERS: dict[str, tuple[str, ...]] = {
     "llama3_json": (),
     "mistral": (mistral.TOOL_CALLS, mistral.ARGS),
     "deepseek_v3": (
-        deepseek_v3.CALLS_BEGIN, deepseek_v3.CALLS_END, deepseek_v3.CALL_BEGIN,
-        deepseek_v3.CALL_END, deepseek_v3.SEP,
+        deepseek_v3.CALLS_BEGIN,
+        deepseek_v3.CALLS_END,
+        deepseek_v3.CALL_BEGIN,
+        deepseek_v3.CALL_END,
+        deepseek_v3.SEP,
     ),
     "qwen3_coder": (qwen3_coder.OPEN, qwen3_coder.CLOSE),
     "glm45": (glm45.OPEN, glm45.CLOSE, glm45.KEY, glm45.KEY_END, glm45.VALUE, glm45.VALUE_END),
     "harmony": (
-        harmony.START, harmony.CHANNEL, harmony.MESSAGE, harmony.END, harmony.CALL,
+        harmony.START,
+        harmony.CHANNEL,
+        harmony.MESSAGE,
+        harmony.END,
+        harmony.CALL,
         harmony.CONSTRAIN,
     ),
 }
@@ -135,8 +141,6 @@ def tool_call_grammar(
         if not chosen:
             raise ValueError("tool_choice 'required' needs at least one tool")
     else:
-        raise ValueError(
-            f"a tool-call grammar needs choice 'required' or 'function', not {choice!r}"
-        )
+        raise ValueError(f"a tool-call grammar needs choice 'required' or 'function', not {choice!r}")
     lit = _Markers(tool_format, special_tokens)
     return _MODULES[tool_format].grammar(chosen, parallel=parallel, lit=lit)

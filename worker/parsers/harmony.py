@@ -73,7 +73,7 @@ class HarmonyParser(ToolTextParser):
                 return True
             keep = 0 if final else held_suffix(self.buf, (START, CHANNEL))
             self.emit(self.buf[: len(self.buf) - keep])
-            self.buf = self.buf[len(self.buf) - keep:]
+            self.buf = self.buf[len(self.buf) - keep :]
             return False
         return False
 
@@ -84,9 +84,7 @@ class HarmonyParser(ToolTextParser):
         keep = 0 if i >= 0 else held_suffix(self.buf, (MESSAGE,))
         text = self.header + self.buf[: i if i >= 0 else len(self.buf) - keep]
         stripped = text.lstrip()
-        plausible = any(
-            stripped.startswith(h) or h.startswith(stripped) for h in _HEADER_STARTS
-        )
+        plausible = any(stripped.startswith(h) or h.startswith(stripped) for h in _HEADER_STARTS)
         if not plausible or len(text) > _HEADER_LIMIT:
             self.buf = self.header + self.buf
             self.header = ""
@@ -94,11 +92,11 @@ class HarmonyParser(ToolTextParser):
             return True
         if i >= 0:
             self.header = text
-            self.buf = self.buf[i + len(MESSAGE):]
+            self.buf = self.buf[i + len(MESSAGE) :]
             self._begin_body()
             return True
         self.header = text
-        self.buf = self.buf[len(self.buf) - keep:]
+        self.buf = self.buf[len(self.buf) - keep :]
         return False
 
     def _begin_body(self) -> None:
@@ -109,7 +107,7 @@ class HarmonyParser(ToolTextParser):
         self.state = "body"
         name = recipient.group(1) if recipient else ""
         if name.startswith("functions."):
-            name = name[len("functions."):]
+            name = name[len("functions.") :]
         if name and self.tools_enabled:
             self.kind = "call"
             self.args = ArgStream(self.sink, self.sink.open(name))
@@ -137,7 +135,7 @@ class HarmonyParser(ToolTextParser):
         if i < 0:
             self.buf = self.buf[end:]
             return False
-        self.buf = self.buf[i + len(m):] if m in _BODY_END else self.buf[i:]
+        self.buf = self.buf[i + len(m) :] if m in _BODY_END else self.buf[i:]
         self._end_body()
         return True
 
@@ -171,8 +169,7 @@ def grammar(tools, *, parallel: bool, lit) -> str:
         schema = args_schema(tool)
         head = lark_str(f"commentary to=functions.{tool.name} ")
         rules.append(
-            f'call{i}: {lit(CHANNEL)} {head} {lit(CONSTRAIN)} "json" {lit(MESSAGE)} '
-            f"{json_rule(schema)} {lit(CALL)}"
+            f'call{i}: {lit(CHANNEL)} {head} {lit(CONSTRAIN)} "json" {lit(MESSAGE)} {json_rule(schema)} {lit(CALL)}'
         )
         calls.append(f"call{i}")
     return (

@@ -75,7 +75,7 @@ class HermesParser(ToolTextParser):
         """After a call's object: expect ``</tool_call>``; other text is content."""
         stripped = self.buf.lstrip()
         if stripped.startswith(CLOSE):
-            self.buf = stripped[len(CLOSE):]
+            self.buf = stripped[len(CLOSE) :]
             self.state = "content"
             return True
         if stripped and not CLOSE.startswith(stripped):
@@ -101,8 +101,4 @@ def grammar(tools, *, parallel: bool, lit) -> str:
     """Lark grammar forcing one (or, if ``parallel``, one or more) Hermes
     call blocks of ``tools``; ``lit`` renders a marker."""
     rep = ' ("\\n" call)*' if parallel else ""
-    return (
-        f"start: call{rep}\n"
-        f'call: {lit(OPEN)} "\\n" body "\\n" {lit(CLOSE)}\n'
-        f"body: {json_rule(call_schema(tools))}\n"
-    )
+    return f'start: call{rep}\ncall: {lit(OPEN)} "\\n" body "\\n" {lit(CLOSE)}\nbody: {json_rule(call_schema(tools))}\n'

@@ -55,7 +55,7 @@ class JsonToolParser(ToolTextParser):
             m = _FENCE.match(stripped)
             if m:
                 self.lead += self.buf[: len(self.buf) - len(stripped)] + m.group(0)
-                self.buf = stripped[m.end():]
+                self.buf = stripped[m.end() :]
                 self.fenced = True
                 return True
             if not final and _FENCE_START.fullmatch(stripped):

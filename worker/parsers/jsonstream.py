@@ -78,7 +78,7 @@ class JsonScanner:
         if self.in_string:
             self._string_char(ch)
         elif self.atom:
-            if (ch.isalpha() if self.atom[0] in "tfn" else ch in _NUM_CHARS):
+            if ch.isalpha() if self.atom[0] in "tfn" else ch in _NUM_CHARS:
                 self.atom += ch
                 self.parts.append(ch)
             else:
@@ -273,7 +273,7 @@ class ArgStream:
         """Send the newly safe part of a streamed object."""
         s = self.scan
         if s.parts and s.parts[0] == "{" and s.safe > self.emitted:
-            self.sink.append(self.index, "".join(s.parts[self.emitted:s.safe]))
+            self.sink.append(self.index, "".join(s.parts[self.emitted : s.safe]))
             self.emitted = s.safe
 
     def close(self) -> None:

@@ -102,7 +102,7 @@ def _end(end: str, lit) -> str:
     the text around it as string literals."""
     lead = end[: len(end) - len(end.lstrip("\n"))]
     marker = _leading_marker(end)
-    rest = end[len(lead) + len(marker):]
+    rest = end[len(lead) + len(marker) :]
     parts = []
     if lead:
         parts.append(json.dumps(lead))

@@ -61,7 +61,7 @@ class Llama3JsonParser(ToolTextParser):
             ws = self.buf[: len(self.buf) - len(stripped)]
             if st == "start" and stripped.startswith(TAG):
                 self.lead += ws + TAG
-                self.buf = stripped[len(TAG):]
+                self.buf = stripped[len(TAG) :]
                 self.tagged = True
                 self.state = "after_tag"
                 return True
@@ -93,7 +93,7 @@ class Llama3JsonParser(ToolTextParser):
                 return True
             for end in _ENDS:
                 if stripped.startswith(end):
-                    self.buf = stripped[len(end):]
+                    self.buf = stripped[len(end) :]
                     return True
             if not stripped:
                 if final:

@@ -144,12 +144,12 @@ class ToolTextParser:
             if self.STRIP_NEWLINE and before.endswith("\n"):
                 before, newline = before[:-1], "\n"
             self.emit(before)
-            self.buf = self.buf[i + len(marker):]
+            self.buf = self.buf[i + len(marker) :]
             self._open(marker, newline + marker)
             return True
         keep = 0 if final else held_suffix(self.buf, self._holds)
         out = self.buf[: len(self.buf) - keep]
-        self.buf = self.buf[len(out):]
+        self.buf = self.buf[len(out) :]
         if final and self.sink.saw and not out.strip():
             out = ""
         self.emit(out)
@@ -161,16 +161,14 @@ class ToolTextParser:
         drop what cannot start one of them (False)."""
         i, m = find_first(self.buf, ends + stops)
         if i >= 0:
-            self.buf = self.buf[i + len(m):] if m in ends else self.buf[i:]
+            self.buf = self.buf[i + len(m) :] if m in ends else self.buf[i:]
             self.state = "content"
             return True
         keep = 0 if final else held_suffix(self.buf, ends + stops)
-        self.buf = self.buf[len(self.buf) - keep:]
+        self.buf = self.buf[len(self.buf) - keep :]
         return False
 
-    def give_back_until(
-        self, final: bool, ends: tuple[str, ...], stops: tuple[str, ...] = ()
-    ) -> bool:
+    def give_back_until(self, final: bool, ends: tuple[str, ...], stops: tuple[str, ...] = ()) -> bool:
         """Markup that is not a call: :attr:`broken` plus the text up to and
         including the first of ``ends`` (or up to the first of ``stops``) goes
         out as content, then back to content (True). Without either, the
@@ -185,7 +183,7 @@ class ToolTextParser:
             return True
         keep = 0 if final else held_suffix(self.buf, ends + stops)
         self.broken += self.buf[: len(self.buf) - keep]
-        self.buf = self.buf[len(self.buf) - keep:]
+        self.buf = self.buf[len(self.buf) - keep :]
         return False
 
     def _open(self, marker: str, raw: str) -> None:

@@ -83,9 +83,9 @@ class MistralParser(ToolTextParser):
         if st == "call_id":
             i = self.buf.find(ARGS)
             if i < 0:
-                self.buf = self.buf[len(self.buf) - held_suffix(self.buf, (ARGS,)):]
+                self.buf = self.buf[len(self.buf) - held_suffix(self.buf, (ARGS,)) :]
                 return False
-            self.buf = self.buf[i + len(ARGS):]
+            self.buf = self.buf[i + len(ARGS) :]
             self.state = "args"
             return True
         if st == "args":
@@ -110,7 +110,7 @@ class MistralParser(ToolTextParser):
             return False
         if not name:
             return self._give_back(self.raw)
-        self.buf = self.buf[i + len(m):]
+        self.buf = self.buf[i + len(m) :]
         index = self.sink.open(name)
         self.raw = ""
         self.args = ArgStream(self.sink, index)

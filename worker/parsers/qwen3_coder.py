@@ -73,7 +73,7 @@ class Qwen3CoderParser(ToolTextParser):
             stripped = self.buf.lstrip()
             if stripped.startswith(FUNC):
                 self.raw += self.buf[: len(self.buf) - len(stripped) + len(FUNC)]
-                self.buf = stripped[len(FUNC):]
+                self.buf = stripped[len(FUNC) :]
                 self.state = "fname"
                 return True
             if not stripped or is_marker_prefix(stripped, (FUNC,)):
@@ -88,7 +88,7 @@ class Qwen3CoderParser(ToolTextParser):
                 return self._give_back()
             if i < 0:
                 return False
-            self.buf = self.buf[i + 1:]
+            self.buf = self.buf[i + 1 :]
             self.call = XmlCall(self.sink, name, self.params.get(name, {}))
             self.raw = ""
             self.state = "params"
@@ -100,7 +100,7 @@ class Qwen3CoderParser(ToolTextParser):
             if i < 0:
                 return False
             self.pname = self.buf[:i].strip()
-            self.buf = self.buf[i + 1:]
+            self.buf = self.buf[i + 1 :]
             self.state = "pvalue"
             return True
         if st == "pvalue":
@@ -111,7 +111,7 @@ class Qwen3CoderParser(ToolTextParser):
                 return False
             self.scanned = 0
             self._member(self.buf[:i])
-            self.buf = self.buf[i + len(m):] if m == PARAM_END else self.buf[i:]
+            self.buf = self.buf[i + len(m) :] if m == PARAM_END else self.buf[i:]
             self.state = "params"
             return True
         if st == "after":
@@ -119,7 +119,7 @@ class Qwen3CoderParser(ToolTextParser):
             # started at <function=)
             stripped = self.buf.lstrip()
             if stripped.startswith(CLOSE):
-                self.buf = stripped[len(CLOSE):]
+                self.buf = stripped[len(CLOSE) :]
                 self.state = "content"
                 return True
             if not stripped or is_marker_prefix(stripped, (CLOSE,)):
@@ -137,16 +137,16 @@ class Qwen3CoderParser(ToolTextParser):
         stripped = self.buf.lstrip()
         assert self.call is not None
         if stripped.startswith(PARAM):
-            self.buf = stripped[len(PARAM):]
+            self.buf = stripped[len(PARAM) :]
             self.state = "pname"
             return True
         if stripped.startswith(FUNC_END):
-            self.buf = stripped[len(FUNC_END):]
+            self.buf = stripped[len(FUNC_END) :]
             self._close()
             self.state = "after"
             return True
         if stripped.startswith(CLOSE):
-            self.buf = stripped[len(CLOSE):]
+            self.buf = stripped[len(CLOSE) :]
             self._close()
             self.state = "content"
             return True

@@ -71,7 +71,7 @@ class ReasoningSplitter:
                 i = self.buf.find(self.close)
                 if i >= 0:
                     add("reasoning", self.buf[:i])
-                    self.buf = self.buf[i + len(self.close):]
+                    self.buf = self.buf[i + len(self.close) :]
                     self.in_reasoning = False
                     self.strip_newline = True
                     continue
@@ -81,7 +81,7 @@ class ReasoningSplitter:
                 i, m = find_first(self.buf, (self.open, self.close))
                 if i >= 0:
                     add("content", self.buf[:i])
-                    self.buf = self.buf[i + len(m):]
+                    self.buf = self.buf[i + len(m) :]
                     if m == self.open:
                         self.in_reasoning = True
                     else:
@@ -89,7 +89,7 @@ class ReasoningSplitter:
                     continue
                 keep = 0 if final else held_suffix(self.buf, (self.open, self.close))
                 add("content", self.buf[: len(self.buf) - keep])
-            self.buf = self.buf[len(self.buf) - keep:]
+            self.buf = self.buf[len(self.buf) - keep :]
             return out
 
 
