@@ -384,7 +384,7 @@ def ratio_line(name: str, num: float | None, den: float | None, target: float, a
         return f"{name:<60} {'n/a':>7}   {bound}  MISS"
     value = num / den
     ok = value <= target if at_most else value >= target
-    return f"{name:<60} {value:>7.2f}x  {bound}  {'PASS' if ok else 'MISS'}"
+    return f"{name:<60} {value:>7.3f}x  {bound}  {'PASS' if ok else 'MISS'}"
 
 
 def print_report(sections: dict[tuple[str, str], Section]) -> None:
