@@ -12,7 +12,7 @@ over the same window.
 Needs py-spy (``.venv/bin/pip install py-spy``) and permission to trace
 (root, or ptrace allowed). Usage::
 
-    .venv/bin/python bench/profile.py [--model tiny|real] [--streams 32]
+    .venv/bin/python bench/pyspy_profile.py [--model tiny|real] [--streams 32]
         [--tokens 128] [--seconds 15] [--out DIR] [--native]
 """
 
