@@ -14,6 +14,9 @@ does, and times, per step (median over the steps, milliseconds):
   ``argmax``, splitting the log-probabilities into one array per row;
 * a lean greedy loop: forward, ``argmax``, ``async_eval`` and one
   ``tolist`` a step, with no log-probabilities at all;
+* mlxd's own ``Engine.next`` (``worker/decode.py``) for plain greedy
+  rows, temperature-sampled rows and rows with log-probabilities, with
+  sampling on the host (NumPy) and on the device (MLX);
 * the output thread: ``OutputLoop`` handling one step's tokens
   (detokenize, build ``RequestOutput``s, encode the ``StepOutputs``).
 
@@ -168,6 +171,34 @@ def split_scheduler(model, tokenizer, model_dir: Path, n: int, steps: int) -> di
     }
 
 
+def split_sampling(model, tokenizer, n: int, steps: int) -> dict[str, float]:
+    """mlxd's ``Engine.next`` for ``n`` rows that are plain greedy, sampled
+    at temperature 0.8, or greedy with log-probabilities, on the host (NumPy)
+    and the device (MLX) sampling paths."""
+    from worker.decode import Engine
+    from worker.sampling import TokenSampler, greedy
+
+    out: dict[str, float] = {}
+    kinds = {
+        "plain greedy": lambda: None,
+        "temperature 0.8, top_p 0.95": lambda: TokenSampler(0.8, top_p=0.95),
+        "greedy + log-probabilities": lambda: TokenSampler(0.0, logprobs=True),
+    }
+    for kind, make in kinds.items():
+        for host in (True, False):
+            if kind == "plain greedy" and not host:
+                continue
+            engine = Engine(model, host_sampling=host, stop_tokens=None, sampler=greedy, prefill_batch_size=32)
+            batch = prompts(tokenizer, n)
+            engine.insert(batch, max_tokens=[100_000] * n, samplers=[make() for _ in batch])
+            while len(engine._generation_batch) < n:
+                engine.next()
+            where = "" if kind == "plain greedy" else (" (host)" if host else " (device)")
+            out[f"mlxd Engine.next: {kind}{where}"] = timed(engine.next, steps)
+            engine.close()
+    return out
+
+
 def main() -> None:
     """Parse arguments, load the model, print the split per batch size."""
     parser = argparse.ArgumentParser(description="Split a decode step's time.")
@@ -190,6 +221,7 @@ def main() -> None:
     for n in (int(x) for x in args.batch.split(",")):
         rows = split_engine(model, tokenizer, n, args.steps)
         rows.update(split_scheduler(model, tokenizer, model_dir, n, args.steps))
+        rows.update(split_sampling(model, tokenizer, n, args.steps))
         print(f"\nbatch {n}:")
         for name, ms in rows.items():
             print(f"  {name:<52} {ms:8.2f}")

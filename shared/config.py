@@ -89,7 +89,9 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     ``source``: a ``.gguf`` file, a local mlx-lm model directory, a Hugging
     Face repo id already in the local cache, or ``package:<pkg>/<file>``.
     ``max_batch_size``: most sequences decoded together in one step.
-    ``prefill_batch_size``: most prompts prefilled together in one step.
+    ``prefill_batch_size``: most new prompts prefilled together in one step
+    while other sequences decode (an idle worker prefills a whole burst,
+    up to ``max_batch_size``, at once).
     ``context_length``: cap on prompt + completion tokens (0: the model's).
     ``default_max_tokens``: completion cap when a request sets none.
     ``dtype``: ``auto`` (float32 on a CPU backend, as stored on Metal),

@@ -1,20 +1,25 @@
 """Per-request samplers and logits processors for the batch engine.
 
-Everything here builds MLX closures and must be called, like the closures
-themselves, on the worker's scheduler thread.
+Everything here that builds or runs MLX arrays must be called on the
+worker's scheduler thread. A :class:`TokenSampler` also samples from NumPy
+rows (the engine's host path on the CPU backend, see :mod:`worker.decode`);
+that needs no thread but is, in practice, also the scheduler thread.
 
-Greedy requests share one sampler object, so a batch of greedy requests is
-sampled in one batched call; any other request gets its own closure, which
-mlx-lm's ``GenerationBatch`` calls on that request's row only. A seeded
-request draws from its own PRNG key chain, so its output does not depend on
-what else shares the batch.
+Plain greedy requests get no sampler (None): the engine takes the arg-max
+of their raw logits in one batched call and never normalizes them. Every
+other request (temperature above 0, or log-probabilities wanted) gets its
+own :class:`TokenSampler`, which the engine calls on that request's row of
+normalized log-probabilities only. A seeded request draws from its own
+random stream, so its output does not depend on what else shares the batch.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import mlx.core as mx
+import numpy as np
 from mlx_lm.sample_utils import (
     apply_min_p,
     apply_top_k,
@@ -33,42 +38,136 @@ REPETITION_CONTEXT = 64
 """How many recent tokens (prompt included) the repetition penalty sees."""
 
 
-def greedy(logprobs: mx.array) -> mx.array:
-    """The shared greedy sampler: the arg-max token of every row."""
-    return mx.argmax(logprobs, axis=-1)
+def greedy(logits: mx.array) -> mx.array:
+    """The shared greedy sampler: the arg-max token of every row.
 
-
-def make_sampler(params: SamplingParams, choice: int = 0) -> Sampler | None:
-    """Return the sampler for ``params``, or None for plain greedy decoding.
-
-    None lets the engine use its shared batched greedy sampler. The returned
-    closure takes log-probabilities of shape (1, vocab) and returns one token
-    id per row. Temperature 0 is greedy whatever the other filters say.
-    ``choice`` is the index of the choice among ``n``: a seeded request's
-    choice ``i`` draws from seed ``seed + i``.
+    Works on raw logits as well as on log-probabilities (the arg-max is the
+    same); the engine's fast path calls it on raw logits.
     """
-    if params.temperature == 0.0:
-        return None
-    temperature = params.temperature
-    top_k, top_p, min_p = params.top_k, params.top_p, params.min_p
-    seed = None if params.seed is None else (params.seed + choice) % (1 << 64)
-    key_state = [mx.random.key(seed)] if seed is not None else None
+    return mx.argmax(logits, axis=-1)
 
-    def sample(logprobs: mx.array) -> mx.array:
-        if 0 < top_k < logprobs.shape[-1]:  # k >= vocabulary size keeps everything
-            logprobs = apply_top_k(logprobs, top_k)
-        if min_p > 0.0:
-            logprobs = apply_min_p(logprobs, min_p)
-        if top_p < 1.0:
-            logprobs = apply_top_p(logprobs, top_p)
-        scaled = logprobs * (1.0 / temperature)
-        if key_state is None:
+
+class TokenSampler:
+    """How one choice picks its next token from a row of log-probabilities.
+
+    ``temperature`` 0 means greedy (the other filters are then ignored);
+    otherwise the row is filtered by ``top_k`` (0: off), ``min_p`` (0: off)
+    and ``top_p`` (1: off), in that order and before the temperature, then
+    sampled. ``logprobs`` tells the engine that this choice reports
+    log-probabilities, so its row must be normalized even when greedy.
+    ``seed`` (None: unseeded) fixes the random stream of this choice.
+
+    :meth:`__call__` is the MLX form (the engine's device path) and
+    :meth:`sample_host` the NumPy form (the host path); both draw from their
+    own stream, created on first use. Not thread-safe; one engine row owns
+    one sampler.
+    """
+
+    def __init__(
+        self,
+        temperature: float,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        min_p: float = 0.0,
+        *,
+        logprobs: bool = False,
+        seed: int | None = None,
+    ) -> None:
+        self.temperature = temperature
+        self.top_k = top_k
+        self.top_p = top_p
+        self.min_p = min_p
+        self.logprobs = logprobs
+        self.seed = seed
+        self._key: mx.array | None = None
+        self._rng: np.random.Generator | None = None
+
+    @property
+    def greedy(self) -> bool:
+        """True when this sampler always takes the most likely token."""
+        return self.temperature == 0.0
+
+    def __call__(self, logprobs: mx.array) -> mx.array:
+        """Sample one token id per row of ``logprobs`` (shape (rows, vocab))
+        with MLX; returns an array of shape (rows,)."""
+        if self.greedy:
+            return mx.argmax(logprobs, axis=-1)
+        if 0 < self.top_k < logprobs.shape[-1]:  # k >= vocabulary size keeps everything
+            logprobs = apply_top_k(logprobs, self.top_k)
+        if self.min_p > 0.0:
+            logprobs = apply_min_p(logprobs, self.min_p)
+        if self.top_p < 1.0:
+            logprobs = apply_top_p(logprobs, self.top_p)
+        scaled = logprobs * (1.0 / self.temperature)
+        if self.seed is None:
             return mx.random.categorical(scaled)
-        keys = mx.random.split(key_state[0])
-        key_state[0] = keys[0]
+        if self._key is None:
+            self._key = mx.random.key(self.seed)
+        keys = mx.random.split(self._key)
+        self._key = keys[0]
         return mx.random.categorical(scaled, key=keys[1])
 
-    return sample
+    def sample_host(self, logprobs: np.ndarray) -> int:
+        """Sample one token id from one row of log-probabilities (a 1-D
+        float NumPy array) on the host: filters, then inverse-CDF sampling
+        with one uniform draw from this sampler's own generator."""
+        if self.greedy:
+            return int(np.argmax(logprobs))
+        ids: np.ndarray | None = None  # None: the whole vocabulary
+        values = logprobs
+        if 0 < self.top_k < values.shape[0]:
+            ids = np.argpartition(-values, self.top_k - 1)[: self.top_k]
+            values = values[ids]
+        if self.min_p > 0.0:
+            keep = np.flatnonzero(values >= values.max() + math.log(self.min_p))
+            ids = keep if ids is None else ids[keep]
+            values = values[keep]
+        if self.top_p < 1.0:
+            keep = self._nucleus(values)
+            ids = keep if ids is None else ids[keep]
+            values = values[keep]
+        scaled = values * (1.0 / self.temperature)
+        weights = np.exp(scaled - scaled.max(), dtype=np.float64)
+        cdf = np.cumsum(weights)
+        if self._rng is None:
+            self._rng = np.random.default_rng(self.seed)
+        pick = int(np.searchsorted(cdf, self._rng.random() * cdf[-1], side="right"))
+        pick = min(pick, cdf.shape[0] - 1)
+        return int(pick if ids is None else ids[pick])
+
+
+    def _nucleus(self, values: np.ndarray) -> np.ndarray:
+        """Positions in ``values`` (log-probabilities) of the smallest set of
+        most likely tokens whose mass reaches ``top_p``: a token stays when
+        the tokens more likely than it hold less than ``top_p``. Only
+        tokens above ``(1 - top_p) / len(values)`` of the mass can stay (the
+        tokens at most as likely as one below that hold less than
+        ``1 - top_p`` in all), so only those are sorted."""
+        weights = np.exp(values - values.max())
+        total = weights.sum()
+        candidates = np.flatnonzero(weights >= total * (1.0 - self.top_p) / values.shape[0])
+        order = candidates[np.argsort(-weights[candidates])]
+        ranked = weights[order]
+        above = np.cumsum(ranked) - ranked  # mass strictly more likely than each
+        count = max(1, int(np.searchsorted(above, self.top_p * total, side="left")))
+        return order[:count]
+
+
+def make_sampler(params: SamplingParams, choice: int = 0) -> TokenSampler | None:
+    """Return the sampler for ``params``, or None for plain greedy decoding
+    without log-probabilities (the engine's batched fast path).
+
+    Temperature 0 is greedy whatever the other filters say. ``choice`` is
+    the index of the choice among ``n``: a seeded request's choice ``i``
+    draws from seed ``seed + i``.
+    """
+    logprobs = params.logprobs
+    if params.temperature == 0.0:
+        return TokenSampler(0.0, logprobs=True) if logprobs else None
+    seed = None if params.seed is None else (params.seed + choice) % (1 << 64)
+    return TokenSampler(
+        params.temperature, params.top_k, params.top_p, params.min_p, logprobs=logprobs, seed=seed
+    )
 
 
 def make_processors(params: SamplingParams, prompt_len: int, eos_ids: list[int]) -> list[LogitsProcessor]:

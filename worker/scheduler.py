@@ -32,6 +32,12 @@ from worker.prefix_cache import Lookup, PrefixCache
 
 log = logging.getLogger("mlxd.worker.scheduler")
 
+BURST_GAP = 0.004
+"""Seconds without a new command that end a burst (see ``_gather_burst``)."""
+
+BURST_WINDOW = 0.02
+"""The longest an idle engine waits for the rest of a burst, in seconds."""
+
 
 @dataclass
 class Admission:
@@ -151,7 +157,9 @@ class Scheduler:
     :class:`Terminal` items in the order they happen (it must be
     thread-safe and non-blocking, e.g. a queue's ``put``). ``model`` must
     have been loaded on the thread that calls :meth:`run`. ``cache`` is the
-    prefix cache (None disables reuse).
+    prefix cache (None disables reuse). ``host_sampling`` picks where
+    sampling and log-probabilities are computed (see :mod:`worker.decode`;
+    None: NumPy on the CPU backend, MLX on a GPU).
     """
 
     def __init__(
@@ -164,12 +172,15 @@ class Scheduler:
         max_batch_size: int,
         prefill_batch_size: int,
         prefill_step_size: int,
+        host_sampling: bool | None = None,
     ) -> None:
         self._model = model
         self._eos = sorted(eos_token_ids)
         self._emit = emit
         self.cache = cache
         self._prefill_step = prefill_step_size
+        self._host_sampling = host_sampling
+        self._prefill_batch = prefill_batch_size
         self._batch_kwargs = dict(
             completion_batch_size=max_batch_size,
             prefill_batch_size=prefill_batch_size,
@@ -204,10 +215,20 @@ class Scheduler:
     def run(self) -> None:
         """The scheduler loop; returns after a :class:`Stop` command, or with
         :attr:`broken` set after an engine step failed (every request then
-        got its error; the worker process should exit and be replaced)."""
+        got its error; the worker process should exit and be replaced).
+
+        When the engine was idle and a request arrives, the loop first
+        gathers the rest of its burst (see :meth:`_gather_burst`) and then
+        prefills every waiting prompt in one batch; while sequences are
+        decoding, new prompts join in chunks of ``prefill_batch_size`` so
+        running streams are not stalled by a long prefill.
+        """
         self._engine = self._new_engine()
         while not self.broken:
-            if not self._drain_inbox(block=not self._seqs):
+            idle = not self._seqs
+            if not self._drain_inbox(block=idle):
+                return
+            if idle and self._seqs and not self._gather_burst():
                 return
             if self._deadlines:
                 self._expire(time.monotonic())
@@ -218,14 +239,16 @@ class Scheduler:
     # -- engine -------------------------------------------------------------
 
     def _new_engine(self) -> Any:
-        from mlx_lm.generate import BatchGenerator, StopSequences
+        from mlx_lm.generate import StopSequences
 
+        from worker.decode import Engine
         from worker.sampling import greedy
 
         self._eos_stops = StopSequences([[t] for t in self._eos])
         self._no_stops = StopSequences(None)
-        return BatchGenerator(
+        return Engine(
             self._model,
+            host_sampling=self._host_sampling,
             max_tokens=1,
             stop_tokens=[[t] for t in self._eos],
             sampler=greedy,
@@ -238,6 +261,30 @@ class Scheduler:
             item = self.inbox.get(timeout=0.5) if block else self.inbox.get_nowait()
         except queue.Empty:
             return True
+        return self._apply_queued(item)
+
+    def _gather_burst(self) -> bool:
+        """Keep applying commands until none arrived for ``BURST_GAP``
+        seconds, or ``BURST_WINDOW`` seconds passed; False when a Stop was
+        seen. Requests of a burst reach the worker a few milliseconds apart
+        (HTTP parsing, then tokenizing): waiting for them lets the first
+        step prefill them together instead of one by one behind decode
+        steps of the growing batch."""
+        end = time.monotonic() + BURST_WINDOW
+        while True:
+            wait = min(BURST_GAP, end - time.monotonic())
+            if wait <= 0:
+                return True
+            try:
+                item = self.inbox.get(timeout=wait)
+            except queue.Empty:
+                return True
+            if not self._apply_queued(item):
+                return False
+
+    def _apply_queued(self, item: object) -> bool:
+        """Apply ``item`` and every command queued behind it; False when a
+        Stop was seen (everything in flight is then aborted)."""
         while True:
             if isinstance(item, Stop):
                 self._abort(list(self._uids))
@@ -389,6 +436,11 @@ class Scheduler:
 
     def _run_step(self) -> None:
         started = time.perf_counter()
+        engine = self._engine
+        # Nothing decoding: prefill every waiting prompt at once. Otherwise
+        # in chunks, so the running sequences keep producing tokens.
+        decoding = len(engine._generation_batch) > 0
+        engine.prefill_batch_size = self._prefill_batch if decoding else engine.completion_batch_size
         try:
             progress, responses = self._engine.next()
         except Exception:
@@ -440,25 +492,27 @@ class Scheduler:
         return self._seqs[r.uid].top_logprobs is not None and r.finish_reason != "stop"
 
     def _logprobs(self, responses: list[Any]) -> dict[int, TokenLogprobs]:
-        """Each response's token log-probability and top alternatives, with
-        one evaluation for the whole step."""
-        import mlx.core as mx
+        """Each response's token log-probability and its top alternatives,
+        computed with NumPy from the rows the engine normalized (MLX rows
+        are already evaluated: the engine returns a step's tokens only after
+        evaluating their rows)."""
+        import numpy as np
 
-        rows = mx.stack([r.logprobs for r in responses])
-        ids = mx.array([r.token for r in responses])
-        chosen = mx.take_along_axis(rows, ids[:, None], axis=-1)[:, 0]
+        rows = np.stack([np.asarray(r.logprobs, dtype=np.float32) for r in responses])
+        ids = np.array([r.token for r in responses])
+        chosen = rows[np.arange(len(responses)), ids].tolist()
         k = max(self._seqs[r.uid].top_logprobs or 0 for r in responses)
-        if k > 0:
-            top_ids = mx.argpartition(-rows, kth=k - 1, axis=-1)[:, :k]
-            top_vals = mx.take_along_axis(rows, top_ids, axis=-1)
-            chosen_l, ids_l, vals_l = chosen.tolist(), top_ids.tolist(), top_vals.tolist()
-        else:
-            chosen_l, ids_l, vals_l = chosen.tolist(), [[]] * len(responses), [[]] * len(responses)
         result: dict[int, TokenLogprobs] = {}
-        for r, lp, tids, tvals in zip(responses, chosen_l, ids_l, vals_l):
+        if k > 0:
+            top_ids = np.argpartition(-rows, k - 1, axis=-1)[:, :k]
+            top_vals = np.take_along_axis(rows, top_ids, axis=-1)
+        for j, r in enumerate(responses):
             want = self._seqs[r.uid].top_logprobs or 0
-            top = sorted(zip(tids, tvals), key=lambda p: -p[1])[:want]
-            result[r.uid] = (lp, top)
+            top: list[tuple[int, float]] = []
+            if want:
+                pairs = zip(top_ids[j].tolist(), top_vals[j].tolist())
+                top = sorted(pairs, key=lambda p: -p[1])[:want]
+            result[r.uid] = (chosen[j], top)
         return result
 
     def _update_gauges(self) -> None:

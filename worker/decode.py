@@ -1,0 +1,199 @@
+"""The decode step mlxd runs inside mlx-lm's ``BatchGenerator``.
+
+mlx-lm's ``GenerationBatch`` normalizes every row's logits to
+log-probabilities at every step (a log-softmax over the whole vocabulary)
+and then samples from them, whether or not any request asked for
+log-probabilities. On the CPU backend that log-softmax costs more than the
+forward pass of a small model (see ``bench/NOTES.md``). :class:`Engine` is a
+``BatchGenerator`` whose generation batches step differently:
+
+* rows without a sampler (plain greedy, no log-probabilities) take the
+  arg-max of their raw logits; nothing is normalized for them, and their
+  ``Response.logprobs`` is None;
+* rows with a :class:`~worker.sampling.TokenSampler` get a log-softmax of
+  their own row only, and are sampled from it.
+
+Where those rows are computed depends on ``host_sampling``. On the device
+path (the default on Metal) the special rows are gathered into one small
+MLX batch, and the step keeps mlx-lm's pipelining (the next step's tokens
+are evaluated asynchronously while Python handles this one). On the host
+path (the default on the CPU backend, where MLX's ``exp`` is ~26x slower
+than NumPy's) a step that has any special row evaluates its logits, copies
+them to NumPy and normalizes and samples there; a step of only plain rows
+still runs entirely in MLX, pipelined.
+
+Threads: everything here runs on the worker's scheduler thread (MLX streams
+are thread-local). This module relies on mlx-lm internals
+(``PromptProcessingBatch.generate`` and ``GenerationBatch._step``), which is
+why ``pyproject.toml`` pins mlx-lm to one minor version.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+from mlx_lm.generate import BatchGenerator, GenerationBatch, PromptProcessingBatch
+
+from worker.sampling import TokenSampler
+
+HOST_SAMPLING_ENV = "MLXD_HOST_SAMPLING"
+"""Environment override of :func:`default_host_sampling`: ``1`` or ``0``."""
+
+
+def default_host_sampling() -> bool:
+    """True when sampling should run on the host: the default device is the
+    CPU, unless ``MLXD_HOST_SAMPLING`` says ``0`` (or ``1`` to force it on
+    a GPU)."""
+    forced = os.environ.get(HOST_SAMPLING_ENV, "").strip()
+    if forced in ("0", "1"):
+        return forced == "1"
+    return mx.default_device() == mx.cpu
+
+
+def host_log_softmax(logits: np.ndarray) -> np.ndarray:
+    """Row-wise log-softmax of a 2-D float array, in float32."""
+    top = logits.max(axis=-1, keepdims=True)
+    shifted = logits - top
+    return (shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))).astype(np.float32, copy=False)
+
+
+class LeanGenerationBatch(GenerationBatch):
+    """A ``GenerationBatch`` that normalizes only the rows that need it.
+
+    ``host_sampling`` chooses the host (NumPy) or device (MLX) path for
+    those rows. ``Response.logprobs`` is None for plain rows, an MLX array
+    (device path) or a NumPy array (host path) of log-probabilities over the
+    vocabulary for the others.
+    """
+
+    def __init__(self, *args: Any, host_sampling: bool = False, **kwargs: Any) -> None:
+        self.host_sampling = host_sampling
+        super().__init__(*args, **kwargs)
+
+    def _step(self) -> tuple[list[int], list[Any]]:
+        self._current_tokens = self._next_tokens
+        self._current_logprobs = self._next_logprobs
+        inputs = self._current_tokens
+
+        logits = self.model(inputs[:, None], cache=self.prompt_cache)[:, -1, :]
+        logits, token_context = self._process(logits, inputs)
+
+        samplers = self.samplers or [self.fallback_sampler] * len(self.uids)
+        special = [i for i, s in enumerate(samplers) if isinstance(s, TokenSampler)]
+        if not special:
+            sampled, rows = mx.argmax(logits, axis=-1), [None] * len(self.uids)
+        elif self.host_sampling:
+            sampled, rows = self._sample_host(logits, samplers, special)
+        else:
+            sampled, rows = self._sample_device(logits, samplers, special)
+
+        self._next_tokens = sampled
+        self._next_logprobs = rows
+        pending = [r for r in rows if isinstance(r, mx.array)]
+        mx.async_eval(self._next_tokens, pending, token_context)
+
+        mx.eval(inputs, [r for r in self._current_logprobs if isinstance(r, mx.array)])
+        tokens = inputs.tolist()
+        for seen, token in zip(self.tokens, tokens):
+            seen.append(token)
+        return tokens, self._current_logprobs
+
+    def _process(self, logits: mx.array, inputs: mx.array) -> tuple[mx.array, list[mx.array]]:
+        """Apply each row's logits processors (penalties, biases, grammar) to
+        its row; return the new logits and the token contexts they read."""
+        token_context: list[mx.array] = []
+        if not any(self.logits_processors):
+            return logits, token_context
+        processed = []
+        for e in range(len(self.uids)):
+            row = logits[e : e + 1]
+            processors = self.logits_processors[e] or ()
+            if processors:
+                context = self._token_context[e].update_and_fetch(inputs[e : e + 1])
+                token_context.append(context)
+                for processor in processors:
+                    row = processor(context, row)
+            processed.append(row)
+        return mx.concatenate(processed, axis=0), token_context
+
+    @staticmethod
+    def _sample_host(logits: mx.array, samplers: list[Any], special: list[int]) -> tuple[mx.array, list[Any]]:
+        """Evaluate ``logits`` now and sample every row with NumPy."""
+        host = np.asarray(logits.astype(mx.float32))
+        tokens = host.argmax(axis=-1)
+        rows: list[Any] = [None] * host.shape[0]
+        normalized = host_log_softmax(host[special])
+        for j, i in enumerate(special):
+            rows[i] = normalized[j]
+            tokens[i] = samplers[i].sample_host(normalized[j])
+        return mx.array(tokens.astype(np.uint32)), rows
+
+    @staticmethod
+    def _sample_device(logits: mx.array, samplers: list[Any], special: list[int]) -> tuple[mx.array, list[Any]]:
+        """Normalize and sample the ``special`` rows as one small MLX batch;
+        the others take the arg-max of their logits."""
+        sampled = mx.argmax(logits, axis=-1)
+        index = mx.array(special)
+        chosen = logits[index]
+        normalized = chosen - mx.logsumexp(chosen, axis=-1, keepdims=True)
+        picks = mx.concatenate([samplers[i](normalized[j : j + 1]) for j, i in enumerate(special)])
+        sampled[index] = picks.astype(sampled.dtype)
+        rows: list[Any] = [None] * logits.shape[0]
+        for j, i in enumerate(special):
+            rows[i] = normalized[j]
+        return sampled, rows
+
+
+class LeanPromptBatch(PromptProcessingBatch):
+    """A ``PromptProcessingBatch`` that hands its finished prompts to a
+    :class:`LeanGenerationBatch` (the class attribute ``host_sampling`` is
+    passed on; :class:`Engine` sets it on the subclass it uses)."""
+
+    host_sampling = False
+
+    def generate(self, tokens: list[list[int]]) -> LeanGenerationBatch:
+        if any(len(t) > 1 for t in tokens):
+            self.prompt([t[:-1] for t in tokens])
+        batch = LeanGenerationBatch(
+            self.model,
+            self.uids,
+            mx.array([t[-1] for t in tokens]),
+            self.prompt_cache,
+            self.tokens,
+            self.samplers,
+            self.fallback_sampler,
+            self.logits_processors,
+            self.stop_sequences,
+            self.max_tokens,
+            host_sampling=self.host_sampling,
+        )
+        self.uids, self.prompt_cache, self.tokens = [], [], []
+        self.samplers, self.logits_processors, self.max_tokens = [], [], []
+        return batch
+
+
+class _HostPromptBatch(LeanPromptBatch):
+    host_sampling = True
+
+
+class Engine(BatchGenerator):
+    """mlx-lm's ``BatchGenerator`` with :class:`LeanGenerationBatch` steps.
+
+    ``host_sampling`` (None: :func:`default_host_sampling`) picks where
+    normalized rows are computed; every other argument is
+    ``BatchGenerator``'s. Insert plain greedy rows with sampler None and
+    every other row with a :class:`~worker.sampling.TokenSampler`.
+    Construct and use it on the scheduler thread only.
+    """
+
+    def __init__(self, model: Any, *, host_sampling: bool | None = None, **kwargs: Any) -> None:
+        super().__init__(model, **kwargs)
+        self.host_sampling = default_host_sampling() if host_sampling is None else host_sampling
+        prompt_class = _HostPromptBatch if self.host_sampling else LeanPromptBatch
+        self._prompt_batch = prompt_class.empty(self.model, self.sampler, prefill_step_size=self.prefill_step_size)
+        generation = LeanGenerationBatch.empty(self.model, self.sampler)
+        generation.host_sampling = self.host_sampling
+        self._generation_batch = generation
