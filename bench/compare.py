@@ -31,7 +31,11 @@ Usage::
 
     .venv/bin/python bench/compare.py [--real-tokens 64] [--tiny-tokens 128]
         [--streams 1,8,16,32] [--rounds 2] [--only real|tiny] [--nice -10]
-        [--json FILE]
+        [--json FILE] [--no-blas]
+
+Last, mlxd runs the default model twice more, with OpenBLAS preloaded into
+its worker and with the MLX wheel's reference BLAS (``MLXD_BLAS=builtin``),
+at 1 and 8 streams of 16 tokens, and prints the ratio.
 """
 
 from __future__ import annotations
@@ -334,6 +338,58 @@ def run_model(
     return sections
 
 
+BLAS_STREAMS = (1, 8)
+BLAS_TOKENS = 16
+
+
+def blas_test(model_dir: Path, tmp: Path, rounds: int) -> dict[int, dict[str, Row]] | None:
+    """mlxd on ``model_dir`` with OpenBLAS preloaded into its worker and with
+    the MLX wheel's own reference BLAS (``MLXD_BLAS=builtin``), both up,
+    interleaved at :data:`BLAS_STREAMS` streams of :data:`BLAS_TOKENS`
+    tokens; the best of ``rounds`` per configuration. None when this system
+    has no OpenBLAS to preload (nothing to compare)."""
+    if "LD_PRELOAD" not in blas_environment():
+        return None
+    found: dict[int, dict[str, Row]] = {n: {} for n in BLAS_STREAMS}
+    with contextlib.ExitStack() as stack:
+        contenders = []
+        for label, env in (("openblas", {}), ("reference", {"MLXD_BLAS": "builtin"})):
+            model = {"name": MLXD_NAME, "source": str(model_dir), "max_batch_size": 32}
+            server = stack.enter_context(mlxd(tmp / f"blas-{label}", model, env=env))
+            status = server.worker(MLXD_NAME)
+            contender = HttpContender("mlxd", server.url, [server.proc.pid, status["pid"]], server.proc.pid)
+            contender.warm_up()
+            contenders.append((str(status.get("blas") or label), contender))
+        for r in range(rounds):
+            for streams in BLAS_STREAMS:
+                chats = story_prompts(streams, f"blas{r}s{streams}")
+                for label, contender in contenders[r % 2 :] + contenders[: r % 2]:
+                    wait_for_quiet()
+                    row = contender.measure(chats, BLAS_TOKENS)
+                    best = found[streams].get(label)
+                    if best is None or row.aggregate > best.aggregate:
+                        found[streams][label] = row
+    return found
+
+
+def print_blas(found: dict[int, dict[str, Row]] | None) -> None:
+    """The OpenBLAS vs reference BLAS table and ratios."""
+    print(f"\n== mlxd worker BLAS, default model, {BLAS_TOKENS} tokens per request, best of the rounds ==")
+    if found is None:
+        print("no OpenBLAS on this system: nothing to compare (the worker runs on the wheel's BLAS)")
+        return
+    for streams, rows in found.items():
+        parts = [
+            f"{label}: {row.aggregate:7.1f} tok/s, TTFT p50 {row.ttft_median * 1000:6.0f} ms"
+            for label, row in rows.items()
+            if row.ttft_median is not None
+        ]
+        values = list(rows.values())
+        ratio = values[0].aggregate / values[1].aggregate if len(values) == 2 and values[1].aggregate else None
+        shown = f"{ratio:6.1f}x" if ratio else "   n/a"
+        print(f"{streams:>2} stream(s): OpenBLAS / reference {shown}   ({'; '.join(parts)})")
+
+
 # --- report ----------------------------------------------------------------------------------
 
 
@@ -529,6 +585,9 @@ def main() -> None:
         "a negative value needs root and is skipped without it)",
     )
     parser.add_argument("--json", type=Path, help="also write every measurement here")
+    parser.add_argument(
+        "--no-blas", action="store_true", help="skip mlxd with OpenBLAS vs the reference BLAS (default model)"
+    )
     args = parser.parse_args()
     levels = [int(x) for x in args.streams.split(",")]
     wanted = [c for c in CONTENDERS if c in args.contenders.split(",")]
@@ -549,7 +608,14 @@ def main() -> None:
             sections.update({(name, label): s for name, s in by_name.items()})
             print_table(title, by_name, levels, tokens)
             sys.stdout.flush()
+        blas = None
+        if not args.no_blas and args.only != "tiny":
+            t0 = time.monotonic()
+            blas = blas_test(float32_model(), Path(tmp_name), args.rounds)
+            print(f"[blas] in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
     print_report(sections)
+    if not args.no_blas and args.only != "tiny":
+        print_blas(blas)
     print(
         f"\ntotal bench time: {time.monotonic() - started:.0f} s "
         f"(of which {QUIET_WAITED[0]:.0f} s waiting for other processes to go quiet)"

@@ -372,11 +372,11 @@ class CpuWatch:
 
 
 @contextlib.contextmanager
-def mlxd(tmp: Path, model: dict) -> Iterator[Server]:
+def mlxd(tmp: Path, model: dict, env: dict[str, str] | None = None) -> Iterator[Server]:
     """Run an mlxd gateway serving ``model`` (a ``[[models]]`` table) without
-    API keys; stop it on exit."""
+    API keys, with ``env`` added to its environment; stop it on exit."""
     tmp.mkdir(parents=True, exist_ok=True)
-    server = start_server(tmp, [model], api_key=None)
+    server = start_server(tmp, [model], api_key=None, env=env)
     try:
         yield server
     finally:

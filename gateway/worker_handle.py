@@ -69,6 +69,7 @@ class WorkerStatus:
     context_length: int | None = None
     load_seconds: float | None = None
     blas: str | None = None
+    sampling: str | None = None
     last_error: str | None = None
     memory_bytes: int | None = None
     stats: WorkerStats = field(default_factory=WorkerStats)
@@ -396,12 +397,14 @@ class WorkerHandle:
             self.status.context_length = message.context_length
             self.status.load_seconds = message.load_seconds
             self.status.blas = message.blas
+            self.status.sampling = message.sampling
             log.info(
-                "model %s loaded in %.1fs from %s (BLAS: %s)",
+                "model %s loaded in %.1fs from %s (BLAS: %s, sampling: %s)",
                 self.model.name,
                 message.load_seconds,
                 message.model_path,
                 message.blas,
+                message.sampling,
             )
         elif isinstance(message, Ready):
             self.status.last_error = None

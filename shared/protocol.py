@@ -211,7 +211,9 @@ class Loaded(msgspec.Struct, frozen=True, kw_only=True, tag="loaded"):
     """The model and tokenizer are in memory.
 
     ``context_length`` is the most tokens (prompt + completion) a request may
-    use; ``load_seconds`` is the wall time of resolving and loading.
+    use; ``load_seconds`` is the wall time of resolving and loading;
+    ``blas`` names the BLAS library in use (``openblas`` or ``builtin``) and
+    ``sampling`` where sampling runs (``host``: NumPy, ``device``: MLX).
     """
 
     worker_id: str
@@ -219,6 +221,7 @@ class Loaded(msgspec.Struct, frozen=True, kw_only=True, tag="loaded"):
     load_seconds: float
     model_path: str
     blas: str = ""
+    sampling: str = ""
 
 
 class Ready(msgspec.Struct, frozen=True, kw_only=True, tag="ready"):

@@ -108,8 +108,14 @@ def write_config(path: Path, port: int, models: list[dict], api_keys: list[str] 
     return path
 
 
-def start_server(tmp: Path, models: list[dict], api_key: str | None = API_KEY, **server) -> Server:
-    """Start a gateway for ``models`` and wait for every worker to be ready."""
+def start_server(
+    tmp: Path, models: list[dict], api_key: str | None = API_KEY, env: dict[str, str] | None = None, **server
+) -> Server:
+    """Start a gateway for ``models`` and wait for every worker to be ready.
+
+    ``env`` adds variables to the gateway's environment (its workers
+    inherit them); ``server`` adds ``[server]`` keys to its config.
+    """
     port = free_port()
     models = [{"preload": True, **m} for m in models]
     config = write_config(tmp / "mlxd.toml", port, models, [api_key] if api_key else [], **server)
@@ -120,7 +126,7 @@ def start_server(tmp: Path, models: list[dict], api_key: str | None = API_KEY, *
         cwd=ROOT,
         stdout=log,
         stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
     )
     srv = Server(f"http://127.0.0.1:{port}", proc, api_key, log_path)
     srv.wait_listening()

@@ -155,6 +155,10 @@ class LeanPromptBatch(PromptProcessingBatch):
     host_sampling = False
 
     def generate(self, tokens: list[list[int]]) -> LeanGenerationBatch:
+        """Prefill all but the last token of each of ``tokens`` (the rest of
+        every prompt), then move every sequence of this batch into a new
+        :class:`LeanGenerationBatch` (which samples its first token at
+        once); this batch is left empty."""
         if any(len(t) > 1 for t in tokens):
             self.prompt([t[:-1] for t in tokens])
         batch = LeanGenerationBatch(

@@ -95,6 +95,7 @@ class Worker:
         """Scheduler thread: load, warm up, announce, then run the engine."""
         try:
             started = time.monotonic()
+            from worker.decode import default_host_sampling
             from worker.detok import TokenDecoder
             from worker.grammar import GrammarCompiler
             from worker.loader import load_model
@@ -120,6 +121,7 @@ class Worker:
                 ),
             )
             budget = self.config.prefix_cache_bytes
+            host_sampling = default_host_sampling()
             scheduler = Scheduler(
                 loaded.model,
                 set(loaded.eos_token_ids),
@@ -128,6 +130,7 @@ class Worker:
                 max_batch_size=self.config.max_batch_size,
                 prefill_batch_size=self.config.prefill_batch_size,
                 prefill_step_size=self.config.prefill_step_size,
+                host_sampling=host_sampling,
             )
             self.output.queue.put(
                 Loaded(
@@ -136,6 +139,7 @@ class Worker:
                     load_seconds=time.monotonic() - started,
                     model_path=str(loaded.path),
                     blas=blas_in_use(),
+                    sampling="host" if host_sampling else "device",
                 )
             )
             scheduler.warm_up(list(loaded.tokenizer.encode("Hello")) or [0])

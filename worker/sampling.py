@@ -135,7 +135,6 @@ class TokenSampler:
         pick = min(pick, cdf.shape[0] - 1)
         return int(pick if ids is None else ids[pick])
 
-
     def _nucleus(self, values: np.ndarray) -> np.ndarray:
         """Positions in ``values`` (log-probabilities) of the smallest set of
         most likely tokens whose mass reaches ``top_p``: a token stays when
@@ -165,9 +164,7 @@ def make_sampler(params: SamplingParams, choice: int = 0) -> TokenSampler | None
     if params.temperature == 0.0:
         return TokenSampler(0.0, logprobs=True) if logprobs else None
     seed = None if params.seed is None else (params.seed + choice) % (1 << 64)
-    return TokenSampler(
-        params.temperature, params.top_k, params.top_p, params.min_p, logprobs=logprobs, seed=seed
-    )
+    return TokenSampler(params.temperature, params.top_k, params.top_p, params.min_p, logprobs=logprobs, seed=seed)
 
 
 def make_processors(params: SamplingParams, prompt_len: int, eos_ids: list[int]) -> list[LogitsProcessor]:

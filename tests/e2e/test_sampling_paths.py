@@ -1,0 +1,94 @@
+"""The worker's two sampling paths through the real gateway and worker.
+
+On the CPU backend a worker samples and computes log-probabilities with
+NumPy (the host path); on Metal with MLX (the device path).
+``MLXD_HOST_SAMPLING=0`` forces the device path, so Linux exercises both:
+the module's second gateway runs on the device path and must answer like
+the first (host path) for greedy text and log-probabilities, and sample
+reproducibly with a seed. Mixed batches (plain greedy rows next to sampled
+and log-probability rows) run concurrently on each.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import math
+
+import openai
+import pytest
+
+from tests.conftest import API_KEY, TINY, start_server
+
+MSG = [{"role": "user", "content": "tell me about sampling paths"}]
+
+
+@pytest.fixture(scope="module")
+def servers(tiny_model_dir, tmp_path_factory):
+    """Two gateways on the tiny model: host sampling, then device sampling."""
+    started = []
+    try:
+        for label, flag in (("host", "1"), ("device", "0")):
+            started.append(
+                start_server(
+                    tmp_path_factory.mktemp(f"sampling-{label}"),
+                    [{"name": TINY, "source": str(tiny_model_dir), "max_batch_size": 8}],
+                    env={"MLXD_HOST_SAMPLING": flag},
+                )
+            )
+        yield started
+    finally:
+        for srv in started:
+            srv.stop()
+
+
+def clients(servers):
+    return [openai.OpenAI(base_url=f"{s.url}/v1", api_key=API_KEY, max_retries=0) for s in servers]
+
+
+def mixed_batch(client) -> list:
+    """Plain greedy, greedy with log-probabilities, and two seeded sampled
+    requests, all in flight together."""
+    calls = [
+        dict(temperature=0),
+        dict(temperature=0, logprobs=True, top_logprobs=3),
+        dict(temperature=1.0, seed=21, top_p=0.9),
+        dict(temperature=0.7, seed=22, extra_body={"top_k": 40}, logprobs=True, top_logprobs=2),
+    ]
+    with cf.ThreadPoolExecutor(len(calls)) as pool:
+        futures = [
+            pool.submit(client.chat.completions.create, model=TINY, messages=MSG, max_tokens=12, **kw) for kw in calls
+        ]
+        return [f.result() for f in futures]
+
+
+def test_each_worker_reports_its_sampling_path(servers):
+    assert [s.worker(TINY)["sampling"] for s in servers] == ["host", "device"]
+
+
+def test_host_and_device_paths_agree_on_greedy_and_logprobs(servers):
+    host, device = (mixed_batch(c) for c in clients(servers))
+    assert host[0].choices[0].message.content == device[0].choices[0].message.content
+    assert host[1].choices[0].message.content == device[1].choices[0].message.content
+    assert host[0].choices[0].message.content == host[1].choices[0].message.content
+    for a, b in zip(host[1].choices[0].logprobs.content, device[1].choices[0].logprobs.content):
+        assert a.token == b.token
+        assert math.isclose(a.logprob, b.logprob, abs_tol=1e-3)
+        assert [t.token for t in a.top_logprobs] == [t.token for t in b.top_logprobs]
+    assert host[0].choices[0].logprobs is None
+
+
+@pytest.mark.parametrize("path", [0, 1], ids=["host", "device"])
+def test_seeded_sampling_repeats_on_each_path(servers, path):
+    client = clients(servers)[path]
+    first, again = mixed_batch(client), mixed_batch(client)
+    for a, b in zip(first, again):
+        assert a.choices[0].message.content == b.choices[0].message.content
+    sampled = first[3].choices[0].logprobs.content
+    assert len(sampled) == first[3].usage.completion_tokens
+    for t in sampled:
+        assert t.logprob <= 0 and len(t.top_logprobs) == 2
+        # top_k 40 sampling may pick a token below the top two, never one
+        # more likely than the most likely
+        assert t.logprob <= t.top_logprobs[0].logprob + 1e-6
+    other = client.chat.completions.create(model=TINY, messages=MSG, max_tokens=12, temperature=1.0, seed=99)
+    assert other.choices[0].message.content != first[2].choices[0].message.content
