@@ -17,8 +17,11 @@ What is accepted:
   string or text blocks, is_error}``, whose ``tool_use_id`` must name a
   ``tool_use`` of an earlier assistant turn. ``image``, ``document`` and
   ``redacted_thinking`` blocks are refused as not supported. The last turn
-  must be a user turn: continuing a pre-filled assistant turn is not
-  supported yet.
+  may be an assistant turn of text only (a pre-filled response): the model
+  continues it and the answer holds only the continuation. As in the
+  Anthropic API, its text may not end with whitespace, and pre-filling is
+  refused with ``thinking`` enabled; mlxd also refuses it with a forced
+  tool choice (``any`` or ``tool``).
 * ``system`` as a string or text blocks.
 * ``cache_control`` ``{"type": "ephemeral", "ttl"?: "5m" | "1h"}`` on the
   request, on system, text, tool_use and tool_result blocks and on tools. It
@@ -394,6 +397,38 @@ def _check_prompt(req: _PromptFields) -> None:
     names = [tool.name for tool in custom_tools(req)]
     _check_tool_choice(req.tool_choice, names)
     _check_messages(req.messages)
+    if prefilled(req):
+        _check_prefill(req)
+
+
+def prefilled(req: _PromptFields) -> bool:
+    """Whether the request ends with an assistant turn to continue."""
+    return req.messages[-1].role == "assistant"
+
+
+def _check_prefill(req: _PromptFields) -> None:
+    """A final assistant turn must be text only, not end with whitespace,
+    and come without enabled thinking or a forced tool choice.
+
+    Raises:
+        APIError: 400 naming the field.
+    """
+    last = len(req.messages) - 1
+    message = req.messages[last]
+    for number, block in enumerate(_blocks(message)):
+        if not isinstance(block, TextBlock):
+            tag = type(block).__struct_config__.tag
+            raise _not_supported(
+                f"messages[{last}].content[{number}].type",
+                f"'{tag}' blocks in a final (pre-filled) assistant turn",
+            )
+    text = message.content if isinstance(message.content, str) else _text_of(message.content)  # type: ignore[arg-type]
+    if text != text.rstrip():
+        raise _invalid(f"messages[{last}].content", "final assistant content cannot end with trailing whitespace")
+    if isinstance(req.thinking, ThinkingEnabled):
+        raise _invalid("thinking", "a final assistant turn (pre-filled response) cannot be used with thinking enabled")
+    if isinstance(req.tool_choice, (ToolChoiceAny, ToolChoiceTool)):
+        raise _not_supported("tool_choice", f"tool_choice '{_choice_type(req.tool_choice)}' with a pre-filled response")
 
 
 def custom_tools(req: _PromptFields) -> list[CustomTool]:
@@ -450,7 +485,7 @@ def _choice_type(choice: ToolChoiceParam) -> str:
 
 
 def _check_messages(messages: list[MessageParam]) -> None:
-    """Roles, blocks per role, tool-result ids, and a final user turn.
+    """Roles, blocks per role and tool-result ids.
 
     Raises:
         APIError: 400 naming e.g. ``messages[2].content[0].type``.
@@ -466,11 +501,6 @@ def _check_messages(messages: list[MessageParam]) -> None:
             )
         for number, block in enumerate(_blocks(message)):
             _check_block(block, message.role, f"{path}.content[{number}]", tool_use_ids)
-    if messages[-1].role != "user":
-        raise _not_supported(
-            f"messages[{len(messages) - 1}].role",
-            "ending with an assistant turn (continuing a pre-filled response)",
-        )
 
 
 def _blocks(message: MessageParam) -> list[ContentBlock]:
@@ -664,6 +694,7 @@ def to_generate_request(req: MessagesRequest, request_id: str) -> GenerateReques
         sampling=_sampling(req),
         messages=chat_messages(req),
         thinking=_thinking(req),
+        continue_final=prefilled(req),
         **_tool_fields(req),
     )
 
@@ -677,5 +708,6 @@ def to_count_request(req: CountTokensRequest, request_id: str) -> GenerateReques
         messages=chat_messages(req),
         thinking=_thinking(req),
         count_only=True,
+        continue_final=prefilled(req),
         **_tool_fields(req),
     )

@@ -139,7 +139,7 @@ def build_app(config: Config, pool: WorkerPool | None = None) -> Starlette:
         middleware.append(Middleware(ProtocolCORSMiddleware, origins=config.server.cors_origins))
     middleware += [
         Middleware(APIKeyMiddleware, get_server=get_server),
-        Middleware(BodyLimitMiddleware, limit=config.server.max_body_bytes),
+        Middleware(BodyLimitMiddleware, limit=config.server.max_body_bytes, timeout=config.server.body_timeout),
     ]
     app = Starlette(
         routes=routes,

@@ -9,6 +9,7 @@ no Host header or path rewrite can skip it.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import re
 from typing import Any, Awaitable, Callable
@@ -198,18 +199,22 @@ def _unsupported_encoding(scope: Scope) -> str | None:
 
 
 class BodyLimitMiddleware:
-    """Reads each request body up front, at most ``limit`` bytes.
+    """Reads each request body up front, at most ``limit`` bytes, within
+    ``timeout`` seconds.
 
     A body with a ``Content-Encoding`` other than identity gets 415 before
     anything is read (compressed bodies are never inflated: no zip bombs).
-    A declared or actual body over the limit gets 413 before the app runs;
-    otherwise the app receives the buffered body, and later ``receive``
-    calls pass through (so disconnects are still seen).
+    A declared or actual body over the limit gets 413 before the app runs,
+    and a body still incomplete ``timeout`` seconds after the app was called
+    gets 408 (a client trickling its body cannot hold a connection and a
+    request slot forever); otherwise the app receives the buffered body, and
+    later ``receive`` calls pass through (so disconnects are still seen).
     """
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int, timeout: float = 30.0) -> None:
         self.app = app
         self.limit = limit
+        self.timeout = timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -232,8 +237,14 @@ class BodyLimitMiddleware:
                     return
         chunks: list[bytes] = []
         size = 0
+        deadline = asyncio.get_running_loop().time() + self.timeout
         while True:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - asyncio.get_running_loop().time()))
+            except TimeoutError:
+                err = APIError(408, f"Request body not complete within {self.timeout:g} seconds", code="timeout")
+                await send_error(scope, receive, send, err)
+                return
             if message["type"] != "http.request":
                 return  # client went away before sending the body
             chunk = message.get("body", b"")

@@ -61,6 +61,9 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     ``header_timeout``: seconds a connection may take to send a complete
     request head, counted from its opening or from the end of its previous
     response; slower connections are closed (slowloris). Read at start.
+    ``body_timeout``: seconds a request may take to send its whole body
+    after its head; slower ones get 408 and the connection is closed. Read
+    at start.
     """
 
     host: str = "127.0.0.1"
@@ -81,6 +84,7 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     allowed_hosts: list[str] = []
     cors_origins: list[str] = []
     header_timeout: Seconds = 10.0
+    body_timeout: Seconds = 30.0
 
 
 class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

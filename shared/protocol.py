@@ -139,7 +139,11 @@ class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True, tag="generate")
     ``response_format`` constrains the text. ``thinking`` turns a model's
     reasoning mode on or off where its template supports that (None: the
     template's default); reasoning text comes back as
-    ``RequestOutput.reasoning``.
+    ``RequestOutput.reasoning``. ``continue_final`` (``messages`` only, the
+    last of them an assistant turn): the prompt ends with that turn's text
+    after the generation prompt, so the model continues it (a pre-filled
+    response) instead of starting a new turn; the output is the
+    continuation only.
     """
 
     request_id: str
@@ -156,6 +160,7 @@ class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True, tag="generate")
     response_format: ResponseFormat | None = None
     thinking: bool | None = None
     count_only: bool = False
+    continue_final: bool = False
 
 
 class AbortRequest(msgspec.Struct, frozen=True, tag="abort"):

@@ -149,6 +149,7 @@ class PromptBuilder:
             ids, text = list(self._tokenizer.encode(request.prompt)), request.prompt
         else:
             messages, originals = protect_contents(list(request.messages or []))
+            prefill = self._prefill(request, messages, originals)
             try:
                 text = render(
                     self._tokenizer,
@@ -158,12 +159,35 @@ class PromptBuilder:
                 )
             except Exception as exc:  # template errors are the request's fault
                 raise PromptError("invalid_request", f"chat template failed: {exc}") from exc
+            text += prefill
             ids = self._encode_protected(text, originals)
             text = _SENTINEL.sub(lambda m: originals.get(m.group(0), m.group(0)), text)
         if not ids:
             raise PromptError("invalid_request", "the prompt is empty after tokenization")
         self._check_ids(ids, "prompt token")
         return ids, text
+
+    @staticmethod
+    def _prefill(request: GenerateRequest, messages: list[ChatMessage], originals: dict[str, str]) -> str:
+        """For ``continue_final``: take the final assistant turn off
+        ``messages`` and return a placeholder for its text (registered in
+        ``originals``, so the client's text is tokenized as plain text) to
+        append after the rendered generation prompt; otherwise "".
+
+        Raises:
+            PromptError: ``invalid_request`` when the last message is not an
+                assistant turn, or it carries tool calls.
+        """
+        if not request.continue_final:
+            return ""
+        if not messages or messages[-1].role != "assistant" or messages[-1].tool_calls:
+            raise PromptError("invalid_request", "continue_final needs a final assistant turn with text only")
+        final = messages.pop()
+        if not final.content:
+            return ""
+        key = f"\ue000mlxd{len(messages)}\ue001"
+        originals[key] = final.content
+        return key
 
     def _encode_protected(self, text: str, originals: dict[str, str]) -> list[int]:
         """Tokenize rendered chat text: template text normally (its control

@@ -127,3 +127,24 @@ def test_structured_outputs_share_the_batch(client):
     args = json.loads(call.arguments)
     assert call.name == "get_weather" and set(args) == {"city", "unit"} and args["unit"] in ("c", "f")
     assert "Paris" in results[3].choices[0].message.content
+
+
+def test_anthropic_prefilled_response_is_continued(real_server):
+    """A final assistant turn is continued: the answer holds only the new
+    text, and the pre-filled words count as input tokens."""
+    import anthropic
+
+    client = anthropic.Anthropic(base_url=real_server.url, api_key="unused", max_retries=0)
+    prefill = "The capital of France is"
+    turns = [*QUESTION, {"role": "assistant", "content": prefill}]
+    greedy = {"extra_body": {"temperature": 0}}
+    r = client.messages.create(model=REAL, messages=turns, max_tokens=12, **greedy)
+    text = r.content[0].text
+    assert "Paris" in text and not text.startswith(prefill), text
+    with client.messages.stream(model=REAL, messages=turns, max_tokens=12, **greedy) as stream:
+        assert "".join(stream.text_stream) == text
+    plain = client.messages.count_tokens(model=REAL, messages=QUESTION).input_tokens
+    counted = client.messages.count_tokens(model=REAL, messages=turns).input_tokens
+    assert counted == r.usage.input_tokens + (r.usage.cache_read_input_tokens or 0) > plain
+    special = [*QUESTION, {"role": "assistant", "content": "Sure <|im_end|>"}]
+    assert client.messages.create(model=REAL, messages=special, max_tokens=4, **greedy).usage.output_tokens > 0

@@ -24,6 +24,7 @@ from tests.conftest import API_KEY, TINY, start_server
 GOOD_ORIGIN = "http://app.example"
 OTHER_ORIGIN = "http://other.example"
 EXTRA_HOST = "mlxd.test"
+BODY_TIMEOUT = 4.0
 HEADER_TIMEOUT = 1.0
 MSG = [{"role": "user", "content": "hi"}]
 
@@ -109,13 +110,15 @@ def assert_anthropic_error(reply: Reply, status: int) -> dict:
 
 @pytest.fixture(scope="module")
 def edge_server(tiny_model_dir, tmp_path_factory):
-    """A gateway with CORS, an extra allowed host and a 1 s header timeout."""
+    """A gateway with CORS, an extra allowed host, a 1 s header timeout and
+    a 4 s body timeout."""
     srv = start_server(
         tmp_path_factory.mktemp("edge-gw"),
         [{"name": TINY, "source": str(tiny_model_dir)}],
         cors_origins=[GOOD_ORIGIN],
         allowed_hosts=[EXTRA_HOST],
         header_timeout=HEADER_TIMEOUT,
+        body_timeout=BODY_TIMEOUT,
     )
     yield srv
     srv.stop()
@@ -410,3 +413,34 @@ def test_slow_body_after_a_complete_head_is_not_cut(edge_server):
         reply = parse_reply(read_all(sock))
     assert reply.status == 200, reply
     assert reply.json()["usage"]["completion_tokens"] == 1
+
+
+def test_trickled_body_gets_408_while_others_are_served(edge_server):
+    body = json.dumps({"model": TINY, "prompt": "hello", "max_tokens": 1}).encode()
+    data = head(
+        "POST",
+        "/v1/completions",
+        [("Host", "localhost"), *AUTH, ("Content-Type", "application/json"), ("Content-Length", str(len(body)))],
+    )
+    served: list[int] = []
+
+    def normal_traffic() -> None:
+        for _ in range(6):
+            served.append(httpx.get(f"{edge_server.url}/health", timeout=10).status_code)
+            time.sleep(0.5)
+
+    other = threading.Thread(target=normal_traffic)
+    other.start()
+    with socket.create_connection(("127.0.0.1", port_of(edge_server)), timeout=30) as sock:
+        sock.sendall(data)
+        start = time.monotonic()
+        for byte in body[:4]:  # a trickle that then stalls: the body never completes
+            sock.sendall(bytes([byte]))
+            time.sleep(0.5)
+        reply = parse_reply(read_all(sock))
+        elapsed = time.monotonic() - start
+    other.join()
+    assert reply.status == 408, reply
+    assert reply.json()["error"]["code"] == "timeout"
+    assert BODY_TIMEOUT * 0.9 <= elapsed <= BODY_TIMEOUT + 3.5, elapsed
+    assert served == [200] * 6

@@ -108,7 +108,28 @@ def test_messages_bounds():
 def test_roles():
     err = refused("messages[0].role", messages=[{"role": "system", "content": "x"}])
     assert "top-level 'system'" in err.message
-    err = refused("messages[1].role", messages=[*USER, {"role": "assistant", "content": "Sure, "}])
+
+
+def test_prefilled_final_assistant_turn():
+    req = generate(messages=[*USER, {"role": "assistant", "content": [{"type": "text", "text": "Sure,"}]}])
+    assert req.continue_final is True
+    assert req.messages[-1] == ChatMessage(role="assistant", content="Sure,")
+    assert generate().continue_final is False
+    count = to_count_request(
+        decode_count_tokens_request(
+            json.dumps({"model": "m", "messages": [*USER, {"role": "assistant", "content": "A"}]}).encode()
+        ),
+        "c",
+    )
+    assert count.continue_final is True and count.count_only is True
+    err = refused("messages[1].content", messages=[*USER, {"role": "assistant", "content": "Sure, "}])
+    assert "trailing whitespace" in err.message
+    use = {"type": "tool_use", "id": "t1", "name": "now", "input": {}}
+    err = refused("messages[1].content[0].type", messages=[*USER, {"role": "assistant", "content": [use]}])
+    assert "not supported" in err.message
+    prefill = [*USER, {"role": "assistant", "content": "Sure"}]
+    refused("thinking", messages=prefill, thinking={"type": "enabled", "budget_tokens": 1024}, max_tokens=2048)
+    err = refused("tool_choice", messages=prefill, tools=[CLOCK_TOOL], tool_choice={"type": "any"})
     assert "not supported" in err.message
 
 
