@@ -33,9 +33,9 @@ What is accepted:
   are refused) and ``tool_choice`` ``auto | any | tool(name) | none`` with
   ``disable_parallel_tool_use``.
 * ``thinking`` ``{"type": "enabled", "budget_tokens": >= 1024 and <
-  max_tokens}`` or ``{"type": "disabled"}``. The budget is validated; the
-  worker has no separate reasoning cap, so reasoning and answer together are
-  bounded by ``max_tokens``.
+  max_tokens}`` or ``{"type": "disabled"}``. The budget caps the reasoning
+  block: when it is used up the worker closes the block, and the answer
+  follows (reasoning and answer together stay within ``max_tokens``).
 * ``stop_sequences`` (<= 16, each 1..512 characters), ``temperature``
   [0, 1], ``top_p`` (0, 1], ``top_k`` >= 0, ``stream``, ``metadata``
   ``{user_id}`` (an opaque id for the provider's abuse tracking; mlxd has
@@ -674,6 +674,11 @@ def _thinking(req: _PromptFields) -> bool | None:
     return isinstance(req.thinking, ThinkingEnabled)
 
 
+def _thinking_budget(req: _PromptFields) -> int | None:
+    """``thinking.budget_tokens`` when thinking is enabled, else None."""
+    return req.thinking.budget_tokens if isinstance(req.thinking, ThinkingEnabled) else None
+
+
 def _sampling(req: MessagesRequest) -> SamplingParams:
     """The worker's sampling settings; unset fields take Anthropic's defaults
     (temperature 1, no top-p / top-k filtering)."""
@@ -694,6 +699,7 @@ def to_generate_request(req: MessagesRequest, request_id: str) -> GenerateReques
         sampling=_sampling(req),
         messages=chat_messages(req),
         thinking=_thinking(req),
+        thinking_budget=_thinking_budget(req),
         continue_final=prefilled(req),
         **_tool_fields(req),
     )

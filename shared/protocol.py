@@ -143,7 +143,10 @@ class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True, tag="generate")
     last of them an assistant turn): the prompt ends with that turn's text
     after the generation prompt, so the model continues it (a pre-filled
     response) instead of starting a new turn; the output is the
-    continuation only.
+    continuation only. ``thinking_budget`` (None: no separate cap) is the
+    most tokens a reasoning block may take: when it is used up, the worker
+    writes the model's closing marker for the block, so the answer follows
+    within ``max_tokens``.
     """
 
     request_id: str
@@ -161,6 +164,7 @@ class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True, tag="generate")
     thinking: bool | None = None
     count_only: bool = False
     continue_final: bool = False
+    thinking_budget: int | None = None
 
 
 class AbortRequest(msgspec.Struct, frozen=True, tag="abort"):

@@ -20,7 +20,7 @@ import msgspec
 from shared.protocol import ChatMessage, ErrorKind, GenerateRequest, Tool
 from worker.chat_render import render, template_supports_tools
 from worker.grammar import GrammarCompiler, GrammarError
-from worker.scheduler import Admission
+from worker.scheduler import Admission, ThinkingBudget
 
 _SENTINEL = re.compile("(\ue000mlxd\\d+\ue001)")
 """Placeholders for client-written contents while the template renders
@@ -72,12 +72,14 @@ class OutputSpec:
 @dataclass(frozen=True)
 class ModelFormats:
     """A model's output markup: ``tool_format`` and ``reasoning_format`` as
-    detected from its chat template (or set in the config), and the marker
-    that opens a reasoning block (to notice prompts that end inside one)."""
+    detected from its chat template (or set in the config), the marker
+    that opens a reasoning block (to notice prompts that end inside one) and
+    the one that closes it (to end a block whose budget is used up)."""
 
     tool_format: str
     reasoning_format: str | None
     reasoning_open_marker: str | None
+    reasoning_close_marker: str | None = None
 
 
 class PromptBuilder:
@@ -128,6 +130,7 @@ class PromptBuilder:
             raise PromptError("invalid_request", "n must be at least 1")
         self._check_ids(list(request.sampling.logit_bias), "logit_bias token")
         matchers = self._matchers(request)
+        output = self._output_spec(request, text)
         return Admission(
             request_id=request.request_id,
             prompt=ids,
@@ -136,8 +139,33 @@ class PromptBuilder:
             n=request.n,
             deadline=time.monotonic() + request.timeout if request.timeout else None,
             matchers=matchers,
-            output=self._output_spec(request, text),
+            output=output,
             received=time.monotonic(),
+            thinking_budget=self._thinking_budget(request, output.thinking_open),
+        )
+
+    def _thinking_budget(self, request: GenerateRequest, thinking_open: bool) -> ThinkingBudget | None:
+        """The request's reasoning cap as token ids, or None when it sets no
+        budget or the model has no reasoning block to cap.
+
+        Raises:
+            PromptError: ``invalid_request`` when the model's reasoning format
+                has no single closing marker (e.g. Harmony channels).
+        """
+        budget, formats = request.thinking_budget, self.formats
+        if budget is None or request.messages is None or formats.reasoning_format is None:
+            return None
+        if not (formats.reasoning_open_marker and formats.reasoning_close_marker):
+            raise PromptError(
+                "invalid_request",
+                f"a thinking budget is not supported for this model's reasoning format ({formats.reasoning_format})",
+            )
+        encode = self._tokenizer.encode
+        return ThinkingBudget(
+            budget=budget,
+            open_ids=tuple(encode(formats.reasoning_open_marker, add_special_tokens=False)),
+            close_ids=tuple(encode(formats.reasoning_close_marker, add_special_tokens=False)),
+            open_at_start=thinking_open,
         )
 
     # -- prompt -----------------------------------------------------------
@@ -305,6 +333,10 @@ class PromptBuilder:
 REASONING_OPEN_MARKERS = {"think": "<think>", "think_mistral": "[THINK]"}
 """The text that opens a reasoning block, per reasoning format."""
 
+REASONING_CLOSE_MARKERS = {"think": "</think>", "think_mistral": "[/THINK]"}
+"""The text that closes a reasoning block, per reasoning format (formats
+without one cannot have a thinking budget enforced)."""
+
 
 def model_formats(tokenizer: Any, tool_parser: str, reasoning_parser: str) -> ModelFormats:
     """The model's output markup: the configured formats, or (``auto``) the
@@ -339,4 +371,9 @@ def model_formats(tokenizer: Any, tool_parser: str, reasoning_parser: str) -> Mo
         raise ValueError(
             f"unknown reasoning_parser {reasoning_parser!r}; one of auto, none, {', '.join(REASONING_FORMATS)}"
         )
-    return ModelFormats(tool, reasoning, REASONING_OPEN_MARKERS.get(reasoning or ""))
+    return ModelFormats(
+        tool,
+        reasoning,
+        REASONING_OPEN_MARKERS.get(reasoning or ""),
+        REASONING_CLOSE_MARKERS.get(reasoning or ""),
+    )

@@ -16,7 +16,7 @@ random stream, so its output does not depend on what else shares the batch.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Any, Callable
 
 import mlx.core as mx
 import numpy as np
@@ -223,5 +223,68 @@ def _min_tokens(minimum: int, prompt_len: int, eos_ids: list[int]) -> LogitsProc
         if tokens.shape[0] - prompt_len >= minimum:
             return logits
         return logits.at[:, eos].add(mx.array(-float("inf"), dtype=logits.dtype))
+
+    return apply
+
+
+class _ThinkingBudgetState:
+    """Where one choice is relative to its reasoning block, updated from the
+    tokens generated since the last call (see
+    :func:`thinking_budget_processor`)."""
+
+    def __init__(self, budget: Any, prompt_len: int) -> None:
+        self.spec = budget
+        self.seen = prompt_len  # tokens of the context already looked at
+        self.recent: list[int] = []  # the last few generated tokens
+        self.inside = budget.open_at_start
+        self.used = 0  # tokens generated inside the open block
+
+    def advance(self, new: list[int]) -> None:
+        """Take in newly generated tokens."""
+        keep = max(len(self.spec.open_ids), len(self.spec.close_ids))
+        for token in new:
+            self.recent = (self.recent + [token])[-keep:]
+            if self.inside:
+                self.used += 1
+                if _ends_with(self.recent, self.spec.close_ids):
+                    self.inside = False
+            elif _ends_with(self.recent, self.spec.open_ids):
+                self.inside, self.used = True, 0
+
+    def forced(self) -> int | None:
+        """The token that must come next (the next one of the closing
+        marker), or None while the budget lasts."""
+        if not self.inside or self.used < self.spec.budget:
+            return None
+        close = self.spec.close_ids
+        done = next((k for k in range(len(close) - 1, 0, -1) if _ends_with(self.recent, close[:k])), 0)
+        return close[done]
+
+
+def _ends_with(tokens: list[int], suffix: tuple[int, ...]) -> bool:
+    return bool(suffix) and len(tokens) >= len(suffix) and tuple(tokens[-len(suffix) :]) == suffix
+
+
+def thinking_budget_processor(budget: Any, prompt_len: int) -> LogitsProcessor:
+    """A logits processor that ends a reasoning block after
+    ``budget.budget`` generated tokens (``budget`` is a
+    :class:`worker.scheduler.ThinkingBudget`): from then on it allows only
+    the next token of ``budget.close_ids`` until the block is closed. The
+    block starts open when ``budget.open_at_start``, and opens whenever the
+    model writes ``budget.open_ids``. ``prompt_len``: tokens of the prompt,
+    which the engine's context starts with. Stateful: one per choice.
+    """
+    state = _ThinkingBudgetState(budget, prompt_len)
+
+    def apply(tokens: mx.array, logits: mx.array) -> mx.array:
+        total = tokens.shape[0]
+        if total > state.seen:
+            state.advance(tokens[state.seen :].tolist())
+            state.seen = total
+        forced = state.forced()
+        if forced is None:
+            return logits
+        allowed = mx.arange(logits.shape[-1]) == forced
+        return mx.where(allowed, logits, mx.array(-float("inf"), dtype=logits.dtype))
 
     return apply

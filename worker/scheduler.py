@@ -48,7 +48,8 @@ class Admission:
     holds one grammar matcher per choice for constrained decoding;
     ``output`` is passed through to the output thread untouched (how to
     parse the text); ``received`` is when the worker got the request
-    (``time.monotonic()``).
+    (``time.monotonic()``); ``thinking_budget`` caps each choice's
+    reasoning block (None: no cap).
     """
 
     request_id: str
@@ -60,6 +61,19 @@ class Admission:
     matchers: list[Any] | None = None
     output: Any = None
     received: float = 0.0
+    thinking_budget: ThinkingBudget | None = None
+
+
+@dataclass(frozen=True)
+class ThinkingBudget:
+    """At most ``budget`` generated tokens inside a reasoning block that
+    ``open_ids`` opens and ``close_ids`` closes; ``open_at_start``: the
+    prompt already opened it."""
+
+    budget: int
+    open_ids: tuple[int, ...]
+    close_ids: tuple[int, ...]
+    open_at_start: bool
 
 
 @dataclass
@@ -358,9 +372,11 @@ class Scheduler:
         """The logits processors of one choice: sampling penalties and biases,
         then its grammar (last, so nothing can re-allow a masked token)."""
         from worker.grammar import grammar_processor
-        from worker.sampling import make_processors
+        from worker.sampling import make_processors, thinking_budget_processor
 
         processors = make_processors(adm.params, len(adm.prompt), self._eos)
+        if adm.thinking_budget is not None:
+            processors.append(thinking_budget_processor(adm.thinking_budget, len(adm.prompt)))
         if adm.matchers is not None:
             processors.append(grammar_processor(adm.matchers[choice], len(adm.prompt)))
         return processors

@@ -314,3 +314,24 @@ def test_reasoning_is_split_out(thinking_server):
 
     resp = client.responses.create(model=TINY, input="Weather?", max_output_tokens=12)
     assert resp.output[0].type == "reasoning"
+
+
+def test_thinking_budget_closes_the_reasoning_block(thinking_server):
+    """The template opens a reasoning block the tiny model never closes by
+    itself; with a budget the worker closes it and an answer follows."""
+    claude = anthropic.Anthropic(base_url=thinking_server.url, api_key=API_KEY, max_retries=0)
+    greedy = {"extra_body": {"temperature": 0}}
+    unbounded = claude.messages.create(model=TINY, max_tokens=1100, messages=ASK, **greedy)
+    assert [b.type for b in unbounded.content] == ["thinking"]
+    m = claude.messages.create(
+        model=TINY,
+        max_tokens=1100,
+        messages=ASK,
+        thinking={"type": "enabled", "budget_tokens": 1024},
+        **greedy,
+    )
+    assert [b.type for b in m.content] == ["thinking", "text"]
+    assert m.content[1].text and m.usage.output_tokens == 1100
+    # the same reasoning as without the cap, cut where the budget ended
+    assert unbounded.content[0].thinking.startswith(m.content[0].thinking)
+    assert len(m.content[0].thinking) < len(unbounded.content[0].thinking)
