@@ -98,19 +98,25 @@ _KINDS: dict[str, tuple[int, str | None, int | None, str]] = {
 }
 
 
-def output_error(output: RequestOutput, prompt_param: str) -> APIError:
+def output_error(output: RequestOutput, prompt_param: str, params: dict[str, str] | None = None) -> APIError:
     """Return the client error for a terminal ``"error"`` or ``"abort"`` output.
 
     ``error_kind`` picks the status (invalid_request/context_length_exceeded
     400, overloaded/unavailable 503 with ``Retry-After: 1``, internal 500,
     timeout 504 with code ``timeout``; an unknown kind is treated as
-    internal). A context-length error names ``prompt_param`` (``messages``
-    or ``prompt``). An abort is a 503.
+    internal). ``param`` is the worker's ``error_param`` in this endpoint's
+    terms: ``prompt`` becomes ``prompt_param`` (``messages``, ``prompt`` or
+    ``input``), other names go through ``params`` (e.g. ``response_format``
+    -> ``text.format``) or stay as they are. An abort is a 503.
     """
     if output.finish_reason == "abort":
         return APIError(503, "The request was aborted before it finished", code="aborted", retry_after=1)
     status, code, retry_after, default = _KINDS.get(output.error_kind or "internal", _KINDS["internal"])
-    param = prompt_param if output.error_kind == "context_length_exceeded" else None
+    field = output.error_param
+    if output.error_kind == "context_length_exceeded" or field == "prompt":
+        param: str | None = prompt_param
+    else:
+        param = (params or {}).get(field, field) if field else None
     return APIError(status, output.error or default, param=param, code=code, retry_after=retry_after)
 
 

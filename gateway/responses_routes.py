@@ -71,6 +71,10 @@ log = logging.getLogger("mlxd.gateway.responses")
 PROMPT_PARAM = "input"
 """The request field a context-length error names."""
 
+PARAMS = {"response_format": "text.format"}
+"""Worker field names that this endpoint spells differently (see
+:func:`gateway.openai_routes.output_error`)."""
+
 
 @dataclass(frozen=True)
 class _Job:
@@ -95,7 +99,7 @@ async def create_response(request: Request) -> Response:
         request,
         job.stream,
         job.request_id,
-        refuse=lambda output: error_response(output_error(output, PROMPT_PARAM)),
+        refuse=lambda output: error_response(output_error(output, PROMPT_PARAM, PARAMS)),
         streamed=(lambda first: _streaming_response(job, first)) if job.request.stream else None,
         collect=lambda first: _collect(job, first),
         answer=lambda builder: Response(encode(builder.final), media_type=JSON_MEDIA_TYPE),
@@ -160,7 +164,7 @@ class _Run:
         """The events ending the response with the error of ``last`` (after
         any content ``last`` still carries)."""
         self.failed = last
-        err = output_error(last, PROMPT_PARAM)
+        err = output_error(last, PROMPT_PARAM, PARAMS)
         builder = self._job.builder
         events = builder.add(last) if last.index == 0 else []
         code = err.code or last.error_kind or "internal_error"

@@ -301,8 +301,10 @@ class RequestOutput(msgspec.Struct, frozen=True, kw_only=True):
     tool calls; tool-call and reasoning markup never appears in ``text``.
     When ``finish_reason`` is ``stop``, ``length`` or ``tool_calls`` this
     choice is done; ``error`` or ``abort`` end the whole request (every
-    choice): ``error`` holds a message safe to show the client and
-    ``error_kind`` its class. ``stop_sequence`` names the stop string that
+    choice): ``error`` holds a message safe to show the client,
+    ``error_kind`` its class and ``error_param`` (None: not one field) the
+    request field at fault, in the worker's terms (``prompt``,
+    ``logit_bias``, ``response_format``, ``tools``, ...). ``stop_sequence`` names the stop string that
     ended the choice, if one did. ``queue_seconds`` (on a request's first
     output) is how long it waited in the worker before the engine took it.
     """
@@ -314,6 +316,7 @@ class RequestOutput(msgspec.Struct, frozen=True, kw_only=True):
     finish_reason: FinishReason | None = None
     error: str | None = None
     error_kind: ErrorKind | None = None
+    error_param: str | None = None
     index: int = 0
     cached_tokens: int = 0
     logprobs: list[TokenLogprob] | None = None

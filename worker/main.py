@@ -220,7 +220,7 @@ class Worker:
                 return
             admission = self._prompts.build(request)
         except PromptError as exc:
-            self._refuse(request.request_id, exc.kind, exc.message)
+            self._refuse(request.request_id, exc.kind, exc.message, exc.field)
             return
         except Exception as exc:  # never let one request take the input thread down
             log.exception("could not prepare request %s", request.request_id)
@@ -230,10 +230,17 @@ class Worker:
             return
         self._scheduler.submit(admission)
 
-    def _refuse(self, request_id: str, kind: str, message: str) -> None:
-        """End a request that never reached the engine with an error."""
+    def _refuse(self, request_id: str, kind: str, message: str, field: str | None = None) -> None:
+        """End a request that never reached the engine with an error
+        (``field``: the request field at fault, see ``PromptError``)."""
         self._reply(
-            RequestOutput(request_id=request_id, finish_reason="error", error=message, error_kind=kind)  # type: ignore[arg-type]
+            RequestOutput(
+                request_id=request_id,
+                finish_reason="error",
+                error=message,
+                error_kind=kind,  # type: ignore[arg-type]
+                error_param=field,
+            )
         )
 
     def _reply(self, output: RequestOutput) -> None:

@@ -47,12 +47,16 @@ def protect_contents(messages: list[ChatMessage]) -> tuple[list[ChatMessage], di
 
 
 class PromptError(Exception):
-    """The request cannot be admitted; ``kind`` classifies it for the client."""
+    """The request cannot be admitted; ``kind`` classifies it for the client
+    and ``field`` names the request field at fault, in the worker's terms
+    (``prompt``, ``n``, ``logit_bias``, ``response_format``, ``tools``,
+    ``tool_choice``, ``thinking``; None: not one field)."""
 
-    def __init__(self, kind: ErrorKind, message: str) -> None:
+    def __init__(self, kind: ErrorKind, message: str, field: str | None = None) -> None:
         super().__init__(message)
         self.kind: ErrorKind = kind
         self.message = message
+        self.field = field
 
 
 @dataclass(frozen=True)
@@ -127,8 +131,8 @@ class PromptBuilder:
         """
         ids, text = self._tokens(request)
         if request.n < 1:
-            raise PromptError("invalid_request", "n must be at least 1")
-        self._check_ids(list(request.sampling.logit_bias), "logit_bias token")
+            raise PromptError("invalid_request", "n must be at least 1", "n")
+        self._check_ids(list(request.sampling.logit_bias), "logit_bias token", "logit_bias")
         matchers = self._matchers(request)
         output = self._output_spec(request, text)
         return Admission(
@@ -159,6 +163,7 @@ class PromptBuilder:
             raise PromptError(
                 "invalid_request",
                 f"a thinking budget is not supported for this model's reasoning format ({formats.reasoning_format})",
+                "thinking",
             )
         encode = self._tokenizer.encode
         return ThinkingBudget(
@@ -186,13 +191,13 @@ class PromptBuilder:
                     thinking=request.thinking,
                 )
             except Exception as exc:  # template errors are the request's fault
-                raise PromptError("invalid_request", f"chat template failed: {exc}") from exc
+                raise PromptError("invalid_request", f"chat template failed: {exc}", "prompt") from exc
             text += prefill
             ids = self._encode_protected(text, originals)
             text = _SENTINEL.sub(lambda m: originals.get(m.group(0), m.group(0)), text)
         if not ids:
-            raise PromptError("invalid_request", "the prompt is empty after tokenization")
-        self._check_ids(ids, "prompt token")
+            raise PromptError("invalid_request", "the prompt is empty after tokenization", "prompt")
+        self._check_ids(ids, "prompt token", "prompt")
         return ids, text
 
     @staticmethod
@@ -209,7 +214,7 @@ class PromptBuilder:
         if not request.continue_final:
             return ""
         if not messages or messages[-1].role != "assistant" or messages[-1].tool_calls:
-            raise PromptError("invalid_request", "continue_final needs a final assistant turn with text only")
+            raise PromptError("invalid_request", "continue_final needs a final assistant turn with text only", "prompt")
         final = messages.pop()
         if not final.content:
             return ""
@@ -239,11 +244,11 @@ class PromptBuilder:
             return [t for t in request.tools if t.name == request.tool_choice_name] or None
         return list(request.tools)
 
-    def _check_ids(self, ids: list[int], what: str) -> None:
+    def _check_ids(self, ids: list[int], what: str, field: str) -> None:
         bad = next((t for t in ids if not 0 <= t < self.vocab_size), None)
         if bad is not None:
             raise PromptError(
-                "invalid_request", f"{what} id {bad} is outside the vocabulary (0..{self.vocab_size - 1})"
+                "invalid_request", f"{what} id {bad} is outside the vocabulary (0..{self.vocab_size - 1})", field
             )
 
     def _max_tokens(self, prompt_len: int, requested: int | None) -> int:
@@ -254,6 +259,7 @@ class PromptBuilder:
                     "context_length_exceeded",
                     f"This model's maximum context length is {self.context_length} tokens; "
                     f"the prompt has {prompt_len} tokens, leaving no room for a completion.",
+                    "prompt",
                 )
             return min(self.default_max_tokens, room)
         if requested > room:
@@ -262,6 +268,7 @@ class PromptBuilder:
                 f"This model's maximum context length is {self.context_length} tokens. "
                 f"However, you requested {prompt_len + requested} tokens "
                 f"({prompt_len} in the prompt, {requested} for the completion).",
+                "prompt",
             )
         return requested
 
@@ -271,7 +278,10 @@ class PromptBuilder:
         """One grammar matcher per choice, or None when unconstrained."""
         forced = request.tools and request.tool_choice in ("required", "function")
         if forced and request.response_format is not None:
-            raise PromptError("invalid_request", "response_format cannot be combined with a required tool call")
+            raise PromptError(
+                "invalid_request", "response_format cannot be combined with a required tool call", "response_format"
+            )
+        field = "response_format" if request.response_format is not None else "tools"
         try:
             if request.response_format is not None:
                 fmt = request.response_format
@@ -282,7 +292,7 @@ class PromptBuilder:
                 return None
             return [self.grammars.matcher(grammar) for _ in range(request.n)]
         except GrammarError as exc:
-            raise PromptError("invalid_request", str(exc)) from exc
+            raise PromptError("invalid_request", str(exc), field) from exc
 
     def _tool_grammar(self, request: GenerateRequest) -> str:
         from worker.parsers import special_token_ids, tool_call_grammar
@@ -299,9 +309,11 @@ class PromptBuilder:
                 special_tokens=special_token_ids(fmt, self._tokenizer),
             )
         except NotImplementedError as exc:
-            raise PromptError("invalid_request", f"forced tool calls are not supported for this model: {exc}") from exc
+            raise PromptError(
+                "invalid_request", f"forced tool calls are not supported for this model: {exc}", "tool_choice"
+            ) from exc
         except ValueError as exc:
-            raise PromptError("invalid_request", f"invalid tool definition: {exc}") from exc
+            raise PromptError("invalid_request", f"invalid tool definition: {exc}", "tools") from exc
         return self.grammars.lark(source)
 
     def _tool_format(self) -> str:

@@ -73,6 +73,25 @@ def test_context_length_exceeded_is_400_even_streaming(tiny_server):
     assert_error(post(tiny_server, "/v1/chat/completions", body), 400, code="context_length_exceeded")
 
 
+def test_worker_side_refusals_name_their_field(tiny_server):
+    """Errors only the worker can find (it knows the vocabulary and compiles
+    grammars) still name the request field, in each endpoint's terms."""
+    chat, completions = "/v1/chat/completions", "/v1/completions"
+    oov = {"model": TINY, "messages": MSG, "logit_bias": {"99999999": 1}}
+    assert_error(post(tiny_server, chat, oov), 400, param="logit_bias")
+    assert_error(post(tiny_server, completions, {"model": TINY, "prompt": [1, 99999999]}), 400, param="prompt")
+    assert_error(post(tiny_server, completions, {"model": TINY, "prompt": "word " * 3000}), 400, param="prompt")
+    unsat = {
+        "type": "json_schema",
+        "json_schema": {"name": "x", "schema": {"type": "string", "minLength": 5, "maxLength": 2}},
+    }
+    err = assert_error(post(tiny_server, chat, {"model": TINY, "messages": MSG, "response_format": unsat}), 400)
+    assert err["param"] == "response_format", err
+    text = {"format": {"type": "json_schema", "name": "x", "schema": unsat["json_schema"]["schema"]}}
+    r = post(tiny_server, "/v1/responses", {"model": TINY, "input": "hi", "text": text})
+    assert_error(r, 400, param="text.format")
+
+
 def test_unknown_model_and_route(tiny_server):
     assert_error(
         post(tiny_server, "/v1/chat/completions", {"model": "nope", "messages": MSG}), 404, code="model_not_found"
