@@ -33,7 +33,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway import anthropic_format as fmt
-from gateway import sse
 from gateway.anthropic_schema import (
     decode_count_tokens_request,
     decode_messages_request,
@@ -130,7 +129,8 @@ async def messages(request: Request) -> Response:
         job.stream,
         job.request_id,
         refuse=lambda output: anthropic_error_response(fmt.output_error(output)),
-        streamed=(lambda first: _streaming_response(job, first)) if job.stream_requested else None,
+        streamed=(lambda first: _events(job, first)) if job.stream_requested else None,
+        stream_headers={REQUEST_ID_HEADER: fmt.new_id("req_")},
         collect=lambda first: _collect(job, first),
         answer=lambda collector: _answer(job, collector),
     )
@@ -173,12 +173,6 @@ def _answer(job: _Job, collector: fmt.MessageCollector) -> Response:
     except APIError as err:
         return anthropic_error_response(err)
     return _json_response(body)
-
-
-def _streaming_response(job: _Job, first: RequestOutput) -> sse.SSEResponse:
-    """The SSE response for ``job``; it owns (and finally closes) the stream."""
-    headers = {REQUEST_ID_HEADER: fmt.new_id("req_")}
-    return sse.SSEResponse(_events(job, first), headers=headers, on_close=job.stream.aclose)
 
 
 async def _events(job: _Job, first: RequestOutput) -> AsyncIterator[bytes]:

@@ -292,7 +292,7 @@ async def _generate(request: Request, endpoint: _Endpoint) -> Response:
         job.stream,
         job.request_id,
         refuse=lambda output: error_response(output_error(output, endpoint.prompt_param)),
-        streamed=(lambda first: _streaming_response(job, first)) if job.request.stream else None,
+        streamed=(lambda first: _events(job, job.endpoint.chunks(job), first)) if job.request.stream else None,
         collect=lambda first: _collect(job, first),
         answer=lambda collector: _answer(job, collector),
     )
@@ -381,11 +381,6 @@ def _answer(job: _Job, collector: _Collector) -> Response:
 
 
 # --- streaming ---------------------------------------------------------------------
-
-
-def _streaming_response(job: _Job, first: RequestOutput) -> sse.SSEResponse:
-    """The SSE response for ``job``; it owns (and finally closes) the stream."""
-    return sse.SSEResponse(_events(job, job.endpoint.chunks(job), first), on_close=job.stream.aclose)
 
 
 async def _events(job: _Job, chunks: ChunkStream, first: RequestOutput) -> AsyncIterator[bytes]:

@@ -23,9 +23,14 @@ answers but read the worker the same way, with the pieces here:
   refuses (e.g. a prompt longer than the context) is answered with a proper
   status even when the client asked for a stream; then it hands over to
   the endpoint's streamed answer, or collects the whole answer while still
-  watching the client. Whatever happens (client gone, error, cancellation)
-  the request stream is closed unless a streamed response took it over,
-  which aborts the request in the worker.
+  watching the client. A stream whose first output takes longer than
+  ``server.stream_keepalive`` seconds (a long prompt being prefilled)
+  starts anyway with keep-alive comments every as many seconds until its
+  first output, so clients and proxies with idle timeouts stay connected;
+  an error found after that arrives as the stream's error event. Whatever
+  happens (client gone, error, cancellation) the request stream is closed
+  unless a streamed response took it over, which aborts the request in the
+  worker.
 
 Also shared: :func:`engine_of` (the app's Engine), :data:`JSON_MEDIA_TYPE`
 and :data:`CLIENT_CLOSED_STATUS`.
@@ -35,12 +40,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Awaitable, Callable, Literal, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, Literal, Mapping, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive
 
+from gateway import sse
 from gateway.engine_api import Engine, RequestStream
 from shared.protocol import RequestOutput
 
@@ -62,6 +68,13 @@ FINAL_REASONS = ("stop", "length", "tool_calls")
 ENDS_REQUEST = ("error", "abort")
 """The finish reasons that end every choice of a request at once (with an
 error)."""
+
+DEFAULT_KEEPALIVE = 5.0
+"""Seconds a stream waits for its first output before it starts with
+keep-alive comments (when the app has no config, e.g. in unit tests)."""
+
+LATE: Any = object()
+"""What the first-output wait returns when the keep-alive time passed first."""
 
 DISCONNECTED: Any = object()
 """What :func:`until_disconnect` returns when the client left first (compare
@@ -154,15 +167,50 @@ async def until_disconnect(receive: Receive, work: Awaitable[Any]) -> Any:
 # --- the first output before any header ----------------------------------------------------
 
 
+def keepalive_interval(request: Request) -> float:
+    """``server.stream_keepalive`` of the app's config (or
+    :data:`DEFAULT_KEEPALIVE`)."""
+    config = getattr(request.app.state, "config", None)
+    return config.server.stream_keepalive if config is not None else DEFAULT_KEEPALIVE
+
+
+async def _first_within(waiting: asyncio.Future[RequestOutput], seconds: float | None) -> Any:
+    """The result of ``waiting``, or :data:`LATE` if it is not done within
+    ``seconds`` (None: wait as long as it takes). Never cancels ``waiting``."""
+    await asyncio.wait((waiting,), timeout=seconds)
+    return waiting.result() if waiting.done() else LATE
+
+
+async def _keepalive_then(
+    waiting: asyncio.Future[RequestOutput],
+    frames: Callable[[RequestOutput], AsyncIterator[bytes]],
+    interval: float,
+) -> AsyncIterator[bytes]:
+    """A keep-alive comment every ``interval`` seconds until ``waiting`` has
+    the first output, then ``frames(first)``. Cancels ``waiting`` if the
+    stream ends before it is done (client gone)."""
+    try:
+        while not waiting.done():
+            await asyncio.wait((waiting,), timeout=interval)
+            if not waiting.done():
+                yield sse.KEEPALIVE
+        async for frame in frames(waiting.result()):
+            yield frame
+    finally:
+        if not waiting.done():
+            waiting.cancel()
+
+
 async def respond_after_first_output(
     request: Request,
     stream: RequestStream,
     request_id: str,
     *,
     refuse: Callable[[RequestOutput], Response],
-    streamed: Callable[[RequestOutput], Response] | None,
+    streamed: Callable[[RequestOutput], AsyncIterator[bytes]] | None,
     collect: Callable[[RequestOutput], Awaitable[_Collected | RequestOutput]],
     answer: Callable[[_Collected], Response],
+    stream_headers: Mapping[str, str] | None = None,
 ) -> Response:
     """Answer the admitted request ``request_id`` once its first output is in.
 
@@ -172,28 +220,39 @@ async def respond_after_first_output(
     - client gone first: :func:`client_closed`;
     - the first output ends the request (``error``/``abort``):
       ``refuse(first)``, the endpoint's error response for that output;
-    - ``streamed`` given (the client asked for a stream): ``streamed(first)``,
-      a response that takes the stream over and must close it itself
-      (e.g. an :class:`~gateway.sse.SSEResponse` with ``on_close``);
+    - ``streamed`` given (the client asked for a stream): an
+      :class:`~gateway.sse.SSEResponse` (with ``stream_headers``) of the
+      frames ``streamed(first)`` yields, which closes the stream when it
+      ends. If the first output is not in within
+      :func:`keepalive_interval` seconds, that response starts at once
+      with keep-alive comments until it is, and ``streamed`` then also
+      gets an ``error``/``abort`` first output (its frames must report it);
     - otherwise the whole answer: ``collect(first)`` reads the request to
       its end (with :func:`next_output`) and returns what it gathered, or
       the ``error``/``abort`` output that ended the request early. While it
       runs the client is watched: client gone, :func:`client_closed`; ended
       early, ``refuse(output)``; else ``answer(gathered)``.
 
-    In every case but the hand-over to ``streamed`` the stream is closed
-    before this returns, also on an exception or cancellation, which aborts
-    the request in the worker if it had not finished.
+    In every case but the hand-over to the streamed response the stream is
+    closed before this returns, also on an exception or cancellation, which
+    aborts the request in the worker if it had not finished.
     """
     handed_off = False
+    waiting = asyncio.ensure_future(next_output(stream, request_id))
+    interval = keepalive_interval(request) if streamed is not None else None
     try:
-        first = await until_disconnect(request.receive, next_output(stream, request_id))
+        first = await until_disconnect(request.receive, _first_within(waiting, interval))
         if first is DISCONNECTED:
             return client_closed()
+        if first is LATE:
+            assert streamed is not None and interval is not None
+            body = _keepalive_then(waiting, streamed, interval)
+            handed_off = True
+            return sse.SSEResponse(body, headers=stream_headers, on_close=stream.aclose)
         if ends_request(first):
             return refuse(first)
         if streamed is not None:
-            response = streamed(first)
+            response = sse.SSEResponse(streamed(first), headers=stream_headers, on_close=stream.aclose)
             handed_off = True
             return response
         result = await until_disconnect(request.receive, collect(first))
@@ -204,4 +263,6 @@ async def respond_after_first_output(
         return answer(result)
     finally:
         if not handed_off:
+            if not waiting.done():
+                waiting.cancel()
             await stream.aclose()

@@ -36,7 +36,6 @@ from typing import AsyncIterator
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway import sse
 from gateway.engine_api import RequestStream
 from gateway.errors import APIError
 from gateway.openai_format import UsageTally
@@ -100,7 +99,7 @@ async def create_response(request: Request) -> Response:
         job.stream,
         job.request_id,
         refuse=lambda output: error_response(output_error(output, PROMPT_PARAM, PARAMS)),
-        streamed=(lambda first: _streaming_response(job, first)) if job.request.stream else None,
+        streamed=(lambda first: _stream_frames(job, first)) if job.request.stream else None,
         collect=lambda first: _collect(job, first),
         answer=lambda builder: Response(encode(builder.final), media_type=JSON_MEDIA_TYPE),
     )
@@ -185,11 +184,6 @@ async def _collect(job: _Job, first: RequestOutput) -> ResponseBuilder | Request
 
 
 # --- streaming ------------------------------------------------------------------------------
-
-
-def _streaming_response(job: _Job, first: RequestOutput) -> sse.SSEResponse:
-    """The SSE response for ``job``; it owns (and finally closes) the stream."""
-    return sse.SSEResponse(_stream_frames(job, first), on_close=job.stream.aclose)
 
 
 async def _stream_frames(job: _Job, first: RequestOutput) -> AsyncIterator[bytes]:

@@ -64,6 +64,10 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     ``body_timeout``: seconds a request may take to send its whole body
     after its head; slower ones get 408 and the connection is closed. Read
     at start.
+    ``stream_keepalive``: seconds a streamed answer waits for its first
+    output before it starts with SSE keep-alive comments (one per as many
+    seconds) until that output comes; until then, errors still get their
+    own HTTP status.
     """
 
     host: str = "127.0.0.1"
@@ -85,6 +89,7 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     cors_origins: list[str] = []
     header_timeout: Seconds = 10.0
     body_timeout: Seconds = 30.0
+    stream_keepalive: Seconds = 5.0
 
 
 class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

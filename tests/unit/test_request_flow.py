@@ -23,6 +23,7 @@ from gateway.request_flow import (
     respond_after_first_output,
     until_disconnect,
 )
+from gateway.sse import KEEPALIVE, SSEResponse
 from shared.protocol import RequestOutput
 
 pytestmark = pytest.mark.anyio
@@ -38,15 +39,18 @@ def out(text="", finish=None) -> RequestOutput:
 
 
 class Stream:
-    """Replays ``outputs``; then ends, or with ``hang`` blocks forever."""
+    """Replays ``outputs`` (the first after ``delay`` seconds); then ends,
+    or with ``hang`` blocks forever."""
 
-    def __init__(self, outputs=(), hang=False) -> None:
+    def __init__(self, outputs=(), hang=False, delay=0.0) -> None:
         self.outputs = list(outputs)
         self.hang = hang
+        self.delay = delay
         self.closed = 0
 
     async def __anext__(self) -> RequestOutput:
-        await asyncio.sleep(0)
+        await asyncio.sleep(self.delay)
+        self.delay = 0.0
         if self.outputs:
             return self.outputs.pop(0)
         if self.hang:
@@ -57,16 +61,18 @@ class Stream:
         self.closed += 1
 
 
-def client(gone: asyncio.Event | None = None) -> SimpleNamespace:
+def client(gone: asyncio.Event | None = None, keepalive: float = 5.0) -> SimpleNamespace:
     """A request whose ``receive`` reports a disconnect once ``gone`` is set
-    (never, without one)."""
+    (never, without one), in an app whose streams start with keep-alives
+    after ``keepalive`` seconds without a first output."""
     event = gone or asyncio.Event()
 
     async def receive() -> dict:
         await event.wait()
         return {"type": "http.disconnect"}
 
-    return SimpleNamespace(receive=receive)
+    config = SimpleNamespace(server=SimpleNamespace(stream_keepalive=keepalive))
+    return SimpleNamespace(receive=receive, app=SimpleNamespace(state=SimpleNamespace(config=config)))
 
 
 def refuse(output: RequestOutput) -> Response:
@@ -171,13 +177,55 @@ async def test_a_lost_first_output_is_refused():
     assert stream.closed == 1
 
 
+def frames_of(stream: Stream):
+    """A ``streamed`` callback: one frame per output text up to the end."""
+
+    async def frames(first: RequestOutput):
+        output = first
+        while True:
+            yield f"<{output.finish_reason or output.text}>".encode()
+            if output.finish_reason is not None:
+                return
+            output = await next_output(stream, "r")
+
+    return frames
+
+
+async def body_of(response) -> list[bytes]:
+    return [frame async for frame in response.body_iterator]
+
+
 async def test_streamed_answer_takes_the_stream_over():
     stream = Stream([out("a"), out("b", "stop")])
-    handed = Response("streamed")
-    seen = []
-    response = await respond(client(), stream, streamed=lambda first: seen.append(first.text) or handed)
-    assert response is handed and seen == ["a"]
-    assert stream.closed == 0
+    response = await respond(client(), stream, streamed=frames_of(stream))
+    assert isinstance(response, SSEResponse) and stream.closed == 0
+    assert await body_of(response) == [b"<a>", b"<stop>"]
+
+
+async def test_slow_first_output_starts_the_stream_with_keepalives():
+    stream = Stream([out("a"), out("b", "stop")], delay=0.35)
+    response = await respond(client(keepalive=0.1), stream, streamed=frames_of(stream))
+    assert isinstance(response, SSEResponse) and stream.closed == 0
+    body = await body_of(response)
+    assert body[-2:] == [b"<a>", b"<stop>"]
+    assert body[:-2] == [KEEPALIVE] * len(body[:-2]) and 2 <= len(body[:-2]) <= 3
+
+
+async def test_late_error_goes_into_the_stream():
+    stream = Stream([out(finish="error")], delay=0.25)
+    response = await respond(client(keepalive=0.1), stream, streamed=frames_of(stream))
+    assert (await body_of(response))[-1] == b"<error>"
+
+
+async def test_leaving_a_late_stream_stops_waiting():
+    stream = Stream(hang=True, delay=0.0)
+    stream.outputs = []
+    response = await respond(client(keepalive=0.05), stream, streamed=frames_of(stream))
+    body = response.body_iterator
+    assert await body.__anext__() == KEEPALIVE
+    await body.aclose()  # what SSEResponse does when the client leaves
+    await asyncio.sleep(0.01)
+    assert not [t for t in asyncio.all_tasks() if "next_output" in repr(t.get_coro())]
 
 
 async def test_streamed_request_refused_before_headers():
