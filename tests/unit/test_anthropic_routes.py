@@ -1,29 +1,24 @@
 """The Anthropic Messages endpoints against a scripted Engine (no MLX).
 
-The Engine here replays predetermined RequestOutputs and ends like a real
-RequestStream (after the choice's final output, or right after an
-error/abort). Requests go through the official ``anthropic`` SDK (built on
-httpx2, so httpx2's ASGI transport), raw httpx for frame-level checks, or a
-hand-driven ASGI call for disconnects.
+The Engine (``ScriptedEngine`` of ``tests/unit/support.py``) replays
+predetermined RequestOutputs and ends like a real RequestStream (after the
+choice's final output, or right after an error/abort). Requests go through
+the official ``anthropic`` SDK (built on httpx2, so httpx2's ASGI
+transport), raw httpx for frame-level checks, or a hand-driven ASGI call for
+disconnects.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import anthropic
-import httpx
-import httpx2
-import msgspec
 import pytest
-from starlette.applications import Starlette
 from starlette.routing import Route
 
 from gateway.anthropic_routes import anthropic_error_response, count_tokens, messages
-from gateway.engine_api import ModelInfo, ModelLimits
-from gateway.errors import APIError, model_not_found, unavailable
-from shared.protocol import GenerateRequest, RequestOutput, ToolCallDelta
+from gateway.errors import APIError, unavailable
+from tests.unit.support import HELLO, Client, Gateway, ScriptedEngine, call, out, sse_events
 
 pytestmark = pytest.mark.anyio
 
@@ -33,44 +28,8 @@ def anyio_backend():
     return "asyncio"
 
 
-# --- scripted engine -------------------------------------------------------------------
+# --- scripts and clients ---------------------------------------------------------------
 
-
-def out(
-    text="",
-    finish=None,
-    prompt=5,
-    completion=0,
-    *,
-    reasoning="",
-    calls=None,
-    stop_sequence=None,
-    error=None,
-    kind=None,
-    cached=0,
-    index=0,
-) -> RequestOutput:
-    return RequestOutput(
-        request_id="?",
-        text=text,
-        prompt_tokens=prompt,
-        completion_tokens=completion,
-        finish_reason=finish,
-        error=error,
-        error_kind=kind,
-        index=index,
-        cached_tokens=cached,
-        reasoning=reasoning,
-        tool_calls=calls,
-        stop_sequence=stop_sequence,
-    )
-
-
-def call(index, arguments="", id=None, name=None) -> ToolCallDelta:
-    return ToolCallDelta(index=index, id=id, name=name, arguments=arguments)
-
-
-HELLO = [out("Hel", completion=1), out("", completion=2), out("lo", completion=3), out("!", "stop", completion=4)]
 
 WEATHER = [
     out(reasoning="User wants ", completion=1),
@@ -83,110 +42,11 @@ WEATHER = [
 ]
 
 
-class ScriptedStream:
-    """Replays outputs and stops after the final output or right after an
-    error/abort. With ``hang`` it blocks after the script until closed,
-    then answers the abort terminal as a real stream would."""
-
-    def __init__(self, outputs: list[RequestOutput], hang: bool) -> None:
-        self._outputs = list(outputs)
-        self._hang = hang
-        self._ended = False
-        self._closed = asyncio.Event()
-        self.aclose_calls = 0
-        self.delivered = 0
-
-    def __aiter__(self):
-        return self
-
-    async def __anext__(self) -> RequestOutput:
-        await asyncio.sleep(0)
-        if self._ended:
-            raise StopAsyncIteration
-        if self.delivered < len(self._outputs):
-            self.delivered += 1
-            output = self._outputs[self.delivered - 1]
-            self._ended = output.finish_reason is not None and output.index == 0
-            return output
-        if self._hang:
-            await self._closed.wait()
-            self._hang = False
-            self._ended = True
-            return out(finish="abort")
-        raise StopAsyncIteration
-
-    async def aclose(self) -> None:
-        self.aclose_calls += 1
-        self._closed.set()
-
-
-class ScriptedEngine:
-    """An Engine whose every request replays ``script``."""
-
-    def __init__(self, script=(), hang=False, submit_error: APIError | None = None) -> None:
-        self.script = list(script)
-        self.hang = hang
-        self.submit_error = submit_error
-        self.infos = [ModelInfo("m", 1_700_000_000, "ready", ("alias",))]
-        self.submitted: list[tuple[str, GenerateRequest]] = []
-        self.streams: list[ScriptedStream] = []
-
-    def limits(self, model: str) -> ModelLimits:
-        return ModelLimits(max_n=1)
-
-    def resolve(self, name: str) -> str:
-        for info in self.infos:
-            if name == info.name or name in info.aliases:
-                return info.name
-        raise model_not_found(name)
-
-    def models(self) -> list[ModelInfo]:
-        return list(self.infos)
-
-    async def submit(self, model: str, request: GenerateRequest) -> ScriptedStream:
-        if self.submit_error is not None:
-            raise self.submit_error
-        self.submitted.append((model, request))
-        outputs = [msgspec.structs.replace(o, request_id=request.request_id) for o in self.script]
-        stream = ScriptedStream(outputs, self.hang)
-        self.streams.append(stream)
-        return stream
-
-    @property
-    def stream(self) -> ScriptedStream:
-        assert len(self.streams) == 1
-        return self.streams[0]
-
-    @property
-    def request(self) -> GenerateRequest:
-        assert len(self.submitted) == 1
-        return self.submitted[0][1]
-
-
-def make_app(engine: ScriptedEngine) -> Starlette:
-    app = Starlette(
-        routes=[
-            Route("/v1/messages", messages, methods=["POST"]),
-            Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
-        ]
-    )
-    app.state.engine = engine
-    return app
-
-
-def http(engine: ScriptedEngine) -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=httpx.ASGITransport(make_app(engine)), base_url="http://test")
-
-
-def sdk(engine: ScriptedEngine) -> anthropic.AsyncAnthropic:
-    # anthropic 2.x is built on httpx2, which has the same ASGI transport.
-    transport = httpx2.ASGITransport(make_app(engine))
-    return anthropic.AsyncAnthropic(
-        base_url="http://test",
-        api_key="x",
-        max_retries=0,
-        http_client=httpx2.AsyncClient(transport=transport),
-    )
+GATEWAY = Gateway(
+    Route("/v1/messages", messages, methods=["POST"]),
+    Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
+)
+http, sdk, run_app = GATEWAY.http, GATEWAY.anthropic, GATEWAY.run
 
 
 USER = [{"role": "user", "content": "hi"}]
@@ -198,22 +58,6 @@ TOOLS = [
         "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
     }
 ]
-
-
-def sse_events(body: bytes) -> list[tuple[str, dict]]:
-    """``(event, data)`` of each SSE frame, checking that every frame has
-    exactly one ``event:`` line and one ``data:`` line whose type matches."""
-    assert body.endswith(b"\n\n")
-    result = []
-    for frame in body.decode().split("\n\n")[:-1]:
-        lines = frame.split("\n")
-        assert len(lines) == 2, frame
-        assert lines[0].startswith("event: "), frame
-        assert lines[1].startswith("data: "), frame
-        event, data = lines[0][7:], json.loads(lines[1][6:])
-        assert data["type"] == event
-        result.append((event, data))
-    return result
 
 
 def usage(input_tokens, output_tokens, cached=0) -> dict:
@@ -710,59 +554,6 @@ async def test_count_tokens_worker_error():
 
 
 # --- client disconnects ------------------------------------------------------------------------
-
-
-def http_scope(path: str, spec_version: str = "2.3") -> dict:
-    return {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": spec_version},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "root_path": "",
-        "query_string": b"",
-        "headers": [(b"host", b"test"), (b"content-type", b"application/json")],
-        "client": ("127.0.0.1", 5000),
-        "server": ("test", 80),
-    }
-
-
-class Client:
-    """A hand-driven ASGI client that disconnects after ``read_chunks`` body
-    chunks (or, with ``read_chunks=0``, right after sending the request)."""
-
-    def __init__(self, body: dict, read_chunks: int, raise_on_send: bool = False) -> None:
-        self.body = json.dumps(body).encode()
-        self.read_chunks = read_chunks
-        self.raise_on_send = raise_on_send
-        self.gone = asyncio.Event()
-        self.sent_body = False
-        self.messages: list[dict] = []
-        if read_chunks == 0:
-            self.gone.set()
-
-    async def receive(self) -> dict:
-        if not self.sent_body:
-            self.sent_body = True
-            return {"type": "http.request", "body": self.body, "more_body": False}
-        await self.gone.wait()
-        return {"type": "http.disconnect"}
-
-    async def send(self, message: dict) -> None:
-        if self.gone.is_set() and self.raise_on_send:
-            raise OSError("connection reset")
-        self.messages.append(message)
-        chunks = [m for m in self.messages if m["type"] == "http.response.body" and m.get("body")]
-        if len(chunks) >= self.read_chunks:
-            self.gone.set()
-
-
-async def run_app(engine: ScriptedEngine, client: Client, path: str = "/v1/messages", spec_version="2.3") -> None:
-    app = make_app(engine)
-    # must finish promptly on its own: a disconnect is noticed, not timed out
-    await asyncio.wait_for(app(http_scope(path, spec_version), client.receive, client.send), 2)
 
 
 @pytest.mark.parametrize("spec_version", ["2.3", "2.4"])

@@ -1,28 +1,24 @@
 """The OpenAI endpoints against a scripted Engine (no MLX, no workers).
 
-The Engine here replays predetermined RequestOutputs (of every choice,
-interleaved, ending like a real RequestStream once all ``n`` choices finished
-or at the first error/abort); it exists to test the HTTP formatting and the
-request-stream lifecycle only. Requests go through
-httpx's ASGI transport, the real ``openai`` SDK, or (for disconnects) a
-hand-driven ASGI call.
+The Engine (``ScriptedEngine`` of ``tests/unit/support.py``) replays
+predetermined RequestOutputs (of every choice, interleaved, ending like a
+real RequestStream once all ``n`` choices finished or at the first
+error/abort); it exists to test the HTTP formatting and the request-stream
+lifecycle only. Requests go through httpx's ASGI transport, the real
+``openai`` SDK, or (for disconnects) a hand-driven ASGI call.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 
-import httpx
-import httpx2
 import msgspec
 import openai
 import pytest
-from starlette.applications import Starlette
 from starlette.routing import Route
 
-from gateway.engine_api import ModelInfo, ModelLimits
-from gateway.errors import APIError, model_not_found, unavailable
+from gateway.engine_api import ModelInfo
+from gateway.errors import APIError, unavailable
 from gateway.openai_routes import (
     chat_completions,
     completions,
@@ -33,15 +29,14 @@ from gateway.openai_routes import (
 from shared.config import Config, ServerConfig
 from shared.protocol import (
     ChatMessage,
-    GenerateRequest,
-    RequestOutput,
     ResponseFormat,
     TokenLogprob,
     Tool,
     ToolCall,
-    ToolCallDelta,
     TopLogprob,
 )
+from tests.unit import support
+from tests.unit.support import HELLO, Client, Gateway, call, out
 
 pytestmark = pytest.mark.anyio
 
@@ -51,36 +46,7 @@ def anyio_backend():
     return "asyncio"
 
 
-# --- scripted engine -------------------------------------------------------------------
-
-
-def out(
-    text="",
-    finish=None,
-    prompt=5,
-    completion=0,
-    error=None,
-    kind=None,
-    index=0,
-    cached=0,
-    logprobs=None,
-    reasoning="",
-    tools=None,
-) -> RequestOutput:
-    return RequestOutput(
-        request_id="?",
-        text=text,
-        prompt_tokens=prompt,
-        completion_tokens=completion,
-        finish_reason=finish,
-        error=error,
-        error_kind=kind,
-        index=index,
-        cached_tokens=cached,
-        logprobs=logprobs,
-        reasoning=reasoning,
-        tool_calls=tools,
-    )
+# --- scripts and clients ---------------------------------------------------------------
 
 
 def lp(token: str, logprob: float, *alts: tuple[str, float]) -> TokenLogprob:
@@ -98,126 +64,21 @@ def usage_dict(prompt: int, completion: int, cached: int = 0) -> dict:
     }
 
 
-HELLO = [out("Hel", completion=1), out("", completion=2), out("lo", completion=3), out("!", "stop", completion=4)]
+class ScriptedEngine(support.ScriptedEngine):
+    """The shared scripted engine also serving ``org/other`` (starting), with
+    ``n`` up to 4 unless ``max_n`` says otherwise."""
+
+    MODELS = (*support.ScriptedEngine.MODELS, ModelInfo("org/other", 1_700_000_001, "starting"))
+    MAX_N = 4
 
 
-class ScriptedStream:
-    """Replays outputs and stops, like a real stream, once each of the ``n``
-    choices had its stop/length output or right after an error/abort. With
-    ``hang`` it blocks after the script until closed (a long generation),
-    answering the abort terminal as a real stream would."""
-
-    def __init__(self, outputs: list[RequestOutput], hang: bool, n: int = 1) -> None:
-        self._outputs = list(outputs)
-        self._hang = hang
-        self._n = n
-        self._finished: set[int] = set()
-        self._ended = False
-        self._closed = asyncio.Event()
-        self.aclose_calls = 0
-        self.delivered = 0
-
-    def __aiter__(self):
-        return self
-
-    async def __anext__(self) -> RequestOutput:
-        await asyncio.sleep(0)
-        if self._ended:
-            raise StopAsyncIteration
-        if self.delivered < len(self._outputs):
-            self.delivered += 1
-            return self._note(self._outputs[self.delivered - 1])
-        if self._hang:
-            await self._closed.wait()
-            self._hang = False
-            return self._note(out(finish="abort"))
-        raise StopAsyncIteration
-
-    def _note(self, output: RequestOutput) -> RequestOutput:
-        if output.finish_reason in ("error", "abort"):
-            self._ended = True
-        elif output.finish_reason is not None:
-            self._finished.add(output.index)
-            self._ended = len(self._finished) == self._n
-        return output
-
-    async def aclose(self) -> None:
-        self.aclose_calls += 1
-        self._closed.set()
-
-
-class ScriptedEngine:
-    """An Engine whose every request replays ``script``."""
-
-    def __init__(self, script=(), hang=False, submit_error: APIError | None = None, max_n: int = 4) -> None:
-        self.script = list(script)
-        self.hang = hang
-        self.submit_error = submit_error
-        self.max_n = max_n
-        self.limits_asked: list[str] = []
-        self.infos = [
-            ModelInfo("m", 1_700_000_000, "ready", ("alias",)),
-            ModelInfo("org/other", 1_700_000_001, "starting"),
-        ]
-        self.submitted: list[tuple[str, GenerateRequest]] = []
-        self.streams: list[ScriptedStream] = []
-
-    def limits(self, model: str) -> ModelLimits:
-        self.limits_asked.append(model)
-        return ModelLimits(max_n=self.max_n)
-
-    def resolve(self, name: str) -> str:
-        for info in self.infos:
-            if name == info.name or name in info.aliases:
-                return info.name
-        raise model_not_found(name)
-
-    def models(self) -> list[ModelInfo]:
-        return list(self.infos)
-
-    async def submit(self, model: str, request: GenerateRequest) -> ScriptedStream:
-        if self.submit_error is not None:
-            raise self.submit_error
-        self.submitted.append((model, request))
-        outputs = [msgspec.structs.replace(o, request_id=request.request_id) for o in self.script]
-        stream = ScriptedStream(outputs, self.hang, request.n)
-        self.streams.append(stream)
-        return stream
-
-    @property
-    def stream(self) -> ScriptedStream:
-        assert len(self.streams) == 1
-        return self.streams[0]
-
-
-def make_app(engine: ScriptedEngine, config: Config | None = None) -> Starlette:
-    app = Starlette(
-        routes=[
-            Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-            Route("/v1/completions", completions, methods=["POST"]),
-            Route("/v1/models", list_models, methods=["GET"]),
-            Route("/v1/models/{model:path}", retrieve_model, methods=["GET"]),
-        ]
-    )
-    app.state.engine = engine
-    if config is not None:
-        app.state.config = config
-    return app
-
-
-def http(engine: ScriptedEngine, config: Config | None = None) -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=httpx.ASGITransport(make_app(engine, config)), base_url="http://test")
-
-
-def sdk(engine: ScriptedEngine, config: Config | None = None) -> openai.AsyncOpenAI:
-    # openai 3.x is built on httpx2, which has the same ASGI transport.
-    transport = httpx2.ASGITransport(make_app(engine, config))
-    return openai.AsyncOpenAI(
-        base_url="http://test/v1",
-        api_key="x",
-        max_retries=0,
-        http_client=httpx2.AsyncClient(transport=transport),
-    )
+GATEWAY = Gateway(
+    Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+    Route("/v1/completions", completions, methods=["POST"]),
+    Route("/v1/models", list_models, methods=["GET"]),
+    Route("/v1/models/{model:path}", retrieve_model, methods=["GET"]),
+)
+http, sdk, run_app = GATEWAY.http, GATEWAY.openai, GATEWAY.run
 
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -628,59 +489,6 @@ async def test_models_via_sdk():
 
 
 # --- client disconnects ------------------------------------------------------------------
-
-
-def http_scope(path: str, spec_version: str = "2.3") -> dict:
-    return {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": spec_version},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "root_path": "",
-        "query_string": b"",
-        "headers": [(b"host", b"test"), (b"content-type", b"application/json")],
-        "client": ("127.0.0.1", 5000),
-        "server": ("test", 80),
-    }
-
-
-class Client:
-    """A hand-driven ASGI client that disconnects after ``read_chunks`` body
-    chunks (or, with ``read_chunks=0``, right after sending the request)."""
-
-    def __init__(self, body: dict, read_chunks: int, raise_on_send: bool = False) -> None:
-        self.body = json.dumps(body).encode()
-        self.read_chunks = read_chunks
-        self.raise_on_send = raise_on_send
-        self.gone = asyncio.Event()
-        self.sent_body = False
-        self.messages: list[dict] = []
-        if read_chunks == 0:
-            self.gone.set()
-
-    async def receive(self) -> dict:
-        if not self.sent_body:
-            self.sent_body = True
-            return {"type": "http.request", "body": self.body, "more_body": False}
-        await self.gone.wait()
-        return {"type": "http.disconnect"}
-
-    async def send(self, message: dict) -> None:
-        if self.gone.is_set() and self.raise_on_send:
-            raise OSError("connection reset")
-        self.messages.append(message)
-        chunks = [m for m in self.messages if m["type"] == "http.response.body" and m.get("body")]
-        if len(chunks) >= self.read_chunks:
-            self.gone.set()
-
-
-async def run_app(engine: ScriptedEngine, client: Client, path: str, spec_version: str = "2.3") -> None:
-    app = make_app(engine)
-    # must finish promptly on its own: a disconnect is noticed, not timed out
-    await asyncio.wait_for(app(http_scope(path, spec_version), client.receive, client.send), 2)
 
 
 @pytest.mark.parametrize("spec_version", ["2.3", "2.4"])
@@ -1197,16 +1005,12 @@ WEATHER_TOOL = {
 TOOL_CHAT = {**CHAT, "tools": [WEATHER_TOOL]}
 
 
-def call(index=0, arguments="", id=None, name=None) -> ToolCallDelta:
-    return ToolCallDelta(index=index, id=id, name=name, arguments=arguments)
-
-
 # The wire-formats.md (section 1) example: text, one call in three pieces, finish.
 WIRE_SCRIPT = [
     out("Let me check", prompt=42, completion=3, cached=32),
-    out(tools=[call(0, id="call_1", name="get_weather")], prompt=42, completion=8, cached=32),
-    out(tools=[call(0, '{"city": ')], prompt=42, completion=12, cached=32),
-    out(tools=[call(0, '"Paris"}')], prompt=42, completion=16, cached=32),
+    out(calls=[call(0, id="call_1", name="get_weather")], prompt=42, completion=8, cached=32),
+    out(calls=[call(0, '{"city": ')], prompt=42, completion=12, cached=32),
+    out(calls=[call(0, '"Paris"}')], prompt=42, completion=16, cached=32),
     out(finish="tool_calls", prompt=42, completion=17, cached=32),
 ]
 
@@ -1245,9 +1049,9 @@ async def test_tool_call_stream_sdk_accumulator():
         out(reasoning="User wants ", completion=1),
         out(reasoning="weather.", completion=2),
         out("Checking.", completion=3),
-        out(tools=[call(0, '{"city"', id="call_a", name="get_weather")], completion=4),
-        out(tools=[call(0, ': "Paris"}'), call(1, "", id="call_b", name="get_weather")], completion=5),
-        out(tools=[call(1, '{"city": "Rome"}')], completion=6),
+        out(calls=[call(0, '{"city"', id="call_a", name="get_weather")], completion=4),
+        out(calls=[call(0, ': "Paris"}'), call(1, "", id="call_b", name="get_weather")], completion=5),
+        out(calls=[call(1, '{"city": "Rome"}')], completion=6),
         out(finish="tool_calls", completion=7),
     ]
     engine = ScriptedEngine(script)
@@ -1268,8 +1072,8 @@ async def test_tool_call_stream_sdk_accumulator():
 
 async def test_tool_call_non_streaming_sdk():
     script = [
-        out(tools=[call(0, '{"city": ', id="call_1", name="get_weather")]),
-        out(tools=[call(0, '"Paris"}')]),
+        out(calls=[call(0, '{"city": ', id="call_1", name="get_weather")]),
+        out(calls=[call(0, '"Paris"}')]),
         out(finish="tool_calls", completion=9),
     ]
     engine = ScriptedEngine(script)
@@ -1285,7 +1089,7 @@ async def test_tool_call_non_streaming_sdk():
 
 
 async def test_tool_call_non_streaming_raw_shape():
-    script = [out("Sure.", reasoning="hmm"), out(tools=[call(3, "{}", id="c1", name="f")]), out(finish="tool_calls")]
+    script = [out("Sure.", reasoning="hmm"), out(calls=[call(3, "{}", id="c1", name="f")]), out(finish="tool_calls")]
     engine = ScriptedEngine(script)
     async with http(engine) as client:
         resp = await client.post("/v1/chat/completions", json=TOOL_CHAT)
@@ -1345,7 +1149,7 @@ async def test_reasoning_via_sdk_with_reasoning_name():
 
 
 async def test_one_output_with_reasoning_text_and_tool_call_is_split_in_order():
-    engine = ScriptedEngine([out("Hi", "tool_calls", reasoning="r", tools=[call(0, '{"a": 1}', id="c", name="f")])])
+    engine = ScriptedEngine([out("Hi", "tool_calls", reasoning="r", calls=[call(0, '{"a": 1}', id="c", name="f")])])
     async with http(engine) as client:
         resp = await client.post("/v1/chat/completions", json={**TOOL_CHAT, "stream": True})
     choices = [json.loads(d)["choices"] for d in sse_data(resp.content)[:-1]]
@@ -1378,8 +1182,8 @@ async def test_one_output_with_reasoning_text_and_tool_call_is_split_in_order():
 async def test_tool_call_indexes_are_dense_and_ids_filled_in():
     # worker indexes 5 and 2 become 0 and 1; a first piece without id gets one
     script = [
-        out(tools=[call(5, "{}", id="a", name="f"), call(2, "{", name="g")]),
-        out(tools=[call(2, "}")]),
+        out(calls=[call(5, "{}", id="a", name="f"), call(2, "{", name="g")]),
+        out(calls=[call(2, "}")]),
         out(finish="tool_calls"),
     ]
     engine = ScriptedEngine(script)
@@ -1395,10 +1199,10 @@ async def test_tool_call_indexes_are_dense_and_ids_filled_in():
 
 
 TOOL_TWO = [
-    out(tools=[call(0, '{"n": 0}', id="c0", name="get_weather")], index=0, completion=1),
+    out(calls=[call(0, '{"n": 0}', id="c0", name="get_weather")], index=0, completion=1),
     out("plain", index=1, completion=1),
-    out(tools=[call(0, '{"n": 1}', id="c1", name="get_weather")], index=1, completion=2),
-    out(tools=[call(1, "{}", id="c2", name="get_weather")], index=1, completion=3),
+    out(calls=[call(0, '{"n": 1}', id="c1", name="get_weather")], index=1, completion=2),
+    out(calls=[call(1, "{}", id="c2", name="get_weather")], index=1, completion=3),
     out(finish="tool_calls", index=1, completion=3),
     out(finish="tool_calls", index=0, completion=1),
 ]
@@ -1430,7 +1234,7 @@ async def test_tool_calls_with_two_choices_stream():
 
 
 async def test_tool_call_chunks_carry_null_logprobs_when_asked():
-    engine = ScriptedEngine([out(tools=[call(0, "{}", id="c", name="f")]), out(finish="tool_calls")])
+    engine = ScriptedEngine([out(calls=[call(0, "{}", id="c", name="f")]), out(finish="tool_calls")])
     async with http(engine) as client:
         resp = await client.post("/v1/chat/completions", json={**TOOL_CHAT, "stream": True, "logprobs": True})
     choices = [json.loads(d)["choices"][0] for d in sse_data(resp.content)[:-1]]
@@ -1439,8 +1243,8 @@ async def test_tool_call_chunks_carry_null_logprobs_when_asked():
 
 async def test_error_output_delivers_its_pieces_before_the_error():
     script = [
-        out(tools=[call(0, "{", id="c", name="f")]),
-        out(finish="error", error="boom", kind="internal", reasoning="r", tools=[call(0, "}")]),
+        out(calls=[call(0, "{", id="c", name="f")]),
+        out(finish="error", error="boom", kind="internal", reasoning="r", calls=[call(0, "}")]),
     ]
     engine = ScriptedEngine(script)
     async with http(engine) as client:
@@ -1518,7 +1322,7 @@ def test_chunk_stream_tool_call_escaping():
 
     chat = fmt.ChatChunkStream("r", 1, "m", False, reasoning_field="reasoning")
     name, args, reasoning = 'we"ird\n', '{"q": "\\u2028\u2028"}', 'a"\n\x00'
-    frames = sse_data(chat.output(out(reasoning=reasoning, tools=[call(0, args, id='i"d', name=name)])))
+    frames = sse_data(chat.output(out(reasoning=reasoning, calls=[call(0, args, id='i"d', name=name)])))
     deltas = [json.loads(f)["choices"][0]["delta"] for f in frames]
     assert deltas == [
         {"reasoning": reasoning},

@@ -1,29 +1,22 @@
 """``POST /v1/responses`` against a scripted Engine (no MLX, no workers).
 
-The Engine replays predetermined RequestOutputs and ends like a real
-RequestStream (after the terminal output); with ``hang`` it blocks after the
-script until closed. Requests go through httpx's ASGI transport (raw JSON
-and SSE), the official ``openai`` SDK, or a hand-driven ASGI call for
-disconnects.
+The Engine (``ScriptedEngine`` of ``tests/unit/support.py``) replays
+predetermined RequestOutputs and ends like a real RequestStream (after the
+terminal output); with ``hang`` it blocks after the script until closed.
+Requests go through httpx's ASGI transport (raw JSON and SSE), the official
+``openai`` SDK, or a hand-driven ASGI call for disconnects.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
-
-import httpx
-import httpx2
-import msgspec
 import openai
 import pytest
-from starlette.applications import Starlette
 from starlette.routing import Route
 
-from gateway.engine_api import ModelLimits
-from gateway.errors import APIError, model_not_found, unavailable
+from gateway.errors import unavailable
 from gateway.responses_routes import create_response
-from shared.protocol import GenerateRequest, RequestOutput, ResponseFormat, ToolCallDelta
+from shared.protocol import ResponseFormat
+from tests.unit.support import HELLO, Client, Gateway, ScriptedEngine, call, out, sse_events
 
 pytestmark = pytest.mark.anyio
 
@@ -33,137 +26,23 @@ def anyio_backend():
     return "asyncio"
 
 
-# --- scripted engine --------------------------------------------------------------------
+# --- scripts and clients ----------------------------------------------------------------
 
-
-def out(
-    text="", finish=None, completion=0, prompt=5, cached=0, reasoning="", calls=None, error=None, kind=None, index=0
-):
-    return RequestOutput(
-        request_id="?",
-        text=text,
-        reasoning=reasoning,
-        tool_calls=calls,
-        prompt_tokens=prompt,
-        completion_tokens=completion,
-        cached_tokens=cached,
-        finish_reason=finish,
-        error=error,
-        error_kind=kind,
-        index=index,
-    )
-
-
-def call(index, arguments="", id=None, name=None) -> list[ToolCallDelta]:
-    return [ToolCallDelta(index=index, id=id, name=name, arguments=arguments)]
-
-
-HELLO = [out("Hel", completion=1), out("", completion=2), out("lo", completion=3), out("!", "stop", completion=4)]
 
 # reasoning, then text, then two tool calls whose arguments arrive in pieces
 AGENT = [
     out(reasoning="Let me ", completion=1),
     out(reasoning="think.", completion=2),
     out("Checking.", completion=3),
-    out(calls=call(0, '{"city": ', id="call_a", name="weather"), completion=4),
-    out(calls=call(0, '"Paris"}'), completion=5),
-    out(calls=call(1, "{}", id="call_b", name="time"), completion=6),
+    out(calls=[call(0, '{"city": ', id="call_a", name="weather")], completion=4),
+    out(calls=[call(0, '"Paris"}')], completion=5),
+    out(calls=[call(1, "{}", id="call_b", name="time")], completion=6),
     out(finish="tool_calls", completion=7, cached=2),
 ]
 
 
-class ScriptedStream:
-    """Replays outputs; ends after a terminal one. With ``hang`` it blocks
-    after the script until closed, then answers the abort terminal."""
-
-    def __init__(self, outputs: list[RequestOutput], hang: bool) -> None:
-        self._outputs = outputs
-        self._hang = hang
-        self._ended = False
-        self._closed = asyncio.Event()
-        self.aclose_calls = 0
-        self.delivered = 0
-
-    def __aiter__(self):
-        return self
-
-    async def __anext__(self) -> RequestOutput:
-        await asyncio.sleep(0)
-        if self._ended:
-            raise StopAsyncIteration
-        if self.delivered < len(self._outputs):
-            self.delivered += 1
-            output = self._outputs[self.delivered - 1]
-            self._ended = output.finish_reason is not None
-            return output
-        if self._hang:
-            await self._closed.wait()
-            self._hang = False
-            self._ended = True
-            return out(finish="abort")
-        raise StopAsyncIteration
-
-    async def aclose(self) -> None:
-        self.aclose_calls += 1
-        self._closed.set()
-
-
-class ScriptedEngine:
-    """An Engine whose every request replays ``script``."""
-
-    def __init__(self, script=(), hang=False, submit_error: APIError | None = None) -> None:
-        self.script = list(script)
-        self.hang = hang
-        self.submit_error = submit_error
-        self.submitted: list[tuple[str, GenerateRequest]] = []
-        self.streams: list[ScriptedStream] = []
-
-    def limits(self, model: str) -> ModelLimits:
-        return ModelLimits()
-
-    def resolve(self, name: str) -> str:
-        if name in ("m", "alias"):
-            return "m"
-        raise model_not_found(name)
-
-    def models(self):
-        return []
-
-    async def submit(self, model: str, request: GenerateRequest) -> ScriptedStream:
-        if self.submit_error is not None:
-            raise self.submit_error
-        self.submitted.append((model, request))
-        outputs = [msgspec.structs.replace(o, request_id=request.request_id) for o in self.script]
-        stream = ScriptedStream(outputs, self.hang)
-        self.streams.append(stream)
-        return stream
-
-    @property
-    def request(self) -> GenerateRequest:
-        assert len(self.submitted) == 1
-        return self.submitted[0][1]
-
-    @property
-    def stream(self) -> ScriptedStream:
-        assert len(self.streams) == 1
-        return self.streams[0]
-
-
-def make_app(engine: ScriptedEngine) -> Starlette:
-    app = Starlette(routes=[Route("/v1/responses", create_response, methods=["POST"])])
-    app.state.engine = engine
-    return app
-
-
-def http(engine: ScriptedEngine) -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=httpx.ASGITransport(make_app(engine)), base_url="http://test")
-
-
-def sdk(engine: ScriptedEngine) -> openai.AsyncOpenAI:
-    transport = httpx2.ASGITransport(make_app(engine))
-    return openai.AsyncOpenAI(
-        base_url="http://test/v1", api_key="x", max_retries=0, http_client=httpx2.AsyncClient(transport=transport)
-    )
+GATEWAY = Gateway(Route("/v1/responses", create_response, methods=["POST"]))
+http, sdk, run_app = GATEWAY.http, GATEWAY.openai, GATEWAY.run
 
 
 BODY = {"model": "m", "input": "hi"}
@@ -171,20 +50,6 @@ TOOLS = [
     {"type": "function", "name": "weather", "description": "Weather", "parameters": {"type": "object"}, "strict": True},
     {"type": "function", "name": "time", "parameters": None, "strict": None},
 ]
-
-
-def sse_events(body: bytes) -> list[tuple[str, dict]]:
-    """``(event name, data)`` of each SSE frame, checking the framing."""
-    assert body.endswith(b"\n\n")
-    events = []
-    for frame in body.decode().split("\n\n")[:-1]:
-        lines = frame.split("\n")
-        assert len(lines) == 2, frame
-        assert lines[0].startswith("event: ") and lines[1].startswith("data: ")
-        data = json.loads(lines[1][6:])
-        assert data["type"] == lines[0][7:]
-        events.append((lines[0][7:], data))
-    return events
 
 
 def usage_dict(prompt: int, completion: int, cached: int = 0) -> dict:
@@ -720,9 +585,9 @@ async def test_out_of_range_choice_is_ignored():
 
 async def test_tool_call_ids_are_made_unique():
     script = [
-        out(calls=call(0, "{}", id="dup", name="time")),
-        out(calls=call(1, "{}", id="dup", name="time")),
-        out(calls=call(2, "{}", name="time")),
+        out(calls=[call(0, "{}", id="dup", name="time")]),
+        out(calls=[call(1, "{}", id="dup", name="time")]),
+        out(calls=[call(2, "{}", name="time")]),
         out(finish="tool_calls", completion=3),
     ]
     engine = ScriptedEngine(script)
@@ -734,54 +599,6 @@ async def test_tool_call_ids_are_made_unique():
 
 
 # --- client disconnects ---------------------------------------------------------------------------
-
-
-def http_scope(path: str) -> dict:
-    return {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.3"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "root_path": "",
-        "query_string": b"",
-        "headers": [(b"host", b"test"), (b"content-type", b"application/json")],
-        "client": ("127.0.0.1", 5000),
-        "server": ("test", 80),
-    }
-
-
-class Client:
-    """A hand-driven ASGI client that disconnects after ``read_chunks`` body
-    chunks (or, with ``read_chunks=0``, right after sending the request)."""
-
-    def __init__(self, body: dict, read_chunks: int) -> None:
-        self.body = json.dumps(body).encode()
-        self.read_chunks = read_chunks
-        self.gone = asyncio.Event()
-        self.sent_body = False
-        self.messages: list[dict] = []
-        if read_chunks == 0:
-            self.gone.set()
-
-    async def receive(self) -> dict:
-        if not self.sent_body:
-            self.sent_body = True
-            return {"type": "http.request", "body": self.body, "more_body": False}
-        await self.gone.wait()
-        return {"type": "http.disconnect"}
-
-    async def send(self, message: dict) -> None:
-        self.messages.append(message)
-        chunks = [m for m in self.messages if m["type"] == "http.response.body" and m.get("body")]
-        if len(chunks) >= self.read_chunks:
-            self.gone.set()
-
-
-async def run_app(engine: ScriptedEngine, client: Client) -> None:
-    await asyncio.wait_for(make_app(engine)(http_scope("/v1/responses"), client.receive, client.send), 2)
 
 
 async def test_stream_disconnect_closes_request():
