@@ -41,6 +41,12 @@ Chat only (the completions endpoint refuses these fields as unknown):
   reasoning mode off, ``"low"``/``"medium"``/``"high"`` on (there is no
   budget); ``chat_template_kwargs`` accepts only ``{"enable_thinking":
   bool}``. If both are set they must agree. Neither: the template default.
+- Pre-filled answers (vLLM's extension): ``continue_final_message`` true
+  makes the model continue the final message, which must then be an
+  assistant message with text only and no tool calls, instead of starting
+  a new one; ``add_generation_prompt`` may only be true (the default) or,
+  with ``continue_final_message``, false. ``n`` > 1, forced tool calls and
+  a structured ``response_format`` are refused with it.
 
 :func:`to_generate_request` turns a decoded request into the worker's
 :class:`~shared.protocol.GenerateRequest`.
@@ -312,6 +318,8 @@ class ChatCompletionRequest(_SamplingFields, forbid_unknown_fields=True, kw_only
     function_call: Raw = _NULL
     reasoning_effort: ShortText | None = None
     chat_template_kwargs: ChatTemplateKwargs | None = None
+    continue_final_message: bool | None = None
+    add_generation_prompt: bool | None = None
 
 
 class CompletionRequest(_SamplingFields, forbid_unknown_fields=True, kw_only=True):
@@ -494,6 +502,37 @@ def _check_chat(req: ChatCompletionRequest) -> None:
     _check_thinking(req)
     for index, message in enumerate(req.messages):
         _check_message(message, f"messages[{index}]")
+    _check_continuation(req)
+
+
+def _check_continuation(req: ChatCompletionRequest) -> None:
+    """``continue_final_message`` needs a final assistant message of text
+    only, one choice and no forced tool call; ``add_generation_prompt``
+    false needs ``continue_final_message``.
+
+    Raises:
+        APIError: 400 naming the field.
+    """
+    if req.add_generation_prompt is False and not req.continue_final_message:
+        raise _not_supported("add_generation_prompt", "'add_generation_prompt': false without 'continue_final_message'")
+    if not req.continue_final_message:
+        return
+    if req.add_generation_prompt is True:
+        raise bad_request(
+            "'continue_final_message' cannot be combined with 'add_generation_prompt': true", "add_generation_prompt"
+        )
+    last = req.messages[-1]
+    path = f"messages[{len(req.messages) - 1}]"
+    if last.role != "assistant":
+        raise bad_request("'continue_final_message' needs a final assistant message", f"{path}.role")
+    if last.tool_calls is not None:
+        raise _not_supported(f"{path}.tool_calls", "continuing a final message with tool calls")
+    if (req.n or 1) > 1:
+        raise _not_supported("n", "'n' > 1 with 'continue_final_message'")
+    if req.tool_choice is not None and req.tool_choice not in ("auto", "none"):
+        raise _not_supported("tool_choice", "a forced tool call with 'continue_final_message'")
+    if req.response_format is not None and req.response_format.type != "text":
+        raise _not_supported("response_format", "a structured response_format with 'continue_final_message'")
 
 
 def _check_response_format(fmt: ResponseFormatParam | None) -> None:
@@ -947,6 +986,7 @@ def _chat_generate_request(req: ChatCompletionRequest, request_id: str) -> Gener
         parallel_tool_calls=req.parallel_tool_calls is not False,
         response_format=_response_format(req),
         thinking=_thinking(req),
+        continue_final=bool(req.continue_final_message),
     )
 
 

@@ -148,3 +148,16 @@ def test_anthropic_prefilled_response_is_continued(real_server):
     assert counted == r.usage.input_tokens + (r.usage.cache_read_input_tokens or 0) > plain
     special = [*QUESTION, {"role": "assistant", "content": "Sure <|im_end|>"}]
     assert client.messages.create(model=REAL, messages=special, max_tokens=4, **greedy).usage.output_tokens > 0
+
+
+def test_openai_continue_final_message(client):
+    turns = [*QUESTION, {"role": "assistant", "content": "The capital of France is"}]
+    r = client.chat.completions.create(
+        model=REAL,
+        messages=turns,
+        max_tokens=12,
+        temperature=0,
+        extra_body={"continue_final_message": True, "add_generation_prompt": False},
+    )
+    text = r.choices[0].message.content
+    assert "Paris" in text and not text.startswith("The capital"), text

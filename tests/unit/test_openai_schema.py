@@ -873,3 +873,22 @@ def test_thinking_refusals():
     assert "reasoning_effort" in err.message
     completion_refused("reasoning_effort", reasoning_effort="low")
     completion_refused("chat_template_kwargs", chat_template_kwargs={"enable_thinking": True})
+
+
+def test_continue_final_message():
+    prefilled = [*USER, {"role": "assistant", "content": "The answer is"}]
+    req = to_generate_request(decode_chat_request(chat_body(messages=prefilled, continue_final_message=True)), "r")
+    assert req.continue_final is True and req.messages[-1] == ChatMessage(role="assistant", content="The answer is")
+    fields = {"messages": prefilled, "continue_final_message": True, "add_generation_prompt": False}
+    assert to_generate_request(decode_chat_request(chat_body(**fields)), "r").continue_final is True
+    assert to_generate_request(decode_chat_request(chat_body(messages=prefilled)), "r").continue_final is False
+    chat_refused("messages[0].role", continue_final_message=True)
+    chat_refused("add_generation_prompt", add_generation_prompt=False)
+    chat_refused("add_generation_prompt", messages=prefilled, continue_final_message=True, add_generation_prompt=True)
+    chat_refused("n", messages=prefilled, continue_final_message=True, n=2)
+    chat_refused(
+        "response_format", messages=prefilled, continue_final_message=True, response_format={"type": "json_object"}
+    )
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    with_call = [*USER, {"role": "assistant", "content": None, "tool_calls": [call]}]
+    chat_refused("messages[1].tool_calls", messages=with_call, continue_final_message=True)
