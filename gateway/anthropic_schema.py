@@ -35,7 +35,9 @@ What is accepted:
 * ``thinking`` ``{"type": "enabled", "budget_tokens": >= 1024 and <
   max_tokens}`` or ``{"type": "disabled"}``. The budget caps the reasoning
   block: when it is used up the worker closes the block, and the answer
-  follows (reasoning and answer together stay within ``max_tokens``).
+  follows (reasoning and answer together stay within ``max_tokens``). As
+  in the Anthropic API, enabled thinking cannot be combined with a
+  ``tool_choice`` that forces tool use (``any``, ``tool``).
 * ``stop_sequences`` (<= 16, each 1..512 characters), ``temperature``
   [0, 1], ``top_p`` (0, 1], ``top_k`` >= 0, ``stream``, ``metadata``
   ``{user_id}`` (an opaque id for the provider's abuse tracking; mlxd has
@@ -353,6 +355,12 @@ def decode_messages_request(body: bytes) -> MessagesRequest:
     req: MessagesRequest = _decode(_messages_decoder, body)
     _check_prompt(req)
     thinking = req.thinking
+    if isinstance(thinking, ThinkingEnabled) and isinstance(req.tool_choice, (ToolChoiceAny, ToolChoiceTool)):
+        raise _invalid(
+            "tool_choice",
+            f"tool_choice '{_choice_type(req.tool_choice)}' forces tool use, which cannot be combined with thinking "
+            "(use 'auto' or 'none')",
+        )
     if isinstance(thinking, ThinkingEnabled) and thinking.budget_tokens >= req.max_tokens:
         raise _invalid(
             "thinking.budget_tokens",

@@ -37,3 +37,64 @@ def test_block_opened_by_the_model_and_closed_early():
     q = thinking_budget_processor(ThinkingBudget(5, OPEN, CLOSE, open_at_start=True), len(PROMPT))
     assert forced_after(q, [5, 20, 21, 7, 7, 7, 7, 7]) is None  # the model closed it itself
     assert forced_after(q, [5, 20, 21, 7, 7, 7, 7, 7, 10, 1, 2, 3, 4, 5]) == 20  # a new block, new budget
+
+
+def test_grammar_waits_for_the_reasoning_block_to_close(tmp_path):
+    """A prompt that opens a reasoning block, a JSON schema, and a budget of
+    0: the worker's own pieces (prompt builder, scheduler, engine) close the
+    block first, then the grammar shapes the answer after it."""
+    import json
+
+    from shared.protocol import ChatMessage, GenerateRequest, ResponseFormat, SamplingParams
+    from tests.tiny_model import build_thinking_model, build_tiny_model
+    from worker.grammar import GrammarCompiler
+    from worker.loader import load_model
+    from worker.prompt import PromptBuilder, model_formats
+    from worker.scheduler import Scheduler, TokenStep
+
+    model_dir = build_thinking_model(tmp_path / "think", build_tiny_model(tmp_path / "tiny"))
+    loaded = load_model(str(model_dir))
+    vocab = len(loaded.tokenizer)
+    builder = PromptBuilder(
+        loaded.tokenizer,
+        context_length=2048,
+        default_max_tokens=64,
+        vocab_size=vocab,
+        formats=model_formats(loaded.tokenizer, "auto", "auto"),
+        grammars=GrammarCompiler(loaded.tokenizer._tokenizer, min(loaded.eos_token_ids), vocab),
+    )
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "string", "enum": ["yes", "no"]}},
+        "required": ["a"],
+        "additionalProperties": False,
+    }
+    request = GenerateRequest(
+        request_id="r",
+        sampling=SamplingParams(temperature=0.0, max_tokens=48),
+        messages=[ChatMessage(role="user", content="answer")],
+        response_format=ResponseFormat(type="json_schema", schema=schema),
+        thinking_budget=0,
+    )
+    admission = builder.build(request)
+    assert admission.output.thinking_open and admission.reasoning_close
+    emitted: list = []
+    scheduler = Scheduler(
+        loaded.model,
+        set(loaded.eos_token_ids),
+        emitted.append,
+        cache=None,
+        max_batch_size=4,
+        prefill_batch_size=4,
+        prefill_step_size=512,
+    )
+    scheduler._engine = scheduler._new_engine()
+    scheduler._admit(admission)
+    while scheduler._seqs:
+        scheduler._run_step()
+    tokens = [event[2] for item in emitted if isinstance(item, TokenStep) for event in item.tokens]
+    assert tokens[-1] in loaded.eos_token_ids  # the grammar ended the answer
+    text = loaded.tokenizer.decode(tokens[:-1])
+    reasoning, _, answer = text.partition("</think>")
+    assert reasoning == ""
+    assert json.loads(answer) in ({"a": "yes"}, {"a": "no"})

@@ -146,7 +146,16 @@ class PromptBuilder:
             output=output,
             received=time.monotonic(),
             thinking_budget=self._thinking_budget(request, output.thinking_open),
+            reasoning_close=self._reasoning_close(output.thinking_open) if matchers is not None else None,
         )
+
+    def _reasoning_close(self, thinking_open: bool) -> tuple[int, ...] | None:
+        """The token ids that close the reasoning block the prompt opened
+        (None when it opened none, or the format has no closing marker)."""
+        marker = self.formats.reasoning_close_marker
+        if not thinking_open or not marker:
+            return None
+        return tuple(self._tokenizer.encode(marker, add_special_tokens=False))
 
     def _thinking_budget(self, request: GenerateRequest, thinking_open: bool) -> ThinkingBudget | None:
         """The request's reasoning cap as token ids, or None when it sets no

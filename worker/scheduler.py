@@ -49,7 +49,10 @@ class Admission:
     ``output`` is passed through to the output thread untouched (how to
     parse the text); ``received`` is when the worker got the request
     (``time.monotonic()``); ``thinking_budget`` caps each choice's
-    reasoning block (None: no cap).
+    reasoning block (None: no cap). ``reasoning_close``: the prompt opened
+    a reasoning block that these tokens close; the grammar (``matchers``)
+    then applies only from the end of that block, so the model reasons
+    first and the constrained answer follows.
     """
 
     request_id: str
@@ -62,6 +65,7 @@ class Admission:
     output: Any = None
     received: float = 0.0
     thinking_budget: ThinkingBudget | None = None
+    reasoning_close: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -371,14 +375,20 @@ class Scheduler:
     def _processors(self, adm: Admission, choice: int) -> list[Any]:
         """The logits processors of one choice: sampling penalties and biases,
         then its grammar (last, so nothing can re-allow a masked token)."""
-        from worker.grammar import grammar_processor
+        from worker.grammar import after_marker, grammar_processor
         from worker.sampling import make_processors, thinking_budget_processor
 
         processors = make_processors(adm.params, len(adm.prompt), self._eos)
         if adm.thinking_budget is not None:
             processors.append(thinking_budget_processor(adm.thinking_budget, len(adm.prompt)))
         if adm.matchers is not None:
-            processors.append(grammar_processor(adm.matchers[choice], len(adm.prompt)))
+            matcher = adm.matchers[choice]
+            if adm.reasoning_close:
+                processors.append(
+                    after_marker(lambda start: grammar_processor(matcher, start), len(adm.prompt), adm.reasoning_close)
+                )
+            else:
+                processors.append(grammar_processor(matcher, len(adm.prompt)))
         return processors
 
     def _prefill(self, cache: list[Any] | None, prompt: list[int], start: int) -> list[Any]:

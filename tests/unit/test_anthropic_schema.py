@@ -374,3 +374,11 @@ def test_count_tokens_refuses_generation_fields(field, value):
     with pytest.raises(APIError) as info:
         decode_count_tokens_request(json.dumps(data).encode())
     assert info.value.param == field
+
+
+def test_thinking_refuses_forced_tool_use():
+    thinking = {"type": "enabled", "budget_tokens": 1024}
+    for choice in ({"type": "any"}, {"type": "tool", "name": "now"}):
+        err = refused("tool_choice", tools=[CLOCK_TOOL], tool_choice=choice, thinking=thinking, max_tokens=2048)
+        assert "thinking" in err.message
+    assert generate(tools=[CLOCK_TOOL], tool_choice={"type": "auto"}, thinking=thinking, max_tokens=2048).thinking
