@@ -226,24 +226,25 @@ def after_marker(
     make: Callable[[int], Callable[[Any, Any], Any]], prompt_len: int, marker: tuple[int, ...]
 ) -> Callable[[Any, Any], Any]:
     """A logits processor that leaves the logits alone until the generated
-    tokens contain ``marker`` (a reasoning block's closing tokens), then
-    hands every step to ``make(start)``, a processor built for a context
-    whose constrained part starts at ``start`` (the first token after the
-    marker). ``prompt_len``: tokens of the prompt in the engine's context.
-    Stateful: one per choice; scheduler thread only.
+    tokens close the reasoning block the prompt opened (``marker``: the
+    closing tokens), then hands every step to ``make(start)``, a processor
+    built for a context whose constrained part starts at ``start`` (the
+    first token after the marker). ``prompt_len``: tokens of the prompt in
+    the engine's context. Stateful: one per choice; scheduler thread only.
     """
-    state: dict[str, Any] = {"seen": prompt_len, "recent": [], "inner": None}
+    from worker.reasoning_block import ReasoningBlock
+
+    block = ReasoningBlock((), marker, open_at_start=True)
+    state: dict[str, Any] = {"seen": prompt_len, "inner": None}
 
     def apply(tokens: Any, logits: Any) -> Any:
         if state["inner"] is None:
             total = tokens.shape[0]
-            if total > state["seen"]:
-                for token in tokens[state["seen"] :].tolist():
-                    state["seen"] += 1
-                    state["recent"] = (state["recent"] + [int(token)])[-len(marker) :]
-                    if tuple(state["recent"]) == marker:
-                        state["inner"] = make(state["seen"])
-                        break
+            for token in tokens[state["seen"] :].tolist() if total > state["seen"] else []:
+                state["seen"] += 1
+                if block.feed(int(token)):
+                    state["inner"] = make(state["seen"])
+                    break
             if state["inner"] is None:
                 return logits
         return state["inner"](tokens, logits)

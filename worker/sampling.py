@@ -30,6 +30,7 @@ from mlx_lm.sample_utils import (
 )
 
 from shared.protocol import SamplingParams
+from worker.reasoning_block import ReasoningBlock
 
 Sampler = Callable[[mx.array], mx.array]
 LogitsProcessor = Callable[[mx.array, mx.array], mx.array]
@@ -227,44 +228,6 @@ def _min_tokens(minimum: int, prompt_len: int, eos_ids: list[int]) -> LogitsProc
     return apply
 
 
-class _ThinkingBudgetState:
-    """Where one choice is relative to its reasoning block, updated from the
-    tokens generated since the last call (see
-    :func:`thinking_budget_processor`)."""
-
-    def __init__(self, budget: Any, prompt_len: int) -> None:
-        self.spec = budget
-        self.seen = prompt_len  # tokens of the context already looked at
-        self.recent: list[int] = []  # the last few generated tokens
-        self.inside = budget.open_at_start
-        self.used = 0  # tokens generated inside the open block
-
-    def advance(self, new: list[int]) -> None:
-        """Take in newly generated tokens."""
-        keep = max(len(self.spec.open_ids), len(self.spec.close_ids))
-        for token in new:
-            self.recent = (self.recent + [token])[-keep:]
-            if self.inside:
-                self.used += 1
-                if _ends_with(self.recent, self.spec.close_ids):
-                    self.inside = False
-            elif _ends_with(self.recent, self.spec.open_ids):
-                self.inside, self.used = True, 0
-
-    def forced(self) -> int | None:
-        """The token that must come next (the next one of the closing
-        marker), or None while the budget lasts."""
-        if not self.inside or self.used < self.spec.budget:
-            return None
-        close = self.spec.close_ids
-        done = next((k for k in range(len(close) - 1, 0, -1) if _ends_with(self.recent, close[:k])), 0)
-        return close[done]
-
-
-def _ends_with(tokens: list[int], suffix: tuple[int, ...]) -> bool:
-    return bool(suffix) and len(tokens) >= len(suffix) and tuple(tokens[-len(suffix) :]) == suffix
-
-
 def thinking_budget_processor(budget: Any, prompt_len: int) -> LogitsProcessor:
     """A logits processor that ends a reasoning block after
     ``budget.budget`` generated tokens (``budget`` is a
@@ -274,17 +237,18 @@ def thinking_budget_processor(budget: Any, prompt_len: int) -> LogitsProcessor:
     model writes ``budget.open_ids``. ``prompt_len``: tokens of the prompt,
     which the engine's context starts with. Stateful: one per choice.
     """
-    state = _ThinkingBudgetState(budget, prompt_len)
+    block = ReasoningBlock(budget.open_ids, budget.close_ids, budget.open_at_start)
+    seen = [prompt_len]  # tokens of the context already fed to ``block``
 
     def apply(tokens: mx.array, logits: mx.array) -> mx.array:
         total = tokens.shape[0]
-        if total > state.seen:
-            state.advance(tokens[state.seen :].tolist())
-            state.seen = total
-        forced = state.forced()
-        if forced is None:
+        if total > seen[0]:
+            for token in tokens[seen[0] :].tolist():
+                block.feed(int(token))
+            seen[0] = total
+        if not block.inside or block.used < budget.budget:
             return logits
-        allowed = mx.arange(logits.shape[-1]) == forced
+        allowed = mx.arange(logits.shape[-1]) == block.next_close_token()
         return mx.where(allowed, logits, mx.array(-float("inf"), dtype=logits.dtype))
 
     return apply
