@@ -111,6 +111,16 @@ class PromptBuilder:
         self.vocab_size = vocab_size
         self.formats = formats
         self.grammars = grammars
+        self._marker_ids = self._reasoning_marker_ids()
+
+    def _reasoning_marker_ids(self) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+        """The token ids of the reasoning block's open and close markers
+        (None when the model's format has no pair of them)."""
+        opening, closing = self.formats.reasoning_open_marker, self.formats.reasoning_close_marker
+        if not (self.formats.reasoning_format and opening and closing):
+            return None
+        encode = self._tokenizer.encode
+        return tuple(encode(opening, add_special_tokens=False)), tuple(encode(closing, add_special_tokens=False))
 
     def count(self, request: GenerateRequest) -> int:
         """The number of prompt tokens ``request`` renders to.
@@ -152,10 +162,9 @@ class PromptBuilder:
     def _reasoning_close(self, thinking_open: bool) -> tuple[int, ...] | None:
         """The token ids that close the reasoning block the prompt opened
         (None when it opened none, or the format has no closing marker)."""
-        marker = self.formats.reasoning_close_marker
-        if not thinking_open or not marker:
+        if not thinking_open or self._marker_ids is None:
             return None
-        return tuple(self._tokenizer.encode(marker, add_special_tokens=False))
+        return self._marker_ids[1]
 
     def _thinking_budget(self, request: GenerateRequest, thinking_open: bool) -> ThinkingBudget | None:
         """The request's reasoning cap as token ids, or None when it sets no
@@ -168,19 +177,14 @@ class PromptBuilder:
         budget, formats = request.thinking_budget, self.formats
         if budget is None or request.messages is None or formats.reasoning_format is None:
             return None
-        if not (formats.reasoning_open_marker and formats.reasoning_close_marker):
+        if self._marker_ids is None:
             raise PromptError(
                 "invalid_request",
                 f"a thinking budget is not supported for this model's reasoning format ({formats.reasoning_format})",
                 "thinking",
             )
-        encode = self._tokenizer.encode
-        return ThinkingBudget(
-            budget=budget,
-            open_ids=tuple(encode(formats.reasoning_open_marker, add_special_tokens=False)),
-            close_ids=tuple(encode(formats.reasoning_close_marker, add_special_tokens=False)),
-            open_at_start=thinking_open,
-        )
+        open_ids, close_ids = self._marker_ids
+        return ThinkingBudget(budget=budget, open_ids=open_ids, close_ids=close_ids, open_at_start=thinking_open)
 
     # -- prompt -----------------------------------------------------------
 
