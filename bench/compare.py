@@ -292,6 +292,18 @@ def prefix_test(servers: list[HttpContender], sections: dict[str, Section], roun
         }
 
 
+def start_mlxd(
+    stack: contextlib.ExitStack, tmp: Path, model_dir: Path, env: dict[str, str] | None = None
+) -> tuple[HttpContender, dict]:
+    """Start an mlxd gateway (one worker, ``max_batch_size`` 32) on
+    ``model_dir`` with ``env`` added to its environment, stopped when
+    ``stack`` closes; return it as a contender, and its worker's status."""
+    model = {"name": MLXD_NAME, "source": str(model_dir), "max_batch_size": 32}
+    server = stack.enter_context(mlxd(tmp, model, env=env))
+    status = server.worker(MLXD_NAME)
+    return HttpContender("mlxd", server.url, [server.proc.pid, status["pid"]], server.proc.pid), status
+
+
 def run_model(
     label: str, model_dir: Path, levels: list[int], tokens: int, rounds: int, wanted: list[str], tmp: Path
 ) -> dict[str, Section]:
@@ -314,10 +326,8 @@ def run_model(
                 peer = stack.enter_context(mlx_lm_server(tmp / f"peer-{label}", model_dir))
                 contenders.append(HttpContender(name, peer.url, [peer.proc.pid], peer.proc.pid))
             else:
-                model = {"name": MLXD_NAME, "source": str(model_dir), "max_batch_size": 32}
-                server = stack.enter_context(mlxd(tmp / f"mlxd-{label}", model))
-                status = server.worker(MLXD_NAME)
-                contenders.append(HttpContender(name, server.url, [server.proc.pid, status["pid"]], server.proc.pid))
+                contender, status = start_mlxd(stack, tmp / f"mlxd-{label}", model_dir)
+                contenders.append(contender)
                 sections[name].note = f"worker BLAS: {status.get('blas')}"
             contenders[-1].warm_up()
             print(f"[{label}] {name} up in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
@@ -354,10 +364,7 @@ def blas_test(model_dir: Path, tmp: Path, rounds: int) -> dict[int, dict[str, Ro
     with contextlib.ExitStack() as stack:
         contenders = []
         for label, env in (("openblas", {}), ("reference", {"MLXD_BLAS": "builtin"})):
-            model = {"name": MLXD_NAME, "source": str(model_dir), "max_batch_size": 32}
-            server = stack.enter_context(mlxd(tmp / f"blas-{label}", model, env=env))
-            status = server.worker(MLXD_NAME)
-            contender = HttpContender("mlxd", server.url, [server.proc.pid, status["pid"]], server.proc.pid)
+            contender, status = start_mlxd(stack, tmp / f"blas-{label}", model_dir, env)
             contender.warm_up()
             contenders.append((str(status.get("blas") or label), contender))
         for r in range(rounds):
@@ -443,6 +450,16 @@ def ratio_line(name: str, num: float | None, den: float | None, target: float, a
     return f"{name:<60} {value:>7.3f}x  {bound}  {'PASS' if ok else 'MISS'}"
 
 
+TARGETS = (
+    ("default model, 16 streams: mlxd / mlx_lm.server", "real", 16, "mlx_lm.server", 1.15),
+    ("default model, 16 streams: mlxd / in-process batch_generate", "real", 16, "in-process", 0.95),
+    ("default model, 1 stream: mlxd / in-process stream_generate", "real", 1, "in-process", 0.95),
+    ("tiny model, 32 streams: mlxd / mlx_lm.server", "tiny", 32, "mlx_lm.server", 2.0),
+)
+"""The aggregate-throughput targets: title, model, streams, the contender
+mlxd is compared with, and the least ratio that passes."""
+
+
 def print_report(sections: dict[tuple[str, str], Section]) -> None:
     """The prefix test, the CPU figures and the target ratios."""
     print("\n== shared ~1,000-token prefix (default model): TTFT cold vs warm, median of 3 ==")
@@ -478,38 +495,8 @@ def print_report(sections: dict[tuple[str, str], Section]) -> None:
             )
 
     print("\n== targets (ratios of best rounds, this run) ==")
-    print(
-        ratio_line(
-            "default model, 16 streams: mlxd / mlx_lm.server",
-            agg(sections, "mlxd", "real", 16),
-            agg(sections, "mlx_lm.server", "real", 16),
-            1.15,
-        )
-    )
-    print(
-        ratio_line(
-            "default model, 16 streams: mlxd / in-process batch_generate",
-            agg(sections, "mlxd", "real", 16),
-            agg(sections, "in-process", "real", 16),
-            0.95,
-        )
-    )
-    print(
-        ratio_line(
-            "default model, 1 stream: mlxd / in-process stream_generate",
-            agg(sections, "mlxd", "real", 1),
-            agg(sections, "in-process", "real", 1),
-            0.95,
-        )
-    )
-    print(
-        ratio_line(
-            "tiny model, 32 streams: mlxd / mlx_lm.server",
-            agg(sections, "mlxd", "tiny", 32),
-            agg(sections, "mlx_lm.server", "tiny", 32),
-            2.0,
-        )
-    )
+    for title, model, streams, other, target in TARGETS:
+        print(ratio_line(title, agg(sections, "mlxd", model, streams), agg(sections, other, model, streams), target))
     tiny = sections.get(("mlxd", "tiny"))
     row = tiny.best(32) if tiny else None
     if row and row.cpu and row.tokens:
