@@ -148,9 +148,29 @@ JSONObject = dict[str, Any]
 
 
 class StreamOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """``stream_options``: ``include_usage`` adds a final usage chunk."""
+    """``stream_options``: ``include_usage`` adds a final usage chunk;
+    ``include_obfuscation`` is accepted (mlxd never adds obfuscation)."""
 
     include_usage: bool | None = None
+    include_obfuscation: bool | None = None
+
+
+class CacheControl(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``cache_control`` on a text part (chat and Responses): not in
+    OpenAI's spec, but sent by clients that follow the Anthropic /
+    OpenRouter convention. Only ``{"type": "ephemeral", "ttl"?}`` is
+    accepted; it has no effect, since mlxd's prefix cache is automatic."""
+
+    type: ShortText
+    ttl: ShortText | None = None
+
+
+class PromptCacheBreakpoint(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``prompt_cache_breakpoint`` on a text part: accepted, no effect
+    (prefix caching is automatic)."""
+
+    mode: ShortText
+    ttl: ShortText | None = None
 
 
 class ContentPart(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

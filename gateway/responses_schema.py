@@ -53,8 +53,9 @@ Supported:
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
-from typing import Annotated, Union
+from typing import Annotated, Any, Union
 
 import msgspec
 from msgspec import UNSET, Meta, Raw, UnsetType
@@ -74,19 +75,22 @@ from gateway.openai_schema import (
     Text,
     ToolName,
     TopP,
+    CacheControl,
+    MAX_TEXT_CHARS,
     check_finite,
     check_tool_choice,
     decode_body,
 )
 from gateway.openai_schema import THINKING_BY_EFFORT as _CHAT_THINKING_BY_EFFORT
+from gateway.encrypted_reasoning import SealError, unseal
 from gateway.responses_format import (
-    FunctionToolEcho,
+    OutputOptions,
     ReasoningEcho,
     ResponseSettings,
     TextEcho,
     TextFormatEcho,
-    ToolChoiceFunctionEcho,
 )
+from gateway.responses_tools import CUSTOM_INPUT, ToolCatalog, ToolParam, catalog
 from shared.protocol import (
     ChatMessage,
     GenerateRequest,
@@ -108,7 +112,9 @@ MAX_METADATA_VALUE_CHARS = 512
 MAX_TOOL_CALLS = 2**31 - 1
 """Type bound of ``max_tool_calls`` (which must be null anyway)."""
 MAX_INCLUDE = 64
-"""Type bound of ``include`` (which must be empty anyway)."""
+"""Most ``include`` (and ``context_management``) entries."""
+MAX_CLIENT_METADATA = 64
+"""Most ``client_metadata`` pairs."""
 
 # --- field types (the rest as for chat, from gateway.openai_schema) -------------------
 
@@ -118,6 +124,12 @@ Metadata = Annotated[
         Annotated[str, Meta(max_length=MAX_METADATA_VALUE_CHARS)],
     ],
     Meta(max_length=MAX_METADATA),
+]
+
+
+ClientMetadata = Annotated[
+    dict[Annotated[str, Meta(max_length=MAX_METADATA_VALUE_CHARS)], Annotated[str, Meta(max_length=MAX_TEXT_CHARS)]],
+    Meta(max_length=MAX_CLIENT_METADATA),
 ]
 
 
@@ -136,6 +148,7 @@ class ContentPartParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     annotations: Raw | UnsetType = UNSET
     logprobs: Raw | UnsetType = UNSET
     prompt_cache_breakpoint: Raw | UnsetType = UNSET
+    cache_control: CacheControl | None | UnsetType = UNSET
     image_url: Raw | UnsetType = UNSET
     file_id: Raw | UnsetType = UNSET
     detail: Raw | UnsetType = UNSET
@@ -165,44 +178,9 @@ class InputItemParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     output: Union[Text, Parts, UnsetType] = UNSET
     summary: Parts | UnsetType = UNSET
     encrypted_content: Text | None | UnsetType = UNSET
-
-
-class FunctionToolParam(msgspec.Struct, tag_field="type", tag="function", forbid_unknown_fields=True, kw_only=True):
-    """A ``tools`` entry of type ``function``; ``parameters`` is its JSON
-    Schema (null or absent: no parameters)."""
-
-    name: ToolName
-    description: Text | None = None
-    parameters: JSONObject | None = None
-    strict: bool | None = None
-
-
-_OTHER_TOOL_TYPES = (
-    "file_search",
-    "computer",
-    "computer_use_preview",
-    "web_search",
-    "web_search_2025_08_26",
-    "web_search_preview",
-    "web_search_preview_2025_03_11",
-    "mcp",
-    "code_interpreter",
-    "programmatic_tool_calling",
-    "image_generation",
-    "local_shell",
-    "shell",
-    "custom",
-    "namespace",
-    "tool_search",
-    "apply_patch",
-)
-"""OpenAI tool types mlxd recognises only to refuse them by type."""
-
-_OtherTools = tuple(
-    msgspec.defstruct(f"UnsupportedTool_{kind}", [], tag_field="type", tag=kind) for kind in _OTHER_TOOL_TYPES
-)
-ToolParam = Union[(FunctionToolParam, *_OtherTools)]  # type: ignore[valid-type]
-"""A ``tools`` entry: a function tool, or one of the refused types."""
+    input: Text | UnsetType = UNSET
+    namespace: ShortText | None | UnsetType = UNSET
+    caller: Raw | UnsetType = UNSET
 
 
 class ToolChoiceParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -229,18 +207,41 @@ class TextFormatParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 
 class TextParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """``text``: the output ``format``; ``verbosity`` only null."""
+    """``text``: the output ``format``; ``verbosity`` (``low``, ``medium``,
+    ``high``) is echoed and has no effect."""
 
     format: TextFormatParam | None = None
     verbosity: ShortText | None = None
 
 
 class ReasoningParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """``reasoning``: ``effort`` picks thinking on/off; summaries only null."""
+    """``reasoning``: ``effort`` picks thinking on/off; ``summary`` (or the
+    deprecated ``generate_summary``) puts the reasoning text in the
+    reasoning item's summary; ``context`` and ``mode`` are echoed."""
 
     effort: ShortText | None = None
     summary: ShortText | None = None
     generate_summary: ShortText | None = None
+    context: ShortText | None = None
+    mode: ShortText | None = None
+
+
+class PromptCacheOptionsParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``prompt_cache_options``: accepted, no effect (mlxd's prefix cache
+    is automatic and lives as long as memory allows)."""
+
+    mode: ShortText | None = None
+    ttl: ShortText | None = None
+    prewarm: bool | None = None
+    comparison_response_id: ShortText | None = None
+
+
+class ContextManagementParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """One ``context_management`` entry: accepted, no effect (mlxd never
+    compacts; an input too long for the context is a 400)."""
+
+    type: ShortText
+    compact_threshold: Annotated[int, Meta(ge=0)] | None = None
 
 
 class StreamOptionsParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -284,6 +285,14 @@ class ResponsesRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     include: Annotated[list[ShortText], Meta(max_length=MAX_INCLUDE)] | None = None
     top_logprobs: Annotated[int, Meta(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
     service_tier: ShortText | None = None
+    prompt_cache_options: PromptCacheOptionsParam | None = None
+    prompt_cache_retention: ShortText | None = None
+    context_management: Annotated[list[ContextManagementParam], Meta(max_length=MAX_INCLUDE)] | None = None
+    client_metadata: ClientMetadata | None = None
+    moderation: Raw | None = None
+    background_options: Raw | None = None
+    access_programs: Raw | None = None
+    image: Raw | None = None
 
 
 _decoder = msgspec.json.Decoder(ResponsesRequest)
@@ -324,8 +333,8 @@ def _stateless(name: str) -> APIError:
 
 
 def _check_settings(req: ResponsesRequest) -> None:
-    """Check the sampling numbers, refuse what needs stored state, and check
-    the fields accepted only when neutral and ``reasoning``.
+    """Check the sampling numbers, refuse what needs stored state or a
+    service mlxd lacks, and check the enumerated settings.
 
     Raises:
         APIError: 400 naming the field.
@@ -337,109 +346,235 @@ def _check_settings(req: ResponsesRequest) -> None:
         raise _stateless("conversation")
     if req.background:
         raise _not_supported("background", "background mode (mlxd is stateless)")
+    if _given(req.background_options):
+        raise _not_supported("background_options", "'background_options' (there is no background mode)")
     if _given(req.prompt):
         raise _not_supported("prompt", "'prompt' (stored prompt templates)")
+    if _given(req.moderation):
+        raise _not_supported("moderation", "'moderation' (mlxd runs no moderation model)")
     if req.stream_options is not None and req.stream is not True:
         raise bad_request("'stream_options' is only allowed when 'stream' is true", "stream_options")
+    _check_enums(req)
     _check_neutral(req)
     _check_reasoning(req.reasoning)
 
 
-def _check_neutral(req: ResponsesRequest) -> None:
-    """Fields accepted only with their neutral value.
+SERVICE_TIERS = ("auto", "default", "flex", "scale", "priority", "fast")
+"""Accepted ``service_tier`` values (every request is served the same way;
+responses say ``default``)."""
+
+INCLUDABLE = (
+    "reasoning.encrypted_content",
+    "file_search_call.results",
+    "web_search_call.results",
+    "web_search_call.action.sources",
+    "message.input_image.image_url",
+    "computer_call_output.output.image_url",
+    "code_interpreter_call.outputs",
+    "message.output_text.logprobs",
+)
+"""The official ``include`` values; see :func:`_check_neutral` for which
+have an effect."""
+
+_ENUMS = (
+    ("service_tier", SERVICE_TIERS),
+    ("truncation", ("auto", "disabled")),
+    ("prompt_cache_retention", ("in_memory", "24h")),
+)
+
+
+def _one_of(value: str | None, allowed: tuple[str, ...], param: str) -> None:
+    """Refuse ``value`` unless it is None or one of ``allowed``.
+
+    Raises:
+        APIError: 400 param ``param``.
+    """
+    if value is not None and value not in allowed:
+        raise bad_request(f"Invalid value for '{param}': '{value}'; expected one of {', '.join(allowed)}", param)
+
+
+def _check_enums(req: ResponsesRequest) -> None:
+    """Every enumerated setting holds one of its official values.
 
     Raises:
         APIError: 400 naming the field.
     """
-    if req.truncation not in (None, "disabled"):
-        raise _not_supported("truncation", f"truncation '{req.truncation}'")
-    if req.include:
-        raise _not_supported("include[0]", f"include '{req.include[0]}'")
+    for name, allowed in _ENUMS:
+        _one_of(getattr(req, name), allowed, name)
+    for index, value in enumerate(req.include or ()):
+        _one_of(value, INCLUDABLE, f"include[{index}]")
+    options = req.prompt_cache_options
+    if options is not None:
+        _one_of(options.mode, ("implicit", "explicit"), "prompt_cache_options.mode")
+        _one_of(options.ttl, ("30m", "12h"), "prompt_cache_options.ttl")
+    if req.text is not None:
+        _one_of(req.text.verbosity, VERBOSITIES, "text.verbosity")
+
+
+VERBOSITIES = ("low", "medium", "high")
+"""Accepted ``text.verbosity`` values (echoed; no effect)."""
+
+
+def _check_neutral(req: ResponsesRequest) -> None:
+    """Fields accepted only where mlxd can keep their promise.
+
+    Raises:
+        APIError: 400 naming the field: ``truncation: "auto"`` (mlxd does
+        not drop input to fit; a too-long input is a 400), ``include`` of
+        ``message.output_text.logprobs`` and a non-zero ``top_logprobs``
+        (log-probabilities are not offered on this endpoint yet), and a
+        ``max_tool_calls`` (not implemented here).
+    """
+    if req.truncation == "auto":
+        raise _not_supported(
+            "truncation", "truncation 'auto' (mlxd never drops input to fit; a too-long input is a 400)"
+        )
+    if req.include and "message.output_text.logprobs" in req.include:
+        index = req.include.index("message.output_text.logprobs")
+        raise _not_supported(f"include[{index}]", "include 'message.output_text.logprobs' (log-probabilities)")
     if req.top_logprobs not in (None, 0):
         raise _not_supported("top_logprobs", "'top_logprobs' (log-probabilities)")
     if req.max_tool_calls is not None:
         raise _not_supported("max_tool_calls", "'max_tool_calls'")
-    if req.service_tier not in (None, "auto"):
-        raise _not_supported("service_tier", f"service_tier '{req.service_tier}'")
 
 
 THINKING_BY_EFFORT = {**_CHAT_THINKING_BY_EFFORT, "xhigh": True, "max": True}
 """``reasoning.effort`` -> whether the model's reasoning mode is on: the
 chat ``reasoning_effort`` values plus ``xhigh`` and ``max``."""
 
+SUMMARIES = ("auto", "concise", "detailed")
+"""Accepted ``reasoning.summary`` values: each puts the model's whole
+reasoning text in the reasoning item's summary."""
+
 
 def _check_reasoning(reasoning: ReasoningParam | None) -> None:
-    """``reasoning.effort`` must be known; summaries are not produced.
+    """``reasoning``: a known ``effort``, ``summary`` / ``generate_summary``
+    (which must agree), ``context`` and ``mode``.
 
     Raises:
         APIError: 400 naming the ``reasoning`` field.
     """
     if reasoning is None:
         return
-    if reasoning.effort is not None and reasoning.effort not in THINKING_BY_EFFORT:
+    _one_of(reasoning.effort, tuple(THINKING_BY_EFFORT), "reasoning.effort")
+    _one_of(reasoning.summary, SUMMARIES, "reasoning.summary")
+    _one_of(reasoning.generate_summary, SUMMARIES, "reasoning.generate_summary")
+    _one_of(reasoning.context, ("auto", "current_turn", "all_turns"), "reasoning.context")
+    both = reasoning.summary is not None and reasoning.generate_summary is not None
+    if both and reasoning.summary != reasoning.generate_summary:
         raise bad_request(
-            f"Invalid value for 'reasoning.effort': '{reasoning.effort}'; "
-            f"expected one of {', '.join(THINKING_BY_EFFORT)}",
-            "reasoning.effort",
+            "'reasoning.summary' and 'reasoning.generate_summary' disagree; send only 'summary'",
+            "reasoning.generate_summary",
         )
-    for name in ("summary", "generate_summary"):
-        if getattr(reasoning, name) is not None:
-            raise _not_supported(f"reasoning.{name}", "reasoning summaries")
 
 
-def _tool_kind(tool: object) -> str:
-    """The ``type`` of a decoded ``tools`` entry."""
-    return type(tool).__struct_config__.tag  # type: ignore[attr-defined]
+def tool_catalog(req: ResponsesRequest) -> ToolCatalog:
+    """The request's tools as the model sees them (see
+    :mod:`gateway.responses_tools`); call only on a decoded request."""
+    return catalog(req.tools)
 
 
 def _check_tools(req: ResponsesRequest) -> None:
-    """Only function tools, with unique names; a valid ``tool_choice``.
+    """The tools (see :func:`gateway.responses_tools.catalog`) and a valid
+    ``tool_choice``.
 
     Raises:
-        APIError: 400 naming ``tools[i].type``, ``tools[i].name`` or the
-        offending part of ``tool_choice``.
+        APIError: 400 naming the offending tool field or the offending part
+        of ``tool_choice``.
     """
-    names: set[str] = set()
-    for index, tool in enumerate(req.tools or ()):
-        if not isinstance(tool, FunctionToolParam):
-            raise bad_request(
-                f"Tool type '{_tool_kind(tool)}' is not supported; only 'function' tools are", f"tools[{index}].type"
-            )
-        if tool.name in names:
-            raise bad_request(f"Tool name '{tool.name}' is used twice", f"tools[{index}].name")
-        names.add(tool.name)
-    check_tool_choice(req.tool_choice, names, _chosen_function, "tool_choice.name")
+    tools = tool_catalog(req)
+    choice = req.tool_choice
+    if isinstance(choice, ToolChoiceParam) and choice.type == "allowed_tools":
+        _allowed_names(choice, tools)
+        return
+    if choice == "auto" and not tools.refs and tools.dropped:
+        return  # every tool was dropped: "auto" then means no call
+    check_tool_choice(choice, set(tools.refs), lambda c: _chosen_tool(c, tools), "tool_choice.name")
 
 
-def _chosen_function(choice: ToolChoiceParam) -> str:
-    """The function an object ``tool_choice`` forces; it must be exactly
-    ``{"type": "function", "name"}``.
+def _chosen_tool(choice: ToolChoiceParam, tools: ToolCatalog) -> str:
+    """The model-facing name of the tool an object ``tool_choice`` forces:
+    ``{"type": "function"|"custom", "name"}``, ``name`` the tool's own name
+    or its model-facing (namespace-qualified) one.
 
     Raises:
-        APIError: 400 param ``tool_choice.type`` (another type) or
-        ``tool_choice`` (no name, or fields of the other forms).
+        APIError: 400 param ``tool_choice.type`` (a tool type mlxd cannot
+        run, or an unknown one) or ``tool_choice`` (no name, or fields of
+        the other forms).
     """
-    if choice.type != "function":
-        raise bad_request(f"tool_choice type '{choice.type}' is not supported; only 'function' is", "tool_choice.type")
+    if choice.type not in ("function", "custom"):
+        raise bad_request(
+            f"tool_choice type '{choice.type}' forces a tool mlxd cannot run; only 'function', 'custom' "
+            "and 'allowed_tools' are supported",
+            "tool_choice.type",
+        )
     if choice.name is UNSET or any(_given(getattr(choice, f)) for f in ("mode", "tools", "server_label")):
-        raise bad_request('A function tool_choice is {"type": "function", "name": ...}', "tool_choice")
-    return choice.name  # type: ignore[return-value]
+        raise bad_request(f'A {choice.type} tool_choice is {{"type": "{choice.type}", "name": ...}}', "tool_choice")
+    return _resolve_name(choice.name, choice.type, tools)  # type: ignore[arg-type]
+
+
+def _resolve_name(name: str, kind: str, tools: ToolCatalog) -> str:
+    """The model-facing name for ``name`` (model-facing already, or the own
+    name of exactly one tool); ``name`` itself when there is none (the
+    caller reports it)."""
+    ref = tools.refs.get(name)
+    if ref is not None:
+        if ref.kind != kind:
+            raise bad_request(f"tool_choice names '{name}', which is a {ref.kind} tool", "tool_choice.type")
+        return name
+    matches = [model for model, ref in tools.refs.items() if ref.name == name and ref.kind == kind]
+    return matches[0] if len(matches) == 1 else name
+
+
+class AllowedToolParam(msgspec.Struct, forbid_unknown_fields=False, kw_only=True):
+    """One entry of an ``allowed_tools`` choice: a tool's ``type`` and,
+    for function and custom tools, its ``name``."""
+
+    type: ShortText
+    name: ShortText | None = None
+
+
+_allowed_decoder = msgspec.json.Decoder(list[AllowedToolParam])
+
+
+def _allowed_names(choice: ToolChoiceParam, tools: ToolCatalog) -> set[str]:
+    """The model-facing names an ``allowed_tools`` choice keeps (entries
+    for dropped tool types keep nothing).
+
+    Raises:
+        APIError: 400 param ``tool_choice.mode`` (not ``auto`` or
+        ``required``), ``tool_choice.tools`` (missing or malformed) or
+        ``tool_choice.tools[i].name`` (not among the tools).
+    """
+    if choice.mode is UNSET or bytes(choice.mode) not in (b'"auto"', b'"required"'):  # type: ignore[arg-type]
+        raise bad_request("An allowed_tools tool_choice needs 'mode': 'auto' or 'required'", "tool_choice.mode")
+    if choice.tools is UNSET:
+        raise bad_request("Missing required parameter: 'tool_choice.tools'", "tool_choice.tools")
+    entries = decode_body(_allowed_decoder, bytes(choice.tools))  # type: ignore[arg-type]
+    names: set[str] = set()
+    for index, entry in enumerate(entries):
+        if entry.type not in ("function", "custom"):
+            continue
+        name = _resolve_name(entry.name or "", entry.type, tools)
+        if name not in tools.refs:
+            raise bad_request(
+                f"allowed_tools names '{entry.name}', which is not among 'tools'", f"tool_choice.tools[{index}].name"
+            )
+        names.add(name)
+    return names
 
 
 _FORMATS = ("text", "json_object", "json_schema")
 
 
 def _check_text(text: TextParam | None) -> None:
-    """``text.format`` of a known type with the fields it needs;
-    ``text.verbosity`` only null.
+    """``text.format`` of a known type with the fields it needs.
 
     Raises:
         APIError: 400 naming the ``text`` field.
     """
     if text is None:
         return
-    if text.verbosity is not None:
-        raise _not_supported("text.verbosity", "'text.verbosity'")
     fmt = text.format
     if fmt is None:
         return
@@ -460,14 +595,16 @@ def _check_text(text: TextParam | None) -> None:
 # --- input items ---------------------------------------------------------------------------
 
 _PART_FIELDS = {
-    "input_text": ("text", "prompt_cache_breakpoint"),
+    "input_text": ("text", "prompt_cache_breakpoint", "cache_control"),
     "output_text": ("text", "annotations", "logprobs"),
     "refusal": ("refusal",),
     "reasoning_text": ("text",),
     "summary_text": ("text",),
 }
 """Supported part types and the fields each may carry (the first is
-required and holds its text)."""
+required and holds its text; ``prompt_cache_breakpoint`` and
+``cache_control`` are accepted and have no effect: prefix caching is
+automatic)."""
 
 _MEDIA_PARTS = ("input_image", "input_file", "input_audio")
 """Part types refused as not supported (rather than as invalid)."""
@@ -477,16 +614,21 @@ _ASSISTANT_PARTS = ("output_text", "refusal", "input_text")
 
 _ITEM_FIELDS = {
     "message": ("type", "role", "content", "id", "status", "phase"),
-    "function_call": ("type", "call_id", "name", "arguments", "id", "status"),
-    "function_call_output": ("type", "call_id", "output", "id", "status", "name"),
+    "function_call": ("type", "call_id", "name", "arguments", "id", "status", "namespace", "caller"),
+    "function_call_output": ("type", "call_id", "output", "id", "status", "name", "namespace", "caller"),
+    "custom_tool_call": ("type", "call_id", "name", "input", "id", "status", "namespace", "caller"),
+    "custom_tool_call_output": ("type", "call_id", "output", "id", "status", "caller"),
     "reasoning": ("type", "id", "summary", "content", "encrypted_content", "status"),
 }
-"""Supported item types and the fields each may carry."""
+"""Supported item types and the fields each may carry (``caller`` is
+accepted and has no effect: every call is direct)."""
 
 _REQUIRED_FIELDS = {
     "message": ("role", "content"),
     "function_call": ("call_id", "name", "arguments"),
     "function_call_output": ("call_id", "output"),
+    "custom_tool_call": ("call_id", "name", "input"),
+    "custom_tool_call_output": ("call_id", "output"),
     "reasoning": (),
 }
 
@@ -549,9 +691,14 @@ def _check_function_output(item: InputItemParam, path: str) -> None:
 
 
 def _check_reasoning_item(item: InputItemParam, path: str) -> None:
-    """Reasoning in the history: readable text only, never encrypted."""
+    """Reasoning in the history: ``reasoning_text`` content, ``summary_text``
+    summary, and an ``encrypted_content`` that is mlxd's own
+    (:mod:`gateway.encrypted_reasoning`) or foreign (then unused)."""
     if _given(item.encrypted_content):
-        raise _not_supported(f"{path}.encrypted_content", "encrypted reasoning content")
+        try:
+            unseal(item.encrypted_content)  # type: ignore[arg-type]
+        except SealError as exc:
+            raise bad_request(str(exc), f"{path}.encrypted_content") from None
     if isinstance(item.content, str):
         raise bad_request("A reasoning item's 'content' must be a list of reasoning_text parts", f"{path}.content")
     for name, kind in (("content", "reasoning_text"), ("summary", "summary_text")):
@@ -562,6 +709,7 @@ def _check_reasoning_item(item: InputItemParam, path: str) -> None:
 _ITEM_CHECKS = {
     "message": _check_message,
     "function_call_output": _check_function_output,
+    "custom_tool_call_output": _check_function_output,
     "reasoning": _check_reasoning_item,
 }
 
@@ -610,7 +758,12 @@ def _flatten(content: object) -> str:
 
 
 def _reasoning_text(item: InputItemParam) -> str:
-    """A reasoning item's text: its content, else its summary."""
+    """A reasoning item's text: what its mlxd ``encrypted_content`` seals,
+    else its content, else its summary."""
+    if _given(item.encrypted_content):
+        sealed = unseal(item.encrypted_content)  # type: ignore[arg-type]
+        if sealed is not None:
+            return sealed
     text = _flatten(item.content)
     return text if text else "\n".join(_part_text(p) for p in item.summary or ())  # type: ignore[union-attr]
 
@@ -645,11 +798,15 @@ class _History:
     reasoning, message, function calls: a reasoning item after the turn
     has text or calls, or a second assistant message, starts a new turn.
     Any other item ends the turn. A ``function_call_output`` becomes a
-    ``tool`` message; its ``name`` defaults to the earlier call's.
+    ``tool`` message; its ``name`` defaults to the earlier call's. Calls
+    carry their model-facing names (``tools`` maps namespaced ones); a
+    custom tool call's ``input`` becomes the arguments ``{"input": ...}``
+    and its output a ``tool`` message like a function's.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, tools: ToolCatalog) -> None:
         self.messages: list[ChatMessage] = []
+        self._tools = tools
         self._turn: _AssistantTurn | None = None
         self._call_names: dict[str, str] = {}
 
@@ -658,9 +815,9 @@ class _History:
         kind = _item_type(item)
         if kind == "reasoning":
             self._reasoning(item)
-        elif kind == "function_call":
+        elif kind in ("function_call", "custom_tool_call"):
             self._function_call(item)
-        elif kind == "function_call_output":
+        elif kind in ("function_call_output", "custom_tool_call_output"):
             self._tool_output(item)
         elif item.role == "assistant":
             self._current_turn(new_if_started=True).content = _flatten(item.content)
@@ -679,9 +836,14 @@ class _History:
         self._current_turn(new_if_started=True).reasoning.append(_reasoning_text(item))
 
     def _function_call(self, item: InputItemParam) -> None:
-        """A function call joins the current assistant turn."""
-        arguments = item.arguments if isinstance(item.arguments, str) else ""
-        call = ToolCall(id=item.call_id or "", name=item.name or "", arguments=arguments)
+        """A function or custom tool call joins the current assistant turn."""
+        if _item_type(item) == "custom_tool_call":
+            arguments = json.dumps({CUSTOM_INPUT: item.input}, ensure_ascii=False)
+        else:
+            arguments = item.arguments if isinstance(item.arguments, str) else ""
+        namespace = item.namespace if isinstance(item.namespace, str) else None
+        name = self._tools.model_name(item.name or "", namespace)  # type: ignore[arg-type]
+        call = ToolCall(id=item.call_id or "", name=name, arguments=arguments)
         self._call_names[call.id] = call.name
         self._current_turn(new_if_started=False).calls.append(call)
 
@@ -690,7 +852,11 @@ class _History:
         assistant turn)."""
         self._flush()
         call_id = item.call_id or ""
-        name = item.name or self._call_names.get(call_id)
+        namespace = item.namespace if isinstance(item.namespace, str) else None
+        name = item.name if isinstance(item.name, str) else None
+        if name is not None:
+            name = self._tools.model_name(name, namespace)
+        name = name or self._call_names.get(call_id)
         self.messages.append(ChatMessage(role="tool", content=_flatten(item.output), tool_call_id=call_id, name=name))
 
     def _current_turn(self, *, new_if_started: bool) -> _AssistantTurn:
@@ -714,7 +880,7 @@ def _messages(req: ResponsesRequest) -> list[ChatMessage]:
     if isinstance(req.input, str):
         messages = [ChatMessage(role="user", content=req.input)]
     else:
-        history = _History()
+        history = _History(tool_catalog(req))
         for item in req.input:
             history.add(item)
         messages = history.finish()
@@ -726,27 +892,26 @@ def _messages(req: ResponsesRequest) -> list[ChatMessage]:
     return [ChatMessage(role="system", content=req.instructions), *messages]
 
 
-def _function_tools(req: ResponsesRequest) -> list[FunctionToolParam]:
-    """The request's function tools (all of them, once validated)."""
-    return [tool for tool in req.tools or () if isinstance(tool, FunctionToolParam)]
+def _tools(req: ResponsesRequest, tools: ToolCatalog) -> list[Tool] | None:
+    """The tools for the worker (None when there are none): all of them,
+    or those an ``allowed_tools`` choice keeps."""
+    choice = req.tool_choice
+    if isinstance(choice, ToolChoiceParam) and choice.type == "allowed_tools":
+        return tools.restricted(_allowed_names(choice, tools)) or None
+    return tools.tools or None
 
 
-def _tools(req: ResponsesRequest) -> list[Tool] | None:
-    """The tools for the worker (None when there are none)."""
-    tools = [
-        Tool(name=t.name, description=t.description or "", parameters=dict(t.parameters or {}))
-        for t in _function_tools(req)
-    ]
-    return tools or None
-
-
-def _tool_choice(req: ResponsesRequest) -> tuple[ToolChoice, str | None]:
-    """``(tool_choice, tool_choice_name)`` for the worker."""
+def _tool_choice(req: ResponsesRequest, tools: ToolCatalog) -> tuple[ToolChoice, str | None]:
+    """``(tool_choice, tool_choice_name)`` for the worker (the name is the
+    forced tool's model-facing name)."""
     choice = req.tool_choice
     if isinstance(choice, ToolChoiceParam):
-        return "function", choice.name  # type: ignore[return-value]
-    if choice is None:
-        return ("auto" if _function_tools(req) else "none"), None
+        if choice.type == "allowed_tools":
+            mode = msgspec.json.decode(bytes(choice.mode))  # type: ignore[arg-type]
+            return (mode if tools.restricted(_allowed_names(choice, tools)) else "none"), None
+        return "function", _resolve_name(choice.name, choice.type, tools)  # type: ignore[arg-type]
+    if choice is None or (choice != "none" and not tools.tools):
+        return ("auto" if tools.tools else "none"), None
     return choice, None  # type: ignore[return-value]
 
 
@@ -770,7 +935,8 @@ def to_generate_request(req: ResponsesRequest, request_id: str) -> GenerateReque
     """Translate a validated request into the worker's ``GenerateRequest``
     (one choice; ``max_tokens`` None when ``max_output_tokens`` is unset;
     ``timeout`` left for the engine)."""
-    choice, choice_name = _tool_choice(req)
+    tools = tool_catalog(req)
+    choice, choice_name = _tool_choice(req, tools)
     return GenerateRequest(
         request_id=request_id,
         sampling=SamplingParams(
@@ -780,7 +946,7 @@ def to_generate_request(req: ResponsesRequest, request_id: str) -> GenerateReque
         ),
         messages=_messages(req),
         n=1,
-        tools=_tools(req),
+        tools=_tools(req, tools),
         tool_choice=choice,
         tool_choice_name=choice_name,
         parallel_tool_calls=req.parallel_tool_calls is not False,
@@ -793,10 +959,11 @@ def to_generate_request(req: ResponsesRequest, request_id: str) -> GenerateReque
 
 
 def _text_echo(req: ResponsesRequest) -> TextEcho:
-    """The response's ``text``."""
+    """The response's ``text`` (``verbosity`` ``medium`` when unset)."""
     fmt = req.text.format if req.text is not None else None
+    verbosity = (req.text.verbosity if req.text is not None else None) or "medium"
     if fmt is None:
-        return TextEcho(format=TextFormatEcho(type="text"))
+        return TextEcho(format=TextFormatEcho(type="text"), verbosity=verbosity)
     return TextEcho(
         format=TextFormatEcho(
             type=fmt.type,
@@ -804,33 +971,73 @@ def _text_echo(req: ResponsesRequest) -> TextEcho:
             schema=None if fmt.schema is UNSET else fmt.schema,
             description=None if fmt.description is UNSET else fmt.description,
             strict=None if fmt.strict is UNSET else fmt.strict,
-        )
+        ),
+        verbosity=verbosity,
     )
+
+
+def _summary(req: ResponsesRequest) -> str | None:
+    """The requested reasoning summary (``summary`` or its deprecated
+    alias ``generate_summary``), or None."""
+    if req.reasoning is None:
+        return None
+    return req.reasoning.summary or req.reasoning.generate_summary
+
+
+def _choice_echo(req: ResponsesRequest, tools: ToolCatalog) -> str | dict[str, Any]:
+    """The response's ``tool_choice``: the request's object choice as sent,
+    else the string choice in effect."""
+    choice = req.tool_choice
+    if isinstance(choice, ToolChoiceParam):
+        if choice.type == "allowed_tools":
+            return {
+                "type": "allowed_tools",
+                "mode": msgspec.json.decode(bytes(choice.mode)),  # type: ignore[arg-type]
+                "tools": msgspec.json.decode(bytes(choice.tools)),  # type: ignore[arg-type]
+            }
+        return {"type": choice.type, "name": choice.name}
+    return _tool_choice(req, tools)[0]
+
+
+def output_options(req: ResponsesRequest) -> OutputOptions:
+    """How the response renders its output items for ``req``: tool calls
+    mapped back to custom and namespaced tools, reasoning as a summary when
+    one was asked for, and sealed reasoning when ``include`` asks for
+    ``reasoning.encrypted_content``."""
+    return OutputOptions(
+        tools=tool_catalog(req).refs,
+        summary=_summary(req) is not None,
+        encrypted_reasoning="reasoning.encrypted_content" in (req.include or ()),
+    )
+
+
+def dropped_tools(req: ResponsesRequest) -> list[str]:
+    """The types of the request's tools that were dropped."""
+    return tool_catalog(req).dropped
 
 
 def response_settings(req: ResponsesRequest) -> ResponseSettings:
     """The settings the response object echoes for ``req`` (defaults where
     the request left them unset)."""
-    choice, choice_name = _tool_choice(req)
-    echoed_choice: str | ToolChoiceFunctionEcho = choice
-    if choice == "function":
-        echoed_choice = ToolChoiceFunctionEcho(name=choice_name or "")
+    tools = tool_catalog(req)
+    reasoning = req.reasoning
     return ResponseSettings(
         instructions=req.instructions,
         max_output_tokens=req.max_output_tokens,
         metadata=dict(req.metadata or {}),
         parallel_tool_calls=req.parallel_tool_calls is not False,
-        reasoning=ReasoningEcho(effort=req.reasoning.effort if req.reasoning is not None else None),
-        service_tier=req.service_tier,
+        reasoning=ReasoningEcho(
+            effort=reasoning.effort if reasoning is not None else None,
+            summary=_summary(req),
+        ),
         temperature=1.0 if req.temperature is None else req.temperature,
         text=_text_echo(req),
-        tool_choice=echoed_choice,
-        tools=[
-            FunctionToolEcho(name=t.name, description=t.description, parameters=t.parameters, strict=t.strict)
-            for t in _function_tools(req)
-        ],
+        tool_choice=_choice_echo(req, tools),
+        tools=tools.echo,
         top_p=1.0 if req.top_p is None else req.top_p,
         user=req.user,
         safety_identifier=req.safety_identifier,
         prompt_cache_key=req.prompt_cache_key,
+        prompt_cache_retention=req.prompt_cache_retention,
+        truncation=req.truncation or "disabled",
     )

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from gateway.errors import APIError
-from gateway.responses_format import FunctionToolEcho, TextFormatEcho, ToolChoiceFunctionEcho
+from gateway.responses_format import TextFormatEcho
 from gateway.responses_schema import decode_responses_request, response_settings, to_generate_request
 from shared.protocol import ChatMessage, ResponseFormat, SamplingParams, Tool, ToolCall
 
@@ -93,7 +93,7 @@ def test_body_shape():
             {"input": [{"type": "function_call_output", "call_id": "c", "output": [{"type": "input_image"}]}]},
             "input[0].output[0].type",
         ),
-        ({"input": [{"type": "reasoning", "summary": [], "encrypted_content": "gAAA"}]}, "input[0].encrypted_content"),
+        ({"input": [{"type": "reasoning", "summary": [], "encrypted_content": "mlxd1.%%%"}]}, "input[0].encrypted_content"),
         ({"input": [{"type": "reasoning", "summary": [], "content": "x"}]}, "input[0].content"),
         (
             {"input": [{"type": "reasoning", "summary": [{"type": "reasoning_text", "text": "x"}]}]},
@@ -106,25 +106,28 @@ def test_body_shape():
         ({"stream_options": {"include_obfuscation": False}}, "stream_options"),
         ({"stream": True, "stream_options": {"other": 1}}, "stream_options.other"),
         ({"truncation": "auto"}, "truncation"),
-        ({"include": ["reasoning.encrypted_content"]}, "include[0]"),
+        ({"include": ["reasoning.everything"]}, "include[0]"),
+        ({"include": ["message.output_text.logprobs"]}, "include[0]"),
         ({"top_logprobs": 3}, "top_logprobs"),
         ({"max_tool_calls": 1}, "max_tool_calls"),
-        ({"service_tier": "flex"}, "service_tier"),
+        ({"service_tier": "turbo"}, "service_tier"),
+        ({"truncation": "auto"}, "truncation"),
+        ({"moderation": {"model": "omni-moderation-latest"}}, "moderation"),
         ({"metadata": {str(i): "v" for i in range(17)}}, "metadata"),
         ({"metadata": {"k": "v" * 513}}, "metadata"),
         ({"metadata": {"k": 1}}, "metadata"),
         ({"reasoning": {"effort": "huge"}}, "reasoning.effort"),
-        ({"reasoning": {"summary": "auto"}}, "reasoning.summary"),
-        ({"reasoning": {"generate_summary": "auto"}}, "reasoning.generate_summary"),
-        ({"reasoning": {"context": "auto"}}, "reasoning.context"),
-        ({"text": {"verbosity": "low"}}, "text.verbosity"),
+        ({"reasoning": {"summary": "verbose"}}, "reasoning.summary"),
+        ({"reasoning": {"summary": "auto", "generate_summary": "concise"}}, "reasoning.generate_summary"),
+        ({"reasoning": {"context": "everything"}}, "reasoning.context"),
+        ({"text": {"verbosity": "loud"}}, "text.verbosity"),
         ({"text": {"format": {"type": "xml"}}}, "text.format.type"),
         ({"text": {"format": {"type": "json_schema", "name": "n"}}}, "text.format.schema"),
         ({"text": {"format": {"type": "json_schema", "schema": {}}}}, "text.format.name"),
         ({"text": {"format": {"type": "json_object", "name": "n"}}}, "text.format.name"),
         ({"text": {"format": {"type": "json_schema", "name": "n", "schema": []}}}, "text.format.schema"),
-        ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
-        ({"tools": [{"type": "custom", "name": "c"}]}, "tools[0].type"),
+        ({"tool_choice": "required", "tools": [{"type": "web_search"}]}, "tool_choice"),
+        ({"tools": [{"type": "custom", "name": "c", "format": {"type": "grammar", "syntax": "ebnf", "definition": "x"}}]}, "tools[0].format.syntax"),
         ({"tools": [{"type": "function"}]}, "tools[0].name"),
         ({"tools": [{**FN, "name": "bad name"}]}, "tools[0].name"),
         ({"tools": [{**FN, "name": "x" * 65}]}, "tools[0].name"),
@@ -137,7 +140,7 @@ def test_body_shape():
         ({"tool_choice": {"type": "function", "name": "g"}, "tools": [FN]}, "tool_choice.name"),
         ({"tool_choice": {"type": "function"}, "tools": [FN]}, "tool_choice"),
         ({"tool_choice": {"type": "file_search"}, "tools": [FN]}, "tool_choice.type"),
-        ({"tool_choice": {"type": "allowed_tools", "mode": "auto", "tools": []}, "tools": [FN]}, "tool_choice.type"),
+        ({"tool_choice": {"type": "allowed_tools", "mode": "sometimes", "tools": []}, "tools": [FN]}, "tool_choice.mode"),
     ],
 )
 def test_refused(fields, param):
@@ -146,7 +149,7 @@ def test_refused(fields, param):
 
 def test_refusal_messages():
     assert "stateless" in refused("previous_response_id", previous_response_id="resp_1").message
-    assert "not supported" in refused("tools[0].type", tools=[{"type": "web_search"}]).message
+    assert "moderation" in refused("moderation", moderation={"model": "m"}).message
     assert "Unrecognized request argument supplied: seed" in refused("seed", seed=1).message
     err = refused("input[0].content[0].type", input=[{"role": "user", "content": [{"type": "input_image"}]}])
     assert "not supported" in err.message
@@ -366,8 +369,10 @@ def test_echo_values():
     )
     assert settings.instructions == "i" and settings.max_output_tokens == 9
     assert (settings.temperature, settings.top_p) == (0.2, 0.3)
-    assert settings.tools == [FunctionToolEcho(name="f", parameters=schema)]
-    assert settings.tool_choice == ToolChoiceFunctionEcho(name="f")
+    assert settings.tools == [
+        {"type": "function", "name": "f", "description": None, "parameters": schema, "strict": None}
+    ]
+    assert settings.tool_choice == {"type": "function", "name": "f"}
     assert settings.text.format == TextFormatEcho(type="json_schema", name="n", schema=schema, strict=False)
     assert settings.reasoning.effort == "high" and settings.metadata == {"a": "b"} and settings.user == "u"
     assert settings.store is False

@@ -1,0 +1,260 @@
+"""The ``tools`` of a Responses request, and what the model sees of them.
+
+Tool types and their fate:
+
+- ``function``: the model sees it as is (honoured).
+- ``custom`` (free-form input, optionally a Lark or regex grammar): the
+  model sees a function of that name taking one string argument,
+  ``input``; the tool's ``description`` gains a sentence saying so and,
+  for a grammar, the grammar's text. The grammar is described, not
+  enforced. The model's call comes back as a ``custom_tool_call`` item
+  whose ``input`` is that argument.
+- ``namespace``: flattened. Each nested function or custom tool is offered
+  under the name ``<namespace>__<name>`` (or ``<namespace><name>`` when the
+  namespace already ends in ``_``, as Codex's ``mcp__server__`` ones do),
+  its description prefixed with the namespace's; the call comes back with
+  ``name`` the nested name and ``namespace`` the namespace.
+- Every other type (hosted tools: ``web_search``, ``file_search``,
+  ``code_interpreter``, ``image_generation``, ``computer``, ``mcp``, ...;
+  and the client-run built-ins ``local_shell``, ``shell``,
+  ``apply_patch``, ``tool_search``, ``programmatic_tool_calling``, whose
+  call items mlxd does not produce) is dropped and reported (see
+  :mod:`gateway.dropped_tools`).
+
+:func:`catalog` checks the list and builds a :class:`ToolCatalog`: the
+worker's :class:`~shared.protocol.Tool` list, the map from each
+model-facing name back to its :class:`ToolRef`, the echo for the response
+object and the dropped types.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal, Union
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from gateway.errors import bad_request
+from gateway.openai_schema import JSONObject, ShortText, Text, ToolName
+from shared.protocol import Tool
+
+MAX_NAMESPACE_TOOLS = 128
+"""Most tools inside one ``namespace``."""
+
+CUSTOM_INPUT = "input"
+"""The one argument of the function a ``custom`` tool becomes."""
+
+_CUSTOM_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {CUSTOM_INPUT: {"type": "string"}},
+    "required": [CUSTOM_INPUT],
+    "additionalProperties": False,
+}
+
+
+class FunctionToolParam(msgspec.Struct, tag_field="type", tag="function", forbid_unknown_fields=True, kw_only=True):
+    """A ``function`` tool; ``parameters`` is its JSON Schema (null or
+    absent: no parameters). ``allowed_callers``, ``defer_loading``,
+    ``output_schema`` and ``async`` are accepted and have no effect (there
+    is one caller, no tool search, and calls are answered in order)."""
+
+    name: ToolName
+    description: Text | None = None
+    parameters: JSONObject | None = None
+    strict: bool | None = None
+    allowed_callers: list[ShortText] | None = None
+    defer_loading: bool | None = None
+    output_schema: JSONObject | None = None
+    async_: bool | None = msgspec.field(default=None, name="async")
+
+
+class CustomFormatParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A custom tool's ``format``: ``{"type": "text"}`` or ``{"type":
+    "grammar", "syntax": "lark"|"regex", "definition"}``."""
+
+    type: ShortText
+    syntax: ShortText | UnsetType = UNSET
+    definition: Text | UnsetType = UNSET
+
+
+class CustomToolParam(msgspec.Struct, tag_field="type", tag="custom", forbid_unknown_fields=True, kw_only=True):
+    """A ``custom`` tool (free-form text input)."""
+
+    name: ToolName
+    description: Text | None = None
+    format: CustomFormatParam | None = None
+    allowed_callers: list[ShortText] | None = None
+    defer_loading: bool | None = None
+    async_: bool | None = msgspec.field(default=None, name="async")
+
+
+NestedTool = Union[FunctionToolParam, CustomToolParam]
+"""A tool inside a ``namespace``."""
+
+
+class NamespaceToolParam(msgspec.Struct, tag_field="type", tag="namespace", forbid_unknown_fields=True, kw_only=True):
+    """A ``namespace``: function and custom tools under a shared name."""
+
+    name: ToolName
+    description: Text
+    tools: Annotated[list[NestedTool], msgspec.Meta(max_length=MAX_NAMESPACE_TOOLS)]
+
+
+DROPPED_TOOL_TYPES = (
+    "file_search",
+    "computer",
+    "computer_use",
+    "computer_use_preview",
+    "web_search",
+    "web_search_2025_08_26",
+    "web_search_preview",
+    "web_search_preview_2025_03_11",
+    "mcp",
+    "code_interpreter",
+    "programmatic_tool_calling",
+    "image_generation",
+    "local_shell",
+    "shell",
+    "tool_search",
+    "apply_patch",
+)
+"""Tool types that are dropped (see the module docstring)."""
+
+_Dropped = tuple(
+    msgspec.defstruct(f"DroppedTool_{kind}", [], tag_field="type", tag=kind) for kind in DROPPED_TOOL_TYPES
+)
+ToolParam = Union[(FunctionToolParam, CustomToolParam, NamespaceToolParam, *_Dropped)]  # type: ignore[valid-type]
+"""A ``tools`` entry."""
+
+
+@dataclass(frozen=True)
+class ToolRef:
+    """What a model-facing tool name stands for: a ``function`` or
+    ``custom`` tool ``name``, inside ``namespace`` (None: top level)."""
+
+    kind: Literal["function", "custom"]
+    name: str
+    namespace: str | None = None
+
+
+@dataclass
+class ToolCatalog:
+    """The checked tools of one request (see :func:`catalog`)."""
+
+    tools: list[Tool] = field(default_factory=list)
+    refs: dict[str, ToolRef] = field(default_factory=dict)
+    echo: list[Any] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+
+    def model_name(self, name: str, namespace: str | None) -> str:
+        """The model-facing name of tool ``name`` in ``namespace`` (itself
+        when unknown, e.g. a call in the history to a tool no longer
+        offered)."""
+        return name if namespace is None else qualified(namespace, name)
+
+    def restricted(self, names: set[str]) -> list[Tool]:
+        """The worker tools whose model-facing name is in ``names``."""
+        return [tool for tool in self.tools if tool.name in names]
+
+
+def tool_kind(tool: object) -> str:
+    """The ``type`` of a decoded ``tools`` entry."""
+    return type(tool).__struct_config__.tag  # type: ignore[attr-defined]
+
+
+def qualified(namespace: str, name: str) -> str:
+    """The model-facing name of ``name`` inside ``namespace``."""
+    return f"{namespace}{name}" if namespace.endswith("_") else f"{namespace}__{name}"
+
+
+def _custom_description(tool: CustomToolParam) -> str:
+    """The description the model sees for a custom tool."""
+    parts = [tool.description] if tool.description else []
+    fmt = tool.format
+    if fmt is not None and fmt.type == "grammar":
+        parts.append(
+            f"Call it with one string argument, '{CUSTOM_INPUT}', whose text must match this "
+            f"{fmt.syntax} grammar:\n{fmt.definition}"
+        )
+    else:
+        parts.append(f"Call it with one string argument, '{CUSTOM_INPUT}': free-form text.")
+    return "\n\n".join(parts)
+
+
+def _check_custom(tool: CustomToolParam, path: str) -> None:
+    """A custom tool's ``format`` is ``text`` or a complete ``grammar``.
+
+    Raises:
+        APIError: 400 naming the ``format`` field.
+    """
+    fmt = tool.format
+    if fmt is None:
+        return
+    if fmt.type == "text":
+        if fmt.syntax is not UNSET or fmt.definition is not UNSET:
+            raise bad_request("A text format has no 'syntax' or 'definition'", f"{path}.format")
+        return
+    if fmt.type != "grammar":
+        raise bad_request(f"Invalid custom tool format type '{fmt.type}'; expected text or grammar", f"{path}.format.type")
+    if fmt.syntax not in ("lark", "regex"):
+        raise bad_request("A grammar format needs 'syntax': 'lark' or 'regex'", f"{path}.format.syntax")
+    if fmt.definition is UNSET:
+        raise bad_request(f"Missing required parameter: '{path}.format.definition'", f"{path}.format.definition")
+
+
+def _add(result: ToolCatalog, tool: NestedTool, path: str, namespace: NamespaceToolParam | None) -> None:
+    """Offer one function or custom tool (possibly inside ``namespace``).
+
+    Raises:
+        APIError: 400 naming ``path.name`` when its model-facing name is
+        already taken.
+    """
+    name = tool.name if namespace is None else qualified(namespace.name, tool.name)
+    if name in result.refs:
+        raise bad_request(f"Tool name '{name}' is used twice", f"{path}.name")
+    if isinstance(tool, CustomToolParam):
+        _check_custom(tool, path)
+        description, parameters, kind = _custom_description(tool), dict(_CUSTOM_PARAMETERS), "custom"
+    else:
+        description, parameters, kind = tool.description or "", dict(tool.parameters or {}), "function"
+    if namespace is not None:
+        description = f"[{namespace.name}: {namespace.description}] {description}".rstrip()
+    result.tools.append(Tool(name=name, description=description, parameters=parameters))
+    result.refs[name] = ToolRef(kind, tool.name, None if namespace is None else namespace.name)  # type: ignore[arg-type]
+
+
+def catalog(tools: list[Any] | None) -> ToolCatalog:
+    """Check ``tools`` and build what the model sees (module docstring).
+
+    Raises:
+        APIError: 400 naming ``tools[i].name`` (a model-facing name used
+        twice) or a custom tool's malformed ``format``.
+    """
+    result = ToolCatalog()
+    for index, tool in enumerate(tools or ()):
+        path = f"tools[{index}]"
+        if isinstance(tool, NamespaceToolParam):
+            for inner, nested in enumerate(tool.tools):
+                _add(result, nested, f"{path}.tools[{inner}]", tool)
+        elif isinstance(tool, (FunctionToolParam, CustomToolParam)):
+            _add(result, tool, path, None)
+        else:
+            result.dropped.append(tool_kind(tool))
+            continue
+        result.echo.append(_echo(msgspec.to_builtins(tool)))
+    return result
+
+
+_ALWAYS_ECHOED = ("description", "parameters", "strict")
+"""Fields a function tool's echo keeps even when null."""
+
+
+def _echo(tool: dict[str, Any]) -> dict[str, Any]:
+    """A tool as the response lists it: as sent, null fields left out
+    except a function's ``description``, ``parameters`` and ``strict``."""
+    keep = _ALWAYS_ECHOED if tool.get("type") == "function" else ()
+    echoed = {key: value for key, value in tool.items() if value is not None or key in keep}
+    if tool.get("type") == "namespace":
+        echoed["tools"] = [_echo(inner) for inner in tool["tools"]]
+    return echoed
