@@ -46,8 +46,8 @@ import msgspec
 from gateway import sse
 from gateway.encrypted_reasoning import seal
 from gateway.openai_format import Usage
-from gateway.responses_tools import CUSTOM_INPUT, ToolRef
 from gateway.request_flow import FinalReason
+from gateway.responses_tools import CUSTOM_INPUT, ToolRef
 from shared.protocol import RequestOutput, ToolCallDelta
 
 log = logging.getLogger("mlxd.gateway.responses")

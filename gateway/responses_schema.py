@@ -60,11 +60,14 @@ from typing import Annotated, Any, Union
 import msgspec
 from msgspec import UNSET, Meta, Raw, UnsetType
 
+from gateway.encrypted_reasoning import SealError, unseal
 from gateway.errors import APIError, bad_request
 from gateway.openai_schema import (
     MAX_CONTENT_PARTS,
+    MAX_TEXT_CHARS,
     MAX_TOOLS,
     MAX_TOP_LOGPROBS,
+    CacheControl,
     Identifier,
     JSONObject,
     MaxTokens,
@@ -73,16 +76,12 @@ from gateway.openai_schema import (
     ShortText,
     Temperature,
     Text,
-    ToolName,
     TopP,
-    CacheControl,
-    MAX_TEXT_CHARS,
     check_finite,
     check_tool_choice,
     decode_body,
 )
 from gateway.openai_schema import THINKING_BY_EFFORT as _CHAT_THINKING_BY_EFFORT
-from gateway.encrypted_reasoning import SealError, unseal
 from gateway.responses_format import (
     OutputOptions,
     ReasoningEcho,
@@ -181,6 +180,7 @@ class InputItemParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     input: Text | UnsetType = UNSET
     namespace: ShortText | None | UnsetType = UNSET
     caller: Raw | UnsetType = UNSET
+    tools: Annotated[list[ToolParam], Meta(max_length=MAX_TOOLS)] | UnsetType = UNSET
 
 
 class ToolChoiceParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -306,9 +306,9 @@ def decode_responses_request(body: bytes) -> ResponsesRequest:
     """
     req: ResponsesRequest = decode_body(_decoder, body)
     _check_settings(req)
+    _check_input(req.input)
     _check_tools(req)
     _check_text(req.text)
-    _check_input(req.input)
     return req
 
 
@@ -469,9 +469,17 @@ def _check_reasoning(reasoning: ReasoningParam | None) -> None:
 
 
 def tool_catalog(req: ResponsesRequest) -> ToolCatalog:
-    """The request's tools as the model sees them (see
-    :mod:`gateway.responses_tools`); call only on a decoded request."""
-    return catalog(req.tools)
+    """The request's tools (top-level and from ``additional_tools`` input
+    items) as the model sees them (see :mod:`gateway.responses_tools`);
+    call only on a request whose input items were checked."""
+    extra = []
+    if not isinstance(req.input, str):
+        extra = [
+            (f"input[{index}].tools", item.tools)
+            for index, item in enumerate(req.input)
+            if _item_type(item) == "additional_tools" and isinstance(item.tools, list)
+        ]
+    return catalog(req.tools, extra)
 
 
 def _check_tools(req: ResponsesRequest) -> None:
@@ -600,9 +608,11 @@ _PART_FIELDS = {
     "refusal": ("refusal",),
     "reasoning_text": ("text",),
     "summary_text": ("text",),
+    "input_image": ("detail", "image_url", "file_id"),
+    "input_file": ("file_data", "file_id", "file_url", "filename", "detail"),
 }
 """Supported part types and the fields each may carry (the first is
-required and holds its text; ``prompt_cache_breakpoint`` and
+required, but for ``input_file``, and holds a text part's text; ``prompt_cache_breakpoint`` and
 ``cache_control`` are accepted and have no effect: prefix caching is
 automatic)."""
 
@@ -610,6 +620,7 @@ _MEDIA_PARTS = ("input_image", "input_file", "input_audio")
 """Part types refused as not supported (rather than as invalid)."""
 
 _USER_PARTS = ("input_text",)
+_TOOL_OUTPUT_PARTS = ("input_text", "input_image", "input_file")
 _ASSISTANT_PARTS = ("output_text", "refusal", "input_text")
 
 _ITEM_FIELDS = {
@@ -619,6 +630,7 @@ _ITEM_FIELDS = {
     "custom_tool_call": ("type", "call_id", "name", "input", "id", "status", "namespace", "caller"),
     "custom_tool_call_output": ("type", "call_id", "output", "id", "status", "caller"),
     "reasoning": ("type", "id", "summary", "content", "encrypted_content", "status"),
+    "additional_tools": ("type", "role", "tools", "id"),
 }
 """Supported item types and the fields each may carry (``caller`` is
 accepted and has no effect: every call is direct)."""
@@ -630,6 +642,7 @@ _REQUIRED_FIELDS = {
     "custom_tool_call": ("call_id", "name", "input"),
     "custom_tool_call_output": ("call_id", "output"),
     "reasoning": (),
+    "additional_tools": ("role", "tools"),
 }
 
 _ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
@@ -686,8 +699,10 @@ def _check_message(item: InputItemParam, path: str) -> None:
 
 
 def _check_function_output(item: InputItemParam, path: str) -> None:
-    """A function call output is text or ``input_text`` parts."""
-    _check_parts(item.output, _USER_PARTS, f"{path}.output")  # type: ignore[arg-type]
+    """A tool call's output is text or parts: ``input_text``, and
+    ``input_image`` / ``input_file`` (which the model sees as a
+    placeholder, :data:`MEDIA_PLACEHOLDER`)."""
+    _check_parts(item.output, _TOOL_OUTPUT_PARTS, f"{path}.output")  # type: ignore[arg-type]
 
 
 def _check_reasoning_item(item: InputItemParam, path: str) -> None:
@@ -706,7 +721,14 @@ def _check_reasoning_item(item: InputItemParam, path: str) -> None:
         _check_parts(parts if _given(parts) else [], (kind,), f"{path}.{name}")
 
 
+def _check_additional_tools(item: InputItemParam, path: str) -> None:
+    """Only the ``developer`` role adds tools."""
+    if item.role != "developer":
+        raise bad_request("An 'additional_tools' item's role must be 'developer'", f"{path}.role")
+
+
 _ITEM_CHECKS = {
+    "additional_tools": _check_additional_tools,
     "message": _check_message,
     "function_call_output": _check_function_output,
     "custom_tool_call_output": _check_function_output,
@@ -725,7 +747,7 @@ def _check_parts(content: str | list[ContentPartParam], allowed: tuple[str, ...]
         return
     for index, part in enumerate(content):
         where = f"{path}[{index}]"
-        if part.type in _MEDIA_PARTS:
+        if part.type in _MEDIA_PARTS and part.type not in allowed:
             raise _not_supported(f"{where}.type", f"content part type '{part.type}' (mlxd is text-only)")
         if part.type not in allowed:
             raise bad_request(
@@ -735,15 +757,23 @@ def _check_parts(content: str | list[ContentPartParam], allowed: tuple[str, ...]
         for name in part.__struct_fields__:
             if name != "type" and name not in fields and _given(getattr(part, name)):
                 raise bad_request(f"Unrecognized field '{name}' in a '{part.type}' part", f"{where}.{name}")
-        if getattr(part, fields[0]) is UNSET:
+        if part.type != "input_file" and getattr(part, fields[0]) is UNSET:
             raise bad_request(f"Missing required parameter: '{where}.{fields[0]}'", f"{where}.{fields[0]}")
 
 
 # --- translation ---------------------------------------------------------------------------
 
 
+MEDIA_PLACEHOLDER = "[{kind} not shown: this model reads text only]"
+"""What the model sees instead of an image or file in a tool's output
+(``{kind}`` is ``image`` or ``file``)."""
+
+
 def _part_text(part: ContentPartParam) -> str:
-    """The text a part carries (its ``text``, or a refusal's ``refusal``)."""
+    """The text a part carries (its ``text``, a refusal's ``refusal``, or
+    the placeholder of an image or file)."""
+    if part.type in ("input_image", "input_file"):
+        return MEDIA_PLACEHOLDER.format(kind=part.type.removeprefix("input_"))
     value = part.refusal if part.type == "refusal" else part.text
     return "" if value is UNSET else value  # type: ignore[return-value]
 
@@ -813,6 +843,8 @@ class _History:
     def add(self, item: InputItemParam) -> None:
         """Take the next input item."""
         kind = _item_type(item)
+        if kind == "additional_tools":
+            return  # its tools joined the request's tools
         if kind == "reasoning":
             self._reasoning(item)
         elif kind in ("function_call", "custom_tool_call"):

@@ -10,10 +10,13 @@ Tool types and their fate:
   enforced. The model's call comes back as a ``custom_tool_call`` item
   whose ``input`` is that argument.
 - ``namespace``: flattened. Each nested function or custom tool is offered
-  under the name ``<namespace>__<name>`` (or ``<namespace><name>`` when the
-  namespace already ends in ``_``, as Codex's ``mcp__server__`` ones do),
-  its description prefixed with the namespace's; the call comes back with
-  ``name`` the nested name and ``namespace`` the namespace.
+  under its own name when no other tool has that name, else under
+  ``<namespace>__<name>`` (``<namespace><name>`` when the namespace already
+  ends in ``_``, as Codex's ``mcp__server__`` ones do); its description is
+  prefixed with the namespace's. The call comes back with ``name`` the
+  nested name and ``namespace`` the namespace.
+- ``additional_tools`` input items (tools a developer adds mid-input) add
+  their tools exactly as top-level ``tools`` do.
 - Every other type (hosted tools: ``web_search``, ``file_search``,
   ``code_interpreter``, ``image_generation``, ``computer``, ``mcp``, ...;
   and the client-run built-ins ``local_shell``, ``shell``,
@@ -30,7 +33,7 @@ object and the dropped types.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Sequence, Union
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -140,17 +143,27 @@ class ToolRef:
 
 @dataclass
 class ToolCatalog:
-    """The checked tools of one request (see :func:`catalog`)."""
+    """The checked tools of one request (see :func:`catalog`).
+
+    ``tools`` are the worker's tools under their model-facing names;
+    ``refs`` maps each such name back to its tool; ``echo`` lists the
+    request's top-level tools as the response echoes them; ``dropped`` the
+    types of the dropped tools, in request order.
+    """
 
     tools: list[Tool] = field(default_factory=list)
     refs: dict[str, ToolRef] = field(default_factory=dict)
     echo: list[Any] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)
+    _names: dict[tuple[str | None, str], str] = field(default_factory=dict)
 
     def model_name(self, name: str, namespace: str | None) -> str:
-        """The model-facing name of tool ``name`` in ``namespace`` (itself
-        when unknown, e.g. a call in the history to a tool no longer
-        offered)."""
+        """The model-facing name of tool ``name`` in ``namespace`` (for a
+        call in the history); a namespace mlxd was not offered gives the
+        qualified name, no namespace the name itself."""
+        known = self._names.get((namespace, name))
+        if known is not None:
+            return known
         return name if namespace is None else qualified(namespace, name)
 
     def restricted(self, names: set[str]) -> list[Tool]:
@@ -164,7 +177,8 @@ def tool_kind(tool: object) -> str:
 
 
 def qualified(namespace: str, name: str) -> str:
-    """The model-facing name of ``name`` inside ``namespace``."""
+    """The model-facing name of ``name`` inside ``namespace`` when its own
+    name is taken by another tool."""
     return f"{namespace}{name}" if namespace.endswith("_") else f"{namespace}__{name}"
 
 
@@ -196,53 +210,83 @@ def _check_custom(tool: CustomToolParam, path: str) -> None:
             raise bad_request("A text format has no 'syntax' or 'definition'", f"{path}.format")
         return
     if fmt.type != "grammar":
-        raise bad_request(f"Invalid custom tool format type '{fmt.type}'; expected text or grammar", f"{path}.format.type")
+        raise bad_request(
+            f"Invalid custom tool format type '{fmt.type}'; expected text or grammar", f"{path}.format.type"
+        )
     if fmt.syntax not in ("lark", "regex"):
         raise bad_request("A grammar format needs 'syntax': 'lark' or 'regex'", f"{path}.format.syntax")
     if fmt.definition is UNSET:
         raise bad_request(f"Missing required parameter: '{path}.format.definition'", f"{path}.format.definition")
 
 
-def _add(result: ToolCatalog, tool: NestedTool, path: str, namespace: NamespaceToolParam | None) -> None:
-    """Offer one function or custom tool (possibly inside ``namespace``).
+@dataclass(frozen=True)
+class _Offer:
+    """One function or custom tool to offer, where it was found."""
+
+    tool: NestedTool
+    path: str
+    namespace: NamespaceToolParam | None
+
+
+def _offers(groups: list[tuple[str, list[Any]]], result: ToolCatalog) -> list[_Offer]:
+    """Every function and custom tool of ``groups`` (namespaces opened),
+    recording dropped types and the echo of the first group."""
+    offers: list[_Offer] = []
+    for number, (base, tools) in enumerate(groups):
+        for index, tool in enumerate(tools):
+            path = f"{base}[{index}]"
+            if isinstance(tool, NamespaceToolParam):
+                offers += [_Offer(inner, f"{path}.tools[{i}]", tool) for i, inner in enumerate(tool.tools)]
+            elif isinstance(tool, (FunctionToolParam, CustomToolParam)):
+                offers.append(_Offer(tool, path, None))
+            else:
+                result.dropped.append(tool_kind(tool))
+                continue
+            if number == 0:
+                result.echo.append(_echo(msgspec.to_builtins(tool)))
+    return offers
+
+
+def _offer(result: ToolCatalog, offer: _Offer, name: str) -> None:
+    """Add ``offer`` under the model-facing ``name``.
 
     Raises:
-        APIError: 400 naming ``path.name`` when its model-facing name is
-        already taken.
+        APIError: 400 naming the tool's ``name`` when ``name`` is taken.
     """
-    name = tool.name if namespace is None else qualified(namespace.name, tool.name)
+    tool, namespace = offer.tool, offer.namespace
     if name in result.refs:
-        raise bad_request(f"Tool name '{name}' is used twice", f"{path}.name")
+        raise bad_request(f"Tool name '{name}' is used twice", f"{offer.path}.name")
     if isinstance(tool, CustomToolParam):
-        _check_custom(tool, path)
+        _check_custom(tool, offer.path)
         description, parameters, kind = _custom_description(tool), dict(_CUSTOM_PARAMETERS), "custom"
     else:
         description, parameters, kind = tool.description or "", dict(tool.parameters or {}), "function"
+    space = None if namespace is None else namespace.name
     if namespace is not None:
         description = f"[{namespace.name}: {namespace.description}] {description}".rstrip()
     result.tools.append(Tool(name=name, description=description, parameters=parameters))
-    result.refs[name] = ToolRef(kind, tool.name, None if namespace is None else namespace.name)  # type: ignore[arg-type]
+    result.refs[name] = ToolRef(kind, tool.name, space)  # type: ignore[arg-type]
+    result._names[(space, tool.name)] = name
 
 
-def catalog(tools: list[Any] | None) -> ToolCatalog:
-    """Check ``tools`` and build what the model sees (module docstring).
+def catalog(tools: list[Any] | None, extra: Sequence[tuple[str, list[Any]]] = ()) -> ToolCatalog:
+    """Check ``tools`` (and the tool lists ``extra`` of ``additional_tools``
+    input items, each with its field path) and build what the model sees
+    (module docstring). A tool inside a namespace is offered under its own
+    name when no other tool has it, else under :func:`qualified`.
 
     Raises:
-        APIError: 400 naming ``tools[i].name`` (a model-facing name used
-        twice) or a custom tool's malformed ``format``.
+        APIError: 400 naming a tool ``name`` whose model-facing name is
+        taken, or a custom tool's malformed ``format``.
     """
     result = ToolCatalog()
-    for index, tool in enumerate(tools or ()):
-        path = f"tools[{index}]"
-        if isinstance(tool, NamespaceToolParam):
-            for inner, nested in enumerate(tool.tools):
-                _add(result, nested, f"{path}.tools[{inner}]", tool)
-        elif isinstance(tool, (FunctionToolParam, CustomToolParam)):
-            _add(result, tool, path, None)
-        else:
-            result.dropped.append(tool_kind(tool))
-            continue
-        result.echo.append(_echo(msgspec.to_builtins(tool)))
+    offers = _offers([("tools", tools or []), *extra], result)
+    counts: dict[str, int] = {}
+    for offer in offers:
+        counts[offer.tool.name] = counts.get(offer.tool.name, 0) + 1
+    for offer in offers:
+        plain = offer.namespace is None or counts[offer.tool.name] == 1
+        _offer(result, offer, offer.tool.name if plain else qualified(offer.namespace.name, offer.tool.name))  # type: ignore[union-attr]
     return result
 
 

@@ -90,10 +90,13 @@ def test_body_shape():
         ({"input": [{"type": "function_call_output", "call_id": "c"}]}, "input[0].output"),
         ({"input": [{"type": "function_call_output", "output": "x"}]}, "input[0].call_id"),
         (
-            {"input": [{"type": "function_call_output", "call_id": "c", "output": [{"type": "input_image"}]}]},
+            {"input": [{"type": "function_call_output", "call_id": "c", "output": [{"type": "input_audio"}]}]},
             "input[0].output[0].type",
         ),
-        ({"input": [{"type": "reasoning", "summary": [], "encrypted_content": "mlxd1.%%%"}]}, "input[0].encrypted_content"),
+        (
+            {"input": [{"type": "reasoning", "summary": [], "encrypted_content": "mlxd1.%%%"}]},
+            "input[0].encrypted_content",
+        ),
         ({"input": [{"type": "reasoning", "summary": [], "content": "x"}]}, "input[0].content"),
         (
             {"input": [{"type": "reasoning", "summary": [{"type": "reasoning_text", "text": "x"}]}]},
@@ -127,7 +130,14 @@ def test_body_shape():
         ({"text": {"format": {"type": "json_object", "name": "n"}}}, "text.format.name"),
         ({"text": {"format": {"type": "json_schema", "name": "n", "schema": []}}}, "text.format.schema"),
         ({"tool_choice": "required", "tools": [{"type": "web_search"}]}, "tool_choice"),
-        ({"tools": [{"type": "custom", "name": "c", "format": {"type": "grammar", "syntax": "ebnf", "definition": "x"}}]}, "tools[0].format.syntax"),
+        (
+            {
+                "tools": [
+                    {"type": "custom", "name": "c", "format": {"type": "grammar", "syntax": "ebnf", "definition": "x"}}
+                ]
+            },
+            "tools[0].format.syntax",
+        ),
         ({"tools": [{"type": "function"}]}, "tools[0].name"),
         ({"tools": [{**FN, "name": "bad name"}]}, "tools[0].name"),
         ({"tools": [{**FN, "name": "x" * 65}]}, "tools[0].name"),
@@ -140,7 +150,10 @@ def test_body_shape():
         ({"tool_choice": {"type": "function", "name": "g"}, "tools": [FN]}, "tool_choice.name"),
         ({"tool_choice": {"type": "function"}, "tools": [FN]}, "tool_choice"),
         ({"tool_choice": {"type": "file_search"}, "tools": [FN]}, "tool_choice.type"),
-        ({"tool_choice": {"type": "allowed_tools", "mode": "sometimes", "tools": []}, "tools": [FN]}, "tool_choice.mode"),
+        (
+            {"tool_choice": {"type": "allowed_tools", "mode": "sometimes", "tools": []}, "tools": [FN]},
+            "tool_choice.mode",
+        ),
     ],
 )
 def test_refused(fields, param):
