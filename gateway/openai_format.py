@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 import uuid
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import msgspec
 
@@ -59,6 +59,13 @@ DEFAULT_REASONING_FIELD = "reasoning_content"
 MIN_LOGPROB = -9999.0
 """The lowest log-probability reported (OpenAI's "very unlikely")."""
 
+SERVICE_TIER = "default"
+"""The ``service_tier`` every chat answer reports: mlxd serves every request
+the same way, whatever tier it asked for."""
+
+SYSTEM_FINGERPRINT = "fp_mlxd"
+"""The ``system_fingerprint`` of every chat and completions answer."""
+
 _encoder = msgspec.json.Encoder()
 
 
@@ -71,9 +78,22 @@ def encode(obj: object) -> bytes:
 
 
 class PromptTokensDetails(msgspec.Struct, kw_only=True):
-    """``usage.prompt_tokens_details``: prompt tokens reused from the cache."""
+    """``usage.prompt_tokens_details``: prompt tokens reused from the cache
+    (no audio input: ``audio_tokens`` is 0)."""
 
     cached_tokens: int = 0
+    audio_tokens: int = 0
+
+
+class CompletionTokensDetails(msgspec.Struct, kw_only=True):
+    """``usage.completion_tokens_details``: all 0. The worker does not
+    count reasoning tokens apart from the rest, there is no audio, and
+    ``prediction`` is never used."""
+
+    reasoning_tokens: int = 0
+    audio_tokens: int = 0
+    accepted_prediction_tokens: int = 0
+    rejected_prediction_tokens: int = 0
 
 
 class Usage(msgspec.Struct, kw_only=True):
@@ -83,6 +103,7 @@ class Usage(msgspec.Struct, kw_only=True):
     completion_tokens: int
     total_tokens: int
     prompt_tokens_details: PromptTokensDetails
+    completion_tokens_details: CompletionTokensDetails = msgspec.field(default_factory=CompletionTokensDetails)
 
 
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> Usage:
@@ -311,8 +332,9 @@ class ToolCallObject(msgspec.Struct, kw_only=True):
 class AssistantMessage(msgspec.Struct, kw_only=True, omit_defaults=True):
     """The ``message`` of a chat choice.
 
-    ``role``, ``content`` (null when the choice made only tool calls) and
-    ``refusal`` (always null) are always present; ``tool_calls`` and the
+    ``role``, ``content`` (null when the choice made only tool calls),
+    ``refusal`` (always null) and ``annotations`` (always empty: there are
+    no web-search citations) are always present; ``tool_calls`` and the
     reasoning field (one of the last two, see :data:`REASONING_FIELDS`) only
     when non-empty.
     """
@@ -320,6 +342,7 @@ class AssistantMessage(msgspec.Struct, kw_only=True, omit_defaults=True):
     role: str
     content: str | None
     refusal: None
+    annotations: list[Any]
     tool_calls: list[ToolCallObject] | None = None
     reasoning_content: str | None = None
     reasoning: str | None = None
@@ -336,6 +359,7 @@ def assistant_message(result: ChoiceResult, reasoning_field: str = DEFAULT_REASO
         role="assistant",
         content=None if calls and not result.text else result.text,
         refusal=None,
+        annotations=[],
         tool_calls=calls or None,
         **reasoning,
     )
@@ -357,6 +381,8 @@ class ChatCompletion(msgspec.Struct, kw_only=True):
     object: str = "chat.completion"
     created: int
     model: str
+    service_tier: str = SERVICE_TIER
+    system_fingerprint: str = SYSTEM_FINGERPRINT
     choices: list[ChatChoice]
     usage: Usage
 
@@ -377,6 +403,7 @@ class TextCompletion(msgspec.Struct, kw_only=True):
     object: str = "text_completion"
     created: int
     model: str
+    system_fingerprint: str = SYSTEM_FINGERPRINT
     choices: list[CompletionChoice]
     usage: Usage
 
@@ -498,7 +525,9 @@ def error_frame(message: str, code: str | None, param: str | None = None) -> byt
 
 
 def _head(request_id: str, obj: str, created: int, model: str) -> bytes:
-    """The constant start of every chunk of one stream, up to ``"choices":``."""
+    """The constant start of every chunk of one stream, up to ``"choices":``
+    (chat chunks also carry ``service_tier``; both ``system_fingerprint``)."""
+    tier = b',"service_tier":' + encode(SERVICE_TIER) if obj == "chat.completion.chunk" else b""
     return b"".join(
         (
             b'{"id":',
@@ -509,6 +538,9 @@ def _head(request_id: str, obj: str, created: int, model: str) -> bytes:
             encode(created),
             b',"model":',
             encode(model),
+            tier,
+            b',"system_fingerprint":',
+            encode(SYSTEM_FINGERPRINT),
             b',"choices":',
         )
     )

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable, Union
 
 from starlette.requests import Request
@@ -37,6 +37,7 @@ from starlette.responses import JSONResponse, Response
 
 from gateway import openai_format as fmt
 from gateway import sse
+from gateway.dropped_tools import dropped_headers
 from gateway.engine_api import RequestStream
 from gateway.errors import APIError, model_not_found
 from gateway.openai_schema import (
@@ -45,6 +46,7 @@ from gateway.openai_schema import (
     check_limits,
     decode_chat_request,
     decode_completion_request,
+    dropped_tools,
     include_usage,
     to_generate_request,
 )
@@ -178,6 +180,7 @@ class _Job:
     model: str
     stream: RequestStream
     reasoning_field: str = fmt.DEFAULT_REASONING_FIELD
+    headers: dict[str, str] = field(default_factory=dict)
 
     @property
     def request_id(self) -> str:
@@ -295,6 +298,7 @@ async def _generate(request: Request, endpoint: _Endpoint) -> Response:
         streamed=(lambda first: _events(job, job.endpoint.chunks(job), first)) if job.request.stream else None,
         collect=lambda first: _collect(job, first),
         answer=lambda collector: _answer(job, collector),
+        stream_headers=job.headers,
     )
 
 
@@ -311,7 +315,9 @@ async def _submit(request: Request, endpoint: _Endpoint) -> _Job:
     check_limits(req, model, engine.limits(model))
     generate = to_generate_request(req, endpoint.id_prefix + uuid.uuid4().hex)
     stream = await engine.submit(model, generate)
-    return _Job(endpoint, req, generate, int(time.time()), model, stream, _reasoning_field(request))
+    dropped = dropped_tools(req) if isinstance(req, ChatCompletionRequest) else []
+    headers = dropped_headers(dropped, request.url.path)
+    return _Job(endpoint, req, generate, int(time.time()), model, stream, _reasoning_field(request), headers)
 
 
 # --- non-streaming ---------------------------------------------------------------
@@ -377,7 +383,7 @@ async def _collect(job: _Job, first: RequestOutput) -> _Collector | RequestOutpu
 def _answer(job: _Job, collector: _Collector) -> Response:
     """The one JSON object answering ``job``, from its collected choices."""
     body = job.endpoint.body(job, collector.results(), collector.progress.tally.usage())
-    return Response(body, media_type=JSON_MEDIA_TYPE)
+    return Response(body, media_type=JSON_MEDIA_TYPE, headers=job.headers)
 
 
 # --- streaming ---------------------------------------------------------------------

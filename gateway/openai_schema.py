@@ -176,17 +176,21 @@ class PromptCacheBreakpoint(msgspec.Struct, forbid_unknown_fields=True, kw_only=
 class ContentPart(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """One element of a message's content array.
 
-    Only ``{"type": "text", "text": ...}`` is supported; the other OpenAI
-    part fields are recognised so that such parts are refused by their type
+    ``{"type": "text", "text"}`` (with ``prompt_cache_breakpoint`` or
+    ``cache_control``, which have no effect) and, in assistant messages,
+    ``{"type": "refusal", "refusal"}`` are supported; the other OpenAI part
+    fields are recognised so that such parts are refused by their type
     rather than as unknown fields.
     """
 
     type: ShortText
     text: Text | None = None
+    prompt_cache_breakpoint: PromptCacheBreakpoint | None = None
+    cache_control: CacheControl | None = None
     image_url: Raw = _NULL
     input_audio: Raw = _NULL
     file: Raw = _NULL
-    refusal: Raw = _NULL
+    refusal: Text | None = None
 
 
 class CalledFunction(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -215,7 +219,9 @@ class ChatMessageParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
 
     ``role`` is ``system``, ``developer`` (treated as ``system``), ``user``,
     ``assistant`` or ``tool``. ``content`` is a string or a list of text
-    parts; it may be null only for ``assistant``. Only an assistant message
+    parts (an assistant's may also hold refusal parts); it may be null only
+    for ``assistant``. An assistant's ``audio`` (a reference to an earlier
+    audio answer, which mlxd never gives) is accepted only when null. Only an assistant message
     may carry ``tool_calls`` (an empty list is the same as none) and
     reasoning (``reasoning_content`` or its alias ``reasoning``); only a
     ``tool`` message, and always, ``tool_call_id``. ``refusal`` and the
@@ -232,6 +238,7 @@ class ChatMessageParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     tool_call_id: Identifier | None = None
     reasoning_content: Text | None = None
     reasoning: Text | None = None
+    audio: Raw = _NULL
 
 
 class FunctionParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -288,6 +295,55 @@ class ResponseFormatParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tr
     json_schema: JSONSchemaParam | None = None
 
 
+MAX_METADATA = 16
+"""Most ``metadata`` pairs (chat and Responses)."""
+MAX_METADATA_KEY_CHARS = 64
+"""Longest ``metadata`` key."""
+MAX_METADATA_VALUE_CHARS = 512
+"""Longest ``metadata`` value."""
+MAX_MODALITIES = 2
+"""Most ``modalities`` entries."""
+
+Metadata = Annotated[
+    dict[
+        Annotated[str, Meta(max_length=MAX_METADATA_KEY_CHARS)],
+        Annotated[str, Meta(max_length=MAX_METADATA_VALUE_CHARS)],
+    ],
+    Meta(max_length=MAX_METADATA),
+]
+"""``metadata``: up to 16 string pairs (chat and Responses)."""
+
+
+class PromptCacheOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``prompt_cache_options`` (chat and Responses): accepted, no effect;
+    mlxd's prefix cache is automatic and keeps entries as long as memory
+    allows."""
+
+    mode: ShortText | None = None
+    ttl: ShortText | None = None
+    prewarm: bool | None = None
+    comparison_response_id: ShortText | None = None
+
+
+class PredictionParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``prediction``: ``{"type": "content", "content": text or text
+    parts}``. Accepted, no effect: a predicted output only speeds up an
+    answer on OpenAI, it never changes it, and mlxd does not use it."""
+
+    type: ShortText
+    content: Union[Text, Annotated[list[ContentPart], Meta(max_length=MAX_CONTENT_PARTS)]]
+
+
+class WebSearchOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``web_search_options``: asks for OpenAI's hosted web search, which
+    mlxd cannot run; the request is answered without it and the answer
+    says so in the ``x-mlxd-dropped-tools`` header (see
+    :mod:`gateway.dropped_tools`)."""
+
+    search_context_size: ShortText | None = None
+    user_location: Raw = _NULL
+
+
 class ChatTemplateKwargs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """``chat_template_kwargs``: only ``enable_thinking`` is accepted (any
     other key is refused by name)."""
@@ -340,6 +396,19 @@ class ChatCompletionRequest(_SamplingFields, forbid_unknown_fields=True, kw_only
     chat_template_kwargs: ChatTemplateKwargs | None = None
     continue_final_message: bool | None = None
     add_generation_prompt: bool | None = None
+    store: bool | None = None
+    metadata: Metadata | None = None
+    service_tier: ShortText | None = None
+    prompt_cache_key: ShortText | None = None
+    prompt_cache_options: PromptCacheOptions | None = None
+    prompt_cache_retention: ShortText | None = None
+    safety_identifier: ShortText | None = None
+    verbosity: ShortText | None = None
+    prediction: PredictionParam | None = None
+    modalities: Annotated[list[ShortText], Meta(max_length=MAX_MODALITIES)] | None = None
+    audio: Raw = _NULL
+    web_search_options: WebSearchOptions | None = None
+    moderation: Raw = _NULL
 
 
 class CompletionRequest(_SamplingFields, forbid_unknown_fields=True, kw_only=True):
@@ -484,6 +553,61 @@ def check_finite(req: object, names: Collection[str]) -> None:
             raise bad_request(f"'{name}' must be a finite number", name)
 
 
+def one_of(value: str | None, allowed: Collection[str], param: str) -> None:
+    """Refuse ``value`` unless it is None or one of ``allowed``.
+
+    Raises:
+        APIError: 400 "Invalid value for '<param>' ..." naming ``param``.
+    """
+    if value is not None and value not in allowed:
+        raise bad_request(f"Invalid value for '{param}': '{value}'; expected one of {', '.join(allowed)}", param)
+
+
+SERVICE_TIERS = ("auto", "default", "flex", "scale", "priority", "fast")
+"""Accepted ``service_tier`` values (chat and Responses): every request is
+served the same way, and responses say ``default``."""
+
+VERBOSITIES = ("low", "medium", "high")
+"""Accepted ``verbosity`` / ``text.verbosity`` values (no effect)."""
+
+
+def check_service_fields(
+    service_tier: str | None,
+    options: PromptCacheOptions | None,
+    retention: str | None,
+    verbosity: str | None,
+    verbosity_param: str,
+) -> None:
+    """Check the fields chat and Responses accept without an effect on the
+    answer: ``service_tier``, ``prompt_cache_options``,
+    ``prompt_cache_retention`` and the verbosity (named
+    ``verbosity_param``).
+
+    Raises:
+        APIError: 400 naming the first field holding a value outside its
+        official set.
+    """
+    one_of(service_tier, SERVICE_TIERS, "service_tier")
+    one_of(retention, ("in_memory", "24h"), "prompt_cache_retention")
+    if options is not None:
+        one_of(options.mode, ("implicit", "explicit"), "prompt_cache_options.mode")
+        one_of(options.ttl, ("30m", "12h"), "prompt_cache_options.ttl")
+    one_of(verbosity, VERBOSITIES, verbosity_param)
+
+
+def check_cache_control(cache_control: CacheControl | None, path: str) -> None:
+    """A part's ``cache_control`` is ``{"type": "ephemeral"}`` (``ttl``
+    ``5m`` or ``1h``), or absent.
+
+    Raises:
+        APIError: 400 naming ``path.cache_control.type`` or ``.ttl``.
+    """
+    if cache_control is None:
+        return
+    one_of(cache_control.type, ("ephemeral",), f"{path}.cache_control.type")
+    one_of(cache_control.ttl, ("5m", "1h"), f"{path}.cache_control.ttl")
+
+
 def _check_common(req: _SamplingFields) -> None:
     """Checks shared by both endpoints.
 
@@ -520,9 +644,44 @@ def _check_chat(req: ChatCompletionRequest) -> None:
     _check_response_format(req.response_format)
     _check_tools(req)
     _check_thinking(req)
+    _check_services(req)
     for index, message in enumerate(req.messages):
         _check_message(message, f"messages[{index}]")
     _check_continuation(req)
+
+
+def _check_services(req: ChatCompletionRequest) -> None:
+    """The fields without an effect on the answer hold official values;
+    refuse what mlxd cannot do: audio output (``modalities`` with
+    ``audio``, ``audio``) and ``moderation``.
+
+    Raises:
+        APIError: 400 naming the field.
+    """
+    check_service_fields(
+        req.service_tier, req.prompt_cache_options, req.prompt_cache_retention, req.verbosity, "verbosity"
+    )
+    for index, modality in enumerate(req.modalities or ()):
+        one_of(modality, ("text", "audio"), f"modalities[{index}]")
+        if modality == "audio":
+            raise _not_supported(f"modalities[{index}]", "audio output (mlxd generates text only)")
+    if not _is_null(req.audio):
+        raise _not_supported("audio", "audio output (mlxd generates text only)")
+    if not _is_null(req.moderation):
+        raise bad_request("'moderation' is not supported (mlxd runs no moderation model)", "moderation")
+    if req.prediction is not None:
+        one_of(req.prediction.type, ("content",), "prediction.type")
+        for index, part in enumerate(req.prediction.content if isinstance(req.prediction.content, list) else ()):
+            _check_part(part, f"prediction.content[{index}]", ("text",))
+    if req.web_search_options is not None:
+        size = req.web_search_options.search_context_size
+        one_of(size, VERBOSITIES, "web_search_options.search_context_size")
+
+
+def dropped_tools(req: ChatCompletionRequest) -> list[str]:
+    """The hosted tools a chat request asked for that mlxd cannot run
+    (``web_search`` for ``web_search_options``)."""
+    return ["web_search"] if req.web_search_options is not None else []
 
 
 def _check_continuation(req: ChatCompletionRequest) -> None:
@@ -675,10 +834,17 @@ def _chosen_function(choice: ToolChoiceParam) -> str:
     return choice.function.name  # type: ignore[union-attr]
 
 
-THINKING_BY_EFFORT = {"none": False, "minimal": False, "low": True, "medium": True, "high": True}
-"""``reasoning_effort`` -> whether the model's reasoning mode is on (the
-Responses API's ``reasoning.effort`` accepts these and more, see
-:data:`gateway.responses_schema.THINKING_BY_EFFORT`)."""
+THINKING_BY_EFFORT = {
+    "none": False,
+    "minimal": False,
+    "low": True,
+    "medium": True,
+    "high": True,
+    "xhigh": True,
+    "max": True,
+}
+"""``reasoning_effort`` (and Responses ``reasoning.effort``) -> whether the
+model's reasoning mode is on (there is no budget)."""
 
 
 def _check_thinking(req: ChatCompletionRequest) -> None:
@@ -724,13 +890,16 @@ def _check_message(message: ChatMessageParam, path: str) -> None:
         raise bad_request(
             "message 'function_call' is deprecated and not supported; use 'tool_calls'", f"{path}.function_call"
         )
+    if not _is_null(message.audio):
+        raise _not_supported(f"{path}.audio", "a message 'audio' (mlxd never produces audio)")
     _check_tool_fields(message, path)
     _check_reasoning(message, path)
     if message.content is None and message.role != "assistant":
         raise bad_request(f"'content' is required for role '{message.role}'", f"{path}.content")
     if isinstance(message.content, list):
+        kinds = ("text", "refusal") if message.role == "assistant" else ("text",)
         for index, part in enumerate(message.content):
-            _check_part(part, f"{path}.content[{index}]")
+            _check_part(part, f"{path}.content[{index}]", kinds)
 
 
 def _check_tool_fields(message: ChatMessageParam, path: str) -> None:
@@ -765,15 +934,35 @@ def _check_reasoning(message: ChatMessageParam, path: str) -> None:
         raise bad_request("'reasoning_content' and 'reasoning' disagree; send only one", f"{path}.reasoning")
 
 
-def _check_part(part: ContentPart, path: str) -> None:
-    """Accept only a text part that has its ``text``."""
-    if part.type != "text":
-        raise _not_supported(f"{path}.type", f"content part type '{part.type}'")
-    if part.text is None:
-        raise bad_request("A text content part needs 'text'", f"{path}.text")
-    for name in ("image_url", "input_audio", "file", "refusal"):
-        if not _is_null(getattr(part, name)):
-            raise bad_request(f"Unrecognized field '{name}' in a text part", f"{path}.{name}")
+_PART_FIELDS = {
+    "text": ("text", "prompt_cache_breakpoint", "cache_control"),
+    "refusal": ("refusal",),
+}
+"""The part types mlxd reads and the fields each may carry (the first is
+required)."""
+
+
+def _check_part(part: ContentPart, path: str, kinds: tuple[str, ...]) -> None:
+    """Accept a part of one of ``kinds`` (``text``, ``refusal``) with its
+    text and only its own fields; other OpenAI types (images, audio,
+    files) are refused as not supported.
+
+    Raises:
+        APIError: 400 naming the part's field.
+    """
+    if part.type not in kinds:
+        if part.type in ("image_url", "input_audio", "file"):
+            raise _not_supported(f"{path}.type", f"content part type '{part.type}' (mlxd is text-only)")
+        raise bad_request(f"Invalid content part type '{part.type}' here; expected {', '.join(kinds)}", f"{path}.type")
+    fields = _PART_FIELDS[part.type]
+    for name in part.__struct_fields__:
+        value = getattr(part, name)
+        given = not _is_null(value) if isinstance(value, Raw) else value is not None
+        if name != "type" and name not in fields and given:
+            raise bad_request(f"Unrecognized field '{name}' in a {part.type} part", f"{path}.{name}")
+    if getattr(part, fields[0]) is None:
+        raise bad_request(f"A {part.type} content part needs '{fields[0]}'", f"{path}.{fields[0]}")
+    check_cache_control(part.cache_control, path)
 
 
 def _check_completion(req: CompletionRequest) -> None:
@@ -903,12 +1092,13 @@ def _sampling(req: ChatCompletionRequest | CompletionRequest, max_tokens: int | 
 
 
 def _flatten(content: str | list[ContentPart] | None) -> str:
-    """Return message content as one string (text parts concatenated)."""
+    """Return message content as one string (text and refusal parts
+    concatenated)."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
-    return "".join(part.text or "" for part in content)
+    return "".join(part.text or part.refusal or "" for part in content)
 
 
 def _tool_calls(message: ChatMessageParam) -> list[ToolCall] | None:

@@ -64,6 +64,7 @@ from gateway.encrypted_reasoning import SealError, unseal
 from gateway.errors import APIError, bad_request
 from gateway.openai_schema import (
     MAX_CONTENT_PARTS,
+    MAX_METADATA_VALUE_CHARS,
     MAX_TEXT_CHARS,
     MAX_TOOLS,
     MAX_TOP_LOGPROBS,
@@ -71,15 +72,20 @@ from gateway.openai_schema import (
     Identifier,
     JSONObject,
     MaxTokens,
+    Metadata,
     ModelName,
+    PromptCacheOptions,
     SchemaName,
     ShortText,
     Temperature,
     Text,
     TopP,
+    check_cache_control,
     check_finite,
+    check_service_fields,
     check_tool_choice,
     decode_body,
+    one_of,
 )
 from gateway.openai_schema import THINKING_BY_EFFORT as _CHAT_THINKING_BY_EFFORT
 from gateway.responses_format import (
@@ -102,12 +108,6 @@ from shared.protocol import (
 
 MAX_INPUT_ITEMS = 4096
 """Most items in ``input``."""
-MAX_METADATA = 16
-"""Most ``metadata`` pairs."""
-MAX_METADATA_KEY_CHARS = 64
-"""Longest ``metadata`` key."""
-MAX_METADATA_VALUE_CHARS = 512
-"""Longest ``metadata`` value."""
 MAX_TOOL_CALLS = 2**31 - 1
 """Type bound of ``max_tool_calls`` (which must be null anyway)."""
 MAX_INCLUDE = 64
@@ -116,15 +116,6 @@ MAX_CLIENT_METADATA = 64
 """Most ``client_metadata`` pairs."""
 
 # --- field types (the rest as for chat, from gateway.openai_schema) -------------------
-
-Metadata = Annotated[
-    dict[
-        Annotated[str, Meta(max_length=MAX_METADATA_KEY_CHARS)],
-        Annotated[str, Meta(max_length=MAX_METADATA_VALUE_CHARS)],
-    ],
-    Meta(max_length=MAX_METADATA),
-]
-
 
 ClientMetadata = Annotated[
     dict[Annotated[str, Meta(max_length=MAX_METADATA_VALUE_CHARS)], Annotated[str, Meta(max_length=MAX_TEXT_CHARS)]],
@@ -226,16 +217,6 @@ class ReasoningParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     mode: ShortText | None = None
 
 
-class PromptCacheOptionsParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """``prompt_cache_options``: accepted, no effect (mlxd's prefix cache
-    is automatic and lives as long as memory allows)."""
-
-    mode: ShortText | None = None
-    ttl: ShortText | None = None
-    prewarm: bool | None = None
-    comparison_response_id: ShortText | None = None
-
-
 class ContextManagementParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """One ``context_management`` entry: accepted, no effect (mlxd never
     compacts; an input too long for the context is a 400)."""
@@ -285,7 +266,7 @@ class ResponsesRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     include: Annotated[list[ShortText], Meta(max_length=MAX_INCLUDE)] | None = None
     top_logprobs: Annotated[int, Meta(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
     service_tier: ShortText | None = None
-    prompt_cache_options: PromptCacheOptionsParam | None = None
+    prompt_cache_options: PromptCacheOptions | None = None
     prompt_cache_retention: ShortText | None = None
     context_management: Annotated[list[ContextManagementParam], Meta(max_length=MAX_INCLUDE)] | None = None
     client_metadata: ClientMetadata | None = None
@@ -359,10 +340,6 @@ def _check_settings(req: ResponsesRequest) -> None:
     _check_reasoning(req.reasoning)
 
 
-SERVICE_TIERS = ("auto", "default", "flex", "scale", "priority", "fast")
-"""Accepted ``service_tier`` values (every request is served the same way;
-responses say ``default``)."""
-
 INCLUDABLE = (
     "reasoning.encrypted_content",
     "file_search_call.results",
@@ -376,22 +353,6 @@ INCLUDABLE = (
 """The official ``include`` values; see :func:`_check_neutral` for which
 have an effect."""
 
-_ENUMS = (
-    ("service_tier", SERVICE_TIERS),
-    ("truncation", ("auto", "disabled")),
-    ("prompt_cache_retention", ("in_memory", "24h")),
-)
-
-
-def _one_of(value: str | None, allowed: tuple[str, ...], param: str) -> None:
-    """Refuse ``value`` unless it is None or one of ``allowed``.
-
-    Raises:
-        APIError: 400 param ``param``.
-    """
-    if value is not None and value not in allowed:
-        raise bad_request(f"Invalid value for '{param}': '{value}'; expected one of {', '.join(allowed)}", param)
-
 
 def _check_enums(req: ResponsesRequest) -> None:
     """Every enumerated setting holds one of its official values.
@@ -399,20 +360,13 @@ def _check_enums(req: ResponsesRequest) -> None:
     Raises:
         APIError: 400 naming the field.
     """
-    for name, allowed in _ENUMS:
-        _one_of(getattr(req, name), allowed, name)
+    verbosity = req.text.verbosity if req.text is not None else None
+    check_service_fields(
+        req.service_tier, req.prompt_cache_options, req.prompt_cache_retention, verbosity, "text.verbosity"
+    )
+    one_of(req.truncation, ("auto", "disabled"), "truncation")
     for index, value in enumerate(req.include or ()):
-        _one_of(value, INCLUDABLE, f"include[{index}]")
-    options = req.prompt_cache_options
-    if options is not None:
-        _one_of(options.mode, ("implicit", "explicit"), "prompt_cache_options.mode")
-        _one_of(options.ttl, ("30m", "12h"), "prompt_cache_options.ttl")
-    if req.text is not None:
-        _one_of(req.text.verbosity, VERBOSITIES, "text.verbosity")
-
-
-VERBOSITIES = ("low", "medium", "high")
-"""Accepted ``text.verbosity`` values (echoed; no effect)."""
+        one_of(value, INCLUDABLE, f"include[{index}]")
 
 
 def _check_neutral(req: ResponsesRequest) -> None:
@@ -438,9 +392,9 @@ def _check_neutral(req: ResponsesRequest) -> None:
         raise _not_supported("max_tool_calls", "'max_tool_calls'")
 
 
-THINKING_BY_EFFORT = {**_CHAT_THINKING_BY_EFFORT, "xhigh": True, "max": True}
-"""``reasoning.effort`` -> whether the model's reasoning mode is on: the
-chat ``reasoning_effort`` values plus ``xhigh`` and ``max``."""
+THINKING_BY_EFFORT = _CHAT_THINKING_BY_EFFORT
+"""``reasoning.effort`` -> whether the model's reasoning mode is on (the
+same values as chat's ``reasoning_effort``)."""
 
 SUMMARIES = ("auto", "concise", "detailed")
 """Accepted ``reasoning.summary`` values: each puts the model's whole
@@ -456,10 +410,10 @@ def _check_reasoning(reasoning: ReasoningParam | None) -> None:
     """
     if reasoning is None:
         return
-    _one_of(reasoning.effort, tuple(THINKING_BY_EFFORT), "reasoning.effort")
-    _one_of(reasoning.summary, SUMMARIES, "reasoning.summary")
-    _one_of(reasoning.generate_summary, SUMMARIES, "reasoning.generate_summary")
-    _one_of(reasoning.context, ("auto", "current_turn", "all_turns"), "reasoning.context")
+    one_of(reasoning.effort, tuple(THINKING_BY_EFFORT), "reasoning.effort")
+    one_of(reasoning.summary, SUMMARIES, "reasoning.summary")
+    one_of(reasoning.generate_summary, SUMMARIES, "reasoning.generate_summary")
+    one_of(reasoning.context, ("auto", "current_turn", "all_turns"), "reasoning.context")
     both = reasoning.summary is not None and reasoning.generate_summary is not None
     if both and reasoning.summary != reasoning.generate_summary:
         raise bad_request(
@@ -759,6 +713,8 @@ def _check_parts(content: str | list[ContentPartParam], allowed: tuple[str, ...]
                 raise bad_request(f"Unrecognized field '{name}' in a '{part.type}' part", f"{where}.{name}")
         if part.type != "input_file" and getattr(part, fields[0]) is UNSET:
             raise bad_request(f"Missing required parameter: '{where}.{fields[0]}'", f"{where}.{fields[0]}")
+        if isinstance(part.cache_control, CacheControl):
+            check_cache_control(part.cache_control, where)
 
 
 # --- translation ---------------------------------------------------------------------------
