@@ -266,15 +266,32 @@ class ChosenFunction(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     name: Identifier
 
 
-class ToolChoiceParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """An object ``tool_choice``: only ``{"type": "function", "function":
-    {"name"}}`` is supported (``custom`` and ``allowed_tools`` are
-    recognised to be refused by type)."""
+class AllowedToolRef(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """One entry of ``allowed_tools.tools``: ``{"type": "function",
+    "function": {"name"}}`` (``custom`` recognised to be refused)."""
 
     type: ShortText
     function: ChosenFunction | None = None
     custom: Raw = _NULL
-    allowed_tools: Raw = _NULL
+
+
+class AllowedToolsParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``allowed_tools`` of a tool choice: the tools the model may use and
+    whether it must (``required``) or may (``auto``) call one."""
+
+    mode: ShortText
+    tools: Annotated[list[AllowedToolRef], Meta(max_length=MAX_TOOLS)]
+
+
+class ToolChoiceParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """An object ``tool_choice``: ``{"type": "function", "function":
+    {"name"}}`` or ``{"type": "allowed_tools", "allowed_tools": {"mode",
+    "tools"}}`` (``custom`` is recognised to be refused by type)."""
+
+    type: ShortText
+    function: ChosenFunction | None = None
+    custom: Raw = _NULL
+    allowed_tools: AllowedToolsParam | None = None
 
 
 class JSONSchemaParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -759,12 +776,50 @@ def _check_tools(req: ChatCompletionRequest) -> None:
     seen: set[str] = set()
     for index, tool in enumerate(req.tools or ()):
         path = f"tools[{index}]"
+        if tool.type == "custom":
+            raise bad_request(
+                "custom tools are supported on /v1/responses only: a chat stream has no custom tool-call "
+                "delta in OpenAI's current schema",
+                f"{path}.type",
+            )
         _check_function_type(tool.type, tool.function, path, "tool")
         name = tool.function.name  # type: ignore[union-attr]
         if name in seen:
             raise bad_request(f"Tool name '{name}' is used twice", f"{path}.function.name")
         seen.add(name)
-    check_tool_choice(req.tool_choice, seen, _chosen_function, "tool_choice.function.name")
+    choice = req.tool_choice
+    if isinstance(choice, ToolChoiceParam) and choice.type == "allowed_tools":
+        _allowed_names(choice, seen)
+        return
+    check_tool_choice(choice, seen, _chosen_function, "tool_choice.function.name")
+
+
+def _allowed_names(choice: ToolChoiceParam, tool_names: Collection[str]) -> set[str]:
+    """The tool names an ``allowed_tools`` choice keeps.
+
+    Raises:
+        APIError: 400 param ``tool_choice.allowed_tools`` (missing, or no
+        tools at all), ``tool_choice.allowed_tools.mode`` (not ``auto`` or
+        ``required``) or ``tool_choice.allowed_tools.tools[i]...`` (not a
+        function among ``tools``).
+    """
+    allowed = choice.allowed_tools
+    if allowed is None:
+        raise bad_request("Missing required parameter: 'tool_choice.allowed_tools'", "tool_choice.allowed_tools")
+    if not tool_names:
+        raise bad_request("'tool_choice' is only allowed when 'tools' are specified", "tool_choice")
+    one_of(allowed.mode, ("auto", "required"), "tool_choice.allowed_tools.mode")
+    names: set[str] = set()
+    for index, ref in enumerate(allowed.tools):
+        path = f"tool_choice.allowed_tools.tools[{index}]"
+        _check_function_type(ref.type, ref.function, path, "allowed tool")
+        name = ref.function.name  # type: ignore[union-attr]
+        if name not in tool_names:
+            raise bad_request(
+                f"allowed_tools names function '{name}', which is not among 'tools'", f"{path}.function.name"
+            )
+        names.add(name)
+    return names
 
 
 def _check_function_type(kind: str, function: object, path: str, what: str) -> None:
@@ -1137,10 +1192,15 @@ def _chat_messages(req: ChatCompletionRequest) -> list[ChatMessage]:
 
 
 def _tools(req: ChatCompletionRequest) -> list[Tool] | None:
-    """The request's tools for the worker (None when it has none)."""
+    """The request's tools for the worker (None when it has none): all of
+    them, or those an ``allowed_tools`` choice keeps."""
     if not req.tools:
         return None
-    return [
+    keep: set[str] | None = None
+    choice = req.tool_choice
+    if isinstance(choice, ToolChoiceParam) and choice.allowed_tools is not None:
+        keep = {ref.function.name for ref in choice.allowed_tools.tools}  # type: ignore[union-attr]
+    tools = [
         Tool(
             name=tool.function.name,  # type: ignore[union-attr]
             description=tool.function.description or "",  # type: ignore[union-attr]
@@ -1148,6 +1208,7 @@ def _tools(req: ChatCompletionRequest) -> list[Tool] | None:
         )
         for tool in req.tools
     ]
+    return [tool for tool in tools if keep is None or tool.name in keep] or None
 
 
 def _tool_choice(req: ChatCompletionRequest) -> tuple[ToolChoice, str | None]:
@@ -1157,6 +1218,9 @@ def _tool_choice(req: ChatCompletionRequest) -> tuple[ToolChoice, str | None]:
     if choice is None:
         return ("auto" if req.tools else "none"), None
     if isinstance(choice, ToolChoiceParam):
+        if choice.allowed_tools is not None:
+            mode = choice.allowed_tools.mode if choice.allowed_tools.tools else "none"
+            return mode, None  # type: ignore[return-value]
         return "function", choice.function.name  # type: ignore[union-attr]
     return choice, None  # type: ignore[return-value]
 

@@ -6,49 +6,56 @@ fields refused by name; every refusal is an :class:`~gateway.errors.APIError`
 400 whose ``param`` is the offending field path (e.g. ``input[2].content``).
 
 mlxd is stateless: nothing is stored, so ``previous_response_id``,
-``conversation`` and ``background`` are refused and the client sends the
-whole conversation as ``input`` every time (``store`` is accepted, either
-value, and the response says ``store: false``; ``GET /v1/responses/{id}``
-does not exist).
-
-Supported:
+``conversation``, ``background`` (and ``background_options``) and stored
+``prompt`` templates are refused and the client sends the whole
+conversation as ``input`` every time (``store`` is accepted, either value,
+and the response says ``store: false``; ``GET /v1/responses/{id}`` does not
+exist). ``docs/api/responses.md`` lists every field with its status; in
+short:
 
 - ``input``: a string (one user message) or a non-empty list of items:
-  messages ``{"role": "user"|"system"|"developer"|"assistant", "content":
-  string or parts}`` (``"type": "message"`` optional; user/system/developer
-  parts are ``input_text``; assistant parts ``output_text``, ``refusal`` or
-  ``input_text``), ``function_call`` items (``call_id``, ``name``,
-  ``arguments``), ``function_call_output`` items (``call_id``, ``output`` as
-  text or ``input_text`` parts) and ``reasoning`` items (their
-  ``reasoning_text`` content, else their ``summary_text`` summary).
-  Images, files, encrypted reasoning and all other item types are refused.
-- ``instructions``: a system message before ``input`` (merged with a
-  leading system message of ``input``).
-- ``max_output_tokens`` (1..1,000,000), ``temperature`` (0..2), ``top_p``
-  (0 < p <= 1).
-- ``tools``: up to 128 ``{"type": "function", "name", "description",
-  "parameters", "strict"}`` (names 1..64 of ``[A-Za-z0-9_-]``, unique;
-  ``parameters`` a JSON object). Other OpenAI tool types are refused.
-- ``tool_choice``: ``"none"``, ``"auto"``, ``"required"`` or ``{"type":
-  "function", "name"}`` naming one of ``tools``; anything but ``"none"``
-  needs tools. Default ``"auto"`` with tools, else ``"none"``.
-  ``parallel_tool_calls`` (default true) is forwarded.
-- ``text.format``: ``text``, ``json_object`` or ``json_schema`` (``name``
-  1..64 characters and ``schema``, a JSON object, required).
-- ``reasoning.effort``: ``none``/``minimal`` turn the model's reasoning
-  mode off, ``low``/``medium``/``high``/``xhigh``/``max`` on (no budget).
-- Echo-only: ``metadata`` (up to 16 pairs, keys up to 64 and values up to
-  512 characters), ``user``, ``safety_identifier``, ``prompt_cache_key``
-  (prefix caching is automatic), ``service_tier`` (null or ``auto``),
-  ``stream_options.include_obfuscation`` (no obfuscation is ever added).
-- Accepted only with their neutral value: ``truncation`` (``disabled``),
-  ``include`` (empty), ``top_logprobs`` (0), ``max_tool_calls`` (null),
-  ``text.verbosity``, ``reasoning.summary`` and
-  ``reasoning.generate_summary`` (null).
+  messages (``"type": "message"`` optional; user/system/developer parts
+  are ``input_text``; assistant parts ``output_text``, ``refusal`` or
+  ``input_text``), ``function_call`` / ``custom_tool_call`` items and their
+  ``function_call_output`` / ``custom_tool_call_output`` (text or parts;
+  an image or file in a tool's output reaches the model as a text
+  placeholder, :data:`MEDIA_PLACEHOLDER`), ``reasoning`` items (text from
+  mlxd's own ``encrypted_content``, else ``reasoning_text`` content, else
+  the ``summary_text`` summary) and ``additional_tools`` items (their
+  tools join ``tools``). Images and files elsewhere, ``item_reference``
+  and the hosted tools' call items are refused.
+- ``tools`` and ``tool_choice``: see :mod:`gateway.responses_tools`
+  (function, custom and namespace tools; hosted ones dropped). An object
+  ``tool_choice`` forces a ``function`` or ``custom`` tool by name, or
+  restricts the tools (``allowed_tools``, mode ``auto`` / ``required``);
+  one forcing a hosted tool is refused.
+- Honoured: ``instructions``, ``max_output_tokens``, ``temperature``,
+  ``top_p``, ``parallel_tool_calls``, ``text.format``, ``reasoning.effort``
+  (``none``/``minimal`` off, the rest on; no budget), ``reasoning.summary``
+  / ``generate_summary`` (the reasoning text becomes the reasoning item's
+  summary), ``include: ["reasoning.encrypted_content"]`` (reasoning items
+  carry :func:`gateway.encrypted_reasoning.seal` of their text),
+  ``stream``, ``truncation: "disabled"``.
+- Accepted, echoed or without effect by design: ``metadata``, ``user``,
+  ``safety_identifier``, ``prompt_cache_key``, ``prompt_cache_options``,
+  ``prompt_cache_retention`` (prefix caching is automatic),
+  ``service_tier`` (the response says ``default``), ``text.verbosity``,
+  ``reasoning.context`` / ``mode``, ``context_management`` (mlxd never
+  compacts), ``client_metadata`` (Codex's; not in OpenAI's spec, accepted
+  because Codex always sends it), ``access_programs``, ``image``, the other
+  ``include`` values (nothing of theirs is ever produced),
+  ``stream_options.include_obfuscation``, ``cache_control`` /
+  ``prompt_cache_breakpoint`` on text parts.
+- Refused (400 naming the field): ``truncation: "auto"`` (mlxd never drops
+  input to fit), ``top_logprobs`` > 0 and ``include`` of
+  ``message.output_text.logprobs`` (not offered here yet),
+  ``max_tool_calls``, ``moderation``, and every field in no official spec.
 
 :func:`to_generate_request` turns a decoded request into the worker's
-:class:`~shared.protocol.GenerateRequest` (one choice) and
-:func:`response_settings` gives the settings the response echoes.
+:class:`~shared.protocol.GenerateRequest` (one choice);
+:func:`response_settings` gives the settings the response echoes,
+:func:`output_options` how it renders its items and
+:func:`dropped_tools` which tools were dropped.
 """
 
 from __future__ import annotations

@@ -646,7 +646,9 @@ def test_tool_choice_refusals():
     chat_refused("tool_choice", tools=[WEATHER], tool_choice="sometimes")
     chat_refused("tool_choice", tools=[WEATHER], tool_choice=5)
     chat_refused("tool_choice.type", tools=[WEATHER], tool_choice={"type": "custom", "custom": {"name": "x"}})
-    chat_refused("tool_choice.type", tools=[WEATHER], tool_choice={"type": "allowed_tools", "allowed_tools": {}})
+    chat_refused(
+        "tool_choice.allowed_tools.mode", tools=[WEATHER], tool_choice={"type": "allowed_tools", "allowed_tools": {}}
+    )
     chat_refused("tool_choice.function", tools=[WEATHER], tool_choice={"type": "function"})
     chat_refused("tool_choice.function.name", tools=[WEATHER], tool_choice={"type": "function", "function": {}})
     chat_refused(
@@ -892,3 +894,127 @@ def test_continue_final_message():
     call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
     with_call = [*USER, {"role": "assistant", "content": None, "tool_calls": [call]}]
     chat_refused("messages[1].tool_calls", messages=with_call, continue_final_message=True)
+
+
+# --- today's request surface (issue #20) ---------------------------------------------------------
+
+
+def allowed(mode: str, *names: str) -> dict:
+    tools = [{"type": "function", "function": {"name": name}} for name in names]
+    return {"type": "allowed_tools", "allowed_tools": {"mode": mode, "tools": tools}}
+
+
+def test_allowed_tools_restrict_the_tools():
+    gen = to_generate_request(
+        decode_chat_request(chat_body(tools=[WEATHER, TIME], tool_choice=allowed("required", "get-time_2"))), "r"
+    )
+    assert [t.name for t in gen.tools] == ["get-time_2"] and gen.tool_choice == "required"
+    gen = to_generate_request(decode_chat_request(chat_body(tools=[WEATHER], tool_choice=allowed("auto"))), "r")
+    assert gen.tools is None and gen.tool_choice == "none"
+    chat_refused("tool_choice.allowed_tools.mode", tools=[WEATHER], tool_choice=allowed("always", "get_weather"))
+    chat_refused(
+        "tool_choice.allowed_tools.tools[0].function.name", tools=[WEATHER], tool_choice=allowed("auto", "nope")
+    )
+    chat_refused("tool_choice", tool_choice=allowed("auto", "get_weather"))
+
+
+ACCEPTED = [
+    {"store": True},
+    {"metadata": {"k" * 64: "v" * 512}},
+    {"service_tier": "flex"},
+    {"service_tier": "priority"},
+    {"prompt_cache_key": "conv-1"},
+    {"prompt_cache_retention": "24h"},
+    {"prompt_cache_options": {"mode": "explicit", "ttl": "30m"}},
+    {"safety_identifier": "user-1"},
+    {"verbosity": "low"},
+    {"prediction": {"type": "content", "content": "draft"}},
+    {"prediction": {"type": "content", "content": [{"type": "text", "text": "draft"}]}},
+    {"modalities": ["text"]},
+    {"web_search_options": {"search_context_size": "high", "user_location": None}},
+    {"reasoning_effort": "xhigh"},
+    {"reasoning_effort": "max"},
+    {"stream": True, "stream_options": {"include_usage": True, "include_obfuscation": False}},
+    {
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]}
+        ]
+    },
+    {
+        "messages": [
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "hi", "prompt_cache_breakpoint": {"mode": "explicit"}}],
+            }
+        ]
+    },
+    {
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [{"type": "refusal", "refusal": "no"}], "audio": None},
+        ]
+    },
+]
+
+
+@pytest.mark.parametrize("fields", ACCEPTED)
+def test_todays_fields_are_accepted(fields):
+    decode_chat_request(chat_body(**fields))
+
+
+def test_accepted_fields_do_not_change_the_request():
+    plain = to_generate_request(decode_chat_request(chat_body()), "r")
+    for fields in ACCEPTED[:13]:
+        gen = to_generate_request(decode_chat_request(chat_body(**fields)), "r")
+        assert gen == plain, fields
+
+
+def test_refusal_parts_become_assistant_text():
+    messages = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": [{"type": "refusal", "refusal": "no"}]},
+    ]
+    gen = to_generate_request(decode_chat_request(chat_body(messages=messages)), "r")
+    assert gen.messages[1].content == "no"
+
+
+def test_web_search_options_is_a_dropped_tool():
+    from gateway.openai_schema import dropped_tools
+
+    assert dropped_tools(decode_chat_request(chat_body(web_search_options={}))) == ["web_search"]
+    assert dropped_tools(decode_chat_request(chat_body())) == []
+
+
+@pytest.mark.parametrize(
+    "fields,param",
+    [
+        ({"modalities": ["text", "audio"]}, "modalities[1]"),
+        ({"modalities": ["video"]}, "modalities[0]"),
+        ({"audio": {"format": "wav", "voice": "alloy"}}, "audio"),
+        ({"moderation": {"model": "omni-moderation-latest"}}, "moderation"),
+        ({"service_tier": "turbo"}, "service_tier"),
+        ({"verbosity": "loud"}, "verbosity"),
+        ({"prompt_cache_retention": "forever"}, "prompt_cache_retention"),
+        ({"prompt_cache_options": {"ttl": "1y"}}, "prompt_cache_options.ttl"),
+        ({"prediction": {"type": "diff", "content": "x"}}, "prediction.type"),
+        ({"web_search_options": {"search_context_size": "huge"}}, "web_search_options.search_context_size"),
+        ({"metadata": {"k": "v" * 513}}, "metadata"),
+        (
+            {
+                "messages": [
+                    {"role": "user", "content": [{"type": "text", "text": "x", "cache_control": {"type": "forever"}}]}
+                ]
+            },
+            "messages[0].content[0].cache_control.type",
+        ),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "refusal", "refusal": "no"}]}]},
+            "messages[0].content[0].type",
+        ),
+        ({"messages": [{"role": "assistant", "content": "x", "audio": {"id": "a"}}]}, "messages[0].audio"),
+        ({"tools": [{"type": "custom", "custom": {"name": "x"}}]}, "tools[0].type"),
+        ({"cache_control": {"type": "ephemeral"}}, "cache_control"),
+    ],
+)
+def test_todays_refusals(fields, param):
+    chat_refused(param, **fields)
