@@ -465,12 +465,14 @@ def chat_completion_body(
     )
 
 
-def _completion_choice(result: ChoiceResult, alternatives: int) -> CompletionChoice:
-    """The ``text_completion`` choice for one finished choice."""
+def _completion_choice(result: ChoiceResult, alternatives: int, echo: str = "") -> CompletionChoice:
+    """The ``text_completion`` choice for one finished choice (its text
+    after the echoed prompt ``echo``)."""
     logprobs = None
     if result.logprobs is not None:
         logprobs, _ = completion_logprobs(result.logprobs, alternatives)
-    return CompletionChoice(text=result.text, index=result.index, logprobs=logprobs, finish_reason=result.finish_reason)
+    text = echo + result.text
+    return CompletionChoice(text=text, index=result.index, logprobs=logprobs, finish_reason=result.finish_reason)
 
 
 def text_completion_body(
@@ -481,16 +483,18 @@ def text_completion_body(
     choices: Sequence[ChoiceResult],
     usage: Usage,
     alternatives: int = 0,
+    echo: str = "",
 ) -> bytes:
     """Return the JSON of a ``text_completion`` with ``choices`` (ordered by
-    index) and ``usage``; ``alternatives`` is the legacy ``logprobs`` count."""
+    index) and ``usage``; ``alternatives`` is the legacy ``logprobs`` count
+    and ``echo`` the prompt each choice's text starts with (``echo``)."""
     ordered = sorted(choices, key=lambda c: c.index)
     return encode(
         TextCompletion(
             id=request_id,
             created=created,
             model=model,
-            choices=[_completion_choice(c, alternatives) for c in ordered],
+            choices=[_completion_choice(c, alternatives, echo) for c in ordered],
             usage=usage,
         )
     )
@@ -710,10 +714,11 @@ class CompletionChunkStream(_ChunkStream):
     """Builds the ``text_completion`` chunk frames of one streamed response.
 
     See :class:`_ChunkStream` for construction and order of use;
-    ``alternatives`` is the legacy ``logprobs`` count. Every chunk holds one
-    choice ``{"text", "index", "logprobs", "finish_reason"}``; there is no
-    opening chunk, and a choice's last text travels in the same chunk as its
-    ``finish_reason``. When requested, ``logprobs`` is the legacy object for
+    ``alternatives`` is the legacy ``logprobs`` count and ``echo`` the
+    prompt text to echo. Every chunk holds one choice ``{"text", "index",
+    "logprobs", "finish_reason"}``; the only opening chunks are one per
+    choice carrying ``echo`` (when set), and a choice's last text travels
+    in the same chunk as its ``finish_reason``. When requested, ``logprobs`` is the legacy object for
     the chunk's tokens, with ``text_offset`` counting on from the choice's
     earlier chunks; otherwise it is null. Only ``text`` is sent: reasoning
     and tool-call pieces, which a raw prompt never asks for, have no place
@@ -732,12 +737,24 @@ class CompletionChunkStream(_ChunkStream):
         n: int = 1,
         logprobs: bool = False,
         alternatives: int = 0,
+        echo: str = "",
     ) -> None:
         super().__init__(request_id, created, model, include_usage, n=n, logprobs=logprobs)
         self._alternatives = alternatives
+        self._echo = echo
         self._offsets = [0] * n
         self._text_head = self._head + b'[{"text":'
         self._index_parts = [b',"index":%d,"logprobs":' % i for i in range(n)]
+
+    def start(self) -> bytes:
+        """Return one chunk per choice with the echoed prompt (nothing
+        without ``echo``)."""
+        if not self._echo:
+            return b""
+        return b"".join(
+            self._text_head + encode(self._echo) + self._index_parts[i] + b'null,"finish_reason":null}]' + self._end
+            for i in range(self._n)
+        )
 
     def deltas(self, output: RequestOutput) -> bytes:
         """Return ``output``'s chunk without a finish reason, or nothing."""

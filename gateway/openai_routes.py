@@ -47,6 +47,7 @@ from gateway.openai_schema import (
     decode_chat_request,
     decode_completion_request,
     dropped_tools,
+    echoed_prompt,
     include_usage,
     to_generate_request,
 )
@@ -219,7 +220,12 @@ def _chat_chunks(job: _Job) -> ChunkStream:
 
 def _completion_chunks(job: _Job) -> ChunkStream:
     """The completions chunk builder for ``job``."""
-    return _chunk_stream(job, fmt.CompletionChunkStream, alternatives=job.generate.sampling.top_logprobs)
+    return _chunk_stream(
+        job,
+        fmt.CompletionChunkStream,
+        alternatives=job.generate.sampling.top_logprobs,
+        echo=echoed_prompt(job.request),  # type: ignore[arg-type]
+    )
 
 
 def _chat_body(job: _Job, choices: list[fmt.ChoiceResult], usage: fmt.Usage) -> bytes:
@@ -243,6 +249,7 @@ def _completion_body(job: _Job, choices: list[fmt.ChoiceResult], usage: fmt.Usag
         choices=choices,
         usage=usage,
         alternatives=job.generate.sampling.top_logprobs,
+        echo=echoed_prompt(job.request),  # type: ignore[arg-type]
     )
 
 

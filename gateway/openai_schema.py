@@ -1026,8 +1026,8 @@ def _check_completion(req: CompletionRequest) -> None:
     Raises:
         APIError: 400 naming the field.
     """
-    if req.echo:
-        raise _not_supported("echo", "echo")
+    if req.echo and req.logprobs is not None:
+        raise _not_supported("echo", "'echo' with 'logprobs' (log-probabilities of prompt tokens)")
     if req.suffix is not None:
         raise _not_supported("suffix", "suffix")
     if req.best_of is not None and req.best_of != 1:
@@ -1035,7 +1035,19 @@ def _check_completion(req: CompletionRequest) -> None:
     if req.best_of is not None and (req.n or 1) > req.best_of:
         raise bad_request("'best_of' must be at least 'n'; leave 'best_of' out", "best_of")
     _check_min_tokens(req.min_tokens, req.max_tokens)
-    prompt_input(req)
+    text, _ = prompt_input(req)
+    if req.echo and text is None:
+        raise _not_supported("echo", "'echo' with a token-id prompt (the gateway does not detokenize)")
+
+
+def echoed_prompt(req: CompletionRequest) -> str:
+    """The text each choice of a completions answer starts with: the
+    prompt when ``echo`` is true (the checks guarantee a text prompt),
+    else nothing."""
+    if not req.echo:
+        return ""
+    text, _ = prompt_input(req)
+    return text or ""
 
 
 def _check_min_tokens(min_tokens: int | None, max_tokens: int | None) -> None:

@@ -1355,3 +1355,18 @@ def test_chunk_stream_tool_call_escaping():
         {"tool_calls": [{"index": 0, "id": 'i"d', "type": "function", "function": {"name": name, "arguments": ""}}]},
         {"tool_calls": [{"index": 0, "function": {"arguments": args}}]},
     ]
+
+
+async def test_completions_echo_whole_and_streamed():
+    body = {"model": "m", "prompt": "Say", "echo": True, "n": 2}
+    script = [out(" hi", "stop", completion=1, index=0), out(" yo", "stop", completion=1, index=1)]
+    async with http(ScriptedEngine(script)) as client:
+        whole = (await client.post("/v1/completions", json=body)).json()
+        streamed = await client.post("/v1/completions", json={**body, "stream": True})
+    assert [c["text"] for c in whole["choices"]] == ["Say hi", "Say yo"]
+    chunks = [json.loads(frame) for frame in sse_data(streamed.content)[:-1]]
+    texts = ["", ""]
+    for chunk in chunks:
+        choice = chunk["choices"][0]
+        texts[choice["index"]] += choice["text"]
+    assert texts == ["Say hi", "Say yo"]

@@ -443,10 +443,19 @@ def test_completion_fields():
 
 @pytest.mark.parametrize(
     "field,value",
-    [("echo", True), ("suffix", "x"), ("best_of", 2)],
+    [("suffix", "x"), ("best_of", 2)],
 )
 def test_completion_unsupported(field, value):
     completion_refused(field, **{field: value})
+
+
+def test_completion_echo():
+    from gateway.openai_schema import echoed_prompt
+
+    assert echoed_prompt(decode_completion_request(completion_body(echo=True))) == "Once"
+    assert echoed_prompt(decode_completion_request(completion_body(echo=False))) == ""
+    completion_refused("echo", echo=True, prompt=[1, 2])
+    completion_refused("echo", echo=True, logprobs=1)
 
 
 def test_completion_rejects_chat_only_fields():
