@@ -3,11 +3,26 @@
 Decoding is strict: the body must be one JSON object, no value is coerced
 (``"1"`` is not a number, ``1.5`` is not an integer), every number has bounds,
 every string and list has a maximum length, and unknown fields are refused by
-name. Fields OpenAI defines that mlxd does not implement yet (``best_of``
-> 1, ``echo``, non-text content parts, ...) are accepted only with their
-neutral value and otherwise refused with a 400 that says so; nothing is
-silently ignored. Every refusal is an :class:`~gateway.errors.APIError` 400
-whose ``param`` is the offending field path, e.g. ``messages[0].content``.
+name. Every field of OpenAI's current request types is honoured, accepted
+with a stated local meaning, or refused with a 400 that says why
+(``docs/api/chat-completions.md`` and ``completions.md`` list them all);
+nothing is silently ignored. Every refusal is an
+:class:`~gateway.errors.APIError` 400 whose ``param`` is the offending
+field path, e.g. ``messages[0].content``.
+
+Accepted without an effect on the answer, by design (:func:`_check_services`
+checks their values): ``store``, ``metadata``, ``service_tier`` (answers say
+``default``), ``prompt_cache_key`` / ``prompt_cache_options`` /
+``prompt_cache_retention`` and text parts' ``prompt_cache_breakpoint`` /
+``cache_control`` (prefix caching is automatic), ``safety_identifier``,
+``user``, ``verbosity``, ``prediction`` (it only ever speeds OpenAI up),
+``modalities: ["text"]`` and ``stream_options.include_obfuscation``.
+``web_search_options`` is accepted and reported as a dropped tool
+(:func:`dropped_tools`). Refused: audio output (``audio``, ``modalities``
+with ``audio``), ``moderation``, ``custom`` tools (Responses only), the
+legacy ``functions`` / ``function_call``, completions ``suffix`` and
+``best_of`` > 1, and ``echo`` with token ids or ``logprobs`` (``echo`` on a
+text prompt is honoured, :func:`echoed_prompt`).
 
 Supported beyond the basics: ``n`` choices (bounded per model by
 :func:`check_limits`, which needs the resolved model's limits), chat
@@ -22,10 +37,13 @@ Chat only (the completions endpoint refuses these fields as unknown):
   ``[A-Za-z0-9_-]`` and unique; ``parameters`` must be a JSON object
   (absent: ``{}``). Other tool types are refused. An empty list means no
   tools. ``strict`` is accepted but not forwarded (the wire has no field).
-- ``tool_choice``: ``"none"``, ``"auto"``, ``"required"`` or ``{"type":
-  "function", "function": {"name"}}`` naming one of ``tools``; anything but
-  ``"none"`` needs ``tools``. Default: ``"auto"`` with tools, else
-  ``"none"``. ``parallel_tool_calls`` (default true) is forwarded.
+- ``tool_choice``: ``"none"``, ``"auto"``, ``"required"``, ``{"type":
+  "function", "function": {"name"}}`` naming one of ``tools``, or
+  ``{"type": "allowed_tools", "allowed_tools": {"mode", "tools"}}`` (only
+  the listed function tools are offered; ``mode`` ``auto`` or
+  ``required``); anything but ``"none"`` needs ``tools``. Default:
+  ``"auto"`` with tools, else ``"none"``. ``parallel_tool_calls`` (default
+  true) is forwarded.
   The legacy ``functions``/``function_call`` are refused ("use tools").
 - Messages: role ``tool`` (needs ``tool_call_id`` and ``content``; its
   ``name`` defaults to the name of the earlier call with that id), assistant
@@ -38,8 +56,8 @@ Chat only (the completions endpoint refuses these fields as unknown):
   characters, ``schema`` a JSON object, required) becomes a
   :class:`~shared.protocol.ResponseFormat`.
 - Thinking: ``reasoning_effort`` ``"none"``/``"minimal"`` turn the model's
-  reasoning mode off, ``"low"``/``"medium"``/``"high"`` on (there is no
-  budget); ``chat_template_kwargs`` accepts only ``{"enable_thinking":
+  reasoning mode off, ``"low"``/``"medium"``/``"high"``/``"xhigh"``/``"max"``
+  on (there is no budget); ``chat_template_kwargs`` accepts only ``{"enable_thinking":
   bool}``. If both are set they must agree. Neither: the template default.
 - Pre-filled answers (vLLM's extension): ``continue_final_message`` true
   makes the model continue the final message, which must then be an
@@ -54,8 +72,9 @@ Chat only (the completions endpoint refuses these fields as unknown):
 The Responses (:mod:`gateway.responses_schema`) and Anthropic
 (:mod:`gateway.anthropic_schema`) bodies reuse what applies to them too
 from here rather than repeating it: the bounded field types and tool limits,
-:func:`decode_body`, :func:`check_finite`, :func:`check_tool_choice` and
-:data:`THINKING_BY_EFFORT`.
+:func:`decode_body`, :func:`check_finite`, :func:`check_tool_choice`,
+:func:`one_of`, :func:`check_service_fields`, :func:`check_cache_control`,
+:data:`Metadata` and :data:`THINKING_BY_EFFORT`.
 """
 
 from __future__ import annotations
