@@ -3,7 +3,7 @@
 A response's ``output`` is a list of items, in the order the model produced
 them: a ``reasoning`` item (its text as one ``reasoning_text`` content part;
 ``summary`` is always empty), a ``message`` item (one ``output_text`` part,
-``annotations`` and ``logprobs`` always empty) and one ``function_call``
+``annotations`` always empty, ``logprobs`` filled only when asked for) and one ``function_call``
 item per tool call (``call_id`` is the worker's tool-call id). Whenever the
 kind of output changes (reasoning, text, another tool call) the current item
 is finished and the next one started, so a model that thinks, answers and
@@ -45,7 +45,7 @@ import msgspec
 
 from gateway import sse
 from gateway.encrypted_reasoning import seal
-from gateway.openai_format import Usage
+from gateway.openai_format import Usage, chat_logprobs
 from gateway.request_flow import FinalReason
 from gateway.responses_tools import CUSTOM_INPUT, ToolRef
 from shared.protocol import RequestOutput, ToolCallDelta
@@ -148,12 +148,15 @@ class OutputOptions:
     ``response.reasoning_summary_*`` events) instead of its ``content``.
     ``encrypted_reasoning``: finished reasoning items carry
     ``encrypted_content`` (:func:`gateway.encrypted_reasoning.seal` of
-    their text).
+    their text). ``logprobs``: message text carries the log-probabilities
+    of its tokens (on each ``output_text.delta`` and the ``output_text``
+    part); those of reasoning tokens are left out.
     """
 
     tools: Mapping[str, ToolRef] = field(default_factory=dict)
     summary: bool = False
     encrypted_reasoning: bool = False
+    logprobs: bool = False
 
 
 # --- output items ------------------------------------------------------------------------
@@ -523,6 +526,7 @@ class _OpenItem:
     name: str = ""
     tool_index: int = -1
     ref: ToolRef | None = None
+    logprobs: list[Any] = field(default_factory=list)
 
     @property
     def text(self) -> str:
@@ -553,7 +557,8 @@ def _render(item: _OpenItem, status: ItemStatus, options: OutputOptions, parts: 
     message or reasoning item has no content part yet (as announced by
     ``output_item.added``, before ``content_part.added``)."""
     if item.kind == _MESSAGE:
-        return MessageItem(id=item.id, status=status, content=[OutputText(text=item.text)] if parts else [])
+        content = [OutputText(text=item.text, logprobs=list(item.logprobs))] if parts else []
+        return MessageItem(id=item.id, status=status, content=content)
     if item.kind == _REASONING:
         sealed = seal(item.text) if options.encrypted_reasoning and parts else None
         if options.summary:
@@ -609,10 +614,12 @@ class OutputAssembler:
         self._open: _OpenItem | None = None
         self._finished_calls: set[int] = set()
         self._call_ids: set[str] = set()
+        self._pending_logprobs: list[Any] = []
 
     def add(self, output: RequestOutput) -> list[Event]:
         """Take the content of one output; return the events it causes."""
         events: list[Event] = []
+        self._note_logprobs(output)
         if output.reasoning:
             events += self._append(_REASONING, output.reasoning)
         if output.text:
@@ -643,6 +650,17 @@ class OutputAssembler:
 
     # --- internals -------------------------------------------------------------------
 
+    def _note_logprobs(self, output: RequestOutput) -> None:
+        """Keep ``output``'s token log-probabilities (when asked for) for the
+        next text delta; an output of reasoning only has reasoning tokens,
+        which are dropped (and so are those waiting before them)."""
+        if not self._options.logprobs:
+            return
+        if output.reasoning and not output.text:
+            self._pending_logprobs = []
+            return
+        self._pending_logprobs += msgspec.to_builtins(chat_logprobs(output.logprobs or ()).content)
+
     def _next_index(self) -> int:
         """The ``output_index`` of the next item."""
         return len(self._done) + (self._open is not None)
@@ -658,7 +676,9 @@ class OutputAssembler:
         item.pieces.append(text)
         where = {"item_id": item.id, "output_index": item.output_index, "delta": text, "sequence_number": self._seq()}
         if kind == _MESSAGE:
-            events.append(TextDeltaEvent(**where))
+            logprobs, self._pending_logprobs = self._pending_logprobs, []
+            item.logprobs += logprobs
+            events.append(TextDeltaEvent(**where, logprobs=logprobs))
         elif self._options.summary:
             events.append(SummaryDeltaEvent(**where))
         else:
@@ -737,8 +757,8 @@ class OutputAssembler:
             done_summary = SummaryDoneEvent(**where, text=text, sequence_number=self._seq())
             return [done_summary, self._summary_part_event("response.reasoning_summary_part.done", item, text)]
         if item.kind == _MESSAGE:
-            done: Event = TextDoneEvent(**where, text=text, sequence_number=self._seq())
-            part: OutputText | ReasoningText = OutputText(text=text)
+            done: Event = TextDoneEvent(**where, text=text, logprobs=list(item.logprobs), sequence_number=self._seq())
+            part: OutputText | ReasoningText = OutputText(text=text, logprobs=list(item.logprobs))
         else:
             done = ReasoningDoneEvent(**where, text=text, sequence_number=self._seq())
             part = ReasoningText(text=text)

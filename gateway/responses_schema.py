@@ -46,10 +46,12 @@ short:
   ``include`` values (nothing of theirs is ever produced),
   ``stream_options.include_obfuscation``, ``cache_control`` /
   ``prompt_cache_breakpoint`` on text parts.
+- Log-probabilities: ``include`` of ``message.output_text.logprobs`` puts
+  them on the output text, with ``top_logprobs`` (0..20) alternatives per
+  token.
 - Refused (400 naming the field): ``truncation: "auto"`` (mlxd never drops
-  input to fit), ``top_logprobs`` > 0 and ``include`` of
-  ``message.output_text.logprobs`` (not offered here yet),
-  ``max_tool_calls``, ``moderation``, and every field in no official spec.
+  input to fit), ``max_tool_calls``, ``moderation``, and every field in no
+  official spec.
 
 :func:`to_generate_request` turns a decoded request into the worker's
 :class:`~shared.protocol.GenerateRequest` (one choice);
@@ -381,20 +383,13 @@ def _check_neutral(req: ResponsesRequest) -> None:
 
     Raises:
         APIError: 400 naming the field: ``truncation: "auto"`` (mlxd does
-        not drop input to fit; a too-long input is a 400), ``include`` of
-        ``message.output_text.logprobs`` and a non-zero ``top_logprobs``
-        (log-probabilities are not offered on this endpoint yet), and a
+        not drop input to fit; a too-long input is a 400) and a
         ``max_tool_calls`` (not implemented here).
     """
     if req.truncation == "auto":
         raise _not_supported(
             "truncation", "truncation 'auto' (mlxd never drops input to fit; a too-long input is a 400)"
         )
-    if req.include and "message.output_text.logprobs" in req.include:
-        index = req.include.index("message.output_text.logprobs")
-        raise _not_supported(f"include[{index}]", "include 'message.output_text.logprobs' (log-probabilities)")
-    if req.top_logprobs not in (None, 0):
-        raise _not_supported("top_logprobs", "'top_logprobs' (log-probabilities)")
     if req.max_tool_calls is not None:
         raise _not_supported("max_tool_calls", "'max_tool_calls'")
 
@@ -920,6 +915,13 @@ def _response_format(req: ResponsesRequest) -> ResponseFormat | None:
     return ResponseFormat(type="json_schema", schema=fmt.schema, strict=bool(fmt.strict))  # type: ignore[arg-type]
 
 
+def _logprobs(req: ResponsesRequest) -> bool:
+    """Whether output text carries log-probabilities: ``include`` asks for
+    ``message.output_text.logprobs`` (``top_logprobs`` only says how many
+    alternatives each token then lists, as on OpenAI)."""
+    return "message.output_text.logprobs" in (req.include or ())
+
+
 def _thinking(req: ResponsesRequest) -> bool | None:
     """Whether to turn the reasoning mode on (None: the template default)."""
     effort = req.reasoning.effort if req.reasoning is not None else None
@@ -938,6 +940,8 @@ def to_generate_request(req: ResponsesRequest, request_id: str) -> GenerateReque
             max_tokens=req.max_output_tokens,
             temperature=1.0 if req.temperature is None else req.temperature,
             top_p=1.0 if req.top_p is None else req.top_p,
+            logprobs=_logprobs(req),
+            top_logprobs=(req.top_logprobs or 0) if _logprobs(req) else 0,
         ),
         messages=_messages(req),
         n=1,
@@ -1003,6 +1007,7 @@ def output_options(req: ResponsesRequest) -> OutputOptions:
         tools=tool_catalog(req).refs,
         summary=_summary(req) is not None,
         encrypted_reasoning="reasoning.encrypted_content" in (req.include or ()),
+        logprobs=_logprobs(req),
     )
 
 
@@ -1035,4 +1040,5 @@ def response_settings(req: ResponsesRequest) -> ResponseSettings:
         prompt_cache_key=req.prompt_cache_key,
         prompt_cache_retention=req.prompt_cache_retention,
         truncation=req.truncation or "disabled",
+        top_logprobs=req.top_logprobs or 0,
     )

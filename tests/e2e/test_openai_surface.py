@@ -232,3 +232,12 @@ def test_chat_accepts_todays_fields(server, oai):
             model=LONG, messages=[{"role": "user", "content": "hi"}], modalities=["text", "audio"]
         )
     assert info.value.param == "modalities[1]"
+
+
+def test_responses_logprobs(oai):
+    r = oai.responses.create(
+        model=LONG, input="hi", max_output_tokens=4, include=["message.output_text.logprobs"], top_logprobs=2
+    )
+    part = r.output[0].content[0]
+    assert part.logprobs and all(len(t.top_logprobs) <= 2 for t in part.logprobs)
+    assert "".join(t.token for t in part.logprobs) == part.text

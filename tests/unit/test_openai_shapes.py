@@ -22,6 +22,7 @@ from starlette.routing import Route
 
 from gateway.openai_routes import chat_completions, completions
 from gateway.responses_routes import create_response
+from shared.protocol import TokenLogprob, TopLogprob
 from tests.unit.support import Gateway, ScriptedEngine, call, out, sse_events
 
 pytestmark = pytest.mark.anyio
@@ -331,3 +332,35 @@ async def test_codex_like_output_items():
     assert output[3]["name"] == "apply_patch" and output[3]["input"] == "*** Begin Patch"
     assert output[4]["name"] == "close_agent" and output[4]["namespace"] == "multi_agent"
     assert output[2]["namespace"] is None
+
+
+def lp(token: str, logprob: float) -> TokenLogprob:
+    """A sampled token with one alternative (itself)."""
+    return TokenLogprob(
+        len(token), token, token.encode(), logprob, [TopLogprob(len(token), token, token.encode(), logprob)]
+    )
+
+
+async def test_responses_logprobs():
+    """With ``include: message.output_text.logprobs`` the text carries its
+    tokens' log-probabilities (reasoning tokens' are left out), streamed and
+    not."""
+    script = [
+        out(reasoning="hmm", completion=1, logprobs=[lp("hmm", -0.1)]),
+        out("Hi", completion=2, logprobs=[lp("Hi", -0.5)]),
+        out("", completion=3, logprobs=[lp("!", -0.25)]),
+        out("!", "stop", completion=3),
+    ]
+    body = {"model": "m", "input": "hi", "include": ["message.output_text.logprobs"], "top_logprobs": 1}
+    async with GATEWAY.http(ScriptedEngine(script)) as client:
+        whole = (await client.post("/v1/responses", json=body)).json()
+        streamed = await client.post("/v1/responses", json={**body, "stream": True})
+    check_response(whole)
+    part = whole["output"][1]["content"][0]
+    assert [(t["token"], t["logprob"]) for t in part["logprobs"]] == [("Hi", -0.5), ("!", -0.25)]
+    assert part["logprobs"][0]["top_logprobs"] == [{"token": "Hi", "logprob": -0.5, "bytes": [72, 105]}]
+    events = sse_events(streamed.content)
+    check_events(events)
+    deltas = [data for kind, data in events if kind == "response.output_text.delta"]
+    assert [[t["token"] for t in d["logprobs"]] for d in deltas] == [["Hi"], ["!"]]
+    assert whole["top_logprobs"] == 1

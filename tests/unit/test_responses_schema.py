@@ -110,8 +110,7 @@ def test_body_shape():
         ({"stream": True, "stream_options": {"other": 1}}, "stream_options.other"),
         ({"truncation": "auto"}, "truncation"),
         ({"include": ["reasoning.everything"]}, "include[0]"),
-        ({"include": ["message.output_text.logprobs"]}, "include[0]"),
-        ({"top_logprobs": 3}, "top_logprobs"),
+        ({"top_logprobs": 21}, "top_logprobs"),
         ({"max_tool_calls": 1}, "max_tool_calls"),
         ({"service_tier": "turbo"}, "service_tier"),
         ({"truncation": "auto"}, "truncation"),
@@ -510,3 +509,11 @@ def test_tool_choice_forms():
 )
 def test_todays_fields_are_accepted(fields):
     decode(**fields)
+
+
+def test_logprobs_follow_include():
+    sampling = to_generate_request(decode(include=["message.output_text.logprobs"], top_logprobs=3), "r").sampling
+    assert (sampling.logprobs, sampling.top_logprobs) == (True, 3)
+    sampling = to_generate_request(decode(top_logprobs=3), "r").sampling
+    assert (sampling.logprobs, sampling.top_logprobs) == (False, 0)
+    assert response_settings(decode(top_logprobs=3)).top_logprobs == 3
