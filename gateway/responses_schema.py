@@ -492,7 +492,8 @@ def _resolve_name(name: str, kind: str, tools: ToolCatalog) -> str:
 
 class AllowedToolParam(msgspec.Struct, forbid_unknown_fields=False, kw_only=True):
     """One entry of an ``allowed_tools`` choice: a tool's ``type`` and,
-    for function and custom tools, its ``name``."""
+    for function and custom tools, its ``name``. Other fields are allowed:
+    an entry for a hosted tool repeats that tool's own fields."""
 
     type: ShortText
     name: ShortText | None = None
@@ -514,7 +515,10 @@ def _allowed_names(choice: ToolChoiceParam, tools: ToolCatalog) -> set[str]:
         raise bad_request("An allowed_tools tool_choice needs 'mode': 'auto' or 'required'", "tool_choice.mode")
     if choice.tools is UNSET:
         raise bad_request("Missing required parameter: 'tool_choice.tools'", "tool_choice.tools")
-    entries = decode_body(_allowed_decoder, bytes(choice.tools))  # type: ignore[arg-type]
+    try:
+        entries = _allowed_decoder.decode(bytes(choice.tools))  # type: ignore[arg-type]
+    except msgspec.ValidationError as exc:
+        raise bad_request(f"Invalid value for 'tool_choice.tools': {exc}", "tool_choice.tools") from None
     names: set[str] = set()
     for index, entry in enumerate(entries):
         if entry.type not in ("function", "custom"):
