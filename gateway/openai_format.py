@@ -336,7 +336,8 @@ class AssistantMessage(msgspec.Struct, kw_only=True, omit_defaults=True):
     ``refusal`` (always null) and ``annotations`` (always empty: there are
     no web-search citations) are always present; ``tool_calls`` and the
     reasoning field (one of the last two, see :data:`REASONING_FIELDS`) only
-    when non-empty.
+    when non-empty. A legacy ``functions`` request gets its one call as
+    ``function_call`` instead of ``tool_calls``.
     """
 
     role: str
@@ -344,25 +345,37 @@ class AssistantMessage(msgspec.Struct, kw_only=True, omit_defaults=True):
     refusal: None
     annotations: list[Any]
     tool_calls: list[ToolCallObject] | None = None
+    function_call: FunctionCall | None = None
     reasoning_content: str | None = None
     reasoning: str | None = None
 
 
-def assistant_message(result: ChoiceResult, reasoning_field: str = DEFAULT_REASONING_FIELD) -> AssistantMessage:
+def assistant_message(
+    result: ChoiceResult, reasoning_field: str = DEFAULT_REASONING_FIELD, legacy_functions: bool = False
+) -> AssistantMessage:
     """The chat ``message`` for one finished choice, with its reasoning (if
-    any) under ``reasoning_field``."""
+    any) under ``reasoning_field``; with ``legacy_functions`` its first
+    call as the legacy ``function_call``."""
     calls = [
         ToolCallObject(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments)) for c in result.tool_calls
     ]
     reasoning = {reasoning_field: result.reasoning} if result.reasoning else {}
+    legacy = {"function_call": calls[0].function} if legacy_functions and calls else {}
     return AssistantMessage(
         role="assistant",
         content=None if calls and not result.text else result.text,
         refusal=None,
         annotations=[],
-        tool_calls=calls or None,
+        tool_calls=None if legacy_functions else calls or None,
+        **legacy,
         **reasoning,
     )
+
+
+def legacy_finish(reason: str, legacy_functions: bool) -> str:
+    """The finish reason a client sees: ``tool_calls`` is ``function_call``
+    for a legacy ``functions`` request."""
+    return "function_call" if legacy_functions and reason == "tool_calls" else reason
 
 
 class ChatChoice(msgspec.Struct, kw_only=True):
@@ -431,14 +444,14 @@ class ModelList(msgspec.Struct, kw_only=True):
     data: list[ModelCard]
 
 
-def _chat_choice(result: ChoiceResult, reasoning_field: str) -> ChatChoice:
+def _chat_choice(result: ChoiceResult, reasoning_field: str, legacy_functions: bool) -> ChatChoice:
     """The ``chat.completion`` choice for one finished choice."""
     logprobs = None if result.logprobs is None else chat_logprobs(result.logprobs)
     return ChatChoice(
         index=result.index,
-        message=assistant_message(result, reasoning_field),
+        message=assistant_message(result, reasoning_field, legacy_functions),
         logprobs=logprobs,
-        finish_reason=result.finish_reason,
+        finish_reason=legacy_finish(result.finish_reason, legacy_functions),
     )
 
 
@@ -450,16 +463,18 @@ def chat_completion_body(
     choices: Sequence[ChoiceResult],
     usage: Usage,
     reasoning_field: str = DEFAULT_REASONING_FIELD,
+    legacy_functions: bool = False,
 ) -> bytes:
     """Return the JSON of a ``chat.completion`` with ``choices`` (ordered by
-    index) and ``usage``; reasoning goes under ``reasoning_field``."""
+    index) and ``usage``; reasoning goes under ``reasoning_field``; calls
+    in the legacy form with ``legacy_functions``."""
     ordered = sorted(choices, key=lambda c: c.index)
     return encode(
         ChatCompletion(
             id=request_id,
             created=created,
             model=model,
-            choices=[_chat_choice(c, reasoning_field) for c in ordered],
+            choices=[_chat_choice(c, reasoning_field, legacy_functions) for c in ordered],
             usage=usage,
         )
     )
@@ -626,6 +641,9 @@ class ChatChunkStream(_ChunkStream):
     text); one ``{"tool_calls": [...]}`` chunk per tool-call header and per
     argument piece (see the module docstring; indexes per choice); and, for
     a choice's last output, a ``delta: {}`` chunk with its ``finish_reason``.
+    With ``legacy_functions`` a call streams as ``{"function_call": {"name",
+    "arguments": ""}}`` then ``{"function_call": {"arguments"}}`` pieces,
+    and ``tool_calls`` finishes as ``function_call``.
     """
 
     _object = "chat.completion.chunk"
@@ -640,8 +658,10 @@ class ChatChunkStream(_ChunkStream):
         n: int = 1,
         logprobs: bool = False,
         reasoning_field: str = DEFAULT_REASONING_FIELD,
+        legacy_functions: bool = False,
     ) -> None:
         super().__init__(request_id, created, model, include_usage, n=n, logprobs=logprobs)
+        self._legacy = legacy_functions
         self._choice_heads = [self._head + b'[{"index":%d,"delta":' % i for i in range(n)]
         self._logprobs_null = b',"logprobs":null' if logprobs else b""
         self._delta_tail = self._logprobs_null + b',"finish_reason":null}]' + self._end
@@ -668,7 +688,7 @@ class ChatChunkStream(_ChunkStream):
         finish chunk when ``output`` is that choice's last."""
         frames = self.deltas(output)
         if output.finish_reason in FINAL_REASONS:
-            reason = encode(output.finish_reason)
+            reason = encode(legacy_finish(output.finish_reason, self._legacy))
             tail = b"{}" + self._logprobs_null + b',"finish_reason":' + reason + b"}]" + self._end
             frames += self._choice_heads[output.index] + tail
         return frames
@@ -692,6 +712,8 @@ class ChatChunkStream(_ChunkStream):
         """The chunks of one tool-call piece of choice ``index``: the call's
         header when the piece starts it, then its argument piece if any."""
         position, started = self._tools[index].add(piece)
+        if self._legacy:
+            return self._function_call(index, position, started, piece)
         frames = b""
         if started is not None:
             header = b"".join(
@@ -707,6 +729,20 @@ class ChatChunkStream(_ChunkStream):
         if piece.arguments:
             arguments = b'{"tool_calls":[{"index":%d,"function":{"arguments":' % position
             frames += self._delta(index, arguments + encode(piece.arguments) + b"}}]}")
+        return frames
+
+    def _function_call(self, index: int, position: int, started: ToolCall | None, piece: ToolCallDelta) -> bytes:
+        """The legacy ``function_call`` chunks of one tool-call piece of
+        choice ``index``; only the choice's first call (position 0) is sent,
+        as a legacy answer holds one call."""
+        if position != 0:
+            return b""
+        frames = b""
+        if started is not None:
+            header = b'{"function_call":{"name":' + encode(started.name) + b',"arguments":""}}'
+            frames += self._delta(index, header)
+        if piece.arguments:
+            frames += self._delta(index, b'{"function_call":{"arguments":' + encode(piece.arguments) + b"}}")
         return frames
 
 

@@ -49,6 +49,7 @@ from gateway.openai_schema import (
     dropped_tools,
     echoed_prompt,
     include_usage,
+    legacy_functions,
     to_generate_request,
 )
 from gateway.request_flow import (
@@ -215,7 +216,8 @@ def _chunk_stream(job: _Job, builder: Callable[..., ChunkStream], **options: Any
 
 def _chat_chunks(job: _Job) -> ChunkStream:
     """The chat chunk builder for ``job``."""
-    return _chunk_stream(job, fmt.ChatChunkStream, reasoning_field=job.reasoning_field)
+    legacy = legacy_functions(job.request)  # type: ignore[arg-type]
+    return _chunk_stream(job, fmt.ChatChunkStream, reasoning_field=job.reasoning_field, legacy_functions=legacy)
 
 
 def _completion_chunks(job: _Job) -> ChunkStream:
@@ -237,6 +239,7 @@ def _chat_body(job: _Job, choices: list[fmt.ChoiceResult], usage: fmt.Usage) -> 
         choices=choices,
         usage=usage,
         reasoning_field=job.reasoning_field,
+        legacy_functions=legacy_functions(job.request),  # type: ignore[arg-type]
     )
 
 

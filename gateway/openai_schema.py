@@ -18,9 +18,10 @@ checks their values): ``store``, ``metadata``, ``service_tier`` (answers say
 ``user``, ``verbosity``, ``prediction`` (it only ever speeds OpenAI up),
 ``modalities: ["text"]`` and ``stream_options.include_obfuscation``.
 ``web_search_options`` is accepted and reported as a dropped tool
-(:func:`dropped_tools`). Refused: audio output (``audio``, ``modalities``
-with ``audio``), ``moderation``, ``custom`` tools (Responses only), the
-legacy ``functions`` / ``function_call``, completions ``suffix`` and
+(:func:`dropped_tools`). The legacy ``functions`` / ``function_call``
+work like tools (:func:`legacy_functions`; the answer then uses the legacy
+shape). Refused: audio output (``audio``, ``modalities`` with ``audio``),
+``moderation``, ``custom`` tools (Responses only), completions ``suffix`` and
 ``best_of`` > 1, and ``echo`` with token ids or ``logprobs`` (``echo`` on a
 text prompt is honoured, :func:`echoed_prompt`).
 
@@ -43,8 +44,8 @@ Chat only (the completions endpoint refuses these fields as unknown):
   the listed function tools are offered; ``mode`` ``auto`` or
   ``required``); anything but ``"none"`` needs ``tools``. Default:
   ``"auto"`` with tools, else ``"none"``. ``parallel_tool_calls`` (default
-  true) is forwarded.
-  The legacy ``functions``/``function_call`` are refused ("use tools").
+  true) is forwarded. The legacy ``functions`` / ``function_call`` take
+  their place when sent (see above).
 - Messages: role ``tool`` (needs ``tool_call_id`` and ``content``; its
   ``name`` defaults to the name of the earlier call with that id), assistant
   ``tool_calls`` (``content`` may then be null) and assistant reasoning
@@ -240,12 +241,14 @@ class ChatMessageParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     ``assistant`` or ``tool``. ``content`` is a string or a list of text
     parts (an assistant's may also hold refusal parts); it may be null only
     for ``assistant``. An assistant's ``audio`` (a reference to an earlier
-    audio answer, which mlxd never gives) is accepted only when null. Only an assistant message
-    may carry ``tool_calls`` (an empty list is the same as none) and
-    reasoning (``reasoning_content`` or its alias ``reasoning``); only a
-    ``tool`` message, and always, ``tool_call_id``. ``refusal`` and the
-    legacy ``function_call`` are accepted only when null, so a client can
-    send back a response message as it received it.
+    audio answer, which mlxd never gives) is accepted only when null. Only
+    an assistant message may carry ``tool_calls`` (an empty list is the
+    same as none), the legacy ``function_call`` and reasoning
+    (``reasoning_content`` or its alias ``reasoning``); only a ``tool``
+    message, and always, ``tool_call_id``. The legacy role ``function``
+    (the result of a ``function_call``) needs ``name``. ``refusal`` is
+    accepted only when null, so a client can send back a response message
+    as it received it.
     """
 
     role: ShortText
@@ -253,7 +256,7 @@ class ChatMessageParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     name: ShortText | None = None
     refusal: Raw = _NULL
     tool_calls: Annotated[list[ToolCallParam], Meta(max_length=MAX_TOOLS)] | None = None
-    function_call: Raw = _NULL
+    function_call: CalledFunction | None = None
     tool_call_id: Identifier | None = None
     reasoning_content: Text | None = None
     reasoning: Text | None = None
@@ -426,8 +429,8 @@ class ChatCompletionRequest(_SamplingFields, forbid_unknown_fields=True, kw_only
     tools: Annotated[list[ToolParam], Meta(max_length=MAX_TOOLS)] | None = None
     tool_choice: Union[ShortText, ToolChoiceParam, None] = None
     parallel_tool_calls: bool | None = None
-    functions: Raw = _NULL
-    function_call: Raw = _NULL
+    functions: Annotated[list[FunctionParam], Meta(max_length=MAX_TOOLS)] | None = None
+    function_call: Union[ShortText, ChosenFunction, None] = None
     reasoning_effort: ShortText | None = None
     chat_template_kwargs: ChatTemplateKwargs | None = None
     continue_final_message: bool | None = None
@@ -782,16 +785,18 @@ def _check_response_format(fmt: ResponseFormatParam | None) -> None:
 
 
 def _check_tools(req: ChatCompletionRequest) -> None:
-    """Check ``tools`` and ``tool_choice``; refuse the legacy fields.
+    """Check ``tools`` and ``tool_choice``, or the legacy ``functions`` and
+    ``function_call`` (:func:`_check_functions`).
 
     Raises:
-        APIError: 400 naming ``functions``/``function_call`` ("use tools"),
-        ``tools[i].type``, ``tools[i].function``, ``tools[i].function.name``
-        (duplicate) or the offending part of ``tool_choice``.
+        APIError: 400 naming ``tools[i].type`` (``custom``, or another
+        type), ``tools[i].function``, ``tools[i].function.name``
+        (duplicate), the offending part of ``tool_choice``, or the legacy
+        field at fault.
     """
-    for name in ("functions", "function_call"):
-        if not _is_null(getattr(req, name)):
-            raise bad_request(f"'{name}' is deprecated and not supported; use 'tools' and 'tool_choice'", name)
+    if legacy_functions(req):
+        _check_functions(req)
+        return
     seen: set[str] = set()
     for index, tool in enumerate(req.tools or ()):
         path = f"tools[{index}]"
@@ -811,6 +816,40 @@ def _check_tools(req: ChatCompletionRequest) -> None:
         _allowed_names(choice, seen)
         return
     check_tool_choice(choice, seen, _chosen_function, "tool_choice.function.name")
+
+
+def legacy_functions(req: ChatCompletionRequest) -> bool:
+    """Whether ``req`` uses the legacy ``functions`` / ``function_call``
+    (its answer then has a message ``function_call`` instead of
+    ``tool_calls``, and finish reason ``function_call``)."""
+    return req.functions is not None or req.function_call is not None
+
+
+def _check_functions(req: ChatCompletionRequest) -> None:
+    """The legacy ``functions`` (unique names) and ``function_call``
+    (``none``, ``auto`` or ``{"name"}`` of one of them); neither mixed
+    with ``tools`` / ``tool_choice``.
+
+    Raises:
+        APIError: 400 naming the field.
+    """
+    for name in ("tools", "tool_choice"):
+        if getattr(req, name) is not None:
+            raise bad_request(f"'{name}' cannot be combined with the legacy 'functions' / 'function_call'", name)
+    seen: set[str] = set()
+    for index, function in enumerate(req.functions or ()):
+        if function.name in seen:
+            raise bad_request(f"Function name '{function.name}' is used twice", f"functions[{index}].name")
+        seen.add(function.name)
+    choice = req.function_call
+    if isinstance(choice, str) and choice not in ("none", "auto"):
+        raise bad_request(
+            f"Invalid value for 'function_call': '{choice}'; expected none, auto or {{\"name\"}}", "function_call"
+        )
+    if choice is not None and choice != "none" and not seen:
+        raise bad_request("'function_call' is only allowed when 'functions' are specified", "function_call")
+    if isinstance(choice, ChosenFunction) and choice.name not in seen:
+        raise bad_request(f"function_call names '{choice.name}', which is not among 'functions'", "function_call.name")
 
 
 def _allowed_names(choice: ToolChoiceParam, tool_names: Collection[str]) -> set[str]:
@@ -944,7 +983,14 @@ def _check_thinking(req: ChatCompletionRequest) -> None:
         )
 
 
-_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
+_ROLES = {
+    "system": "system",
+    "developer": "system",
+    "user": "user",
+    "assistant": "assistant",
+    "tool": "tool",
+    "function": "tool",
+}
 
 
 def _check_message(message: ChatMessageParam, path: str) -> None:
@@ -960,10 +1006,12 @@ def _check_message(message: ChatMessageParam, path: str) -> None:
         )
     if not _is_null(message.refusal):
         raise _not_supported(f"{path}.refusal", "a non-null message 'refusal'")
-    if not _is_null(message.function_call):
-        raise bad_request(
-            "message 'function_call' is deprecated and not supported; use 'tool_calls'", f"{path}.function_call"
-        )
+    if message.function_call is not None and message.role != "assistant":
+        raise bad_request("Only assistant messages may have 'function_call'", f"{path}.function_call")
+    if message.function_call is not None and message.tool_calls:
+        raise bad_request("Send either 'tool_calls' or the legacy 'function_call'", f"{path}.function_call")
+    if message.role == "function" and message.name is None:
+        raise bad_request("Missing required parameter: 'name' (role 'function')", f"{path}.name")
     if not _is_null(message.audio):
         raise _not_supported(f"{path}.audio", "a message 'audio' (mlxd never produces audio)")
     _check_tool_fields(message, path)
@@ -1187,8 +1235,13 @@ def _flatten(content: str | list[ContentPart] | None) -> str:
     return "".join(part.text or part.refusal or "" for part in content)
 
 
-def _tool_calls(message: ChatMessageParam) -> list[ToolCall] | None:
-    """An assistant message's tool calls for the worker (None when none)."""
+def _tool_calls(message: ChatMessageParam, index: int) -> list[ToolCall] | None:
+    """An assistant message's tool calls for the worker (None when none);
+    a legacy ``function_call`` becomes one call with id
+    ``call_function_<index>`` (``index``: the message's position)."""
+    if message.function_call is not None:
+        called = message.function_call
+        return [ToolCall(id=f"call_function_{index}", name=called.name, arguments=called.arguments)]
     if not message.tool_calls:
         return None
     return [
@@ -1202,20 +1255,25 @@ def _chat_messages(req: ChatCompletionRequest) -> list[ChatMessage]:
     flattened, tool calls and reasoning carried over, and a tool message's
     missing ``name`` filled in from the earlier call it answers."""
     call_names: dict[str, str] = {}
+    unanswered: dict[str, str] = {}  # legacy function name -> id of its latest call
     messages = []
-    for m in req.messages:
-        calls = _tool_calls(m)
+    for index, m in enumerate(req.messages):
+        calls = _tool_calls(m, index)
         call_names.update((call.id, call.name) for call in calls or ())
-        name = m.name
+        if m.function_call is not None and calls:
+            unanswered[calls[0].name] = calls[0].id
+        name, call_id = m.name, m.tool_call_id
         if m.role == "tool" and name is None:
             name = call_names.get(m.tool_call_id or "")
+        if m.role == "function":
+            call_id = unanswered.pop(m.name or "", f"call_function_{index}")
         messages.append(
             ChatMessage(
                 role=_ROLES[m.role],
                 content=_flatten(m.content),
                 name=name,
                 tool_calls=calls,
-                tool_call_id=m.tool_call_id,
+                tool_call_id=call_id,
                 reasoning=m.reasoning_content if m.reasoning_content is not None else m.reasoning,
             )
         )
@@ -1224,7 +1282,12 @@ def _chat_messages(req: ChatCompletionRequest) -> list[ChatMessage]:
 
 def _tools(req: ChatCompletionRequest) -> list[Tool] | None:
     """The request's tools for the worker (None when it has none): all of
-    them, or those an ``allowed_tools`` choice keeps."""
+    them, or those an ``allowed_tools`` choice keeps; the legacy
+    ``functions``."""
+    if req.functions:
+        return [
+            Tool(name=f.name, description=f.description or "", parameters=f.parameters or {}) for f in req.functions
+        ]
     if not req.tools:
         return None
     keep: set[str] | None = None
@@ -1245,6 +1308,11 @@ def _tools(req: ChatCompletionRequest) -> list[Tool] | None:
 def _tool_choice(req: ChatCompletionRequest) -> tuple[ToolChoice, str | None]:
     """``(tool_choice, tool_choice_name)`` for the worker. Unset:
     ``"auto"`` with tools, ``"none"`` without."""
+    if legacy_functions(req):
+        legacy = req.function_call
+        if isinstance(legacy, ChosenFunction):
+            return "function", legacy.name
+        return (legacy or ("auto" if req.functions else "none")), None  # type: ignore[return-value]
     choice = req.tool_choice
     if choice is None:
         return ("auto" if req.tools else "none"), None
@@ -1288,7 +1356,7 @@ def _chat_generate_request(req: ChatCompletionRequest, request_id: str) -> Gener
         tools=_tools(req),
         tool_choice=tool_choice,
         tool_choice_name=tool_choice_name,
-        parallel_tool_calls=req.parallel_tool_calls is not False,
+        parallel_tool_calls=req.parallel_tool_calls is not False and not legacy_functions(req),
         response_format=_response_format(req),
         thinking=_thinking(req),
         continue_final=bool(req.continue_final_message),

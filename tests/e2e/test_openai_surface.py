@@ -241,3 +241,29 @@ def test_responses_logprobs(oai):
     part = r.output[0].content[0]
     assert part.logprobs and all(len(t.top_logprobs) <= 2 for t in part.logprobs)
     assert "".join(t.token for t in part.logprobs) == part.text
+
+
+def test_legacy_functions(oai):
+    """The deprecated ``functions`` / ``function_call`` still work: a forced
+    call comes back as the message's ``function_call``."""
+    functions = [{"name": "get_time", "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}}}]
+    r = oai.chat.completions.create(
+        model=LONG,
+        messages=[{"role": "user", "content": "time?"}],
+        functions=functions,
+        function_call={"name": "get_time"},
+        max_tokens=40,
+    )
+    message = r.choices[0].message
+    assert message.function_call.name == "get_time" and not message.tool_calls
+    follow = oai.chat.completions.create(
+        model=LONG,
+        messages=[
+            {"role": "user", "content": "time?"},
+            {"role": "assistant", "content": None, "function_call": message.function_call.model_dump()},
+            {"role": "function", "name": "get_time", "content": "noon"},
+        ],
+        functions=functions,
+        max_tokens=2,
+    )
+    assert follow.usage.prompt_tokens > r.usage.prompt_tokens

@@ -357,8 +357,13 @@ def test_null_content_only_for_assistant():
 
 def test_message_echo_fields():
     chat_refused("messages[0].refusal", messages=[{"role": "assistant", "content": "", "refusal": "no"}])
-    err = chat_refused("messages[0].function_call", messages=[{"role": "assistant", "function_call": {"name": "f"}}])
-    assert "use 'tool_calls'" in err.message
+    chat_refused(
+        "messages[0].function_call.arguments", messages=[{"role": "assistant", "function_call": {"name": "f"}}]
+    )
+    chat_refused(
+        "messages[0].function_call",
+        messages=[{"role": "user", "content": "x", "function_call": {"name": "f", "arguments": "{}"}}],
+    )
 
 
 def test_message_name_bounds():
@@ -368,10 +373,45 @@ def test_message_name_bounds():
 # --- legacy function calling ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("field,value", [("functions", [{"name": "f"}]), ("function_call", "auto")])
-def test_legacy_function_fields_refused(field, value):
-    err = chat_refused(field, **{field: value})
-    assert "use 'tools'" in err.message
+LEGACY = [{"name": "get_weather", "description": "Weather", "parameters": {"type": "object"}}, {"name": "get_time"}]
+
+
+def test_legacy_functions_become_tools():
+    gen = to_generate_request(decode_chat_request(chat_body(functions=LEGACY)), "r")
+    assert [t.name for t in gen.tools] == ["get_weather", "get_time"] and gen.tool_choice == "auto"
+    assert gen.parallel_tool_calls is False
+    gen = to_generate_request(decode_chat_request(chat_body(functions=LEGACY, function_call={"name": "get_time"})), "r")
+    assert (gen.tool_choice, gen.tool_choice_name) == ("function", "get_time")
+    gen = to_generate_request(decode_chat_request(chat_body(functions=LEGACY, function_call="none")), "r")
+    assert gen.tool_choice == "none"
+
+
+def test_legacy_function_history():
+    messages = [
+        USER[0],
+        {"role": "assistant", "content": None, "function_call": {"name": "get_time", "arguments": "{}"}},
+        {"role": "function", "name": "get_time", "content": "noon"},
+    ]
+    gen = to_generate_request(decode_chat_request(chat_body(functions=LEGACY, messages=messages)), "r")
+    call = gen.messages[1].tool_calls[0]
+    assert (call.name, call.arguments) == ("get_time", "{}")
+    assert gen.messages[2] == ChatMessage(role="tool", content="noon", name="get_time", tool_call_id=call.id)
+
+
+@pytest.mark.parametrize(
+    "fields,param",
+    [
+        ({"function_call": "auto"}, "function_call"),
+        ({"functions": LEGACY, "function_call": "sometimes"}, "function_call"),
+        ({"functions": LEGACY, "function_call": {"name": "nope"}}, "function_call.name"),
+        ({"functions": [{"name": "f"}, {"name": "f"}]}, "functions[1].name"),
+        ({"functions": LEGACY, "tools": [{"type": "function", "function": {"name": "w"}}]}, "tools"),
+        ({"functions": LEGACY, "tool_choice": "auto"}, "tool_choice"),
+        ({"messages": [{"role": "function", "content": "x"}]}, "messages[0].name"),
+    ],
+)
+def test_legacy_function_refusals(fields, param):
+    chat_refused(param, **fields)
 
 
 def test_legacy_function_fields_null_accepted():

@@ -364,3 +364,27 @@ async def test_responses_logprobs():
     deltas = [data for kind, data in events if kind == "response.output_text.delta"]
     assert [[t["token"] for t in d["logprobs"]] for d in deltas] == [["Hi"], ["!"]]
     assert whole["top_logprobs"] == 1
+
+
+async def test_legacy_functions_answer_in_the_legacy_shape():
+    """A ``functions`` request gets its call as the message's
+    ``function_call`` (the first call only) and finish ``function_call``,
+    streamed as ``function_call`` deltas."""
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "hi"}],
+        "functions": [{"name": n, "parameters": {"type": "object"}} for n in ("weather", "apply_patch", "close_agent")],
+    }
+    async with GATEWAY.http(ScriptedEngine(AGENT)) as client:
+        whole = (await client.post("/v1/chat/completions", json=body)).json()
+        streamed = await client.post("/v1/chat/completions", json={**body, "stream": True})
+    check_chat(whole)
+    choice = whole["choices"][0]
+    assert choice["finish_reason"] == "function_call" and "tool_calls" not in choice["message"]
+    assert choice["message"]["function_call"] == {"name": "weather", "arguments": '{"city": "Paris"}'}
+    chunks = sse_data(streamed.content)
+    check_chunks(chunks)
+    calls = [c["choices"][0]["delta"]["function_call"] for c in chunks if "function_call" in c["choices"][0]["delta"]]
+    assert calls[0] == {"name": "weather", "arguments": ""}
+    assert "".join(c["arguments"] for c in calls) == '{"city": "Paris"}'
+    assert chunks[-1]["choices"][0]["finish_reason"] == "function_call"
