@@ -26,6 +26,7 @@ worker.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import uuid
@@ -243,8 +244,31 @@ def _chat_body(job: _Job, choices: list[fmt.ChoiceResult], usage: fmt.Usage) -> 
     )
 
 
+def _best(request: CompletionRequest, choices: list[fmt.ChoiceResult]) -> list[fmt.ChoiceResult]:
+    """The choices a completions answer returns: all of them, or with
+    ``best_of`` the ``n`` candidates with the highest mean token
+    log-probability, best first and numbered from 0 (their
+    log-probabilities kept only when the request asked for them)."""
+    n = request.n or 1
+    if len(choices) <= n:
+        return choices
+
+    def mean_logprob(choice: fmt.ChoiceResult) -> float:
+        tokens = choice.logprobs or ()
+        return sum(t.logprob for t in tokens) / len(tokens) if tokens else float("-inf")
+
+    best = sorted(choices, key=mean_logprob, reverse=True)[:n]
+    keep = request.logprobs is not None
+    return [
+        dataclasses.replace(choice, index=i, logprobs=choice.logprobs if keep else None)
+        for i, choice in enumerate(best)
+    ]
+
+
 def _completion_body(job: _Job, choices: list[fmt.ChoiceResult], usage: fmt.Usage) -> bytes:
-    """The ``text_completion`` JSON for ``job``."""
+    """The ``text_completion`` JSON for ``job`` (with ``best_of``, the best
+    ``n`` candidates; usage counts them all, as all were generated)."""
+    choices = _best(job.request, choices)  # type: ignore[arg-type]
     return fmt.text_completion_body(
         request_id=job.request_id,
         created=job.created,

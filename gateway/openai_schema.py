@@ -21,9 +21,10 @@ checks their values): ``store``, ``metadata``, ``service_tier`` (answers say
 (:func:`dropped_tools`). The legacy ``functions`` / ``function_call``
 work like tools (:func:`legacy_functions`; the answer then uses the legacy
 shape). Refused: audio output (``audio``, ``modalities`` with ``audio``),
-``moderation``, ``custom`` tools (Responses only), completions ``suffix`` and
-``best_of`` > 1, and ``echo`` with token ids or ``logprobs`` (``echo`` on a
-text prompt is honoured, :func:`echoed_prompt`).
+``moderation``, ``custom`` tools (Responses only), completions ``suffix``,
+``best_of`` > ``n`` with ``stream``, and ``echo`` with token ids or
+``logprobs`` (``echo`` on a text prompt is honoured,
+:func:`echoed_prompt`; ``best_of`` generates :func:`candidates` choices).
 
 Supported beyond the basics: ``n`` choices (bounded per model by
 :func:`check_limits`, which needs the resolved model's limits), chat
@@ -461,7 +462,7 @@ class CompletionRequest(_SamplingFields, forbid_unknown_fields=True, kw_only=Tru
     prompt: Prompt
     echo: bool | None = None
     suffix: Text | None = None
-    best_of: int | None = None
+    best_of: Choices | None = None
     logprobs: TopLogprobs | None = None
 
 
@@ -1097,10 +1098,10 @@ def _check_completion(req: CompletionRequest) -> None:
         raise _not_supported("echo", "'echo' with 'logprobs' (log-probabilities of prompt tokens)")
     if req.suffix is not None:
         raise _not_supported("suffix", "suffix")
-    if req.best_of is not None and req.best_of != 1:
-        raise _not_supported("best_of", "best_of other than 1")
     if req.best_of is not None and (req.n or 1) > req.best_of:
         raise bad_request("'best_of' must be at least 'n'; leave 'best_of' out", "best_of")
+    if candidates(req) > (req.n or 1) and req.stream:
+        raise bad_request("'best_of' greater than 'n' cannot be streamed", "best_of")
     _check_min_tokens(req.min_tokens, req.max_tokens)
     text, _ = prompt_input(req)
     if req.echo and text is None:
@@ -1142,6 +1143,19 @@ def check_limits(req: ChatCompletionRequest | CompletionRequest, model: str, lim
             f"'n' is {req.n} but model '{model}' allows at most {limits.max_n} choice(s) per request",
             "n",
         )
+    best_of = req.best_of if isinstance(req, CompletionRequest) else None
+    if best_of is not None and best_of > limits.max_n:
+        raise bad_request(
+            f"'best_of' is {best_of} but model '{model}' allows at most {limits.max_n} choice(s) per request",
+            "best_of",
+        )
+
+
+def candidates(req: CompletionRequest) -> int:
+    """How many completions a completions request generates: ``best_of``
+    (the answer keeps the ``n`` with the highest mean token
+    log-probability), else ``n``."""
+    return max(req.best_of or 1, req.n or 1)
 
 
 def prompt_input(req: CompletionRequest) -> tuple[str | None, list[int] | None]:
@@ -1198,7 +1212,8 @@ def _logprobs(req: ChatCompletionRequest | CompletionRequest) -> tuple[bool, int
     ``top_logprobs``, or the legacy completions ``logprobs`` count."""
     if isinstance(req, ChatCompletionRequest):
         return bool(req.logprobs), req.top_logprobs or 0
-    return req.logprobs is not None, req.logprobs or 0
+    ranked = candidates(req) > (req.n or 1)  # ranking the candidates needs their log-probabilities
+    return req.logprobs is not None or ranked, req.logprobs or 0
 
 
 def _sampling(req: ChatCompletionRequest | CompletionRequest, max_tokens: int | None) -> SamplingParams:
@@ -1380,7 +1395,7 @@ def to_generate_request(req: ChatCompletionRequest | CompletionRequest, request_
         sampling=_sampling(req, req.max_tokens),
         prompt=text,
         prompt_token_ids=token_ids,
-        n=req.n or 1,
+        n=candidates(req),
     )
 
 

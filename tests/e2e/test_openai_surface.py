@@ -267,3 +267,11 @@ def test_legacy_functions(oai):
         max_tokens=2,
     )
     assert follow.usage.prompt_tokens > r.usage.prompt_tokens
+
+
+def test_completions_echo_and_best_of(oai):
+    r = oai.completions.create(
+        model=LONG, prompt="Once upon", echo=True, best_of=3, n=2, max_tokens=3, extra_body={"ignore_eos": True}
+    )
+    assert len(r.choices) == 2 and all(c.text.startswith("Once upon") for c in r.choices)
+    assert all(c.logprobs is None for c in r.choices) and r.usage.completion_tokens == 9

@@ -1370,3 +1370,15 @@ async def test_completions_echo_whole_and_streamed():
         choice = chunk["choices"][0]
         texts[choice["index"]] += choice["text"]
     assert texts == ["Say hi", "Say yo"]
+
+
+async def test_completions_best_of_keeps_the_likeliest():
+    script = [
+        out(" a", "stop", completion=1, index=0, logprobs=[lp(" a", -2.0)]),
+        out(" b", "stop", completion=1, index=1, logprobs=[lp(" b", -0.1)]),
+        out(" c", "stop", completion=1, index=2, logprobs=[lp(" c", -1.0)]),
+    ]
+    async with http(ScriptedEngine(script)) as client:
+        body = (await client.post("/v1/completions", json={"model": "m", "prompt": "x", "best_of": 3, "n": 2})).json()
+    assert [(c["index"], c["text"], c["logprobs"]) for c in body["choices"]] == [(0, " b", None), (1, " c", None)]
+    assert body["usage"]["completion_tokens"] == 3

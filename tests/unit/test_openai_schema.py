@@ -483,7 +483,7 @@ def test_completion_fields():
 
 @pytest.mark.parametrize(
     "field,value",
-    [("suffix", "x"), ("best_of", 2)],
+    [("suffix", "x")],
 )
 def test_completion_unsupported(field, value):
     completion_refused(field, **{field: value})
@@ -532,6 +532,21 @@ def test_n_limit():
         err = info.value
         assert err.status == 400 and err.param == "n" and err.type == "invalid_request_error"
         assert "at most 4" in err.message and "org/m" in err.message
+
+
+def test_best_of_generates_candidates():
+    from gateway.openai_schema import check_limits
+
+    gen = to_generate_request(decode_completion_request(completion_body(best_of=3)), "r")
+    assert gen.n == 3 and gen.sampling.logprobs is True and gen.sampling.top_logprobs == 0
+    gen = to_generate_request(decode_completion_request(completion_body(best_of=2, n=2)), "r")
+    assert gen.n == 2 and gen.sampling.logprobs is False
+    completion_refused("best_of", best_of=2, stream=True)
+    decode_completion_request(completion_body(best_of=2, n=2, stream=True))
+    req = decode_completion_request(completion_body(best_of=5))
+    with pytest.raises(APIError) as info:
+        check_limits(req, "m", ModelLimits(max_n=4))
+    assert info.value.param == "best_of"
 
 
 def test_best_of_must_cover_n():
