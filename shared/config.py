@@ -118,6 +118,10 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     such as ``"5m"`` / ``"1h30m"``; 0 unloads after each request, -1 never.
     ``memory_estimate``: bytes the worker will use, for the memory budget
     before it has been measured (0: estimated from the model files).
+    ``max_tool_calls_per_turn``: the most tool calls one forced turn
+    (``tool_choice`` ``required`` / ``any`` with parallel calls allowed)
+    makes when the request sets no ``max_tool_calls``; the grammar ends the
+    turn after the last one.
     """
 
     name: str
@@ -138,6 +142,7 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     preload: bool = False
     ttl: int | float | str = -1
     memory_estimate: Annotated[int, msgspec.Meta(ge=0)] = 0
+    max_tool_calls_per_turn: PositiveInt = 4
 
 
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

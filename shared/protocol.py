@@ -135,7 +135,10 @@ class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True, tag="generate")
 
     ``tools`` are rendered through the chat template; calls in the output
     come back as ``RequestOutput.tool_calls`` per ``tool_choice``;
-    ``parallel_tool_calls`` False allows at most one call.
+    ``parallel_tool_calls`` False allows at most one call, and a named
+    ``tool_choice`` exactly one; otherwise a turn carries at most
+    ``max_tool_calls`` calls (None: the model's ``max_tool_calls_per_turn``
+    for forced calls, no limit for ``auto``).
     ``response_format`` constrains the text. ``thinking`` turns a model's
     reasoning mode on or off where its template supports that (None: the
     template's default); reasoning text comes back as
@@ -165,6 +168,7 @@ class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True, tag="generate")
     count_only: bool = False
     continue_final: bool = False
     thinking_budget: int | None = None
+    max_tool_calls: int | None = None
 
 
 class AbortRequest(msgspec.Struct, frozen=True, tag="abort"):

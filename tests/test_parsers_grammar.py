@@ -41,9 +41,9 @@ def _compile(g: str) -> str:
 
 @pytest.mark.parametrize("fmt", TOOL_FORMATS)
 @pytest.mark.parametrize("choice,name", [("required", None), ("function", "search")])
-@pytest.mark.parametrize("parallel", [True, False])
-def test_grammar_compiles(fmt, choice, name, parallel):
-    g = tool_call_grammar(fmt, TOOLS, choice=choice, name=name, parallel=parallel)
+@pytest.mark.parametrize("max_calls", [1, 4])
+def test_grammar_compiles(fmt, choice, name, max_calls):
+    g = tool_call_grammar(fmt, TOOLS, choice=choice, name=name, max_calls=max_calls)
     assert _compile(g) == ""
 
 
@@ -67,19 +67,19 @@ def test_grammar_compiles_with_awkward_schemas():
         Tool(name="noargs"),
     ]
     for fmt in TOOL_FORMATS:
-        g = tool_call_grammar(fmt, tools, choice="required", name=None, parallel=True)
+        g = tool_call_grammar(fmt, tools, choice="required", name=None, max_calls=4)
         assert _compile(g) == "", fmt
 
 
 def test_grammar_argument_errors():
     with pytest.raises(ValueError):
-        tool_call_grammar("hermes", TOOLS, choice="function", name="nope", parallel=False)
+        tool_call_grammar("hermes", TOOLS, choice="function", name="nope", max_calls=1)
     with pytest.raises(ValueError):
-        tool_call_grammar("hermes", [], choice="required", name=None, parallel=False)
+        tool_call_grammar("hermes", [], choice="required", name=None, max_calls=1)
     with pytest.raises(ValueError):
-        tool_call_grammar("hermes", TOOLS, choice="auto", name=None, parallel=False)
+        tool_call_grammar("hermes", TOOLS, choice="auto", name=None, max_calls=1)
     with pytest.raises(ValueError):
-        tool_call_grammar("bogus", TOOLS, choice="required", name=None, parallel=False)
+        tool_call_grammar("bogus", TOOLS, choice="required", name=None, max_calls=1)
     with pytest.raises(ValueError):
         grammar_markers("bogus")
 
@@ -141,7 +141,7 @@ HERMES_TWO = HERMES_OK + "\n" + HERMES_SEARCH
 
 
 def test_hermes_grammar_accepts_and_rejects(ll_tokenizer):
-    g = tool_call_grammar("hermes", TOOLS, choice="required", name=None, parallel=False)
+    g = tool_call_grammar("hermes", TOOLS, choice="required", name=None, max_calls=1)
     assert accepts(ll_tokenizer, g, HERMES_OK)
     assert accepts(ll_tokenizer, g, HERMES_OK.replace('", "', '","').replace(": ", ":"))
     assert not accepts(ll_tokenizer, g, HERMES_OK.replace("get_weather", "get_wether"))  # no such tool
@@ -149,26 +149,78 @@ def test_hermes_grammar_accepts_and_rejects(ll_tokenizer):
     assert not accepts(ll_tokenizer, g, HERMES_OK.replace('"city": "Paris", ', ""))  # city required
     assert not accepts(ll_tokenizer, g, HERMES_TWO)  # only one call
     assert not accepts(ll_tokenizer, g, "Sure! " + HERMES_OK)  # nothing else
-    gp = tool_call_grammar("hermes", TOOLS, choice="required", name=None, parallel=True)
+    gp = tool_call_grammar("hermes", TOOLS, choice="required", name=None, max_calls=4)
     assert accepts(ll_tokenizer, gp, HERMES_TWO)
-    gf = tool_call_grammar("hermes", TOOLS, choice="function", name="search", parallel=True)
+    gf = tool_call_grammar("hermes", TOOLS, choice="function", name="search", max_calls=4)
     assert not accepts(ll_tokenizer, gf, HERMES_OK)  # wrong function
     assert accepts(ll_tokenizer, gf, HERMES_SEARCH)
 
 
+def only_end_allowed(tokenizer, grammar: str, text: str) -> bool:
+    """Whether, after ``text``, ``grammar`` allows nothing but end-of-sequence."""
+    import llguidance.numpy as lln
+    import numpy as np
+
+    m = llguidance.LLMatcher(tokenizer, llguidance.grammar_from("lark", grammar), log_level=0)
+    assert m.consume_tokens(tokenizer.tokenize_str(text)) and not m.is_error()
+    words = lln.allocate_token_bitmask(1, tokenizer.vocab_size)
+    lln.fill_next_token_bitmask(m, words)
+    allowed = np.flatnonzero(np.unpackbits(words.view(np.uint8), bitorder="little")[: tokenizer.vocab_size])
+    return allowed.tolist() == [tokenizer.eos_token]
+
+
+ONE_CALL = {
+    "hermes": (HERMES_SEARCH, "\n"),
+    "llama3_json": ('{"name": "search", "parameters": {"query": "mlx"}}', "; "),
+    "qwen3_coder": ("<tool_call>\n<function=search>\n<parameter=query>\nmlx\n</parameter>\n</function>\n</tool_call>", "\n"),
+    "glm45": ("<tool_call>search\n<arg_key>query</arg_key>\n<arg_value>mlx</arg_value>\n</tool_call>", "\n"),
+}
+
+
+@pytest.mark.parametrize("fmt", list(ONE_CALL))
+def test_grammar_ends_the_turn_after_max_calls(fmt, ll_tokenizer):
+    """N calls are accepted, N + 1 are not, and after the N-th call only
+    end-of-sequence may follow: a model cannot repeat calls forever."""
+    one, sep = ONE_CALL[fmt]
+    g = tool_call_grammar(fmt, TOOLS, choice="required", name=None, max_calls=3)
+    assert accepts(ll_tokenizer, g, sep.join([one] * 3))
+    assert not accepts(ll_tokenizer, g, sep.join([one] * 4))
+    assert only_end_allowed(ll_tokenizer, g, sep.join([one] * 3))
+    assert not only_end_allowed(ll_tokenizer, g, sep.join([one] * 2))
+
+
+def test_named_choice_is_exactly_one_call(ll_tokenizer):
+    g = tool_call_grammar("hermes", TOOLS, choice="function", name="search", max_calls=8)
+    assert accepts(ll_tokenizer, g, HERMES_SEARCH)
+    assert not accepts(ll_tokenizer, g, HERMES_SEARCH + "\n" + HERMES_SEARCH)
+    assert only_end_allowed(ll_tokenizer, g, HERMES_SEARCH)
+
+
+def test_json_array_is_bounded(ll_tokenizer):
+    call = '{"name": "get_time", "arguments": {}}'
+    g = tool_call_grammar("json", TOOLS, choice="required", name=None, max_calls=2)
+    assert accepts(ll_tokenizer, g, f"[{call}, {call}]")
+    assert not accepts(ll_tokenizer, g, f"[{call}, {call}, {call}]")
+
+
+def test_max_calls_below_one_is_refused():
+    with pytest.raises(ValueError):
+        tool_call_grammar("hermes", TOOLS, choice="required", name=None, max_calls=0)
+
+
 def test_json_grammar_accepts_and_rejects(ll_tokenizer):
     ok = '{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}'
-    g = tool_call_grammar("json", TOOLS, choice="required", name=None, parallel=False)
+    g = tool_call_grammar("json", TOOLS, choice="required", name=None, max_calls=1)
     assert accepts(ll_tokenizer, g, ok)
     assert not accepts(ll_tokenizer, g, ok.replace("get_weather", "weather"))
     assert not accepts(ll_tokenizer, g, ok.replace('"Paris"', "7"))  # city must be a string
     assert not accepts(ll_tokenizer, g, ok.replace('"Paris"', '"Paris", "unit": "kelvin"'))  # not in enum
     assert not accepts(ll_tokenizer, g, f"[{ok}]")  # single call: no array
-    gp = tool_call_grammar("json", TOOLS, choice="required", name=None, parallel=True)
+    gp = tool_call_grammar("json", TOOLS, choice="required", name=None, max_calls=4)
     two = f'[{ok}, {{"name": "get_time", "arguments": {{}}}}]'
     assert accepts(ll_tokenizer, gp, two)
     assert accepts(ll_tokenizer, gp, ok)
-    gf = tool_call_grammar("json", TOOLS, choice="function", name="get_time", parallel=False)
+    gf = tool_call_grammar("json", TOOLS, choice="function", name="get_time", max_calls=1)
     assert accepts(ll_tokenizer, gf, '{"name": "get_time", "arguments": {}}')
     assert not accepts(ll_tokenizer, gf, ok)
 
@@ -203,7 +255,7 @@ def test_grammar_output_parses_back(fmt, ll_tokenizer, ll_special):
     needs_special = any(m in ids for m in markers)
     tokenizer = special_tok if needs_special else ll_tokenizer
     special = {m: ids[m] for m in markers if m in ids} if fmt == "mistral" else None
-    g = tool_call_grammar(fmt, TOOLS, choice="required", name=None, parallel=True, special_tokens=special)
+    g = tool_call_grammar(fmt, TOOLS, choice="required", name=None, max_calls=4, special_tokens=special)
     assert accepts(tokenizer, g, text), fmt
     r = run([text], tool_format=fmt)
     expected = EXPECTED[:1] if fmt == "harmony" else EXPECTED
@@ -214,17 +266,17 @@ def test_grammar_output_parses_back(fmt, ll_tokenizer, ll_special):
 def test_special_token_map_is_used(ll_special):
     tokenizer, ids = ll_special
     text = ROUND_TRIP["mistral"]
-    plain = tool_call_grammar("mistral", TOOLS, choice="required", name=None, parallel=True)
+    plain = tool_call_grammar("mistral", TOOLS, choice="required", name=None, max_calls=4)
     assert not accepts(tokenizer, plain, text)  # literal text cannot match a special token
     special = {m: ids[m] for m in grammar_markers("mistral")}
-    g = tool_call_grammar("mistral", TOOLS, choice="required", name=None, parallel=True, special_tokens=special)
+    g = tool_call_grammar("mistral", TOOLS, choice="required", name=None, max_calls=4, special_tokens=special)
     assert f"<[{ids['[TOOL_CALLS]']}]>" in g
     assert accepts(tokenizer, g, text)
     assert accepts(tokenizer, g, '[TOOL_CALLS][{"name": "get_time", "arguments": {}}]')
 
 
 def test_qwen3_coder_grammar_types_values(ll_tokenizer):
-    g = tool_call_grammar("qwen3_coder", TOOLS, choice="function", name="get_weather", parallel=False)
+    g = tool_call_grammar("qwen3_coder", TOOLS, choice="function", name="get_weather", max_calls=1)
     good = (
         "<tool_call>\n<function=get_weather>\n<parameter=city>\nNew\nYork\n</parameter>\n"
         "<parameter=days>\n3\n</parameter>\n<parameter=unit>\ncelsius\n</parameter>\n"

@@ -112,6 +112,7 @@ class Worker:
                 loaded.tokenizer,
                 context_length=context,
                 default_max_tokens=self.config.default_max_tokens,
+                max_tool_calls_per_turn=self.config.max_tool_calls_per_turn,
                 vocab_size=vocab,
                 formats=model_formats(loaded.tokenizer, self.config.tool_parser, self.config.reasoning_parser),
                 grammars=GrammarCompiler(

@@ -108,7 +108,7 @@ def test_body_shape():
         ({"truncation": "auto"}, "truncation"),
         ({"include": ["reasoning.encrypted_content"]}, "include[0]"),
         ({"top_logprobs": 3}, "top_logprobs"),
-        ({"max_tool_calls": 1}, "max_tool_calls"),
+        ({"max_tool_calls": 0}, "max_tool_calls"),
         ({"service_tier": "flex"}, "service_tier"),
         ({"metadata": {str(i): "v" for i in range(17)}}, "metadata"),
         ({"metadata": {"k": "v" * 513}}, "metadata"),
@@ -203,6 +203,14 @@ def test_sampling_and_tools():
     assert request.sampling == SamplingParams(max_tokens=7, temperature=0.0, top_p=0.5)
     assert request.tools == [Tool(name="f", description="d", parameters={"type": "object"})]
     assert request.tool_choice == "auto" and request.parallel_tool_calls is False
+
+
+def test_max_tool_calls_is_forwarded_and_echoed():
+    request = to_generate_request(decode(tools=[FN], tool_choice="required", max_tool_calls=2), "r")
+    assert request.max_tool_calls == 2
+    assert to_generate_request(decode(tools=[FN]), "r").max_tool_calls is None
+    assert response_settings(decode(tools=[FN], max_tool_calls=3)).max_tool_calls == 3
+    assert response_settings(decode()).max_tool_calls is None
 
 
 @pytest.mark.parametrize(
