@@ -172,7 +172,10 @@ def only_end_allowed(tokenizer, grammar: str, text: str) -> bool:
 ONE_CALL = {
     "hermes": (HERMES_SEARCH, "\n"),
     "llama3_json": ('{"name": "search", "parameters": {"query": "mlx"}}', "; "),
-    "qwen3_coder": ("<tool_call>\n<function=search>\n<parameter=query>\nmlx\n</parameter>\n</function>\n</tool_call>", "\n"),
+    "qwen3_coder": (
+        "<tool_call>\n<function=search>\n<parameter=query>\nmlx\n</parameter>\n</function>\n</tool_call>",
+        "\n",
+    ),
     "glm45": ("<tool_call>search\n<arg_key>query</arg_key>\n<arg_value>mlx</arg_value>\n</tool_call>", "\n"),
 }
 
@@ -308,3 +311,67 @@ def test_special_token_ids_from_tokenizer(hf_special, hf_tokenizer_file):
     assert special_token_ids("harmony", Wrapper()) == {
         m: hf_special.convert_tokens_to_ids(m) for m in grammar_markers("harmony")
     }
+
+
+def _end_only(matcher, vocab_size: int) -> bool:
+    """Whether ``matcher`` now allows nothing but its end-of-sequence token."""
+    import llguidance.numpy as lln
+    import numpy as np
+
+    words = lln.allocate_token_bitmask(1, vocab_size)
+    lln.fill_next_token_bitmask(matcher, words)
+    return np.flatnonzero(np.unpackbits(words.view(np.uint8), bitorder="little")[:vocab_size]).tolist() == [0]
+
+
+@pytest.mark.parametrize(
+    "choice,name,parallel,requested,expected",
+    [
+        ("required", None, True, None, 3),  # the model's max_tool_calls_per_turn
+        ("required", None, True, 5, 5),  # the request's max_tool_calls wins
+        ("required", None, False, 5, 1),  # parallel calls off
+        ("function", "search", True, 5, 1),  # a named tool: exactly one call
+        ("auto", None, True, None, None),  # auto: no limit, no grammar
+        ("auto", None, True, 2, 2),  # auto: later calls dropped by the parser
+    ],
+)
+def test_prompt_builder_bounds_the_calls_of_a_turn(
+    hf_tokenizer_file, ll_tokenizer, choice, name, parallel, requested, expected
+):
+    """The worker's call limit per request, and the forced grammar it
+    compiles: exactly ``expected`` calls, then only end-of-sequence."""
+    from shared.protocol import GenerateRequest, SamplingParams
+    from worker.grammar import GrammarCompiler
+    from worker.prompt import ModelFormats, PromptBuilder
+
+    transformers, path = hf_tokenizer_file
+    hf = transformers.PreTrainedTokenizerFast(tokenizer_file=path)
+    builder = PromptBuilder(
+        hf,
+        context_length=4096,
+        default_max_tokens=64,
+        vocab_size=len(hf),
+        formats=ModelFormats("hermes", None, None),
+        grammars=GrammarCompiler(hf, 0, len(hf)),
+        max_tool_calls_per_turn=3,
+    )
+    request = GenerateRequest(
+        request_id="r",
+        sampling=SamplingParams(),
+        prompt="hi",
+        tools=TOOLS,
+        tool_choice=choice,
+        tool_choice_name=name,
+        parallel_tool_calls=parallel,
+        max_tool_calls=requested,
+    )
+    admission = builder.build(request)
+    assert admission.output.max_tool_calls == expected
+    if choice == "auto":
+        assert admission.matchers is None
+        return
+    tokens = ll_tokenizer.tokenize_str
+    matcher = admission.matchers[0]
+    for i in range(expected):
+        assert not _end_only(matcher, len(hf))
+        assert matcher.consume_tokens(tokens(("\n" if i else "") + HERMES_SEARCH))
+    assert _end_only(matcher, len(hf))
