@@ -775,8 +775,8 @@ def to_generate_request(req: ResponsesRequest, request_id: str) -> GenerateReque
         request_id=request_id,
         sampling=SamplingParams(
             max_tokens=req.max_output_tokens,
-            temperature=1.0 if req.temperature is None else req.temperature,
-            top_p=1.0 if req.top_p is None else req.top_p,
+            temperature=req.temperature,
+            top_p=req.top_p,
         ),
         messages=_messages(req),
         n=1,

@@ -17,9 +17,10 @@ from typing import Any
 
 import msgspec
 
-from shared.protocol import ChatMessage, ErrorKind, GenerateRequest, Tool
+from shared.protocol import ChatMessage, ErrorKind, GenerateRequest, SamplingDefaults, Tool
 from worker.chat_render import render, template_supports_tools
 from worker.grammar import GrammarCompiler, GrammarError
+from worker.sampling_defaults import with_defaults
 from worker.scheduler import Admission, ThinkingBudget
 
 _SENTINEL = re.compile("(\ue000mlxd\\d+\ue001)")
@@ -94,8 +95,9 @@ class PromptBuilder:
     ``default_max_tokens`` caps completions that set no ``max_tokens``;
     ``vocab_size`` bounds token ids in prompts and logit biases;
     ``grammars`` compiles constraints; ``max_tool_calls_per_turn`` caps the
-    calls of a forced turn whose request sets no ``max_tool_calls``. Used by
-    one thread (the input thread).
+    calls of a forced turn whose request sets no ``max_tool_calls``;
+    ``sampling_defaults`` fill the sampling settings a request leaves unset.
+    Used by one thread (the input thread).
     """
 
     def __init__(
@@ -108,6 +110,7 @@ class PromptBuilder:
         formats: ModelFormats,
         grammars: GrammarCompiler,
         max_tool_calls_per_turn: int = 4,
+        sampling_defaults: SamplingDefaults | None = None,
     ) -> None:
         self._tokenizer = tokenizer
         self.context_length = context_length
@@ -116,6 +119,7 @@ class PromptBuilder:
         self.formats = formats
         self.grammars = grammars
         self.max_tool_calls_per_turn = max_tool_calls_per_turn
+        self.sampling_defaults = sampling_defaults or SamplingDefaults()
         self._marker_ids = self._reasoning_marker_ids()
 
     def _reasoning_marker_ids(self) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
@@ -154,7 +158,7 @@ class PromptBuilder:
             request_id=request.request_id,
             prompt=ids,
             max_tokens=self._max_tokens(len(ids), request.sampling.max_tokens),
-            params=request.sampling,
+            params=with_defaults(request.sampling, self.sampling_defaults),
             n=request.n,
             deadline=time.monotonic() + request.timeout if request.timeout else None,
             matchers=matchers,

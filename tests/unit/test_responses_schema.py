@@ -183,7 +183,8 @@ def test_string_input_defaults():
     request = to_generate_request(decode(), "resp_1")
     assert request.request_id == "resp_1" and request.n == 1
     assert request.messages == [ChatMessage(role="user", content="hi")]
-    assert request.sampling == SamplingParams(max_tokens=None, temperature=1.0, top_p=1.0)
+    assert request.sampling == SamplingParams(max_tokens=None)
+    assert (request.sampling.temperature, request.sampling.top_p) == (None, None)  # the model's defaults
     assert request.tools is None and request.tool_choice == "none" and request.tool_choice_name is None
     assert request.parallel_tool_calls is True
     assert request.response_format is None and request.thinking is None
