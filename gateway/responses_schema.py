@@ -809,9 +809,11 @@ def _text_echo(req: ResponsesRequest) -> TextEcho:
     )
 
 
-def response_settings(req: ResponsesRequest) -> ResponseSettings:
+def response_settings(req: ResponsesRequest, sampling_defaults: dict[str, float] | None = None) -> ResponseSettings:
     """The settings the response object echoes for ``req`` (defaults where
-    the request left them unset)."""
+    the request left them unset; ``temperature`` and ``top_p`` from the
+    model's ``sampling_defaults`` when known, else 1)."""
+    defaults = sampling_defaults or {}
     choice, choice_name = _tool_choice(req)
     echoed_choice: str | ToolChoiceFunctionEcho = choice
     if choice == "function":
@@ -824,14 +826,14 @@ def response_settings(req: ResponsesRequest) -> ResponseSettings:
         parallel_tool_calls=req.parallel_tool_calls is not False,
         reasoning=ReasoningEcho(effort=req.reasoning.effort if req.reasoning is not None else None),
         service_tier=req.service_tier,
-        temperature=1.0 if req.temperature is None else req.temperature,
+        temperature=defaults.get("temperature", 1.0) if req.temperature is None else req.temperature,
         text=_text_echo(req),
         tool_choice=echoed_choice,
         tools=[
             FunctionToolEcho(name=t.name, description=t.description, parameters=t.parameters, strict=t.strict)
             for t in _function_tools(req)
         ],
-        top_p=1.0 if req.top_p is None else req.top_p,
+        top_p=defaults.get("top_p", 1.0) if req.top_p is None else req.top_p,
         user=req.user,
         safety_identifier=req.safety_identifier,
         prompt_cache_key=req.prompt_cache_key,

@@ -84,6 +84,13 @@ def test_temperature_default_is_used_when_unset(client):
     assert unset != text(client, "cool", seed=11, temperature=1.0, top_p=1.0)
 
 
+def test_responses_echo_the_settings_used(client):
+    r = client.responses.create(model="cool", input="hi", max_output_tokens=2)
+    assert (r.temperature, r.top_p) == (0.5, 0.9)
+    r = client.responses.create(model="cool", input="hi", max_output_tokens=2, temperature=0.3)
+    assert (r.temperature, r.top_p) == (0.3, 0.9)
+
+
 def test_fallback_without_recommendations(client):
     """No recommendations: mlxd's fallback (temperature 1, no filters), as
     before it read model defaults."""

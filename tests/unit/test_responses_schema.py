@@ -356,6 +356,13 @@ def test_echo_defaults():
     assert settings.store is False and settings.truncation == "disabled"
 
 
+def test_echo_uses_the_model_sampling_defaults():
+    settings = response_settings(decode(), {"temperature": 0.6, "top_p": 0.95, "top_k": 20})
+    assert (settings.temperature, settings.top_p) == (0.6, 0.95)
+    settings = response_settings(decode(temperature=0.2), {"temperature": 0.6})
+    assert (settings.temperature, settings.top_p) == (0.2, 1.0)
+
+
 def test_echo_values():
     schema = {"type": "object"}
     settings = response_settings(
