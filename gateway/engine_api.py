@@ -19,12 +19,17 @@ class ModelInfo:
 
     ``state`` is one of ``starting``, ``ready``, ``restarting``, ``failed``.
     ``created`` is a Unix timestamp (when the gateway configured it).
+    ``sampling_defaults`` maps each sampling setting with a model default
+    (``temperature``, ``top_p``, ``top_k``, ``min_p``,
+    ``repetition_penalty``) to the value its worker uses where a request
+    sets none; None until the worker has loaded the model.
     """
 
     name: str
     created: int
     state: str
     aliases: tuple[str, ...] = ()
+    sampling_defaults: dict[str, float] | None = None
 
 
 class RequestStream(Protocol):

@@ -173,13 +173,22 @@ class WorkerPool:
 
     def models(self) -> list[ModelInfo]:
         """Every configured model, in config order, with its state."""
-        return [
-            ModelInfo(
-                name=m.name, created=self.created, state=self.handles[m.name].status.state, aliases=tuple(m.aliases)
+        infos = []
+        for m in self.config.models:
+            if m.name not in self.handles:
+                continue
+            status = self.handles[m.name].status
+            defaults = status.sampling_defaults
+            infos.append(
+                ModelInfo(
+                    name=m.name,
+                    created=self.created,
+                    state=status.state,
+                    aliases=tuple(m.aliases),
+                    sampling_defaults=None if defaults is None else msgspec.structs.asdict(defaults),
+                )
             )
-            for m in self.config.models
-            if m.name in self.handles
-        ]
+        return infos
 
     async def submit(self, model: str, request: GenerateRequest) -> WorkerRequestStream:
         """Route ``request`` to ``model``'s worker, starting it if needed.

@@ -102,11 +102,13 @@ class ResponseSettings(msgspec.Struct, kw_only=True):
     """The request settings every response object echoes.
 
     Defaults are what mlxd applies when the request left a field unset
-    (``temperature`` and ``top_p`` 1, no penalties, ``tool_choice``
-    ``auto`` with tools else ``none``, parallel tool calls allowed, plain
-    text, no truncation). ``tools`` and an object ``tool_choice`` are
-    echoed as sent (dropped tools left out); ``service_tier`` is always
-    ``default``, the one way mlxd serves a request.
+    (``temperature`` and ``top_p`` 1 for a model without sampling defaults,
+    see :func:`gateway.responses_schema.response_settings`; no penalties,
+    ``tool_choice`` ``auto`` with tools else ``none``, parallel tool calls
+    allowed, plain text, no truncation). ``tools`` and an object
+    ``tool_choice`` are echoed as sent (dropped tools left out);
+    ``service_tier`` is always ``default``, the one way mlxd serves a
+    request.
     """
 
     instructions: str | None = None

@@ -124,7 +124,8 @@ async def _submit(request: Request) -> _Job:
     generate = to_generate_request(req, request_id)
     stream = await engine.submit(model, generate)
     head = ResponseHead(id=request_id, created_at=int(time.time()), model=model)
-    builder = ResponseBuilder(head, response_settings(req), options=output_options(req))
+    defaults = next((m.sampling_defaults for m in engine.models() if m.name == model), None)
+    builder = ResponseBuilder(head, response_settings(req, defaults), options=output_options(req))
     return _Job(req, stream, builder, request_id, dropped_headers(dropped_tools(req), "/v1/responses"))
 
 

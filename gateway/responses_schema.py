@@ -49,9 +49,11 @@ short:
 - Log-probabilities: ``include`` of ``message.output_text.logprobs`` puts
   them on the output text, with ``top_logprobs`` (0..20) alternatives per
   token.
+- ``max_tool_calls`` (>= 1) caps the function calls of one response: a
+  forced choice ends the turn after that many (without it, the model's
+  ``max_tool_calls_per_turn``), and under ``auto`` later calls are dropped.
 - Refused (400 naming the field): ``truncation: "auto"`` (mlxd never drops
-  input to fit), ``max_tool_calls``, ``moderation``, and every field in no
-  official spec.
+  input to fit), ``moderation``, and every field in no official spec.
 
 :func:`to_generate_request` turns a decoded request into the worker's
 :class:`~shared.protocol.GenerateRequest` (one choice);
@@ -118,7 +120,7 @@ from shared.protocol import (
 MAX_INPUT_ITEMS = 4096
 """Most items in ``input``."""
 MAX_TOOL_CALLS = 2**31 - 1
-"""Type bound of ``max_tool_calls`` (which must be null anyway)."""
+"""Type bound of ``max_tool_calls``."""
 MAX_INCLUDE = 64
 """Most ``include`` (and ``context_management``) entries."""
 MAX_CLIENT_METADATA = 64
@@ -383,15 +385,12 @@ def _check_neutral(req: ResponsesRequest) -> None:
 
     Raises:
         APIError: 400 naming the field: ``truncation: "auto"`` (mlxd does
-        not drop input to fit; a too-long input is a 400) and a
-        ``max_tool_calls`` (not implemented here).
+        not drop input to fit; a too-long input is a 400).
     """
     if req.truncation == "auto":
         raise _not_supported(
             "truncation", "truncation 'auto' (mlxd never drops input to fit; a too-long input is a 400)"
         )
-    if req.max_tool_calls is not None:
-        raise _not_supported("max_tool_calls", "'max_tool_calls'")
 
 
 THINKING_BY_EFFORT = _CHAT_THINKING_BY_EFFORT
@@ -942,8 +941,8 @@ def to_generate_request(req: ResponsesRequest, request_id: str) -> GenerateReque
         request_id=request_id,
         sampling=SamplingParams(
             max_tokens=req.max_output_tokens,
-            temperature=1.0 if req.temperature is None else req.temperature,
-            top_p=1.0 if req.top_p is None else req.top_p,
+            temperature=req.temperature,
+            top_p=req.top_p,
             logprobs=_logprobs(req),
             top_logprobs=(req.top_logprobs or 0) if _logprobs(req) else 0,
         ),
@@ -955,6 +954,7 @@ def to_generate_request(req: ResponsesRequest, request_id: str) -> GenerateReque
         parallel_tool_calls=req.parallel_tool_calls is not False,
         response_format=_response_format(req),
         thinking=_thinking(req),
+        max_tool_calls=req.max_tool_calls,
     )
 
 
@@ -1020,25 +1020,28 @@ def dropped_tools(req: ResponsesRequest) -> list[str]:
     return tool_catalog(req).dropped
 
 
-def response_settings(req: ResponsesRequest) -> ResponseSettings:
+def response_settings(req: ResponsesRequest, sampling_defaults: dict[str, float] | None = None) -> ResponseSettings:
     """The settings the response object echoes for ``req`` (defaults where
-    the request left them unset)."""
+    the request left them unset; ``temperature`` and ``top_p`` from the
+    model's ``sampling_defaults`` when known, else 1)."""
+    defaults = sampling_defaults or {}
     tools = tool_catalog(req)
     reasoning = req.reasoning
     return ResponseSettings(
         instructions=req.instructions,
         max_output_tokens=req.max_output_tokens,
+        max_tool_calls=req.max_tool_calls,
         metadata=dict(req.metadata or {}),
         parallel_tool_calls=req.parallel_tool_calls is not False,
         reasoning=ReasoningEcho(
             effort=reasoning.effort if reasoning is not None else None,
             summary=_summary(req),
         ),
-        temperature=1.0 if req.temperature is None else req.temperature,
+        temperature=defaults.get("temperature", 1.0) if req.temperature is None else req.temperature,
         text=_text_echo(req),
         tool_choice=_choice_echo(req, tools),
         tools=tools.echo,
-        top_p=1.0 if req.top_p is None else req.top_p,
+        top_p=defaults.get("top_p", 1.0) if req.top_p is None else req.top_p,
         user=req.user,
         safety_identifier=req.safety_identifier,
         prompt_cache_key=req.prompt_cache_key,

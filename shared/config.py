@@ -92,6 +92,19 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     stream_keepalive: Seconds = 5.0
 
 
+class SamplingDefaultsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``[models.sampling_defaults]``: sampling settings for requests that
+    set none, overriding the model's ``generation_config.json`` field by
+    field (a field left out keeps the model's value, or mlxd's fallback:
+    temperature 1, top_p 1, top_k 0, min_p 0, repetition_penalty 1)."""
+
+    temperature: Annotated[float, msgspec.Meta(ge=0.0, le=2.0)] | None = None
+    top_p: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] | None = None
+    top_k: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    min_p: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] | None = None
+    repetition_penalty: Annotated[float, msgspec.Meta(gt=0.0, le=10.0)] | None = None
+
+
 class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """``[[models]]``: one model served by one pinned worker process.
 
@@ -118,6 +131,12 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     such as ``"5m"`` / ``"1h30m"``; 0 unloads after each request, -1 never.
     ``memory_estimate``: bytes the worker will use, for the memory budget
     before it has been measured (0: estimated from the model files).
+    ``max_tool_calls_per_turn``: the most tool calls one forced turn
+    (``tool_choice`` ``required`` / ``any`` with parallel calls allowed)
+    makes when the request sets no ``max_tool_calls``; the grammar ends the
+    turn after the last one.
+    ``sampling_defaults``: sampling settings for requests that set none
+    (see :class:`SamplingDefaultsConfig`).
     """
 
     name: str
@@ -138,6 +157,8 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     preload: bool = False
     ttl: int | float | str = -1
     memory_estimate: Annotated[int, msgspec.Meta(ge=0)] = 0
+    max_tool_calls_per_turn: PositiveInt = 4
+    sampling_defaults: SamplingDefaultsConfig = msgspec.field(default_factory=SamplingDefaultsConfig)
 
 
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

@@ -47,8 +47,11 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     """Per-request decoding settings, already validated by the gateway.
 
     ``max_tokens`` is the hard cap on generated tokens (None: up to the
-    context limit). ``temperature`` 0 means greedy. ``top_k`` 0 and
-    ``top_p`` 1 disable those filters. ``seed`` makes sampling reproducible
+    context limit). ``temperature``, ``top_p``, ``top_k``, ``min_p`` and
+    ``repetition_penalty`` are None when the request did not set them: the
+    worker then uses the model's :class:`SamplingDefaults`. ``temperature``
+    0 means greedy. ``top_k`` 0, ``top_p`` 1, ``min_p`` 0 and
+    ``repetition_penalty`` 1 disable those filters. ``seed`` makes sampling reproducible
     for this request regardless of what else shares its batch.
     ``logit_bias`` maps token id to an additive bias. ``stop`` holds stop
     strings; the matched string is not part of the output. ``logprobs``
@@ -59,20 +62,34 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     """
 
     max_tokens: int | None = None
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    min_p: float = 0.0
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
     seed: int | None = None
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
-    repetition_penalty: float = 1.0
+    repetition_penalty: float | None = None
     logit_bias: dict[int, float] = {}
     stop: list[str] = []
     logprobs: bool = False
     top_logprobs: int = 0
     ignore_eos: bool = False
     min_tokens: int = 0
+
+
+class SamplingDefaults(msgspec.Struct, frozen=True, kw_only=True):
+    """The sampling settings a model uses where a request sets none: per
+    field, the config's ``sampling_defaults``, else the model's own
+    recommendation (its ``generation_config.json``), else these class
+    defaults (temperature 1, no top-p / top-k / min-p filter, no repetition
+    penalty)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
 
 
 class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
@@ -135,7 +152,10 @@ class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True, tag="generate")
 
     ``tools`` are rendered through the chat template; calls in the output
     come back as ``RequestOutput.tool_calls`` per ``tool_choice``;
-    ``parallel_tool_calls`` False allows at most one call.
+    ``parallel_tool_calls`` False allows at most one call, and a named
+    ``tool_choice`` exactly one; otherwise a turn carries at most
+    ``max_tool_calls`` calls (None: the model's ``max_tool_calls_per_turn``
+    for forced calls, no limit for ``auto``).
     ``response_format`` constrains the text. ``thinking`` turns a model's
     reasoning mode on or off where its template supports that (None: the
     template's default); reasoning text comes back as
@@ -165,6 +185,7 @@ class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True, tag="generate")
     count_only: bool = False
     continue_final: bool = False
     thinking_budget: int | None = None
+    max_tool_calls: int | None = None
 
 
 class AbortRequest(msgspec.Struct, frozen=True, tag="abort"):
@@ -223,6 +244,8 @@ class Loaded(msgspec.Struct, frozen=True, kw_only=True, tag="loaded"):
     use; ``load_seconds`` is the wall time of resolving and loading;
     ``blas`` names the BLAS library in use (``openblas`` or ``builtin``) and
     ``sampling`` where sampling runs (``host``: NumPy, ``device``: MLX).
+    ``sampling_defaults`` (None from an older worker) are the settings the
+    worker uses where a request sets none.
     """
 
     worker_id: str
@@ -231,6 +254,7 @@ class Loaded(msgspec.Struct, frozen=True, kw_only=True, tag="loaded"):
     model_path: str
     blas: str = ""
     sampling: str = ""
+    sampling_defaults: SamplingDefaults | None = None
 
 
 class Ready(msgspec.Struct, frozen=True, kw_only=True, tag="ready"):

@@ -101,8 +101,10 @@ class Worker:
             from worker.loader import load_model
             from worker.prefix_cache import PrefixCache
             from worker.prompt import model_formats
+            from worker.sampling_defaults import model_sampling_defaults
 
             loaded = load_model(self.config.source, dtype=self.config.dtype)
+            sampling_defaults = model_sampling_defaults(loaded.path, self.config.sampling_defaults)
             context = loaded.context_length
             if self.config.context_length:
                 context = min(context, self.config.context_length)
@@ -112,6 +114,8 @@ class Worker:
                 loaded.tokenizer,
                 context_length=context,
                 default_max_tokens=self.config.default_max_tokens,
+                max_tool_calls_per_turn=self.config.max_tool_calls_per_turn,
+                sampling_defaults=sampling_defaults,
                 vocab_size=vocab,
                 formats=model_formats(loaded.tokenizer, self.config.tool_parser, self.config.reasoning_parser),
                 grammars=GrammarCompiler(
@@ -140,6 +144,7 @@ class Worker:
                     model_path=str(loaded.path),
                     blas=blas_in_use(),
                     sampling="host" if host_sampling else "device",
+                    sampling_defaults=sampling_defaults,
                 )
             )
             scheduler.warm_up(list(loaded.tokenizer.encode("Hello")) or [0])

@@ -44,6 +44,8 @@ class Admission:
     """A tokenized request ready for the engine (built on the input thread).
 
     ``max_tokens`` is already resolved against the context limit;
+    ``params`` has every sampling setting filled in (the model's defaults
+    where the request set none, see :mod:`worker.sampling_defaults`);
     ``deadline`` is a ``time.monotonic()`` instant or None; ``matchers``
     holds one grammar matcher per choice for constrained decoding;
     ``output`` is passed through to the output thread untouched (how to
