@@ -450,8 +450,13 @@ def _check_tools(req: ResponsesRequest) -> None:
     if isinstance(choice, ToolChoiceParam) and choice.type == "allowed_tools":
         _allowed_names(choice, tools)
         return
-    if choice == "auto" and not tools.refs and tools.dropped:
-        return  # every tool was dropped: "auto" then means no call
+    if not tools.refs and tools.dropped and choice not in (None, "none"):
+        if choice == "auto":
+            return  # every tool was dropped: "auto" then means no call
+        raise bad_request(
+            f"'tool_choice' forces a tool call, but mlxd cannot run any of the tools ({', '.join(tools.dropped)})",
+            "tool_choice",
+        )
     check_tool_choice(choice, set(tools.refs), lambda c: _chosen_tool(c, tools), "tool_choice.name")
 
 
