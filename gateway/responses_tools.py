@@ -44,6 +44,9 @@ from shared.protocol import Tool
 
 MAX_NAMESPACE_TOOLS = 128
 """Most tools inside one ``namespace``."""
+MAX_OFFERED_TOOLS = 512
+"""Most function and custom tools one request may offer in all (top level,
+inside namespaces and from ``additional_tools`` items)."""
 
 CUSTOM_INPUT = "input"
 """The one argument of the function a ``custom`` tool becomes."""
@@ -277,10 +280,13 @@ def catalog(tools: list[Any] | None, extra: Sequence[tuple[str, list[Any]]] = ()
 
     Raises:
         APIError: 400 naming a tool ``name`` whose model-facing name is
-        taken, or a custom tool's malformed ``format``.
+        taken, or a custom tool's malformed ``format``; 400 param ``tools``
+        for more than :data:`MAX_OFFERED_TOOLS` tools in all.
     """
     result = ToolCatalog()
     offers = _offers([("tools", tools or []), *extra], result)
+    if len(offers) > MAX_OFFERED_TOOLS:
+        raise bad_request(f"At most {MAX_OFFERED_TOOLS} tools may be offered in all; got {len(offers)}", "tools")
     counts: dict[str, int] = {}
     for offer in offers:
         counts[offer.tool.name] = counts.get(offer.tool.name, 0) + 1

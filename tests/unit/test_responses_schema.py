@@ -532,3 +532,16 @@ def test_logprobs_follow_include():
     sampling = to_generate_request(decode(top_logprobs=3), "r").sampling
     assert (sampling.logprobs, sampling.top_logprobs) == (False, 0)
     assert response_settings(decode(top_logprobs=3)).top_logprobs == 3
+
+
+def test_offered_tools_are_bounded():
+    spaces = [
+        {
+            "type": "namespace",
+            "name": f"n{k}",
+            "description": "d",
+            "tools": [{**FN, "name": f"f{k}_{i}"} for i in range(128)],
+        }
+        for k in range(5)
+    ]
+    refused("tools", tools=spaces)
