@@ -34,7 +34,6 @@ null/defaults where unset. Nothing is stored: ``store`` is always false.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
@@ -44,10 +43,11 @@ from typing import Any, Callable, Literal, Mapping, Union
 import msgspec
 
 from gateway import sse
+from gateway.custom_tools import custom_input
 from gateway.encrypted_reasoning import seal
 from gateway.openai_format import Usage, chat_logprobs
 from gateway.request_flow import FinalReason
-from gateway.responses_tools import CUSTOM_INPUT, ToolRef
+from gateway.responses_tools import ToolRef
 from shared.protocol import RequestOutput, ToolCallDelta
 
 log = logging.getLogger("mlxd.gateway.responses")
@@ -539,19 +539,6 @@ class _OpenItem:
     def custom(self) -> bool:
         """Whether this is a call of a custom tool."""
         return self.ref is not None and self.ref.kind == "custom"
-
-
-def custom_input(arguments: str) -> str:
-    """The free-form input of a custom tool call from the arguments the
-    model gave its function form (``{"input": ...}``); the arguments
-    themselves when they are not that shape."""
-    try:
-        value = json.loads(arguments)
-    except ValueError:
-        return arguments
-    if isinstance(value, dict) and isinstance(value.get(CUSTOM_INPUT), str):
-        return value[CUSTOM_INPUT]
-    return arguments
 
 
 def _render(item: _OpenItem, status: ItemStatus, options: OutputOptions, parts: bool = True) -> OutputItem:

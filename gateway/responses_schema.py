@@ -64,13 +64,13 @@ short:
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Union
 
 import msgspec
 from msgspec import UNSET, Meta, Raw, UnsetType
 
+from gateway.custom_tools import custom_arguments
 from gateway.encrypted_reasoning import SealError, unseal
 from gateway.errors import APIError, bad_request
 from gateway.openai_schema import (
@@ -106,7 +106,7 @@ from gateway.responses_format import (
     TextEcho,
     TextFormatEcho,
 )
-from gateway.responses_tools import CUSTOM_INPUT, ToolCatalog, ToolParam, catalog
+from gateway.responses_tools import ToolCatalog, ToolParam, catalog
 from shared.protocol import (
     ChatMessage,
     GenerateRequest,
@@ -836,7 +836,7 @@ class _History:
     def _function_call(self, item: InputItemParam) -> None:
         """A function or custom tool call joins the current assistant turn."""
         if _item_type(item) == "custom_tool_call":
-            arguments = json.dumps({CUSTOM_INPUT: item.input}, ensure_ascii=False)
+            arguments = custom_arguments(item.input)  # type: ignore[arg-type]
         else:
             arguments = item.arguments if isinstance(item.arguments, str) else ""
         namespace = item.namespace if isinstance(item.namespace, str) else None

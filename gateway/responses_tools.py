@@ -5,10 +5,9 @@ Tool types and their fate:
 - ``function``: the model sees it as is (honoured).
 - ``custom`` (free-form input, optionally a Lark or regex grammar): the
   model sees a function of that name taking one string argument,
-  ``input``; the tool's ``description`` gains a sentence saying so and,
-  for a grammar, the grammar's text. The grammar is described, not
-  enforced. The model's call comes back as a ``custom_tool_call`` item
-  whose ``input`` is that argument.
+  ``input`` (see :mod:`gateway.custom_tools`; the grammar is described,
+  not enforced). The model's call comes back as a ``custom_tool_call``
+  item whose ``input`` is that argument.
 - ``namespace``: flattened. Each nested function or custom tool is offered
   under its own name when no other tool has that name, else under
   ``<namespace>__<name>`` (``<namespace><name>`` when the namespace already
@@ -38,6 +37,7 @@ from typing import Annotated, Any, Literal, Sequence, Union
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from gateway.custom_tools import custom_tool
 from gateway.errors import bad_request
 from gateway.openai_schema import JSONObject, ShortText, Text, ToolName
 from shared.protocol import Tool
@@ -47,16 +47,6 @@ MAX_NAMESPACE_TOOLS = 128
 MAX_OFFERED_TOOLS = 512
 """Most function and custom tools one request may offer in all (top level,
 inside namespaces and from ``additional_tools`` items)."""
-
-CUSTOM_INPUT = "input"
-"""The one argument of the function a ``custom`` tool becomes."""
-
-_CUSTOM_PARAMETERS: dict[str, Any] = {
-    "type": "object",
-    "properties": {CUSTOM_INPUT: {"type": "string"}},
-    "required": [CUSTOM_INPUT],
-    "additionalProperties": False,
-}
 
 
 class FunctionToolParam(msgspec.Struct, tag_field="type", tag="function", forbid_unknown_fields=True, kw_only=True):
@@ -185,20 +175,6 @@ def qualified(namespace: str, name: str) -> str:
     return f"{namespace}{name}" if namespace.endswith("_") else f"{namespace}__{name}"
 
 
-def _custom_description(tool: CustomToolParam) -> str:
-    """The description the model sees for a custom tool."""
-    parts = [tool.description] if tool.description else []
-    fmt = tool.format
-    if fmt is not None and fmt.type == "grammar":
-        parts.append(
-            f"Call it with one string argument, '{CUSTOM_INPUT}', whose text must match this "
-            f"{fmt.syntax} grammar:\n{fmt.definition}"
-        )
-    else:
-        parts.append(f"Call it with one string argument, '{CUSTOM_INPUT}': free-form text.")
-    return "\n\n".join(parts)
-
-
 def _check_custom(tool: CustomToolParam, path: str) -> None:
     """A custom tool's ``format`` is ``text`` or a complete ``grammar``.
 
@@ -261,7 +237,11 @@ def _offer(result: ToolCatalog, offer: _Offer, name: str) -> None:
         raise bad_request(f"Tool name '{name}' is used twice", f"{offer.path}.name")
     if isinstance(tool, CustomToolParam):
         _check_custom(tool, offer.path)
-        description, parameters, kind = _custom_description(tool), dict(_CUSTOM_PARAMETERS), "custom"
+        grammar = tool.format if tool.format is not None and tool.format.type == "grammar" else None
+        syntax = None if grammar is None else grammar.syntax
+        definition = None if grammar is None else grammar.definition
+        made = custom_tool(name, tool.description, syntax, definition)  # type: ignore[arg-type]
+        description, parameters, kind = made.description, made.parameters, "custom"
     else:
         description, parameters, kind = tool.description or "", dict(tool.parameters or {}), "function"
     space = None if namespace is None else namespace.name
