@@ -38,10 +38,11 @@ from __future__ import annotations
 import math
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Collection, Iterable, Sequence, Union
 
 import msgspec
 
+from gateway.custom_tools import custom_input
 from gateway.engine_api import ModelInfo
 from gateway.request_flow import FINAL_REASONS, FinalReason
 from gateway.sse import DATA_PREFIX, FRAME_END
@@ -329,6 +330,21 @@ class ToolCallObject(msgspec.Struct, kw_only=True):
     function: FunctionCall
 
 
+class CustomCall(msgspec.Struct, kw_only=True):
+    """``custom`` of a custom tool call: the tool's name and its input."""
+
+    name: str
+    input: str
+
+
+class CustomToolCallObject(msgspec.Struct, kw_only=True):
+    """A call of a custom tool in a chat message's ``tool_calls``."""
+
+    id: str
+    type: str = "custom"
+    custom: CustomCall
+
+
 class AssistantMessage(msgspec.Struct, kw_only=True, omit_defaults=True):
     """The ``message`` of a chat choice.
 
@@ -344,23 +360,35 @@ class AssistantMessage(msgspec.Struct, kw_only=True, omit_defaults=True):
     content: str | None
     refusal: None
     annotations: list[Any]
-    tool_calls: list[ToolCallObject] | None = None
+    tool_calls: list[Union[ToolCallObject, CustomToolCallObject]] | None = None
     function_call: FunctionCall | None = None
     reasoning_content: str | None = None
     reasoning: str | None = None
 
 
+def _call_object(call: ToolCall, custom_tools: Collection[str]) -> ToolCallObject | CustomToolCallObject:
+    """A finished call as the message lists it (a call of one of
+    ``custom_tools`` as a custom tool call, its input from the function
+    form's arguments)."""
+    if call.name in custom_tools:
+        return CustomToolCallObject(id=call.id, custom=CustomCall(name=call.name, input=custom_input(call.arguments)))
+    return ToolCallObject(id=call.id, function=FunctionCall(name=call.name, arguments=call.arguments))
+
+
 def assistant_message(
-    result: ChoiceResult, reasoning_field: str = DEFAULT_REASONING_FIELD, legacy_functions: bool = False
+    result: ChoiceResult,
+    reasoning_field: str = DEFAULT_REASONING_FIELD,
+    legacy_functions: bool = False,
+    custom_tools: Collection[str] = (),
 ) -> AssistantMessage:
     """The chat ``message`` for one finished choice, with its reasoning (if
     any) under ``reasoning_field``; with ``legacy_functions`` its first
-    call as the legacy ``function_call``."""
-    calls = [
-        ToolCallObject(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments)) for c in result.tool_calls
-    ]
+    call as the legacy ``function_call``; calls of ``custom_tools`` as
+    custom tool calls."""
+    calls = [_call_object(c, custom_tools) for c in result.tool_calls]
     reasoning = {reasoning_field: result.reasoning} if result.reasoning else {}
-    legacy = {"function_call": calls[0].function} if legacy_functions and calls else {}
+    first = calls[0] if calls else None
+    legacy = {"function_call": first.function} if legacy_functions and isinstance(first, ToolCallObject) else {}
     return AssistantMessage(
         role="assistant",
         content=None if calls and not result.text else result.text,
@@ -447,12 +475,14 @@ class ModelList(msgspec.Struct, kw_only=True):
     data: list[ModelCard]
 
 
-def _chat_choice(result: ChoiceResult, reasoning_field: str, legacy_functions: bool) -> ChatChoice:
+def _chat_choice(
+    result: ChoiceResult, reasoning_field: str, legacy_functions: bool, custom_tools: Collection[str]
+) -> ChatChoice:
     """The ``chat.completion`` choice for one finished choice."""
     logprobs = None if result.logprobs is None else chat_logprobs(result.logprobs)
     return ChatChoice(
         index=result.index,
-        message=assistant_message(result, reasoning_field, legacy_functions),
+        message=assistant_message(result, reasoning_field, legacy_functions, custom_tools),
         logprobs=logprobs,
         finish_reason=legacy_finish(result.finish_reason, legacy_functions),
     )
@@ -467,17 +497,19 @@ def chat_completion_body(
     usage: Usage,
     reasoning_field: str = DEFAULT_REASONING_FIELD,
     legacy_functions: bool = False,
+    custom_tools: Collection[str] = (),
 ) -> bytes:
     """Return the JSON of a ``chat.completion`` with ``choices`` (ordered by
     index) and ``usage``; reasoning goes under ``reasoning_field``; calls
-    in the legacy form with ``legacy_functions``."""
+    in the legacy form with ``legacy_functions``; calls of
+    ``custom_tools`` as custom tool calls."""
     ordered = sorted(choices, key=lambda c: c.index)
     return encode(
         ChatCompletion(
             id=request_id,
             created=created,
             model=model,
-            choices=[_chat_choice(c, reasoning_field, legacy_functions) for c in ordered],
+            choices=[_chat_choice(c, reasoning_field, legacy_functions, custom_tools) for c in ordered],
             usage=usage,
         )
     )

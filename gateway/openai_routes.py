@@ -45,6 +45,7 @@ from gateway.openai_schema import (
     ChatCompletionRequest,
     CompletionRequest,
     check_limits,
+    custom_tool_names,
     decode_chat_request,
     decode_completion_request,
     dropped_tools,
@@ -241,6 +242,7 @@ def _chat_body(job: _Job, choices: list[fmt.ChoiceResult], usage: fmt.Usage) -> 
         usage=usage,
         reasoning_field=job.reasoning_field,
         legacy_functions=legacy_functions(job.request),  # type: ignore[arg-type]
+        custom_tools=custom_tool_names(job.request),  # type: ignore[arg-type]
     )
 
 

@@ -20,8 +20,10 @@ checks their values): ``store``, ``metadata``, ``service_tier`` (answers say
 ``web_search_options`` is accepted and reported as a dropped tool
 (:func:`dropped_tools`). The legacy ``functions`` / ``function_call``
 work like tools (:func:`legacy_functions`; the answer then uses the legacy
-shape). Refused: audio output (``audio``, ``modalities`` with ``audio``),
-``moderation``, ``custom`` tools (Responses only), completions ``suffix``,
+shape); ``custom`` tools are offered in their function form
+(:mod:`gateway.custom_tools`) and answered as custom tool calls, but not
+streamed. Refused: audio output (``audio``, ``modalities`` with ``audio``),
+``moderation``, streamed custom tools, completions ``suffix``,
 ``best_of`` > ``n`` with ``stream``, and ``echo`` with token ids or
 ``logprobs`` (``echo`` on a text prompt is honoured,
 :func:`echoed_prompt`; ``best_of`` generates :func:`candidates` choices).
@@ -35,9 +37,10 @@ alternatives) and the extensions ``ignore_eos`` and ``min_tokens``.
 Chat only (the completions endpoint refuses these fields as unknown):
 
 - ``tools``: up to 128 ``{"type": "function", "function": {"name",
-  "description", "parameters", "strict"}}``; names are 1..64 characters of
-  ``[A-Za-z0-9_-]`` and unique; ``parameters`` must be a JSON object
-  (absent: ``{}``). Other tool types are refused. An empty list means no
+  "description", "parameters", "strict"}}`` or ``{"type": "custom",
+  "custom": {"name", "description", "format"}}``; names are 1..64
+  characters of ``[A-Za-z0-9_-]`` and unique; ``parameters`` must be a
+  JSON object (absent: ``{}``). Other tool types are refused. An empty list means no
   tools. ``strict`` is accepted but not forwarded (the wire has no field).
 - ``tool_choice``: ``"none"``, ``"auto"``, ``"required"``, ``{"type":
   "function", "function": {"name"}}`` naming one of ``tools``, or
@@ -83,11 +86,12 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Any, Callable, Collection, TypeVar, Union
+from typing import Annotated, Any, Callable, Collection, Mapping, TypeVar, Union
 
 import msgspec
 from msgspec import Meta, Raw
 
+from gateway.custom_tools import custom_arguments, custom_tool
 from gateway.engine_api import ModelLimits
 from gateway.errors import APIError, bad_request
 from shared.protocol import (
@@ -222,17 +226,23 @@ class CalledFunction(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     arguments: Text
 
 
-class ToolCallParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """One element of an assistant message's ``tool_calls``.
+class CalledCustom(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``custom`` of a custom tool call in the history: the tool's name and
+    the free-form input it was given."""
 
-    Only ``type: "function"`` with its ``function`` is supported; ``custom``
-    is recognised so that such calls are refused by their type.
-    """
+    name: Identifier
+    input: Text
+
+
+class ToolCallParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """One element of an assistant message's ``tool_calls``: ``type:
+    "function"`` with its ``function``, or ``type: "custom"`` with its
+    ``custom``."""
 
     id: Identifier
     type: ShortText
     function: CalledFunction | None = None
-    custom: Raw = _NULL
+    custom: CalledCustom | None = None
 
 
 class ChatMessageParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -273,14 +283,38 @@ class FunctionParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     strict: bool | None = None
 
 
+class CustomGrammarParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``grammar`` of a custom tool's format: its ``syntax`` (``lark`` or
+    ``regex``) and ``definition``."""
+
+    definition: Text
+    syntax: ShortText
+
+
+class CustomFormatParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A custom tool's ``format``: ``{"type": "text"}`` or ``{"type":
+    "grammar", "grammar"}``."""
+
+    type: ShortText
+    grammar: CustomGrammarParam | None = None
+
+
+class CustomToolParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``custom`` of a custom tool definition (see
+    :mod:`gateway.custom_tools` for what the model sees)."""
+
+    name: ToolName
+    description: Text | None = None
+    format: CustomFormatParam | None = None
+
+
 class ToolParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """One element of ``tools``: only ``type: "function"`` with its
-    ``function`` is supported (``custom`` is recognised to be refused by
-    type)."""
+    """One element of ``tools``: ``type: "function"`` with its
+    ``function``, or ``type: "custom"`` with its ``custom``."""
 
     type: ShortText
     function: FunctionParam | None = None
-    custom: Raw = _NULL
+    custom: CustomToolParam | None = None
 
 
 class ChosenFunction(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -291,11 +325,11 @@ class ChosenFunction(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 class AllowedToolRef(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """One entry of ``allowed_tools.tools``: ``{"type": "function",
-    "function": {"name"}}`` (``custom`` recognised to be refused)."""
+    "function": {"name"}}`` or ``{"type": "custom", "custom": {"name"}}``."""
 
     type: ShortText
     function: ChosenFunction | None = None
-    custom: Raw = _NULL
+    custom: ChosenFunction | None = None
 
 
 class AllowedToolsParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -308,12 +342,12 @@ class AllowedToolsParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True
 
 class ToolChoiceParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """An object ``tool_choice``: ``{"type": "function", "function":
-    {"name"}}`` or ``{"type": "allowed_tools", "allowed_tools": {"mode",
-    "tools"}}`` (``custom`` is recognised to be refused by type)."""
+    {"name"}}``, ``{"type": "custom", "custom": {"name"}}`` or ``{"type":
+    "allowed_tools", "allowed_tools": {"mode", "tools"}}``."""
 
     type: ShortText
     function: ChosenFunction | None = None
-    custom: Raw = _NULL
+    custom: ChosenFunction | None = None
     allowed_tools: AllowedToolsParam | None = None
 
 
@@ -798,25 +832,74 @@ def _check_tools(req: ChatCompletionRequest) -> None:
     if legacy_functions(req):
         _check_functions(req)
         return
-    seen: set[str] = set()
+    kinds: dict[str, str] = {}
     for index, tool in enumerate(req.tools or ()):
         path = f"tools[{index}]"
-        if tool.type == "custom":
-            raise bad_request(
-                "custom tools are supported on /v1/responses only: a chat stream has no custom tool-call "
-                "delta in OpenAI's current schema",
-                f"{path}.type",
-            )
-        _check_function_type(tool.type, tool.function, path, "tool")
-        name = tool.function.name  # type: ignore[union-attr]
-        if name in seen:
-            raise bad_request(f"Tool name '{name}' is used twice", f"{path}.function.name")
-        seen.add(name)
+        kind, name = _tool_ref(tool.type, tool.function, tool.custom, path, "tool")
+        if kind == "custom":
+            _check_custom(tool.custom, req, path)  # type: ignore[arg-type]
+        if name in kinds:
+            raise bad_request(f"Tool name '{name}' is used twice", f"{path}.{kind}.name")
+        kinds[name] = kind
     choice = req.tool_choice
     if isinstance(choice, ToolChoiceParam) and choice.type == "allowed_tools":
-        _allowed_names(choice, seen)
+        _allowed_names(choice, kinds)
         return
-    check_tool_choice(choice, seen, _chosen_function, "tool_choice.function.name")
+    custom = isinstance(choice, ToolChoiceParam) and choice.type == "custom"
+    name_param = "tool_choice.custom.name" if custom else "tool_choice.function.name"
+    check_tool_choice(choice, kinds, lambda c: _chosen_tool(c, kinds), name_param)
+
+
+def _check_custom(tool: CustomToolParam, req: ChatCompletionRequest, path: str) -> None:
+    """A custom tool has a ``text`` or complete ``grammar`` format and is
+    not streamed.
+
+    Raises:
+        APIError: 400 naming ``path.type`` (``stream`` is true: OpenAI's
+        chat stream schema has no custom tool-call delta) or the format
+        field at fault.
+    """
+    if req.stream:
+        raise bad_request(
+            "custom tools cannot be streamed on chat completions: OpenAI's chat stream schema has no custom "
+            "tool-call delta; send stream: false, or use /v1/responses",
+            f"{path}.type",
+        )
+    fmt = tool.format
+    if fmt is None:
+        return
+    one_of(fmt.type, ("text", "grammar"), f"{path}.custom.format.type")
+    if fmt.type == "grammar" and fmt.grammar is None:
+        raise bad_request(
+            f"Missing required parameter: '{path}.custom.format.grammar'", f"{path}.custom.format.grammar"
+        )
+    if fmt.type == "text" and fmt.grammar is not None:
+        raise bad_request("A text format has no 'grammar'", f"{path}.custom.format.grammar")
+    if fmt.grammar is not None:
+        one_of(fmt.grammar.syntax, ("lark", "regex"), f"{path}.custom.format.grammar.syntax")
+
+
+def _tool_ref(kind: str, function: Any, custom: Any, path: str, what: str) -> tuple[str, str]:
+    """``(kind, name)`` of a tool, tool call or tool reference at ``path``:
+    ``type: "function"`` with its ``function`` or ``type: "custom"`` with
+    its ``custom``.
+
+    Raises:
+        APIError: 400 param ``path.type`` (another type) or
+        ``path.function`` / ``path.custom`` (missing).
+    """
+    if kind == "custom":
+        if custom is None:
+            raise bad_request(f"Missing required parameter: '{path}.custom'", f"{path}.custom")
+        return kind, custom.name
+    _check_function_type(kind, function, path, what)
+    return kind, function.name
+
+
+def custom_tool_names(req: ChatCompletionRequest) -> frozenset[str]:
+    """The names of the request's custom tools (their calls are answered
+    as ``custom`` tool calls)."""
+    return frozenset(tool.custom.name for tool in req.tools or () if tool.type == "custom" and tool.custom)
 
 
 def legacy_functions(req: ChatCompletionRequest) -> bool:
@@ -853,14 +936,15 @@ def _check_functions(req: ChatCompletionRequest) -> None:
         raise bad_request(f"function_call names '{choice.name}', which is not among 'functions'", "function_call.name")
 
 
-def _allowed_names(choice: ToolChoiceParam, tool_names: Collection[str]) -> set[str]:
+def _allowed_names(choice: ToolChoiceParam, tool_names: Mapping[str, str]) -> set[str]:
     """The tool names an ``allowed_tools`` choice keeps.
 
     Raises:
         APIError: 400 param ``tool_choice.allowed_tools`` (missing, or no
         tools at all), ``tool_choice.allowed_tools.mode`` (not ``auto`` or
         ``required``) or ``tool_choice.allowed_tools.tools[i]...`` (not a
-        function among ``tools``).
+        tool of that kind among ``tools``, whose names map to their kinds
+        in ``tool_names``).
     """
     allowed = choice.allowed_tools
     if allowed is None:
@@ -871,12 +955,9 @@ def _allowed_names(choice: ToolChoiceParam, tool_names: Collection[str]) -> set[
     names: set[str] = set()
     for index, ref in enumerate(allowed.tools):
         path = f"tool_choice.allowed_tools.tools[{index}]"
-        _check_function_type(ref.type, ref.function, path, "allowed tool")
-        name = ref.function.name  # type: ignore[union-attr]
-        if name not in tool_names:
-            raise bad_request(
-                f"allowed_tools names function '{name}', which is not among 'tools'", f"{path}.function.name"
-            )
+        kind, name = _tool_ref(ref.type, ref.function, ref.custom, path, "allowed tool")
+        if tool_names.get(name) != kind:
+            raise bad_request(f"allowed_tools names {kind} '{name}', which is not among 'tools'", f"{path}.{kind}.name")
         names.add(name)
     return names
 
@@ -937,15 +1018,20 @@ def check_tool_choice(
         raise bad_request(f"tool_choice names function '{name}', which is not among 'tools'", name_param)
 
 
-def _chosen_function(choice: ToolChoiceParam) -> str:
-    """The function an object ``tool_choice`` forces; it must be
-    ``{"type": "function", "function": {"name"}}``.
+def _chosen_tool(choice: ToolChoiceParam, kinds: Mapping[str, str]) -> str:
+    """The tool an object ``tool_choice`` forces: ``{"type": "function",
+    "function": {"name"}}`` or ``{"type": "custom", "custom": {"name"}}``
+    (``kinds`` maps the tools' names to their kinds).
 
     Raises:
-        APIError: 400 param ``tool_choice.type`` or ``tool_choice.function``.
+        APIError: 400 param ``tool_choice.type`` (another type, or a name
+        of a tool of the other kind), ``tool_choice.function`` or
+        ``tool_choice.custom``.
     """
-    _check_function_type(choice.type, choice.function, "tool_choice", "tool_choice")
-    return choice.function.name  # type: ignore[union-attr]
+    kind, name = _tool_ref(choice.type, choice.function, choice.custom, "tool_choice", "tool_choice")
+    if name in kinds and kinds[name] != kind:
+        raise bad_request(f"tool_choice names '{name}', which is a {kinds[name]} tool", "tool_choice.type")
+    return name
 
 
 THINKING_BY_EFFORT = {
@@ -1035,7 +1121,7 @@ def _check_tool_fields(message: ChatMessageParam, path: str) -> None:
     if message.tool_calls and message.role != "assistant":
         raise bad_request("Only assistant messages may have 'tool_calls'", f"{path}.tool_calls")
     for index, call in enumerate(message.tool_calls or ()):
-        _check_function_type(call.type, call.function, f"{path}.tool_calls[{index}]", "tool call")
+        _tool_ref(call.type, call.function, call.custom, f"{path}.tool_calls[{index}]", "tool call")
     if message.role == "tool" and message.tool_call_id is None:
         raise bad_request("Missing required parameter: 'tool_call_id' (role 'tool')", f"{path}.tool_call_id")
     if message.role != "tool" and message.tool_call_id is not None:
@@ -1263,7 +1349,9 @@ def _tool_calls(message: ChatMessageParam, index: int) -> list[ToolCall] | None:
     if not message.tool_calls:
         return None
     return [
-        ToolCall(id=call.id, name=call.function.name, arguments=call.function.arguments)  # type: ignore[union-attr]
+        ToolCall(id=call.id, name=call.custom.name, arguments=custom_arguments(call.custom.input))
+        if call.custom is not None
+        else ToolCall(id=call.id, name=call.function.name, arguments=call.function.arguments)  # type: ignore[union-attr]
         for call in message.tool_calls
     ]
 
@@ -1311,16 +1399,21 @@ def _tools(req: ChatCompletionRequest) -> list[Tool] | None:
     keep: set[str] | None = None
     choice = req.tool_choice
     if isinstance(choice, ToolChoiceParam) and choice.allowed_tools is not None:
-        keep = {ref.function.name for ref in choice.allowed_tools.tools}  # type: ignore[union-attr]
-    tools = [
-        Tool(
-            name=tool.function.name,  # type: ignore[union-attr]
-            description=tool.function.description or "",  # type: ignore[union-attr]
-            parameters=tool.function.parameters or {},  # type: ignore[union-attr]
-        )
-        for tool in req.tools
-    ]
+        keep = {(ref.custom or ref.function).name for ref in choice.allowed_tools.tools}  # type: ignore[union-attr]
+    tools = [_worker_tool(tool) for tool in req.tools]
     return [tool for tool in tools if keep is None or tool.name in keep] or None
+
+
+def _worker_tool(tool: ToolParam) -> Tool:
+    """One checked tool as the worker sees it (a custom tool in its
+    function form)."""
+    if tool.custom is not None and tool.type == "custom":
+        grammar = tool.custom.format.grammar if tool.custom.format is not None else None
+        syntax = None if grammar is None else grammar.syntax
+        definition = None if grammar is None else grammar.definition
+        return custom_tool(tool.custom.name, tool.custom.description, syntax, definition)
+    function = tool.function
+    return Tool(name=function.name, description=function.description or "", parameters=function.parameters or {})  # type: ignore[union-attr]
 
 
 def _tool_choice(req: ChatCompletionRequest) -> tuple[ToolChoice, str | None]:
@@ -1338,7 +1431,7 @@ def _tool_choice(req: ChatCompletionRequest) -> tuple[ToolChoice, str | None]:
         if choice.allowed_tools is not None:
             mode = choice.allowed_tools.mode if choice.allowed_tools.tools else "none"
             return mode, None  # type: ignore[return-value]
-        return "function", choice.function.name  # type: ignore[union-attr]
+        return "function", (choice.custom or choice.function).name  # type: ignore[union-attr]
     return choice, None  # type: ignore[return-value]
 
 

@@ -275,3 +275,22 @@ def test_completions_echo_and_best_of(oai):
     )
     assert len(r.choices) == 2 and all(c.text.startswith("Once upon") for c in r.choices)
     assert all(c.logprobs is None for c in r.choices) and r.usage.completion_tokens == 9
+
+
+def test_chat_custom_tool(oai):
+    """A forced custom tool on chat comes back as a ``custom`` tool call."""
+    tool = {"type": "custom", "custom": {"name": "apply_patch", "description": "Apply a patch."}}
+    r = oai.chat.completions.create(
+        model=LONG,
+        messages=[{"role": "user", "content": "patch it"}],
+        tools=[tool],
+        tool_choice={"type": "custom", "custom": {"name": "apply_patch"}},
+        max_tokens=60,
+    )
+    call = r.choices[0].message.tool_calls[0]
+    assert call.type == "custom" and call.custom.name == "apply_patch" and isinstance(call.custom.input, str)
+    with pytest.raises(openai.BadRequestError) as info:
+        oai.chat.completions.create(
+            model=LONG, messages=[{"role": "user", "content": "x"}], tools=[tool], stream=True, max_tokens=2
+        )
+    assert info.value.param == "tools[0].type"

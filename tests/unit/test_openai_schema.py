@@ -711,7 +711,8 @@ def test_tool_choice_refusals():
     chat_refused("tool_choice", tool_choice={"type": "function", "function": {"name": "get_weather"}})
     chat_refused("tool_choice", tools=[WEATHER], tool_choice="sometimes")
     chat_refused("tool_choice", tools=[WEATHER], tool_choice=5)
-    chat_refused("tool_choice.type", tools=[WEATHER], tool_choice={"type": "custom", "custom": {"name": "x"}})
+    chat_refused("tool_choice.custom.name", tools=[WEATHER], tool_choice={"type": "custom", "custom": {"name": "x"}})
+    chat_refused("tool_choice.type", tools=[WEATHER], tool_choice={"type": "custom", "custom": {"name": "get_weather"}})
     chat_refused(
         "tool_choice.allowed_tools.mode", tools=[WEATHER], tool_choice={"type": "allowed_tools", "allowed_tools": {}}
     )
@@ -738,7 +739,7 @@ def test_tool_definition_refusals():
     chat_refused("tools[0].function.extra", tools=fn(extra=1))
     chat_refused("tools[1].function.name", tools=[TIME, TIME])
     chat_refused("tools[0].function", tools=[{"type": "function"}])
-    err = chat_refused("tools[0].type", tools=[{"type": "custom", "custom": {"name": "x"}}])
+    err = chat_refused("tools[0].type", tools=[{"type": "custom", "custom": {"name": "x"}}], stream=True)
     assert "custom" in err.message
     chat_refused("tools[0].type", tools=[{"type": "web_search"}])
     chat_refused("tools", tools=[TIME] * 129)
@@ -811,7 +812,9 @@ def test_tool_history_refusals():
     refused_history("messages[1].tool_call_id", {"role": "user", "content": "x", "tool_call_id": "c"})
     refused_history("messages[1].tool_call_id", {"role": "tool", "content": "x", "tool_call_id": ""})
     refused_history("messages[1].tool_calls", {"role": "user", "content": "x", "tool_calls": [call]})
-    refused_history("messages[1].tool_calls[0].type", {"role": "assistant", "tool_calls": [{**call, "type": "custom"}]})
+    refused_history(
+        "messages[1].tool_calls[0].custom", {"role": "assistant", "tool_calls": [{**call, "type": "custom"}]}
+    )
     refused_history(
         "messages[1].tool_calls[0].function", {"role": "assistant", "tool_calls": [{"id": "c", "type": "function"}]}
     )
@@ -1078,9 +1081,59 @@ def test_web_search_options_is_a_dropped_tool():
             "messages[0].content[0].type",
         ),
         ({"messages": [{"role": "assistant", "content": "x", "audio": {"id": "a"}}]}, "messages[0].audio"),
-        ({"tools": [{"type": "custom", "custom": {"name": "x"}}]}, "tools[0].type"),
+        ({"tools": [{"type": "custom", "custom": {"name": "x"}}], "stream": True}, "tools[0].type"),
+        (
+            {"tools": [{"type": "custom", "custom": {"name": "x", "format": {"type": "grammar"}}}]},
+            "tools[0].custom.format.grammar",
+        ),
+        (
+            {
+                "tools": [
+                    {
+                        "type": "custom",
+                        "custom": {
+                            "name": "x",
+                            "format": {"type": "grammar", "grammar": {"syntax": "ebnf", "definition": "s"}},
+                        },
+                    }
+                ]
+            },
+            "tools[0].custom.format.grammar.syntax",
+        ),
+        ({"tools": [{"type": "custom"}]}, "tools[0].custom"),
         ({"cache_control": {"type": "ephemeral"}}, "cache_control"),
     ],
 )
 def test_todays_refusals(fields, param):
     chat_refused(param, **fields)
+
+
+def test_custom_tools_on_chat():
+    grammar = {"type": "grammar", "grammar": {"syntax": "lark", "definition": "start: /.+/"}}
+    tool = {"type": "custom", "custom": {"name": "apply_patch", "description": "Patch.", "format": grammar}}
+    gen = to_generate_request(
+        decode_chat_request(
+            chat_body(tools=[tool, WEATHER], tool_choice={"type": "custom", "custom": {"name": "apply_patch"}})
+        ),
+        "r",
+    )
+    assert gen.tools[0].name == "apply_patch" and gen.tools[0].parameters["required"] == ["input"]
+    assert "lark grammar" in gen.tools[0].description and gen.tools[0].description.startswith("Patch.")
+    assert (gen.tool_choice, gen.tool_choice_name) == ("function", "apply_patch")
+    history = [
+        USER[0],
+        {
+            "role": "assistant",
+            "tool_calls": [{"id": "c1", "type": "custom", "custom": {"name": "apply_patch", "input": "x"}}],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "done"},
+    ]
+    gen = to_generate_request(decode_chat_request(chat_body(tools=[tool], messages=history)), "r")
+    assert gen.messages[1].tool_calls == [ToolCall(id="c1", name="apply_patch", arguments='{"input": "x"}')]
+    assert gen.messages[2].name == "apply_patch"
+    choice = {
+        "type": "allowed_tools",
+        "allowed_tools": {"mode": "required", "tools": [{"type": "custom", "custom": {"name": "apply_patch"}}]},
+    }
+    gen = to_generate_request(decode_chat_request(chat_body(tools=[tool, WEATHER], tool_choice=choice)), "r")
+    assert [t.name for t in gen.tools] == ["apply_patch"]

@@ -388,3 +388,22 @@ async def test_legacy_functions_answer_in_the_legacy_shape():
     assert calls[0] == {"name": "weather", "arguments": ""}
     assert "".join(c["arguments"] for c in calls) == '{"city": "Paris"}'
     assert chunks[-1]["choices"][0]["finish_reason"] == "function_call"
+
+
+async def test_chat_custom_tool_calls():
+    """Calls of a custom tool come back as ``custom`` tool calls (input from
+    the function form's ``{"input": ...}``), beside function calls."""
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [
+            {"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}},
+            {"type": "custom", "custom": {"name": "apply_patch"}},
+        ],
+    }
+    async with GATEWAY.http(ScriptedEngine(AGENT)) as client:
+        whole = (await client.post("/v1/chat/completions", json=body)).json()
+    check_chat(whole)
+    calls = whole["choices"][0]["message"]["tool_calls"]
+    assert calls[1] == {"id": "call_b", "type": "custom", "custom": {"name": "apply_patch", "input": "*** Begin Patch"}}
+    assert calls[0]["type"] == "function" and calls[0]["function"]["name"] == "weather"
