@@ -45,6 +45,7 @@ test: model
 
 bench: model
 	$(PY) bench/compare.py
+	$(PY) bench/embeddings.py
 
 # 30 minutes of mixed traffic with disconnects; prints worker memory over time (not in CI)
 soak: model
