@@ -22,6 +22,7 @@ import base64
 import sys
 import uuid
 from array import array
+from typing import Literal, Union
 
 import msgspec
 from starlette.requests import Request
@@ -34,6 +35,34 @@ from gateway.request_flow import JSON_MEDIA_TYPE, engine_of, respond_after_first
 from shared.protocol import RequestOutput
 
 _encoder = msgspec.json.Encoder()
+
+
+class Embedding(msgspec.Struct, kw_only=True):
+    """One input's vector: JSON numbers, or with ``encoding_format``
+    ``base64`` the base64 of its little-endian float32 bytes; ``index`` is
+    the input's position in the request."""
+
+    object: Literal["embedding"] = "embedding"
+    index: int
+    embedding: Union[list[float], str]
+
+
+class EmbeddingUsage(msgspec.Struct, kw_only=True):
+    """Tokens of every input (the model's special tokens included);
+    ``total_tokens`` equals ``prompt_tokens``."""
+
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingList(msgspec.Struct, kw_only=True):
+    """The ``POST /v1/embeddings`` answer (OpenAI's ``CreateEmbeddingResponse``):
+    one :class:`Embedding` per input, in input order."""
+
+    object: Literal["list"] = "list"
+    data: list[Embedding]
+    model: str
+    usage: EmbeddingUsage
 
 
 async def create_embeddings(request: Request) -> Response:
@@ -79,16 +108,15 @@ def embeddings_body(rows: list[bytes], encoding_format: str, model: str, prompt_
     """The JSON of OpenAI's ``CreateEmbeddingResponse``: ``rows`` holds each
     input's vector as little-endian float32 bytes, in input order."""
     if encoding_format == "base64":
-        values: list[object] = [base64.b64encode(row).decode("ascii") for row in rows]
+        values: list[Union[list[float], str]] = [base64.b64encode(row).decode("ascii") for row in rows]
     else:
         values = [_floats(row) for row in rows]
     return _encoder.encode(
-        {
-            "object": "list",
-            "data": [{"object": "embedding", "index": i, "embedding": value} for i, value in enumerate(values)],
-            "model": model,
-            "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
-        }
+        EmbeddingList(
+            data=[Embedding(index=i, embedding=value) for i, value in enumerate(values)],
+            model=model,
+            usage=EmbeddingUsage(prompt_tokens=prompt_tokens, total_tokens=prompt_tokens),
+        )
     )
 
 
