@@ -240,3 +240,91 @@ def test_bad_input_shapes(value):
     with pytest.raises(APIError) as info:
         split_input(value)
     assert info.value.status == 400 and info.value.param == "input"
+
+
+# --- the scheduler ---------------------------------------------------------------------------------
+
+
+def run_scheduler(model, commands, max_batch_size=4):
+    """Queue ``commands`` before the loop starts (so one drain applies them
+    all), run it on a thread until it is idle, stop it; return every
+    output it emitted by request id."""
+    import threading
+    import time
+
+    from worker.embedding_scheduler import EmbeddingScheduler
+    from worker.scheduler import Stop
+
+    emitted = []
+    scheduler = EmbeddingScheduler(model, emitted.append, max_batch_size=max_batch_size)
+    for command in commands:
+        scheduler.submit(command)
+    thread = threading.Thread(target=scheduler.run)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while (scheduler._live or not scheduler.inbox.empty()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    scheduler.submit(Stop())
+    thread.join(10)
+    assert not thread.is_alive()
+    outputs: dict[str, list] = {}
+    for message in emitted:
+        for output in message.outputs:
+            outputs.setdefault(output.request_id, []).append(output)
+    return scheduler, outputs
+
+
+def test_scheduler_batches_requests_and_ends_each_exactly_once(tmp_path):
+    """In a real run the scheduler owns MLX; here the test thread loads the
+    model and then only the scheduler thread runs it."""
+    import time
+
+    from worker.embedding_scheduler import EmbedJob
+    from worker.scheduler import Abort
+
+    build_tiny_bert(tmp_path / "s")
+    model = load_embedding_model(str(tmp_path / "s"))
+    a = [[101, 7592, 102], [101, 7592, 2088, 102], [101, 2088, 102]]
+    b = [[101, 1996, 4248, 2829, 102]] * 6
+    jobs = [
+        EmbedJob("a", a, received=time.monotonic()),
+        EmbedJob("b", b, dimensions=16),
+        EmbedJob("gone", [[101, 102]]),
+        Abort(["gone", "unknown"]),
+        EmbedJob("late", [[101, 102]], deadline=time.monotonic() - 1),
+    ]
+    scheduler, outputs = run_scheduler(model, jobs)
+    assert {k: len(v) for k, v in outputs.items()} == {"a": 1, "b": 1, "gone": 1, "late": 1}
+    (out_a,) = outputs["a"]
+    assert out_a.finish_reason == "stop" and out_a.embedding_dim == 64 and out_a.prompt_tokens == 10
+    vectors = np.frombuffer(out_a.embeddings, dtype="<f4").reshape(3, 64)
+    for ids, vector in zip(a, vectors):
+        assert np.allclose(vector, model.encode([ids])[0], atol=1e-5)
+    assert out_a.queue_seconds is not None
+    (out_b,) = outputs["b"]
+    short = np.frombuffer(out_b.embeddings, dtype="<f4").reshape(6, 16)
+    assert np.allclose(np.linalg.norm(short, axis=1), 1.0, atol=1e-5)
+    assert outputs["gone"][0].finish_reason == "abort"
+    assert outputs["late"][0].finish_reason == "error" and outputs["late"][0].error_kind == "timeout"
+    c = scheduler.counters
+    assert c.max_batch_seen == 4 and c.steps == 3  # 9 inputs, 4 per step
+    assert c.requests_finished == 2 and c.requests_aborted == 1 and c.requests_timed_out == 1
+
+
+def test_scheduler_stop_aborts_what_waits(tmp_path):
+    import threading
+
+    from worker.embedding_scheduler import EmbeddingScheduler, EmbedJob
+    from worker.scheduler import Stop
+
+    build_tiny_bert(tmp_path / "p")
+    model = load_embedding_model(str(tmp_path / "p"))
+    emitted = []
+    scheduler = EmbeddingScheduler(model, emitted.append, max_batch_size=2)
+    scheduler.submit(EmbedJob("x", [[101, 102]] * 3))
+    scheduler.submit(Stop())
+    thread = threading.Thread(target=scheduler.run)
+    thread.start()
+    thread.join(10)
+    (message,) = emitted
+    assert [(o.request_id, o.finish_reason) for o in message.outputs] == [("x", "abort")]

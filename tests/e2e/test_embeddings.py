@@ -43,12 +43,13 @@ VECTORS = np.array(REFERENCE["vectors"], dtype=np.float64)
 @pytest.fixture(scope="module")
 def server(tiny_model_dir, tmp_path_factory):
     """An embedding model (preloaded), the same model allowed to shorten
-    its vectors (lazily loaded) and a tiny chat model."""
+    its vectors (lazily loaded, unloaded after 1 s idle) and a tiny chat
+    model."""
     srv = start_server(
         tmp_path_factory.mktemp("emb-gw"),
         [
             {"name": EMB, "source": SOURCE, "max_batch_size": 16, "max_inputs": MAX_INPUTS, "aliases": ["emb"]},
-            {"name": SHORT, "source": SOURCE, "shorten_dimensions": True, "preload": False},
+            {"name": SHORT, "source": SOURCE, "shorten_dimensions": True, "preload": False, "ttl": 1},
             {"name": CHAT, "source": str(tiny_model_dir), "max_batch_size": 4},
         ],
         api_key=None,
@@ -275,3 +276,28 @@ def test_metrics_count_embedding_requests_and_tokens(client, server):
 
 def test_models_list_includes_the_embedding_model(client):
     assert EMB in {m.id for m in client.models.list().data}
+
+
+def test_lazy_model_unloads_after_its_ttl_and_loads_again(client, server):
+    import time
+
+    client.embeddings.create(model=SHORT, input="wake up")
+    deadline = time.monotonic() + 30
+    while server.worker(SHORT)["state"] != "unloaded" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert server.worker(SHORT)["state"] == "unloaded"
+    r = client.embeddings.create(model=SHORT, input="Hello world", encoding_format="float")
+    assert cosine(r.data[0].embedding, VECTORS[0]) >= 0.999
+
+
+def test_dead_embedding_worker_is_restarted(client, server):
+    """Runs last: SIGKILL the worker; the gateway restarts it and the model serves again."""
+    import os
+    import signal
+
+    before = server.wait_ready(EMB)
+    os.kill(before["pid"], signal.SIGKILL)
+    after = server.wait_ready(EMB, timeout=120, after_restarts=before["restarts"] + 1)
+    assert after["pid"] != before["pid"]
+    r = client.embeddings.create(model=EMB, input="Hello world", encoding_format="float")
+    assert cosine(r.data[0].embedding, VECTORS[0]) >= 0.999
