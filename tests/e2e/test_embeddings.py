@@ -301,3 +301,38 @@ def test_dead_embedding_worker_is_restarted(client, server):
     assert after["pid"] != before["pid"]
     r = client.embeddings.create(model=EMB, input="Hello world", encoding_format="float")
     assert cosine(r.data[0].embedding, VECTORS[0]) >= 0.999
+
+
+# --- a Hugging Face cached source: only the worker can tell its kind -----------------------------
+
+
+@pytest.fixture(scope="module")
+def hf_server(tmp_path_factory):
+    """A gateway serving an mlx-embeddings-style tiny BERT from a local
+    Hugging Face cache as ``org/tiny-bert``: the gateway cannot see its
+    files (a repo id), so its worker decides the kind."""
+    from tests.test_embedding_model import build_tiny_bert
+
+    tmp = tmp_path_factory.mktemp("hf-emb")
+    repo = tmp / "hub" / "models--org--tiny-bert"
+    build_tiny_bert(repo / "snapshots" / "0123abc")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abc")
+    srv = start_server(
+        tmp, [{"name": "hf-bert", "source": "org/tiny-bert"}], api_key=None, env={"HF_HUB_CACHE": str(tmp / "hub")}
+    )
+    yield srv
+    srv.stop()
+
+
+def test_cached_repo_embedding_model_serves_and_its_worker_refuses_chat(hf_server):
+    ok = post(hf_server, {"model": "hf-bert", "input": ["Hello world", "again"], "encoding_format": "float"})
+    assert ok.status_code == 200, ok.text
+    vectors = [d["embedding"] for d in ok.json()["data"]]
+    assert len(vectors) == 2 and len(vectors[0]) == 64
+    assert abs(np.linalg.norm(vectors[0]) - 1.0) < 1e-4  # mean pooling + L2 without sentence-transformers metadata
+    chat = post(
+        hf_server, {"model": "hf-bert", "messages": [{"role": "user", "content": "hi"}]}, "/v1/chat/completions"
+    )
+    assert chat.status_code == 400, chat.text
+    assert chat.json()["error"]["param"] == "model" and "embedding model" in chat.json()["error"]["message"]
