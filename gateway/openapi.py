@@ -8,15 +8,18 @@ wire formats, so it cannot drift from them:
   :class:`~gateway.openai_schema.CompletionRequest`,
   :class:`~gateway.responses_schema.ResponsesRequest`,
   :class:`~gateway.anthropic_schema.MessagesRequest`,
-  :class:`~gateway.anthropic_schema.CountTokensRequest`). Their JSON Schema
-  says what the *decoder* accepts: types, bounds, lengths, required and
+  :class:`~gateway.anthropic_schema.CountTokensRequest`,
+  :class:`~gateway.embeddings_schema.EmbeddingRequest`, whose ``input``
+  is any JSON value here: its forms are checked after decoding). Their JSON
+  Schema says what the *decoder* accepts: types, bounds, lengths, required and
   unknown fields. The semantic checks that run after decoding (roles, tool
   names referring to tools, a model's ``max_n``, ...) cannot be expressed
   there; such a body is answered with a documented 400.
 - Successful non-streamed answers are the Structs the format modules encode
   (:mod:`gateway.openai_format`, :mod:`gateway.responses_format`,
-  :mod:`gateway.anthropic_format`); ``/health`` uses the worker status
-  dataclass.
+  :mod:`gateway.anthropic_format`,
+  :class:`gateway.embeddings_routes.EmbeddingList`); ``/health`` uses the
+  worker status dataclass.
 - Streamed answers (``"stream": true``) are ``text/event-stream``. Their
   schema describes one parsed event ``{"event", "data", "id"?, "retry"?}``
   whose ``data`` is JSON (``contentMediaType``/``contentSchema``) of the
