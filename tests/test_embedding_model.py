@@ -328,3 +328,10 @@ def test_scheduler_stop_aborts_what_waits(tmp_path):
     thread.join(10)
     (message,) = emitted
     assert [(o.request_id, o.finish_reason) for o in message.outputs] == [("x", "abort")]
+
+
+def test_context_length_must_leave_room_for_text(tmp_path):
+    build_tiny_bert(tmp_path / "c")
+    with pytest.raises(ModelLoadError, match="no room"):
+        load_embedding_model(str(tmp_path / "c"), context_length=2)
+    assert load_embedding_model(str(tmp_path / "c"), context_length=3).max_tokens == 3

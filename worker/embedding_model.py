@@ -283,7 +283,9 @@ def load_embedding_model(source: str, *, dtype: str = "auto", context_length: in
 
     Raises:
         ModelLoadError: unresolvable source, not a supported BERT model,
-            missing or mismatched weights, no ``tokenizer.json``.
+            missing or mismatched weights, no ``tokenizer.json``, or a
+            ``context_length`` too small for the special tokens and one
+            more.
     """
     if dtype not in DTYPES:
         raise ModelLoadError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
@@ -317,9 +319,12 @@ def load_embedding_model(source: str, *, dtype: str = "auto", context_length: in
     max_tokens = _max_tokens(path, config, context_length)
     pooling = read_pooling(path)
     hidden = config.hidden_size * len(pooling.modes)
+    tokenizer = EmbeddingTokenizer(path, max_tokens, config.vocab_size)
+    if max_tokens <= len(tokenizer.prefix) + len(tokenizer.suffix):
+        raise ModelLoadError(f"model source {source!r}: context_length {max_tokens} leaves no room for any text")
     return EmbeddingModel(
         model=model,
-        tokenizer=EmbeddingTokenizer(path, max_tokens, config.vocab_size),
+        tokenizer=tokenizer,
         pooling=pooling,
         path=path,
         dim=hidden,
