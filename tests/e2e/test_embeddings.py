@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import concurrent.futures as cf
 import json
+import time
 from pathlib import Path
 
 import httpx
@@ -134,6 +135,9 @@ def test_concurrent_requests_each_get_their_own_vectors_in_order(client, server)
         assert len(result.data) == len(inputs)
         for sentence, data in zip(inputs, result.data):
             assert cosine(data.embedding, expected[sentence]) >= 0.999
+    deadline = time.monotonic() + 10  # heartbeats carry the worker's counters every 0.5 s
+    while server.worker(EMB)["stats"]["requests_finished"] < len(jobs) and time.monotonic() < deadline:
+        time.sleep(0.1)
     stats = server.worker(EMB)["stats"]
     assert stats["max_batch_seen"] > 1 and stats["requests_finished"] >= len(jobs)
 
@@ -279,8 +283,6 @@ def test_models_list_includes_the_embedding_model(client):
 
 
 def test_lazy_model_unloads_after_its_ttl_and_loads_again(client, server):
-    import time
-
     client.embeddings.create(model=SHORT, input="wake up")
     deadline = time.monotonic() + 30
     while server.worker(SHORT)["state"] != "unloaded" and time.monotonic() < deadline:
