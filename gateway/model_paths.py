@@ -1,12 +1,15 @@
 """Where a configured model source lives on disk, as far as the gateway
-can tell without loading it: for the memory estimate and for the
-``models_root`` confinement check. No MLX, no network."""
+can tell without loading it: for the memory estimate, for the
+``models_root`` confinement check and for the model's kind. No MLX, no
+network."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
 from pathlib import Path
+
+from shared.model_kind import ModelKind, model_kind
 
 
 class SourceOutsideRoot(ValueError):
@@ -60,3 +63,15 @@ def source_bytes(source: str) -> int | None:
     if path.is_file():
         return path.stat().st_size
     return sum(p.stat().st_size for p in path.glob("*") if p.suffix in (".safetensors", ".gguf", ".npz"))
+
+
+def source_kind(source: str, configured: str = "auto") -> ModelKind | None:
+    """The kind of model a source holds (see :mod:`shared.model_kind`):
+    ``configured`` unless ``auto``, else detected from a local source;
+    None for a source that is not on disk here (a Hugging Face repo id)."""
+    if configured != "auto":
+        return model_kind(Path("."), configured)
+    path = local_path(source)
+    if path is None or not path.exists():
+        return None
+    return model_kind(path)

@@ -19,11 +19,12 @@ import msgspec
 import psutil
 
 from gateway.engine_api import ModelInfo, ModelLimits
-from gateway.errors import APIError, model_not_found, unavailable
-from gateway.model_paths import SourceOutsideRoot, check_inside_root, source_bytes
+from gateway.errors import APIError, bad_request, model_not_found, unavailable
+from gateway.model_paths import SourceOutsideRoot, check_inside_root, source_bytes, source_kind
 from gateway.worker_handle import WorkerHandle, WorkerRequestStream
 from shared.config import Config, ModelConfig, parse_size
-from shared.protocol import GenerateRequest
+from shared.model_kind import ModelKind, wrong_kind_message
+from shared.protocol import EmbedRequest, GenerateRequest
 from shared.sockets import make_socket_dir, remove_socket_dir
 
 log = logging.getLogger("mlxd.gateway.pool")
@@ -54,6 +55,7 @@ class WorkerPool:
         self._socket_dir: str | None = None
         self._room = asyncio.Lock()
         self._retiring: set[asyncio.Task[None]] = set()
+        self._kinds: dict[str, ModelKind | None] = {}
 
     # -- lifecycle --------------------------------------------------------------
 
@@ -114,6 +116,7 @@ class WorkerPool:
         if (config.server.host, config.server.port) != (self.config.server.host, self.config.server.port):
             changes.append("listen address changed: restart mlxd to apply it")
         self.config = config
+        self._kinds.clear()
         for name in old.keys() - new.keys():
             handle = self.handles.pop(name)
             self._retire(handle.unload("removed from the config"))
@@ -190,19 +193,34 @@ class WorkerPool:
             )
         return infos
 
-    async def submit(self, model: str, request: GenerateRequest) -> WorkerRequestStream:
+    def kind(self, model: str) -> ModelKind | None:
+        """Whether canonical ``model`` generates or embeds, from its config
+        or its local files (None when unknown before its worker loads it,
+        e.g. a Hugging Face repo id; its worker then refuses the wrong
+        requests itself). Cached until the next reload."""
+        if model not in self._kinds:
+            config = self.handles[model].model
+            self._kinds[model] = source_kind(config.source, config.kind)
+        return self._kinds[model]
+
+    async def submit(self, model: str, request: GenerateRequest | EmbedRequest) -> WorkerRequestStream:
         """Route ``request`` to ``model``'s worker, starting it if needed.
 
         Raises:
-            gateway.errors.APIError: 503 while draining, when the model
-                cannot be loaded (or not within the memory budget), or when
-                its queue is full.
+            gateway.errors.APIError: 400 ``wrong_model_kind`` when the model
+                is of the other kind (an embedding model asked to generate
+                or the reverse); 503 while draining, when the model cannot
+                be loaded (or not within the memory budget), or when its
+                queue is full.
         """
         if self.draining:
             raise unavailable("the server is shutting down", retry_after=5)
         handle = self.handles.get(model)
         if handle is None:
             raise model_not_found(model)
+        kind = self.kind(model)
+        if kind is not None and (kind == "embedding") != isinstance(request, EmbedRequest):
+            raise bad_request(wrong_kind_message(model, kind), param="model", code="wrong_model_kind")
         await self._acquire(handle)
         return handle.submit(request)
 

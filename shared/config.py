@@ -137,6 +137,14 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     turn after the last one.
     ``sampling_defaults``: sampling settings for requests that set none
     (see :class:`SamplingDefaultsConfig`).
+    ``kind``: ``generate`` (chat and completions), ``embedding``
+    (``/v1/embeddings``) or ``auto`` (detected from the model directory,
+    see :mod:`shared.model_kind`). Embedding models only:
+    ``max_inputs``, the most inputs one request may hold;
+    ``shorten_dimensions``, whether a request's ``dimensions`` may shorten
+    the vectors (only for models trained for it, e.g. Matryoshka models);
+    ``max_batch_size`` is then the most inputs encoded together and
+    ``context_length`` caps the tokens per input.
     """
 
     name: str
@@ -159,6 +167,9 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     memory_estimate: Annotated[int, msgspec.Meta(ge=0)] = 0
     max_tool_calls_per_turn: PositiveInt = 4
     sampling_defaults: SamplingDefaultsConfig = msgspec.field(default_factory=SamplingDefaultsConfig)
+    kind: str = "auto"
+    max_inputs: PositiveInt = 2048
+    shorten_dimensions: bool = False
 
 
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -174,6 +185,9 @@ TOOL_PARSERS = ("auto", "hermes", "qwen3_coder", "llama3_json", "mistral", "deep
 
 REASONING_PARSERS = ("auto", "none", "think", "think_mistral", "harmony")
 """Accepted ``reasoning_parser`` values."""
+
+MODEL_KINDS = ("auto", "generate", "embedding")
+"""Accepted ``kind`` values."""
 
 _DTYPES = {"auto", "float32", "float16", "bfloat16", "quantized"}
 _LOG_LEVELS = {"debug", "info", "warning", "error"}
@@ -207,6 +221,8 @@ def validate(config: Config, origin: str = "config") -> Config:
             parse_duration(model.ttl)
         except ValueError as exc:
             raise ConfigError(f"{origin}: model {model.name!r}: ttl: {exc}") from None
+        if model.kind not in MODEL_KINDS:
+            raise ConfigError(f"{origin}: model {model.name!r}: kind must be one of {list(MODEL_KINDS)}")
         if model.dtype not in _DTYPES:
             raise ConfigError(f"{origin}: model {model.name!r}: dtype must be one of {sorted(_DTYPES)}")
     if config.server.reasoning_field not in ("reasoning_content", "reasoning"):

