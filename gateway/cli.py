@@ -152,6 +152,7 @@ def service(command: str, config_path: str, config: Config | None, dry_run: bool
                     config=Path(config_path),
                     drain_timeout=config.server.drain_timeout,
                     environment=environment,
+                    log_file=config.server.log_file,
                     dry_run=dry_run,
                 )
             )

@@ -195,6 +195,7 @@ def install(
     python: str = sys.executable,
     drain_timeout: float,
     environment: Mapping[str, str] | None = None,
+    log_file: str = "",
     dry_run: bool = False,
     runner: Runner = subprocess.run,
     platform: str = sys.platform,
@@ -204,7 +205,8 @@ def install(
     ``config`` must exist and is stored resolved to an absolute path;
     ``python`` must be absolute (keep a venv's own path: do not resolve
     it). ``environment`` goes into the plist's EnvironmentVariables (see
-    :func:`service_environment`). With ``dry_run`` the plist text is
+    :func:`service_environment`); ``log_file`` is the config's
+    ``server.log_file`` (for the summary; empty: :data:`SERVICE_LOG`). With ``dry_run`` the plist text is
     returned and nothing is touched, on any OS. Otherwise, on macOS only:
     create the log directory, write the plist atomically, boot out a
     loaded job and wait until it is really gone (up to its ExitTimeOut),
@@ -248,7 +250,7 @@ def install(
         f"installed and started {LABEL} in the {domain} domain",
         f"  plist:  {target}",
         f"  config: {config_path}",
-        f"  logs:   {log_dir / SERVICE_LOG} (and {OUT_LOG}, {ERR_LOG} there)",
+        f"  logs:   {log_file or log_dir / SERVICE_LOG} (standard output and error: {log_dir / OUT_LOG}, {ERR_LOG})",
     ]
     return "\n".join([*lines, *([note] if note else [])])
 

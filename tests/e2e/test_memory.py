@@ -105,9 +105,11 @@ def test_metrics_show_mlx_memory_and_idle_clears_the_cache(tiny_model_dir, tmp_p
                 "ignore_eos": True,
                 "stream": True,
             }
-            with httpx.stream("POST", f"{srv.url}/v1/chat/completions", json=body, headers=srv.headers, timeout=120):
-                pass
-            done.set()
+            url = f"{srv.url}/v1/chat/completions"
+            with httpx.stream("POST", url, json=body, headers=srv.headers, timeout=120) as response:
+                lines = list(response.iter_lines())
+            if "data: [DONE]" in lines:
+                done.set()
 
         def busy_numbers():
             s = scrape(srv)
@@ -123,6 +125,7 @@ def test_metrics_show_mlx_memory_and_idle_clears_the_cache(tiny_model_dir, tmp_p
         # idle for IDLE_CLEAR_SECONDS: MLX's cache is given back, weights stay
         wait_for(lambda: scrape(srv).get(("mlxd:mlx_cache_memory_bytes", "m")) == 0, timeout=20)
         after = scrape(srv)
+        assert srv.worker("m")["incarnation"] == 1, srv.log_path.read_text()
         assert after[("mlxd:mlx_active_memory_bytes", "m")] > 1 * MIB
         assert after[("mlxd:mlx_peak_memory_bytes", "m")] >= seen["peak"]
         assert after[("mlxd:model_memory_estimate_bytes", "m")] > 0
