@@ -265,9 +265,10 @@ class Scheduler:
                 return
             if self._deadlines:
                 self._expire(time.monotonic())
-            if self._seqs:
+            stepped = bool(self._seqs)
+            if stepped:
                 self._run_step()
-            self._release_idle_memory(time.monotonic())
+            self._release_idle_memory(time.monotonic(), busy=stepped or bool(self._seqs))
             self._update_gauges()
 
     # -- engine -------------------------------------------------------------
@@ -567,10 +568,11 @@ class Scheduler:
         self.counters.cache_memory = memory.cache
         self.counters.peak_memory = memory.peak
 
-    def _release_idle_memory(self, now: float) -> None:
+    def _release_idle_memory(self, now: float, busy: bool) -> None:
         """Clear MLX's buffer cache once per idle period, after the engine
-        has had nothing to run for :data:`IDLE_CLEAR_SECONDS`."""
-        if self._seqs:
+        has had nothing to run for :data:`IDLE_CLEAR_SECONDS` (``busy``: a
+        step ran in this loop turn, or sequences remain)."""
+        if busy:
             self._idle_since = None
             self._cache_cleared = False
         elif self._idle_since is None:
