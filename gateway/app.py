@@ -63,6 +63,8 @@ def snapshots(pool: WorkerPool) -> Callable[[], list[ModelSnapshot]]:
                 restarts=h.status.restarts,
                 load_seconds=h.status.load_seconds,
                 stats=h.status.stats if h.status.pid else None,
+                working_set_bytes=h.status.working_set_bytes,
+                memory_estimate=pool.estimate(h),
             )
             for name, h in list(pool.handles.items())
         ]

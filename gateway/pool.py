@@ -36,6 +36,10 @@ EXPANSION = 1.5 if sys.platform == "darwin" else 4.0
 """Worker memory per byte of model files: on a CPU backend quantized
 weights are expanded to float32."""
 
+CACHE_SHARE = 0.25
+"""Share of a worker's MLX memory limit its buffer cache (freed buffers
+kept for reuse) may hold; the rest of the cache is given back at once."""
+
 
 class WorkerPool:
     """One :class:`WorkerHandle` per configured model.
@@ -140,6 +144,7 @@ class WorkerPool:
         was_running = handle.resident
         await handle.unload("its configuration changed")
         handle.model = model
+        handle.status.peak_memory_bytes = None  # measured under the old configuration
         handle.server = self.config.server
         if was_running or model.preload:
             await self._acquire(handle)
@@ -230,6 +235,7 @@ class WorkerPool:
                 if not handle.resident:
                     self._check_path(handle)
                     await self._make_room(handle)
+                    handle.mlx_limits = self.mlx_limits(handle)
                     handle.start()
         await handle.acquire(self.config.server.worker_start_timeout)
 
@@ -242,19 +248,46 @@ class WorkerPool:
     # -- memory budget ---------------------------------------------------------------
 
     def budget(self) -> int:
-        """The memory budget in bytes (0: unlimited)."""
-        return parse_size(self.config.server.memory_budget, psutil.virtual_memory().total)
+        """The memory budget in bytes (0: unlimited).
+
+        A percentage is a share of the GPU's recommended working set once
+        a worker has reported one (Metal), else of physical RAM (the CPU
+        backend, or on a Mac before the first worker has loaded).
+        """
+        value = self.config.server.memory_budget
+        whole = psutil.virtual_memory().total
+        if isinstance(value, str) and value.strip().endswith("%"):
+            whole = self.working_set() or whole
+        return parse_size(value, whole)
+
+    def working_set(self) -> int:
+        """The GPU's recommended working set in bytes, as workers reported
+        it (0 when none has, or off Metal)."""
+        return max((h.status.working_set_bytes or 0 for h in self.handles.values()), default=0)
 
     def estimate(self, handle: WorkerHandle) -> int:
         """Bytes ``handle``'s worker is expected to use once loaded: the
-        larger of its configured ``memory_estimate`` and what it measured
-        when it last became ready; failing both, a guess from the size of
-        the model's files."""
-        known = max(handle.status.memory_bytes or 0, handle.model.memory_estimate)
-        if known:
-            return known
+        largest of a guess from the size of the model's weight files, the
+        peak MLX memory its workers reported, and the configured
+        ``memory_estimate``; when none is known, :data:`UNKNOWN_MODEL_BYTES`."""
         size = source_bytes(handle.model.source)
-        return int(size * EXPANSION) if size else UNKNOWN_MODEL_BYTES
+        known = max(
+            int(size * EXPANSION) if size else 0,
+            handle.status.peak_memory_bytes or 0,
+            handle.model.memory_estimate,
+        )
+        return known or UNKNOWN_MODEL_BYTES
+
+    def mlx_limits(self, handle: WorkerHandle) -> tuple[int, int | None]:
+        """The MLX memory and cache limits for ``handle``'s next worker:
+        the budget left by the other resident workers (at least its own
+        estimate) and :data:`CACHE_SHARE` of that for MLX's buffer cache;
+        ``(0, None)`` (MLX's defaults) without a budget."""
+        budget = self.budget()
+        if not budget:
+            return 0, None
+        room = max(self.estimate(handle), budget - self._resident_bytes(handle))
+        return room, int(room * CACHE_SHARE)
 
     def _resident_bytes(self, skip: WorkerHandle) -> int:
         return sum(self.estimate(h) for h in self.handles.values() if h is not skip and h.resident)

@@ -45,7 +45,13 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     shutdown or when their model is removed or changed by a reload.
     ``memory_budget``: the most memory the resident models' workers may use:
     bytes, a size such as ``"12GiB"``, a share of RAM such as ``"75%"``, or
-    0 for no limit. ``log_file``: where logs go (empty: standard error).
+    0 for no limit; on Metal a percentage is a share of the GPU's
+    recommended working set (``max_recommended_working_set_size``, as the
+    first worker reports it; until then, and on a CPU backend, of RAM).
+    ``log_file``: where logs go (empty: standard error; under launchd
+    ``~/Library/Logs/mlxd/mlxd.log``). ``log_max_bytes``: the gateway
+    rotates ``log_file`` when it would grow past this size (bytes or a size
+    such as ``"10MiB"``; 0: never), keeping ``log_backups`` older files.
     ``metrics_require_key``: ``/metrics`` needs an API key too.
     ``pid_file``: where ``mlxd serve`` records its pid for ``mlxd reload``
     (empty: a file named after the port in the cache directory).
@@ -82,6 +88,8 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     drain_timeout: Seconds = 30.0
     memory_budget: int | str = 0
     log_file: str = ""
+    log_max_bytes: int | str = "10MiB"
+    log_backups: PositiveInt = 5
     metrics_require_key: bool = False
     pid_file: str = ""
     models_root: str = ""
@@ -231,6 +239,12 @@ def validate(config: Config, origin: str = "config") -> Config:
         parse_size(config.server.memory_budget, 1 << 40)
     except ValueError as exc:
         raise ConfigError(f"{origin}: server.memory_budget: {exc}") from None
+    try:
+        parse_size(config.server.log_max_bytes, 0)
+    except ValueError as exc:
+        raise ConfigError(f"{origin}: server.log_max_bytes: {exc}") from None
+    if isinstance(config.server.log_max_bytes, str) and config.server.log_max_bytes.strip().endswith("%"):
+        raise ConfigError(f"{origin}: server.log_max_bytes: a size, not a share")
     if config.server.log_level not in _LOG_LEVELS:
         raise ConfigError(f"{origin}: server.log_level must be one of {sorted(_LOG_LEVELS)}")
     if not is_loopback(config.server.host) and not config.server.api_keys:

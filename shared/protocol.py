@@ -210,6 +210,11 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     those reused from the prefix cache instead. ``cache_queries`` and
     ``cache_hits`` count look-ups and look-ups that reused anything.
     ``step_seconds`` is the wall time spent in engine steps.
+    ``active_memory_bytes``, ``cache_memory_bytes`` and
+    ``peak_memory_bytes`` are MLX's own accounting (``mx.get_active_memory``,
+    ``mx.get_cache_memory``, ``mx.get_peak_memory``): buffers in use, freed
+    buffers MLX keeps for reuse, and the most ever in use by this worker.
+    On Metal these count GPU buffers that the process's RSS misses.
     """
 
     running: int = 0
@@ -228,6 +233,9 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     cached_tokens: int = 0
     step_seconds: float = 0.0
     requests_timed_out: int = 0
+    active_memory_bytes: int = 0
+    cache_memory_bytes: int = 0
+    peak_memory_bytes: int = 0
 
 
 class Hello(msgspec.Struct, frozen=True, kw_only=True, tag="hello"):
@@ -247,6 +255,11 @@ class Loaded(msgspec.Struct, frozen=True, kw_only=True, tag="loaded"):
     ``sampling`` where sampling runs (``host``: NumPy, ``device``: MLX).
     ``sampling_defaults`` (None from an older worker) are the settings the
     worker uses where a request sets none.
+    The ``*_memory_bytes`` fields are MLX's accounting right after loading
+    (as in :class:`WorkerStats`); ``working_set_bytes`` is the device's
+    ``max_recommended_working_set_size`` on Metal (0 where the device
+    reports none, as on the CPU backend) and ``memory_limit_bytes`` MLX's
+    memory limit in effect (``mx.get_memory_limit``).
     """
 
     worker_id: str
@@ -256,6 +269,11 @@ class Loaded(msgspec.Struct, frozen=True, kw_only=True, tag="loaded"):
     blas: str = ""
     sampling: str = ""
     sampling_defaults: SamplingDefaults | None = None
+    active_memory_bytes: int = 0
+    cache_memory_bytes: int = 0
+    peak_memory_bytes: int = 0
+    working_set_bytes: int = 0
+    memory_limit_bytes: int = 0
 
 
 class Ready(msgspec.Struct, frozen=True, kw_only=True, tag="ready"):

@@ -43,6 +43,7 @@ from shared.protocol import (
     WorkerStats,
 )
 from shared.sockets import configure, endpoint_path
+from worker import mlx_memory
 from worker.output import Exit, OutputLoop
 from worker.prompt import PromptBuilder, PromptError
 from worker.scheduler import Abort, Scheduler, Stop
@@ -55,12 +56,25 @@ class Worker:
 
     ``requests`` is a connected PULL socket and ``outputs`` a connected PUSH
     socket; :meth:`run` uses ``requests`` on the calling thread and hands
-    ``outputs`` to the output thread.
+    ``outputs`` to the output thread. ``memory_limit`` and ``cache_limit``
+    (bytes; 0 and None keep MLX's defaults) are applied on the scheduler
+    thread before the model loads (see :func:`worker.mlx_memory.apply_limits`).
     """
 
-    def __init__(self, worker_id: str, config: ModelConfig, requests: zmq.Socket, outputs: zmq.Socket) -> None:
+    def __init__(
+        self,
+        worker_id: str,
+        config: ModelConfig,
+        requests: zmq.Socket,
+        outputs: zmq.Socket,
+        *,
+        memory_limit: int = 0,
+        cache_limit: int | None = None,
+    ) -> None:
         self.worker_id = worker_id
         self.config = config
+        self.memory_limit = memory_limit
+        self.cache_limit = cache_limit
         self._requests = requests
         out_codec = worker_codec()
         self._scheduler: Scheduler | None = None
@@ -109,6 +123,7 @@ class Worker:
             from worker.prompt import model_formats
             from worker.sampling_defaults import model_sampling_defaults
 
+            mlx_memory.apply_limits(self.memory_limit, self.cache_limit)
             loaded = load_model(self.config.source, dtype=self.config.dtype)
             sampling_defaults = model_sampling_defaults(loaded.path, self.config.sampling_defaults)
             context = loaded.context_length
@@ -142,6 +157,7 @@ class Worker:
                 prefill_step_size=self.config.prefill_step_size,
                 host_sampling=host_sampling,
             )
+            memory = mlx_memory.sample()
             self.output.queue.put(
                 Loaded(
                     worker_id=self.worker_id,
@@ -151,6 +167,11 @@ class Worker:
                     blas=blas_in_use(),
                     sampling="host" if host_sampling else "device",
                     sampling_defaults=sampling_defaults,
+                    active_memory_bytes=memory.active,
+                    cache_memory_bytes=memory.cache,
+                    peak_memory_bytes=memory.peak,
+                    working_set_bytes=mlx_memory.working_set_bytes(),
+                    memory_limit_bytes=mlx_memory.memory_limit(),
                 )
             )
             scheduler.warm_up(list(loaded.tokenizer.encode("Hello")) or [0])
@@ -273,6 +294,9 @@ class Worker:
             cached_tokens=cache.reused_tokens if cache else 0,
             step_seconds=c.step_seconds,
             requests_timed_out=c.requests_timed_out,
+            active_memory_bytes=c.active_memory,
+            cache_memory_bytes=c.cache_memory,
+            peak_memory_bytes=c.peak_memory,
         )
 
     def _admit(self, request: GenerateRequest) -> None:
@@ -437,6 +461,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--parent-pid", type=int, required=True)
     p.add_argument("--log-level", default="info")
     p.add_argument("--log-file", default=None, help="append logs here instead of stderr")
+    p.add_argument("--memory-limit", type=int, default=0, help="MLX memory limit in bytes (0: MLX's default)")
+    p.add_argument("--cache-limit", type=int, default=None, help="MLX buffer-cache limit in bytes (default: MLX's)")
     return p.parse_args(argv)
 
 
@@ -453,7 +479,14 @@ def main(argv: list[str] | None = None) -> int:
     requests.connect(args.requests)
     outputs.connect(args.outputs)
     try:
-        return Worker(args.worker_id, config, requests, outputs).run()
+        return Worker(
+            args.worker_id,
+            config,
+            requests,
+            outputs,
+            memory_limit=args.memory_limit,
+            cache_limit=args.cache_limit,
+        ).run()
     finally:
         requests.close(0)
         outputs.close(0)
