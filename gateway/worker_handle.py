@@ -72,8 +72,15 @@ and a batch slot indefinitely."""
 class WorkerStatus:
     """What the gateway knows about a model's worker (for /health and
     /metrics). ``memory_bytes`` is the worker's resident memory measured
-    when it became ready; ``sampling_defaults`` the settings its model uses
-    where a request sets none (None until it has loaded)."""
+    when it became ready (informational: on macOS it misses Metal buffers);
+    ``sampling_defaults`` the settings its model uses where a request sets
+    none (None until it has loaded).
+    ``peak_memory_bytes`` is the most memory MLX reported in use by any
+    worker of this model configuration (from ``Loaded`` and heartbeats;
+    kept after an unload, so the memory budget remembers it).
+    ``working_set_bytes`` is the device's recommended working set (0 off
+    Metal) and ``memory_limit_bytes`` the worker's MLX memory limit, both
+    as the worker reported them in ``Loaded``."""
 
     state: str = "unloaded"
     pid: int | None = None
@@ -87,6 +94,9 @@ class WorkerStatus:
     memory_bytes: int | None = None
     stats: WorkerStats = field(default_factory=WorkerStats)
     sampling_defaults: SamplingDefaults | None = None
+    peak_memory_bytes: int | None = None
+    working_set_bytes: int | None = None
+    memory_limit_bytes: int | None = None
 
 
 def ends_request(output: RequestOutput) -> bool:
@@ -213,8 +223,9 @@ class WorkerHandle:
     """Owns the worker process of one configured model.
 
     ``socket_dir`` is the gateway's private socket directory; ``metrics``
-    (optional) gets a timer per request; ``on_change`` is called after each
-    state change (the pool uses it to wake waiters).
+    (optional) gets a timer per request. ``mlx_limits`` (memory limit,
+    cache limit; see :func:`gateway.worker_process.run_incarnation`) is
+    read at each worker start; the pool sets it before :meth:`start`.
     """
 
     def __init__(
@@ -241,6 +252,7 @@ class WorkerHandle:
         self._state_changed = asyncio.Event()
         self._idle_timer: asyncio.TimerHandle | None = None
         self._stopping: asyncio.Task[None] | None = None
+        self.mlx_limits: tuple[int, int | None] = (0, None)
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -403,6 +415,8 @@ class WorkerHandle:
                 on_start=self._started,
                 on_message=self._dispatch,
                 silence_limit=self._silence_limit,
+                memory_limit=self.mlx_limits[0],
+                cache_limit=self.mlx_limits[1],
             )
             self._incarnation = None
             self.status.pid = None
@@ -435,6 +449,7 @@ class WorkerHandle:
                 self._route(output)
         elif isinstance(message, Heartbeat):
             self.status.stats = message.stats
+            self._observe_peak(message.stats.peak_memory_bytes)
         elif isinstance(message, Hello):
             self._set_state("loading")
         elif isinstance(message, Loaded):
@@ -443,13 +458,24 @@ class WorkerHandle:
             self.status.blas = message.blas
             self.status.sampling = message.sampling
             self.status.sampling_defaults = message.sampling_defaults
+            self.status.working_set_bytes = message.working_set_bytes
+            self.status.memory_limit_bytes = message.memory_limit_bytes
+            self.status.stats = msgspec.structs.replace(
+                self.status.stats,
+                active_memory_bytes=message.active_memory_bytes,
+                cache_memory_bytes=message.cache_memory_bytes,
+                peak_memory_bytes=message.peak_memory_bytes,
+            )
+            self._observe_peak(message.peak_memory_bytes)
             log.info(
-                "model %s loaded in %.1fs from %s (BLAS: %s, sampling: %s)",
+                "model %s loaded in %.1fs from %s (BLAS: %s, sampling: %s, MLX memory: %d MiB, limit %d MiB)",
                 self.model.name,
                 message.load_seconds,
                 message.model_path,
                 message.blas,
                 message.sampling,
+                message.active_memory_bytes >> 20,
+                message.memory_limit_bytes >> 20,
             )
         elif isinstance(message, Ready):
             self.status.last_error = None
@@ -463,6 +489,11 @@ class WorkerHandle:
             self.status.last_error = message.message
             self._set_state("failed")
             log.error("model %s failed to load: %s", self.model.name, message.message)
+
+    def _observe_peak(self, peak: int) -> None:
+        """Remember the largest MLX peak any worker of this model reported."""
+        if peak > (self.status.peak_memory_bytes or 0):
+            self.status.peak_memory_bytes = peak
 
     def _route(self, output: RequestOutput) -> None:
         pending = self._inflight.get(output.request_id)

@@ -45,7 +45,13 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     shutdown or when their model is removed or changed by a reload.
     ``memory_budget``: the most memory the resident models' workers may use:
     bytes, a size such as ``"12GiB"``, a share of RAM such as ``"75%"``, or
-    0 for no limit. ``log_file``: where logs go (empty: standard error).
+    0 for no limit; on Metal a percentage is a share of the GPU's
+    recommended working set (``max_recommended_working_set_size``, as the
+    first worker reports it; until then, and on a CPU backend, of RAM).
+    ``log_file``: where logs go (empty: standard error; under launchd
+    ``~/Library/Logs/mlxd/mlxd.log``). ``log_max_bytes``: the gateway
+    rotates ``log_file`` when it would grow past this size (bytes or a size
+    such as ``"10MiB"``; 0: never), keeping ``log_backups`` older files.
     ``metrics_require_key``: ``/metrics`` needs an API key too.
     ``pid_file``: where ``mlxd serve`` records its pid for ``mlxd reload``
     (empty: a file named after the port in the cache directory).
@@ -82,6 +88,8 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     drain_timeout: Seconds = 30.0
     memory_budget: int | str = 0
     log_file: str = ""
+    log_max_bytes: int | str = "10MiB"
+    log_backups: PositiveInt = 5
     metrics_require_key: bool = False
     pid_file: str = ""
     models_root: str = ""
@@ -137,6 +145,14 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     turn after the last one.
     ``sampling_defaults``: sampling settings for requests that set none
     (see :class:`SamplingDefaultsConfig`).
+    ``kind``: ``generate`` (chat and completions), ``embedding``
+    (``/v1/embeddings``) or ``auto`` (detected from the model directory,
+    see :mod:`shared.model_kind`). Embedding models only:
+    ``max_inputs``, the most inputs one request may hold;
+    ``shorten_dimensions``, whether a request's ``dimensions`` may shorten
+    the vectors (only for models trained for it, e.g. Matryoshka models);
+    ``max_batch_size`` is then the most inputs encoded together and
+    ``context_length`` caps the tokens per input.
     """
 
     name: str
@@ -159,6 +175,9 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     memory_estimate: Annotated[int, msgspec.Meta(ge=0)] = 0
     max_tool_calls_per_turn: PositiveInt = 4
     sampling_defaults: SamplingDefaultsConfig = msgspec.field(default_factory=SamplingDefaultsConfig)
+    kind: str = "auto"
+    max_inputs: PositiveInt = 2048
+    shorten_dimensions: bool = False
 
 
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -174,6 +193,9 @@ TOOL_PARSERS = ("auto", "hermes", "qwen3_coder", "llama3_json", "mistral", "deep
 
 REASONING_PARSERS = ("auto", "none", "think", "think_mistral", "harmony")
 """Accepted ``reasoning_parser`` values."""
+
+MODEL_KINDS = ("auto", "generate", "embedding")
+"""Accepted ``kind`` values."""
 
 _DTYPES = {"auto", "float32", "float16", "bfloat16", "quantized"}
 _LOG_LEVELS = {"debug", "info", "warning", "error"}
@@ -207,6 +229,8 @@ def validate(config: Config, origin: str = "config") -> Config:
             parse_duration(model.ttl)
         except ValueError as exc:
             raise ConfigError(f"{origin}: model {model.name!r}: ttl: {exc}") from None
+        if model.kind not in MODEL_KINDS:
+            raise ConfigError(f"{origin}: model {model.name!r}: kind must be one of {list(MODEL_KINDS)}")
         if model.dtype not in _DTYPES:
             raise ConfigError(f"{origin}: model {model.name!r}: dtype must be one of {sorted(_DTYPES)}")
     if config.server.reasoning_field not in ("reasoning_content", "reasoning"):
@@ -215,6 +239,12 @@ def validate(config: Config, origin: str = "config") -> Config:
         parse_size(config.server.memory_budget, 1 << 40)
     except ValueError as exc:
         raise ConfigError(f"{origin}: server.memory_budget: {exc}") from None
+    try:
+        parse_size(config.server.log_max_bytes, 0)
+    except ValueError as exc:
+        raise ConfigError(f"{origin}: server.log_max_bytes: {exc}") from None
+    if isinstance(config.server.log_max_bytes, str) and config.server.log_max_bytes.strip().endswith("%"):
+        raise ConfigError(f"{origin}: server.log_max_bytes: a size, not a share")
     if config.server.log_level not in _LOG_LEVELS:
         raise ConfigError(f"{origin}: server.log_level must be one of {sorted(_LOG_LEVELS)}")
     if not is_loopback(config.server.host) and not config.server.api_keys:
