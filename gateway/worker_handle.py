@@ -10,7 +10,9 @@ flight on it ends at once with a terminal ``unavailable`` error.
 States: ``unloaded`` (no process), ``starting`` and ``loading`` (process up,
 model loading), ``ready``, ``draining`` (finishing in-flight work, taking no
 new requests), ``restarting`` (after a crash, waiting to retry),
-``failed`` (the model could not be loaded; retried with back-off) and
+``failed`` (the model could not be loaded; retried with back-off; or the
+worker speaks another wire protocol version: stopped and not restarted
+until the next reload, see :meth:`WorkerHandle._refuse_protocol`) and
 ``stopped`` (the server is exiting).
 
 Everything here runs on the gateway's event loop.
@@ -31,6 +33,7 @@ from gateway.errors import APIError, unavailable
 from gateway.worker_process import Incarnation, run_incarnation
 from shared.config import ModelConfig, ServerConfig, parse_duration
 from shared.protocol import (
+    PROTOCOL_VERSION,
     AbortRequest,
     Failed,
     GenerateRequest,
@@ -392,6 +395,9 @@ class WorkerHandle:
         elif isinstance(message, Heartbeat):
             self.status.stats = message.stats
         elif isinstance(message, Hello):
+            if message.protocol != PROTOCOL_VERSION:
+                self._refuse_protocol(message)
+                return
             self._set_state("loading")
         elif isinstance(message, Loaded):
             self.status.context_length = message.context_length
@@ -418,6 +424,22 @@ class WorkerHandle:
             self.status.last_error = message.message
             self._set_state("failed")
             log.error("model %s failed to load: %s", self.model.name, message.message)
+
+    def _refuse_protocol(self, hello: Hello) -> None:
+        """Stop a worker that speaks another wire protocol version (its
+        files changed under this gateway, e.g. an upgrade in place): one
+        error line, state ``failed``, no restart loop (the same files
+        would start the same worker). Requests get a 503 naming the
+        cause until the config is reloaded or mlxd restarts."""
+        self.status.last_error = (
+            f"the worker speaks wire protocol v{hello.protocol} but this gateway speaks v{PROTOCOL_VERSION}"
+            " (mlxd was upgraded while running?); restart mlxd"
+        )
+        log.error("refused the worker for %s (pid %d): %s", self.model.name, hello.pid, self.status.last_error)
+        self._wanted = False
+        self._set_state("failed")
+        if self._incarnation is not None:
+            self._incarnation.kill()
 
     def _route(self, output: RequestOutput) -> None:
         pending = self._inflight.get(output.request_id)
