@@ -529,9 +529,9 @@ class Scheduler:
 
     def _logprobs(self, responses: list[Any]) -> dict[int, TokenLogprobs]:
         """Each response's token log-probability and its top alternatives,
-        computed with NumPy from the rows the engine normalized (MLX rows
-        are already evaluated: the engine returns a step's tokens only after
-        evaluating their rows)."""
+        computed with NumPy from the rows the engine normalized (float32
+        whatever the model's dtype; MLX rows are already evaluated: the
+        engine returns a step's tokens only after evaluating their rows)."""
         import numpy as np
 
         rows = np.stack([np.asarray(r.logprobs, dtype=np.float32) for r in responses])
