@@ -11,8 +11,8 @@ States: ``unloaded`` (no process), ``starting`` and ``loading`` (process up,
 model loading), ``ready``, ``draining`` (finishing in-flight work, taking no
 new requests), ``restarting`` (after a crash, waiting to retry),
 ``failed`` (the model could not be loaded; retried with back-off; or the
-worker speaks another wire protocol version: stopped and not restarted
-until the next reload, see :meth:`WorkerHandle._refuse_protocol`) and
+worker speaks another wire protocol version: stopped and never started
+again by this gateway, see :meth:`WorkerHandle._refuse_protocol`) and
 ``stopped`` (the server is exiting).
 
 Everything here runs on the gateway's event loop.
@@ -201,6 +201,7 @@ class WorkerHandle:
         self._state_changed = asyncio.Event()
         self._idle_timer: asyncio.TimerHandle | None = None
         self._stopping: asyncio.Task[None] | None = None
+        self._refused = False  # a worker spoke another protocol: never start again
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -221,7 +222,7 @@ class WorkerHandle:
 
     def start(self) -> None:
         """Start the worker if it is not running (no-op otherwise)."""
-        if self.resident or self.status.state == "stopped":
+        if self.resident or self.status.state == "stopped" or self._refused:
             return
         self._wanted = True
         self._ready.clear()
@@ -389,6 +390,8 @@ class WorkerHandle:
         return self.server.worker_start_timeout
 
     def _dispatch(self, message: WorkerMessage) -> None:
+        if self._refused:
+            return  # nothing a refused worker says is trusted
         if isinstance(message, StepOutputs):
             for output in message.outputs:
                 self._route(output)
@@ -428,14 +431,16 @@ class WorkerHandle:
     def _refuse_protocol(self, hello: Hello) -> None:
         """Stop a worker that speaks another wire protocol version (its
         files changed under this gateway, e.g. an upgrade in place): one
-        error line, state ``failed``, no restart loop (the same files
-        would start the same worker). Requests get a 503 naming the
-        cause until the config is reloaded or mlxd restarts."""
+        error line, state ``failed``, and this handle never starts a
+        worker again (the same files would start the same worker; only a
+        gateway restarted from the new files speaks their version).
+        Requests get a 503 naming the cause until mlxd restarts."""
         self.status.last_error = (
             f"the worker speaks wire protocol v{hello.protocol} but this gateway speaks v{PROTOCOL_VERSION}"
             " (mlxd was upgraded while running?); restart mlxd"
         )
         log.error("refused the worker for %s (pid %d): %s", self.model.name, hello.pid, self.status.last_error)
+        self._refused = True
         self._wanted = False
         self._set_state("failed")
         if self._incarnation is not None:

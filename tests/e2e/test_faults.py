@@ -240,6 +240,8 @@ def test_worker_with_another_protocol_version_is_refused(tiny_model_dir, tmp_pat
             headers=srv.headers,
             timeout=10,
         )
-        assert r.status_code == 503
+        assert r.status_code == 503 and "wire protocol" in r.json()["error"]["message"]
+        assert srv.worker(TINY)["incarnation"] == 1  # requests do not start it again either
+        assert len([line for line in srv.log_path.read_text().splitlines() if "refused the worker" in line]) == 1
     finally:
         srv.stop()
