@@ -5,7 +5,9 @@ gateway and worker processes (tiny model)."""
 from __future__ import annotations
 
 import concurrent.futures as cf
+import os
 import plistlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,7 +21,7 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import API_KEY, ROOT, TINY, start_server, write_config
+from tests.conftest import API_KEY, ROOT, TINY, free_port, start_server, write_config
 
 MSG = [{"role": "user", "content": "hi"}]
 
@@ -258,12 +260,55 @@ def test_sigkill_of_gateway_leaves_no_socket_files(tiny_model_dir, tmp_path):
     wait_for(lambda: not sockets.exists(), timeout=10)
 
 
-def test_ready_waits_for_preloaded_models(tiny_model_dir, tmp_path):
-    config = write_config(tmp_path / "mlxd.toml", 0, [model(tiny_model_dir, TINY, preload=True)])
-    from tests.conftest import free_port
+class HeldFile:
+    """A model file replaced by a named pipe that serves its contents only
+    once :meth:`release` is called: a worker loading the model blocks on it,
+    as on a very slow disk, for as long as the test wants. After release a
+    thread serves the contents to every reader until :meth:`close`."""
 
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.data = path.read_bytes()
+        path.unlink()
+        os.mkfifo(path)
+        self.released = threading.Event()
+        self.closed = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        self.released.wait()
+        while not self.closed.is_set():
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:  # no reader yet
+                time.sleep(0.02)
+                continue
+            os.set_blocking(fd, True)
+            try:
+                os.write(fd, self.data)
+            except BrokenPipeError:
+                pass
+            finally:
+                os.close(fd)
+
+    def release(self) -> None:
+        """Let readers have the file from now on."""
+        self.released.set()
+
+    def close(self) -> None:
+        """Stop serving (and unblock a reader still waiting, if any)."""
+        self.released.set()
+        self.closed.set()
+        self.thread.join(5)
+
+
+def test_ready_waits_for_preloaded_models(tiny_model_dir, tmp_path):
+    held_model = tmp_path / "held"
+    shutil.copytree(tiny_model_dir, held_model)
+    held = HeldFile(held_model / "tokenizer_config.json")
     port = free_port()
-    write_config(config, port, [model(tiny_model_dir, TINY, preload=True)])
+    config = write_config(tmp_path / "mlxd.toml", port, [model(held_model, TINY, preload=True)])
     log = open(tmp_path / "log", "w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "gateway", "serve", "--config", str(config)],
@@ -274,14 +319,21 @@ def test_ready_waits_for_preloaded_models(tiny_model_dir, tmp_path):
     try:
         url = f"http://127.0.0.1:{port}"
         first = wait_for(lambda: _get(f"{url}/ready"), timeout=30)
-        statuses = [first.status_code]
-        final = wait_for(lambda: (r := _get(f"{url}/ready")) and r.status_code == 200 and r, timeout=120)
-        statuses.append(final.status_code)
+        assert first.status_code == 503, first.text
+        assert first.json()["models"][TINY] != "ready"
+        # while the model cannot load, /ready keeps answering 503 (and /health 200)
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:
+            assert _get(f"{url}/ready").status_code == 503
+            assert _get(f"{url}/health").status_code == 200
+            time.sleep(0.1)
+        held.release()
+        final = wait_for(lambda: (r := _get(f"{url}/ready")) and r.status_code == 200 and r, timeout=60)
         assert final.json()["models"][TINY] == "ready"
-        assert statuses[-1] == 200
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
+        held.close()
 
 
 def _get(url):
