@@ -455,6 +455,12 @@ class WorkerHandle:
         if not self._inflight:
             self._schedule_idle()
 
+    def end_inflight(self, message: str) -> None:
+        """End every request in flight at once with an ``unavailable`` error
+        terminal carrying ``message`` (the drain timeout uses it); their
+        streams close and abort them in the worker. Event loop only."""
+        self._fail_inflight(message)
+
     def _fail_inflight(self, message: str) -> None:
         for request_id, pending in list(self._inflight.items()):
             output = RequestOutput(

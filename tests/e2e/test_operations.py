@@ -458,3 +458,114 @@ def test_mlxd_reload_command_signals_the_server(tiny_model_dir, tmp_path):
     finally:
         srv.stop()
     assert not (tmp_path / "mlxd.pid").exists()
+
+
+def test_drain_timeout_ends_the_requests_still_running(tiny_model_dir, tmp_path):
+    """Past ``drain_timeout`` what is still running or queued ends with an
+    error (an SSE error frame, or an error status), then mlxd exits 0."""
+    srv = start_server(tmp_path, [model(tiny_model_dir, TINY, max_batch_size=1)], drain_timeout=1.0)
+    pid = srv.worker(TINY)["pid"]
+    outcomes: dict[int, object] = {}
+    streaming = threading.Event()
+
+    def stream(i):
+        try:
+            for chunk in client(srv).chat.completions.create(
+                model=TINY, messages=MSG, max_tokens=1900, stream=True, extra_body={"ignore_eos": True}
+            ):
+                if chunk.choices and chunk.choices[0].delta.content:
+                    streaming.set()
+            outcomes[i] = "finished"
+        except openai.APIError as exc:
+            outcomes[i] = exc
+
+    def whole(i):
+        r = httpx.post(
+            f"{srv.url}/v1/chat/completions",
+            json={"model": TINY, "messages": MSG, "max_tokens": 1900, "ignore_eos": True},
+            headers=srv.headers,
+            timeout=60,
+        )
+        outcomes[i] = r
+
+    threads = [threading.Thread(target=stream, args=(0,))]
+    threads += [threading.Thread(target=f, args=(i,)) for i, f in ((1, stream), (2, whole))]
+    threads[0].start()
+    assert streaming.wait(30)
+    for t in threads[1:]:
+        t.start()
+    time.sleep(0.5)  # both queued behind the first (one batch slot)
+    began = time.monotonic()
+    srv.proc.send_signal(signal.SIGTERM)
+    for t in threads:
+        t.join(30)
+    assert srv.proc.wait(30) == 0
+    assert time.monotonic() - began < 15
+    assert sorted(outcomes) == [0, 1, 2]
+    for i in (0, 1):
+        assert isinstance(outcomes[i], openai.APIError), (i, outcomes)  # the error frame, not a silent end
+    assert outcomes[2].status_code == 503, outcomes[2].text
+    assert outcomes[2].json()["error"]["message"]
+    assert "drain timeout: ending the requests still running" in srv.log_path.read_text()
+    wait_for(lambda: gone(pid), timeout=10)
+
+
+def test_ttl_zero_unloads_after_each_request(tiny_model_dir, tmp_path):
+    srv = start_server(tmp_path, [model(tiny_model_dir, "once", preload=False, ttl=0)])
+    try:
+        for incarnation in (1, 2):
+            assert ask(srv, "once").usage.completion_tokens == 3
+            status = srv.worker("once")
+            assert status["incarnation"] == incarnation
+            wait_for(lambda: srv.worker("once")["state"] == "unloaded", timeout=15)
+            wait_for(lambda pid=status["pid"]: gone(pid), timeout=10)
+    finally:
+        srv.stop()
+
+
+def test_log_file_holds_request_lines_but_no_prompt_or_key(tiny_model_dir, tmp_path):
+    """``log_file`` gets the gateway's and the workers' logs; no line carries
+    prompt text, generated text or an API key, also for refused requests."""
+    log_file = tmp_path / "mlxd-file.log"
+    key = "sk-secret-7f3a9c"
+    marker = "zebra-quartz-5521"
+    srv = start_server(tmp_path, [model(tiny_model_dir, TINY)], api_key=key, log_file=str(log_file), log_level="debug")
+    try:
+        oai = openai.OpenAI(base_url=f"{srv.url}/v1", api_key=key, max_retries=0)
+        said = oai.chat.completions.create(
+            model=TINY, messages=[{"role": "user", "content": f"remember {marker}"}], max_tokens=8
+        )
+        answer = said.choices[0].message.content
+        list(
+            oai.chat.completions.create(
+                model=TINY, messages=[{"role": "system", "content": marker}] + MSG, stream=True, max_tokens=4
+            )
+        )
+        r = httpx.post(
+            f"{srv.url}/v1/messages",
+            json={"model": TINY, "max_tokens": 4, "messages": [{"role": "user", "content": marker}]},
+            headers={"x-api-key": key, "anthropic-version": "2023-06-01"},
+        )
+        assert r.status_code == 200, r.text
+        bad_key = f"sk-wrong-{marker}"
+        r = httpx.post(
+            f"{srv.url}/v1/chat/completions",
+            json={"model": TINY, "messages": [{"role": "user", "content": marker}]},
+            headers={"Authorization": f"Bearer {bad_key}"},
+        )
+        assert r.status_code == 401
+        r = httpx.post(
+            f"{srv.url}/v1/chat/completions",
+            json={"model": TINY, "messages": [{"role": "user", "content": marker}], "max_tokens": -1},
+            headers={"Authorization": f"Bearer {key}"},
+        )
+        assert r.status_code == 400
+    finally:
+        srv.stop()
+    text = log_file.read_text()
+    assert text.count("mlxd.requests: request ") >= 3, text[-2000:]
+    assert "[worker:" in text  # the worker logs there too
+    assert marker not in text
+    assert key not in text and "7f3a9c" not in text
+    assert len(answer) > 8 and answer not in text
+    assert srv.log_path.read_text().strip() == "" or "Traceback" not in srv.log_path.read_text()
