@@ -14,7 +14,7 @@ import openai
 import psutil
 import pytest
 
-from tests.conftest import API_KEY, TINY, start_server
+from tests.conftest import API_KEY, TINY, settled_stats, start_server
 
 EOS = 2  # <|im_end|> in the SmolLM2 vocabulary the tiny model shares
 MSG = [{"role": "user", "content": "hi"}]
@@ -22,19 +22,6 @@ MSG = [{"role": "user", "content": "hi"}]
 
 def sdk(server, **kw):
     return openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0, **kw)
-
-
-def settled_stats(server, model=TINY, timeout=15.0):
-    """Worker counters once nothing runs and two heartbeats agree."""
-    deadline = time.monotonic() + timeout
-    previous = None
-    while True:
-        time.sleep(0.6)
-        stats = server.worker(model)["stats"]
-        idle = stats["running"] == 0 and stats["waiting"] == 0
-        if (idle and stats == previous) or time.monotonic() > deadline:
-            return stats
-        previous = stats
 
 
 @pytest.fixture(scope="module")
