@@ -571,14 +571,13 @@ def test_log_file_holds_request_lines_but_no_prompt_or_key(tiny_model_dir, tmp_p
     assert srv.log_path.read_text().strip() == "" or "Traceback" not in srv.log_path.read_text()
 
 
-@pytest.mark.parametrize("form", ["size", "share"])
-def test_memory_budget_as_size_or_share_of_ram_evicts(tiny_model_dir, tmp_path, form):
-    """``memory_budget = "0.9GiB"`` or the percentage of this machine's RAM
-    that makes the same ~900 MiB: room for two 400 MiB models, not three."""
+def test_memory_budget_as_size_or_share_of_ram_evicts(tiny_model_dir, tmp_path):
+    """``memory_budget = "0.9GiB"``: room for two 400 MiB models, not three.
+    Then reloaded as the percentage of this machine's RAM that makes
+    ~600 MiB: room for one, so loading another evicts both idle ones."""
     mib = 1 << 20
-    budget = "0.9GiB" if form == "size" else f"{900 * mib * 100 / psutil.virtual_memory().total:.6f}%"
     models = [model(tiny_model_dir, n, preload=False, memory_estimate=400 * mib) for n in ("a", "b", "c")]
-    srv = start_server(tmp_path, models, memory_budget=budget)
+    srv = start_server(tmp_path, models, memory_budget="0.9GiB")
     try:
         ask(srv, "a")
         ask(srv, "b")
@@ -587,5 +586,13 @@ def test_memory_budget_as_size_or_share_of_ram_evicts(tiny_model_dir, tmp_path, 
         ask(srv, "c")  # no room for three: b, the least recently used, goes
         assert [srv.worker(n)["state"] for n in "abc"] == ["ready", "unloaded", "ready"]
         assert "evicting b to make room for c" in srv.log_path.read_text()
+
+        share = f"{600 * mib * 100 / psutil.virtual_memory().total:.6f}%"
+        port = int(srv.url.rsplit(":", 1)[1])
+        write_config(tmp_path / "mlxd.toml", port, models, [API_KEY], memory_budget=share)
+        srv.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: "reloaded" in srv.log_path.read_text(), timeout=15)
+        ask(srv, "b")
+        assert [srv.worker(n)["state"] for n in "abc"] == ["unloaded", "ready", "unloaded"]
     finally:
         srv.stop()
