@@ -10,8 +10,8 @@ worker picks the parser by itself (``tool_parser = "auto"``) and the
 markers are added tokens of its tokenizer as in the real models. Nothing
 forces the call: ``tool_choice`` is ``auto`` (the default), no grammar.
 Each family is checked through the official SDKs, non-streaming and
-streaming, on both protocols, with the arguments validated against the
-tool's JSON schema.
+streaming, on OpenAI chat and Anthropic Messages (and OpenAI Responses),
+with the arguments validated against the tool's JSON schema.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ TOOL = {
     "type": "function",
     "function": {"name": "lookup", "description": "Look a city up", "parameters": PARAMETERS},
 }
+RESPONSES_TOOL = {"type": "function", **TOOL["function"]}
 CLAUDE_TOOL = {"name": "lookup", "description": "Look a city up", "input_schema": PARAMETERS}
 ASK = [{"role": "user", "content": "Look up Paris, please."}]
 ARGS = {"city": "Paris"}
@@ -218,3 +219,10 @@ def test_family_markup_becomes_openai_and_anthropic_tool_calls(server, fam):
         ("tool_use", "lookup")
     ]
     check_args(next(b for b in streamed.content if b.type == "tool_use").input)
+
+    r = oai.responses.create(model=fam.name, input=ASK[0]["content"], tools=[RESPONSES_TOOL], max_output_tokens=60)
+    assert r.status == "completed"
+    calls = [item for item in r.output if item.type == "function_call"]
+    assert [c.name for c in calls] == ["lookup"] and calls[0].call_id
+    check_args(calls[0].arguments)
+    assert r.output_text == fam.content
