@@ -194,7 +194,11 @@ HI = b'"messages": [{"role": "user", "content": "hi"}]'
     "raw, param, needle",
     [
         # a lone surrogate, escaped and as UTF-8 bytes
-        (b'{"model": "tiny", "messages": [{"role": "user", "content": "a\\ud800b"}]}', None, "not valid JSON"),
+        (
+            b'{"model": "tiny", "messages": [{"role": "user", "content": "a\\ud800b"}]}',
+            None,
+            "not valid JSON (a string holds an unpaired UTF-16 surrogate escape)",
+        ),
         (b'{"model": "tiny", "messages": [{"role": "user", "content": "\xed\xa0\x80"}]}', None, "not valid JSON"),
         (b'{"model": "tiny", ' + HI + b', "temperature": NaN}', None, "not valid JSON"),
         (b'{"model": "tiny", ' + HI + b', "temperature": 1e999}', "temperature", "Number out of range"),
