@@ -457,9 +457,12 @@ class WorkerHandle:
 
     def end_inflight(self, message: str) -> None:
         """End every request in flight at once with an ``unavailable`` error
-        terminal carrying ``message`` (the drain timeout uses it); their
-        streams close and abort them in the worker. Event loop only."""
+        terminal carrying ``message`` (the drain timeout uses it) and ask the
+        worker to drop them. Event loop only."""
+        ids = list(self._inflight)
         self._fail_inflight(message)
+        if ids and self._incarnation is not None:
+            self._incarnation.send(AbortRequest(ids))
 
     def _fail_inflight(self, message: str) -> None:
         for request_id, pending in list(self._inflight.items()):

@@ -218,24 +218,26 @@ def test_sigterm_drains_streams_in_flight(tiny_model_dir, tmp_path):
     pid = srv.worker(TINY)["pid"]
     sockets = socket_dir_of(srv, TINY)
     results: list = []
+    streaming = [threading.Event() for _ in range(2)]
 
-    def stream():
-        chunks = list(
-            client(srv).chat.completions.create(
-                model=TINY,
-                messages=MSG,
-                max_tokens=300,
-                stream=True,
-                extra_body={"ignore_eos": True},
-                stream_options={"include_usage": True},
-            )
-        )
+    def stream(i):
+        chunks = []
+        for chunk in client(srv).chat.completions.create(
+            model=TINY,
+            messages=MSG,
+            max_tokens=1200,  # long enough to be running while the refusals are checked
+            stream=True,
+            extra_body={"ignore_eos": True},
+            stream_options={"include_usage": True},
+        ):
+            streaming[i].set()
+            chunks.append(chunk)
         results.append(chunks[-1].usage.completion_tokens)
 
-    threads = [threading.Thread(target=stream) for _ in range(2)]
+    threads = [threading.Thread(target=stream, args=(i,)) for i in range(2)]
     for t in threads:
         t.start()
-    time.sleep(0.5)
+    assert all(e.wait(30) for e in streaming)  # both admitted before the signal
     srv.proc.send_signal(signal.SIGTERM)
     time.sleep(0.2)
     refused = httpx.post(f"{srv.url}/v1/chat/completions", json={"model": TINY, "messages": MSG}, headers=srv.headers)
@@ -243,7 +245,7 @@ def test_sigterm_drains_streams_in_flight(tiny_model_dir, tmp_path):
     assert httpx.get(f"{srv.url}/ready").status_code == 503
     for t in threads:
         t.join(60)
-    assert results == [300, 300]
+    assert results == [1200, 1200]
     assert srv.proc.wait(30) == 0
     assert gone(pid)
     assert not sockets.exists()
@@ -494,7 +496,8 @@ def test_drain_timeout_ends_the_requests_still_running(tiny_model_dir, tmp_path)
     assert streaming.wait(30)
     for t in threads[1:]:
         t.start()
-    time.sleep(0.5)  # both queued behind the first (one batch slot)
+    # both admitted, waiting behind the first (one batch slot)
+    wait_for(lambda: srv.worker(TINY)["stats"]["waiting"] >= 2, timeout=30)
     began = time.monotonic()
     srv.proc.send_signal(signal.SIGTERM)
     for t in threads:
@@ -502,10 +505,14 @@ def test_drain_timeout_ends_the_requests_still_running(tiny_model_dir, tmp_path)
     assert srv.proc.wait(30) == 0
     assert time.monotonic() - began < 15
     assert sorted(outcomes) == [0, 1, 2]
-    for i in (0, 1):
-        assert isinstance(outcomes[i], openai.APIError), (i, outcomes)  # the error frame, not a silent end
+    ended = "the server is shutting down (drain_timeout of 1s passed)"
+    # the running stream gets an error frame (not a silent end); the queued
+    # one, which had sent nothing yet, an error status
+    assert isinstance(outcomes[0], openai.APIError) and outcomes[0].message == ended, outcomes
+    assert isinstance(outcomes[1], openai.APIStatusError) and outcomes[1].status_code == 503, outcomes
+    assert outcomes[1].message.endswith(ended)
     assert outcomes[2].status_code == 503, outcomes[2].text
-    assert outcomes[2].json()["error"]["message"]
+    assert outcomes[2].json()["error"]["message"] == ended
     assert "drain timeout: ending the requests still running" in srv.log_path.read_text()
     wait_for(lambda: gone(pid), timeout=10)
 
