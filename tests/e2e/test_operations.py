@@ -506,13 +506,20 @@ def test_drain_timeout_ends_the_requests_still_running(tiny_model_dir, tmp_path)
     assert time.monotonic() - began < 15
     assert sorted(outcomes) == [0, 1, 2]
     ended = "the server is shutting down (drain_timeout of 1s passed)"
-    # the running stream gets an error frame (not a silent end); the queued
-    # one, which had sent nothing yet, an error status
-    assert isinstance(outcomes[0], openai.APIError) and outcomes[0].message == ended, outcomes
-    assert isinstance(outcomes[1], openai.APIStatusError) and outcomes[1].status_code == 503, outcomes
-    assert outcomes[1].message.endswith(ended)
-    assert outcomes[2].status_code == 503, outcomes[2].text
-    assert outcomes[2].json()["error"]["message"] == ended
+    # one batch slot and 1900 tokens each: at most one request can complete
+    # within the drain second; every other one ends with the drain's error:
+    # an error frame once streaming, an error status before anything was sent
+    cut = 0
+    for i in (0, 1):
+        if outcomes[i] != "finished":
+            assert isinstance(outcomes[i], openai.APIError), outcomes
+            assert outcomes[i].message.endswith(ended), outcomes
+            cut += 1
+    if outcomes[2].status_code != 200:
+        assert outcomes[2].status_code == 503, outcomes[2].text
+        assert outcomes[2].json()["error"]["message"] == ended
+        cut += 1
+    assert cut >= 2, outcomes
     assert "drain timeout: ending the requests still running" in srv.log_path.read_text()
     wait_for(lambda: gone(pid), timeout=10)
 
