@@ -84,6 +84,7 @@ from here rather than repeating it: the bounded field types and tool limits,
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from typing import Annotated, Any, Callable, Collection, Mapping, TypeVar, Union
@@ -564,7 +565,21 @@ def decode_body(
     except msgspec.ValidationError as exc:
         raise (validation_error or _validation_error)(exc) from None
     except msgspec.DecodeError as exc:
-        raise bad_request(f"The request body is not valid JSON ({exc})") from None
+        raise bad_request(f"The request body is not valid JSON ({_decode_cause(body, exc)})") from None
+
+
+def _decode_cause(body: bytes, exc: msgspec.DecodeError) -> str:
+    """Why ``body`` is not JSON, in words: msgspec's message, except where
+    it misleads (an unpaired UTF-16 surrogate escape such as ``\\ud800``,
+    which Python's lenient parser accepts, is reported as "truncated")."""
+    if "truncated" in str(exc):
+        try:
+            json.loads(body)
+        except ValueError:
+            pass
+        else:
+            return "a string holds an unpaired UTF-16 surrogate escape"
+    return str(exc)
 
 
 def decode_chat_request(body: bytes) -> ChatCompletionRequest:

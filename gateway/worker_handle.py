@@ -589,6 +589,15 @@ class WorkerHandle:
             pending.wait.cancel()
         pending.finish(request_id, RequestOutput(request_id=request_id, finish_reason="abort"))
 
+    def end_inflight(self, message: str) -> None:
+        """End every request in flight at once with an ``unavailable`` error
+        terminal carrying ``message`` (the drain timeout uses it) and ask the
+        worker to drop them. Event loop only."""
+        ids = list(self._inflight)
+        self._fail_inflight(message)
+        if ids and self._incarnation is not None:
+            self._incarnation.send(AbortRequest(ids))
+
     def _fail_inflight(self, message: str) -> None:
         for request_id, pending in list(self._inflight.items()):
             output = RequestOutput(

@@ -317,9 +317,12 @@ class PromptBuilder:
             raise PromptError("invalid_request", str(exc), field) from exc
 
     def _tool_grammar(self, request: GenerateRequest) -> str:
+        from worker.grammar import check_schema_size
         from worker.parsers import special_token_ids, tool_call_grammar
 
         tools = self._offered_tools(request) or []
+        for tool in tools:
+            check_schema_size(tool.parameters)
         fmt = self._tool_format()
         try:
             source = tool_call_grammar(

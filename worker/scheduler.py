@@ -190,7 +190,9 @@ class Scheduler:
     :class:`Terminal` items in the order they happen (it must be
     thread-safe and non-blocking, e.g. a queue's ``put``). ``model`` must
     have been loaded on the thread that calls :meth:`run`. ``cache`` is the
-    prefix cache (None disables reuse). ``host_sampling`` picks where
+    prefix cache (None disables reuse). At most ``max_batch_size``
+    sequences decode together (``prefill_batch_size`` is capped by it).
+    ``host_sampling`` picks where
     sampling and log-probabilities are computed (see :mod:`worker.decode`;
     None: NumPy on the CPU backend, MLX on a GPU).
     """
@@ -213,10 +215,12 @@ class Scheduler:
         self.cache = cache
         self._prefill_step = prefill_step_size
         self._host_sampling = host_sampling
-        self._prefill_batch = prefill_batch_size
+        # mlx-lm decodes max(completion, prefill) batch sizes together: keep
+        # the prefill batch within max_batch_size so that one is the limit
+        self._prefill_batch = min(prefill_batch_size, max_batch_size)
         self._batch_kwargs = dict(
             completion_batch_size=max_batch_size,
-            prefill_batch_size=prefill_batch_size,
+            prefill_batch_size=self._prefill_batch,
             prefill_step_size=prefill_step_size,
         )
         self.inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
