@@ -60,13 +60,26 @@ TOOLS = [
 ]
 
 
-def usage(input_tokens, output_tokens, cached=0) -> dict:
+def delta_usage(input_tokens, output_tokens, cached=0) -> dict:
     return {
         "input_tokens": input_tokens,
         "output_tokens": output_tokens,
         "cache_creation_input_tokens": 0,
         "cache_read_input_tokens": cached,
+        "server_tool_use": {"web_search_requests": 0, "web_fetch_requests": 0},
     }
+
+
+def usage(input_tokens, output_tokens, cached=0) -> dict:
+    return {
+        **delta_usage(input_tokens, output_tokens, cached),
+        "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
+        "service_tier": "standard",
+        "inference_geo": None,
+    }
+
+
+NULL_FIELDS = {"stop_details": None, "container": None, "diagnostics": None}
 
 
 # --- non-streaming ---------------------------------------------------------------------
@@ -86,9 +99,10 @@ async def test_non_streaming_raw_shape():
         "type": "message",
         "role": "assistant",
         "model": "m",
-        "content": [{"type": "text", "text": "Hello!"}],
+        "content": [{"type": "text", "text": "Hello!", "citations": None}],
         "stop_reason": "end_turn",
         "stop_sequence": None,
+        **NULL_FIELDS,
         "usage": usage(5, 4),
     }
     model, request = engine.submitted[0]
@@ -355,6 +369,7 @@ async def test_stream_exact_frame_sequence():
                     "content": [],
                     "stop_reason": None,
                     "stop_sequence": None,
+                    **NULL_FIELDS,
                     "usage": usage(5, 1),
                 },
             },
@@ -365,7 +380,7 @@ async def test_stream_exact_frame_sequence():
         delta(0, {"type": "thinking_delta", "thinking": "weather."}),
         delta(0, {"type": "signature_delta", "signature": ""}),
         stop(0),
-        start(1, {"type": "text", "text": ""}),
+        start(1, {"type": "text", "text": "", "citations": None}),
         delta(1, {"type": "text_delta", "text": "Checking."}),
         stop(1),
         start(2, {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}}),
@@ -379,8 +394,8 @@ async def test_stream_exact_frame_sequence():
             "message_delta",
             {
                 "type": "message_delta",
-                "delta": {"stop_reason": "tool_use", "stop_sequence": None},
-                "usage": usage(5, 7),
+                "delta": {"stop_reason": "tool_use", "stop_sequence": None, "stop_details": None, "container": None},
+                "usage": delta_usage(5, 7),
             },
         ),
         ("message_stop", {"type": "message_stop"}),
@@ -405,8 +420,13 @@ async def test_stream_text_only_and_stop_sequence():
         "message_stop",
     ]
     assert events[0][1]["message"]["usage"] == usage(3, 1, cached=2)
-    assert events[6][1]["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": "##"}
-    assert events[6][1]["usage"] == usage(3, 2, cached=2)
+    assert events[6][1]["delta"] == {
+        "stop_reason": "stop_sequence",
+        "stop_sequence": "##",
+        "stop_details": None,
+        "container": None,
+    }
+    assert events[6][1]["usage"] == delta_usage(3, 2, cached=2)
     assert engine.request.sampling.stop == ["##"]
 
 
