@@ -103,12 +103,14 @@ def _images(request: Request) -> str:
 
 
 def _dropped_headers(dropped: list[str], request_id: str) -> dict[str, str]:
-    """The ``x-mlxd-dropped-tools`` header for ``dropped`` tool types (none
-    when nothing was dropped); logs them."""
-    if not dropped:
+    """The ``x-mlxd-dropped-tools`` header for ``dropped`` tool types (in
+    request order, without duplicates; none when nothing was dropped); logs
+    them once."""
+    unique = list(dict.fromkeys(dropped))
+    if not unique:
         return {}
-    log.info("request %s: dropped tools mlxd cannot run: %s", request_id, ", ".join(dropped))
-    return {DROPPED_TOOLS_HEADER: ",".join(dropped)}
+    log.info("request %s: dropped tools mlxd cannot run: %s", request_id, ", ".join(unique))
+    return {DROPPED_TOOLS_HEADER: ",".join(unique)}
 
 
 async def _count_prompt(engine: Engine, model: str, generate: GenerateRequest, messages: list[ChatMessage]) -> int:
