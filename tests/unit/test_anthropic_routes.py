@@ -614,3 +614,49 @@ async def test_sdk_stops_reading_early():
             break
         await stream.close()
     assert engine.stream.aclose_calls >= 1
+
+
+# --- dropped tools, context management -----------------------------------------------------
+
+WEB_SEARCH = {"type": "web_search_20250305", "name": "web_search"}
+
+
+async def test_dropped_tools_are_named_in_a_header_streamed_or_not():
+    body = {**BODY, "tools": [*TOOLS, WEB_SEARCH, {**WEB_SEARCH, "name": "web_search"}]}
+    engine = ScriptedEngine(HELLO)
+    async with http(engine) as client:
+        plain = await client.post("/v1/messages", json=body)
+        streamed = await client.post("/v1/messages", json={**body, "stream": True})
+        counted = await client.post(
+            "/v1/messages/count_tokens", json={k: v for k, v in body.items() if k != "max_tokens"}
+        )
+        none = await client.post("/v1/messages", json={**BODY, "tools": TOOLS})
+    for resp in (plain, streamed, counted):
+        assert resp.headers["x-mlxd-dropped-tools"] == "web_search_20250305"
+    assert "x-mlxd-dropped-tools" not in none.headers
+    assert [t.name for t in engine.submitted[0][1].tools] == ["get_weather"]
+
+
+async def test_context_management_is_reported_streamed_or_not():
+    """An edit with nothing to clear is reported as no applied edits; a
+    request without context management has no such field."""
+    body = {**BODY, "context_management": {"edits": [{"type": "clear_thinking_20251015"}]}}
+    async with http(ScriptedEngine(HELLO)) as client:
+        plain = await client.post("/v1/messages", json=body)
+        streamed = await client.post("/v1/messages", json={**body, "stream": True})
+        without = await client.post("/v1/messages", json=BODY)
+    assert plain.json()["context_management"] == {"applied_edits": []}
+    events = dict(sse_events(streamed.content))
+    assert events["message_start"]["message"]["context_management"] == {"applied_edits": []}
+    assert events["message_delta"]["context_management"] == {"applied_edits": []}
+    assert "context_management" not in without.json()
+
+
+async def test_thinking_display_omitted_empties_the_block():
+    script = [out(reasoning="secret", completion=1), out("ok", "stop", completion=2)]
+    body = {**BODY, "thinking": {"type": "adaptive", "display": "omitted"}}
+    async with http(ScriptedEngine(script)) as client:
+        plain = await client.post("/v1/messages", json=body)
+        streamed = await client.post("/v1/messages", json={**body, "stream": True})
+    assert plain.json()["content"][0] == {"type": "thinking", "thinking": "", "signature": ""}
+    assert b"secret" not in streamed.content
