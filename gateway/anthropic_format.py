@@ -396,9 +396,14 @@ class MessageCollector:
         return encode(message)
 
 
-def count_tokens_body(input_tokens: int) -> bytes:
-    """The JSON of a ``count_tokens`` answer."""
-    return encode({"input_tokens": input_tokens})
+def count_tokens_body(input_tokens: int, original_input_tokens: int | None = None) -> bytes:
+    """The JSON of a ``count_tokens`` answer; with ``original_input_tokens``
+    (the count before context-management edits) also its
+    ``context_management`` object."""
+    if original_input_tokens is None:
+        return encode({"input_tokens": input_tokens})
+    context = {"original_input_tokens": original_input_tokens}
+    return encode({"input_tokens": input_tokens, "context_management": context})
 
 
 # --- the event stream --------------------------------------------------------------------

@@ -294,13 +294,18 @@ async def _events(job: _Job, first: RequestOutput) -> AsyncIterator[bytes]:
 async def count_tokens(request: Request) -> Response:
     """``POST /v1/messages/count_tokens``: ``{"input_tokens": N}``, the number
     of tokens the request's prompt (system, messages, tools) renders to,
-    after any context-management edits. Errors as for :func:`messages`."""
+    after any context-management edits; with ``context_management`` also
+    ``{"context_management": {"original_input_tokens": M}}``, the count
+    before the edits. Errors as for :func:`messages`."""
     try:
         req = decode_count_tokens_request(await request.body())
         engine = engine_of(request)
         model = engine.resolve(req.model)
-        generate = to_count_request(req, fmt.new_id("count_"), _images(request))
-        generate, _ = await _edited(engine, model, generate, req)
+        original = to_count_request(req, fmt.new_id("count_"), _images(request))
+        generate, applied = await _edited(engine, model, original, req)
+        before = None
+        if applied:
+            before = await _count_prompt(engine, model, original, list(original.messages or ()))
         headers = _dropped_headers(tool_set(req).dropped, generate.request_id)
         stream = await engine.submit(model, generate)
     except APIError as err:
@@ -312,7 +317,9 @@ async def count_tokens(request: Request) -> Response:
         refuse=lambda output: anthropic_error_response(fmt.output_error(output)),
         streamed=None,
         collect=lambda first: _prompt_tokens(stream, generate.request_id, first),
-        answer=lambda tokens: _json_response(fmt.count_tokens_body(tokens), headers),
+        answer=lambda tokens: _json_response(
+            fmt.count_tokens_body(tokens, None if applied is None else before or tokens), headers
+        ),
     )
 
 

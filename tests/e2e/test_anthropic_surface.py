@@ -393,5 +393,6 @@ def test_clear_thinking_edit_is_applied_and_reported(thinker):
     assert applied.cleared_input_tokens > 0
     count = thinker.beta.messages.count_tokens(
         model=TINY, messages=history, thinking={"type": "adaptive"}, context_management={"edits": [edit]}
-    ).input_tokens
-    assert count == m.usage.input_tokens + m.usage.cache_read_input_tokens
+    )
+    assert count.input_tokens == m.usage.input_tokens + m.usage.cache_read_input_tokens
+    assert count.context_management.original_input_tokens == count.input_tokens + applied.cleared_input_tokens

@@ -652,6 +652,15 @@ async def test_context_management_is_reported_streamed_or_not():
     assert "context_management" not in without.json()
 
 
+async def test_count_tokens_reports_the_original_count_with_context_management():
+    body = {"model": "m", "messages": USER, "context_management": {"edits": [{"type": "clear_thinking_20251015"}]}}
+    async with http(ScriptedEngine([out(prompt=7, finish="stop")])) as client:
+        edited = await client.post("/v1/messages/count_tokens", json=body)
+        plain = await client.post("/v1/messages/count_tokens", json={"model": "m", "messages": USER})
+    assert edited.json() == {"input_tokens": 7, "context_management": {"original_input_tokens": 7}}
+    assert plain.json() == {"input_tokens": 7}
+
+
 async def test_thinking_display_omitted_empties_the_block():
     script = [out(reasoning="secret", completion=1), out("ok", "stop", completion=2)]
     body = {**BODY, "thinking": {"type": "adaptive", "display": "omitted"}}
