@@ -1104,14 +1104,15 @@ def _thinking(req: _PromptFields) -> bool | None:
 
 
 def _thinking_budget(req: MessagesRequest) -> tuple[int | None, bool]:
-    """``(budget, best_effort)``: ``budget_tokens`` for enabled thinking
-    (enforced: a model whose reasoning cannot be capped answers 400); for
-    adaptive / between_tools thinking, or an effort with thinking absent,
-    the effort's budget (best effort: ignored where it cannot apply); else
-    none."""
+    """``(budget, best_effort)``: ``budget_tokens`` for enabled thinking;
+    for adaptive / between_tools thinking, or an effort with thinking
+    absent, the effort's budget; else none. Every budget is best effort
+    (as upstream, where it is a target): a model whose reasoning cannot be
+    capped (Harmony channels) runs without it, within ``max_tokens``, so
+    agents that always send a budget keep working there."""
     thinking = req.thinking
     if isinstance(thinking, ThinkingEnabled):
-        return thinking.budget_tokens, False
+        return thinking.budget_tokens, True
     if isinstance(thinking, ThinkingDisabled):
         return None, False
     level = effort(req)

@@ -72,7 +72,7 @@ def test_enabled_budget_wins_and_disabled_has_none():
     req = generate(
         thinking={"type": "enabled", "budget_tokens": 1024}, max_tokens=4096, output_config={"effort": "low"}
     )
-    assert req.thinking_budget == 1024 and not req.thinking_budget_best_effort
+    assert req.thinking_budget == 1024 and req.thinking_budget_best_effort
     off = generate(thinking={"type": "disabled"}, output_config={"effort": "high"})
     assert off.thinking is False and off.thinking_budget is None
 
