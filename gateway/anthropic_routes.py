@@ -41,16 +41,9 @@ from starlette.responses import Response
 
 from gateway import anthropic_format as fmt
 from gateway.anthropic_context import apply_edits
-from gateway.anthropic_schema import (
-    context_edits,
-    decode_count_tokens_request,
-    decode_messages_request,
-    omit_thinking,
-    to_count_request,
-    to_generate_request,
-    tool_set,
-)
+from gateway.anthropic_schema import decode_count_tokens_request, decode_messages_request, tool_set
 from gateway.anthropic_tools import DROPPED_TOOLS_HEADER
+from gateway.anthropic_translate import context_edits, omit_thinking, to_count_request, to_generate_request
 from gateway.engine_api import Engine, RequestStream
 from gateway.errors import APIError
 from gateway.request_flow import (

@@ -19,7 +19,7 @@ The decisions, in short:
   only the text reaches the model), ``document`` with a text or content
   source and ``search_result`` (rendered as text), ``tool_use``,
   ``tool_result`` (text, documents, search results, tool references;
-  images become :data:`IMAGE_PLACEHOLDER` or a 400, per the server key
+  images become a text placeholder or a 400, per the server key
   ``tool_result_images``), ``thinking``, ``redacted_thinking`` (left out:
   opaque to mlxd) and ``compaction`` (its summary text). ``image`` blocks
   elsewhere are a 400 (no vision); server-tool, MCP and container blocks are
@@ -30,9 +30,10 @@ The decisions, in short:
 * ``thinking``: ``enabled`` (its budget caps the reasoning block),
   ``adaptive`` and ``between_tools`` (reasoning on, budget from the effort),
   ``disabled``; ``display: "omitted"`` returns empty thinking blocks.
-* ``output_config.effort`` (also per system turn): a reasoning budget of
-  :data:`EFFORT_BUDGET_SHARE` of ``max_tokens``; ``output_config.format``
-  (or the older beta ``output_format``): a JSON Schema enforced by grammar.
+* ``output_config.effort`` (also per system turn): a reasoning budget, a
+  share of ``max_tokens`` (see :mod:`gateway.anthropic_translate`);
+  ``output_config.format`` (or the older beta ``output_format``): a JSON
+  Schema enforced by grammar.
 * ``context_management``: edits applied to the prompt
   (:mod:`gateway.anthropic_context`); ``compact_20260112``, ``compaction``
   (generation), ``thread`` and ``mcp_servers`` are refused.
@@ -42,8 +43,8 @@ The decisions, in short:
   ``fallbacks``, ``fallback_credit_token``, ``output_config.task_budget``,
   ``cache_control`` (honoured by the automatic prefix cache).
 
-:func:`to_generate_request` and :func:`to_count_request` turn a decoded
-request into the worker's :class:`~shared.protocol.GenerateRequest`.
+:mod:`gateway.anthropic_translate` turns a decoded request into the
+worker's :class:`~shared.protocol.GenerateRequest`.
 """
 
 from __future__ import annotations
@@ -54,13 +55,6 @@ from typing import Annotated, Any, Literal, Union
 import msgspec
 from msgspec import Meta, Raw
 
-from gateway.anthropic_context import (
-    DEFAULT_KEPT_THINKING_TURNS,
-    DEFAULT_KEPT_TOOL_USES,
-    ClearThinking,
-    ClearToolUses,
-    Edit,
-)
 from gateway.anthropic_tools import CacheControl, ToolName, ToolSet, offered_tools
 from gateway.errors import APIError, bad_request
 from gateway.openai_schema import (
@@ -77,26 +71,13 @@ from gateway.openai_schema import (
     TopP,
     decode_body,
 )
-from shared.protocol import ChatMessage, GenerateRequest, ResponseFormat, SamplingParams, ToolCall, ToolChoice
 
 MAX_TOOLS = 512
 """Most tools in one request."""
 MIN_THINKING_BUDGET = 1024
 """Smallest ``thinking.budget_tokens`` (Anthropic's minimum)."""
-TOOL_ERROR_PREFIX = "Error: "
-"""What starts the content of a tool result sent with ``is_error: true``, so
-the model sees that the tool failed (the worker's tool turns carry text only)."""
-IMAGE_PLACEHOLDER = "[image omitted: this model cannot see images]"
-"""What replaces an image inside a tool result when the server's
-``tool_result_images`` is ``placeholder`` (the default)."""
 
 Effort = Literal["low", "medium", "high", "xhigh", "max"]
-EFFORT_BUDGET_SHARE: dict[str, float | None] = {"low": 0.125, "medium": 0.25, "high": 0.5, "xhigh": 0.75, "max": None}
-"""Reasoning budget per ``output_config.effort``, as a share of
-``max_tokens`` (None: no cap beyond ``max_tokens``)."""
-DEFAULT_EFFORT: Effort = "high"
-"""The effort of adaptive thinking when the request names none (as in the
-Anthropic API)."""
 
 _NULL = Raw(b"null")
 
@@ -523,7 +504,7 @@ SystemParam = Union[Text, Annotated[list[TextBlock], Blocks], None]
 """``system``: a string or text blocks."""
 
 
-class _PromptFields(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+class PromptFields(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Fields both endpoints share: what makes up the prompt."""
 
     model: ModelName
@@ -543,7 +524,7 @@ class _PromptFields(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     mcp_servers: Annotated[list[Raw], Meta(max_length=64)] | None = None
 
 
-class MessagesRequest(_PromptFields, forbid_unknown_fields=True, kw_only=True):
+class MessagesRequest(PromptFields, forbid_unknown_fields=True, kw_only=True):
     """A decoded, validated ``POST /v1/messages`` body.
 
     Produced only by :func:`decode_messages_request`, which guarantees every
@@ -567,7 +548,7 @@ class MessagesRequest(_PromptFields, forbid_unknown_fields=True, kw_only=True):
     thread: Raw = _NULL
 
 
-class CountTokensRequest(_PromptFields, forbid_unknown_fields=True, kw_only=True):
+class CountTokensRequest(PromptFields, forbid_unknown_fields=True, kw_only=True):
     """A decoded, validated ``POST /v1/messages/count_tokens`` body.
 
     Produced only by :func:`decode_count_tokens_request`.
@@ -685,7 +666,7 @@ def _is_null(raw: Raw) -> bool:
     return bytes(raw).strip() == b"null"
 
 
-def _check_prompt(req: _PromptFields) -> None:
+def _check_prompt(req: PromptFields) -> None:
     """Checks shared by both endpoints: system, tools, tool choice, messages,
     context management, MCP servers.
 
@@ -697,7 +678,7 @@ def _check_prompt(req: _PromptFields) -> None:
     toolset = tool_set(req)
     _check_tool_choice(req.tool_choice, [tool.name for tool in toolset.tools], toolset.dropped_names)
     _check_messages(req.messages)
-    for index, edit in enumerate(_edits(req)):
+    for index, edit in enumerate(edits_of(req)):
         if isinstance(edit, CompactEdit):
             raise _not_supported(
                 f"context_management.edits[{index}].type",
@@ -707,17 +688,23 @@ def _check_prompt(req: _PromptFields) -> None:
         _check_prefill(req)
 
 
-def _edits(req: _PromptFields) -> list[Any]:
+def edits_of(req: PromptFields) -> list[Any]:
     """The request's context-management edits (empty when none)."""
     return list(req.context_management.edits or ()) if req.context_management else []
 
 
-def prefilled(req: _PromptFields) -> bool:
+def prefilled(req: PromptFields) -> bool:
     """Whether the request ends with an assistant turn to continue."""
     return req.messages[-1].role == "assistant"
 
 
-def _check_prefill(req: _PromptFields) -> None:
+def reasoning_on(req: PromptFields) -> bool:
+    """Whether ``thinking`` turns reasoning on (enabled, adaptive,
+    between_tools)."""
+    return isinstance(req.thinking, _REASONING_ON)
+
+
+def _check_prefill(req: PromptFields) -> None:
     """A final assistant turn must be text only, not end with whitespace,
     and come without reasoning turned on or a forced tool choice.
 
@@ -726,13 +713,13 @@ def _check_prefill(req: _PromptFields) -> None:
     """
     last = len(req.messages) - 1
     message = req.messages[last]
-    for number, block in enumerate(_blocks(message)):
+    for number, block in enumerate(blocks_of(message)):
         if not isinstance(block, TextBlock):
             raise _not_supported(
                 f"messages[{last}].content[{number}].type",
                 f"'{_tag(block)}' blocks in a final (pre-filled) assistant turn",
             )
-    text = message.content if isinstance(message.content, str) else _text_of(message.content)  # type: ignore[arg-type]
+    text = message.content if isinstance(message.content, str) else text_of(message.content)  # type: ignore[arg-type]
     if text != text.rstrip():
         raise _invalid(f"messages[{last}].content", "final assistant content cannot end with trailing whitespace")
     if isinstance(req.thinking, _REASONING_ON):
@@ -741,7 +728,7 @@ def _check_prefill(req: _PromptFields) -> None:
         raise _not_supported("tool_choice", f"tool_choice '{_tag(req.tool_choice)}' with a pre-filled response")
 
 
-def tool_set(req: _PromptFields) -> ToolSet:
+def tool_set(req: PromptFields) -> ToolSet:
     """The request's tools sorted into offered and dropped
     (:func:`gateway.anthropic_tools.offered_tools`).
 
@@ -784,11 +771,11 @@ def _check_messages(messages: list[MessageParam]) -> None:
                 raise _invalid(f"{path}.content", "Field required")
         elif message.content is None and message.output_config is None:
             raise _invalid(f"{path}.content", "a system turn needs content or output_config")
-        for number, block in enumerate(_blocks(message)):
+        for number, block in enumerate(blocks_of(message)):
             _check_block(block, message.role, f"{path}.content[{number}]", tool_use_ids)
 
 
-def _blocks(message: MessageParam) -> list[Any]:
+def blocks_of(message: MessageParam) -> list[Any]:
     """The message's blocks (none for string or absent content)."""
     return message.content if isinstance(message.content, list) else []
 
@@ -805,7 +792,7 @@ def _check_block(block: Any, role: str, path: str, tool_use_ids: set[str]) -> No
     if tag in _REFUSED_BLOCKS:
         raise _not_supported(f"{path}.type", f"content block type '{tag}' ({_REFUSED_BLOCKS[tag]})")
     if isinstance(block, ImageBlock):
-        raise _no_vision(f"{path}.type")
+        raise no_vision(f"{path}.type")
     allowed = {"user": _USER_BLOCKS, "assistant": _ASSISTANT_BLOCKS, "system": (TextBlock,)}[role]
     if not isinstance(block, allowed):
         raise _invalid(f"{path}.type", f"'{tag}' blocks are not allowed in {role} turns")
@@ -820,7 +807,7 @@ def _check_block(block: Any, role: str, path: str, tool_use_ids: set[str]) -> No
         raise _not_supported(f"{path}.content", "a compaction block without readable 'content'")
 
 
-def _no_vision(param: str) -> APIError:
+def no_vision(param: str) -> APIError:
     """The 400 for an image the model cannot see."""
     return _invalid(param, "this model has no vision support, so 'image' blocks cannot be read")
 
@@ -841,7 +828,7 @@ def _check_document(block: DocumentBlock, path: str) -> None:
     if isinstance(source, ContentSource) and isinstance(source.content, list):
         for number, item in enumerate(source.content):
             if isinstance(item, ImageBlock):
-                raise _no_vision(f"{path}.source.content[{number}].type")
+                raise no_vision(f"{path}.source.content[{number}].type")
 
 
 def _check_tool_use(block: ToolUseBlock, path: str) -> None:
@@ -880,334 +867,13 @@ def _check_tool_result(block: ToolResultBlock, path: str, tool_use_ids: set[str]
                 _check_document(item, item_path)
 
 
-# --- translation ---------------------------------------------------------------
+# --- shared with the translation -----------------------------------------------
 
 
-def _text_of(content: str | list[TextBlock] | None) -> str:
+def text_of(content: str | list[TextBlock] | None) -> str:
     """Text content as one string (text blocks concatenated)."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
     return "".join(block.text for block in content)
-
-
-def _document_text(block: DocumentBlock) -> str:
-    """A (checked) text document as text: its title, context and body."""
-    source = block.source
-    if isinstance(source, PlainTextSource):
-        body = source.data
-    else:
-        content = source.content  # type: ignore[union-attr]
-        body = content if isinstance(content, str) else _text_of([b for b in content if isinstance(b, TextBlock)])
-    head = "\n".join(part for part in (block.title, block.context) if part)
-    return f"{head}\n\n{body}" if head else body
-
-
-def _search_result_text(block: SearchResultBlock) -> str:
-    """A search result as text: title, source, then its text."""
-    return f"{block.title}\n{block.source}\n\n{_text_of(block.content)}"
-
-
-def _block_text(block: Any, images: str, path: str) -> str:
-    """The text a readable block contributes to the prompt.
-
-    Raises:
-        APIError: 400 for an image when ``images`` is ``refuse``.
-    """
-    if isinstance(block, TextBlock):
-        return block.text
-    if isinstance(block, DocumentBlock):
-        return _document_text(block)
-    if isinstance(block, SearchResultBlock):
-        return _search_result_text(block)
-    if isinstance(block, ToolReferenceBlock):
-        return f"Tool: {block.tool_name}"
-    if isinstance(block, CompactionBlock):
-        return block.content or ""
-    if isinstance(block, ImageBlock):
-        if images == "refuse":
-            raise _no_vision(f"{path}.type")
-        return IMAGE_PLACEHOLDER
-    return ""
-
-
-def _joined(items: list[tuple[Any, str]], images: str) -> str:
-    """The text of readable ``(block, path)`` items: consecutive text blocks
-    concatenated, every other block on a line of its own.
-
-    Raises:
-        APIError: 400 for an image when ``images`` is ``refuse``.
-    """
-    parts: list[str] = []
-    previous: Any = None
-    for block, path in items:
-        piece = _block_text(block, images, path)
-        if parts and not (isinstance(block, TextBlock) and isinstance(previous, TextBlock)):
-            piece = "\n" + piece
-        parts.append(piece)
-        previous = block
-    return "".join(parts)
-
-
-def _tool_result_message(block: ToolResultBlock, names: dict[str, str], images: str, path: str) -> ChatMessage:
-    """The ``tool`` turn for one tool result (``name`` from its tool use).
-
-    Raises:
-        APIError: 400 for an image when ``images`` is ``refuse``.
-    """
-    content = block.content
-    if content is None or isinstance(content, str):
-        text = content or ""
-    else:
-        text = _joined([(item, f"{path}.content[{number}]") for number, item in enumerate(content)], images)
-    if block.is_error:
-        text = TOOL_ERROR_PREFIX + text
-    return ChatMessage(role="tool", content=text, tool_call_id=block.tool_use_id, name=names.get(block.tool_use_id))
-
-
-def _user_messages(message: MessageParam, names: dict[str, str], images: str, path: str) -> list[ChatMessage]:
-    """A user turn: one ``tool`` message per tool result, in order, then one
-    ``user`` message with the rest (when there is any or no tool results).
-
-    Raises:
-        APIError: 400 for an image in a tool result when ``images`` is
-        ``refuse``.
-    """
-    if isinstance(message.content, str):
-        return [ChatMessage(role="user", content=message.content)]
-    numbered = [(block, f"{path}.content[{number}]") for number, block in enumerate(_blocks(message))]
-    out = [_tool_result_message(b, names, images, at) for b, at in numbered if isinstance(b, ToolResultBlock)]
-    rest = [(b, at) for b, at in numbered if not isinstance(b, ToolResultBlock)]
-    if rest or not out:
-        out.append(ChatMessage(role="user", content=_joined(rest, images)))
-    return out
-
-
-def _assistant_message(message: MessageParam, names: dict[str, str]) -> ChatMessage:
-    """An assistant turn: text (and compaction summaries), reasoning
-    (thinking blocks; redacted ones left out) and tool calls (``arguments``
-    the JSON text of ``input``); records tool names by id."""
-    if isinstance(message.content, str):
-        return ChatMessage(role="assistant", content=message.content)
-    blocks = _blocks(message)
-    calls = [
-        ToolCall(id=b.id, name=b.name, arguments=_encoder.encode(b.input).decode())
-        for b in blocks
-        if isinstance(b, ToolUseBlock)
-    ]
-    names.update((call.id, call.name) for call in calls)
-    reasoning = "".join(b.thinking for b in blocks if isinstance(b, ThinkingBlock))
-    text = "".join(_block_text(b, "refuse", "") for b in blocks if isinstance(b, (TextBlock, CompactionBlock)))
-    return ChatMessage(role="assistant", content=text, tool_calls=calls or None, reasoning=reasoning or None)
-
-
-def _system_text(message: MessageParam) -> str:
-    """A system turn's text."""
-    return _text_of(message.content)  # type: ignore[arg-type]  # checked: text only
-
-
-def _shown_system(messages: list[MessageParam], index: int) -> bool:
-    """Whether system turn ``index`` reaches the model: not when it has no
-    text, nor when it is cleared at the next user turn and one follows."""
-    message = messages[index]
-    if not _system_text(message):
-        return False
-    if message.clear_at == "next_user_message":
-        return not any(later.role == "user" for later in messages[index + 1 :])
-    return True
-
-
-def chat_messages(req: _PromptFields, images: str = "placeholder") -> list[ChatMessage]:
-    """The worker's messages for a validated request.
-
-    The system text (top-level ``system`` and any system turns before the
-    first user or assistant turn, joined by blank lines) is a leading
-    ``system`` message when not empty; later system turns stay ``system``
-    messages in place (the worker folds them into the next user turn when the
-    chat template refuses them); every other turn is translated (see
-    :func:`_user_messages` and :func:`_assistant_message`). ``images``
-    (``placeholder`` or ``refuse``) decides what an image in a tool result
-    becomes.
-
-    Raises:
-        APIError: 400 for an image in a tool result when ``images`` is
-        ``refuse``.
-    """
-    messages = req.messages
-    leading = next((i for i, m in enumerate(messages) if m.role != "system"), len(messages))
-    system = [_text_of(req.system)] + [
-        _system_text(m) for i, m in enumerate(messages[:leading]) if _shown_system(messages, i)
-    ]
-    out: list[ChatMessage] = []
-    joined = "\n\n".join(part for part in system if part)
-    if joined:
-        out.append(ChatMessage(role="system", content=joined))
-    names: dict[str, str] = {}
-    for index in range(leading, len(messages)):
-        message = messages[index]
-        if message.role == "system":
-            if _shown_system(messages, index):
-                out.append(ChatMessage(role="system", content=_system_text(message)))
-        elif message.role == "user":
-            out.extend(_user_messages(message, names, images, f"messages[{index}]"))
-        else:
-            out.append(_assistant_message(message, names))
-    return out
-
-
-_TOOL_CHOICES: dict[type, ToolChoice] = {
-    ToolChoiceAuto: "auto",
-    ToolChoiceAny: "required",
-    ToolChoiceTool: "function",
-    ToolChoiceNone: "none",
-}
-
-
-def _tool_fields(req: _PromptFields) -> dict[str, Any]:
-    """The GenerateRequest tool fields: ``tools`` (None when none are
-    offered), ``tool_choice`` (auto/required/function/none),
-    ``tool_choice_name`` and ``parallel_tool_calls`` (False with
-    ``disable_parallel_tool_use``)."""
-    tools = tool_set(req).tools
-    choice = req.tool_choice
-    return {
-        "tools": tools or None,
-        "tool_choice": "auto" if choice is None else _TOOL_CHOICES[type(choice)],
-        "tool_choice_name": choice.name if isinstance(choice, ToolChoiceTool) else None,
-        "parallel_tool_calls": not getattr(choice, "disable_parallel_tool_use", None),
-    }
-
-
-def effort(req: _PromptFields) -> Effort | None:
-    """The effort in force: that of the last system turn setting one, else
-    ``output_config.effort``, else None."""
-    for message in reversed(req.messages):
-        if message.output_config is not None and message.output_config.effort is not None:
-            return message.output_config.effort
-    return req.output_config.effort if req.output_config else None
-
-
-def effort_budget(level: Effort, max_tokens: int) -> int | None:
-    """The reasoning budget of effort ``level`` for ``max_tokens``: its
-    :data:`EFFORT_BUDGET_SHARE`, at least 1 token (None for ``max``)."""
-    share = EFFORT_BUDGET_SHARE[level]
-    return None if share is None else max(1, int(max_tokens * share))
-
-
-def _thinking(req: _PromptFields) -> bool | None:
-    """Reasoning on (enabled, adaptive, between_tools), off (disabled), or
-    the template's default (absent)."""
-    if req.thinking is None:
-        return None
-    return isinstance(req.thinking, _REASONING_ON)
-
-
-def _thinking_budget(req: MessagesRequest) -> tuple[int | None, bool]:
-    """``(budget, best_effort)``: ``budget_tokens`` for enabled thinking;
-    for adaptive / between_tools thinking, or an effort with thinking
-    absent, the effort's budget; else none. Every budget is best effort
-    (as upstream, where it is a target): a model whose reasoning cannot be
-    capped (Harmony channels) runs without it, within ``max_tokens``, so
-    agents that always send a budget keep working there."""
-    thinking = req.thinking
-    if isinstance(thinking, ThinkingEnabled):
-        return thinking.budget_tokens, True
-    if isinstance(thinking, ThinkingDisabled):
-        return None, False
-    level = effort(req)
-    if thinking is None and level is None:
-        return None, False
-    return effort_budget(level or DEFAULT_EFFORT, req.max_tokens), True
-
-
-def omit_thinking(req: _PromptFields) -> bool:
-    """Whether ``thinking.display`` is ``omitted`` (thinking blocks carry no
-    text)."""
-    return getattr(req.thinking, "display", None) == "omitted"
-
-
-def _response_format(req: MessagesRequest) -> ResponseFormat | None:
-    """``output_config.format`` (or ``output_format``) as a JSON-schema
-    response format, enforced by the worker's grammar."""
-    fmt = req.output_config.format if req.output_config and req.output_config.format else req.output_format
-    return ResponseFormat(type="json_schema", schema=fmt.schema, strict=True) if fmt else None
-
-
-def context_edits(req: _PromptFields) -> list[Edit]:
-    """The request's clear-thinking / clear-tool-uses edits, with defaults
-    filled in (keep-all thinking edits are None-keep: no-ops)."""
-    out: list[Edit] = []
-    for edit in _edits(req):
-        if isinstance(edit, ClearThinkingEdit):
-            keep = edit.keep
-            if keep is None:
-                out.append(ClearThinking(DEFAULT_KEPT_THINKING_TURNS))
-            else:
-                out.append(ClearThinking(keep.value if isinstance(keep, KeepThinkingTurns) else None))
-        elif isinstance(edit, ClearToolUsesEdit):
-            trigger = edit.trigger
-            inputs = edit.clear_tool_inputs
-            out.append(
-                ClearToolUses(
-                    trigger_tokens=trigger.value if isinstance(trigger, TokensTrigger) else None,
-                    trigger_uses=trigger.value if isinstance(trigger, ToolUsesTrigger) else None,
-                    keep=edit.keep.value if edit.keep else DEFAULT_KEPT_TOOL_USES,
-                    clear_at_least=edit.clear_at_least.value if edit.clear_at_least else 0,
-                    exclude=frozenset(edit.exclude_tools or ()),
-                    clear_inputs=bool(inputs) if not isinstance(inputs, list) else frozenset(inputs),
-                )
-            )
-    return out
-
-
-def _sampling(req: MessagesRequest) -> SamplingParams:
-    """The worker's sampling settings; unset fields take Anthropic's defaults
-    (temperature 1, no top-p / top-k filtering)."""
-    return SamplingParams(
-        max_tokens=req.max_tokens,
-        temperature=1.0 if req.temperature is None else req.temperature,
-        top_p=1.0 if req.top_p is None else req.top_p,
-        top_k=req.top_k or 0,
-        stop=list(req.stop_sequences or ()),
-    )
-
-
-def to_generate_request(req: MessagesRequest, request_id: str, images: str = "placeholder") -> GenerateRequest:
-    """Translate a validated messages request into the worker's request
-    (one choice; ``timeout`` left for the engine to fill in). ``images`` as
-    for :func:`chat_messages`.
-
-    Raises:
-        APIError: 400 as :func:`chat_messages`.
-    """
-    budget, best_effort = _thinking_budget(req)
-    return GenerateRequest(
-        request_id=request_id,
-        sampling=_sampling(req),
-        messages=chat_messages(req, images),
-        thinking=_thinking(req),
-        thinking_budget=budget,
-        continue_final=prefilled(req),
-        response_format=_response_format(req),
-        thinking_budget_best_effort=best_effort,
-        **_tool_fields(req),
-    )
-
-
-def to_count_request(req: _PromptFields, request_id: str, images: str = "placeholder") -> GenerateRequest:
-    """Translate a validated request into a ``count_only`` worker request
-    rendering the same prompt.
-
-    Raises:
-        APIError: 400 as :func:`chat_messages`.
-    """
-    return GenerateRequest(
-        request_id=request_id,
-        sampling=SamplingParams(),
-        messages=chat_messages(req, images),
-        thinking=_thinking(req),
-        count_only=True,
-        continue_final=prefilled(req),
-        **_tool_fields(req),
-    )

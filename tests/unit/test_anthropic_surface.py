@@ -10,17 +10,15 @@ import json
 import pytest
 
 from gateway.anthropic_context import CLEARED_RESULT, ClearToolUses, apply_edits
-from gateway.anthropic_schema import (
+from gateway.anthropic_schema import decode_count_tokens_request, decode_messages_request, tool_set
+from gateway.anthropic_tools import CLIENT_TOOL_SCHEMAS
+from gateway.anthropic_translate import (
     context_edits,
-    decode_count_tokens_request,
-    decode_messages_request,
     effort_budget,
     omit_thinking,
     to_count_request,
     to_generate_request,
-    tool_set,
 )
-from gateway.anthropic_tools import CLIENT_TOOL_SCHEMAS
 from gateway.errors import APIError
 from shared.protocol import ChatMessage, ResponseFormat, ToolCall
 from worker.chat_render import fold_late_system
