@@ -297,9 +297,8 @@ ContentBlock = Union[ThinkingContent, TextContent, ToolUseContent]
 """Any block of a response's ``content``."""
 
 
-class Message(msgspec.Struct, kw_only=True, omit_defaults=False):
-    """A ``message`` object (``stop_reason`` null only in ``message_start``).
-    ``context_management`` is sent only when the request asked for edits."""
+class Message(msgspec.Struct, kw_only=True):
+    """A ``message`` object (``stop_reason`` null only in ``message_start``)."""
 
     id: str
     type: Literal["message"] = "message"
@@ -312,13 +311,22 @@ class Message(msgspec.Struct, kw_only=True, omit_defaults=False):
     container: None = None
     diagnostics: None = None
     usage: Usage
-    context_management: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
 
 
-def context_management(applied: list[dict[str, Any]] | None) -> dict[str, Any] | msgspec.UnsetType:
-    """The ``context_management`` response field for the ``applied`` edits
-    (unset when the request had no context management)."""
-    return msgspec.UNSET if applied is None else {"applied_edits": applied}
+class ManagedMessage(Message, kw_only=True):
+    """A ``message`` answering a request with context management: also its
+    ``context_management`` (``{"applied_edits": [...]}``)."""
+
+    context_management: dict[str, Any]
+
+
+def new_message(applied: list[dict[str, Any]] | None, **fields: Any) -> Message:
+    """A :class:`Message` of ``fields``, or a :class:`ManagedMessage` with the
+    ``applied`` edits when the request had context management (``applied``
+    not None)."""
+    if applied is None:
+        return Message(**fields)
+    return ManagedMessage(**fields, context_management={"applied_edits": applied})
 
 
 class MessageCollector:
@@ -384,14 +392,14 @@ class MessageCollector:
         """
         finish = self._finish
         reason, sequence = stop_reason(finish.finish_reason, finish.stop_sequence) if finish else ("end_turn", None)
-        message = Message(
+        message = new_message(
+            self._applied_edits,
             id=message_id,
             model=model,
             content=self.content(),
             stop_reason=reason,
             stop_sequence=sequence,
             usage=self.tally.usage(),
-            context_management=context_management(self._applied_edits),
         )
         return encode(message)
 
@@ -447,7 +455,7 @@ class MessageEventStream:
         self._message_id = message_id
         self._model = model
         self._omit_thinking = omit_thinking
-        self._context = context_management(applied_edits)
+        self._applied_edits = applied_edits
         self.tally = UsageTally()
         self._open: BlockKey | None = None
         self._open_index = -1
@@ -457,12 +465,8 @@ class MessageEventStream:
     def start(self, first: RequestOutput) -> bytes:
         """``message_start`` (usage from ``first``) and a ``ping``."""
         self.tally.add(first)
-        message = Message(
-            id=self._message_id,
-            model=self._model,
-            content=[],
-            usage=self.tally.usage(),
-            context_management=self._context,
+        message = new_message(
+            self._applied_edits, id=self._message_id, model=self._model, content=[], usage=self.tally.usage()
         )
         return sse.json_frame({"type": "message_start", "message": message}, event="message_start") + (
             sse.json_frame({"type": "ping"}, event="ping")
@@ -493,8 +497,8 @@ class MessageEventStream:
             "delta": {"stop_reason": reason, "stop_sequence": sequence, "stop_details": None, "container": None},
             "usage": self.tally.delta_usage(),
         }
-        if self._context is not msgspec.UNSET:
-            delta["context_management"] = self._context
+        if self._applied_edits is not None:
+            delta["context_management"] = {"applied_edits": self._applied_edits}
         return (
             self._close()
             + sse.json_frame(delta, event="message_delta")
