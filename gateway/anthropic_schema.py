@@ -74,8 +74,11 @@ from gateway.openai_schema import (
 
 MAX_TOOLS = 512
 """Most tools in one request."""
-MIN_THINKING_BUDGET = 1024
-"""Smallest ``thinking.budget_tokens`` (Anthropic's minimum)."""
+MIN_THINKING_BUDGET = 1
+"""Smallest ``thinking.budget_tokens``. Anthropic requires 1024; mlxd takes
+any positive budget, since local deployments often cap output lower (Claude
+Code with ``CLAUDE_CODE_MAX_OUTPUT_TOKENS`` below 1025 sends
+``max_tokens - 1``)."""
 
 Effort = Literal["low", "medium", "high", "xhigh", "max"]
 

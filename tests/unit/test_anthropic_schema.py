@@ -412,7 +412,8 @@ def test_tool_errors():
 def test_thinking():
     assert generate(max_tokens=2048, thinking={"type": "enabled", "budget_tokens": 1024}).thinking is True
     assert generate(thinking={"type": "disabled"}).thinking is False
-    refused("thinking.budget_tokens", max_tokens=4096, thinking={"type": "enabled", "budget_tokens": 1023})
+    refused("thinking.budget_tokens", max_tokens=4096, thinking={"type": "enabled", "budget_tokens": 0})
+    assert generate(max_tokens=300, thinking={"type": "enabled", "budget_tokens": 299}).thinking_budget == 299
     err = refused("thinking.budget_tokens", max_tokens=2048, thinking={"type": "enabled", "budget_tokens": 2048})
     assert "max_tokens" in err.message
     refused("thinking.budget_tokens", thinking={"type": "enabled"})
