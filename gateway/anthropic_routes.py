@@ -21,7 +21,8 @@ aborts the request in the worker.
 Before submitting, context-management edits are applied to the prompt
 (:mod:`gateway.anthropic_context`; token counts come from the worker as
 ``count_only`` requests), and tools mlxd drops (server tools) are logged and
-named in the ``x-mlxd-dropped-tools`` header of the answer. Images inside
+named in the ``x-mlxd-dropped-tools`` header of the answer
+(:mod:`gateway.dropped_tools`). Images inside
 tool results follow ``server.tool_result_images``.
 
 Errors are Anthropic-shaped (see :func:`anthropic_error_response`); every
@@ -42,8 +43,8 @@ from starlette.responses import Response
 from gateway import anthropic_format as fmt
 from gateway.anthropic_context import apply_edits
 from gateway.anthropic_schema import decode_count_tokens_request, decode_messages_request, tool_set
-from gateway.anthropic_tools import DROPPED_TOOLS_HEADER
 from gateway.anthropic_translate import context_edits, omit_thinking, to_count_request, to_generate_request
+from gateway.dropped_tools import dropped_headers
 from gateway.engine_api import Engine, RequestStream
 from gateway.errors import APIError
 from gateway.request_flow import (
@@ -93,17 +94,6 @@ def _images(request: Request) -> str:
     without a config)."""
     config = getattr(request.app.state, "config", None)
     return "placeholder" if config is None else config.server.tool_result_images
-
-
-def _dropped_headers(dropped: list[str], request_id: str) -> dict[str, str]:
-    """The ``x-mlxd-dropped-tools`` header for ``dropped`` tool types (in
-    request order, without duplicates; none when nothing was dropped); logs
-    them once."""
-    unique = list(dict.fromkeys(dropped))
-    if not unique:
-        return {}
-    log.info("request %s: dropped tools mlxd cannot run: %s", request_id, ", ".join(unique))
-    return {DROPPED_TOOLS_HEADER: ",".join(unique)}
 
 
 async def _count_prompt(engine: Engine, model: str, generate: GenerateRequest, messages: list[ChatMessage]) -> int:
@@ -223,7 +213,7 @@ async def _submit(request: Request) -> _Job:
     model = engine.resolve(req.model)
     generate = to_generate_request(req, fmt.new_id("msg_"), _images(request))
     generate, applied = await _edited(engine, model, generate, req)
-    headers = _dropped_headers(tool_set(req).dropped, generate.request_id)
+    headers = dropped_headers(tool_set(req).dropped, request.url.path)
     stream = await engine.submit(model, generate)
     return _Job(generate, model, bool(req.stream), stream, headers, omit_thinking(req), applied)
 
@@ -299,7 +289,7 @@ async def count_tokens(request: Request) -> Response:
         before = None
         if applied:
             before = await _count_prompt(engine, model, original, list(original.messages or ()))
-        headers = _dropped_headers(tool_set(req).dropped, generate.request_id)
+        headers = dropped_headers(tool_set(req).dropped, request.url.path)
         stream = await engine.submit(model, generate)
     except APIError as err:
         return anthropic_error_response(err)

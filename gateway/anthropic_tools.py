@@ -20,7 +20,7 @@ its ``type``; an unknown ``type`` is a 400 naming it. Three kinds:
   computer/browser tools (they need a model that sees screenshots). They are
   dropped, not refused: the turn runs without them, the gateway logs them
   and names them (their ``type``) in the ``x-mlxd-dropped-tools`` response
-  header. A ``tool_choice`` naming a dropped tool is a 400.
+  header (:mod:`gateway.dropped_tools`). A ``tool_choice`` naming a dropped tool is a 400.
 
 :func:`offered_tools` does the sorting; no I/O, any thread.
 """
@@ -38,10 +38,6 @@ from shared.protocol import Tool
 
 ToolName = Annotated[str, Meta(pattern=r"^[a-zA-Z0-9_-]{1,128}$")]
 """A custom tool's name: 1..128 characters of ``[a-zA-Z0-9_-]``."""
-
-DROPPED_TOOLS_HEADER = "x-mlxd-dropped-tools"
-"""Response header listing (comma-separated ``type`` values) the tools a
-request offered that mlxd dropped."""
 
 Caller = Literal["direct", "code_execution_20250825", "code_execution_20260120", "code_execution_20260521"]
 
