@@ -178,7 +178,9 @@ class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True, tag="generate")
     continuation only. ``thinking_budget`` (None: no separate cap) is the
     most tokens a reasoning block may take: when it is used up, the worker
     writes the model's closing marker for the block, so the answer follows
-    within ``max_tokens``.
+    within ``max_tokens``. ``thinking_budget_best_effort``: a model whose
+    reasoning block cannot be capped (no single closing marker) ignores the
+    budget instead of refusing the request.
     """
 
     request_id: str
@@ -198,6 +200,7 @@ class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True, tag="generate")
     continue_final: bool = False
     thinking_budget: int | None = None
     max_tool_calls: int | None = None
+    thinking_budget_best_effort: bool = False
 
 
 class AbortRequest(msgspec.Struct, frozen=True, tag="abort"):
