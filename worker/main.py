@@ -93,6 +93,7 @@ class Worker:
         self.memory_limit = memory_limit
         self.cache_limit = cache_limit
         self._requests = requests
+        self._outputs = outputs
         out_codec = worker_codec()
         self._scheduler: Scheduler | None = None
         self._prompts: PromptBuilder | None = None
@@ -168,10 +169,13 @@ class Worker:
                 exc,
                 exc_info=exc,
             )
-            if thread != "output":
+            quiet = thread == "output"  # the dying thread is the socket's only writer
+            if not quiet:
                 fail = FailAll("the model worker failed; retry the request")
                 self.output.queue.put(fail)
-                fail.done.wait(FAIL_ALL_SECONDS)
+                quiet = fail.done.wait(FAIL_ALL_SECONDS)  # the output thread has returned
+            if quiet:  # deliver what was sent before exiting (os._exit drops queued frames)
+                self._outputs.close(linger=int(FAIL_ALL_SECONDS * 1000))
             logging.shutdown()
             os._exit(EXIT_THREAD_DIED)
 

@@ -144,7 +144,11 @@ def stream_until_error(client, errors: list, received: list, started: threading.
     not complete)."""
     try:
         s = client.chat.completions.create(
-            model=TINY, messages=[{"role": "user", "content": "go"}], max_tokens=1900, stream=True
+            model=TINY,
+            messages=[{"role": "user", "content": "go"}],
+            max_tokens=1900,
+            stream=True,
+            extra_body={"ignore_eos": True},
         )
         for chunk in s:
             if chunk.choices and chunk.choices[0].delta.content:
@@ -163,7 +167,7 @@ def test_thread_death_fails_requests_and_restarts(tiny_model_dir, tmp_path, poin
     gets an error, the worker exits (no heartbeats from a half-dead worker)
     and a fresh worker serves the next request."""
     marker = tmp_path / "fault-fired"
-    spec = {"scheduler": "scheduler@40", "input": "input@3", "output": "output@40"}[point]
+    spec = {"scheduler": "scheduler@1200", "input": "input@3", "output": "output@1200"}[point]
     srv = start_server(
         tmp_path,
         [{"name": TINY, "source": str(tiny_model_dir)}],
@@ -182,8 +186,7 @@ def test_thread_death_fails_requests_and_restarts(tiny_model_dir, tmp_path, poin
             t = threading.Thread(target=stream_until_error, args=(client, errors, received, started))
             t.start()
             threads.append(t)
-            if point == "input":
-                assert started.wait(30)
+            assert started.wait(30)  # admitted and streaming before the next one (and before the fault)
         if point == "input":
             t = threading.Thread(target=stream_until_error, args=(client, errors, received, threading.Event()))
             t.start()
