@@ -184,6 +184,7 @@ class Worker:
             started = time.monotonic()
             import mlx.core as mx
 
+            from worker.cache_profile import profile_model, require_batchable
             from worker.decode import default_host_sampling
             from worker.detok import TokenDecoder
             from worker.grammar import GrammarCompiler
@@ -216,6 +217,9 @@ class Worker:
             )
             budget = self.config.prefix_cache_bytes
             host_sampling = default_host_sampling()
+            cache_profile = profile_model(loaded.model)
+            log.info("model %s %s", self.config.name, cache_profile.describe())
+            require_batchable(cache_profile, self.config.name)
             scheduler = Scheduler(
                 loaded.model,
                 set(loaded.eos_token_ids),
@@ -225,6 +229,7 @@ class Worker:
                 prefill_batch_size=self.config.prefill_batch_size,
                 prefill_step_size=self.config.prefill_step_size,
                 host_sampling=host_sampling,
+                checkpoints=not cache_profile.trimmable,
             )
             memory = mlx_memory.sample()
             self.output.queue.put(

@@ -60,17 +60,29 @@ class PrefixCache:
         return len(self._lru)
 
     def fetch(self, prompt: list[int]) -> Lookup:
-        """Return the longest reusable prefix state for ``prompt`` (non-empty)."""
+        """Return the longest reusable prefix state for ``prompt`` (non-empty).
+
+        The engine needs at least one token to feed, so an exact hit gives
+        its last token back: a trimmable state is cut by one token; a state
+        that cannot be trimmed (state-space layers, a wrapped sliding
+        window) is only usable when it ends exactly where the rest of the
+        prompt starts, so the lookup is repeated for ``prompt[:-1]`` (the
+        scheduler's prompt-end checkpoints are stored there, so an exact
+        repeat reuses all but the last token whatever the cache).
+        """
         self.queries += 1
         cache, remaining = self._lru.fetch_nearest_cache(self.model_key, prompt)
+        if cache is not None and not remaining:
+            if can_trim_prompt_cache(cache):
+                trim_prompt_cache(cache, 1)
+                remaining = prompt[-1:]
+            elif len(prompt) < 2:
+                cache = None
+            else:
+                cache, remaining = self._lru.fetch_nearest_cache(self.model_key, prompt[:-1])
+                remaining = list(remaining) + prompt[-1:]
         if cache is None:
             return Lookup(None, 0, list(prompt))
-        if not remaining:
-            # an exact hit: give back the last token so the engine has input
-            if not can_trim_prompt_cache(cache):
-                return Lookup(None, 0, list(prompt))
-            trim_prompt_cache(cache, 1)
-            remaining = prompt[-1:]
         cached = len(prompt) - len(remaining)
         if cached <= 0:
             return Lookup(None, 0, list(prompt))

@@ -9,7 +9,15 @@ log-probabilities where asked) go to the output thread as one
 job.
 
 Prompts start from the longest reusable prefix in the :class:`PrefixCache`,
-and finished sequences leave their KV state there. A request with ``n``
+and finished (or aborted) sequences leave their state there. For a model
+whose cache cannot be trimmed (state-space layers, sliding windows; see
+:mod:`worker.cache_profile`) a finished sequence's state only helps a prompt
+that continues exactly where it ended, so the scheduler also keeps
+prompt-end checkpoints: the prompt is inserted in segments (mlx-lm's
+``insert_segments``) ending at the last message boundary and at the
+prompt's last-but-one token, and the state at each segment end is copied
+into the prefix cache. An exact repeat, a retry and the next turn of a
+chat then continue from one of them. A request with ``n``
 choices is prefilled once; each choice then decodes from its own copy.
 
 Threads: :meth:`Scheduler.run` and :meth:`Scheduler.warm_up` execute on the
@@ -63,7 +71,9 @@ class Admission:
     reasoning block (None: no cap). ``reasoning_close``: the prompt opened
     a reasoning block that these tokens close; the grammar (``matchers``)
     then applies only from the end of that block, so the model reasons
-    first and the constrained answer follows.
+    first and the constrained answer follows. ``boundaries``: prompt
+    positions where a chat message starts (the last message's start),
+    where a model whose cache cannot be trimmed keeps a checkpoint.
     """
 
     request_id: str
@@ -77,6 +87,7 @@ class Admission:
     received: float = 0.0
     thinking_budget: ThinkingBudget | None = None
     reasoning_close: tuple[int, ...] | None = None
+    boundaries: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -192,7 +203,9 @@ class Scheduler:
     have been loaded on the thread that calls :meth:`run`. ``cache`` is the
     prefix cache (None disables reuse). ``host_sampling`` picks where
     sampling and log-probabilities are computed (see :mod:`worker.decode`;
-    None: NumPy on the CPU backend, MLX on a GPU).
+    None: NumPy on the CPU backend, MLX on a GPU). ``checkpoints``: keep
+    prompt-end and message-boundary snapshots (for caches that cannot be
+    trimmed; see the module docstring).
     """
 
     def __init__(
@@ -206,6 +219,7 @@ class Scheduler:
         prefill_batch_size: int,
         prefill_step_size: int,
         host_sampling: bool | None = None,
+        checkpoints: bool = False,
     ) -> None:
         self._model = model
         self._eos = sorted(eos_token_ids)
@@ -213,6 +227,8 @@ class Scheduler:
         self.cache = cache
         self._prefill_step = prefill_step_size
         self._host_sampling = host_sampling
+        self._checkpoints = checkpoints and cache is not None
+        self._marks: dict[int, tuple[list[int], int, set[int]]] = {}
         self._prefill_batch = prefill_batch_size
         self._batch_kwargs = dict(
             completion_batch_size=max_batch_size,
@@ -389,11 +405,12 @@ class Scheduler:
         self.counters.prompt_tokens += len(remaining)
         params = adm.params
         stops = self._no_stops if params.ignore_eos else self._eos_stops
+        marks = self._marks_for(adm, done) if adm.n == 1 else set()
         uids = []
         for i in range(adm.n):
             cache = copy.deepcopy(base) if base is not None and adm.n > 1 else base
-            (uid,) = self._engine.insert(
-                [list(remaining)],
+            (uid,) = self._engine.insert_segments(
+                [self._segments(remaining, done, marks)],
                 max_tokens=[adm.max_tokens],
                 caches=[cache] if cache is not None else None,
                 all_tokens=[list(prompt[:done])],
@@ -404,7 +421,50 @@ class Scheduler:
             top = params.top_logprobs if params.logprobs else None
             self._seqs[uid] = _Seq(adm.request_id, i, top)
             uids.append(uid)
+            if marks:
+                self._marks[uid] = (prompt, done, marks)
         return uids, found.cached
+
+    def _marks_for(self, adm: Admission, done: int) -> set[int]:
+        """Prompt positions (beyond the reused ``done`` tokens) whose state
+        becomes a checkpoint: the message boundaries and the prompt's
+        last-but-one token (empty when checkpoints are off)."""
+        if not self._checkpoints:
+            return set()
+        end = len(adm.prompt) - 1
+        return {b for b in (*adm.boundaries, end) if done < b <= end}
+
+    @staticmethod
+    def _segments(remaining: list[int], done: int, marks: set[int]) -> list[list[int]]:
+        """``remaining`` (the prompt from position ``done``) cut at every
+        mark, so the engine stops at each one (mlx-lm then splits off the
+        last token as a segment of its own)."""
+        segments, start = [], 0
+        for mark in sorted(marks):
+            cut = mark - done
+            if start < cut < len(remaining):
+                segments.append(remaining[start:cut])
+                start = cut
+        segments.append(remaining[start:])
+        return segments
+
+    def _take_checkpoints(self, progress: list[Any]) -> None:
+        """Copy into the prefix cache the state of every sequence whose
+        prefill reached one of its marks in the step just run."""
+        for r in progress:
+            entry = self._marks.get(r.uid)
+            if entry is None:
+                continue
+            if r.end_of_prompt or r.uid not in self._seqs:
+                del self._marks[r.uid]
+                continue
+            prompt, done, marks = entry
+            position = done + r.progress[0]
+            if not r.end_of_segment or position not in marks:
+                continue
+            found = self._engine.extract_cache([r.uid]).get(r.uid)
+            if found is not None:
+                self.cache.insert(prompt[:position], found[0])  # type: ignore[union-attr]
 
     def _processors(self, adm: Admission, choice: int) -> list[Any]:
         """The logits processors of one choice: sampling penalties and biases,
@@ -452,7 +512,17 @@ class Scheduler:
         self._waiting_since.pop(request_id, None)
         for uid in uids:
             self._seqs.pop(uid, None)
+            self._marks.pop(uid, None)
         return uids
+
+    def _remove_keeping_state(self, uids: list[int]) -> None:
+        """Take ``uids`` out of the engine; what they had computed stays in
+        the prefix cache (a client that retries an aborted or timed-out
+        request continues from it)."""
+        caches = self._engine.remove(uids, return_prompt_caches=self.cache is not None)
+        for cache, tokens in caches.values():
+            if tokens and cache:
+                self.cache.insert(list(tokens), cache)  # type: ignore[union-attr]
 
     def _abort(self, request_ids: list[str]) -> None:
         for request_id in request_ids:
@@ -460,7 +530,7 @@ class Scheduler:
                 continue
             uids = self._forget(request_id)
             if uids:
-                self._engine.remove(uids)
+                self._remove_keeping_state(uids)
             self.counters.requests_aborted += 1
             self._emit(Terminal(request_id, "abort"))
 
@@ -477,6 +547,7 @@ class Scheduler:
 
     def _finish_seq(self, uid: int) -> None:
         seq = self._seqs.pop(uid)
+        self._marks.pop(uid, None)
         uids = self._uids[seq.request_id]
         uids.remove(uid)
         if not uids:
@@ -489,7 +560,7 @@ class Scheduler:
             if deadline <= now:
                 uids = self._forget(request_id)
                 if uids:
-                    self._engine.remove(uids)
+                    self._remove_keeping_state(uids)
                 self.counters.requests_timed_out += 1
                 self._emit(Terminal(request_id, "error", "timeout", "the request exceeded its time limit"))
 
@@ -504,6 +575,8 @@ class Scheduler:
         engine.prefill_batch_size = self._prefill_batch if decoding else engine.completion_batch_size
         progress, responses = self._engine.next()
         self._step += 1
+        if self._marks:
+            self._take_checkpoints(progress)
         scheduled = self._scheduled(progress, responses)
         events = self._events(responses)
         c = self.counters
