@@ -103,8 +103,10 @@ def render(
     *,
     tools: list[Tool] | None,
     thinking: bool | None,
+    generation_prompt: bool = True,
 ) -> str:
-    """The prompt text for a chat request, ending with the generation prompt.
+    """The prompt text for a chat request, ending with the generation prompt
+    (unless ``generation_prompt`` is False).
 
     ``tools`` None means no tools are offered. ``thinking`` is passed to the
     template as ``enable_thinking`` when set.
@@ -123,4 +125,6 @@ def render(
             kwargs["tools"] = tool_dicts(tools)
     else:
         rendered_messages = generic_messages(messages, tools)
-    return tokenizer.apply_chat_template(rendered_messages, add_generation_prompt=True, tokenize=False, **kwargs)
+    return tokenizer.apply_chat_template(
+        rendered_messages, add_generation_prompt=generation_prompt, tokenize=False, **kwargs
+    )

@@ -200,6 +200,9 @@ class Worker:
             if self.config.context_length:
                 context = min(context, self.config.context_length)
             vocab = len(loaded.tokenizer)
+            cache_profile = profile_model(loaded.model)
+            log.info("model %s %s", self.config.name, cache_profile.describe())
+            require_batchable(cache_profile, self.config.name)
             self.output.decoder = TokenDecoder(loaded.tokenizer, loaded.path)
             self._prompts = PromptBuilder(
                 loaded.tokenizer,
@@ -207,6 +210,7 @@ class Worker:
                 default_max_tokens=self.config.default_max_tokens,
                 max_tool_calls_per_turn=self.config.max_tool_calls_per_turn,
                 sampling_defaults=sampling_defaults,
+                message_boundaries=not cache_profile.trimmable and self.config.prefix_cache_bytes > 0,
                 vocab_size=vocab,
                 formats=model_formats(loaded.tokenizer, self.config.tool_parser, self.config.reasoning_parser),
                 grammars=GrammarCompiler(
@@ -217,9 +221,6 @@ class Worker:
             )
             budget = self.config.prefix_cache_bytes
             host_sampling = default_host_sampling()
-            cache_profile = profile_model(loaded.model)
-            log.info("model %s %s", self.config.name, cache_profile.describe())
-            require_batchable(cache_profile, self.config.name)
             scheduler = Scheduler(
                 loaded.model,
                 set(loaded.eos_token_ids),

@@ -94,3 +94,14 @@ def test_family_next_turn_reuses_the_previous_turn(client, family):
     ]
     warm = chat(client, family, third, max_tokens=6)
     assert warm.usage.prompt_tokens_details.cached_tokens > 0
+
+
+@pytest.mark.parametrize("family", NAMES)
+def test_family_edited_last_message_reuses_the_history(client, family):
+    history = user(f"A long {family} history to keep. " + "earlier turns " * 12) + [
+        {"role": "assistant", "content": "Noted."}
+    ]
+    first = chat(client, family, history + [{"role": "user", "content": "First version of the question?"}])
+    edited = chat(client, family, history + [{"role": "user", "content": "Edited question instead?"}])
+    assert first.usage.prompt_tokens_details.cached_tokens < 30  # the template's preamble at most
+    assert edited.usage.prompt_tokens_details.cached_tokens >= 40  # the whole history
