@@ -50,6 +50,9 @@ BURST_GAP = 0.004
 BURST_WINDOW = 0.02
 """The longest an idle engine waits for the rest of a burst, in seconds."""
 
+SPILL_EVERY = 64
+"""Engine steps between two disk-tier spills while the engine is busy."""
+
 IDLE_CLEAR_SECONDS = 2.0
 """Seconds the engine must stay idle before MLX's buffer cache is cleared:
 long enough that back-to-back requests (an agent's next turn) reuse the
@@ -125,8 +128,9 @@ class Stop:
 @dataclass
 class Started:
     """A request entered the engine: ``cached_tokens`` of its
-    ``prompt_tokens`` were reused from the prefix cache. ``output`` is the
-    admission's output settings."""
+    ``prompt_tokens`` were reused from the prefix cache
+    (``disk_cached_tokens`` of them loaded from its disk tier). ``output`` is
+    the admission's output settings."""
 
     request_id: str
     n: int
@@ -134,6 +138,7 @@ class Started:
     cached_tokens: int
     stop: list[str]
     output: Any = None
+    disk_cached_tokens: int = 0
 
 
 TokenLogprobs = tuple[float, list[tuple[int, float]]]
@@ -245,6 +250,7 @@ class Scheduler:
         self._step = 0
         self._idle_since: float | None = None
         self._cache_cleared = False
+        self._spilled_at = 0
 
     def submit(self, item: object) -> None:
         """Queue a command for the scheduler thread; any thread may call."""
@@ -300,9 +306,26 @@ class Scheduler:
                     reached("scheduler")
                     self._run_step()
                 self._release_idle_memory(time.monotonic(), busy=stepped or bool(self._seqs))
+                self._spill(busy=bool(self._seqs))
                 self._update_gauges()
         finally:
             self._engine.close()
+            if self.cache is not None:
+                self.cache.spill()
+
+    def _spill(self, busy: bool) -> None:
+        """Hand new prefix-cache entries to the disk tier: all of them when
+        the engine is idle, one every :data:`SPILL_EVERY` steps while it is
+        busy (each is a copy of the entry's state on this thread; the file
+        write happens on the tier's writer thread)."""
+        cache = self.cache
+        if cache is None or cache.disk is None:
+            return
+        if not busy:
+            cache.spill()
+        elif self._step - self._spilled_at >= SPILL_EVERY:
+            self._spilled_at = self._step
+            cache.spill(limit=1)
 
     # -- engine -------------------------------------------------------------
 
@@ -378,7 +401,7 @@ class Scheduler:
 
     def _admit(self, adm: Admission) -> None:
         try:
-            uids, cached = self._insert(adm)
+            uids, cached, from_disk = self._insert(adm)
         except Exception:  # a bad request must not take the worker down
             log.exception("could not admit %s", adm.request_id)
             self._emit(Started(adm.request_id, adm.n, len(adm.prompt), 0, [], adm.output))
@@ -388,11 +411,14 @@ class Scheduler:
         self._waiting_since[adm.request_id] = adm.received or time.monotonic()
         if adm.deadline is not None:
             self._deadlines[adm.request_id] = adm.deadline
-        self._emit(Started(adm.request_id, adm.n, len(adm.prompt), cached, list(adm.params.stop), adm.output))
+        self._emit(
+            Started(adm.request_id, adm.n, len(adm.prompt), cached, list(adm.params.stop), adm.output, from_disk)
+        )
 
-    def _insert(self, adm: Admission) -> tuple[list[int], int]:
-        """Insert every choice of ``adm`` into the engine; return the uids and
-        the number of prompt tokens reused from the prefix cache."""
+    def _insert(self, adm: Admission) -> tuple[list[int], int, int]:
+        """Insert every choice of ``adm`` into the engine; return the uids,
+        the number of prompt tokens reused from the prefix cache and how
+        many of those came from its disk tier."""
         from worker.sampling import make_sampler
 
         prompt = adm.prompt
@@ -423,7 +449,7 @@ class Scheduler:
             uids.append(uid)
             if marks:
                 self._marks[uid] = (prompt, done, marks)
-        return uids, found.cached
+        return uids, found.cached, found.from_disk
 
     def _marks_for(self, adm: Admission, done: int) -> set[int]:
         """Prompt positions (beyond the reused ``done`` tokens) whose state
