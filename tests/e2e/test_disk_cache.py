@@ -112,3 +112,33 @@ def test_restart_serves_from_disk_and_rejects_bad_files(tmp_path):
             assert server.worker(name)["state"] == "ready"
     finally:
         server.stop()
+
+
+def test_idle_unload_keeps_the_disk_entries(tmp_path):
+    source = build_tiny_model(tmp_path / "model", family="gemma3_text")
+    model = {
+        "name": "lazy",
+        "source": str(source),
+        "preload": False,
+        "ttl": "1500ms",
+        "disk_cache_bytes": "16MiB",
+        "disk_cache_dir": str(tmp_path / "disk"),
+    }
+    server = start_server(tmp_path, [model])
+    try:
+        c = client(server)
+        cold = ask(c, "lazy", PROMPT)
+        first_pid = server.worker("lazy")["pid"]
+        deadline = time.monotonic() + 30
+        while server.worker("lazy")["state"] != "unloaded" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert server.worker("lazy")["state"] == "unloaded"
+        assert list((tmp_path / "disk").rglob("*.json")), "nothing was written before the unload"
+        warm = ask(c, "lazy", PROMPT)
+        assert server.worker("lazy")["pid"] != first_pid
+        details = warm.usage.prompt_tokens_details
+        assert details.cached_tokens == warm.usage.prompt_tokens - 1
+        assert details.model_extra["disk_cached_tokens"] == details.cached_tokens
+        assert warm.choices[0].message.content == cold.choices[0].message.content
+    finally:
+        server.stop()
