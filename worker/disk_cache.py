@@ -112,7 +112,14 @@ class DiskTier:
     # -- index ------------------------------------------------------------------
 
     def _scan(self) -> None:
-        """Index the entries already on disk (a restart picks them up)."""
+        """Index the entries already on disk (a restart picks them up);
+        delete what an interrupted write left (temporary files, data files
+        without their ``.json``)."""
+        for leftover in self.directory.glob("*.tmp"):
+            leftover.unlink(missing_ok=True)
+        for data in self.directory.glob("*.safetensors"):
+            if not data.with_suffix(".json").exists():
+                data.unlink(missing_ok=True)
         for meta_path in self.directory.glob("*.json"):
             key = meta_path.stem
             try:

@@ -77,5 +77,7 @@ def test_short_entries_and_bad_files(tmp_path):
     assert tier.stats.rejected == 1 and not meta.exists() and not data.exists()
 
     (tier.directory / "garbage.json").write_text(json.dumps({"tokens": [1, 2]}))
+    (tier.directory / "orphan.safetensors").write_bytes(b"half a write")
+    (tier.directory / "x.safetensors.tmp").write_bytes(b"interrupted")
     assert DiskTier(tmp_path, "m", 1 << 30).entries == 0
-    assert not (tier.directory / "garbage.json").exists()
+    assert list(tier.directory.iterdir()) == []
