@@ -191,8 +191,10 @@ class PrefixCache:
         return MIN_TOKENS
 
     def clear(self) -> None:
-        """Drop every entry (model reloaded, or memory pressure)."""
+        """Drop every entry (model reloaded, or memory pressure); entries
+        already on disk stay there."""
         self._lru.trim_to(n_sequences=0)
+        self._unspilled.clear()
 
 
 def _quantized(cache: list[Any], bits: int, group_size: int) -> list[Any]:

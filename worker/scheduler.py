@@ -314,15 +314,16 @@ class Scheduler:
                 self.cache.spill()
 
     def _spill(self, busy: bool) -> None:
-        """Hand new prefix-cache entries to the disk tier: all of them when
-        the engine is idle, one every :data:`SPILL_EVERY` steps while it is
-        busy (each is a copy of the entry's state on this thread; the file
-        write happens on the tier's writer thread)."""
+        """Hand new prefix-cache entries to the disk tier: one per loop turn
+        while the engine is idle (a request that arrives meanwhile waits for
+        one entry's copy at most), one every :data:`SPILL_EVERY` steps while
+        it is busy (each is a copy of the entry's state on this thread; the
+        file write happens on the tier's writer thread)."""
         cache = self.cache
         if cache is None or cache.disk is None:
             return
         if not busy:
-            cache.spill()
+            cache.spill(limit=1)
         elif self._step - self._spilled_at >= SPILL_EVERY:
             self._spilled_at = self._step
             cache.spill(limit=1)
