@@ -311,7 +311,10 @@ class Scheduler:
         finally:
             self._engine.close()
             if self.cache is not None:
-                self.cache.spill()
+                try:
+                    self.cache.spill()  # what the disk tier has not got yet
+                except Exception:  # must not mask why the loop ended
+                    log.exception("could not hand the last prefix-cache entries to the disk tier")
 
     def _spill(self, busy: bool) -> None:
         """Hand new prefix-cache entries to the disk tier: one per loop turn
