@@ -352,7 +352,7 @@ class Worker:
         finally:
             disk = getattr(getattr(scheduler, "cache", None), "disk", None)
             if disk is not None:
-                disk.close()
+                disk.close(timeout=4.0)  # the gateway kills a stopping worker after 5 s
 
     def _input_loop(self) -> int:
         """Main thread: read and dispatch gateway messages."""
