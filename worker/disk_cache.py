@@ -226,11 +226,17 @@ class DiskTier:
         self._thread.start()
 
     def close(self, timeout: float = 30.0) -> None:
-        """Write what is queued, then stop the writer (any thread)."""
+        """Write what is queued, then stop the writer (any thread); gives
+        up after ``timeout`` seconds (unwritten entries are lost, never
+        half-used)."""
         if self._thread is None:
             return
-        self._queue.put(None)
-        self._thread.join(timeout)
+        deadline = time.monotonic() + timeout
+        try:
+            self._queue.put(None, timeout=timeout)
+        except queue.Full:  # the writer is stuck: give up on what is queued
+            log.warning("disk cache writer did not drain its queue in %.0f s", timeout)
+        self._thread.join(max(0.0, deadline - time.monotonic()))
         self._thread = None
 
     def _write_loop(self) -> None:
