@@ -40,6 +40,10 @@ mlxd:prefix_cache_queries_total               counter    heartbeat
 mlxd:prefix_cache_hits_total                  counter    heartbeat
 mlxd:prefix_cache_bytes                       gauge      heartbeat
 mlxd:prefix_cache_budget_bytes                gauge      heartbeat
+mlxd:prefix_cache_disk_hits_total             counter    heartbeat
+mlxd:prefix_cache_disk_tokens_total           counter    heartbeat
+mlxd:prefix_cache_disk_bytes                  gauge      heartbeat
+mlxd:prefix_cache_disk_rejected_total         counter    heartbeat
 mlxd:worker_restarts_total                    counter    snapshot
 mlxd:worker_memory_bytes                      gauge      psutil RSS of pid
 mlxd:mlx_active_memory_bytes                  gauge      heartbeat
@@ -602,6 +606,12 @@ class _SnapshotCollector(Collector):
         hits = counter("prefix_cache_hits", "Prefix cache look-ups that reused anything, since the worker started.")
         cache_bytes = gauge("prefix_cache_bytes", "Bytes held by the prefix cache.")
         budget = gauge("prefix_cache_budget_bytes", "Byte budget of the prefix cache.")
+        disk_hits = counter("prefix_cache_disk_hits", "Prefix cache look-ups served from the disk tier.")
+        disk_tokens = counter("prefix_cache_disk_tokens", "Prompt tokens loaded from the prefix cache's disk tier.")
+        disk_bytes = gauge("prefix_cache_disk_bytes", "Bytes of prefix cache entries on disk.")
+        disk_rejected = counter(
+            "prefix_cache_disk_rejected", "Disk cache files rejected (truncated, corrupt or another model's)."
+        )
         restarts = counter("worker_restarts", "Worker restarts since the gateway started.")
         memory = gauge("worker_memory_bytes", "Resident set size of the worker process.")
         load = gauge("model_load_time_seconds", "Duration of the last model load.")
@@ -626,6 +636,10 @@ class _SnapshotCollector(Collector):
                 hits.add_metric(labels, st.cache_hits)
                 cache_bytes.add_metric(labels, st.cache_bytes)
                 budget.add_metric(labels, st.cache_budget_bytes)
+                disk_hits.add_metric(labels, st.disk_cache_hits)
+                disk_tokens.add_metric(labels, st.disk_cached_tokens)
+                disk_bytes.add_metric(labels, st.disk_cache_bytes)
+                disk_rejected.add_metric(labels, st.disk_cache_rejected)
                 mlx_active.add_metric(labels, st.active_memory_bytes)
                 mlx_cache.add_metric(labels, st.cache_memory_bytes)
                 mlx_peak.add_metric(labels, st.peak_memory_bytes)
@@ -646,6 +660,7 @@ class _SnapshotCollector(Collector):
 
         yield from (running, waiting, queries, hits, cache_bytes, budget, restarts, memory, load, state)
         yield from (mlx_active, mlx_cache, mlx_peak, working_set, estimate)
+        yield from (disk_hits, disk_tokens, disk_bytes, disk_rejected)
 
 
 def _rss(pid: int | None) -> int | None:

@@ -80,10 +80,13 @@ def encode(obj: object) -> bytes:
 
 class PromptTokensDetails(msgspec.Struct, kw_only=True):
     """``usage.prompt_tokens_details``: prompt tokens reused from the cache
-    (no audio input: ``audio_tokens`` is 0)."""
+    (no audio input: ``audio_tokens`` is 0). ``disk_cached_tokens`` is an
+    mlxd extension, present only when part of ``cached_tokens`` was loaded
+    from the prefix cache's disk tier."""
 
     cached_tokens: int = 0
     audio_tokens: int = 0
+    disk_cached_tokens: int | msgspec.UnsetType = msgspec.UNSET
 
 
 class CompletionTokensDetails(msgspec.Struct, kw_only=True):
@@ -107,13 +110,17 @@ class Usage(msgspec.Struct, kw_only=True):
     completion_tokens_details: CompletionTokensDetails = msgspec.field(default_factory=CompletionTokensDetails)
 
 
-def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> Usage:
-    """Return the usage object for these counts."""
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0, disk_cached_tokens: int = 0) -> Usage:
+    """Return the usage object for these counts (``disk_cached_tokens``
+    appears only when positive)."""
+    details = PromptTokensDetails(cached_tokens=cached_tokens)
+    if disk_cached_tokens > 0:
+        details.disk_cached_tokens = disk_cached_tokens
     return Usage(
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
         total_tokens=prompt_tokens + completion_tokens,
-        prompt_tokens_details=PromptTokensDetails(cached_tokens=cached_tokens),
+        prompt_tokens_details=details,
     )
 
 
@@ -129,18 +136,20 @@ class UsageTally:
     def __init__(self) -> None:
         self._prompt = 0
         self._cached = 0
+        self._disk = 0
         self._completion: dict[int, int] = {}
 
     def add(self, output: RequestOutput) -> None:
         """Account for one output."""
         self._prompt = max(self._prompt, output.prompt_tokens)
         self._cached = max(self._cached, output.cached_tokens)
+        self._disk = max(self._disk, output.disk_cached_tokens)
         seen = self._completion.get(output.index, 0)
         self._completion[output.index] = max(seen, output.completion_tokens)
 
     def usage(self) -> Usage:
         """The usage object for everything added so far."""
-        return usage(self._prompt, sum(self._completion.values()), self._cached)
+        return usage(self._prompt, sum(self._completion.values()), self._cached, self._disk)
 
 
 # --- log-probabilities --------------------------------------------------------------

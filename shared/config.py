@@ -158,6 +158,15 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     the vectors (only for models trained for it, e.g. Matryoshka models);
     ``max_batch_size`` is then the most inputs encoded together and
     ``context_length`` caps the tokens per input.
+    ``disk_cache_bytes``: disk budget of the prefix cache's disk tier for
+    this model (bytes or a size such as ``"8GiB"``; 0: no disk tier).
+    Entries of at least 128 tokens are written there and survive an idle
+    unload and restarts. ``disk_cache_dir``: where (empty: ``prefix-cache``
+    in the cache directory, see :func:`shared.paths.state_dir`).
+    ``kv_bits``: store prefix-cache entries with their KV quantized to this
+    many bits (4 or 8; 0: as computed); ``kv_group_size``: the quantization
+    group size (32, 64 or 128). Decoding itself keeps full-precision KV,
+    because mlx-lm's batch engine cannot batch a quantized cache.
     """
 
     name: str
@@ -183,6 +192,10 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     kind: str = "auto"
     max_inputs: PositiveInt = 2048
     shorten_dimensions: bool = False
+    disk_cache_bytes: int | str = 0
+    disk_cache_dir: str = ""
+    kv_bits: int = 0
+    kv_group_size: PositiveInt = 64
 
 
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -236,6 +249,14 @@ def validate(config: Config, origin: str = "config") -> Config:
             raise ConfigError(f"{origin}: model {model.name!r}: ttl: {exc}") from None
         if model.kind not in MODEL_KINDS:
             raise ConfigError(f"{origin}: model {model.name!r}: kind must be one of {list(MODEL_KINDS)}")
+        try:
+            parse_size(model.disk_cache_bytes, 0)
+        except ValueError as exc:
+            raise ConfigError(f"{origin}: model {model.name!r}: disk_cache_bytes: {exc}") from None
+        if model.kv_bits not in (0, 4, 8):
+            raise ConfigError(f"{origin}: model {model.name!r}: kv_bits must be 0, 4 or 8")
+        if model.kv_group_size not in (32, 64, 128):
+            raise ConfigError(f"{origin}: model {model.name!r}: kv_group_size must be 32, 64 or 128")
         if model.dtype not in _DTYPES:
             raise ConfigError(f"{origin}: model {model.name!r}: dtype must be one of {sorted(_DTYPES)}")
     if config.server.reasoning_field not in ("reasoning_content", "reasoning"):

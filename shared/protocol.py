@@ -229,6 +229,10 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     ``mx.get_cache_memory``, ``mx.get_peak_memory``): buffers in use, freed
     buffers MLX keeps for reuse, and the most ever in use by this worker.
     On Metal these count GPU buffers that the process's RSS misses.
+    ``disk_cache_*``: the prefix cache's disk tier (see
+    :mod:`worker.disk_cache`): bytes and entries on disk now; look-ups
+    served from disk and the prompt tokens they covered; entries written;
+    files rejected (truncated, corrupt or another model's).
     """
 
     running: int = 0
@@ -250,6 +254,12 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     active_memory_bytes: int = 0
     cache_memory_bytes: int = 0
     peak_memory_bytes: int = 0
+    disk_cache_bytes: int = 0
+    disk_cache_entries: int = 0
+    disk_cache_hits: int = 0
+    disk_cached_tokens: int = 0
+    disk_cache_writes: int = 0
+    disk_cache_rejected: int = 0
 
 
 class Hello(msgspec.Struct, frozen=True, kw_only=True, tag="hello"):
@@ -370,6 +380,8 @@ class RequestOutput(msgspec.Struct, frozen=True, kw_only=True):
     ``logit_bias``, ``response_format``, ``tools``, ...). ``stop_sequence`` names the stop string that
     ended the choice, if one did. ``queue_seconds`` (on a request's first
     output) is how long it waited in the worker before the engine took it.
+    ``disk_cached_tokens``: the part of ``cached_tokens`` loaded from the
+    prefix cache's disk tier.
     An :class:`EmbedRequest` is answered by one output with
     ``finish_reason="stop"``, ``prompt_tokens`` the tokens of all its
     inputs, and ``embeddings`` its vectors: little-endian float32,
@@ -391,6 +403,7 @@ class RequestOutput(msgspec.Struct, frozen=True, kw_only=True):
     tool_calls: list[ToolCallDelta] | None = None
     stop_sequence: str | None = None
     queue_seconds: float | None = None
+    disk_cached_tokens: int = 0
     embeddings: bytes | None = None
     embedding_dim: int = 0
 

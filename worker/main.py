@@ -31,6 +31,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any, Callable, NoReturn
 
 import zmq
@@ -54,6 +55,7 @@ from shared.protocol import (
 )
 from shared.sockets import configure, endpoint_path
 from worker import mlx_memory
+from worker.disk_cache import disk_stats
 from worker.faults import armed, reached
 from worker.output import Exit, FailAll, OutputLoop
 from worker.prompt import PromptBuilder, PromptError
@@ -188,11 +190,11 @@ class Worker:
             started = time.monotonic()
             import mlx.core as mx
 
+            from worker.cache_profile import profile_model, require_batchable
             from worker.decode import default_host_sampling
             from worker.detok import TokenDecoder
             from worker.grammar import GrammarCompiler
             from worker.loader import load_model
-            from worker.prefix_cache import PrefixCache
             from worker.prompt import model_formats
             from worker.sampling_defaults import model_sampling_defaults
 
@@ -203,6 +205,9 @@ class Worker:
             if self.config.context_length:
                 context = min(context, self.config.context_length)
             vocab = len(loaded.tokenizer)
+            cache_profile = profile_model(loaded.model)
+            log.info("model %s %s", self.config.name, cache_profile.describe())
+            require_batchable(cache_profile, self.config.name)
             self.output.decoder = TokenDecoder(loaded.tokenizer, loaded.path)
             self._prompts = PromptBuilder(
                 loaded.tokenizer,
@@ -210,6 +215,7 @@ class Worker:
                 default_max_tokens=self.config.default_max_tokens,
                 max_tool_calls_per_turn=self.config.max_tool_calls_per_turn,
                 sampling_defaults=sampling_defaults,
+                message_boundaries=not cache_profile.trimmable and self.config.prefix_cache_bytes > 0,
                 vocab_size=vocab,
                 formats=model_formats(loaded.tokenizer, self.config.tool_parser, self.config.reasoning_parser),
                 grammars=GrammarCompiler(
@@ -218,17 +224,17 @@ class Worker:
                     vocab,
                 ),
             )
-            budget = self.config.prefix_cache_bytes
             host_sampling = default_host_sampling()
             scheduler = Scheduler(
                 loaded.model,
                 set(loaded.eos_token_ids),
                 self.output.queue.put,
-                cache=PrefixCache(loaded.model_id, budget) if budget > 0 else None,
+                cache=self._prefix_cache(loaded.model_id, cache_profile.trimmable),
                 max_batch_size=self.config.max_batch_size,
                 prefill_batch_size=self.config.prefill_batch_size,
                 prefill_step_size=self.config.prefill_step_size,
                 host_sampling=host_sampling,
+                checkpoints=not cache_profile.trimmable,
             )
             memory = mlx_memory.sample()
             self.output.queue.put(
@@ -258,6 +264,38 @@ class Worker:
         if grammars is not None:
             threading.Thread(target=grammars.warm, name="mlxd-grammar-warm", daemon=True).start()
         self._serve(scheduler, context)
+
+    def _prefix_cache(self, model_id: str, trimmable: bool) -> Any:
+        """The prefix cache for this model (None when its budget is 0),
+        with a disk tier when ``disk_cache_bytes`` is set (its writer
+        thread is started here; a directory that cannot be created is
+        logged and the tier left out)."""
+        from shared.config import parse_size
+        from shared.paths import state_dir
+        from worker.disk_cache import DiskTier
+        from worker.prefix_cache import PrefixCache
+
+        if self.config.prefix_cache_bytes <= 0:
+            return None
+        disk = None
+        disk_budget = parse_size(self.config.disk_cache_bytes, 0)
+        if disk_budget > 0:
+            directory = Path(self.config.disk_cache_dir).expanduser() if self.config.disk_cache_dir else None
+            identity = f"{model_id}|kv_bits={self.config.kv_bits}|kv_group_size={self.config.kv_group_size}"
+            try:
+                disk = DiskTier(directory or state_dir() / "prefix-cache", identity, disk_budget)
+                disk.start()
+                log.info("prefix cache disk tier at %s (%d entries on disk)", disk.directory, disk.entries)
+            except OSError as exc:
+                log.warning("prefix cache disk tier disabled: %s", exc)
+        return PrefixCache(
+            model_id,
+            self.config.prefix_cache_bytes,
+            disk=disk,
+            trimmable=trimmable,
+            kv_bits=self.config.kv_bits,
+            kv_group_size=self.config.kv_group_size,
+        )
 
     def _serves_embeddings(self) -> bool:
         """Whether this worker's model is an embedding model (config
@@ -313,7 +351,12 @@ class Worker:
         self.output.queue.put(Ready(worker_id=self.worker_id))
         self._ready.set()
         log.info("model %s ready (context %d tokens)", self.config.name, context)
-        scheduler.run()
+        try:
+            scheduler.run()
+        finally:
+            disk = getattr(getattr(scheduler, "cache", None), "disk", None)
+            if disk is not None:
+                disk.close(timeout=4.0)  # the gateway kills a stopping worker after 5 s
 
     def _input_loop(self) -> int:
         """Main thread: read and dispatch gateway messages."""
@@ -362,6 +405,7 @@ class Worker:
             cache_queries=cache.queries if cache else 0,
             cache_hits=cache.hits if cache else 0,
             cached_tokens=cache.reused_tokens if cache else 0,
+            **disk_stats(cache.disk if cache else None),
             step_seconds=c.step_seconds,
             requests_timed_out=c.requests_timed_out,
             active_memory_bytes=c.active_memory,

@@ -78,6 +78,7 @@ class _Request:
     cached_tokens: int
     choices: dict[int, _Choice]
     queue_seconds: float | None = None
+    disk_cached_tokens: int = 0
 
 
 class Exit:
@@ -163,6 +164,7 @@ class OutputLoop:
                 item.prompt_tokens,
                 item.cached_tokens,
                 {i: _Choice(self.decoder.stream(item.stop), _parser(item.output)) for i in range(item.n)},
+                disk_cached_tokens=item.disk_cached_tokens,
             )
         elif isinstance(item, Terminal):
             self._terminal(item)
@@ -218,6 +220,7 @@ class OutputLoop:
             text=text,
             prompt_tokens=request.prompt_tokens,
             cached_tokens=request.cached_tokens,
+            disk_cached_tokens=request.disk_cached_tokens,
             completion_tokens=choice.completion_tokens,
             finish_reason=finish,  # type: ignore[arg-type]
             logprobs=[self._logprob(token, lp)] if lp is not None else None,
@@ -278,6 +281,7 @@ class OutputLoop:
             request_id=request_id,
             prompt_tokens=request.prompt_tokens,
             cached_tokens=request.cached_tokens,
+            disk_cached_tokens=request.disk_cached_tokens,
             completion_tokens=sum(c.completion_tokens for c in request.choices.values()),
             finish_reason=item.reason,  # type: ignore[arg-type]
             error=item.message,

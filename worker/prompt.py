@@ -97,6 +97,9 @@ class PromptBuilder:
     ``grammars`` compiles constraints; ``max_tool_calls_per_turn`` caps the
     calls of a forced turn whose request sets no ``max_tool_calls``;
     ``sampling_defaults`` fill the sampling settings a request leaves unset.
+    ``message_boundaries``: find where a chat's last message starts (the
+    admission's ``boundaries``; costs one more template render and
+    tokenization, worth it for caches that cannot be trimmed).
     Used by one thread (the input thread).
     """
 
@@ -111,8 +114,10 @@ class PromptBuilder:
         grammars: GrammarCompiler,
         max_tool_calls_per_turn: int = 4,
         sampling_defaults: SamplingDefaults | None = None,
+        message_boundaries: bool = False,
     ) -> None:
         self._tokenizer = tokenizer
+        self.message_boundaries = message_boundaries
         self.context_length = context_length
         self.default_max_tokens = default_max_tokens
         self.vocab_size = vocab_size
@@ -166,7 +171,35 @@ class PromptBuilder:
             received=time.monotonic(),
             thinking_budget=self._thinking_budget(request, output.thinking_open),
             reasoning_close=self._reasoning_close(output.thinking_open) if matchers is not None else None,
+            boundaries=self._boundaries(request, ids),
         )
+
+    def _boundaries(self, request: GenerateRequest, ids: list[int]) -> tuple[int, ...]:
+        """Where the last message of a chat starts in ``ids``: the length
+        of the tokens that rendering every earlier message gives and
+        ``ids`` shares (empty when not wanted, not a chat of two or more
+        messages, or nothing is shared)."""
+        messages = request.messages or []
+        if not self.message_boundaries or len(messages) < 2 or request.continue_final:
+            return ()
+        earlier, originals = protect_contents(list(messages[:-1]))
+        try:
+            text = render(
+                self._tokenizer,
+                earlier,
+                tools=self._offered_tools(request),
+                thinking=request.thinking,
+                generation_prompt=False,
+            )
+        except Exception:  # some templates insist on ending with a user turn
+            return ()
+        head = self._encode_protected(text, originals)
+        shared = 0
+        for a, b in zip(head, ids):
+            if a != b:
+                break
+            shared += 1
+        return (shared,) if 0 < shared < len(ids) - 1 else ()
 
     def _reasoning_close(self, thinking_open: bool) -> tuple[int, ...] | None:
         """The token ids that close the reasoning block the prompt opened

@@ -9,7 +9,15 @@ log-probabilities where asked) go to the output thread as one
 job.
 
 Prompts start from the longest reusable prefix in the :class:`PrefixCache`,
-and finished sequences leave their KV state there. A request with ``n``
+and finished (or aborted) sequences leave their state there. For a model
+whose cache cannot be trimmed (state-space layers, sliding windows; see
+:mod:`worker.cache_profile`) a finished sequence's state only helps a prompt
+that continues exactly where it ended, so the scheduler also keeps
+prompt-end checkpoints: the prompt is inserted in segments (mlx-lm's
+``insert_segments``) ending at the last message boundary and at the
+prompt's last-but-one token, and the state at each segment end is copied
+into the prefix cache. An exact repeat, a retry and the next turn of a
+chat then continue from one of them. A request with ``n``
 choices is prefilled once; each choice then decodes from its own copy.
 
 Threads: :meth:`Scheduler.run` and :meth:`Scheduler.warm_up` execute on the
@@ -42,6 +50,9 @@ BURST_GAP = 0.004
 BURST_WINDOW = 0.02
 """The longest an idle engine waits for the rest of a burst, in seconds."""
 
+SPILL_EVERY = 64
+"""Engine steps between two disk-tier spills while the engine is busy."""
+
 IDLE_CLEAR_SECONDS = 2.0
 """Seconds the engine must stay idle before MLX's buffer cache is cleared:
 long enough that back-to-back requests (an agent's next turn) reuse the
@@ -63,7 +74,9 @@ class Admission:
     reasoning block (None: no cap). ``reasoning_close``: the prompt opened
     a reasoning block that these tokens close; the grammar (``matchers``)
     then applies only from the end of that block, so the model reasons
-    first and the constrained answer follows.
+    first and the constrained answer follows. ``boundaries``: prompt
+    positions where a chat message starts (the last message's start),
+    where a model whose cache cannot be trimmed keeps a checkpoint.
     """
 
     request_id: str
@@ -77,6 +90,7 @@ class Admission:
     received: float = 0.0
     thinking_budget: ThinkingBudget | None = None
     reasoning_close: tuple[int, ...] | None = None
+    boundaries: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -114,8 +128,9 @@ class Stop:
 @dataclass
 class Started:
     """A request entered the engine: ``cached_tokens`` of its
-    ``prompt_tokens`` were reused from the prefix cache. ``output`` is the
-    admission's output settings."""
+    ``prompt_tokens`` were reused from the prefix cache
+    (``disk_cached_tokens`` of them loaded from its disk tier). ``output`` is
+    the admission's output settings."""
 
     request_id: str
     n: int
@@ -123,6 +138,7 @@ class Started:
     cached_tokens: int
     stop: list[str]
     output: Any = None
+    disk_cached_tokens: int = 0
 
 
 TokenLogprobs = tuple[float, list[tuple[int, float]]]
@@ -194,7 +210,9 @@ class Scheduler:
     sequences decode together (``prefill_batch_size`` is capped by it).
     ``host_sampling`` picks where
     sampling and log-probabilities are computed (see :mod:`worker.decode`;
-    None: NumPy on the CPU backend, MLX on a GPU).
+    None: NumPy on the CPU backend, MLX on a GPU). ``checkpoints``: keep
+    prompt-end and message-boundary snapshots (for caches that cannot be
+    trimmed; see the module docstring).
     """
 
     def __init__(
@@ -208,6 +226,7 @@ class Scheduler:
         prefill_batch_size: int,
         prefill_step_size: int,
         host_sampling: bool | None = None,
+        checkpoints: bool = False,
     ) -> None:
         self._model = model
         self._eos = sorted(eos_token_ids)
@@ -218,6 +237,8 @@ class Scheduler:
         # mlx-lm decodes max(completion, prefill) batch sizes together: keep
         # the prefill batch within max_batch_size so that one is the limit
         self._prefill_batch = min(prefill_batch_size, max_batch_size)
+        self._checkpoints = checkpoints and cache is not None
+        self._marks: dict[int, tuple[list[int], int, set[int]]] = {}
         self._batch_kwargs = dict(
             completion_batch_size=max_batch_size,
             prefill_batch_size=self._prefill_batch,
@@ -233,6 +254,7 @@ class Scheduler:
         self._step = 0
         self._idle_since: float | None = None
         self._cache_cleared = False
+        self._spilled_at = 0
 
     def submit(self, item: object) -> None:
         """Queue a command for the scheduler thread; any thread may call."""
@@ -288,9 +310,30 @@ class Scheduler:
                     reached("scheduler")
                     self._run_step()
                 self._release_idle_memory(time.monotonic(), busy=stepped or bool(self._seqs))
+                self._spill(busy=bool(self._seqs))
                 self._update_gauges()
         finally:
             self._engine.close()
+            if self.cache is not None:
+                try:
+                    self.cache.spill()  # what the disk tier has not got yet
+                except Exception:  # must not mask why the loop ended
+                    log.exception("could not hand the last prefix-cache entries to the disk tier")
+
+    def _spill(self, busy: bool) -> None:
+        """Hand new prefix-cache entries to the disk tier: one per loop turn
+        while the engine is idle (a request that arrives meanwhile waits for
+        one entry's copy at most), one every :data:`SPILL_EVERY` steps while
+        it is busy (each is a copy of the entry's state on this thread; the
+        file write happens on the tier's writer thread)."""
+        cache = self.cache
+        if cache is None or cache.disk is None:
+            return
+        if not busy:
+            cache.spill(limit=1)
+        elif self._step - self._spilled_at >= SPILL_EVERY:
+            self._spilled_at = self._step
+            cache.spill(limit=1)
 
     # -- engine -------------------------------------------------------------
 
@@ -366,7 +409,7 @@ class Scheduler:
 
     def _admit(self, adm: Admission) -> None:
         try:
-            uids, cached = self._insert(adm)
+            uids, cached, from_disk = self._insert(adm)
         except Exception:  # a bad request must not take the worker down
             log.exception("could not admit %s", adm.request_id)
             self._emit(Started(adm.request_id, adm.n, len(adm.prompt), 0, [], adm.output))
@@ -376,11 +419,14 @@ class Scheduler:
         self._waiting_since[adm.request_id] = adm.received or time.monotonic()
         if adm.deadline is not None:
             self._deadlines[adm.request_id] = adm.deadline
-        self._emit(Started(adm.request_id, adm.n, len(adm.prompt), cached, list(adm.params.stop), adm.output))
+        self._emit(
+            Started(adm.request_id, adm.n, len(adm.prompt), cached, list(adm.params.stop), adm.output, from_disk)
+        )
 
-    def _insert(self, adm: Admission) -> tuple[list[int], int]:
-        """Insert every choice of ``adm`` into the engine; return the uids and
-        the number of prompt tokens reused from the prefix cache."""
+    def _insert(self, adm: Admission) -> tuple[list[int], int, int]:
+        """Insert every choice of ``adm`` into the engine; return the uids,
+        the number of prompt tokens reused from the prefix cache and how
+        many of those came from its disk tier."""
         from worker.sampling import make_sampler
 
         prompt = adm.prompt
@@ -393,11 +439,12 @@ class Scheduler:
         self.counters.prompt_tokens += len(remaining)
         params = adm.params
         stops = self._no_stops if params.ignore_eos else self._eos_stops
+        marks = self._marks_for(adm, done) if adm.n == 1 else set()
         uids = []
         for i in range(adm.n):
             cache = copy.deepcopy(base) if base is not None and adm.n > 1 else base
-            (uid,) = self._engine.insert(
-                [list(remaining)],
+            (uid,) = self._engine.insert_segments(
+                [self._segments(remaining, done, marks)],
                 max_tokens=[adm.max_tokens],
                 caches=[cache] if cache is not None else None,
                 all_tokens=[list(prompt[:done])],
@@ -408,7 +455,50 @@ class Scheduler:
             top = params.top_logprobs if params.logprobs else None
             self._seqs[uid] = _Seq(adm.request_id, i, top)
             uids.append(uid)
-        return uids, found.cached
+            if marks:
+                self._marks[uid] = (prompt, done, marks)
+        return uids, found.cached, found.from_disk
+
+    def _marks_for(self, adm: Admission, done: int) -> set[int]:
+        """Prompt positions (beyond the reused ``done`` tokens) whose state
+        becomes a checkpoint: the message boundaries and the prompt's
+        last-but-one token (empty when checkpoints are off)."""
+        if not self._checkpoints:
+            return set()
+        end = len(adm.prompt) - 1
+        return {b for b in (*adm.boundaries, end) if done < b <= end}
+
+    @staticmethod
+    def _segments(remaining: list[int], done: int, marks: set[int]) -> list[list[int]]:
+        """``remaining`` (the prompt from position ``done``) cut at every
+        mark, so the engine stops at each one (mlx-lm then splits off the
+        last token as a segment of its own)."""
+        segments, start = [], 0
+        for mark in sorted(marks):
+            cut = mark - done
+            if start < cut < len(remaining):
+                segments.append(remaining[start:cut])
+                start = cut
+        segments.append(remaining[start:])
+        return segments
+
+    def _take_checkpoints(self, progress: list[Any]) -> None:
+        """Copy into the prefix cache the state of every sequence whose
+        prefill reached one of its marks in the step just run."""
+        for r in progress:
+            entry = self._marks.get(r.uid)
+            if entry is None:
+                continue
+            if r.end_of_prompt or r.uid not in self._seqs:
+                del self._marks[r.uid]
+                continue
+            prompt, done, marks = entry
+            position = done + r.progress[0]
+            if not r.end_of_segment or position not in marks:
+                continue
+            found = self._engine.extract_cache([r.uid]).get(r.uid)
+            if found is not None:
+                self.cache.insert(prompt[:position], found[0])  # type: ignore[union-attr]
 
     def _processors(self, adm: Admission, choice: int) -> list[Any]:
         """The logits processors of one choice: sampling penalties and biases,
@@ -456,7 +546,17 @@ class Scheduler:
         self._waiting_since.pop(request_id, None)
         for uid in uids:
             self._seqs.pop(uid, None)
+            self._marks.pop(uid, None)
         return uids
+
+    def _remove_keeping_state(self, uids: list[int]) -> None:
+        """Take ``uids`` out of the engine; what they had computed stays in
+        the prefix cache (a client that retries an aborted or timed-out
+        request continues from it)."""
+        caches = self._engine.remove(uids, return_prompt_caches=self.cache is not None)
+        for cache, tokens in caches.values():
+            if tokens and cache:
+                self.cache.insert(list(tokens), cache)  # type: ignore[union-attr]
 
     def _abort(self, request_ids: list[str]) -> None:
         for request_id in request_ids:
@@ -464,7 +564,7 @@ class Scheduler:
                 continue
             uids = self._forget(request_id)
             if uids:
-                self._engine.remove(uids)
+                self._remove_keeping_state(uids)
             self.counters.requests_aborted += 1
             self._emit(Terminal(request_id, "abort"))
 
@@ -481,6 +581,7 @@ class Scheduler:
 
     def _finish_seq(self, uid: int) -> None:
         seq = self._seqs.pop(uid)
+        self._marks.pop(uid, None)
         uids = self._uids[seq.request_id]
         uids.remove(uid)
         if not uids:
@@ -493,7 +594,7 @@ class Scheduler:
             if deadline <= now:
                 uids = self._forget(request_id)
                 if uids:
-                    self._engine.remove(uids)
+                    self._remove_keeping_state(uids)
                 self.counters.requests_timed_out += 1
                 self._emit(Terminal(request_id, "error", "timeout", "the request exceeded its time limit"))
 
@@ -508,6 +609,8 @@ class Scheduler:
         engine.prefill_batch_size = self._prefill_batch if decoding else engine.completion_batch_size
         progress, responses = self._engine.next()
         self._step += 1
+        if self._marks:
+            self._take_checkpoints(progress)
         scheduled = self._scheduled(progress, responses)
         events = self._events(responses)
         c = self.counters
