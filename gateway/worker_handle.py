@@ -257,6 +257,8 @@ class WorkerHandle:
         self._stopping: asyncio.Task[None] | None = None
         self._refused = False  # a worker spoke another protocol: never start again
         self.mlx_limits: tuple[int, int | None] = (0, None)
+        self._keep_alive: float | None = None  # the latest request's idle time (None: the model's ttl)
+        self._idle_deadline: float | None = None  # wall-clock end of the running idle timer
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -367,8 +369,12 @@ class WorkerHandle:
 
     # -- requests -------------------------------------------------------------
 
-    def submit(self, request: GenerateRequest) -> WorkerRequestStream:
+    def submit(self, request: GenerateRequest, keep_alive: float | None = None) -> WorkerRequestStream:
         """Send ``request`` to the ready worker and return its output stream.
+
+        ``keep_alive`` (seconds; negative: never; None: the model's ``ttl``)
+        becomes how long the worker stays loaded once idle, until the next
+        request sets its own (see :meth:`keep`).
 
         Raises:
             gateway.errors.APIError: 503 when the worker is not ready, or 503
@@ -388,6 +394,7 @@ class WorkerHandle:
         pending = _Pending(incarnation.number, request.n, timer, self.model.name)
         self._inflight[request.request_id] = pending
         self._sequences += pending.open_choices
+        self._keep_alive = keep_alive
         self._cancel_idle_timer()
         self.last_used = time.monotonic()
         incarnation.send(request)
@@ -611,12 +618,39 @@ class WorkerHandle:
 
     # -- idle unload ------------------------------------------------------------
 
+    def idle_seconds(self) -> float:
+        """How long the worker stays loaded once idle: the latest request's
+        ``keep_alive`` if it set one, else the model's ``ttl`` (negative:
+        never unloaded for idleness)."""
+        return self._keep_alive if self._keep_alive is not None else parse_duration(self.model.ttl)
+
+    def keep(self, keep_alive: float | None) -> None:
+        """Set the idle time as a request's ``keep_alive`` does (see
+        :meth:`submit`) without a request, e.g. an Ollama load-only call,
+        and restart the idle timer if the worker is idle."""
+        self._keep_alive = keep_alive
+        self._cancel_idle_timer()
+        self._schedule_idle()
+
+    def expires_at(self) -> float | None:
+        """Wall-clock time (Unix seconds) at which the worker unloads if no
+        request comes: the idle timer's end, or ``now + idle_seconds()``
+        while requests run; None when it never unloads for idleness or is
+        not resident."""
+        seconds = self.idle_seconds()
+        if not self.resident or seconds < 0:
+            return None
+        if self._idle_timer is not None and self._idle_deadline is not None:
+            return self._idle_deadline
+        return time.time() + seconds
+
     def _schedule_idle(self) -> None:
-        ttl = parse_duration(self.model.ttl)
+        ttl = self.idle_seconds()
         if ttl < 0 or self.status.state != "ready" or self._inflight:
             return
         self._cancel_idle_timer()
         loop = asyncio.get_running_loop()
+        self._idle_deadline = time.time() + ttl
         self._idle_timer = loop.call_later(ttl, self._idle_expired)
 
     def _idle_expired(self) -> None:
