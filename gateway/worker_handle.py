@@ -351,6 +351,7 @@ class WorkerHandle:
         self._fail_inflight(f"model '{self.model.name}' was stopped ({why})")
         self._wanted = False
         await self._stop_process(5.0)
+        self._keep_alive = None  # a request's keep_alive lasts while its worker does
         self._set_state("unloaded")
         log.info("model %s unloaded (%s)", self.model.name, why)
 
@@ -656,7 +657,13 @@ class WorkerHandle:
     def _idle_expired(self) -> None:
         self._idle_timer = None
         if self.idle:
-            asyncio.create_task(self.unload("idle for its ttl"))
+            asyncio.create_task(self._unload_if_idle())
+
+    async def _unload_if_idle(self) -> None:
+        """Unload for idleness unless a request arrived since the timer
+        fired (e.g. the one that was waiting for this worker to start)."""
+        if self.idle:
+            await self.unload("idle for its ttl")
 
     def _cancel_idle_timer(self) -> None:
         if self._idle_timer is not None:
