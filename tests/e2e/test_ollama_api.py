@@ -22,6 +22,7 @@ from tests.conftest import API_KEY, TINY, start_server
 ollama = pytest.importorskip("ollama")
 
 LAZY = "lazy"
+THINKER = "thinker"
 HERMES = "hermes"
 EMB = "minilm"
 GREEDY = {"temperature": 0, "num_predict": 8}
@@ -63,8 +64,9 @@ FINAL_FIELDS = (
 @pytest.fixture(scope="module")
 def server(tiny_model_dir, tmp_path_factory):
     """A gateway with the tiny model (preloaded), a lazily loaded copy, the
-    rigged Hermes model and an embedding model."""
-    from tests.tiny_model import build_scripted_model
+    rigged Hermes model, a copy whose template opens a reasoning block and
+    an embedding model."""
+    from tests.tiny_model import build_scripted_model, build_thinking_model
 
     root = tmp_path_factory.mktemp("ollama-gw")
     hermes = build_scripted_model(
@@ -74,9 +76,11 @@ def server(tiny_model_dir, tmp_path_factory):
         script='Sure.<tool_call>{"name":"lookup", "arguments": {"city":"Paris"}}</tool_call>',
         markers={"<tool_call>": False, "</tool_call>": False},
     )
+    thinker = build_thinking_model(root / "thinker", tiny_model_dir)
     srv = start_server(
         root,
         [
+            {"name": THINKER, "source": str(thinker), "preload": False, "ttl": 30},
             {"name": TINY, "source": str(tiny_model_dir), "max_batch_size": 8, "aliases": ["tiny-alias"]},
             {"name": LAZY, "source": str(tiny_model_dir), "preload": False},
             {"name": HERMES, "source": str(hermes), "preload": False, "ttl": 30},
@@ -194,12 +198,23 @@ def test_tool_call_round_trip_then_forced_format(client):
     jsonschema.validate(json.loads(forced.message.content), ANSWER)
 
 
+def test_reasoning_arrives_as_thinking(client):
+    r = client.chat(model=THINKER, messages=ASK, think=True, options=GREEDY)
+    assert r.message.thinking and not r.message.content
+    chunks = list(client.chat(model=THINKER, messages=ASK, think=True, options=GREEDY, stream=True))
+    assert "".join(c.message.thinking or "" for c in chunks) == r.message.thinking
+    g = client.generate(model=THINKER, prompt="Hi", options=GREEDY)
+    assert g.thinking and g.response == ""
+    history = [*ASK, {"role": "assistant", "content": "ok", "thinking": "earlier"}, *ASK]
+    assert client.chat(model=THINKER, messages=history, options=GREEDY).done
+
+
 # --- listings -----------------------------------------------------------------------------
 
 
 def test_list_show_ps(client, server):
     names = {m.model for m in client.list().models}
-    assert {TINY, "tiny-alias", LAZY, HERMES, EMB} <= names
+    assert {TINY, "tiny-alias", LAZY, HERMES, EMB, THINKER} <= names
     entry = next(m for m in client.list().models if m.model == TINY)
     assert entry.size > 0 and len(entry.digest) == 64 and entry.details.family == "llama"
     shown = client.show(TINY)
