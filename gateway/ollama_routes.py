@@ -60,11 +60,11 @@ from gateway.ollama_format import (
 )
 from gateway.ollama_schema import (
     FROM_CONFIG,
-    ChatBody,
-    EmbedBody,
-    EmbeddingsBody,
-    GenerateBody,
-    ShowBody,
+    OllamaChatRequest,
+    OllamaEmbeddingsRequest,
+    OllamaEmbedRequest,
+    OllamaGenerateRequest,
+    OllamaShowRequest,
     chat_request,
     check_generate,
     decode,
@@ -164,11 +164,13 @@ async def _submit(request: Request, kind: Kind, timing: Timing) -> _Job | Respon
         the model's context), 404 unknown model, 503 worker not ready or
         overloaded.
     """
-    body: ChatBody | GenerateBody = decode(ChatBody if kind == "chat" else GenerateBody, await request.body())
+    body: OllamaChatRequest | OllamaGenerateRequest = decode(
+        OllamaChatRequest if kind == "chat" else OllamaGenerateRequest, await request.body()
+    )
     engine = engine_of(request)
     model = _resolve(engine, body.model)
     keep = keep_alive_seconds(body.keep_alive)
-    if isinstance(body, GenerateBody):
+    if isinstance(body, OllamaGenerateRequest):
         check_generate(body)
     if is_load_only(body):
         if keep == 0:
@@ -177,7 +179,7 @@ async def _submit(request: Request, kind: Kind, timing: Timing) -> _Job | Respon
             await engine.load(model, keep)
         return JSONResponse(load_reply(kind, body.model, timing, unloaded=keep == 0))
     request_id = f"ollama-{uuid.uuid4().hex}"
-    if isinstance(body, ChatBody):
+    if isinstance(body, OllamaChatRequest):
         work, prompt_param = chat_request(body, request_id), "messages"
     else:
         work, prompt_param = generate_request(body, request_id), "prompt"
@@ -244,25 +246,25 @@ async def _lines(job: _Job, first: RequestOutput) -> AsyncIterator[bytes]:
 async def embed(request: Request) -> Response:
     """``POST /api/embed``: ``{"model", "embeddings", ...}`` with one
     vector per input, in order."""
-    return await _embedding(request, EmbedBody)
+    return await _embedding(request, OllamaEmbedRequest)
 
 
 async def embeddings(request: Request) -> Response:
     """``POST /api/embeddings`` (Ollama's older form): ``{"embedding"}``,
     the vector of ``prompt`` (empty for an empty prompt, which only loads
     the model)."""
-    return await _embedding(request, EmbeddingsBody)
+    return await _embedding(request, OllamaEmbeddingsRequest)
 
 
 async def _embedding(request: Request, kind: type) -> Response:
     """The shared flow of both embedding routes."""
     timing = Timing()
     try:
-        body: EmbedBody | EmbeddingsBody = decode(kind, await request.body())
+        body: OllamaEmbedRequest | OllamaEmbeddingsRequest = decode(kind, await request.body())
         engine = engine_of(request)
         model = _resolve(engine, body.model)
         keep = keep_alive_seconds(body.keep_alive)
-        if isinstance(body, EmbeddingsBody) and not body.prompt:
+        if isinstance(body, OllamaEmbeddingsRequest) and not body.prompt:
             await engine.load(model, keep)
             return JSONResponse({"embedding": []})
         work = embed_request(body, f"ollama-embd-{uuid.uuid4().hex}")
@@ -283,7 +285,7 @@ async def _embedding(request: Request, kind: type) -> Response:
         if dim <= 0 or len(data) != count * dim * 4:
             return ollama_error_response(APIError(500, "The model worker returned malformed embeddings"))
         vectors = [_floats(data[i * dim * 4 : (i + 1) * dim * 4]) for i in range(count)]
-        if isinstance(body, EmbeddingsBody):
+        if isinstance(body, OllamaEmbeddingsRequest):
             return Response(encode({"embedding": vectors[0]}), media_type=JSON_MEDIA_TYPE)
         durations = timing.durations()
         reply = {
@@ -384,7 +386,7 @@ async def show(request: Request) -> Response:
     sampling defaults (as ``parameters``), ``model_info`` and
     capabilities."""
     try:
-        body: ShowBody = decode(ShowBody, await request.body())
+        body: OllamaShowRequest = decode(OllamaShowRequest, await request.body())
         engine = engine_of(request)
         model = _resolve(engine, show_model_name(body))
     except APIError as err:

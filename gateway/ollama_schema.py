@@ -6,7 +6,7 @@ field it can send is decoded here and is either honoured, accepted with no
 effect, or refused with a 400 naming it (see ``docs/api/ollama.md``); a
 field in no Ollama schema is a 400 too.
 
-- :class:`ChatBody` (``POST /api/chat``) and :class:`GenerateBody`
+- :class:`OllamaChatRequest` (``POST /api/chat``) and :class:`OllamaGenerateRequest`
   (``POST /api/generate``) become a :class:`~shared.protocol.GenerateRequest`
   with :func:`chat_request` / :func:`generate_request`: ``options`` map field
   by field onto :class:`~shared.protocol.SamplingParams`
@@ -17,9 +17,9 @@ field in no Ollama schema is a 400 too.
 - ``keep_alive`` (a number of seconds or a duration such as ``"5m"``;
   negative: forever; ``0``: unload after the request) is parsed by
   :func:`keep_alive_seconds` and handed to the pool.
-- :class:`EmbedBody` (``POST /api/embed``) and :class:`EmbeddingsBody`
+- :class:`OllamaEmbedRequest` (``POST /api/embed``) and :class:`OllamaEmbeddingsRequest`
   (``POST /api/embeddings``) become an :class:`~shared.protocol.EmbedRequest`.
-- :class:`ShowBody` (``POST /api/show``).
+- :class:`OllamaShowRequest` (``POST /api/show``).
 
 Every check raises :class:`~gateway.errors.APIError` (400); the routes
 render it in Ollama's ``{"error": "..."}`` shape.
@@ -59,7 +59,7 @@ THINK_LEVELS = ("low", "medium", "high")
 """``think`` strings accepted as "on" (mlxd has no graded reasoning effort)."""
 
 
-class Options(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+class OllamaOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Ollama's ``options`` (runtime parameters). Honoured: ``num_predict``,
     ``temperature``, ``top_p``, ``top_k``, ``min_p``, ``seed``, ``stop``,
     ``repeat_penalty``, ``presence_penalty``, ``frequency_penalty``,
@@ -135,7 +135,7 @@ _NO_VALUE_REFUSED = ("mirostat_tau", "mirostat_eta")
 _FINITE = ("temperature", "top_p", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty")
 
 
-class CalledFunction(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+class OllamaCalledFunction(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """A tool call's function: ``arguments`` is a JSON object (not text);
     ``index`` (position in the turn) is accepted and ignored."""
 
@@ -144,16 +144,16 @@ class CalledFunction(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     index: int | None = None
 
 
-class ToolCallParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+class OllamaToolCall(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """One call in an assistant message's ``tool_calls`` (``id`` optional:
     mlxd makes one up when absent)."""
 
-    function: CalledFunction
+    function: OllamaCalledFunction
     id: str | None = None
     type: Literal["function"] | None = None
 
 
-class MessageParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+class OllamaMessage(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """One chat turn: ``thinking`` is earlier reasoning of an assistant
     turn; a ``tool`` turn names its tool with ``tool_name`` (and may name
     the call with ``tool_call_id``); ``images`` is refused when non-empty."""
@@ -162,12 +162,12 @@ class MessageParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     content: str | None = None
     thinking: str | None = None
     images: list[str] | None = None
-    tool_calls: list[ToolCallParam] | None = None
+    tool_calls: list[OllamaToolCall] | None = None
     tool_name: str | None = None
     tool_call_id: str | None = None
 
 
-class FunctionParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+class OllamaFunction(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """A tool's function: ``parameters`` is its JSON Schema."""
 
     name: str
@@ -175,10 +175,10 @@ class FunctionParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     parameters: dict[str, Any] | None = None
 
 
-class ToolParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+class OllamaTool(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """One entry of ``tools`` (only ``function`` tools exist)."""
 
-    function: FunctionParam
+    function: OllamaFunction
     type: Literal["function"] = "function"
 
 
@@ -189,12 +189,12 @@ Format = Union[str, dict[str, Any], None]
 """``format`` as sent: ``"json"``, ``""`` (none) or a JSON schema object."""
 
 
-class _GenerationBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+class _OllamaGeneration(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Fields shared by chat and generate."""
 
     model: str
     stream: bool | None = None
-    options: Options | None = None
+    options: OllamaOptions | None = None
     format: Format = None
     keep_alive: KeepAlive = None
     think: Union[bool, str, None] = None
@@ -202,15 +202,15 @@ class _GenerationBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     top_logprobs: int | None = None
 
 
-class ChatBody(_GenerationBody, forbid_unknown_fields=True, kw_only=True):
+class OllamaChatRequest(_OllamaGeneration, forbid_unknown_fields=True, kw_only=True):
     """``POST /api/chat``. No ``messages`` (or none at all) only loads the
     model (or, with ``keep_alive`` 0, unloads it)."""
 
-    messages: list[MessageParam] | None = None
-    tools: list[ToolParam] | None = None
+    messages: list[OllamaMessage] | None = None
+    tools: list[OllamaTool] | None = None
 
 
-class GenerateBody(_GenerationBody, forbid_unknown_fields=True, kw_only=True):
+class OllamaGenerateRequest(_OllamaGeneration, forbid_unknown_fields=True, kw_only=True):
     """``POST /api/generate``. An empty ``prompt`` only loads the model (or,
     with ``keep_alive`` 0, unloads it). ``raw`` sends ``prompt`` as is;
     otherwise it is one user turn (after ``system``) through the chat
@@ -229,27 +229,27 @@ class GenerateBody(_GenerationBody, forbid_unknown_fields=True, kw_only=True):
     steps: int | None = None
 
 
-class EmbedBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+class OllamaEmbedRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """``POST /api/embed``: ``truncate`` defaults to true as in Ollama."""
 
     model: str
     input: Union[str, list[str]]
     truncate: bool | None = None
-    options: Options | None = None
+    options: OllamaOptions | None = None
     keep_alive: KeepAlive = None
     dimensions: int | None = None
 
 
-class EmbeddingsBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+class OllamaEmbeddingsRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """``POST /api/embeddings`` (Ollama's older single-prompt form)."""
 
     model: str
     prompt: str | None = None
-    options: Options | None = None
+    options: OllamaOptions | None = None
     keep_alive: KeepAlive = None
 
 
-class ShowBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+class OllamaShowRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """``POST /api/show``: ``name`` is the older spelling of ``model``;
     ``verbose`` is accepted (mlxd has no tokenizer dump to add)."""
 
@@ -274,7 +274,7 @@ def decode(kind: type, body: bytes) -> Any:
     return decode_body(decoder, body)
 
 
-def show_model_name(body: ShowBody) -> str:
+def show_model_name(body: OllamaShowRequest) -> str:
     """The model ``/api/show`` asks about (``model``, else ``name``).
 
     Raises:
@@ -314,7 +314,7 @@ def keep_alive_seconds(value: KeepAlive) -> float | None:
         ) from None
 
 
-def check_options(options: Options | None) -> None:
+def check_options(options: OllamaOptions | None) -> None:
     """Refuse options mlxd cannot honour and values out of range.
 
     Raises:
@@ -352,12 +352,12 @@ def check_options(options: Options | None) -> None:
         raise bad_request("options.num_ctx must be positive", "options.num_ctx")
 
 
-def sampling(options: Options | None, logprobs: bool | None, top_logprobs: int | None) -> SamplingParams:
+def sampling(options: OllamaOptions | None, logprobs: bool | None, top_logprobs: int | None) -> SamplingParams:
     """The worker's sampling settings from checked ``options``: unset
     fields stay None so the model's defaults apply; ``num_predict`` -1 or
     -2 mean no limit (up to the context); ``repeat_penalty`` is the
     repetition penalty."""
-    o = options or Options()
+    o = options or OllamaOptions()
     stop = [o.stop] if isinstance(o.stop, str) else list(o.stop or [])
     return SamplingParams(
         max_tokens=o.num_predict if o.num_predict is not None and o.num_predict > 0 else None,
@@ -405,7 +405,7 @@ def thinking(value: bool | str | None) -> bool | None:
     raise bad_request(f'invalid think value {value!r}: use true, false, "low", "medium" or "high"', "think")
 
 
-def _check_common(body: _GenerationBody) -> None:
+def _check_common(body: _OllamaGeneration) -> None:
     """Checks shared by chat and generate (options, logprobs)."""
     check_options(body.options)
     if body.top_logprobs is not None and not 0 <= body.top_logprobs <= 20:
@@ -415,10 +415,10 @@ def _check_common(body: _GenerationBody) -> None:
 # --- chat ---------------------------------------------------------------------------------
 
 
-def is_load_only(body: ChatBody | GenerateBody) -> bool:
+def is_load_only(body: OllamaChatRequest | OllamaGenerateRequest) -> bool:
     """Whether the request only loads (or unloads) the model: a chat with
     no messages, a generate with an empty prompt."""
-    if isinstance(body, ChatBody):
+    if isinstance(body, OllamaChatRequest):
         return not body.messages
     return not body.prompt
 
@@ -428,7 +428,7 @@ def _arguments(arguments: dict[str, Any]) -> str:
     return json.dumps(arguments, ensure_ascii=False)
 
 
-def chat_messages(messages: list[MessageParam]) -> list[ChatMessage]:
+def chat_messages(messages: list[OllamaMessage]) -> list[ChatMessage]:
     """The worker's messages: ``thinking`` becomes reasoning, calls get ids
     (``call_<turn>_<i>`` when absent) and a ``tool`` turn answers the
     oldest unanswered call of its ``tool_name`` (else the oldest
@@ -476,7 +476,7 @@ def chat_messages(messages: list[MessageParam]) -> list[ChatMessage]:
     return out
 
 
-def chat_request(body: ChatBody, request_id: str) -> GenerateRequest:
+def chat_request(body: OllamaChatRequest, request_id: str) -> GenerateRequest:
     """The worker request for a checked chat body with messages.
 
     Raises:
@@ -501,7 +501,7 @@ def chat_request(body: ChatBody, request_id: str) -> GenerateRequest:
 # --- generate -----------------------------------------------------------------------------
 
 
-def check_generate(body: GenerateBody) -> None:
+def check_generate(body: OllamaGenerateRequest) -> None:
     """Refuse the generate fields mlxd cannot honour.
 
     Raises:
@@ -534,7 +534,7 @@ def check_generate(body: GenerateBody) -> None:
             raise bad_request(f"{name} is for image-generation models, which mlxd does not serve", name)
 
 
-def generate_request(body: GenerateBody, request_id: str) -> GenerateRequest:
+def generate_request(body: OllamaGenerateRequest, request_id: str) -> GenerateRequest:
     """The worker request for a checked generate body with a prompt: the
     raw prompt, or ``system`` and ``prompt`` as chat turns rendered with
     the model's template."""
@@ -554,7 +554,7 @@ def generate_request(body: GenerateBody, request_id: str) -> GenerateRequest:
 # --- embeddings ---------------------------------------------------------------------------
 
 
-def embed_request(body: EmbedBody | EmbeddingsBody, request_id: str) -> EmbedRequest:
+def embed_request(body: OllamaEmbedRequest | OllamaEmbeddingsRequest, request_id: str) -> EmbedRequest:
     """The worker request for ``/api/embed`` or ``/api/embeddings``.
 
     Raises:
@@ -562,7 +562,7 @@ def embed_request(body: EmbedBody | EmbeddingsBody, request_id: str) -> EmbedReq
         refused options.
     """
     check_options(body.options)
-    if isinstance(body, EmbeddingsBody):
+    if isinstance(body, OllamaEmbeddingsRequest):
         return EmbedRequest(request_id=request_id, texts=[body.prompt or ""], truncate=True)
     texts = [body.input] if isinstance(body.input, str) else list(body.input)
     if not texts:

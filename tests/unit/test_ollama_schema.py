@@ -10,8 +10,8 @@ import pytest
 from gateway.errors import APIError
 from gateway.ollama_format import ReplyBuilder, Timing, expiry, line
 from gateway.ollama_schema import (
-    ChatBody,
-    GenerateBody,
+    OllamaChatRequest,
+    OllamaGenerateRequest,
     chat_request,
     check_generate,
     decode,
@@ -21,16 +21,16 @@ from gateway.ollama_schema import (
 from shared.protocol import RequestOutput, ToolCallDelta
 
 
-def chat(**fields) -> ChatBody:
+def chat(**fields) -> OllamaChatRequest:
     """A decoded chat body with ``fields``."""
-    return decode(ChatBody, json.dumps({"model": "m", **fields}).encode())
+    return decode(OllamaChatRequest, json.dumps({"model": "m", **fields}).encode())
 
 
 def refused(kind: type, **fields) -> APIError:
     """The 400 a body with ``fields`` gets."""
     with pytest.raises(APIError) as err:
         body = decode(kind, json.dumps({"model": "m", **fields}).encode())
-        if kind is ChatBody:
+        if kind is OllamaChatRequest:
             chat_request(body, "r")
         else:
             check_generate(body)
@@ -68,7 +68,7 @@ def test_options_map_field_by_field():
     + [("num_predict", 0), ("temperature", -1), ("top_p", 2), ("num_ctx", 0), ("unknown_option", 1)],
 )
 def test_refused_options_name_themselves(option, value):
-    err = refused(ChatBody, messages=[{"role": "user", "content": "x"}], options={option: value})
+    err = refused(OllamaChatRequest, messages=[{"role": "user", "content": "x"}], options={option: value})
     assert option in err.message
 
 
@@ -90,7 +90,7 @@ def test_format_and_think():
     assert chat_request(chat(messages=ask, format=""), "r").response_format is None
     assert chat_request(chat(messages=ask, think=False), "r").thinking is False
     assert chat_request(chat(messages=ask, think="high"), "r").thinking is True
-    assert "format" in refused(ChatBody, messages=ask, format="xml").message
+    assert "format" in refused(OllamaChatRequest, messages=ask, format="xml").message
 
 
 def test_tool_history_gets_ids_and_names():
@@ -122,10 +122,10 @@ def test_tool_history_gets_ids_and_names():
 
 
 def test_generate_translation_and_refusals():
-    body = decode(GenerateBody, b'{"model": "m", "prompt": "p", "system": "s"}')
+    body = decode(OllamaGenerateRequest, b'{"model": "m", "prompt": "p", "system": "s"}')
     req = generate_request(body, "r")
     assert [(m.role, m.content) for m in req.messages] == [("system", "s"), ("user", "p")]
-    raw = generate_request(decode(GenerateBody, b'{"model": "m", "prompt": "p", "raw": true}'), "r")
+    raw = generate_request(decode(OllamaGenerateRequest, b'{"model": "m", "prompt": "p", "raw": true}'), "r")
     assert raw.prompt == "p" and raw.messages is None
     for field, value, words in [
         ("suffix", "x", "fill-in-the-middle"),
@@ -134,8 +134,8 @@ def test_generate_translation_and_refusals():
         ("images", ["aGk="], "vision"),
         ("width", 8, "image-generation"),
     ]:
-        assert words in refused(GenerateBody, prompt="p", **{field: value}).message
-    assert "raw" in refused(GenerateBody, prompt="p", raw=True, system="s").message
+        assert words in refused(OllamaGenerateRequest, prompt="p", **{field: value}).message
+    assert "raw" in refused(OllamaGenerateRequest, prompt="p", raw=True, system="s").message
 
 
 def test_builder_streams_text_then_calls_then_final():
