@@ -83,6 +83,7 @@ from gateway.request_flow import (
     next_output,
     respond_after_first_output,
 )
+from shared.model_kind import wrong_kind_message
 from shared.protocol import RequestOutput
 
 log = logging.getLogger("mlxd.gateway.ollama")
@@ -265,6 +266,8 @@ async def _embedding(request: Request, kind: type) -> Response:
         model = _resolve(engine, body.model)
         keep = keep_alive_seconds(body.keep_alive)
         if isinstance(body, OllamaEmbeddingsRequest) and not body.prompt:
+            if _info(engine, model).kind == "generation":
+                raise bad_request(wrong_kind_message(model, "generation"), "model", code="wrong_model_kind")
             await engine.load(model, keep)
             return JSONResponse({"embedding": []})
         work = embed_request(body, f"ollama-embd-{uuid.uuid4().hex}")

@@ -258,7 +258,7 @@ class WorkerPool:
     async def unload(self, model: str) -> None:
         """Unload canonical ``model``'s worker once its requests finish
         (no-op when it is not resident); it starts again on next use."""
-        await self.handles[model].unload("asked to unload (keep_alive 0)")
+        await self.handles[model].unload("asked to unload (keep_alive 0)", soft=True)
 
     def resident(self) -> list[Residency]:
         """Every model whose worker is loaded (state ``ready``), in config
@@ -281,6 +281,7 @@ class WorkerPool:
         return found
 
     async def _acquire(self, handle: WorkerHandle) -> None:
+        await handle.settle(self.config.server.worker_start_timeout)
         if handle.status.state != "ready":
             async with self._room:
                 if not handle.resident:

@@ -255,6 +255,7 @@ class WorkerHandle:
         self._state_changed = asyncio.Event()
         self._idle_timer: asyncio.TimerHandle | None = None
         self._stopping: asyncio.Task[None] | None = None
+        self._soft_stop = False  # the unload in progress is an idle / keep_alive one
         self._refused = False  # a worker spoke another protocol: never start again
         self.mlx_limits: tuple[int, int | None] = (0, None)
         self._keep_alive: float | None = None  # the latest request's idle time (None: the model's ttl)
@@ -322,15 +323,30 @@ class WorkerHandle:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._state_changed.wait(), remaining)
 
-    async def unload(self, why: str, timeout: float | None = None) -> None:
+    async def unload(self, why: str, timeout: float | None = None, *, soft: bool = False) -> None:
         """Stop the worker gracefully: take no new requests, let in-flight
         ones finish (at most ``timeout`` s, default the drain timeout), then
-        ask it to exit. The handle can start again later."""
+        ask it to exit. The handle can start again later. A ``soft``
+        unload (idle time over, or a request's ``keep_alive`` 0) makes
+        requests that arrive meanwhile wait for it and start the worker
+        again (see :meth:`settle`) instead of being refused."""
         if not self.resident:
             return
         if self._stopping is None or self._stopping.done():
+            self._soft_stop = soft
             self._stopping = asyncio.create_task(self._drain_and_stop(why, timeout))
         await asyncio.shield(self._stopping)
+
+    async def settle(self, timeout: float) -> None:
+        """Wait (at most ``timeout`` s) for a soft unload in progress to end,
+        so the caller can start the worker again; returns at once
+        otherwise. Never raises on timeout (the caller then sees the
+        ``draining`` state)."""
+        stopping = self._stopping
+        if stopping is None or stopping.done() or not self._soft_stop:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(stopping), timeout)
 
     async def stop(self, timeout: float = 5.0) -> None:
         """Final stop at server exit: fail what is still in flight, stop the
@@ -663,7 +679,7 @@ class WorkerHandle:
         """Unload for idleness unless a request arrived since the timer
         fired (e.g. the one that was waiting for this worker to start)."""
         if self.idle:
-            await self.unload("idle for its ttl")
+            await self.unload("idle for its ttl", soft=True)
 
     def _cancel_idle_timer(self) -> None:
         if self._idle_timer is not None:

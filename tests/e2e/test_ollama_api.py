@@ -261,6 +261,11 @@ def test_keep_alive_drives_the_idle_timer(client, server):
     unloaded = client.generate(model=LAZY, keep_alive=0)
     assert unloaded.done_reason == "unload"
     wait_state(server, LAZY, "unloaded")
+    for _ in range(3):  # a request right behind a keep_alive 0 one waits for the unload and reloads
+        client.generate(model=LAZY, prompt="Hi", options={"num_predict": 1}, keep_alive=0)
+        again = client.generate(model=LAZY, prompt="Hi", options={"num_predict": 1}, keep_alive=0)
+        assert again.done
+    wait_state(server, LAZY, "unloaded")
 
 
 # --- embeddings ---------------------------------------------------------------------------
