@@ -2,7 +2,8 @@
 Python client and plain HTTP, against a real gateway with real workers.
 
 Models: the tiny random-weight model (preloaded, with an alias), the same
-model lazily loaded (for ``keep_alive``), a rigged tiny model that always
+model lazily loaded (for ``keep_alive``), a copy whose template opens a
+reasoning block, a rigged tiny model that always
 writes a Hermes-style call of ``lookup(city="Paris")`` (see
 :func:`tests.tiny_model.build_scripted_model`) and a small embedding model.
 """
