@@ -162,3 +162,41 @@ def test_generate_builder_and_expiry():
     assert builder.finish("length")[-1]["done_reason"] == "length"
     assert builder.final["response"] == "ok"
     assert expiry(None).startswith("2318") and expiry(0).startswith("1970-01-01T00:00:00")
+
+
+class _Outputs:
+    """A request stream that yields fixed outputs."""
+
+    def __init__(self, outputs: list[RequestOutput]) -> None:
+        self._outputs = list(outputs)
+        self.closed = False
+
+    async def __anext__(self) -> RequestOutput:
+        if not self._outputs:
+            raise StopAsyncIteration
+        return self._outputs.pop(0)
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_a_failure_mid_stream_is_an_error_line():
+    from gateway.ollama_routes import _Job, _lines
+
+    stream = _Outputs(
+        [RequestOutput(request_id="r", finish_reason="error", error="ran past its deadline", error_kind="timeout")]
+    )
+    job = _Job(stream, ReplyBuilder("chat", "m", Timing()), "r", True, "messages")
+    first = RequestOutput(request_id="r", text="Hi", completion_tokens=1)
+    lines = [
+        json.loads(chunk) for body in [b"".join([c async for c in _lines(job, first)])] for chunk in body.splitlines()
+    ]
+    assert lines[0]["message"]["content"] == "Hi" and lines[0]["done"] is False
+    assert lines[-1] == {"error": "ran past its deadline"}
+    assert stream.closed
