@@ -2,7 +2,9 @@
 
 Routes, middleware (from the outside in: Host check, CORS when configured,
 API keys, body cap) and error handlers
-that answer every failure in OpenAI's error shape. The worker pool is
+that answer every failure in the shape of the route's protocol (see
+:mod:`gateway.error_responses`: Anthropic's under ``/v1/messages``,
+Ollama's under ``/api/`` and at ``/``, else OpenAI's). The worker pool is
 started in the app's lifespan and stopped (workers asked to exit, then
 killed) when the server shuts down.
 """
