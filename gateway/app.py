@@ -2,7 +2,9 @@
 
 Routes, middleware (from the outside in: Host check, CORS when configured,
 API keys, body cap) and error handlers
-that answer every failure in OpenAI's error shape. The worker pool is
+that answer every failure in the shape of the route's protocol (see
+:mod:`gateway.error_responses`: Anthropic's under ``/v1/messages``,
+Ollama's under ``/api/`` and at ``/``, else OpenAI's). The worker pool is
 started in the app's lifespan and stopped (workers asked to exit, then
 killed) when the server shuts down.
 """
@@ -20,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway import anthropic_routes, embeddings_routes, openai_routes, responses_routes
+from gateway import anthropic_routes, embeddings_routes, ollama_routes, openai_routes, responses_routes
 from gateway.error_responses import error_response_for
 from gateway.errors import APIError
 from gateway.metrics import Metrics, ModelSnapshot
@@ -96,6 +98,24 @@ async def _internal_error(request: Request, exc: Exception) -> Response:
     return error_response_for(request.url.path, APIError(500, "Internal server error"))
 
 
+def ollama_route_table() -> list[Route]:
+    """The Ollama-compatible routes (:mod:`gateway.ollama_routes`)."""
+    routes = [
+        Route("/", ollama_routes.root, methods=["GET"]),
+        Route("/api/version", ollama_routes.version, methods=["GET"]),
+        Route("/api/tags", ollama_routes.list_tags, methods=["GET"]),
+        Route("/api/ps", ollama_routes.list_running, methods=["GET"]),
+        Route("/api/show", ollama_routes.show, methods=["POST"]),
+        Route("/api/chat", ollama_routes.chat, methods=["POST"]),
+        Route("/api/generate", ollama_routes.generate, methods=["POST"]),
+        Route("/api/embed", ollama_routes.embed, methods=["POST"]),
+        Route("/api/embeddings", ollama_routes.embeddings, methods=["POST"]),
+    ]
+    for path in ("/api/pull", "/api/push", "/api/create", "/api/copy", "/api/delete"):
+        routes.append(Route(path, ollama_routes.model_management, methods=["POST", "DELETE"]))
+    return routes
+
+
 def build_app(config: Config, pool: WorkerPool | None = None) -> Starlette:
     """Return the gateway app for ``config``.
 
@@ -132,6 +152,7 @@ def build_app(config: Config, pool: WorkerPool | None = None) -> Starlette:
         Route("/v1/responses", responses_routes.create_response, methods=["POST"]),
         Route("/v1/messages", anthropic_routes.messages, methods=["POST"]),
         Route("/v1/messages/count_tokens", anthropic_routes.count_tokens, methods=["POST"]),
+        *ollama_route_table(),
     ]
 
     def get_server() -> ServerConfig:

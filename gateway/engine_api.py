@@ -23,6 +23,9 @@ class ModelInfo:
     (``temperature``, ``top_p``, ``top_k``, ``min_p``,
     ``repetition_penalty``) to the value its worker uses where a request
     sets none; None until the worker has loaded the model.
+    ``context_length`` is the model's context in tokens (None until its
+    worker has loaded it once); ``source`` its configured ``source``;
+    ``kind`` ``generation`` or ``embedding`` (None: not known yet).
     """
 
     name: str
@@ -30,6 +33,22 @@ class ModelInfo:
     state: str
     aliases: tuple[str, ...] = ()
     sampling_defaults: dict[str, float] | None = None
+    context_length: int | None = None
+    source: str = ""
+    kind: str | None = None
+
+
+@dataclass(frozen=True)
+class Residency:
+    """A model whose worker is loaded (Ollama's ``GET /api/ps``):
+    ``memory_bytes`` its MLX memory in use (or the pool's estimate),
+    ``expires_at`` the Unix time at which it unloads if left idle (None:
+    never), ``context_length`` its context in tokens (None: unknown)."""
+
+    name: str
+    memory_bytes: int
+    expires_at: float | None
+    context_length: int | None
 
 
 class RequestStream(Protocol):
@@ -82,8 +101,14 @@ class Engine(Protocol):
         """Every configured model with its current state."""
         ...
 
-    async def submit(self, model: str, request: GenerateRequest | EmbedRequest) -> RequestStream:
+    async def submit(
+        self, model: str, request: GenerateRequest | EmbedRequest, keep_alive: float | None = None
+    ) -> RequestStream:
         """Send ``request`` to the worker of canonical model ``model``.
+
+        ``keep_alive`` (seconds; negative: never; None: the model's
+        ``ttl``) is how long the worker stays loaded once idle, until a
+        later request sets its own.
 
         The engine fills in the model's configured deadline (``timeout``).
         An :class:`~shared.protocol.EmbedRequest` yields one output (its
@@ -96,4 +121,18 @@ class Engine(Protocol):
                 503 ``overloaded`` (with ``Retry-After``) when the model's
                 queue is full.
         """
+        ...
+
+    async def load(self, model: str, keep_alive: float | None = None) -> None:
+        """Load canonical ``model`` (if it is not) and set its idle time as
+        :meth:`submit` does. Raises the 503 :class:`~gateway.errors.APIError`
+        of :meth:`submit`."""
+        ...
+
+    async def unload(self, model: str) -> None:
+        """Unload canonical ``model`` once its requests finish."""
+        ...
+
+    def resident(self) -> list[Residency]:
+        """The models whose workers are loaded, with memory and expiry."""
         ...

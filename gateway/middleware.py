@@ -26,8 +26,10 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-ALWAYS_PUBLIC = frozenset({"/health", "/openapi.json"})
-"""Routes that never need an API key."""
+ALWAYS_PUBLIC = frozenset({"/health", "/openapi.json", "/", "/api/version"})
+"""Routes that never need an API key (``/`` and ``/api/version`` are what
+Ollama clients probe before anything else; neither reveals more than
+``/health``)."""
 
 MONITORING_PATHS = frozenset({"/ready", "/metrics"})
 """Routes that need a key only when ``server.metrics_require_key`` is set."""
@@ -35,7 +37,8 @@ MONITORING_PATHS = frozenset({"/ready", "/metrics"})
 
 async def send_error(scope: Scope, receive: Receive, send: Send, err: APIError) -> None:
     """Send ``err`` as a complete JSON response in the protocol of the
-    requested route (Anthropic's under ``/v1/messages``, else OpenAI's)."""
+    requested route (Anthropic's under ``/v1/messages``, Ollama's under
+    ``/api/`` and at ``/``, else OpenAI's)."""
     from gateway.error_responses import error_response_for
 
     response = error_response_for(scope.get("path", ""), err)

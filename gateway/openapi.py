@@ -29,7 +29,10 @@ wire formats, so it cannot drift from them:
   ``{"error": {"message", "type", "param", "code"}}`` everywhere except
   under ``/v1/messages``, where it is Anthropic's ``{"type": "error",
   "error": {"type", "message"}, "request_id"}`` (engine 503s become 529
-  there, and every answer carries a ``request-id`` header).
+  there, and every answer carries a ``request-id`` header), and under
+  ``/api/`` (and at ``/``), where it is Ollama's ``{"error": "..."}``.
+- The Ollama routes' answers are plain objects (documented as ``object``;
+  their fields are in ``docs/api/ollama.md``); their streams are NDJSON.
 - Security: a key as ``Authorization: Bearer <key>`` or ``x-api-key``
   (only enforced when the server has keys configured). ``/health`` and
   ``/openapi.json`` are always public; ``/ready`` and ``/metrics`` need a
@@ -60,10 +63,11 @@ from msgspec import NODEFAULT, Raw
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway import anthropic_format, openai_format, responses_format
+from gateway import anthropic_format, ollama_schema, openai_format, responses_format
 from gateway.anthropic_schema import CountTokensRequest, MessagesRequest
 from gateway.embeddings_routes import EmbeddingList
 from gateway.embeddings_schema import EmbeddingRequest
+from gateway.ollama_format import NDJSON_MEDIA_TYPE
 from gateway.openai_schema import ChatCompletionRequest, CompletionRequest
 from gateway.responses_schema import ResponsesRequest
 from gateway.sse import MEDIA_TYPE as SSE_MEDIA_TYPE
@@ -350,6 +354,11 @@ _TYPES: dict[str, Any] = {
     "messages_request": MessagesRequest,
     "count_tokens_request": CountTokensRequest,
     "embedding_request": EmbeddingRequest,
+    "ollama_chat_request": ollama_schema.OllamaChatRequest,
+    "ollama_generate_request": ollama_schema.OllamaGenerateRequest,
+    "ollama_embed_request": ollama_schema.OllamaEmbedRequest,
+    "ollama_embeddings_request": ollama_schema.OllamaEmbeddingsRequest,
+    "ollama_show_request": ollama_schema.OllamaShowRequest,
     # successful answers
     "chat_completion": openai_format.ChatCompletion,
     "text_completion": openai_format.TextCompletion,
@@ -393,6 +402,11 @@ _DECODED = frozenset(
         "messages_request",
         "count_tokens_request",
         "embedding_request",
+        "ollama_chat_request",
+        "ollama_generate_request",
+        "ollama_embed_request",
+        "ollama_embeddings_request",
+        "ollama_show_request",
     }
 )
 """The keys of :data:`_TYPES` the server decodes; it encodes all the others."""
@@ -442,6 +456,32 @@ _ANTHROPIC_ERRORS = {
     529: "Overloaded: the model is not ready, its queue is full or the request was aborted; retry after `Retry-After`",
 }
 """Anthropic-protocol error statuses of the ``/v1/messages`` routes."""
+
+
+_OLLAMA_ERRORS = {
+    400: _OPENAI_ERRORS[400] + "; also a field mlxd refuses (images, suffix, template, context, ...)",
+    401: _OPENAI_ERRORS[401],
+    404: "Unknown model",
+    413: _OPENAI_ERRORS[413],
+    415: _OPENAI_ERRORS[415],
+    500: _OPENAI_ERRORS[500],
+    503: _OPENAI_ERRORS[503],
+    504: _OPENAI_ERRORS[504],
+}
+"""Ollama-protocol error statuses of the ``/api/`` generation routes."""
+
+OLLAMA_ERROR = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {"error": {"type": "string", "description": "What went wrong, safe to show"}},
+    "additionalProperties": False,
+}
+"""Ollama's error object (every ``/api/`` route and ``/``)."""
+
+_OLLAMA_OBJECT = {"type": "object"}
+"""The schema of Ollama's answers (plain dicts built by
+:mod:`gateway.ollama_format`; their fields are listed in
+``docs/api/ollama.md``)."""
 
 
 class _Builder:
@@ -675,6 +715,138 @@ class _Builder:
             "responses": {**ok, **self._error_responses(errors, anthropic)},
         }
 
+    def _ollama_errors(self, statuses: Iterable[int]) -> dict[str, Any]:
+        """Ollama-shaped error responses for ``statuses``."""
+        out: dict[str, Any] = {}
+        for status in statuses:
+            response: dict[str, Any] = {
+                "description": _OLLAMA_ERRORS.get(status, "Models come from the config"),
+                "content": {JSON: {"schema": OLLAMA_ERROR}},
+            }
+            if status == 401:
+                response["headers"] = {
+                    "WWW-Authenticate": self._header("The scheme to authenticate with", {"type": "string"})
+                }
+            if status == 503:
+                response["headers"] = {
+                    "Retry-After": self._header("Seconds to wait before retrying", {"type": "integer", "minimum": 0})
+                }
+            out[str(status)] = response
+        return out
+
+    def _ollama_post(
+        self, operation_id: str, summary: str, body: str, example: dict[str, Any], description: str, streams: bool
+    ) -> dict[str, Any]:
+        """A ``POST`` Ollama operation whose answer is a JSON object (or,
+        when it ``streams``, NDJSON objects by default)."""
+        content: dict[str, Any] = {JSON: {"schema": _OLLAMA_OBJECT}}
+        if streams:
+            content[NDJSON_MEDIA_TYPE] = {"schema": {"type": "string", "description": "One JSON object per line"}}
+        return {
+            "post": {
+                "operationId": operation_id,
+                "summary": summary,
+                "tags": ["Ollama"],
+                "requestBody": self._body(body, example, False),
+                "responses": {
+                    "200": {"description": description, "content": content},
+                    **self._ollama_errors(_OLLAMA_ERRORS),
+                },
+            }
+        }
+
+    def _ollama_get(self, operation_id: str, summary: str, public: bool = False) -> dict[str, Any]:
+        """A ``GET`` Ollama listing operation."""
+        operation: dict[str, Any] = {
+            "operationId": operation_id,
+            "summary": summary,
+            "tags": ["Ollama"],
+            "responses": {
+                "200": {"description": summary, "content": {JSON: {"schema": _OLLAMA_OBJECT}}},
+                **({} if public else self._ollama_errors([401])),
+            },
+        }
+        if public:
+            operation["security"] = []
+        return {"get": operation}
+
+    def ollama_paths(self) -> dict[str, Any]:
+        """The Ollama-compatible path items (``/api/...`` and ``/``)."""
+        model = self.model
+        message = [{"role": "user", "content": "Hello"}]
+        few = {"num_predict": 8}
+        paths: dict[str, Any] = {
+            "/": {
+                "get": {
+                    "operationId": "ollamaRoot",
+                    "summary": "Ollama probe: `Ollama is running`",
+                    "tags": ["Ollama"],
+                    "security": [],
+                    "responses": {
+                        "200": {
+                            "description": "The server runs",
+                            "content": {"text/plain": {"schema": {"type": "string"}}},
+                        }
+                    },
+                }
+            },
+            "/api/version": self._ollama_get("ollamaVersion", "The Ollama API version mlxd speaks", public=True),
+            "/api/tags": self._ollama_get("ollamaListModels", "The configured models (Ollama)"),
+            "/api/ps": self._ollama_get("ollamaRunningModels", "The loaded models, memory and expiry (Ollama)"),
+            "/api/show": self._ollama_post(
+                "ollamaShowModel",
+                "One model's details, template and capabilities (Ollama)",
+                "ollama_show_request",
+                {"model": model},
+                "The model's details",
+                False,
+            ),
+            "/api/chat": self._ollama_post(
+                "ollamaChat",
+                "Chat (Ollama)",
+                "ollama_chat_request",
+                {"model": model, "messages": message, "stream": False, "options": few},
+                "A chat object, or (`stream` defaults to true) NDJSON chat objects ending with `done: true`",
+                True,
+            ),
+            "/api/generate": self._ollama_post(
+                "ollamaGenerate",
+                "Generate a completion (Ollama)",
+                "ollama_generate_request",
+                {"model": model, "prompt": "Once upon a time", "stream": False, "options": few},
+                "A generate object, or (`stream` defaults to true) NDJSON objects ending with `done: true`",
+                True,
+            ),
+            "/api/embed": self._ollama_post(
+                "ollamaEmbed",
+                "Embed texts (Ollama); needs an embedding model",
+                "ollama_embed_request",
+                {"model": model, "input": ["Hello"]},
+                "One vector per input",
+                False,
+            ),
+            "/api/embeddings": self._ollama_post(
+                "ollamaEmbeddings",
+                "Embed one prompt (Ollama, older form); needs an embedding model",
+                "ollama_embeddings_request",
+                {"model": model, "prompt": "Hello"},
+                "The prompt's vector",
+                False,
+            ),
+        }
+        for name in ("pull", "push", "create", "copy", "delete"):
+            refusal = {
+                "operationId": f"ollama{name.capitalize()}",
+                "summary": f"Refused: models come from the config (Ollama `{name}`)",
+                "tags": ["Ollama"],
+                "responses": self._ollama_errors([401, 403]),
+            }
+            paths[f"/api/{name}"] = {
+                "post": refusal,
+                "delete": {**refusal, "operationId": f"ollama{name.capitalize()}Delete"},
+            }
+        return paths
+
     def paths(self, include_openapi_route: bool) -> dict[str, Any]:
         """Every path item."""
         model = self.model
@@ -840,6 +1012,7 @@ class _Builder:
                 }
             },
         }
+        paths.update(self.ollama_paths())
         if include_openapi_route:
             paths["/openapi.json"] = {
                 "get": {
@@ -900,7 +1073,7 @@ def openapi_document(
             "title": title,
             "version": version or _package_version(),
             "description": (
-                "OpenAI- and Anthropic-compatible LLM server. Request bodies are decoded strictly: "
+                "OpenAI-, Anthropic- and Ollama-compatible LLM server. Request bodies are decoded strictly: "
                 "unknown fields, wrong types and out-of-bounds values are refused with a 400 naming "
                 "the field (`error.param`)."
             ),
@@ -908,6 +1081,7 @@ def openapi_document(
         "tags": [
             {"name": "OpenAI", "description": "OpenAI-compatible endpoints (OpenAI error shape)"},
             {"name": "Anthropic", "description": "Anthropic Messages API (Anthropic error shape)"},
+            {"name": "Ollama", "description": "Ollama-compatible endpoints under /api/ (Ollama error shape)"},
             {"name": "Operations", "description": "Health, readiness, metrics"},
         ],
         "security": [{BEARER_SCHEME: []}, {API_KEY_SCHEME: []}],

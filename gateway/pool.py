@@ -18,7 +18,7 @@ import uuid
 import msgspec
 import psutil
 
-from gateway.engine_api import ModelInfo, ModelLimits
+from gateway.engine_api import ModelInfo, ModelLimits, Residency
 from gateway.errors import APIError, bad_request, model_not_found, unavailable
 from gateway.model_paths import SourceOutsideRoot, check_inside_root, source_bytes, source_kind
 from gateway.worker_handle import WorkerHandle, WorkerRequestStream
@@ -200,6 +200,9 @@ class WorkerPool:
                     state=status.state,
                     aliases=tuple(m.aliases),
                     sampling_defaults=None if defaults is None else msgspec.structs.asdict(defaults),
+                    context_length=status.context_length,
+                    source=m.source,
+                    kind=self.kind(m.name),
                 )
             )
         return infos
@@ -214,8 +217,11 @@ class WorkerPool:
             self._kinds[model] = source_kind(config.source, config.kind)
         return self._kinds[model]
 
-    async def submit(self, model: str, request: GenerateRequest | EmbedRequest) -> WorkerRequestStream:
-        """Route ``request`` to ``model``'s worker, starting it if needed.
+    async def submit(
+        self, model: str, request: GenerateRequest | EmbedRequest, keep_alive: float | None = None
+    ) -> WorkerRequestStream:
+        """Route ``request`` to ``model``'s worker, starting it if needed;
+        ``keep_alive`` as in :meth:`WorkerHandle.submit`.
 
         Raises:
             gateway.errors.APIError: 400 ``wrong_model_kind`` when the model
@@ -233,9 +239,49 @@ class WorkerPool:
         if kind is not None and (kind == "embedding") != isinstance(request, EmbedRequest):
             raise bad_request(wrong_kind_message(model, kind), param="model", code="wrong_model_kind")
         await self._acquire(handle)
-        return handle.submit(request)
+        return handle.submit(request, keep_alive=keep_alive)
+
+    async def load(self, model: str, keep_alive: float | None = None) -> None:
+        """Start canonical ``model``'s worker if needed and wait until it is
+        ready, then set its idle time to ``keep_alive`` (see
+        :meth:`WorkerHandle.keep`).
+
+        Raises:
+            gateway.errors.APIError: 503 as :meth:`submit`.
+        """
+        if self.draining:
+            raise unavailable("the server is shutting down", retry_after=5)
+        handle = self.handles[model]
+        await self._acquire(handle)
+        handle.keep(keep_alive)
+
+    async def unload(self, model: str) -> None:
+        """Unload canonical ``model``'s worker once its requests finish
+        (no-op when it is not resident); it starts again on next use."""
+        await self.handles[model].unload("asked to unload (keep_alive 0)", soft=True)
+
+    def resident(self) -> list[Residency]:
+        """Every model whose worker is loaded (state ``ready``), in config
+        order, with its memory and idle expiry."""
+        found = []
+        for m in self.config.models:
+            handle = self.handles.get(m.name)
+            if handle is None or handle.status.state != "ready":
+                continue
+            stats = handle.status.stats
+            found.append(
+                Residency(
+                    name=m.name,
+                    memory_bytes=max(stats.active_memory_bytes, handle.status.memory_bytes or 0)
+                    or self.estimate(handle),
+                    expires_at=handle.expires_at(),
+                    context_length=handle.status.context_length,
+                )
+            )
+        return found
 
     async def _acquire(self, handle: WorkerHandle) -> None:
+        await handle.settle(self.config.server.worker_start_timeout)
         if handle.status.state != "ready":
             async with self._room:
                 if not handle.resident:

@@ -185,15 +185,16 @@ async def _keepalive_then(
     waiting: asyncio.Future[RequestOutput],
     frames: Callable[[RequestOutput], AsyncIterator[bytes]],
     interval: float,
+    keepalive: bytes = sse.KEEPALIVE,
 ) -> AsyncIterator[bytes]:
-    """A keep-alive comment every ``interval`` seconds until ``waiting`` has
-    the first output, then ``frames(first)``. Cancels ``waiting`` if the
-    stream ends before it is done (client gone)."""
+    """``keepalive`` (an SSE comment by default) every ``interval`` seconds
+    until ``waiting`` has the first output, then ``frames(first)``. Cancels
+    ``waiting`` if the stream ends before it is done (client gone)."""
     try:
         while not waiting.done():
             await asyncio.wait((waiting,), timeout=interval)
             if not waiting.done():
-                yield sse.KEEPALIVE
+                yield keepalive
         async for frame in frames(waiting.result()):
             yield frame
     finally:
@@ -211,6 +212,8 @@ async def respond_after_first_output(
     collect: Callable[[RequestOutput], Awaitable[_Collected | RequestOutput]],
     answer: Callable[[_Collected], Response],
     stream_headers: Mapping[str, str] | None = None,
+    keepalive: bytes = sse.KEEPALIVE,
+    media_type: str = sse.MEDIA_TYPE,
 ) -> Response:
     """Answer the admitted request ``request_id`` once its first output is in.
 
@@ -233,6 +236,11 @@ async def respond_after_first_output(
       runs the client is watched: client gone, :func:`client_closed`; ended
       early, ``refuse(output)``; else ``answer(gathered)``.
 
+    ``keepalive`` is the frame sent while waiting (an SSE comment by
+    default) and ``media_type`` the streamed response's content type (an
+    NDJSON stream passes an empty object of its own and
+    ``application/x-ndjson``).
+
     In every case but the hand-over to the streamed response the stream is
     closed before this returns, also on an exception or cancellation, which
     aborts the request in the worker if it had not finished.
@@ -246,13 +254,15 @@ async def respond_after_first_output(
             return client_closed()
         if first is LATE:
             assert streamed is not None and interval is not None
-            body = _keepalive_then(waiting, streamed, interval)
+            body = _keepalive_then(waiting, streamed, interval, keepalive)
             handed_off = True
-            return sse.SSEResponse(body, headers=stream_headers, on_close=stream.aclose)
+            return sse.SSEResponse(body, headers=stream_headers, on_close=stream.aclose, media_type=media_type)
         if ends_request(first):
             return refuse(first)
         if streamed is not None:
-            response = sse.SSEResponse(streamed(first), headers=stream_headers, on_close=stream.aclose)
+            response = sse.SSEResponse(
+                streamed(first), headers=stream_headers, on_close=stream.aclose, media_type=media_type
+            )
             handed_off = True
             return response
         result = await until_disconnect(request.receive, collect(first))

@@ -109,7 +109,8 @@ class SSEResponse(StreamingResponse):
     async generator's ``finally`` runs even when it sits at a ``yield``) and
     then awaits ``on_close`` if given; both are shielded from cancellation
     and both run even if the first fails. An exception raised by ``content``
-    propagates after the clean-up.
+    propagates after the clean-up. ``media_type`` replaces
+    ``text/event-stream`` for another line-framed stream (Ollama's NDJSON).
     """
 
     def __init__(
@@ -119,10 +120,11 @@ class SSEResponse(StreamingResponse):
         status_code: int = 200,
         headers: Mapping[str, str] | None = None,
         on_close: Callable[[], Awaitable[None]] | None = None,
+        media_type: str = MEDIA_TYPE,
     ) -> None:
         merged = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         merged.update(headers or {})
-        super().__init__(content, status_code=status_code, headers=merged, media_type=MEDIA_TYPE)
+        super().__init__(content, status_code=status_code, headers=merged, media_type=media_type)
         self._on_close = on_close
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

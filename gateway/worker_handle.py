@@ -255,8 +255,11 @@ class WorkerHandle:
         self._state_changed = asyncio.Event()
         self._idle_timer: asyncio.TimerHandle | None = None
         self._stopping: asyncio.Task[None] | None = None
+        self._soft_stop = False  # the unload in progress is an idle / keep_alive one
         self._refused = False  # a worker spoke another protocol: never start again
         self.mlx_limits: tuple[int, int | None] = (0, None)
+        self._keep_alive: float | None = None  # the latest request's idle time (None: the model's ttl)
+        self._idle_deadline: float | None = None  # wall-clock end of the running idle timer
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -320,15 +323,30 @@ class WorkerHandle:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._state_changed.wait(), remaining)
 
-    async def unload(self, why: str, timeout: float | None = None) -> None:
+    async def unload(self, why: str, timeout: float | None = None, *, soft: bool = False) -> None:
         """Stop the worker gracefully: take no new requests, let in-flight
         ones finish (at most ``timeout`` s, default the drain timeout), then
-        ask it to exit. The handle can start again later."""
+        ask it to exit. The handle can start again later. A ``soft``
+        unload (idle time over, or a request's ``keep_alive`` 0) makes
+        requests that arrive meanwhile wait for it and start the worker
+        again (see :meth:`settle`) instead of being refused."""
         if not self.resident:
             return
         if self._stopping is None or self._stopping.done():
+            self._soft_stop = soft
             self._stopping = asyncio.create_task(self._drain_and_stop(why, timeout))
         await asyncio.shield(self._stopping)
+
+    async def settle(self, timeout: float) -> None:
+        """Wait (at most ``timeout`` s) for a soft unload in progress to end,
+        so the caller can start the worker again; returns at once
+        otherwise. Never raises on timeout (the caller then sees the
+        ``draining`` state)."""
+        stopping = self._stopping
+        if stopping is None or stopping.done() or not self._soft_stop:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(stopping), timeout)
 
     async def stop(self, timeout: float = 5.0) -> None:
         """Final stop at server exit: fail what is still in flight, stop the
@@ -349,6 +367,7 @@ class WorkerHandle:
         self._fail_inflight(f"model '{self.model.name}' was stopped ({why})")
         self._wanted = False
         await self._stop_process(5.0)
+        self._keep_alive = None  # a request's keep_alive lasts while its worker does
         self._set_state("unloaded")
         log.info("model %s unloaded (%s)", self.model.name, why)
 
@@ -367,8 +386,12 @@ class WorkerHandle:
 
     # -- requests -------------------------------------------------------------
 
-    def submit(self, request: GenerateRequest) -> WorkerRequestStream:
+    def submit(self, request: GenerateRequest, keep_alive: float | None = None) -> WorkerRequestStream:
         """Send ``request`` to the ready worker and return its output stream.
+
+        ``keep_alive`` (seconds; negative: never; None: the model's ``ttl``)
+        becomes how long the worker stays loaded once idle, until the next
+        request sets its own (see :meth:`keep`).
 
         Raises:
             gateway.errors.APIError: 503 when the worker is not ready, or 503
@@ -388,6 +411,7 @@ class WorkerHandle:
         pending = _Pending(incarnation.number, request.n, timer, self.model.name)
         self._inflight[request.request_id] = pending
         self._sequences += pending.open_choices
+        self._keep_alive = keep_alive
         self._cancel_idle_timer()
         self.last_used = time.monotonic()
         incarnation.send(request)
@@ -611,18 +635,51 @@ class WorkerHandle:
 
     # -- idle unload ------------------------------------------------------------
 
+    def idle_seconds(self) -> float:
+        """How long the worker stays loaded once idle: the latest request's
+        ``keep_alive`` if it set one, else the model's ``ttl`` (negative:
+        never unloaded for idleness)."""
+        return self._keep_alive if self._keep_alive is not None else parse_duration(self.model.ttl)
+
+    def keep(self, keep_alive: float | None) -> None:
+        """Set the idle time as a request's ``keep_alive`` does (see
+        :meth:`submit`) without a request, e.g. an Ollama load-only call,
+        and restart the idle timer if the worker is idle."""
+        self._keep_alive = keep_alive
+        self._cancel_idle_timer()
+        self._schedule_idle()
+
+    def expires_at(self) -> float | None:
+        """Wall-clock time (Unix seconds) at which the worker unloads if no
+        request comes: the idle timer's end, or ``now + idle_seconds()``
+        while requests run; None when it never unloads for idleness or is
+        not resident."""
+        seconds = self.idle_seconds()
+        if not self.resident or seconds < 0:
+            return None
+        if self._idle_timer is not None and self._idle_deadline is not None:
+            return self._idle_deadline
+        return time.time() + seconds
+
     def _schedule_idle(self) -> None:
-        ttl = parse_duration(self.model.ttl)
+        ttl = self.idle_seconds()
         if ttl < 0 or self.status.state != "ready" or self._inflight:
             return
         self._cancel_idle_timer()
         loop = asyncio.get_running_loop()
+        self._idle_deadline = time.time() + ttl
         self._idle_timer = loop.call_later(ttl, self._idle_expired)
 
     def _idle_expired(self) -> None:
         self._idle_timer = None
         if self.idle:
-            asyncio.create_task(self.unload("idle for its ttl"))
+            asyncio.create_task(self._unload_if_idle())
+
+    async def _unload_if_idle(self) -> None:
+        """Unload for idleness unless a request arrived since the timer
+        fired (e.g. the one that was waiting for this worker to start)."""
+        if self.idle:
+            await self.unload("idle for its ttl", soft=True)
 
     def _cancel_idle_timer(self) -> None:
         if self._idle_timer is not None:

@@ -2,7 +2,8 @@
 
 With a key configured, every route of the app (enumerated from
 ``build_app``, so a new route is covered automatically) answers 401 to any
-method without a key or with a wrong one, except ``/health`` (and
+method without a key or with a wrong one, except ``/health``,
+``/openapi.json``, and the Ollama probes ``/`` and ``/api/version`` (and
 ``/ready`` and ``/metrics`` unless ``server.metrics_require_key``). Path,
 Host, request-target and forwarding-header tricks reach no model data.
 Model names that happen to be paths on disk answer exactly like any other
@@ -30,7 +31,7 @@ from tests.reliability.test_http_edges import exchange, head, port_of
 LAZY = "lazy"
 """A configured model that is never preloaded: it must stay unloaded."""
 
-ALWAYS_PUBLIC = {"/health", "/openapi.json"}
+ALWAYS_PUBLIC = {"/health", "/openapi.json", "/", "/api/version"}
 MONITORING = {"/ready", "/metrics"}
 METHODS = ("GET", "POST", "HEAD", "OPTIONS")
 WRONG_CREDENTIALS = [
@@ -70,6 +71,8 @@ def assert_401(response: httpx.Response, path: str) -> None:
     body = response.json()
     if path.startswith("/v1/messages"):
         assert body["type"] == "error" and body["error"]["type"] == "authentication_error"
+    elif path.startswith("/api/"):
+        assert list(body) == ["error"] and "API key" in body["error"]
     else:
         assert body["error"]["code"] == "invalid_api_key"
 

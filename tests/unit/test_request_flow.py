@@ -211,6 +211,25 @@ async def test_slow_first_output_starts_the_stream_with_keepalives():
     assert body[:-2] == [KEEPALIVE] * len(body[:-2]) and 2 <= len(body[:-2]) <= 3
 
 
+async def test_a_line_framed_stream_keeps_alive_with_its_own_frame():
+    stream = Stream([out("a"), out("b", "stop")], delay=0.35)
+    response = await respond_after_first_output(
+        client(keepalive=0.1),
+        stream,
+        "r",
+        refuse=refuse,
+        streamed=frames_of(stream),
+        collect=lambda first: take_rest(stream, first),
+        answer=lambda texts: Response("".join(texts)),
+        keepalive=b'{"done":false}\n',
+        media_type="application/x-ndjson",
+    )
+    assert response.media_type == "application/x-ndjson"
+    body = await body_of(response)
+    assert body[-2:] == [b"<a>", b"<stop>"]
+    assert body[:-2] == [b'{"done":false}\n'] * len(body[:-2]) and len(body[:-2]) >= 2
+
+
 async def test_late_error_goes_into_the_stream():
     stream = Stream([out(finish="error")], delay=0.25)
     response = await respond(client(keepalive=0.1), stream, streamed=frames_of(stream))

@@ -1,0 +1,441 @@
+"""Starlette endpoints of the Ollama-compatible API (``/api/...`` and ``/``).
+
+``POST /api/chat`` and ``POST /api/generate`` decode and check their body
+(:mod:`gateway.ollama_schema`), resolve the model and submit one
+:class:`~shared.protocol.GenerateRequest` through the
+:class:`~gateway.engine_api.Engine` with the request's ``keep_alive``
+(which sets the worker's idle timer, see
+:meth:`gateway.worker_handle.WorkerHandle.submit`), then answer with
+:func:`gateway.request_flow.respond_after_first_output`: the first output is
+awaited before any header, so a refused request gets its status even when
+streaming. Streaming (``stream`` defaults to true, as in Ollama) is NDJSON:
+one object per line from :class:`gateway.ollama_format.ReplyBuilder`, an
+empty ``done: false`` object every ``server.stream_keepalive`` seconds
+while a long prompt is prefilled, and on a failure after the stream began
+an ``{"error": "..."}`` line (the ``ollama`` clients raise on it).
+Without ``stream`` the same builder's final object is the answer. A chat
+without messages or a generate with an empty prompt only loads the model
+(``done_reason`` ``load``) or, with ``keep_alive`` 0, unloads it
+(``unload``).
+
+Also: ``GET /api/tags``, ``POST /api/show``, ``GET /api/ps``,
+``GET /api/version``, ``POST /api/embed``, ``POST /api/embeddings``,
+``GET``/``HEAD /`` ("Ollama is running"), and ``/api/pull``, ``/api/push``,
+``/api/create``, ``/api/copy``, ``/api/delete``, which answer 403: models
+come from the config. Every error is Ollama's ``{"error": "..."}`` with the
+status of the matching OpenAI error (400, 401, 404, 413, 503, 504, 500).
+Runs on the gateway's event loop; reads a model's small JSON files
+(``config.json``, ``tokenizer_config.json``) for the listings.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+
+from gateway.embeddings_routes import _floats
+from gateway.engine_api import Engine, ModelInfo, RequestStream
+from gateway.errors import APIError, bad_request
+from gateway.model_paths import cached_snapshot, local_path, source_bytes
+from gateway.ollama_format import (
+    NDJSON_MEDIA_TYPE,
+    OLLAMA_VERSION,
+    Kind,
+    ReplyBuilder,
+    Timing,
+    encode,
+    error_body,
+    expiry,
+    line,
+    load_reply,
+    model_entry,
+    sampling_parameters,
+)
+from gateway.ollama_schema import (
+    FROM_CONFIG,
+    OllamaChatRequest,
+    OllamaEmbeddingsRequest,
+    OllamaEmbedRequest,
+    OllamaGenerateRequest,
+    OllamaShowRequest,
+    chat_request,
+    check_generate,
+    decode,
+    embed_request,
+    generate_request,
+    is_load_only,
+    keep_alive_seconds,
+    show_model_name,
+)
+from gateway.openai_routes import output_error
+from gateway.request_flow import (
+    FINAL_REASONS,
+    JSON_MEDIA_TYPE,
+    ends_request,
+    engine_of,
+    next_output,
+    respond_after_first_output,
+)
+from shared.model_kind import wrong_kind_message
+from shared.protocol import RequestOutput
+
+log = logging.getLogger("mlxd.gateway.ollama")
+
+RUNNING = "Ollama is running"
+"""The body of ``GET /``: what Ollama clients look for when they probe a
+server."""
+
+
+def ollama_error_response(err: APIError) -> JSONResponse:
+    """``err`` in Ollama's shape: ``{"error": message}`` with its status
+    (and ``Retry-After`` when set)."""
+    return JSONResponse(error_body(err.message), status_code=err.status, headers=err.headers())
+
+
+def _resolve(engine: Engine, name: str) -> str:
+    """The canonical model for ``name``; 404 in Ollama's words."""
+    try:
+        return engine.resolve(name)
+    except APIError as err:
+        if err.status == 404:
+            raise APIError(404, f"model '{name}' not found", code="model_not_found") from None
+        raise
+
+
+# --- chat and generate --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One admitted chat or generate request."""
+
+    stream: RequestStream
+    builder: ReplyBuilder
+    request_id: str
+    streaming: bool
+    prompt_param: str
+
+
+async def chat(request: Request) -> Response:
+    """``POST /api/chat``: NDJSON chat objects, or one object without
+    ``stream``; errors as Ollama error objects."""
+    return await _generation(request, "chat")
+
+
+async def generate(request: Request) -> Response:
+    """``POST /api/generate``: NDJSON generate objects, or one object
+    without ``stream``; errors as Ollama error objects."""
+    return await _generation(request, "generate")
+
+
+async def _generation(request: Request, kind: Kind) -> Response:
+    """The shared flow of chat and generate (see the module docstring)."""
+    timing = Timing()
+    try:
+        job = await _submit(request, kind, timing)
+    except APIError as err:
+        return ollama_error_response(err)
+    if isinstance(job, Response):
+        return job
+    return await respond_after_first_output(
+        request,
+        job.stream,
+        job.request_id,
+        refuse=lambda output: ollama_error_response(output_error(output, job.prompt_param)),
+        streamed=(lambda first: _lines(job, first)) if job.streaming else None,
+        collect=lambda first: _collect(job, first),
+        answer=lambda builder: Response(encode(builder.final), media_type=JSON_MEDIA_TYPE),
+        keepalive=line(job.builder.empty()),
+        media_type=NDJSON_MEDIA_TYPE,
+    )
+
+
+async def _submit(request: Request, kind: Kind, timing: Timing) -> _Job | Response:
+    """Decode, check and submit; a load-only request is answered here.
+
+    Raises:
+        APIError: 400 invalid body or refused field (also ``num_ctx`` above
+        the model's context), 404 unknown model, 503 worker not ready or
+        overloaded.
+    """
+    body: OllamaChatRequest | OllamaGenerateRequest = decode(
+        OllamaChatRequest if kind == "chat" else OllamaGenerateRequest, await request.body()
+    )
+    engine = engine_of(request)
+    model = _resolve(engine, body.model)
+    keep = keep_alive_seconds(body.keep_alive)
+    if isinstance(body, OllamaGenerateRequest):
+        check_generate(body)
+    if is_load_only(body):
+        if keep == 0:
+            await engine.unload(model)
+        else:
+            await engine.load(model, keep)
+        return JSONResponse(load_reply(kind, body.model, timing, unloaded=keep == 0))
+    request_id = f"ollama-{uuid.uuid4().hex}"
+    if isinstance(body, OllamaChatRequest):
+        work, prompt_param = chat_request(body, request_id), "messages"
+    else:
+        work, prompt_param = generate_request(body, request_id), "prompt"
+    stream = await engine.submit(model, work, keep_alive=keep)
+    timing.mark_submitted()
+    num_ctx = body.options.num_ctx if body.options is not None else None
+    context = _info(engine, model).context_length
+    if num_ctx is not None and context is not None and num_ctx > context:
+        await stream.aclose()
+        raise bad_request(f"options.num_ctx {num_ctx} is above the model's context of {context} tokens", "num_ctx")
+    builder = ReplyBuilder(kind, body.model, timing, with_logprobs=bool(body.logprobs or body.top_logprobs))
+    return _Job(stream, builder, request_id, body.stream is not False, prompt_param)
+
+
+def _info(engine: Engine, model: str) -> ModelInfo:
+    """The :class:`ModelInfo` of canonical ``model``."""
+    return next(m for m in engine.models() if m.name == model)
+
+
+async def _objects(job: _Job, first: RequestOutput) -> AsyncIterator[list[dict[str, Any]] | RequestOutput]:
+    """The reply's objects, batch by batch, from ``first`` to the end; a
+    request that fails ends with its ``error``/``abort`` output instead."""
+    output = first
+    while True:
+        if ends_request(output):
+            yield output
+            return
+        if output.index == 0:
+            objects = job.builder.add(output)
+            if output.finish_reason in FINAL_REASONS:
+                yield objects + job.builder.finish(output.finish_reason or "stop")
+                return
+            if objects:
+                yield objects
+        output = await next_output(job.stream, job.request_id)
+
+
+async def _collect(job: _Job, first: RequestOutput) -> ReplyBuilder | RequestOutput:
+    """Run the request to its end; its builder (``final`` set) or the
+    output that ended it early."""
+    async for batch in _objects(job, first):
+        if isinstance(batch, RequestOutput):
+            return batch
+    return job.builder
+
+
+async def _lines(job: _Job, first: RequestOutput) -> AsyncIterator[bytes]:
+    """The NDJSON body of a streamed reply; an error after the start is an
+    ``{"error": ...}`` line. Closes the request stream in ``finally`` (a
+    client that leaves aborts the request in the worker)."""
+    try:
+        async for batch in _objects(job, first):
+            if isinstance(batch, RequestOutput):
+                yield line(error_body(output_error(batch, job.prompt_param).message))
+                return
+            yield b"".join(line(obj) for obj in batch)
+    finally:
+        await job.stream.aclose()
+
+
+# --- embeddings ---------------------------------------------------------------------------
+
+
+async def embed(request: Request) -> Response:
+    """``POST /api/embed``: ``{"model", "embeddings", ...}`` with one
+    vector per input, in order."""
+    return await _embedding(request, OllamaEmbedRequest)
+
+
+async def embeddings(request: Request) -> Response:
+    """``POST /api/embeddings`` (Ollama's older form): ``{"embedding"}``,
+    the vector of ``prompt`` (empty for an empty prompt, which only loads
+    the model)."""
+    return await _embedding(request, OllamaEmbeddingsRequest)
+
+
+async def _embedding(request: Request, kind: type) -> Response:
+    """The shared flow of both embedding routes."""
+    timing = Timing()
+    try:
+        body: OllamaEmbedRequest | OllamaEmbeddingsRequest = decode(kind, await request.body())
+        engine = engine_of(request)
+        model = _resolve(engine, body.model)
+        keep = keep_alive_seconds(body.keep_alive)
+        if isinstance(body, OllamaEmbeddingsRequest) and not body.prompt:
+            if _info(engine, model).kind == "generation":
+                raise bad_request(wrong_kind_message(model, "generation"), "model", code="wrong_model_kind")
+            await engine.load(model, keep)
+            return JSONResponse({"embedding": []})
+        work = embed_request(body, f"ollama-embd-{uuid.uuid4().hex}")
+        stream = await engine.submit(model, work, keep_alive=keep)
+        timing.mark_submitted()
+    except APIError as err:
+        return ollama_error_response(err)
+
+    async def collect(first: RequestOutput) -> tuple[RequestOutput]:
+        return (first,)
+
+    def answer(result: tuple[RequestOutput]) -> Response:
+        output = result[0]
+        timing.mark_output()
+        dim = output.embedding_dim
+        data = output.embeddings or b""
+        count = len(work.texts or ())
+        if dim <= 0 or len(data) != count * dim * 4:
+            return ollama_error_response(APIError(500, "The model worker returned malformed embeddings"))
+        vectors = [_floats(data[i * dim * 4 : (i + 1) * dim * 4]) for i in range(count)]
+        if isinstance(body, OllamaEmbeddingsRequest):
+            return Response(encode({"embedding": vectors[0]}), media_type=JSON_MEDIA_TYPE)
+        durations = timing.durations()
+        reply = {
+            "model": body.model,
+            "embeddings": vectors,
+            "total_duration": durations["total_duration"],
+            "load_duration": durations["load_duration"],
+            "prompt_eval_count": output.prompt_tokens,
+        }
+        return Response(encode(reply), media_type=JSON_MEDIA_TYPE)
+
+    return await respond_after_first_output(
+        request,
+        stream,
+        work.request_id,
+        refuse=lambda output: ollama_error_response(output_error(output, "input")),
+        streamed=None,
+        collect=collect,
+        answer=answer,
+    )
+
+
+# --- models and server --------------------------------------------------------------------
+
+
+def _model_dir(source: str) -> Path | None:
+    """The local directory of a model's files (None: unknown or a single
+    file)."""
+    path = local_path(source) or cached_snapshot(source)
+    return path if path is not None and path.is_dir() else None
+
+
+def _json_file(directory: Path | None, name: str) -> dict[str, Any]:
+    """A small JSON file of a model directory as a dict (``{}`` when
+    missing or unreadable)."""
+    if directory is None:
+        return {}
+    try:
+        value = json.loads((directory / name).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _chat_template(directory: Path | None) -> str:
+    """The model's chat template text (``""`` when unknown)."""
+    template = _json_file(directory, "tokenizer_config.json").get("chat_template")
+    if isinstance(template, str):
+        return template
+    if directory is not None:
+        try:
+            return (directory / "chat_template.jinja").read_text(encoding="utf-8")
+        except OSError:
+            pass
+    return ""
+
+
+def _entry(info: ModelInfo, **extra: Any) -> dict[str, Any]:
+    """The listing entry of one configured model."""
+    config = _json_file(_model_dir(info.source), "config.json")
+    size = extra.pop("size", None) or source_bytes(info.source) or 0
+    return model_entry(info.name, info.source, info.created, size, config, **extra)
+
+
+async def list_tags(request: Request) -> Response:
+    """``GET /api/tags``: every configured model (aliases too, as their own
+    entries) with its size on disk and details."""
+    entries = []
+    for info in engine_of(request).models():
+        entries.append(_entry(info))
+        for alias in info.aliases:
+            entries.append({**_entry(info), "name": alias, "model": alias})
+    return JSONResponse({"models": entries})
+
+
+async def list_running(request: Request) -> Response:
+    """``GET /api/ps``: the models whose workers are loaded, with memory in
+    use (``size`` and ``size_vram``: unified memory), idle expiry and
+    context length."""
+    engine = engine_of(request)
+    infos = {m.name: m for m in engine.models()}
+    running = [
+        _entry(
+            infos[r.name],
+            size=r.memory_bytes,
+            expires_at=expiry(r.expires_at),
+            size_vram=r.memory_bytes,
+            context_length=r.context_length or 0,
+        )
+        for r in engine.resident()
+        if r.name in infos
+    ]
+    return JSONResponse({"models": running})
+
+
+async def show(request: Request) -> Response:
+    """``POST /api/show``: a configured model's details, chat template,
+    sampling defaults (as ``parameters``), ``model_info`` and
+    capabilities."""
+    try:
+        body: OllamaShowRequest = decode(OllamaShowRequest, await request.body())
+        engine = engine_of(request)
+        model = _resolve(engine, show_model_name(body))
+    except APIError as err:
+        return ollama_error_response(err)
+    info = _info(engine, model)
+    directory = _model_dir(info.source)
+    config = _json_file(directory, "config.json")
+    template = _chat_template(directory)
+    entry = model_entry(info.name, info.source, info.created, 0, config)
+    family = entry["details"]["family"] or "unknown"
+    model_info: dict[str, Any] = {"general.architecture": family}
+    if info.context_length:
+        model_info[f"{family}.context_length"] = info.context_length
+    if info.kind == "embedding":
+        capabilities = ["embedding"]
+    else:
+        capabilities = ["completion"]
+        if "tools" in template:
+            capabilities.append("tools")
+        if "think" in template:
+            capabilities.append("thinking")
+    return JSONResponse(
+        {
+            "modelfile": f"# mlxd serves this model from its config: source = {info.source}\n",
+            "parameters": sampling_parameters(info.sampling_defaults),
+            "template": template,
+            "details": entry["details"],
+            "model_info": model_info,
+            "capabilities": capabilities,
+            "modified_at": entry["modified_at"],
+        }
+    )
+
+
+async def version(request: Request) -> Response:
+    """``GET /api/version``: the Ollama API version mlxd speaks."""
+    return JSONResponse({"version": OLLAMA_VERSION})
+
+
+async def root(request: Request) -> Response:
+    """``GET /`` and ``HEAD /``: 200 "Ollama is running", what Ollama
+    clients probe for."""
+    return PlainTextResponse(RUNNING)
+
+
+async def model_management(request: Request) -> Response:
+    """``/api/pull``, ``/api/push``, ``/api/create``, ``/api/copy``,
+    ``/api/delete``: 403, models come from the config."""
+    return ollama_error_response(APIError(403, FROM_CONFIG, code="models_from_config"))

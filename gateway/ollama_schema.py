@@ -1,0 +1,577 @@
+"""Request bodies of mlxd's Ollama-compatible API (``/api/...``) and their
+translation to worker requests.
+
+The field set is the official ``ollama`` client's (``ollama._types``): every
+field it can send is decoded here and is either honoured, accepted with no
+effect, or refused with a 400 naming it (see ``docs/api/ollama.md``); a
+field in no Ollama schema is a 400 too.
+
+- :class:`OllamaChatRequest` (``POST /api/chat``) and :class:`OllamaGenerateRequest`
+  (``POST /api/generate``) become a :class:`~shared.protocol.GenerateRequest`
+  with :func:`chat_request` / :func:`generate_request`: ``options`` map field
+  by field onto :class:`~shared.protocol.SamplingParams`
+  (:func:`sampling`), ``format`` (``"json"`` or a JSON schema) onto the
+  grammar's :class:`~shared.protocol.ResponseFormat`, ``think`` onto the
+  template's reasoning switch, ``tools`` / ``tool_calls`` / ``tool_name``
+  onto the worker's tools and calls.
+- ``keep_alive`` (a number of seconds or a duration such as ``"5m"``;
+  negative: forever; ``0``: unload after the request) is parsed by
+  :func:`keep_alive_seconds` and handed to the pool.
+- :class:`OllamaEmbedRequest` (``POST /api/embed``) and :class:`OllamaEmbeddingsRequest`
+  (``POST /api/embeddings``) become an :class:`~shared.protocol.EmbedRequest`.
+- :class:`OllamaShowRequest` (``POST /api/show``).
+
+Every check raises :class:`~gateway.errors.APIError` (400); the routes
+render it in Ollama's ``{"error": "..."}`` shape.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Literal, Union
+
+import msgspec
+
+from gateway.errors import bad_request
+from gateway.openai_schema import decode_body
+from shared.config import parse_duration
+from shared.protocol import (
+    ChatMessage,
+    EmbedRequest,
+    GenerateRequest,
+    ResponseFormat,
+    SamplingParams,
+    Tool,
+    ToolCall,
+)
+
+NO_VISION = "this model has no vision support: mlxd cannot read images yet (remove 'images')"
+"""The 400 for any non-empty ``images``."""
+
+FROM_CONFIG = (
+    "mlxd serves the models of its config file; models cannot be pulled, pushed, created, copied or deleted "
+    "through the API (edit the config's [[models]] and reload instead)"
+)
+"""The answer of the model-management routes."""
+
+THINK_LEVELS = ("low", "medium", "high")
+"""``think`` strings accepted as "on" (mlxd has no graded reasoning effort)."""
+
+
+class OllamaOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Ollama's ``options`` (runtime parameters). Honoured: ``num_predict``,
+    ``temperature``, ``top_p``, ``top_k``, ``min_p``, ``seed``, ``stop``,
+    ``repeat_penalty``, ``presence_penalty``, ``frequency_penalty``,
+    ``num_ctx`` (checked against the model's context). Accepted without
+    effect: the load and hardware settings (:data:`NO_EFFECT`). Refused
+    unless set to their "off" value: the samplers mlxd does not have
+    (:data:`REFUSED`)."""
+
+    numa: bool | None = None
+    num_ctx: int | None = None
+    num_batch: int | None = None
+    num_gpu: int | None = None
+    main_gpu: int | None = None
+    low_vram: bool | None = None
+    f16_kv: bool | None = None
+    logits_all: bool | None = None
+    vocab_only: bool | None = None
+    use_mmap: bool | None = None
+    use_mlock: bool | None = None
+    embedding_only: bool | None = None
+    num_thread: int | None = None
+    num_keep: int | None = None
+    seed: int | None = None
+    num_predict: int | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    min_p: float | None = None
+    tfs_z: float | None = None
+    typical_p: float | None = None
+    repeat_last_n: int | None = None
+    temperature: float | None = None
+    repeat_penalty: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    mirostat: int | None = None
+    mirostat_tau: float | None = None
+    mirostat_eta: float | None = None
+    penalize_newline: bool | None = None
+    stop: Union[list[str], str, None] = None
+
+
+NO_EFFECT = (
+    "numa",
+    "num_batch",
+    "num_gpu",
+    "main_gpu",
+    "low_vram",
+    "f16_kv",
+    "logits_all",
+    "vocab_only",
+    "use_mmap",
+    "use_mlock",
+    "embedding_only",
+    "num_thread",
+    "num_keep",
+    "penalize_newline",
+)
+"""Options accepted with no effect: how llama.cpp loads and runs a model
+(threads, GPU layers, memory mapping) has no meaning for an MLX worker."""
+
+REFUSED: dict[str, Any] = {
+    "tfs_z": 1.0,
+    "typical_p": 1.0,
+    "mirostat": 0,
+    "repeat_last_n": 64,
+}
+"""Options mlxd has no sampler for, with the one value accepted (the
+sampler off, or Ollama's default window); any other value is a 400."""
+
+_NO_VALUE_REFUSED = ("mirostat_tau", "mirostat_eta")
+"""Mirostat settings: refused whenever set (mirostat itself is refused)."""
+
+_FINITE = ("temperature", "top_p", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty")
+
+
+class OllamaCalledFunction(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A tool call's function: ``arguments`` is a JSON object (not text);
+    ``index`` (position in the turn) is accepted and ignored."""
+
+    name: str
+    arguments: dict[str, Any] = {}
+    index: int | None = None
+
+
+class OllamaToolCall(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """One call in an assistant message's ``tool_calls`` (``id`` optional:
+    mlxd makes one up when absent)."""
+
+    function: OllamaCalledFunction
+    id: str | None = None
+    type: Literal["function"] | None = None
+
+
+class OllamaMessage(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """One chat turn: ``thinking`` is earlier reasoning of an assistant
+    turn; a ``tool`` turn names its tool with ``tool_name`` (and may name
+    the call with ``tool_call_id``); ``images`` is refused when non-empty."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str | None = None
+    thinking: str | None = None
+    images: list[str] | None = None
+    tool_calls: list[OllamaToolCall] | None = None
+    tool_name: str | None = None
+    tool_call_id: str | None = None
+
+
+class OllamaFunction(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A tool's function: ``parameters`` is its JSON Schema."""
+
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class OllamaTool(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """One entry of ``tools`` (only ``function`` tools exist)."""
+
+    function: OllamaFunction
+    type: Literal["function"] = "function"
+
+
+KeepAlive = Union[float, str, None]
+"""``keep_alive`` as sent: seconds, or a duration string."""
+
+Format = Union[str, dict[str, Any], None]
+"""``format`` as sent: ``"json"``, ``""`` (none) or a JSON schema object."""
+
+
+class _OllamaGeneration(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Fields shared by chat and generate."""
+
+    model: str
+    stream: bool | None = None
+    options: OllamaOptions | None = None
+    format: Format = None
+    keep_alive: KeepAlive = None
+    think: Union[bool, str, None] = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+
+
+class OllamaChatRequest(_OllamaGeneration, forbid_unknown_fields=True, kw_only=True):
+    """``POST /api/chat``. No ``messages`` (or none at all) only loads the
+    model (or, with ``keep_alive`` 0, unloads it)."""
+
+    messages: list[OllamaMessage] | None = None
+    tools: list[OllamaTool] | None = None
+
+
+class OllamaGenerateRequest(_OllamaGeneration, forbid_unknown_fields=True, kw_only=True):
+    """``POST /api/generate``. An empty ``prompt`` only loads the model (or,
+    with ``keep_alive`` 0, unloads it). ``raw`` sends ``prompt`` as is;
+    otherwise it is one user turn (after ``system``) through the chat
+    template. ``suffix``, ``template``, ``context``, ``images`` and the
+    image-generation fields are refused (see :func:`generate_request`)."""
+
+    prompt: str | None = None
+    suffix: str | None = None
+    system: str | None = None
+    template: str | None = None
+    context: list[int] | None = None
+    raw: bool | None = None
+    images: list[str] | None = None
+    width: int | None = None
+    height: int | None = None
+    steps: int | None = None
+
+
+class OllamaEmbedRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``POST /api/embed``: ``truncate`` defaults to true as in Ollama."""
+
+    model: str
+    input: Union[str, list[str]]
+    truncate: bool | None = None
+    options: OllamaOptions | None = None
+    keep_alive: KeepAlive = None
+    dimensions: int | None = None
+
+
+class OllamaEmbeddingsRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``POST /api/embeddings`` (Ollama's older single-prompt form)."""
+
+    model: str
+    prompt: str | None = None
+    options: OllamaOptions | None = None
+    keep_alive: KeepAlive = None
+
+
+class OllamaShowRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``POST /api/show``: ``name`` is the older spelling of ``model``;
+    ``verbose`` is accepted (mlxd has no tokenizer dump to add)."""
+
+    model: str | None = None
+    name: str | None = None
+    verbose: bool | None = None
+
+
+_decoders: dict[type, msgspec.json.Decoder] = {}
+
+
+def decode(kind: type, body: bytes) -> Any:
+    """Decode ``body`` as the Struct type ``kind``.
+
+    Raises:
+        APIError: 400 for an empty or malformed body, a field of the wrong
+        type, an unknown or a missing field (naming it).
+    """
+    decoder = _decoders.get(kind)
+    if decoder is None:
+        decoder = _decoders[kind] = msgspec.json.Decoder(kind)
+    return decode_body(decoder, body)
+
+
+def show_model_name(body: OllamaShowRequest) -> str:
+    """The model ``/api/show`` asks about (``model``, else ``name``).
+
+    Raises:
+        APIError: 400 when neither is set.
+    """
+    name = body.model or body.name
+    if not name:
+        raise bad_request("model is required", "model")
+    return name
+
+
+# --- shared translation -------------------------------------------------------------------
+
+
+def keep_alive_seconds(value: KeepAlive) -> float | None:
+    """``keep_alive`` in seconds: None when unset (the model's ``ttl``
+    applies), negative (any negative number or duration) for "never
+    unload", 0 for "unload after this request".
+
+    Raises:
+        APIError: 400 for a value that is not a number or a duration.
+    """
+    if value is None:
+        return None
+    if isinstance(value, (int, float)):
+        if not math.isfinite(value):
+            raise bad_request("keep_alive must be a finite number of seconds or a duration", "keep_alive")
+        return -1.0 if value < 0 else float(value)
+    text = value.strip()
+    if text.startswith("-"):
+        return -1.0
+    try:
+        return parse_duration(text)
+    except ValueError:
+        raise bad_request(
+            f"keep_alive: invalid duration {value!r} (use seconds, or e.g. 30s, 5m, 1h, -1)", "keep_alive"
+        ) from None
+
+
+def check_options(options: OllamaOptions | None) -> None:
+    """Refuse options mlxd cannot honour and values out of range.
+
+    Raises:
+        APIError: 400 naming ``options.<field>``.
+    """
+    if options is None:
+        return
+    for name, off in REFUSED.items():
+        value = getattr(options, name)
+        if value is not None and value != off:
+            raise bad_request(f"options.{name} is not supported by mlxd (only {off!r} is accepted)", f"options.{name}")
+    for name in _NO_VALUE_REFUSED:
+        if getattr(options, name) is not None:
+            raise bad_request(
+                f"options.{name} is not supported by mlxd (it has no mirostat sampler)", f"options.{name}"
+            )
+    for name in _FINITE:
+        value = getattr(options, name)
+        if value is not None and not math.isfinite(value):
+            raise bad_request(f"options.{name} must be a finite number", f"options.{name}")
+    if options.temperature is not None and options.temperature < 0:
+        raise bad_request("options.temperature must not be negative", "options.temperature")
+    if options.top_p is not None and not 0 <= options.top_p <= 1:
+        raise bad_request("options.top_p must be between 0 and 1", "options.top_p")
+    if options.min_p is not None and not 0 <= options.min_p <= 1:
+        raise bad_request("options.min_p must be between 0 and 1", "options.min_p")
+    if options.repeat_penalty is not None and options.repeat_penalty <= 0:
+        raise bad_request("options.repeat_penalty must be positive", "options.repeat_penalty")
+    if options.top_k is not None and options.top_k < 0:
+        raise bad_request("options.top_k must not be negative (0 turns it off)", "options.top_k")
+    predict = options.num_predict
+    if predict is not None and (predict == 0 or predict < -2):
+        raise bad_request("options.num_predict must be positive, or -1 (no limit)", "options.num_predict")
+    if options.num_ctx is not None and options.num_ctx <= 0:
+        raise bad_request("options.num_ctx must be positive", "options.num_ctx")
+
+
+def sampling(options: OllamaOptions | None, logprobs: bool | None, top_logprobs: int | None) -> SamplingParams:
+    """The worker's sampling settings from checked ``options``: unset
+    fields stay None so the model's defaults apply; ``num_predict`` -1 or
+    -2 mean no limit (up to the context); ``repeat_penalty`` is the
+    repetition penalty."""
+    o = options or OllamaOptions()
+    stop = [o.stop] if isinstance(o.stop, str) else list(o.stop or [])
+    return SamplingParams(
+        max_tokens=o.num_predict if o.num_predict is not None and o.num_predict > 0 else None,
+        temperature=o.temperature,
+        top_p=o.top_p,
+        top_k=o.top_k,
+        min_p=o.min_p,
+        seed=o.seed,
+        presence_penalty=o.presence_penalty or 0.0,
+        frequency_penalty=o.frequency_penalty or 0.0,
+        repetition_penalty=o.repeat_penalty,
+        stop=stop,
+        logprobs=bool(logprobs) or bool(top_logprobs),
+        top_logprobs=top_logprobs or 0,
+    )
+
+
+def response_format(value: Format) -> ResponseFormat | None:
+    """``format`` as the grammar's constraint: ``"json"`` any JSON object,
+    a schema object that schema, ``""``/None nothing.
+
+    Raises:
+        APIError: 400 for another string.
+    """
+    if value is None or value == "":
+        return None
+    if value == "json":
+        return ResponseFormat(type="json_object")
+    if isinstance(value, dict):
+        return ResponseFormat(type="json_schema", schema=value, strict=True)
+    raise bad_request(f'invalid format {value!r}: use "json" or a JSON schema object', "format")
+
+
+def thinking(value: bool | str | None) -> bool | None:
+    """``think`` as the template's reasoning switch (None: the template's
+    default); ``"low"``/``"medium"``/``"high"`` mean on.
+
+    Raises:
+        APIError: 400 for another string.
+    """
+    if value is None or isinstance(value, bool):
+        return value
+    if value in THINK_LEVELS:
+        return True
+    raise bad_request(f'invalid think value {value!r}: use true, false, "low", "medium" or "high"', "think")
+
+
+def _check_common(body: _OllamaGeneration) -> None:
+    """Checks shared by chat and generate (options, logprobs)."""
+    check_options(body.options)
+    if body.top_logprobs is not None and not 0 <= body.top_logprobs <= 20:
+        raise bad_request("top_logprobs must be between 0 and 20", "top_logprobs")
+
+
+# --- chat ---------------------------------------------------------------------------------
+
+
+def is_load_only(body: OllamaChatRequest | OllamaGenerateRequest) -> bool:
+    """Whether the request only loads (or unloads) the model: a chat with
+    no messages, a generate with an empty prompt."""
+    if isinstance(body, OllamaChatRequest):
+        return not body.messages
+    return not body.prompt
+
+
+def _arguments(arguments: dict[str, Any]) -> str:
+    """A call's argument object as the worker's JSON text."""
+    return json.dumps(arguments, ensure_ascii=False)
+
+
+def chat_messages(messages: list[OllamaMessage]) -> list[ChatMessage]:
+    """The worker's messages: ``thinking`` becomes reasoning, calls get ids
+    (``call_<turn>_<i>`` when absent) and a ``tool`` turn answers the
+    oldest unanswered call of its ``tool_name`` (else the oldest
+    unanswered call).
+
+    Raises:
+        APIError: 400 for images, or tool calls on a turn that is not the
+        assistant's.
+    """
+    unanswered: list[ToolCall] = []
+    out = []
+    for i, m in enumerate(messages):
+        if m.images:
+            raise bad_request(NO_VISION, f"messages[{i}].images")
+        calls = None
+        if m.tool_calls:
+            if m.role != "assistant":
+                raise bad_request("only assistant messages can carry tool_calls", f"messages[{i}].tool_calls")
+            calls = [
+                ToolCall(id=c.id or f"call_{i}_{j}", name=c.function.name, arguments=_arguments(c.function.arguments))
+                for j, c in enumerate(m.tool_calls)
+            ]
+            unanswered.extend(calls)
+        name, call_id = None, None
+        if m.role == "tool":
+            match = next((c for c in unanswered if c.id == m.tool_call_id), None) if m.tool_call_id else None
+            if match is None:
+                match = next((c for c in unanswered if c.name == m.tool_name), None)
+            if match is None and unanswered and m.tool_name is None:
+                match = unanswered[0]
+            if match is not None:
+                unanswered.remove(match)
+            name = m.tool_name or (match.name if match else None)
+            call_id = m.tool_call_id or (match.id if match else f"call_tool_{i}")
+        out.append(
+            ChatMessage(
+                role=m.role,
+                content=m.content or "",
+                name=name,
+                tool_calls=calls,
+                tool_call_id=call_id,
+                reasoning=m.thinking,
+            )
+        )
+    return out
+
+
+def chat_request(body: OllamaChatRequest, request_id: str) -> GenerateRequest:
+    """The worker request for a checked chat body with messages.
+
+    Raises:
+        APIError: 400 for a field mlxd refuses (see the checks).
+    """
+    _check_common(body)
+    tools = [
+        Tool(name=t.function.name, description=t.function.description or "", parameters=t.function.parameters or {})
+        for t in body.tools or []
+    ]
+    return GenerateRequest(
+        request_id=request_id,
+        sampling=sampling(body.options, body.logprobs, body.top_logprobs),
+        messages=chat_messages(body.messages or []),
+        tools=tools or None,
+        tool_choice="auto" if tools else "none",
+        response_format=response_format(body.format),
+        thinking=thinking(body.think),
+    )
+
+
+# --- generate -----------------------------------------------------------------------------
+
+
+def check_generate(body: OllamaGenerateRequest) -> None:
+    """Refuse the generate fields mlxd cannot honour.
+
+    Raises:
+        APIError: 400 for ``images`` (no vision), ``template`` (the model's
+        own chat template is always used), ``context`` (no token history;
+        send the conversation to ``/api/chat``), ``suffix`` (no
+        fill-in-the-middle template), ``system`` with ``raw`` and the
+        image-generation fields.
+    """
+    _check_common(body)
+    if body.images:
+        raise bad_request(NO_VISION, "images")
+    if body.template:
+        raise bad_request(
+            "template is not supported: mlxd always renders the model's own chat template (use raw for a "
+            "pre-rendered prompt)",
+            "template",
+        )
+    if body.context:
+        raise bad_request(
+            "context is not supported: mlxd returns no token history; send the conversation to /api/chat instead",
+            "context",
+        )
+    if body.suffix:
+        raise bad_request("suffix is not supported: this model's template has no fill-in-the-middle support", "suffix")
+    if body.raw and body.system:
+        raise bad_request("system has no effect with raw: put it in the raw prompt", "system")
+    for name in ("width", "height", "steps"):
+        if getattr(body, name) is not None:
+            raise bad_request(f"{name} is for image-generation models, which mlxd does not serve", name)
+
+
+def generate_request(body: OllamaGenerateRequest, request_id: str) -> GenerateRequest:
+    """The worker request for a checked generate body with a prompt: the
+    raw prompt, or ``system`` and ``prompt`` as chat turns rendered with
+    the model's template."""
+    common = {
+        "request_id": request_id,
+        "sampling": sampling(body.options, body.logprobs, body.top_logprobs),
+        "response_format": response_format(body.format),
+        "thinking": thinking(body.think),
+    }
+    if body.raw:
+        return GenerateRequest(prompt=body.prompt, **common)
+    messages = [ChatMessage(role="system", content=body.system)] if body.system else []
+    messages.append(ChatMessage(role="user", content=body.prompt or ""))
+    return GenerateRequest(messages=messages, **common)
+
+
+# --- embeddings ---------------------------------------------------------------------------
+
+
+def embed_request(body: OllamaEmbedRequest | OllamaEmbeddingsRequest, request_id: str) -> EmbedRequest:
+    """The worker request for ``/api/embed`` or ``/api/embeddings``.
+
+    Raises:
+        APIError: 400 for empty input, a non-positive ``dimensions`` or
+        refused options.
+    """
+    check_options(body.options)
+    if isinstance(body, OllamaEmbeddingsRequest):
+        return EmbedRequest(request_id=request_id, texts=[body.prompt or ""], truncate=True)
+    texts = [body.input] if isinstance(body.input, str) else list(body.input)
+    if not texts:
+        raise bad_request("input must not be empty", "input")
+    if body.dimensions is not None and body.dimensions <= 0:
+        raise bad_request("dimensions must be positive", "dimensions")
+    return EmbedRequest(
+        request_id=request_id,
+        texts=texts,
+        truncate=body.truncate is not False,
+        dimensions=body.dimensions,
+    )
