@@ -35,7 +35,10 @@ OUT = Path(__file__).with_name("required_fields.json")
 def typescript_interfaces(node_modules: Path) -> dict[str, list[dict[str, bool]]]:
     """Every ``interface`` of the two SDKs: name -> [{field: is_optional}]."""
     found: dict[str, list[dict[str, bool]]] = defaultdict(list)
-    files = [*(node_modules / "@anthropic-ai/sdk/resources").rglob("*.d.ts"), *(node_modules / "openai/resources").rglob("*.d.ts")]
+    files = [
+        *(node_modules / "@anthropic-ai/sdk/resources").rglob("*.d.ts"),
+        *(node_modules / "openai/resources").rglob("*.d.ts"),
+    ]
     for path in files:
         lines = path.read_text().split("\n")
         i = 0
@@ -101,7 +104,9 @@ def main(node_modules: Path) -> None:
         best = max(interfaces.get(cls.__name__, []), key=overlap, default=None)
         if best is None or overlap(best) < 0.5:
             continue
-        extra = sorted(f for f, optional in best.items() if not optional and f in fields and not cls.model_fields[f].is_required())
+        extra = sorted(
+            f for f, optional in best.items() if not optional and f in fields and not cls.model_fields[f].is_required()
+        )
         if extra:
             table[key] = extra
     versions = {

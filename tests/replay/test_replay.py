@@ -10,9 +10,10 @@ body, or every SSE event, validates strictly against the installed SDKs'
 response types (:mod:`tests.replay.official_shapes`).
 
 The worker serves the terse tiny model of :func:`tests.tiny_model.build_terse_model`:
-the default model's tokenizer and context (8192 tokens) and answers of a few
-tokens, so the large ``max_tokens`` the agents send are handled as they will
-be on the default model while each request stays fast. The model names the
+the default model's tokenizer and context (``CONTEXT``, 8192 tokens) and
+answers of a few tokens, so each request stays fast while the large
+``max_tokens`` the agents send (Claude Code: 64000, or 32000 for model names
+it does not know) meet the same context as on the default model. The model names the
 fixtures carry (``claude-opus-4-8``, ``gpt-6.2-sol``, ...) are aliases of it;
 the Codex fixtures with a configured model name use ``tiny`` directly.
 """
@@ -34,6 +35,8 @@ from tests.replay.official_shapes import sse_events, validate
 
 FIXTURES = sorted(Path(__file__).with_name("fixtures").glob("*.json"))
 TIMEOUT = 120
+CONTEXT = 8192
+"""The default model's context length, given to the replay model."""
 
 
 def load(path: Path) -> dict:
@@ -53,7 +56,7 @@ def replay_server(tiny_model_dir, tmp_path_factory):
     from tests.tiny_model import build_terse_model
 
     tmp = tmp_path_factory.mktemp("replay")
-    model = build_terse_model(tmp / "model", tiny_model_dir)
+    model = build_terse_model(tmp / "model", tiny_model_dir, CONTEXT)
     aliases = sorted({load(f)["body"]["model"] for f in FIXTURES} - {TINY})
     srv = start_server(tmp, [{"name": TINY, "source": str(model), "max_batch_size": 4, "aliases": aliases}])
     yield srv
@@ -155,7 +158,8 @@ def test_replay_without_streaming(replay_server, path):
     assert r.headers["content-type"].startswith("application/json")
     if is_anthropic(fixture):
         message = validate(BetaMessage, r.json())
-        assert message.stop_reason == "end_turn" and message.usage.input_tokens > 0
+        assert message.stop_reason == "end_turn"
+        assert message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0) > 0
     else:
         response = validate(Response, r.json())
         assert response.status == "completed" and response.usage is not None
@@ -218,7 +222,9 @@ def test_checker_rejects_a_missing_nested_nullable_field():
         validate(BetaMessage, bad)
 
 
-@pytest.mark.parametrize("field,value", [("content", "hi"), ("stop_reason", "finished"), ("usage", {"input_tokens": "3"})])
+@pytest.mark.parametrize(
+    "field,value", [("content", "hi"), ("stop_reason", "finished"), ("usage", {"input_tokens": "3"})]
+)
 def test_checker_rejects_wrong_types(field, value):
     with pytest.raises(pydantic.ValidationError):
         validate(BetaMessage, {**MESSAGE, field: value})
@@ -231,5 +237,5 @@ def test_checker_rejects_a_responses_event_missing_fields():
 
 
 def test_sse_parser_skips_keepalives():
-    text = ": keep-alive\n\nevent: ping\ndata: {\"type\": \"ping\"}\n\n"
+    text = ': keep-alive\n\nevent: ping\ndata: {"type": "ping"}\n\n'
     assert sse_events(text) == [("ping", '{"type": "ping"}')]
