@@ -79,9 +79,9 @@ def build_thinking_model(out_dir: Path, base: Path) -> Path:
     return out_dir
 
 
-def build_terse_model(out_dir: Path, base: Path, seed: int = 0) -> Path:
-    """A tiny random-weight llama (tokenizer and context of ``base``) that
-    ends each answer after a token or two.
+def build_terse_model(out_dir: Path, base: Path, context: int, seed: int = 0) -> Path:
+    """A tiny random-weight llama with ``base``'s tokenizer and shape and a
+    ``context``-token context that ends each answer after a token or two.
 
     Its residual stream carries a constant positive feature (embedding column
     0; attention and MLP outputs are zeroed) that only the end-of-sequence
@@ -99,7 +99,8 @@ def build_terse_model(out_dir: Path, base: Path, seed: int = 0) -> Path:
     for name in TOKENIZER_FILES:
         if (base / name).exists():
             shutil.copy(base / name, out_dir / name)
-    config = {**json.loads((base / "config.json").read_text()), "tie_word_embeddings": False}
+    config = json.loads((base / "config.json").read_text())
+    config.update(tie_word_embeddings=False, max_position_embeddings=context)
     mx.random.seed(seed)
     model = llama.Model(llama.ModelArgs.from_dict(config))
     weights = dict(tree_flatten(model.parameters()))
