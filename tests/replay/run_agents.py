@@ -122,7 +122,8 @@ def runs(bin_dir: Path, url: str, served: str) -> list[Run]:
 
 
 def run_one(run: Run, timeout: float) -> tuple[bool, str]:
-    """Run one turn in an empty HOME; return (passed, combined output)."""
+    """Run one turn in an empty HOME; return (passed, output): the answer's
+    last line when it passed, exit status, stdout and stderr when not."""
     with tempfile.TemporaryDirectory(prefix="mlxd-agent-") as home:
         env = {"PATH": os.environ["PATH"], "HOME": home, "LANG": "C.UTF-8", "TERM": "dumb", **run.env}
         if run.codex_config is not None:
@@ -136,8 +137,10 @@ def run_one(run: Run, timeout: float) -> tuple[bool, str]:
         except subprocess.TimeoutExpired as e:
             return False, f"timed out after {timeout:.0f} s\n{e.stdout or ''}{e.stderr or ''}"
     output = done.stdout + done.stderr
-    failed = done.returncode != 0 or any(marker in output for marker in API_ERROR_MARKERS)
-    return not failed, f"exit {done.returncode}\n{output}"
+    if done.returncode != 0 or any(marker in output for marker in API_ERROR_MARKERS):
+        return False, f"exit {done.returncode}\n{output}"
+    answer = done.stdout.strip().splitlines()
+    return True, answer[-1][:80] if answer else "(empty answer)"
 
 
 def main() -> int:
@@ -158,10 +161,11 @@ def main() -> int:
     try:
         for run in runs(bin_dir, server.url, models[0]["name"]):
             passed, output = run_one(run, args.timeout)
-            print(f"{'PASS' if passed else 'FAIL'}  {run.label}", flush=True)
-            if not passed:
+            if passed:
+                print(f"PASS  {run.label}: {output!r}", flush=True)
+            else:
                 failures += 1
-                print("    " + output.strip()[-3000:].replace("\n", "\n    "), flush=True)
+                print(f"FAIL  {run.label}\n    " + output.strip()[-3000:].replace("\n", "\n    "), flush=True)
     finally:
         server.stop()
     if failures:
