@@ -165,6 +165,29 @@ def test_replay_without_streaming(replay_server, path):
         assert response.status == "completed" and response.usage is not None
 
 
+def strings(value, path="$"):
+    """Every string in a JSON value, with its path."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from strings(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for item in value:
+            yield from strings(item, f"{path}[]")
+    elif isinstance(value, str):
+        yield path, value
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=[f.stem for f in FIXTURES])
+def test_fixture_holds_no_client_prose(path):
+    """Fixtures keep the clients' structure, not their prompts or tool
+    descriptions: no long text apart from image data and id metadata."""
+    fixture = load(path)
+    for where, text in strings(fixture["body"]):
+        if where.endswith((".data", ".image_url", ".user_id", ".x-codex-turn-metadata")):
+            continue
+        assert len(text) <= 200, f"{where}: {text[:80]}..."
+
+
 # -- the checker itself -------------------------------------------------------------------
 
 MESSAGE = {
