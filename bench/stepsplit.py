@@ -124,9 +124,10 @@ def split_engine(model, tokenizer, n: int, steps: int) -> dict[str, float]:
 def split_scheduler(model, tokenizer, model_dir: Path, n: int, steps: int) -> dict[str, float]:
     """mlxd's scheduler step and output-thread work for one step of ``n``."""
     from shared.codec import worker_codec
-    from shared.protocol import SamplingParams, WorkerStats
+    from shared.protocol import SamplingDefaults, SamplingParams, WorkerStats
     from worker.detok import TokenDecoder
     from worker.output import OutputLoop
+    from worker.sampling_defaults import with_defaults
     from worker.scheduler import Admission, Scheduler, TokenStep
 
     emitted: list = []
@@ -140,7 +141,7 @@ def split_scheduler(model, tokenizer, model_dir: Path, n: int, steps: int) -> di
         prefill_step_size=512,
     )
     scheduler._engine = scheduler._new_engine()
-    params = SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=100_000)
+    params = with_defaults(SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=100_000), SamplingDefaults())
     for i, prompt in enumerate(prompts(tokenizer, n)):
         scheduler._admit(Admission(f"r{i}", prompt, 100_000, params, received=time.monotonic()))
     while len(scheduler._engine._generation_batch) < n:

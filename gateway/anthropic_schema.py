@@ -688,13 +688,13 @@ def _thinking_budget(req: _PromptFields) -> int | None:
 
 
 def _sampling(req: MessagesRequest) -> SamplingParams:
-    """The worker's sampling settings; unset fields take Anthropic's defaults
-    (temperature 1, no top-p / top-k filtering)."""
+    """The worker's sampling settings; unset ``temperature``, ``top_p`` and
+    ``top_k`` stay None: the worker applies the model's defaults."""
     return SamplingParams(
         max_tokens=req.max_tokens,
-        temperature=1.0 if req.temperature is None else req.temperature,
-        top_p=1.0 if req.top_p is None else req.top_p,
-        top_k=req.top_k or 0,
+        temperature=req.temperature,
+        top_p=req.top_p,
+        top_k=req.top_k,
         stop=list(req.stop_sequences or ()),
     )
 

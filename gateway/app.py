@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway import anthropic_routes, openai_routes, responses_routes
+from gateway import anthropic_routes, embeddings_routes, openai_routes, responses_routes
 from gateway.error_responses import error_response_for
 from gateway.errors import APIError
 from gateway.metrics import Metrics, ModelSnapshot
@@ -63,6 +63,8 @@ def snapshots(pool: WorkerPool) -> Callable[[], list[ModelSnapshot]]:
                 restarts=h.status.restarts,
                 load_seconds=h.status.load_seconds,
                 stats=h.status.stats if h.status.pid else None,
+                working_set_bytes=h.status.working_set_bytes,
+                memory_estimate=pool.estimate(h),
             )
             for name, h in list(pool.handles.items())
         ]
@@ -126,6 +128,7 @@ def build_app(config: Config, pool: WorkerPool | None = None) -> Starlette:
         Route("/v1/models/{model:path}", openai_routes.retrieve_model, methods=["GET"]),
         Route("/v1/chat/completions", openai_routes.chat_completions, methods=["POST"]),
         Route("/v1/completions", openai_routes.completions, methods=["POST"]),
+        Route("/v1/embeddings", embeddings_routes.create_embeddings, methods=["POST"]),
         Route("/v1/responses", responses_routes.create_response, methods=["POST"]),
         Route("/v1/messages", anthropic_routes.messages, methods=["POST"]),
         Route("/v1/messages/count_tokens", anthropic_routes.count_tokens, methods=["POST"]),

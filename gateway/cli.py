@@ -4,11 +4,17 @@
   the gateway and its workers until drained by SIGTERM/SIGINT.
 - ``mlxd reload [--config FILE]``: make the running server re-read its
   config (sends SIGHUP to the pid in its pid file).
-- ``mlxd install [--config FILE] [--dry-run]``, ``mlxd uninstall``,
-  ``mlxd status [--config FILE]``: the launchd agent on macOS.
+- ``mlxd install [--config FILE] [--env K=V ...] [--dry-run]``,
+  ``mlxd uninstall``, ``mlxd status [--config FILE]``: the launchd agent on
+  macOS.
 
 A config error prints one line and exits with status 2; other failures
-print one line and exit 1.
+print one line and exit 1. ``serve --service`` is how launchd starts mlxd:
+a config error then exits with :data:`SERVICE_CONFIG_ERROR_EXIT` (0, the
+only status launchd's ``KeepAlive``/``SuccessfulExit = false`` leaves
+stopped) after printing why, instead of being restarted every 10 seconds
+forever, and logs go to ``~/Library/Logs/mlxd/mlxd.log`` when the config
+names no ``log_file``.
 """
 
 from __future__ import annotations
@@ -18,12 +24,17 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import msgspec
 
-from shared.config import DEFAULT_CONFIG_PATH, Config, ConfigError, load_config, validate
+from shared.config import DEFAULT_CONFIG_PATH, Config, ConfigError, load_config, parse_size, validate
 from shared.logging import setup_logging
+
+SERVICE_CONFIG_ERROR_EXIT = 0
+"""Exit status of ``serve --service`` on a config error: launchd restarts
+the agent after any other status (see ``deploy/com.mlxd.server.plist.in``)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,9 +46,23 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--config", default=str(DEFAULT_CONFIG_PATH), help="TOML config file")
         p.add_argument("--host", help="override server.host")
         p.add_argument("--port", type=int, help="override server.port")
+        p.add_argument(
+            "--service",
+            action="store_true",
+            help="run as the launchd agent: a config error exits 0 (so launchd does not restart it) "
+            "and logs default to ~/Library/Logs/mlxd/mlxd.log",
+        )
     reload = sub.add_parser("reload", help="make the running server re-read its config")
     install = sub.add_parser("install", help="install and start the launchd agent (macOS)")
     install.add_argument("--dry-run", action="store_true", help="print the plist, change nothing")
+    install.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="add a variable to the agent's environment (repeatable); HF_HOME, HF_HUB_CACHE, "
+        "XDG_CACHE_HOME and MLXD_* are copied from this shell automatically",
+    )
     status = sub.add_parser("status", help="is the launchd agent loaded and healthy?")
     for p in (reload, install, status):
         p.add_argument("--config", default=str(DEFAULT_CONFIG_PATH), help="TOML config file")
@@ -45,31 +70,53 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _load(path: str, host: str | None = None, port: int | None = None) -> Config:
-    """Load the config, applying command-line overrides (ConfigError on error)."""
+def _load(path: str, host: str | None = None, port: int | None = None, service: bool = False) -> Config:
+    """Load the config, applying command-line overrides and, for the
+    launchd ``service``, the default log file (ConfigError on error)."""
     config = load_config(path)
-    if host is None and port is None:
+    log_file = config.server.log_file
+    if service and not log_file:
+        from gateway.launchd import SERVICE_LOG, default_log_dir
+
+        log_file = str(default_log_dir() / SERVICE_LOG)
+    if host is None and port is None and log_file == config.server.log_file:
         return config
     server = msgspec.structs.replace(
         config.server,
         host=host if host is not None else config.server.host,
         port=port if port is not None else config.server.port,
+        log_file=log_file,
     )
     return validate(msgspec.structs.replace(config, server=server), path)
 
 
-def serve(config: Config, config_path: str) -> int:
-    """Run the server until it is stopped; return the exit code."""
+def serve(config: Config, config_path: str, loader: Callable[[], Config] | None = None) -> int:
+    """Run the server until it is stopped; return the exit code.
+
+    ``loader`` re-reads the config on reload (default: the file alone,
+    without command-line overrides). Raises the open-file limit first
+    (see :mod:`gateway.file_limit`).
+    """
+    from gateway.file_limit import files_needed, raise_file_limit
     from gateway.server import run
 
-    setup_logging(config.server.log_level, log_file=config.server.log_file or None)
+    server = config.server
+    if server.log_file:
+        Path(server.log_file).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    setup_logging(
+        server.log_level,
+        log_file=server.log_file or None,
+        max_bytes=parse_size(server.log_max_bytes, 0),
+        backups=server.log_backups,
+    )
+    raise_file_limit(files_needed(config))
     logging.getLogger("mlxd").info(
         "serving %s at http://%s:%d/v1",
         ", ".join(m.name for m in config.models),
         config.server.host,
         config.server.port,
     )
-    run(config, config_path)
+    run(config, config_path, loader)
     logging.getLogger("mlxd").info("stopped")
     return 0
 
@@ -89,14 +136,26 @@ def reload(config: Config) -> int:
     return 0
 
 
-def service(command: str, config_path: str, config: Config | None, dry_run: bool) -> int:
-    """Run one launchd command; return the exit code."""
+def service(command: str, config_path: str, config: Config | None, dry_run: bool, env: Sequence[str] = ()) -> int:
+    """Run one launchd command; return the exit code. ``env`` holds the
+    ``--env NAME=VALUE`` items of ``install``."""
     from gateway import launchd
 
     try:
         if command == "install":
             assert config is not None
-            print(launchd.install(config=Path(config_path), drain_timeout=config.server.drain_timeout, dry_run=dry_run))
+            for warning in launchd.privacy_warnings(_install_paths(config_path, config)):
+                print(f"mlxd: {warning}", file=sys.stderr)
+            environment = launchd.service_environment(os.environ, env)
+            print(
+                launchd.install(
+                    config=Path(config_path),
+                    drain_timeout=config.server.drain_timeout,
+                    environment=environment,
+                    log_file=config.server.log_file,
+                    dry_run=dry_run,
+                )
+            )
             return 0
         if command == "uninstall":
             print(launchd.uninstall())
@@ -110,27 +169,51 @@ def service(command: str, config_path: str, config: Config | None, dry_run: bool
         return 1
 
 
+def _install_paths(config_path: str, config: Config) -> dict[str, str]:
+    """What the agent will read, by what it is: the checkout, the Python
+    interpreter, the config, the log file, the Hugging Face cache and every
+    local model source (for :func:`gateway.launchd.privacy_warnings`)."""
+    from gateway.launchd import PROJECT_ROOT
+    from gateway.model_paths import local_path
+
+    paths = {"mlxd checkout": str(PROJECT_ROOT), "Python interpreter": sys.executable, "config": config_path}
+    if config.server.log_file:
+        paths["log_file"] = config.server.log_file
+    hub = os.environ.get("HF_HUB_CACHE") or (os.environ.get("HF_HOME") and f"{os.environ['HF_HOME']}/hub")
+    if hub:
+        paths["Hugging Face cache"] = hub
+    for model in config.models:
+        path = local_path(model.source)
+        if path is not None:
+            paths[f"source of model {model.name!r}"] = str(path)
+    return paths
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mlxd`` script."""
     args = build_parser().parse_args(argv)
     command = args.command or "serve"
     config_path = getattr(args, "config", str(DEFAULT_CONFIG_PATH))
+    as_service = command == "serve" and args.service
+    overrides = (config_path, getattr(args, "host", None), getattr(args, "port", None), as_service)
     try:
-        config = (
-            None
-            if command == "uninstall"
-            else _load(config_path, getattr(args, "host", None), getattr(args, "port", None))
-        )
+        config = None if command == "uninstall" else _load(*overrides)
     except ConfigError as exc:
         print(f"mlxd: {exc}", file=sys.stderr)
+        if as_service:
+            print(
+                "mlxd: not starting, and launchd will not restart it: fix the config, then run `mlxd install` again",
+                file=sys.stderr,
+            )
+            return SERVICE_CONFIG_ERROR_EXIT
         return 2
     if command == "serve":
         assert config is not None
-        return serve(config, config_path)
+        return serve(config, config_path, lambda: _load(*overrides))
     if command == "reload":
         assert config is not None
         return reload(config)
-    return service(command, config_path, config, getattr(args, "dry_run", False))
+    return service(command, config_path, config, getattr(args, "dry_run", False), getattr(args, "env", []))
 
 
 if __name__ == "__main__":

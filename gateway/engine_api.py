@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import AsyncIterator, Protocol
 
-from shared.protocol import GenerateRequest, RequestOutput
+from shared.protocol import EmbedRequest, GenerateRequest, RequestOutput
 
 
 @dataclass(frozen=True)
@@ -19,12 +19,17 @@ class ModelInfo:
 
     ``state`` is one of ``starting``, ``ready``, ``restarting``, ``failed``.
     ``created`` is a Unix timestamp (when the gateway configured it).
+    ``sampling_defaults`` maps each sampling setting with a model default
+    (``temperature``, ``top_p``, ``top_k``, ``min_p``,
+    ``repetition_penalty``) to the value its worker uses where a request
+    sets none; None until the worker has loaded the model.
     """
 
     name: str
     created: int
     state: str
     aliases: tuple[str, ...] = ()
+    sampling_defaults: dict[str, float] | None = None
 
 
 class RequestStream(Protocol):
@@ -77,13 +82,17 @@ class Engine(Protocol):
         """Every configured model with its current state."""
         ...
 
-    async def submit(self, model: str, request: GenerateRequest) -> RequestStream:
+    async def submit(self, model: str, request: GenerateRequest | EmbedRequest) -> RequestStream:
         """Send ``request`` to the worker of canonical model ``model``.
 
         The engine fills in the model's configured deadline (``timeout``).
+        An :class:`~shared.protocol.EmbedRequest` yields one output (its
+        vectors or its error).
 
         Raises:
-            gateway.errors.APIError: 503 when the worker is not ready, or
+            gateway.errors.APIError: 400 ``wrong_model_kind`` when the
+                model is not of the request's kind (generation or
+                embedding); 503 when the worker is not ready, or
                 503 ``overloaded`` (with ``Retry-After``) when the model's
                 queue is full.
         """

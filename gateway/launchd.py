@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import plistlib
 import re
 import subprocess
 import sys
@@ -23,7 +24,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from http.client import HTTPException
 from pathlib import Path
@@ -51,17 +52,41 @@ is only ``/usr/bin:/bin:/usr/sbin:/sbin``)."""
 
 OUT_LOG = "mlxd.out.log"
 ERR_LOG = "mlxd.err.log"
+SERVICE_LOG = "mlxd.log"
+"""The service's own log (rotated by the gateway, see :mod:`shared.logging`)
+when the config sets no ``log_file``; ``OUT_LOG`` and ``ERR_LOG`` get only
+what is printed before logging starts and crash output."""
 HEALTH_TIMEOUT = 2.0
 """Seconds the health check waits for ``200``."""
 
-BOOTSTRAP_ATTEMPTS = 3
-BOOTSTRAP_RETRY_DELAY = 1.0
-"""launchctl bootstrap right after bootout can fail with errno 5 while the
-old job is still being torn down; it is retried this many times, this far
-apart."""
+POLL_INTERVAL = 0.25
+"""Seconds between ``launchctl print`` polls while an old job exits."""
+
+WAIT_MARGIN = 5.0
+"""Seconds waited for an old job beyond its ExitTimeOut (after which
+launchd has SIGKILLed it) before :func:`install` gives up."""
+
+FILE_LIMIT = 10240
+"""NumberOfFiles (soft and hard) of the agent: launchd starts agents with
+a soft limit of 256 open files, fewer than ``max_batch_size + max_queued``
+streaming clients need; 10240 is macOS's OPEN_MAX, the most a process may
+set with setrlimit. The gateway raises its soft limit at start too (see
+:mod:`gateway.file_limit`)."""
+
+CAPTURED_VARIABLES = ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HUB_OFFLINE", "XDG_CACHE_HOME")
+"""Variables of the user's environment copied into the agent's by
+:func:`service_environment`, besides every ``MLXD_*`` one (where models
+and caches are found). Tokens and other secrets are never copied: the
+plist is readable by other local users."""
+
+PROTECTED_FOLDERS = ("Documents", "Desktop", "Downloads", "Library/Mobile Documents")
+"""Folders under the home directory that macOS privacy protection (TCC)
+guards; ``/Volumes/...`` (external and network volumes) is guarded too."""
 
 _EIO = 5
+_NO_DOMAIN = 125
 _XML_INVALID = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PID = re.compile(r"^\s*pid = (\d+)\s*$", re.MULTILINE)
 
 Runner = Callable[..., subprocess.CompletedProcess[str]]
@@ -134,8 +159,9 @@ def render_plist(
 ) -> bytes:
     """The agent's plist (UTF-8 XML) from :data:`TEMPLATE_PATH`.
 
-    The job runs ``python -m gateway serve --config config`` in
-    ``working_dir``, logs to ``log_dir``/mlxd.{out,err}.log and gets
+    The job runs ``python -m gateway serve --config config --service`` in
+    ``working_dir`` with :data:`FILE_LIMIT` open files, sends its
+    standard output and error to ``log_dir``/mlxd.{out,err}.log and gets
     ``environment`` on top of a default PATH (``python``'s directory first)
     and ``PYTHONUNBUFFERED=1``. Every value is XML-escaped, so the result
     parses with :func:`plistlib.loads` back to exactly these values.
@@ -158,6 +184,7 @@ def render_plist(
         "exit_timeout": str(exit_timeout),
         "stdout_path": _xml_text(str(Path(log_dir) / OUT_LOG)),
         "stderr_path": _xml_text(str(Path(log_dir) / ERR_LOG)),
+        "file_limit": str(FILE_LIMIT),
     }
     return _load_template().substitute(values).encode("utf-8")
 
@@ -167,6 +194,8 @@ def install(
     config: Path,
     python: str = sys.executable,
     drain_timeout: float,
+    environment: Mapping[str, str] | None = None,
+    log_file: str = "",
     dry_run: bool = False,
     runner: Runner = subprocess.run,
     platform: str = sys.platform,
@@ -175,14 +204,21 @@ def install(
 
     ``config`` must exist and is stored resolved to an absolute path;
     ``python`` must be absolute (keep a venv's own path: do not resolve
-    it). With ``dry_run`` the plist text is returned and nothing is
-    touched, on any OS. Otherwise, on macOS only: create the log
-    directory, write the plist atomically, boot out a loaded job (errors
-    ignored) and bootstrap the new one into ``gui/<uid>``.
+    it). ``environment`` goes into the plist's EnvironmentVariables (see
+    :func:`service_environment`); ``log_file`` is the config's
+    ``server.log_file`` (for the summary; empty: :data:`SERVICE_LOG`). With ``dry_run`` the plist text is
+    returned and nothing is touched, on any OS. Otherwise, on macOS only:
+    create the log directory, write the plist atomically, boot out a
+    loaded job and wait until it is really gone (up to its ExitTimeOut),
+    ``launchctl enable`` the service (undoing an earlier ``disable``) and
+    bootstrap it into ``gui/<uid>``; when that domain does not exist (no
+    GUI login session, as over SSH) into ``user/<uid>``, saying so in the
+    summary.
 
     Raises:
         ServiceError: not macOS (without ``dry_run``), a missing config, a
-            relative ``python``, or launchctl bootstrap failed.
+            relative ``python``, an old job that does not exit, or
+            launchctl bootstrap failed.
     """
     if not dry_run:
         _require_macos(platform)
@@ -190,42 +226,53 @@ def install(
     if not os.path.isabs(python):
         raise ServiceError(f"the Python interpreter must be an absolute path, not {python!r}")
     log_dir = default_log_dir()
+    exit_timeout = exit_timeout_for(drain_timeout)
     plist = render_plist(
         python=python,
         config=str(config_path),
         log_dir=str(log_dir),
-        exit_timeout=exit_timeout_for(drain_timeout),
+        exit_timeout=exit_timeout,
         working_dir=str(PROJECT_ROOT),
+        environment=environment,
     )
     if dry_run:
         return plist.decode("utf-8")
-    log_dir.mkdir(parents=True, exist_ok=True)
     target = plist_path()
+    wait = max(exit_timeout, _installed_exit_timeout(target)) + WAIT_MARGIN
+    log_dir.mkdir(parents=True, exist_ok=True)
     _write_atomically(target, plist)
-    _launchctl(runner, "bootout", _service_target())
-    _bootstrap(runner, target)
-    return (
-        f"installed and started {LABEL}\n"
-        f"  plist:  {target}\n"
-        f"  config: {config_path}\n"
-        f"  logs:   {log_dir / OUT_LOG}, {log_dir / ERR_LOG}"
-    )
+    deadline = time.monotonic() + wait
+    for domain in _domains():
+        _launchctl(runner, "bootout", f"{domain}/{LABEL}")
+        _wait_gone(runner, f"{domain}/{LABEL}", deadline)
+    domain, note = _bootstrap(runner, target, deadline)
+    lines = [
+        f"installed and started {LABEL} in the {domain} domain",
+        f"  plist:  {target}",
+        f"  config: {config_path}",
+        f"  logs:   {log_file or log_dir / SERVICE_LOG} (standard output and error: {log_dir / OUT_LOG}, {ERR_LOG})",
+    ]
+    return "\n".join([*lines, *([note] if note else [])])
 
 
 def uninstall(*, runner: Runner = subprocess.run, platform: str = sys.platform) -> str:
-    """Stop the agent (SIGTERM, then SIGKILL after ExitTimeOut) and remove
-    its plist; return a summary. Idempotent: nothing installed or loaded is
-    not an error.
+    """Stop the agent (SIGTERM, then SIGKILL after ExitTimeOut) in whichever
+    domain holds it and remove its plist; return a summary. Idempotent:
+    nothing installed or loaded is not an error.
 
     Raises:
         ServiceError: not macOS, or launchctl bootout failed and the job is
             still loaded.
     """
     _require_macos(platform)
-    result = _launchctl(runner, "bootout", _service_target())
-    if result.returncode != 0 and _is_loaded(runner):
-        raise ServiceError(f"launchctl bootout failed: {_launchctl_error(result)}")
-    done = [f"stopped {LABEL}"] if result.returncode == 0 else []
+    done = []
+    for domain in _domains():
+        service = f"{domain}/{LABEL}"
+        result = _launchctl(runner, "bootout", service)
+        if result.returncode == 0:
+            done.append(f"stopped {LABEL}")
+        elif _is_loaded(runner, service):
+            raise ServiceError(f"launchctl bootout failed: {_launchctl_error(result)}")
     target = plist_path()
     try:
         target.unlink()
@@ -236,14 +283,60 @@ def uninstall(*, runner: Runner = subprocess.run, platform: str = sys.platform) 
 
 
 def status(*, health_url: str, runner: Runner = subprocess.run, platform: str = sys.platform) -> ServiceStatus:
-    """The agent's :class:`ServiceStatus`. Off macOS, launchd is not asked
-    (``loaded`` False, ``pid`` None) but the plist and health URL are."""
+    """The agent's :class:`ServiceStatus` (in the ``gui/<uid>`` domain, else
+    ``user/<uid>``). Off macOS, launchd is not asked (``loaded`` False,
+    ``pid`` None) but the plist and health URL are."""
     loaded, pid = False, None
     if platform == "darwin":
-        result = _launchctl(runner, "print", _service_target())
-        loaded = result.returncode == 0
-        pid = _parse_pid(result.stdout) if loaded else None
+        for domain in _domains():
+            result = _launchctl(runner, "print", f"{domain}/{LABEL}")
+            if result.returncode == 0:
+                loaded, pid = True, _parse_pid(result.stdout)
+                break
     return ServiceStatus(installed=plist_path().exists(), loaded=loaded, pid=pid, healthy=_is_healthy(health_url))
+
+
+def service_environment(source: Mapping[str, str], extra: Sequence[str] = ()) -> dict[str, str]:
+    """The variables the agent should get: those of ``source`` (the user's
+    environment at ``mlxd install``) named in :data:`CAPTURED_VARIABLES` or
+    starting with ``MLXD_``, then each ``K=V`` of ``extra`` (``--env``),
+    which wins.
+
+    Raises:
+        ServiceError: an ``extra`` item is not ``NAME=value`` with a valid
+            variable name.
+    """
+    env = {k: v for k, v in source.items() if k in CAPTURED_VARIABLES or k.startswith("MLXD_")}
+    for item in extra:
+        name, sep, value = item.partition("=")
+        if not sep or not _ENV_NAME.fullmatch(name):
+            raise ServiceError(f"--env wants NAME=value, not {item!r}")
+        env[name] = value
+    return env
+
+
+def privacy_warnings(paths: Mapping[str, str], home: Path | None = None) -> list[str]:
+    """One warning per path (``paths`` maps what it is, e.g. ``"config"``,
+    to the path) inside a folder macOS privacy protection (TCC) guards:
+    ``~/Documents``, ``~/Desktop``, ``~/Downloads``, iCloud Drive
+    (``~/Library/Mobile Documents``) or ``/Volumes/...``. A launchd agent
+    is not granted access to those, so it cannot read there although the
+    same command works in Terminal. Paths are compared as given and with
+    symbolic links resolved."""
+    home = Path.home() if home is None else home
+    guarded = [home / folder for folder in PROTECTED_FOLDERS] + [Path("/Volumes")]
+    warnings = []
+    for what, raw in paths.items():
+        path = Path(raw).expanduser()
+        candidates = {path.absolute(), Path(os.path.realpath(path))}
+        hit = next((g for g in guarded for c in candidates if g in c.parents or c == g), None)
+        if hit is not None:
+            warnings.append(
+                f"warning: the {what} ({raw}) is under {hit}, which macOS privacy protection hides from "
+                "launchd agents; move it elsewhere (e.g. ~/mlxd, ~/.cache) or grant the Python "
+                "interpreter Full Disk Access in System Settings > Privacy & Security"
+            )
+    return warnings
 
 
 def format_status(st: ServiceStatus) -> str:
@@ -315,12 +408,21 @@ def _write_atomically(target: Path, data: bytes) -> None:
         raise
 
 
-def _domain_target() -> str:
-    return f"gui/{os.getuid()}"
+def _domains() -> tuple[str, str]:
+    """The domains the agent may live in, preferred first: the GUI login
+    session of this user, then the per-user domain (no GUI session)."""
+    uid = os.getuid()
+    return (f"gui/{uid}", f"user/{uid}")
 
 
-def _service_target() -> str:
-    return f"{_domain_target()}/{LABEL}"
+def _installed_exit_timeout(target: Path) -> int:
+    """ExitTimeOut of the plist installed at ``target`` (the old job's), 0
+    when there is none or it cannot be read."""
+    try:
+        value = plistlib.loads(target.read_bytes()).get("ExitTimeOut", 0)
+    except (OSError, plistlib.InvalidFileException, ValueError):
+        return 0
+    return value if isinstance(value, int) else 0
 
 
 def _launchctl(runner: Runner, *args: str) -> subprocess.CompletedProcess[str]:
@@ -336,24 +438,54 @@ def _launchctl_error(result: subprocess.CompletedProcess[str]) -> str:
     return (result.stderr or result.stdout or "").strip() or f"exit status {result.returncode}"
 
 
-def _bootstrap(runner: Runner, plist: Path) -> None:
-    """``launchctl bootstrap gui/<uid> plist``, retried only on errno 5.
+def _wait_gone(runner: Runner, service: str, deadline: float) -> None:
+    """Poll ``launchctl print service`` until launchd no longer knows the
+    job (bootout returns before the old process has exited).
 
     Raises:
-        ServiceError: with launchctl's message, once out of attempts.
+        ServiceError: the job is still there at ``deadline``.
     """
-    for attempt in range(1, BOOTSTRAP_ATTEMPTS + 1):
-        result = _launchctl(runner, "bootstrap", _domain_target(), str(plist))
+    while _is_loaded(runner, service):
+        if time.monotonic() >= deadline:
+            raise ServiceError(
+                f"the old {LABEL} job ({service}) is still running after its exit timeout; "
+                "check it with `launchctl print " + service + "` and retry"
+            )
+        time.sleep(POLL_INTERVAL)
+
+
+def _bootstrap(runner: Runner, plist: Path, deadline: float) -> tuple[str, str | None]:
+    """Enable and bootstrap ``plist`` into ``gui/<uid>``, or ``user/<uid>``
+    when the GUI domain does not exist (error 125); retry on errno 5 (an
+    old job still being torn down) until ``deadline``. Returns the domain
+    and a note for the user (None when all went as usual).
+
+    Raises:
+        ServiceError: with launchctl's message.
+    """
+    gui, user = _domains()
+    domain, note = gui, None
+    while True:
+        _launchctl(runner, "enable", f"{domain}/{LABEL}")
+        result = _launchctl(runner, "bootstrap", domain, str(plist))
         if result.returncode == 0:
-            return
-        if result.returncode != _EIO or attempt == BOOTSTRAP_ATTEMPTS:
-            break
-        time.sleep(BOOTSTRAP_RETRY_DELAY)
-    raise ServiceError(f"launchctl bootstrap failed: {_launchctl_error(result)}")
+            return domain, note
+        if result.returncode == _NO_DOMAIN and domain == gui:
+            domain = user
+            note = (
+                f"note: there is no GUI login session for this user (over SSH or before login), so "
+                f"{LABEL} runs in the {user} domain: it stops when your last session ends and does not "
+                "start at boot; run `mlxd install` again from a logged-in desktop session to have it "
+                "start at every login"
+            )
+            continue
+        if result.returncode != _EIO or time.monotonic() >= deadline:
+            raise ServiceError(f"launchctl bootstrap failed: {_launchctl_error(result)}")
+        time.sleep(POLL_INTERVAL)
 
 
-def _is_loaded(runner: Runner) -> bool:
-    return _launchctl(runner, "print", _service_target()).returncode == 0
+def _is_loaded(runner: Runner, service: str) -> bool:
+    return _launchctl(runner, "print", service).returncode == 0
 
 
 def _parse_pid(text: str) -> int | None:

@@ -42,13 +42,23 @@ mlxd:prefix_cache_bytes                       gauge      heartbeat
 mlxd:prefix_cache_budget_bytes                gauge      heartbeat
 mlxd:worker_restarts_total                    counter    snapshot
 mlxd:worker_memory_bytes                      gauge      psutil RSS of pid
+mlxd:mlx_active_memory_bytes                  gauge      heartbeat
+mlxd:mlx_cache_memory_bytes                   gauge      heartbeat
+mlxd:mlx_peak_memory_bytes                    gauge      heartbeat
+mlxd:gpu_working_set_bytes                    gauge      snapshot (Loaded)
+mlxd:model_memory_estimate_bytes              gauge      snapshot
 mlxd:model_load_time_seconds                  gauge      snapshot
 mlxd:model_state{state}                       gauge      snapshot (one-hot)
 ============================================  =========  ==================
 
 Heartbeat series are absent for a model whose snapshot has ``stats=None``;
 ``worker_memory_bytes`` is absent when there is no pid or the process is
-gone; ``model_load_time_seconds`` is absent before the first load.
+gone; ``model_load_time_seconds`` is absent before the first load. The
+``mlx_*_memory_bytes`` series are MLX's own counts in the worker (on Metal
+they include the GPU buffers RSS misses; ``Loaded`` seeds them until the
+first heartbeat). ``gpu_working_set_bytes`` (the device's recommended
+working set) is absent off Metal; ``model_memory_estimate_bytes`` is what
+the memory budget counts for the model, also while it is unloaded.
 
 Everything runs on the gateway's event-loop thread; no locking beyond
 prometheus-client's own is needed.
@@ -191,6 +201,9 @@ class ModelSnapshot:
     started. ``load_seconds`` is the duration of the last model load (None
     before the first). ``stats`` is the latest heartbeat of the *current*
     worker incarnation, None before its first heartbeat.
+    ``working_set_bytes`` is the device's recommended working set (None or
+    0: unknown or not Metal) and ``memory_estimate`` the bytes the memory
+    budget counts for this model (None: not reported).
     """
 
     name: str
@@ -199,6 +212,8 @@ class ModelSnapshot:
     restarts: int
     load_seconds: float | None
     stats: WorkerStats | None
+    working_set_bytes: int | None = None
+    memory_estimate: int | None = None
 
 
 class Metrics:
@@ -590,6 +605,11 @@ class _SnapshotCollector(Collector):
         restarts = counter("worker_restarts", "Worker restarts since the gateway started.")
         memory = gauge("worker_memory_bytes", "Resident set size of the worker process.")
         load = gauge("model_load_time_seconds", "Duration of the last model load.")
+        mlx_active = gauge("mlx_active_memory_bytes", "Memory MLX has in use in the worker (latest heartbeat).")
+        mlx_cache = gauge("mlx_cache_memory_bytes", "Freed memory MLX keeps cached for reuse (latest heartbeat).")
+        mlx_peak = gauge("mlx_peak_memory_bytes", "Most memory MLX had in use since the worker started.")
+        working_set = gauge("gpu_working_set_bytes", "The GPU's recommended working set (Metal only).")
+        estimate = gauge("model_memory_estimate_bytes", "Bytes the memory budget counts for the model.")
         state = GaugeMetricFamily(
             PREFIX + "model_state",
             "1 for the model's current state, 0 for the others.",
@@ -606,6 +626,13 @@ class _SnapshotCollector(Collector):
                 hits.add_metric(labels, st.cache_hits)
                 cache_bytes.add_metric(labels, st.cache_bytes)
                 budget.add_metric(labels, st.cache_budget_bytes)
+                mlx_active.add_metric(labels, st.active_memory_bytes)
+                mlx_cache.add_metric(labels, st.cache_memory_bytes)
+                mlx_peak.add_metric(labels, st.peak_memory_bytes)
+            if s.working_set_bytes:
+                working_set.add_metric(labels, s.working_set_bytes)
+            if s.memory_estimate is not None:
+                estimate.add_metric(labels, s.memory_estimate)
             restarts.add_metric(labels, s.restarts)
             rss = _rss(s.pid)
             if rss is not None:
@@ -618,6 +645,7 @@ class _SnapshotCollector(Collector):
                 state.add_metric([s.name, s.state], 1.0)
 
         yield from (running, waiting, queries, hits, cache_bytes, budget, restarts, memory, load, state)
+        yield from (mlx_active, mlx_cache, mlx_peak, working_set, estimate)
 
 
 def _rss(pid: int | None) -> int | None:

@@ -1,12 +1,15 @@
 """Where a configured model source lives on disk, as far as the gateway
-can tell without loading it: for the memory estimate and for the
-``models_root`` confinement check. No MLX, no network."""
+can tell without loading it: for the memory estimate, for the
+``models_root`` confinement check and for the model's kind. No MLX, no
+network."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
 from pathlib import Path
+
+from shared.model_kind import ModelKind, model_kind
 
 
 class SourceOutsideRoot(ValueError):
@@ -52,11 +55,47 @@ def check_inside_root(source: str, root: str) -> None:
         raise SourceOutsideRoot(f"model source {source!r} resolves outside models_root {root!r}")
 
 
+WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".npz")
+"""File name endings counted as model weights."""
+
+
 def source_bytes(source: str) -> int | None:
-    """Bytes of weight files a source holds, or None when unknown."""
+    """Bytes of weight files a source holds, or None when unknown.
+
+    A Hugging Face repo id is sized from its snapshot in the local cache
+    (the same snapshot the worker loads; never the network).
+    """
     path = local_path(source)
+    if path is None:
+        path = cached_snapshot(source)
     if path is None or not path.exists():
         return None
     if path.is_file():
         return path.stat().st_size
-    return sum(p.stat().st_size for p in path.glob("*") if p.suffix in (".safetensors", ".gguf", ".npz"))
+    return sum(p.stat().st_size for p in path.glob("*") if p.suffix in WEIGHT_SUFFIXES) or None
+
+
+def source_kind(source: str, configured: str = "auto") -> ModelKind | None:
+    """The kind of model a source holds (see :mod:`shared.model_kind`):
+    ``configured`` unless ``auto``, else detected from a local source;
+    None for a source that is not on disk here (a Hugging Face repo id)."""
+    if configured != "auto":
+        return model_kind(Path("."), configured)
+    path = local_path(source)
+    if path is None or not path.exists():
+        return None
+    return model_kind(path)
+
+
+def cached_snapshot(repo_id: str) -> Path | None:
+    """The local Hugging Face cache snapshot of ``repo_id`` (honouring
+    ``HF_HOME`` / ``HF_HUB_CACHE``), or None when it is not cached or not a
+    repo id. Looks only at the local cache."""
+    if repo_id.count("/") != 1 or repo_id.startswith((".", "~", "/")):
+        return None
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(repo_id, local_files_only=True))
+    except Exception:  # not cached, incomplete, or not a valid repo id
+        return None

@@ -385,8 +385,10 @@ class ModelCard(msgspec.Struct, kw_only=True):
     """One entry of ``GET /v1/models`` (and ``GET /v1/models/{id}``).
 
     Beyond OpenAI's fields, ``state`` is the model's worker state
-    (unloaded, starting, loading, ready, draining, restarting, failed) and
-    ``aliases`` the other names it answers to.
+    (unloaded, starting, loading, ready, draining, restarting, failed),
+    ``aliases`` the other names it answers to and ``sampling_defaults`` the
+    sampling settings it uses where a request sets none (null until the
+    model has been loaded).
     """
 
     id: str
@@ -395,6 +397,7 @@ class ModelCard(msgspec.Struct, kw_only=True):
     owned_by: str = OWNED_BY
     state: str = "ready"
     aliases: list[str] = []
+    sampling_defaults: dict[str, float] | None = None
 
 
 class ModelList(msgspec.Struct, kw_only=True):
@@ -471,7 +474,13 @@ def text_completion_body(
 
 def model_card(info: ModelInfo) -> ModelCard:
     """Return the OpenAI model object for a configured model."""
-    return ModelCard(id=info.name, created=info.created, state=info.state, aliases=list(info.aliases))
+    return ModelCard(
+        id=info.name,
+        created=info.created,
+        state=info.state,
+        aliases=list(info.aliases),
+        sampling_defaults=info.sampling_defaults,
+    )
 
 
 def model_body(info: ModelInfo) -> bytes:

@@ -859,20 +859,23 @@ def _logprobs(req: ChatCompletionRequest | CompletionRequest) -> tuple[bool, int
 
 
 def _sampling(req: ChatCompletionRequest | CompletionRequest, max_tokens: int | None) -> SamplingParams:
-    """Build the worker's sampling settings; unset fields take OpenAI's
-    defaults (temperature 1, top_p 1, no penalties, no log-probabilities)."""
+    """Build the worker's sampling settings. Unset ``temperature``,
+    ``top_p``, ``top_k``, ``min_p`` and ``repetition_penalty`` stay None
+    (the worker applies the model's defaults); ``top_k`` -1 means off (0);
+    other unset fields take OpenAI's defaults (no penalties, no
+    log-probabilities)."""
     logprobs, top_logprobs = _logprobs(req)
-    top_k = req.top_k if req.top_k is not None and req.top_k > 0 else 0
+    top_k = None if req.top_k is None else max(req.top_k, 0)
     return SamplingParams(
         max_tokens=max_tokens,
-        temperature=1.0 if req.temperature is None else req.temperature,
-        top_p=1.0 if req.top_p is None else req.top_p,
+        temperature=req.temperature,
+        top_p=req.top_p,
         top_k=top_k,
-        min_p=0.0 if req.min_p is None else req.min_p,
+        min_p=req.min_p,
         seed=req.seed,
         presence_penalty=req.presence_penalty or 0.0,
         frequency_penalty=req.frequency_penalty or 0.0,
-        repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
+        repetition_penalty=req.repetition_penalty,
         logit_bias=dict(req.logit_bias or {}),
         stop=_stop_list(req.stop),
         logprobs=logprobs,

@@ -8,15 +8,18 @@ wire formats, so it cannot drift from them:
   :class:`~gateway.openai_schema.CompletionRequest`,
   :class:`~gateway.responses_schema.ResponsesRequest`,
   :class:`~gateway.anthropic_schema.MessagesRequest`,
-  :class:`~gateway.anthropic_schema.CountTokensRequest`). Their JSON Schema
-  says what the *decoder* accepts: types, bounds, lengths, required and
+  :class:`~gateway.anthropic_schema.CountTokensRequest`,
+  :class:`~gateway.embeddings_schema.EmbeddingRequest`, whose ``input``
+  is any JSON value here: its forms are checked after decoding). Their JSON
+  Schema says what the *decoder* accepts: types, bounds, lengths, required and
   unknown fields. The semantic checks that run after decoding (roles, tool
   names referring to tools, a model's ``max_n``, ...) cannot be expressed
   there; such a body is answered with a documented 400.
 - Successful non-streamed answers are the Structs the format modules encode
   (:mod:`gateway.openai_format`, :mod:`gateway.responses_format`,
-  :mod:`gateway.anthropic_format`); ``/health`` uses the worker status
-  dataclass.
+  :mod:`gateway.anthropic_format`,
+  :class:`gateway.embeddings_routes.EmbeddingList`); ``/health`` uses the
+  worker status dataclass.
 - Streamed answers (``"stream": true``) are ``text/event-stream``. Their
   schema describes one parsed event ``{"event", "data", "id"?, "retry"?}``
   whose ``data`` is JSON (``contentMediaType``/``contentSchema``) of the
@@ -59,6 +62,8 @@ from starlette.responses import Response
 
 from gateway import anthropic_format, openai_format, responses_format
 from gateway.anthropic_schema import CountTokensRequest, MessagesRequest
+from gateway.embeddings_routes import EmbeddingList
+from gateway.embeddings_schema import EmbeddingRequest
 from gateway.openai_schema import ChatCompletionRequest, CompletionRequest
 from gateway.responses_schema import ResponsesRequest
 from gateway.sse import MEDIA_TYPE as SSE_MEDIA_TYPE
@@ -344,6 +349,7 @@ _TYPES: dict[str, Any] = {
     "responses_request": ResponsesRequest,
     "messages_request": MessagesRequest,
     "count_tokens_request": CountTokensRequest,
+    "embedding_request": EmbeddingRequest,
     # successful answers
     "chat_completion": openai_format.ChatCompletion,
     "text_completion": openai_format.TextCompletion,
@@ -357,6 +363,7 @@ _TYPES: dict[str, Any] = {
     "anthropic_usage": anthropic_format.Usage,
     "content_block": anthropic_format.ContentBlock,
     "token_count": TokenCount,
+    "embedding_list": EmbeddingList,
     "health": Health,
     "readiness": Readiness,
     # errors
@@ -378,7 +385,14 @@ _TYPES: dict[str, Any] = {
 """Every type the document is generated from, by the key it is used under."""
 
 _DECODED = frozenset(
-    {"chat_request", "completion_request", "responses_request", "messages_request", "count_tokens_request"}
+    {
+        "chat_request",
+        "completion_request",
+        "responses_request",
+        "messages_request",
+        "count_tokens_request",
+        "embedding_request",
+    }
 )
 """The keys of :data:`_TYPES` the server decodes; it encodes all the others."""
 
@@ -694,6 +708,18 @@ class _Builder:
                         "A `text_completion`, or with `stream: true` a stream of them ending with `data: [DONE]`",
                         self.refs["text_completion"],
                         self._openai_stream(self.completion_chunk()),
+                    ),
+                )
+            },
+            "/v1/embeddings": {
+                "post": self.generation(
+                    operation_id="createEmbedding",
+                    summary="Embed texts or token ids (OpenAI); needs an embedding model",
+                    tag="OpenAI",
+                    body="embedding_request",
+                    example={"model": model, "input": ["Hello", "world"]},
+                    ok=self._ok(
+                        "A `list` of `embedding` objects, one per input, in order", self.refs["embedding_list"]
                     ),
                 )
             },

@@ -19,11 +19,12 @@ import msgspec
 import psutil
 
 from gateway.engine_api import ModelInfo, ModelLimits
-from gateway.errors import APIError, model_not_found, unavailable
-from gateway.model_paths import SourceOutsideRoot, check_inside_root, source_bytes
+from gateway.errors import APIError, bad_request, model_not_found, unavailable
+from gateway.model_paths import SourceOutsideRoot, check_inside_root, source_bytes, source_kind
 from gateway.worker_handle import WorkerHandle, WorkerRequestStream
 from shared.config import Config, ModelConfig, parse_size
-from shared.protocol import GenerateRequest
+from shared.model_kind import ModelKind, wrong_kind_message
+from shared.protocol import EmbedRequest, GenerateRequest
 from shared.sockets import make_socket_dir, remove_socket_dir
 
 log = logging.getLogger("mlxd.gateway.pool")
@@ -34,6 +35,10 @@ UNKNOWN_MODEL_BYTES = 1 << 30
 EXPANSION = 1.5 if sys.platform == "darwin" else 4.0
 """Worker memory per byte of model files: on a CPU backend quantized
 weights are expanded to float32."""
+
+CACHE_SHARE = 0.25
+"""Share of a worker's MLX memory limit its buffer cache (freed buffers
+kept for reuse) may hold; the rest of the cache is given back at once."""
 
 
 class WorkerPool:
@@ -54,6 +59,7 @@ class WorkerPool:
         self._socket_dir: str | None = None
         self._room = asyncio.Lock()
         self._retiring: set[asyncio.Task[None]] = set()
+        self._kinds: dict[str, ModelKind | None] = {}
 
     # -- lifecycle --------------------------------------------------------------
 
@@ -114,6 +120,7 @@ class WorkerPool:
         if (config.server.host, config.server.port) != (self.config.server.host, self.config.server.port):
             changes.append("listen address changed: restart mlxd to apply it")
         self.config = config
+        self._kinds.clear()
         for name in old.keys() - new.keys():
             handle = self.handles.pop(name)
             self._retire(handle.unload("removed from the config"))
@@ -137,6 +144,7 @@ class WorkerPool:
         was_running = handle.resident
         await handle.unload("its configuration changed")
         handle.model = model
+        handle.status.peak_memory_bytes = None  # measured under the old configuration
         handle.server = self.config.server
         if was_running or model.preload:
             await self._acquire(handle)
@@ -173,27 +181,51 @@ class WorkerPool:
 
     def models(self) -> list[ModelInfo]:
         """Every configured model, in config order, with its state."""
-        return [
-            ModelInfo(
-                name=m.name, created=self.created, state=self.handles[m.name].status.state, aliases=tuple(m.aliases)
+        infos = []
+        for m in self.config.models:
+            if m.name not in self.handles:
+                continue
+            status = self.handles[m.name].status
+            defaults = status.sampling_defaults
+            infos.append(
+                ModelInfo(
+                    name=m.name,
+                    created=self.created,
+                    state=status.state,
+                    aliases=tuple(m.aliases),
+                    sampling_defaults=None if defaults is None else msgspec.structs.asdict(defaults),
+                )
             )
-            for m in self.config.models
-            if m.name in self.handles
-        ]
+        return infos
 
-    async def submit(self, model: str, request: GenerateRequest) -> WorkerRequestStream:
+    def kind(self, model: str) -> ModelKind | None:
+        """Whether canonical ``model`` generates or embeds, from its config
+        or its local files (None when unknown before its worker loads it,
+        e.g. a Hugging Face repo id; its worker then refuses the wrong
+        requests itself). Cached until the next reload."""
+        if model not in self._kinds:
+            config = self.handles[model].model
+            self._kinds[model] = source_kind(config.source, config.kind)
+        return self._kinds[model]
+
+    async def submit(self, model: str, request: GenerateRequest | EmbedRequest) -> WorkerRequestStream:
         """Route ``request`` to ``model``'s worker, starting it if needed.
 
         Raises:
-            gateway.errors.APIError: 503 while draining, when the model
-                cannot be loaded (or not within the memory budget), or when
-                its queue is full.
+            gateway.errors.APIError: 400 ``wrong_model_kind`` when the model
+                is of the other kind (an embedding model asked to generate
+                or the reverse); 503 while draining, when the model cannot
+                be loaded (or not within the memory budget), or when its
+                queue is full.
         """
         if self.draining:
             raise unavailable("the server is shutting down", retry_after=5)
         handle = self.handles.get(model)
         if handle is None:
             raise model_not_found(model)
+        kind = self.kind(model)
+        if kind is not None and (kind == "embedding") != isinstance(request, EmbedRequest):
+            raise bad_request(wrong_kind_message(model, kind), param="model", code="wrong_model_kind")
         await self._acquire(handle)
         return handle.submit(request)
 
@@ -203,6 +235,7 @@ class WorkerPool:
                 if not handle.resident:
                     self._check_path(handle)
                     await self._make_room(handle)
+                    handle.mlx_limits = self.mlx_limits(handle)
                     handle.start()
         await handle.acquire(self.config.server.worker_start_timeout)
 
@@ -215,19 +248,46 @@ class WorkerPool:
     # -- memory budget ---------------------------------------------------------------
 
     def budget(self) -> int:
-        """The memory budget in bytes (0: unlimited)."""
-        return parse_size(self.config.server.memory_budget, psutil.virtual_memory().total)
+        """The memory budget in bytes (0: unlimited).
+
+        A percentage is a share of the GPU's recommended working set once
+        a worker has reported one (Metal), else of physical RAM (the CPU
+        backend, or on a Mac before the first worker has loaded).
+        """
+        value = self.config.server.memory_budget
+        whole = psutil.virtual_memory().total
+        if isinstance(value, str) and value.strip().endswith("%"):
+            whole = self.working_set() or whole
+        return parse_size(value, whole)
+
+    def working_set(self) -> int:
+        """The GPU's recommended working set in bytes, as workers reported
+        it (0 when none has, or off Metal)."""
+        return max((h.status.working_set_bytes or 0 for h in self.handles.values()), default=0)
 
     def estimate(self, handle: WorkerHandle) -> int:
         """Bytes ``handle``'s worker is expected to use once loaded: the
-        larger of its configured ``memory_estimate`` and what it measured
-        when it last became ready; failing both, a guess from the size of
-        the model's files."""
-        known = max(handle.status.memory_bytes or 0, handle.model.memory_estimate)
-        if known:
-            return known
+        largest of a guess from the size of the model's weight files, the
+        peak MLX memory its workers reported, and the configured
+        ``memory_estimate``; when none is known, :data:`UNKNOWN_MODEL_BYTES`."""
         size = source_bytes(handle.model.source)
-        return int(size * EXPANSION) if size else UNKNOWN_MODEL_BYTES
+        known = max(
+            int(size * EXPANSION) if size else 0,
+            handle.status.peak_memory_bytes or 0,
+            handle.model.memory_estimate,
+        )
+        return known or UNKNOWN_MODEL_BYTES
+
+    def mlx_limits(self, handle: WorkerHandle) -> tuple[int, int | None]:
+        """The MLX memory and cache limits for ``handle``'s next worker:
+        the budget left by the other resident workers (at least its own
+        estimate) and :data:`CACHE_SHARE` of that for MLX's buffer cache;
+        ``(0, None)`` (MLX's defaults) without a budget."""
+        budget = self.budget()
+        if not budget:
+            return 0, None
+        room = max(self.estimate(handle), budget - self._resident_bytes(handle))
+        return room, int(room * CACHE_SHARE)
 
     def _resident_bytes(self, skip: WorkerHandle) -> int:
         return sum(self.estimate(h) for h in self.handles.values() if h is not skip and h.resident)

@@ -114,7 +114,8 @@ class ResponseSettings(msgspec.Struct, kw_only=True):
     """The request settings every response object echoes.
 
     Defaults are what mlxd applies when the request left a field unset
-    (``temperature`` and ``top_p`` 1, ``tool_choice`` ``auto`` with tools
+    (``temperature`` and ``top_p`` 1 for a model without sampling defaults,
+    see :func:`gateway.responses_schema.response_settings`; ``tool_choice`` ``auto`` with tools
     else ``none``, parallel tool calls allowed, plain text, no truncation).
     """
 

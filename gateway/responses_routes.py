@@ -119,7 +119,8 @@ async def _submit(request: Request) -> _Job:
     generate = to_generate_request(req, request_id)
     stream = await engine.submit(model, generate)
     head = ResponseHead(id=request_id, created_at=int(time.time()), model=model)
-    return _Job(req, stream, ResponseBuilder(head, response_settings(req)), request_id)
+    defaults = next((m.sampling_defaults for m in engine.models() if m.name == model), None)
+    return _Job(req, stream, ResponseBuilder(head, response_settings(req, defaults)), request_id)
 
 
 class _Run:

@@ -32,7 +32,10 @@ Supported:
 - ``tool_choice``: ``"none"``, ``"auto"``, ``"required"`` or ``{"type":
   "function", "name"}`` naming one of ``tools``; anything but ``"none"``
   needs tools. Default ``"auto"`` with tools, else ``"none"``.
-  ``parallel_tool_calls`` (default true) is forwarded.
+  ``parallel_tool_calls`` (default true) is forwarded. ``max_tool_calls``
+  (>= 1) caps the function calls of one response: a forced choice ends
+  the turn after that many (without it, the model's
+  ``max_tool_calls_per_turn``), and under ``auto`` later calls are dropped.
 - ``text.format``: ``text``, ``json_object`` or ``json_schema`` (``name``
   1..64 characters and ``schema``, a JSON object, required).
 - ``reasoning.effort``: ``none``/``minimal`` turn the model's reasoning
@@ -42,8 +45,7 @@ Supported:
   (prefix caching is automatic), ``service_tier`` (null or ``auto``),
   ``stream_options.include_obfuscation`` (no obfuscation is ever added).
 - Accepted only with their neutral value: ``truncation`` (``disabled``),
-  ``include`` (empty), ``top_logprobs`` (0), ``max_tool_calls`` (null),
-  ``text.verbosity``, ``reasoning.summary`` and
+  ``include`` (empty), ``top_logprobs`` (0), ``text.verbosity``, ``reasoning.summary`` and
   ``reasoning.generate_summary`` (null).
 
 :func:`to_generate_request` turns a decoded request into the worker's
@@ -106,7 +108,7 @@ MAX_METADATA_KEY_CHARS = 64
 MAX_METADATA_VALUE_CHARS = 512
 """Longest ``metadata`` value."""
 MAX_TOOL_CALLS = 2**31 - 1
-"""Type bound of ``max_tool_calls`` (which must be null anyway)."""
+"""Type bound of ``max_tool_calls``."""
 MAX_INCLUDE = 64
 """Type bound of ``include`` (which must be empty anyway)."""
 
@@ -357,8 +359,6 @@ def _check_neutral(req: ResponsesRequest) -> None:
         raise _not_supported("include[0]", f"include '{req.include[0]}'")
     if req.top_logprobs not in (None, 0):
         raise _not_supported("top_logprobs", "'top_logprobs' (log-probabilities)")
-    if req.max_tool_calls is not None:
-        raise _not_supported("max_tool_calls", "'max_tool_calls'")
     if req.service_tier not in (None, "auto"):
         raise _not_supported("service_tier", f"service_tier '{req.service_tier}'")
 
@@ -775,8 +775,8 @@ def to_generate_request(req: ResponsesRequest, request_id: str) -> GenerateReque
         request_id=request_id,
         sampling=SamplingParams(
             max_tokens=req.max_output_tokens,
-            temperature=1.0 if req.temperature is None else req.temperature,
-            top_p=1.0 if req.top_p is None else req.top_p,
+            temperature=req.temperature,
+            top_p=req.top_p,
         ),
         messages=_messages(req),
         n=1,
@@ -786,6 +786,7 @@ def to_generate_request(req: ResponsesRequest, request_id: str) -> GenerateReque
         parallel_tool_calls=req.parallel_tool_calls is not False,
         response_format=_response_format(req),
         thinking=_thinking(req),
+        max_tool_calls=req.max_tool_calls,
     )
 
 
@@ -808,9 +809,11 @@ def _text_echo(req: ResponsesRequest) -> TextEcho:
     )
 
 
-def response_settings(req: ResponsesRequest) -> ResponseSettings:
+def response_settings(req: ResponsesRequest, sampling_defaults: dict[str, float] | None = None) -> ResponseSettings:
     """The settings the response object echoes for ``req`` (defaults where
-    the request left them unset)."""
+    the request left them unset; ``temperature`` and ``top_p`` from the
+    model's ``sampling_defaults`` when known, else 1)."""
+    defaults = sampling_defaults or {}
     choice, choice_name = _tool_choice(req)
     echoed_choice: str | ToolChoiceFunctionEcho = choice
     if choice == "function":
@@ -818,18 +821,19 @@ def response_settings(req: ResponsesRequest) -> ResponseSettings:
     return ResponseSettings(
         instructions=req.instructions,
         max_output_tokens=req.max_output_tokens,
+        max_tool_calls=req.max_tool_calls,
         metadata=dict(req.metadata or {}),
         parallel_tool_calls=req.parallel_tool_calls is not False,
         reasoning=ReasoningEcho(effort=req.reasoning.effort if req.reasoning is not None else None),
         service_tier=req.service_tier,
-        temperature=1.0 if req.temperature is None else req.temperature,
+        temperature=defaults.get("temperature", 1.0) if req.temperature is None else req.temperature,
         text=_text_echo(req),
         tool_choice=echoed_choice,
         tools=[
             FunctionToolEcho(name=t.name, description=t.description, parameters=t.parameters, strict=t.strict)
             for t in _function_tools(req)
         ],
-        top_p=1.0 if req.top_p is None else req.top_p,
+        top_p=defaults.get("top_p", 1.0) if req.top_p is None else req.top_p,
         user=req.user,
         safety_identifier=req.safety_identifier,
         prompt_cache_key=req.prompt_cache_key,

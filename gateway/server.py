@@ -27,7 +27,7 @@ import logging
 import os
 import signal
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import h11
 import uvicorn
@@ -212,10 +212,13 @@ class GuardedH11Protocol(H11Protocol):
 class _Server(uvicorn.Server):
     """uvicorn with mlxd's signals: drain on SIGTERM/SIGINT, reload on SIGHUP."""
 
-    def __init__(self, config: uvicorn.Config, app: Any, config_path: str) -> None:
+    def __init__(
+        self, config: uvicorn.Config, app: Any, config_path: str, loader: Callable[[], Config] | None = None
+    ) -> None:
         super().__init__(config)
         self.mlxd_app = app
         self.config_path = config_path
+        self.loader = loader or functools.partial(load_config, config_path)
         self._draining = False
 
     @contextlib.contextmanager
@@ -251,7 +254,7 @@ class _Server(uvicorn.Server):
     async def reload(self) -> None:
         """Re-read the config file and apply it (or keep the old one)."""
         try:
-            config = await asyncio.to_thread(load_config, self.config_path)
+            config = await asyncio.to_thread(self.loader)
         except ConfigError as exc:
             log.error("reload refused, keeping the running config: %s", exc)
             return
@@ -260,8 +263,13 @@ class _Server(uvicorn.Server):
         log.info("reloaded %s: %s", self.config_path, "; ".join(changes) or "no changes")
 
 
-def run(config: Config, config_path: str) -> None:
-    """Serve ``config`` until drained or stopped; blocks the main thread."""
+def run(config: Config, config_path: str, loader: Callable[[], Config] | None = None) -> None:
+    """Serve ``config`` until drained or stopped; blocks the main thread.
+
+    ``loader`` reads the config again on SIGHUP (default: load
+    ``config_path``; the command line passes one that re-applies its
+    overrides).
+    """
     app = build_app(config)
     server = _Server(
         uvicorn.Config(
@@ -276,6 +284,7 @@ def run(config: Config, config_path: str) -> None:
         ),
         app,
         config_path,
+        loader,
     )
     with pid_file(pid_file_for(config)):
         server.run()

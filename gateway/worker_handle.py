@@ -7,6 +7,13 @@ seconds idle, drains it before a stop or a config change, and restarts it
 with back-off when it dies or hangs. When a worker dies every request in
 flight on it ends at once with a terminal ``unavailable`` error.
 
+Each request ends with one line on the ``mlxd.requests`` log (and one
+metrics observation) carrying the prompt token count the worker computed.
+A request the gateway aborts (client gone, slow reader) frees its slot at
+once, but its line waits for the worker's own end of that request, which
+carries the count even when no output had arrived yet; it is written
+anyway when that worker dies, or after :data:`ABORT_LOG_WAIT` seconds.
+
 States: ``unloaded`` (no process), ``starting`` and ``loading`` (process up,
 model loading), ``ready``, ``draining`` (finishing in-flight work, taking no
 new requests), ``restarting`` (after a crash, waiting to retry),
@@ -39,6 +46,7 @@ from shared.protocol import (
     Loaded,
     Ready,
     RequestOutput,
+    SamplingDefaults,
     Shutdown,
     StepOutputs,
     WorkerMessage,
@@ -50,6 +58,10 @@ requests_log = logging.getLogger("mlxd.requests")
 
 MAX_BACKOFF = 30.0
 
+ABORT_LOG_WAIT = 60.0
+"""Seconds the log line of a request the gateway aborted waits for the
+worker's end of it (which carries the prompt token count)."""
+
 MAX_BUFFERED_OUTPUTS = 512
 """Outputs a request may have waiting for its client; a client that reads
 slower than that is dropped (its request aborted) so it cannot hold memory
@@ -60,7 +72,15 @@ and a batch slot indefinitely."""
 class WorkerStatus:
     """What the gateway knows about a model's worker (for /health and
     /metrics). ``memory_bytes`` is the worker's resident memory measured
-    when it became ready."""
+    when it became ready (informational: on macOS it misses Metal buffers);
+    ``sampling_defaults`` the settings its model uses where a request sets
+    none (None until it has loaded).
+    ``peak_memory_bytes`` is the most memory MLX reported in use by any
+    worker of this model configuration (from ``Loaded`` and heartbeats;
+    kept after an unload, so the memory budget remembers it).
+    ``working_set_bytes`` is the device's recommended working set (0 off
+    Metal) and ``memory_limit_bytes`` the worker's MLX memory limit, both
+    as the worker reported them in ``Loaded``."""
 
     state: str = "unloaded"
     pid: int | None = None
@@ -73,6 +93,10 @@ class WorkerStatus:
     last_error: str | None = None
     memory_bytes: int | None = None
     stats: WorkerStats = field(default_factory=WorkerStats)
+    sampling_defaults: SamplingDefaults | None = None
+    peak_memory_bytes: int | None = None
+    working_set_bytes: int | None = None
+    memory_limit_bytes: int | None = None
 
 
 def ends_request(output: RequestOutput) -> bool:
@@ -84,10 +108,27 @@ class _Pending:
     """One in-flight request: its output queue and accounting.
 
     ``open_choices`` counts the choices still expecting a terminal output;
-    ``tokens`` the last completion count seen per choice.
+    ``tokens`` the last completion count seen per choice; ``prompt_tokens``
+    and ``cached_tokens`` the worker's counts from its latest output.
+    After a gateway abort, ``unsettled`` counts the choices whose end the
+    worker has still to report and ``wait`` is the timer that writes the
+    log line if it never does.
     """
 
-    __slots__ = ("queue", "incarnation", "n", "open_choices", "tokens", "timer", "started", "model")
+    __slots__ = (
+        "queue",
+        "incarnation",
+        "n",
+        "open_choices",
+        "tokens",
+        "timer",
+        "started",
+        "model",
+        "prompt_tokens",
+        "cached_tokens",
+        "unsettled",
+        "wait",
+    )
 
     def __init__(self, incarnation: int, n: int, timer: Any, model: str) -> None:
         self.queue: asyncio.Queue[RequestOutput] = asyncio.Queue()
@@ -98,9 +139,17 @@ class _Pending:
         self.timer = timer
         self.started = time.monotonic()
         self.model = model
+        self.prompt_tokens = 0
+        self.cached_tokens = 0
+        self.unsettled = 0
+        self.wait: asyncio.TimerHandle | None = None
 
     def record(self, output: RequestOutput) -> None:
-        """Count ``output``'s new tokens for metrics."""
+        """Count ``output``'s new tokens for metrics and keep the worker's
+        prompt counts."""
+        if output.prompt_tokens:
+            self.prompt_tokens = output.prompt_tokens
+            self.cached_tokens = output.cached_tokens
         before = self.tokens.get(output.index, 0)
         self.tokens[output.index] = max(before, output.completion_tokens)
         if self.timer is not None:
@@ -109,14 +158,17 @@ class _Pending:
             self.timer.output(tokens=self.tokens[output.index] - before, index=output.index)
 
     def finish(self, request_id: str, last: RequestOutput) -> None:
-        """Observe the end of the request and write its log line."""
+        """Observe the end of the request and write its log line (prompt
+        counts from ``last``, else from the latest output that had them)."""
         reason = last.finish_reason or "error"
         completion = sum(self.tokens.values())
+        prompt = last.prompt_tokens or self.prompt_tokens
+        cached = last.cached_tokens if last.prompt_tokens else self.cached_tokens
         if self.timer is not None:
             self.timer.finished(
                 reason=reason,
-                prompt_tokens=last.prompt_tokens,
-                cached_tokens=last.cached_tokens,
+                prompt_tokens=prompt,
+                cached_tokens=cached,
                 completion_tokens=completion,
             )
         requests_log.info(
@@ -124,8 +176,8 @@ class _Pending:
             request_id,
             self.model,
             reason,
-            last.prompt_tokens,
-            last.cached_tokens,
+            prompt,
+            cached,
             completion,
             time.monotonic() - self.started,
         )
@@ -171,8 +223,9 @@ class WorkerHandle:
     """Owns the worker process of one configured model.
 
     ``socket_dir`` is the gateway's private socket directory; ``metrics``
-    (optional) gets a timer per request; ``on_change`` is called after each
-    state change (the pool uses it to wake waiters).
+    (optional) gets a timer per request. ``mlx_limits`` (memory limit,
+    cache limit; see :func:`gateway.worker_process.run_incarnation`) is
+    read at each worker start; the pool sets it before :meth:`start`.
     """
 
     def __init__(
@@ -190,6 +243,7 @@ class WorkerHandle:
         self._socket_dir = socket_dir
         self._metrics = metrics
         self._inflight: dict[str, _Pending] = {}
+        self._settling: dict[str, _Pending] = {}  # aborted here; log line waits for the worker
         self._sequences = 0  # open choices of all in-flight requests
         self._incarnation: Incarnation | None = None
         self._task: asyncio.Task[None] | None = None
@@ -198,6 +252,7 @@ class WorkerHandle:
         self._state_changed = asyncio.Event()
         self._idle_timer: asyncio.TimerHandle | None = None
         self._stopping: asyncio.Task[None] | None = None
+        self.mlx_limits: tuple[int, int | None] = (0, None)
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -338,10 +393,11 @@ class WorkerHandle:
         """Forget ``request_id`` and ask its worker to drop it (if it is still
         the same incarnation)."""
         if self._inflight.get(request_id) is pending:
-            self._retire(request_id, pending, None)
             incarnation = self._incarnation
-            if incarnation is not None and pending.incarnation == incarnation.number:
-                incarnation.send(AbortRequest([request_id]))
+            alive = incarnation is not None and pending.incarnation == incarnation.number
+            self._retire(request_id, pending, None, settle_later=alive)
+            if alive:
+                incarnation.send(AbortRequest([request_id]))  # type: ignore[union-attr]
 
     # -- supervision ----------------------------------------------------------
 
@@ -359,6 +415,8 @@ class WorkerHandle:
                 on_start=self._started,
                 on_message=self._dispatch,
                 silence_limit=self._silence_limit,
+                memory_limit=self.mlx_limits[0],
+                cache_limit=self.mlx_limits[1],
             )
             self._incarnation = None
             self.status.pid = None
@@ -391,6 +449,7 @@ class WorkerHandle:
                 self._route(output)
         elif isinstance(message, Heartbeat):
             self.status.stats = message.stats
+            self._observe_peak(message.stats.peak_memory_bytes)
         elif isinstance(message, Hello):
             self._set_state("loading")
         elif isinstance(message, Loaded):
@@ -398,13 +457,25 @@ class WorkerHandle:
             self.status.load_seconds = message.load_seconds
             self.status.blas = message.blas
             self.status.sampling = message.sampling
+            self.status.sampling_defaults = message.sampling_defaults
+            self.status.working_set_bytes = message.working_set_bytes
+            self.status.memory_limit_bytes = message.memory_limit_bytes
+            self.status.stats = msgspec.structs.replace(
+                self.status.stats,
+                active_memory_bytes=message.active_memory_bytes,
+                cache_memory_bytes=message.cache_memory_bytes,
+                peak_memory_bytes=message.peak_memory_bytes,
+            )
+            self._observe_peak(message.peak_memory_bytes)
             log.info(
-                "model %s loaded in %.1fs from %s (BLAS: %s, sampling: %s)",
+                "model %s loaded in %.1fs from %s (BLAS: %s, sampling: %s, MLX memory: %d MiB, limit %d MiB)",
                 self.model.name,
                 message.load_seconds,
                 message.model_path,
                 message.blas,
                 message.sampling,
+                message.active_memory_bytes >> 20,
+                message.memory_limit_bytes >> 20,
             )
         elif isinstance(message, Ready):
             self.status.last_error = None
@@ -419,9 +490,17 @@ class WorkerHandle:
             self._set_state("failed")
             log.error("model %s failed to load: %s", self.model.name, message.message)
 
+    def _observe_peak(self, peak: int) -> None:
+        """Remember the largest MLX peak any worker of this model reported."""
+        if peak > (self.status.peak_memory_bytes or 0):
+            self.status.peak_memory_bytes = peak
+
     def _route(self, output: RequestOutput) -> None:
         pending = self._inflight.get(output.request_id)
         if pending is None:
+            settling = self._settling.get(output.request_id)
+            if settling is not None:
+                self._settling_output(output.request_id, settling, output)
             return
         if pending.queue.qsize() >= MAX_BUFFERED_OUTPUTS and output.finish_reason is None:
             self._drop_slow_reader(output.request_id, pending)
@@ -445,15 +524,43 @@ class WorkerHandle:
         pending.queue.put_nowait(output)
         self.abort(request_id, pending)
 
-    def _retire(self, request_id: str, pending: _Pending, last: RequestOutput | None) -> None:
-        """Stop tracking a request; observe how it ended."""
+    def _retire(
+        self, request_id: str, pending: _Pending, last: RequestOutput | None, *, settle_later: bool = False
+    ) -> None:
+        """Stop tracking a request; observe how it ended. ``settle_later``
+        (a gateway abort the worker will answer): its slot is freed now,
+        its log line written when the worker reports the end."""
         del self._inflight[request_id]
         self._sequences -= pending.open_choices
+        if settle_later:
+            pending.unsettled = pending.open_choices
+            self._settling[request_id] = pending
+            pending.wait = asyncio.get_running_loop().call_later(ABORT_LOG_WAIT, self._settle, request_id)
+        else:
+            pending.finish(request_id, last or RequestOutput(request_id=request_id, finish_reason="abort"))
         pending.open_choices = 0
-        pending.finish(request_id, last or RequestOutput(request_id=request_id, finish_reason="abort"))
         self.last_used = time.monotonic()
         if not self._inflight:
             self._schedule_idle()
+
+    def _settling_output(self, request_id: str, pending: _Pending, output: RequestOutput) -> None:
+        """An output of a request the gateway aborted: keep its counts and
+        write its log line once the worker has ended every choice."""
+        pending.record(output)
+        if output.finish_reason is None:
+            return
+        pending.unsettled = 0 if ends_request(output) else pending.unsettled - 1
+        if pending.unsettled <= 0:
+            self._settle(request_id)
+
+    def _settle(self, request_id: str) -> None:
+        """Write the log line of a request the gateway aborted."""
+        pending = self._settling.pop(request_id, None)
+        if pending is None:
+            return
+        if pending.wait is not None:
+            pending.wait.cancel()
+        pending.finish(request_id, RequestOutput(request_id=request_id, finish_reason="abort"))
 
     def _fail_inflight(self, message: str) -> None:
         for request_id, pending in list(self._inflight.items()):
@@ -462,6 +569,8 @@ class WorkerHandle:
             )
             pending.queue.put_nowait(output)
             self._retire(request_id, pending, output)
+        for request_id in list(self._settling):
+            self._settle(request_id)  # the worker is gone: its answer will not come
         self._sequences = 0
 
     # -- idle unload ------------------------------------------------------------

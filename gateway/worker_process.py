@@ -74,13 +74,17 @@ async def run_incarnation(
     on_start: Callable[[Incarnation], None],
     on_message: Callable[[WorkerMessage], None],
     silence_limit: Callable[[], float],
+    memory_limit: int = 0,
+    cache_limit: int | None = None,
 ) -> str:
     """Run worker incarnation ``number`` of ``model`` until it ends.
 
     ``on_start`` is called once the process exists; ``on_message`` for every
     valid message (malformed frames are logged and dropped);
     ``silence_limit`` gives the seconds of silence tolerated right now (it
-    changes once the worker is ready). Returns why it ended, one line.
+    changes once the worker is ready). ``memory_limit`` and ``cache_limit``
+    are the worker's MLX limits in bytes (0 and None: MLX's defaults).
+    Returns why it ended, one line.
     """
     ctx = zmq.asyncio.Context.instance()
     endpoints = endpoints_for(socket_dir, safe_name(model.name), number)
@@ -117,6 +121,8 @@ async def run_incarnation(
             "--log-level",
             server.log_level,
             *(["--log-file", server.log_file] if server.log_file else []),
+            *(["--memory-limit", str(memory_limit)] if memory_limit else []),
+            *(["--cache-limit", str(cache_limit)] if cache_limit is not None else []),
             stdin=asyncio.subprocess.DEVNULL,
             env=worker_environment(),
             start_new_session=True,

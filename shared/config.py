@@ -45,7 +45,13 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     shutdown or when their model is removed or changed by a reload.
     ``memory_budget``: the most memory the resident models' workers may use:
     bytes, a size such as ``"12GiB"``, a share of RAM such as ``"75%"``, or
-    0 for no limit. ``log_file``: where logs go (empty: standard error).
+    0 for no limit; on Metal a percentage is a share of the GPU's
+    recommended working set (``max_recommended_working_set_size``, as the
+    first worker reports it; until then, and on a CPU backend, of RAM).
+    ``log_file``: where logs go (empty: standard error; under launchd
+    ``~/Library/Logs/mlxd/mlxd.log``). ``log_max_bytes``: the gateway
+    rotates ``log_file`` when it would grow past this size (bytes or a size
+    such as ``"10MiB"``; 0: never), keeping ``log_backups`` older files.
     ``metrics_require_key``: ``/metrics`` needs an API key too.
     ``pid_file``: where ``mlxd serve`` records its pid for ``mlxd reload``
     (empty: a file named after the port in the cache directory).
@@ -82,6 +88,8 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     drain_timeout: Seconds = 30.0
     memory_budget: int | str = 0
     log_file: str = ""
+    log_max_bytes: int | str = "10MiB"
+    log_backups: PositiveInt = 5
     metrics_require_key: bool = False
     pid_file: str = ""
     models_root: str = ""
@@ -90,6 +98,19 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     header_timeout: Seconds = 10.0
     body_timeout: Seconds = 30.0
     stream_keepalive: Seconds = 5.0
+
+
+class SamplingDefaultsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``[models.sampling_defaults]``: sampling settings for requests that
+    set none, overriding the model's ``generation_config.json`` field by
+    field (a field left out keeps the model's value, or mlxd's fallback:
+    temperature 1, top_p 1, top_k 0, min_p 0, repetition_penalty 1)."""
+
+    temperature: Annotated[float, msgspec.Meta(ge=0.0, le=2.0)] | None = None
+    top_p: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] | None = None
+    top_k: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    min_p: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] | None = None
+    repetition_penalty: Annotated[float, msgspec.Meta(gt=0.0, le=10.0)] | None = None
 
 
 class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -118,6 +139,20 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     such as ``"5m"`` / ``"1h30m"``; 0 unloads after each request, -1 never.
     ``memory_estimate``: bytes the worker will use, for the memory budget
     before it has been measured (0: estimated from the model files).
+    ``max_tool_calls_per_turn``: the most tool calls one forced turn
+    (``tool_choice`` ``required`` / ``any`` with parallel calls allowed)
+    makes when the request sets no ``max_tool_calls``; the grammar ends the
+    turn after the last one.
+    ``sampling_defaults``: sampling settings for requests that set none
+    (see :class:`SamplingDefaultsConfig`).
+    ``kind``: ``generate`` (chat and completions), ``embedding``
+    (``/v1/embeddings``) or ``auto`` (detected from the model directory,
+    see :mod:`shared.model_kind`). Embedding models only:
+    ``max_inputs``, the most inputs one request may hold;
+    ``shorten_dimensions``, whether a request's ``dimensions`` may shorten
+    the vectors (only for models trained for it, e.g. Matryoshka models);
+    ``max_batch_size`` is then the most inputs encoded together and
+    ``context_length`` caps the tokens per input.
     """
 
     name: str
@@ -138,6 +173,11 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     preload: bool = False
     ttl: int | float | str = -1
     memory_estimate: Annotated[int, msgspec.Meta(ge=0)] = 0
+    max_tool_calls_per_turn: PositiveInt = 4
+    sampling_defaults: SamplingDefaultsConfig = msgspec.field(default_factory=SamplingDefaultsConfig)
+    kind: str = "auto"
+    max_inputs: PositiveInt = 2048
+    shorten_dimensions: bool = False
 
 
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -153,6 +193,9 @@ TOOL_PARSERS = ("auto", "hermes", "qwen3_coder", "llama3_json", "mistral", "deep
 
 REASONING_PARSERS = ("auto", "none", "think", "think_mistral", "harmony")
 """Accepted ``reasoning_parser`` values."""
+
+MODEL_KINDS = ("auto", "generate", "embedding")
+"""Accepted ``kind`` values."""
 
 _DTYPES = {"auto", "float32", "float16", "bfloat16", "quantized"}
 _LOG_LEVELS = {"debug", "info", "warning", "error"}
@@ -186,6 +229,8 @@ def validate(config: Config, origin: str = "config") -> Config:
             parse_duration(model.ttl)
         except ValueError as exc:
             raise ConfigError(f"{origin}: model {model.name!r}: ttl: {exc}") from None
+        if model.kind not in MODEL_KINDS:
+            raise ConfigError(f"{origin}: model {model.name!r}: kind must be one of {list(MODEL_KINDS)}")
         if model.dtype not in _DTYPES:
             raise ConfigError(f"{origin}: model {model.name!r}: dtype must be one of {sorted(_DTYPES)}")
     if config.server.reasoning_field not in ("reasoning_content", "reasoning"):
@@ -194,6 +239,12 @@ def validate(config: Config, origin: str = "config") -> Config:
         parse_size(config.server.memory_budget, 1 << 40)
     except ValueError as exc:
         raise ConfigError(f"{origin}: server.memory_budget: {exc}") from None
+    try:
+        parse_size(config.server.log_max_bytes, 0)
+    except ValueError as exc:
+        raise ConfigError(f"{origin}: server.log_max_bytes: {exc}") from None
+    if isinstance(config.server.log_max_bytes, str) and config.server.log_max_bytes.strip().endswith("%"):
+        raise ConfigError(f"{origin}: server.log_max_bytes: a size, not a share")
     if config.server.log_level not in _LOG_LEVELS:
         raise ConfigError(f"{origin}: server.log_level must be one of {sorted(_LOG_LEVELS)}")
     if not is_loopback(config.server.host) and not config.server.api_keys:

@@ -6,7 +6,8 @@ ever sent and nothing is ever pickled. Each message type carries a ``type``
 tag so a decoder can reject anything it does not know.
 
 Direction gateway -> worker (``GatewayMessage``):
-    :class:`GenerateRequest`, :class:`AbortRequest`, :class:`Shutdown`.
+    :class:`GenerateRequest`, :class:`AbortRequest`, :class:`Shutdown`,
+    :class:`EmbedRequest` (embedding workers).
 Direction worker -> gateway (``WorkerMessage``):
     :class:`Hello`, :class:`Loaded`, :class:`Ready`, :class:`Heartbeat`,
     :class:`StepOutputs`, :class:`Failed`.
@@ -47,8 +48,11 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     """Per-request decoding settings, already validated by the gateway.
 
     ``max_tokens`` is the hard cap on generated tokens (None: up to the
-    context limit). ``temperature`` 0 means greedy. ``top_k`` 0 and
-    ``top_p`` 1 disable those filters. ``seed`` makes sampling reproducible
+    context limit). ``temperature``, ``top_p``, ``top_k``, ``min_p`` and
+    ``repetition_penalty`` are None when the request did not set them: the
+    worker then uses the model's :class:`SamplingDefaults`. ``temperature``
+    0 means greedy. ``top_k`` 0, ``top_p`` 1, ``min_p`` 0 and
+    ``repetition_penalty`` 1 disable those filters. ``seed`` makes sampling reproducible
     for this request regardless of what else shares its batch.
     ``logit_bias`` maps token id to an additive bias. ``stop`` holds stop
     strings; the matched string is not part of the output. ``logprobs``
@@ -59,20 +63,34 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     """
 
     max_tokens: int | None = None
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    min_p: float = 0.0
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
     seed: int | None = None
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
-    repetition_penalty: float = 1.0
+    repetition_penalty: float | None = None
     logit_bias: dict[int, float] = {}
     stop: list[str] = []
     logprobs: bool = False
     top_logprobs: int = 0
     ignore_eos: bool = False
     min_tokens: int = 0
+
+
+class SamplingDefaults(msgspec.Struct, frozen=True, kw_only=True):
+    """The sampling settings a model uses where a request sets none: per
+    field, the config's ``sampling_defaults``, else the model's own
+    recommendation (its ``generation_config.json``), else these class
+    defaults (temperature 1, no top-p / top-k / min-p filter, no repetition
+    penalty)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
 
 
 class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
@@ -135,7 +153,10 @@ class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True, tag="generate")
 
     ``tools`` are rendered through the chat template; calls in the output
     come back as ``RequestOutput.tool_calls`` per ``tool_choice``;
-    ``parallel_tool_calls`` False allows at most one call.
+    ``parallel_tool_calls`` False allows at most one call, and a named
+    ``tool_choice`` exactly one; otherwise a turn carries at most
+    ``max_tool_calls`` calls (None: the model's ``max_tool_calls_per_turn``
+    for forced calls, no limit for ``auto``).
     ``response_format`` constrains the text. ``thinking`` turns a model's
     reasoning mode on or off where its template supports that (None: the
     template's default); reasoning text comes back as
@@ -165,6 +186,7 @@ class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True, tag="generate")
     count_only: bool = False
     continue_final: bool = False
     thinking_budget: int | None = None
+    max_tool_calls: int | None = None
 
 
 class AbortRequest(msgspec.Struct, frozen=True, tag="abort"):
@@ -188,6 +210,11 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     those reused from the prefix cache instead. ``cache_queries`` and
     ``cache_hits`` count look-ups and look-ups that reused anything.
     ``step_seconds`` is the wall time spent in engine steps.
+    ``active_memory_bytes``, ``cache_memory_bytes`` and
+    ``peak_memory_bytes`` are MLX's own accounting (``mx.get_active_memory``,
+    ``mx.get_cache_memory``, ``mx.get_peak_memory``): buffers in use, freed
+    buffers MLX keeps for reuse, and the most ever in use by this worker.
+    On Metal these count GPU buffers that the process's RSS misses.
     """
 
     running: int = 0
@@ -206,6 +233,9 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     cached_tokens: int = 0
     step_seconds: float = 0.0
     requests_timed_out: int = 0
+    active_memory_bytes: int = 0
+    cache_memory_bytes: int = 0
+    peak_memory_bytes: int = 0
 
 
 class Hello(msgspec.Struct, frozen=True, kw_only=True, tag="hello"):
@@ -223,6 +253,13 @@ class Loaded(msgspec.Struct, frozen=True, kw_only=True, tag="loaded"):
     use; ``load_seconds`` is the wall time of resolving and loading;
     ``blas`` names the BLAS library in use (``openblas`` or ``builtin``) and
     ``sampling`` where sampling runs (``host``: NumPy, ``device``: MLX).
+    ``sampling_defaults`` (None from an older worker) are the settings the
+    worker uses where a request sets none.
+    The ``*_memory_bytes`` fields are MLX's accounting right after loading
+    (as in :class:`WorkerStats`); ``working_set_bytes`` is the device's
+    ``max_recommended_working_set_size`` on Metal (0 where the device
+    reports none, as on the CPU backend) and ``memory_limit_bytes`` MLX's
+    memory limit in effect (``mx.get_memory_limit``).
     """
 
     worker_id: str
@@ -231,6 +268,12 @@ class Loaded(msgspec.Struct, frozen=True, kw_only=True, tag="loaded"):
     model_path: str
     blas: str = ""
     sampling: str = ""
+    sampling_defaults: SamplingDefaults | None = None
+    active_memory_bytes: int = 0
+    cache_memory_bytes: int = 0
+    peak_memory_bytes: int = 0
+    working_set_bytes: int = 0
+    memory_limit_bytes: int = 0
 
 
 class Ready(msgspec.Struct, frozen=True, kw_only=True, tag="ready"):
@@ -307,6 +350,10 @@ class RequestOutput(msgspec.Struct, frozen=True, kw_only=True):
     ``logit_bias``, ``response_format``, ``tools``, ...). ``stop_sequence`` names the stop string that
     ended the choice, if one did. ``queue_seconds`` (on a request's first
     output) is how long it waited in the worker before the engine took it.
+    An :class:`EmbedRequest` is answered by one output with
+    ``finish_reason="stop"``, ``prompt_tokens`` the tokens of all its
+    inputs, and ``embeddings`` its vectors: little-endian float32,
+    row-major, ``embedding_dim`` values per input, in input order.
     """
 
     request_id: str
@@ -324,6 +371,8 @@ class RequestOutput(msgspec.Struct, frozen=True, kw_only=True):
     tool_calls: list[ToolCallDelta] | None = None
     stop_sequence: str | None = None
     queue_seconds: float | None = None
+    embeddings: bytes | None = None
+    embedding_dim: int = 0
 
 
 class StepOutputs(msgspec.Struct, frozen=True, kw_only=True, tag="step"):
@@ -333,7 +382,35 @@ class StepOutputs(msgspec.Struct, frozen=True, kw_only=True, tag="step"):
     outputs: list[RequestOutput]
 
 
-GatewayMessage = Union[GenerateRequest, AbortRequest, Shutdown]
+class EmbedRequest(msgspec.Struct, frozen=True, kw_only=True, tag="embed"):
+    """Embed a batch of inputs with an embedding worker.
+
+    Exactly one of ``texts`` (each tokenized with the model's tokenizer and
+    its special tokens) or ``token_ids`` (each list taken as the text's
+    tokens; the model's special tokens are added around it) is set and
+    non-empty. An input longer than the model's limit fails the request
+    with ``context_length_exceeded`` unless ``truncate`` is true (then it
+    is cut to the limit, keeping its start). ``dimensions`` (None: the
+    model's own) shortens every vector, renormalized when the model
+    normalizes, where the model's config allows it. ``timeout`` as for
+    :class:`GenerateRequest`. Answered by exactly one terminal
+    :class:`RequestOutput` (see there); aborted like a generation.
+    """
+
+    request_id: str
+    texts: list[str] | None = None
+    token_ids: list[list[int]] | None = None
+    truncate: bool = False
+    dimensions: int | None = None
+    timeout: float | None = None
+
+    @property
+    def n(self) -> int:
+        """An embedding request has one result (one terminal output)."""
+        return 1
+
+
+GatewayMessage = Union[GenerateRequest, AbortRequest, Shutdown, EmbedRequest]
 """Any message the gateway sends to a worker."""
 
 WorkerMessage = Union[Hello, Loaded, Ready, Failed, Heartbeat, StepOutputs]

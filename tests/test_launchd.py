@@ -9,6 +9,7 @@ import plistlib
 import socket
 import subprocess
 import threading
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -21,6 +22,7 @@ PYTHON = "/opt/venv/bin/python"
 DRAIN = 30.5
 UID = os.getuid()
 SERVICE = f"gui/{UID}/{LABEL}"
+USER_SERVICE = f"user/{UID}/{LABEL}"
 
 LAUNCHCTL_PRINT = f"""\
 gui/{UID}/{LABEL} = {{
@@ -47,20 +49,72 @@ gui/{UID}/{LABEL} = {{
 """
 
 
-class FakeLaunchctl:
-    """A ``subprocess.run`` stand-in: records every argv and answers each
-    launchctl subcommand with a queued (returncode, stdout, stderr)."""
+NOT_FOUND = (113, "", f'Could not find service "{LABEL}" in domain for user gui: {UID}')
+NO_DOMAIN = "Domain does not support specified action"
 
-    def __init__(self, **replies: list[tuple[int, str, str]]) -> None:
+
+class FakeLaunchctl:
+    """A ``subprocess.run`` stand-in that behaves like ``launchctl`` for the
+    subcommands mlxd uses, over a model of launchd's state.
+
+    ``services`` maps ``domain/label`` to the plist it was bootstrapped
+    from. ``gui`` False means there is no GUI login session (over SSH):
+    every ``gui/<uid>`` call fails with error 125. After a successful
+    ``bootout`` the job keeps exiting for ``exit_polls`` more ``print``
+    calls (launchctl returns before the process is gone); meanwhile
+    ``bootstrap`` fails with error 5, as it does for a service that is
+    still loaded or disabled. ``bootstrap`` parses the plist like launchd.
+    ``fail`` injects one-shot replies per subcommand. Every argv is
+    recorded in ``calls``.
+    """
+
+    def __init__(self, *, gui: bool = True, exit_polls: int = 0, loaded: bool = False, disabled: bool = False, **fail):
         self.calls: list[list[str]] = []
-        self.replies = replies
+        self.gui = gui
+        self.exit_polls = exit_polls
+        self.services: dict[str, str] = {SERVICE: "old.plist"} if loaded else {}
+        self.exiting: dict[str, int] = {}
+        self.disabled: set[str] = {SERVICE} if disabled else set()
+        self.fail = {k: list(v) for k, v in fail.items()}
 
     def __call__(self, argv, *, capture_output, text, check):
         assert capture_output and text and not check
+        assert argv[0] == LAUNCHCTL
         self.calls.append(list(argv))
-        queue = self.replies.get(argv[1], [])
-        code, out, err = queue.pop(0) if len(queue) > 1 else (queue[0] if queue else (0, "", ""))
+        code, out, err = self._reply(argv[1], argv[2:])
         return subprocess.CompletedProcess(argv, code, out, err)
+
+    def _reply(self, sub: str, args: list[str]) -> tuple[int, str, str]:
+        if self.fail.get(sub):
+            return self.fail[sub].pop(0)
+        target = args[0]
+        if target.startswith("gui/") and not self.gui:
+            verb = {"bootout": "Boot-out", "bootstrap": "Bootstrap"}.get(sub)
+            return (125, "", f"{verb} failed: 125: {NO_DOMAIN}") if verb else (125, "", NO_DOMAIN)
+        if sub == "print":
+            if target not in self.services:
+                return NOT_FOUND
+            if target in self.exiting:
+                self.exiting[target] -= 1
+                if self.exiting[target] < 0:
+                    del self.exiting[target], self.services[target]
+                    return NOT_FOUND
+            return 0, LAUNCHCTL_PRINT.replace(SERVICE, target), ""
+        if sub == "bootout":
+            if target not in self.services or target in self.exiting:
+                return 3, "", "Boot-out failed: 3: No such process"
+            self.exiting[target] = self.exit_polls
+            return 0, "", ""
+        if sub == "enable":
+            self.disabled.discard(target)
+            return 0, "", ""
+        if sub == "bootstrap":
+            service = f"{target}/{plistlib.loads(Path(args[1]).read_bytes())['Label']}"
+            if service in self.services or service in self.disabled:
+                return 5, "", "Bootstrap failed: 5: Input/output error"
+            self.services[service] = args[1]
+            return 0, "", ""
+        raise AssertionError(f"launchctl {sub} is not used by mlxd")
 
     def subcommands(self) -> list[str]:
         """The launchctl subcommands called, in order."""
@@ -141,9 +195,19 @@ def test_dry_run_plist_has_every_key(home, config, platform):
         "EnvironmentVariables",
         "ProcessType",
         "ThrottleInterval",
+        "SoftResourceLimits",
+        "HardResourceLimits",
     }
     assert data["Label"] == LABEL
-    assert data["ProgramArguments"] == [PYTHON, "-m", "gateway", "serve", "--config", str(config.resolve())]
+    assert data["ProgramArguments"] == [
+        PYTHON,
+        "-m",
+        "gateway",
+        "serve",
+        "--config",
+        str(config.resolve()),
+        "--service",
+    ]
     assert data["RunAtLoad"] is True
     assert data["KeepAlive"] == {"SuccessfulExit": False}
     assert isinstance(data["ExitTimeOut"], int) and data["ExitTimeOut"] > DRAIN
@@ -157,6 +221,8 @@ def test_dry_run_plist_has_every_key(home, config, platform):
     assert env["PYTHONUNBUFFERED"] == "1"
     assert data["ProcessType"] == "Interactive"
     assert data["ThrottleInterval"] == 10
+    assert data["SoftResourceLimits"] == {"NumberOfFiles": launchd.FILE_LIMIT}
+    assert data["HardResourceLimits"] == {"NumberOfFiles": launchd.FILE_LIMIT}
     # nothing touched
     assert runner.calls == []
     assert list(home.iterdir()) == []
@@ -164,7 +230,7 @@ def test_dry_run_plist_has_every_key(home, config, platform):
 
 def test_dry_run_stores_config_absolute(home, config, monkeypatch):
     monkeypatch.chdir(config.parent)
-    assert dry_run(Path(config.name))["ProgramArguments"][-1] == str(config.resolve())
+    assert dry_run(Path(config.name))["ProgramArguments"][-2] == str(config.resolve())
 
 
 def test_config_path_with_xml_specials_round_trips(home, tmp_path):
@@ -173,7 +239,7 @@ def test_config_path_with_xml_specials_round_trips(home, tmp_path):
     config.write_text("")
     text = launchd.install(config=config, python=PYTHON, drain_timeout=DRAIN, dry_run=True, platform="linux")
     ET.fromstring(text.encode())  # well-formed XML
-    assert plistlib.loads(text.encode())["ProgramArguments"][-1] == str(config.resolve())
+    assert plistlib.loads(text.encode())["ProgramArguments"][-2] == str(config.resolve())
 
 
 def test_render_escapes_every_value():
@@ -187,7 +253,15 @@ def test_render_escapes_every_value():
         environment={f"K{odd}": f"V{odd}", "PATH": "/custom"},
     )
     data = plistlib.loads(plist)
-    assert data["ProgramArguments"] == [f"/p{odd}/python", "-m", "gateway", "serve", "--config", f"/c{odd}"]
+    assert data["ProgramArguments"] == [
+        f"/p{odd}/python",
+        "-m",
+        "gateway",
+        "serve",
+        "--config",
+        f"/c{odd}",
+        "--service",
+    ]
     assert data["WorkingDirectory"] == f"/w{odd}"
     assert data["StandardOutPath"] == f"/l{odd}/mlxd.out.log"
     assert data["StandardErrorPath"] == f"/l{odd}/mlxd.err.log"
@@ -263,49 +337,170 @@ def test_status_off_macos_asks_no_launchctl(home, health_server):
 # --- macOS, with a fake launchctl ----------------------------------------------
 
 
+def install(config, runner, **kw):
+    return launchd.install(config=config, python=PYTHON, drain_timeout=DRAIN, runner=runner, platform="darwin", **kw)
+
+
 def test_install_writes_plist_and_bootstraps(home, config):
-    runner = FakeLaunchctl(bootout=[(3, "", "Boot-out failed: 3: No such process")])
-    summary = launchd.install(config=config, python=PYTHON, drain_timeout=DRAIN, runner=runner, platform="darwin")
+    runner = FakeLaunchctl()
+    summary = install(config, runner)
     target = home / "Library" / "LaunchAgents" / "com.mlxd.server.plist"
     assert runner.calls == [
         [LAUNCHCTL, "bootout", SERVICE],
+        [LAUNCHCTL, "print", SERVICE],
+        [LAUNCHCTL, "bootout", USER_SERVICE],
+        [LAUNCHCTL, "print", USER_SERVICE],
+        [LAUNCHCTL, "enable", SERVICE],
         [LAUNCHCTL, "bootstrap", f"gui/{UID}", str(target)],
     ]
+    assert runner.services == {SERVICE: str(target)}
     assert plistlib.loads(target.read_bytes()) == dry_run(config)
     assert target.stat().st_mode & 0o777 == 0o644
     assert list(target.parent.iterdir()) == [target]  # no temporary file left
     assert (home / "Library" / "Logs" / "mlxd").is_dir()
     assert str(target) in summary and str(config.resolve()) in summary
+    assert f"gui/{UID}" in summary and "note:" not in summary
+
+
+def test_install_waits_until_the_old_job_is_gone(home, config, monkeypatch):
+    """bootout returns while the old process still drains; bootstrapping
+    then would fail with error 5, so install polls print until it is gone."""
+    monkeypatch.setattr(launchd, "POLL_INTERVAL", 0)
+    runner = FakeLaunchctl(loaded=True, exit_polls=4)
+    install(config, runner)
+    assert runner.subcommands() == ["bootout"] + ["print"] * 5 + ["bootout", "print", "enable", "bootstrap"]
+    assert SERVICE in runner.services and not runner.exiting
+
+
+def test_install_gives_up_when_the_old_job_never_exits(home, config, monkeypatch):
+    monkeypatch.setattr(launchd, "POLL_INTERVAL", 0.01)
+    monkeypatch.setattr(launchd, "WAIT_MARGIN", 0.2)
+    monkeypatch.setattr(launchd, "exit_timeout_for", lambda drain: 1)
+    runner = FakeLaunchctl(loaded=True, exit_polls=10**9)
+    started = time.monotonic()
+    with pytest.raises(ServiceError, match="still running after its exit timeout"):
+        install(config, runner)
+    assert 1.2 <= time.monotonic() - started < 6
+    assert "bootstrap" not in runner.subcommands()
+
+
+def test_install_waits_for_the_old_jobs_own_exit_timeout(home, config, monkeypatch):
+    """The old plist's ExitTimeOut bounds the wait, even when the new one
+    is shorter (launchd SIGKILLs the old job only after its own)."""
+    monkeypatch.setattr(launchd, "POLL_INTERVAL", 0)
+    target = launchd.plist_path()
+    target.parent.mkdir(parents=True)
+    target.write_bytes(plistlib.dumps({"Label": LABEL, "ExitTimeOut": 120}))
+    assert launchd._installed_exit_timeout(target) == 120
+    waits = []
+    monkeypatch.setattr(launchd, "_wait_gone", lambda runner, service, deadline: waits.append(deadline))
+    before = time.monotonic()
+    install(config, FakeLaunchctl())
+    assert all(d - before >= 120 for d in waits) and len(waits) == 2
+
+
+def test_install_retries_bootstrap_while_teardown_reports_eio(home, config, monkeypatch):
+    monkeypatch.setattr(launchd, "POLL_INTERVAL", 0)
+    runner = FakeLaunchctl(bootstrap=[(5, "", "Bootstrap failed: 5: Input/output error")] * 2)
+    install(config, runner)
+    assert runner.subcommands()[-6:] == ["enable", "bootstrap"] * 3
+    assert SERVICE in runner.services
+
+
+def test_install_gives_up_on_eio_at_the_deadline(home, config, monkeypatch):
+    monkeypatch.setattr(launchd, "POLL_INTERVAL", 0.01)
+    monkeypatch.setattr(launchd, "WAIT_MARGIN", 0.1)
+    monkeypatch.setattr(launchd, "exit_timeout_for", lambda drain: 1)
+    runner = FakeLaunchctl(bootstrap=[(5, "", "Bootstrap failed: 5: Input/output error")] * 10**6)
+    with pytest.raises(ServiceError, match="Input/output error"):
+        install(config, runner)
+
+
+def test_install_enables_a_disabled_service_before_bootstrap(home, config):
+    runner = FakeLaunchctl(disabled=True)
+    install(config, runner)
+    assert runner.subcommands()[-2:] == ["enable", "bootstrap"]
+    assert SERVICE in runner.services and not runner.disabled
 
 
 def test_install_replaces_a_loaded_service(home, config):
     runner = FakeLaunchctl()
-    launchd.install(config=config, python=PYTHON, drain_timeout=DRAIN, runner=runner, platform="darwin")
+    install(config, runner)
     launchd.install(config=config, python="/other/python", drain_timeout=DRAIN, runner=runner, platform="darwin")
-    assert runner.subcommands() == ["bootout", "bootstrap", "bootout", "bootstrap"]
+    once = ["bootout", "print", "bootout", "print", "enable", "bootstrap"]
+    assert runner.subcommands() == once * 2
     assert plistlib.loads(launchd.plist_path().read_bytes())["ProgramArguments"][0] == "/other/python"
+
+
+def test_install_without_a_gui_session_falls_back_to_the_user_domain(home, config):
+    runner = FakeLaunchctl(gui=False)
+    summary = install(config, runner)
+    target = launchd.plist_path()
+    assert runner.calls[-4:] == [
+        [LAUNCHCTL, "enable", SERVICE],
+        [LAUNCHCTL, "bootstrap", f"gui/{UID}", str(target)],
+        [LAUNCHCTL, "enable", USER_SERVICE],
+        [LAUNCHCTL, "bootstrap", f"user/{UID}", str(target)],
+    ]
+    assert runner.services == {USER_SERVICE: str(target)}
+    assert f"in the user/{UID} domain" in summary
+    assert "no GUI login session" in summary and "mlxd install" in summary
+    # status and uninstall find it there
+    st = launchd.status(health_url=dead_url(), runner=runner, platform="darwin")
+    assert st.loaded and st.pid == 4242
+    assert "stopped" in launchd.uninstall(runner=runner, platform="darwin")
 
 
 def test_install_reports_launchctl_error(home, config):
     runner = FakeLaunchctl(bootstrap=[(78, "", "Bootstrap failed: 78: Function not implemented")])
     with pytest.raises(ServiceError, match="Bootstrap failed: 78: Function not implemented"):
-        launchd.install(config=config, python=PYTHON, drain_timeout=DRAIN, runner=runner, platform="darwin")
-    assert runner.subcommands() == ["bootout", "bootstrap"]  # no retry on a real error
+        install(config, runner)
+    assert runner.subcommands().count("bootstrap") == 1  # no retry on a real error
 
 
-def test_install_retries_bootstrap_on_eio(home, config, monkeypatch):
-    monkeypatch.setattr(launchd, "BOOTSTRAP_RETRY_DELAY", 0)
-    runner = FakeLaunchctl(bootstrap=[(5, "", "Bootstrap failed: 5: Input/output error"), (0, "", "")])
-    launchd.install(config=config, python=PYTHON, drain_timeout=DRAIN, runner=runner, platform="darwin")
-    assert runner.subcommands() == ["bootout", "bootstrap", "bootstrap"]
+def test_install_puts_the_environment_in_the_plist(home, config):
+    env = launchd.service_environment(
+        {"HF_HOME": "/data/hf", "MLXD_HOST_SAMPLING": "0", "HF_TOKEN": "hf_secret", "HOME": "/Users/me"},
+        ["HF_HUB_CACHE=/data/hub", "MLXD_HOST_SAMPLING=1", "EMPTY="],
+    )
+    assert env == {"HF_HOME": "/data/hf", "HF_HUB_CACHE": "/data/hub", "MLXD_HOST_SAMPLING": "1", "EMPTY": ""}
+    install(config, FakeLaunchctl(), environment=env)
+    written = plistlib.loads(launchd.plist_path().read_bytes())["EnvironmentVariables"]
+    assert written == {**env, "PATH": written["PATH"], "PYTHONUNBUFFERED": "1"}
 
 
-def test_install_gives_up_after_repeated_eio(home, config, monkeypatch):
-    monkeypatch.setattr(launchd, "BOOTSTRAP_RETRY_DELAY", 0)
-    runner = FakeLaunchctl(bootstrap=[(5, "", "Bootstrap failed: 5: Input/output error")])
-    with pytest.raises(ServiceError, match="Input/output error"):
-        launchd.install(config=config, python=PYTHON, drain_timeout=DRAIN, runner=runner, platform="darwin")
-    assert runner.subcommands().count("bootstrap") == launchd.BOOTSTRAP_ATTEMPTS
+@pytest.mark.parametrize("bad", ["NOEQUALS", "=x", "1X=y", "A B=c"])
+def test_service_environment_refuses_bad_items(bad):
+    with pytest.raises(ServiceError, match="NAME=value"):
+        launchd.service_environment({}, [bad])
+
+
+def test_privacy_warnings_name_guarded_folders(home, tmp_path):
+    (home / "Documents" / "mlxd").mkdir(parents=True)
+    link = tmp_path / "models"
+    link.symlink_to(home / "Documents" / "mlxd")  # a link into a guarded folder counts
+    warnings = launchd.privacy_warnings(
+        {
+            "mlxd checkout": str(home / "Documents" / "mlxd"),
+            "config": "~/Desktop/mlxd.toml",
+            "Python interpreter": str(home / "Downloads" / "venv" / "bin" / "python"),
+            "icloud": str(home / "Library" / "Mobile Documents" / "com~apple~CloudDocs" / "m"),
+            "model": "/Volumes/External/models/m",
+            "linked": str(link),
+            "fine": str(home / "mlxd" / "config.toml"),
+            "lookalike": str(home / "Documents2" / "x"),
+        }
+    )
+    named = [w.split("(")[0] for w in warnings]
+    assert named == [
+        "warning: the mlxd checkout ",
+        "warning: the config ",
+        "warning: the Python interpreter ",
+        "warning: the icloud ",
+        "warning: the model ",
+        "warning: the linked ",
+    ]
+    assert all("privacy protection" in w and "Full Disk Access" in w for w in warnings)
 
 
 def test_launchctl_missing_is_a_service_error(home):
@@ -317,37 +512,45 @@ def test_launchctl_missing_is_a_service_error(home):
 
 
 def test_uninstall_boots_out_and_removes_plist(home, config):
-    launchd.install(config=config, python=PYTHON, drain_timeout=DRAIN, runner=FakeLaunchctl(), platform="darwin")
     runner = FakeLaunchctl()
+    install(config, runner)
+    runner.calls.clear()
     summary = launchd.uninstall(runner=runner, platform="darwin")
-    assert runner.calls == [[LAUNCHCTL, "bootout", SERVICE]]
+    assert runner.calls == [
+        [LAUNCHCTL, "bootout", SERVICE],
+        [LAUNCHCTL, "bootout", USER_SERVICE],
+        [LAUNCHCTL, "print", USER_SERVICE],
+    ]
     assert not launchd.plist_path().exists()
     assert "stopped" in summary and "removed" in summary
 
 
 def test_uninstall_is_idempotent(home):
-    runner = FakeLaunchctl(
-        bootout=[(3, "", "Boot-out failed: 3: No such process")],
-        print=[(113, "", f'Could not find service "{LABEL}" in domain for user gui: {UID}')],
-    )
+    runner = FakeLaunchctl()
     assert launchd.uninstall(runner=runner, platform="darwin") == f"{LABEL} is not installed"
     assert launchd.uninstall(runner=runner, platform="darwin") == f"{LABEL} is not installed"
-    assert runner.calls == [[LAUNCHCTL, "bootout", SERVICE], [LAUNCHCTL, "print", SERVICE]] * 2
+    once = [
+        [LAUNCHCTL, "bootout", SERVICE],
+        [LAUNCHCTL, "print", SERVICE],
+        [LAUNCHCTL, "bootout", USER_SERVICE],
+        [LAUNCHCTL, "print", USER_SERVICE],
+    ]
+    assert runner.calls == once * 2
 
 
 def test_uninstall_fails_if_still_loaded(home, config):
-    launchd.install(config=config, python=PYTHON, drain_timeout=DRAIN, runner=FakeLaunchctl(), platform="darwin")
-    runner = FakeLaunchctl(
-        bootout=[(5, "", "Boot-out failed: 5: Input/output error")], print=[(0, LAUNCHCTL_PRINT, "")]
-    )
+    runner = FakeLaunchctl()
+    install(config, runner)
+    runner.fail["bootout"] = [(5, "", "Boot-out failed: 5: Input/output error")]
     with pytest.raises(ServiceError, match="bootout failed: Boot-out failed: 5"):
         launchd.uninstall(runner=runner, platform="darwin")
     assert launchd.plist_path().exists()
 
 
 def test_status_of_a_running_service(home, config, health_server):
-    launchd.install(config=config, python=PYTHON, drain_timeout=DRAIN, runner=FakeLaunchctl(), platform="darwin")
-    runner = FakeLaunchctl(print=[(0, LAUNCHCTL_PRINT, "")])
+    runner = FakeLaunchctl()
+    install(config, runner)
+    runner.calls.clear()
     st = launchd.status(health_url=f"{health_server}/health", runner=runner, platform="darwin")
     assert st == ServiceStatus(installed=True, loaded=True, pid=4242, healthy=True)
     assert runner.calls == [[LAUNCHCTL, "print", SERVICE]]
@@ -361,9 +564,10 @@ def test_status_loaded_but_not_running(home):
 
 
 def test_status_not_loaded(home):
-    runner = FakeLaunchctl(print=[(113, "", "Could not find service")])
+    runner = FakeLaunchctl()
     st = launchd.status(health_url=dead_url(), runner=runner, platform="darwin")
     assert st == ServiceStatus(installed=False, loaded=False, pid=None, healthy=False)
+    assert runner.calls == [[LAUNCHCTL, "print", SERVICE], [LAUNCHCTL, "print", USER_SERVICE]]
 
 
 def test_health_needs_a_200(home, health_server):

@@ -1,7 +1,7 @@
 """Streaming output parsers (worker.parsers): every tool-call family on
 realistic outputs, fed whole, one character at a time and in random chunks,
 must give the same content, reasoning and calls; plus hold-back, streaming,
-truncation and parallel_tool_calls behaviour.
+truncation and max_tool_calls behaviour.
 
 The helpers here (``run``, ``chunkings``, ``TOOLS``) are shared by the other
 ``test_parsers_*`` files.
@@ -502,7 +502,7 @@ def test_parallel_false_keeps_first_call_and_sets_done(fmt):
     text, calls = samples[0]  # a multi-call sample where the family has one
     text += "\ntrailing text"
     for how, pieces in chunkings(text).items():
-        p = make_parser(tool_format=fmt, reasoning_format=None, tools=TOOLS, parallel_tool_calls=False)
+        p = make_parser(tool_format=fmt, reasoning_format=None, tools=TOOLS, max_tool_calls=1)
         deltas, done_at = [], None
         for k, piece in enumerate(pieces):
             deltas.append(p.feed(piece))
@@ -519,11 +519,24 @@ def test_parallel_false_keeps_first_call_and_sets_done(fmt):
 
 
 def test_parallel_false_single_call_output():
-    p = make_parser(tool_format="hermes", reasoning_format=None, tools=TOOLS, parallel_tool_calls=False)
+    p = make_parser(tool_format="hermes", reasoning_format=None, tools=TOOLS, max_tool_calls=1)
     d = p.feed('<tool_call>\n{"name": "get_time", "arguments": {}}')
     assert p.done and d.tool_calls[0].name == "get_time"
     assert "".join(t.arguments for t in d.tool_calls) == "{}"
     assert p.feed("\n</tool_call>").empty and p.finish().empty
+
+
+def test_max_tool_calls_keeps_that_many_calls_and_sets_done():
+    one = '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>\n'
+    text = one * 3 + "trailing"
+    for how, pieces in chunkings(text).items():
+        p = make_parser(tool_format="hermes", reasoning_format=None, tools=TOOLS, max_tool_calls=2)
+        deltas = [p.feed(piece) for piece in pieces] + [p.finish()]
+        assert p.done, how
+        assert sorted({tc.index for d in deltas for tc in d.tool_calls}) == [0, 1], how
+        assert "trailing" not in "".join(d.content for d in deltas), how
+    unlimited = run([text], tool_format="hermes")
+    assert len(unlimited.parsed_calls) == 3 and "trailing" in unlimited.content
 
 
 def test_whitespace_after_last_call_is_dropped_but_content_kept():
@@ -698,7 +711,7 @@ def test_marker_soup_is_chunking_independent(seed):
     kw = dict(
         tool_format=rnd.choice((*CASES, None)),
         reasoning_format=rnd.choice((None, "think", "think_mistral", "harmony")),
-        parallel_tool_calls=rnd.random() < 0.7,
+        max_tool_calls=rnd.choice((None, None, 1, 2)),
         thinking_open=rnd.random() < 0.2,
     )
     results = [run(pieces, **kw) for pieces in chunkings(text, seeds=(seed,)).values()]

@@ -97,7 +97,7 @@ def test_harmony_thinking_open():
 
 
 def test_harmony_parallel_false_stops_after_call():
-    p = make_parser(tool_format="harmony", reasoning_format="harmony", tools=TOOLS, parallel_tool_calls=False)
+    p = make_parser(tool_format="harmony", reasoning_format="harmony", tools=TOOLS, max_tool_calls=1)
     d = p.feed(HARMONY)
     assert p.done and [t.name for t in d.tool_calls if t.name] == ["get_weather"]
     assert p.feed("<|start|>assistant<|channel|>final<|message|>more").empty

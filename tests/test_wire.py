@@ -68,3 +68,23 @@ def test_no_pickle_anywhere():
             text = path.read_text()
             assert "import pickle" not in text and "pickle.loads" not in text, path
             assert "recv_pyobj" not in text and "send_pyobj" not in text, path
+
+
+def test_embedding_messages_round_trip():
+    from shared.protocol import EmbedRequest
+
+    codec = worker_codec()
+    request = EmbedRequest(request_id="e1", texts=["a", "b"], truncate=True, dimensions=8, timeout=2.0)
+    decoded = codec.decode(gateway_codec().encode(request))
+    assert decoded == request and decoded.n == 1
+    ids = EmbedRequest(request_id="e2", token_ids=[[1, 2], [3]])
+    assert codec.decode(codec.encode(ids)) == ids
+    vectors = bytes(range(16))
+    step = StepOutputs(
+        step=1,
+        outputs=[
+            RequestOutput(request_id="e1", prompt_tokens=5, finish_reason="stop", embeddings=vectors, embedding_dim=2)
+        ],
+    )
+    out = gateway_codec().decode(worker_codec().encode(step))
+    assert out.outputs[0].embeddings == vectors and out.outputs[0].embedding_dim == 2

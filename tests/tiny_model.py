@@ -79,6 +79,17 @@ def build_thinking_model(out_dir: Path, base: Path) -> Path:
     return out_dir
 
 
+def build_model_with_generation_defaults(out_dir: Path, base: Path, **settings: float) -> Path:
+    """A copy of the tiny model at ``base`` whose ``generation_config.json``
+    also recommends the sampling ``settings`` (e.g. ``top_k=1``)."""
+    if not (out_dir / "model.safetensors").exists():
+        shutil.copytree(base, out_dir)
+    path = out_dir / "generation_config.json"
+    config = json.loads(path.read_text()) if path.exists() else {}
+    path.write_text(json.dumps({**config, **settings}, indent=2))
+    return out_dir
+
+
 def build_terse_model(out_dir: Path, base: Path, context: int, seed: int = 0) -> Path:
     """A tiny random-weight llama with ``base``'s tokenizer and shape and a
     ``context``-token context that ends each answer after a token or two.

@@ -22,6 +22,7 @@ import signal
 import sys
 import threading
 import time
+from typing import Any
 
 import zmq
 
@@ -30,6 +31,7 @@ from shared.config import ModelConfig, decode_model_config
 from shared.logging import setup_logging
 from shared.protocol import (
     AbortRequest,
+    EmbedRequest,
     Failed,
     GenerateRequest,
     Hello,
@@ -41,6 +43,7 @@ from shared.protocol import (
     WorkerStats,
 )
 from shared.sockets import configure, endpoint_path
+from worker import mlx_memory
 from worker.output import Exit, OutputLoop
 from worker.prompt import PromptBuilder, PromptError
 from worker.scheduler import Abort, Scheduler, Stop
@@ -53,16 +56,30 @@ class Worker:
 
     ``requests`` is a connected PULL socket and ``outputs`` a connected PUSH
     socket; :meth:`run` uses ``requests`` on the calling thread and hands
-    ``outputs`` to the output thread.
+    ``outputs`` to the output thread. ``memory_limit`` and ``cache_limit``
+    (bytes; 0 and None keep MLX's defaults) are applied on the scheduler
+    thread before the model loads (see :func:`worker.mlx_memory.apply_limits`).
     """
 
-    def __init__(self, worker_id: str, config: ModelConfig, requests: zmq.Socket, outputs: zmq.Socket) -> None:
+    def __init__(
+        self,
+        worker_id: str,
+        config: ModelConfig,
+        requests: zmq.Socket,
+        outputs: zmq.Socket,
+        *,
+        memory_limit: int = 0,
+        cache_limit: int | None = None,
+    ) -> None:
         self.worker_id = worker_id
         self.config = config
+        self.memory_limit = memory_limit
+        self.cache_limit = cache_limit
         self._requests = requests
         out_codec = worker_codec()
         self._scheduler: Scheduler | None = None
         self._prompts: PromptBuilder | None = None
+        self._embedding: Any = None  # the EmbeddingModel of an embedding worker
         self._ready = threading.Event()
         self._failed = threading.Event()
         self.output = OutputLoop(
@@ -93,6 +110,9 @@ class Worker:
 
     def _scheduler_main(self) -> None:
         """Scheduler thread: load, warm up, announce, then run the engine."""
+        if self._serves_embeddings():
+            self._embedding_main()
+            return
         try:
             started = time.monotonic()
             from worker.decode import default_host_sampling
@@ -101,8 +121,11 @@ class Worker:
             from worker.loader import load_model
             from worker.prefix_cache import PrefixCache
             from worker.prompt import model_formats
+            from worker.sampling_defaults import model_sampling_defaults
 
+            mlx_memory.apply_limits(self.memory_limit, self.cache_limit)
             loaded = load_model(self.config.source, dtype=self.config.dtype)
+            sampling_defaults = model_sampling_defaults(loaded.path, self.config.sampling_defaults)
             context = loaded.context_length
             if self.config.context_length:
                 context = min(context, self.config.context_length)
@@ -112,6 +135,8 @@ class Worker:
                 loaded.tokenizer,
                 context_length=context,
                 default_max_tokens=self.config.default_max_tokens,
+                max_tool_calls_per_turn=self.config.max_tool_calls_per_turn,
+                sampling_defaults=sampling_defaults,
                 vocab_size=vocab,
                 formats=model_formats(loaded.tokenizer, self.config.tool_parser, self.config.reasoning_parser),
                 grammars=GrammarCompiler(
@@ -132,6 +157,7 @@ class Worker:
                 prefill_step_size=self.config.prefill_step_size,
                 host_sampling=host_sampling,
             )
+            memory = mlx_memory.sample()
             self.output.queue.put(
                 Loaded(
                     worker_id=self.worker_id,
@@ -140,6 +166,12 @@ class Worker:
                     model_path=str(loaded.path),
                     blas=blas_in_use(),
                     sampling="host" if host_sampling else "device",
+                    sampling_defaults=sampling_defaults,
+                    active_memory_bytes=memory.active,
+                    cache_memory_bytes=memory.cache,
+                    peak_memory_bytes=memory.peak,
+                    working_set_bytes=mlx_memory.working_set_bytes(),
+                    memory_limit_bytes=mlx_memory.memory_limit(),
                 )
             )
             scheduler.warm_up(list(loaded.tokenizer.encode("Hello")) or [0])
@@ -152,6 +184,57 @@ class Worker:
         grammars = self._prompts.grammars if self._prompts is not None else None
         if grammars is not None:
             threading.Thread(target=grammars.warm, name="mlxd-grammar-warm", daemon=True).start()
+        self._serve(scheduler, context)
+
+    def _serves_embeddings(self) -> bool:
+        """Whether this worker's model is an embedding model (config
+        ``kind``, else detected; an unresolvable source counts as a
+        generator, whose loader then reports why)."""
+        from shared.model_kind import model_kind
+        from worker.loader import ModelLoadError, resolve_source
+
+        if self.config.kind != "auto":
+            return self.config.kind == "embedding"
+        try:
+            return model_kind(resolve_source(self.config.source)) == "embedding"
+        except ModelLoadError:
+            return False
+
+    def _embedding_main(self) -> None:
+        """Scheduler thread of an embedding worker: load the encoder, warm
+        up, announce, then batch and encode (see worker.embedding_scheduler)."""
+        try:
+            started = time.monotonic()
+            from worker.embedding_model import load_embedding_model
+            from worker.embedding_scheduler import EmbeddingScheduler
+
+            model = load_embedding_model(
+                self.config.source, dtype=self.config.dtype, context_length=self.config.context_length
+            )
+            scheduler = EmbeddingScheduler(model, self.output.queue.put, max_batch_size=self.config.max_batch_size)
+            self.output.queue.put(
+                Loaded(
+                    worker_id=self.worker_id,
+                    context_length=model.max_tokens,
+                    load_seconds=time.monotonic() - started,
+                    model_path=str(model.path),
+                    blas=blas_in_use(),
+                    sampling="none",
+                )
+            )
+            scheduler.warm_up()
+            self._embedding = model
+            self._scheduler = scheduler  # type: ignore[assignment]
+        except BaseException as exc:
+            log.exception("model %s failed to load", self.config.name)
+            self.output.queue.put(Failed(worker_id=self.worker_id, message=f"{type(exc).__name__}: {exc}"))
+            self._failed.set()
+            return
+        self._serve(scheduler, model.max_tokens)
+
+    def _serve(self, scheduler: Any, context: int) -> None:
+        """Announce Ready and run ``scheduler`` until it stops; after an
+        engine failure, end the process so the gateway starts a fresh one."""
         self.output.queue.put(Ready(worker_id=self.worker_id))
         self._ready.set()
         log.info("model %s ready (context %d tokens)", self.config.name, context)
@@ -182,6 +265,8 @@ class Worker:
             self._ready.wait()
             if isinstance(message, GenerateRequest):
                 self._admit(message)
+            elif isinstance(message, EmbedRequest):
+                self._embed(message)
             elif isinstance(message, AbortRequest):
                 self._scheduler.submit(Abort(list(message.request_ids)))  # type: ignore[union-attr]
         return 1
@@ -209,9 +294,19 @@ class Worker:
             cached_tokens=cache.reused_tokens if cache else 0,
             step_seconds=c.step_seconds,
             requests_timed_out=c.requests_timed_out,
+            active_memory_bytes=c.active_memory,
+            cache_memory_bytes=c.cache_memory,
+            peak_memory_bytes=c.peak_memory,
         )
 
     def _admit(self, request: GenerateRequest) -> None:
+        if self._embedding is not None:
+            from shared.model_kind import wrong_kind_message
+
+            self._refuse(
+                request.request_id, "invalid_request", wrong_kind_message(self.config.name, "embedding"), "model"
+            )
+            return
         assert self._prompts is not None and self._scheduler is not None
         try:
             if request.count_only:
@@ -229,6 +324,57 @@ class Worker:
             )
             return
         self._scheduler.submit(admission)
+
+    def _embed(self, request: EmbedRequest) -> None:
+        """Input thread: tokenize an embedding request and queue it for the
+        scheduler, or refuse it (wrong kind of model, bad ``dimensions``,
+        bad or over-long inputs)."""
+        from worker.embedding_model import EmbeddingInputError
+        from worker.embedding_scheduler import EmbedJob
+
+        model = self._embedding
+        if model is None:
+            from shared.model_kind import wrong_kind_message
+
+            self._refuse(
+                request.request_id, "invalid_request", wrong_kind_message(self.config.name, "generate"), "model"
+            )
+            return
+        dims = request.dimensions
+        if dims is not None and dims != model.dim:
+            if dims > model.dim or not self.config.shorten_dimensions:
+                allowed = f"1..{model.dim}" if self.config.shorten_dimensions else f"only {model.dim}"
+                why = "" if self.config.shorten_dimensions else " (the model is not configured to shorten its vectors)"
+                self._refuse(
+                    request.request_id,
+                    "invalid_request",
+                    f"dimensions {dims} is not available for model '{self.config.name}': {allowed}{why}",
+                    "dimensions",
+                )
+                return
+        count = len(request.texts or request.token_ids or ())
+        if count > self.config.max_inputs:
+            self._refuse(
+                request.request_id,
+                "invalid_request",
+                f"{count} inputs; model '{self.config.name}' takes at most {self.config.max_inputs} per request",
+                "input",
+            )
+            return
+        try:
+            inputs = model.tokenizer.prepare(request)
+        except EmbeddingInputError as exc:
+            self._refuse(request.request_id, exc.kind, exc.message, exc.field)
+            return
+        except Exception as exc:  # never let one request take the input thread down
+            log.exception("could not prepare request %s", request.request_id)
+            self._refuse(
+                request.request_id, "invalid_request", f"the inputs could not be prepared: {type(exc).__name__}"
+            )
+            return
+        now = time.monotonic()
+        deadline = now + request.timeout if request.timeout else None
+        self._scheduler.submit(EmbedJob(request.request_id, inputs, dims, deadline, now))  # type: ignore[union-attr]
 
     def _refuse(self, request_id: str, kind: str, message: str, field: str | None = None) -> None:
         """End a request that never reached the engine with an error
@@ -315,6 +461,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--parent-pid", type=int, required=True)
     p.add_argument("--log-level", default="info")
     p.add_argument("--log-file", default=None, help="append logs here instead of stderr")
+    p.add_argument("--memory-limit", type=int, default=0, help="MLX memory limit in bytes (0: MLX's default)")
+    p.add_argument("--cache-limit", type=int, default=None, help="MLX buffer-cache limit in bytes (default: MLX's)")
     return p.parse_args(argv)
 
 
@@ -331,7 +479,14 @@ def main(argv: list[str] | None = None) -> int:
     requests.connect(args.requests)
     outputs.connect(args.outputs)
     try:
-        return Worker(args.worker_id, config, requests, outputs).run()
+        return Worker(
+            args.worker_id,
+            config,
+            requests,
+            outputs,
+            memory_limit=args.memory_limit,
+            cache_limit=args.cache_limit,
+        ).run()
     finally:
         requests.close(0)
         outputs.close(0)

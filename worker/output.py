@@ -57,7 +57,7 @@ def _parser(spec: Any) -> Any:
         reasoning_format=spec.reasoning_format,
         tools=spec.tools,
         thinking_open=spec.thinking_open,
-        parallel_tool_calls=spec.parallel_tool_calls,
+        max_tool_calls=spec.max_tool_calls,
     )
 
 

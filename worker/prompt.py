@@ -17,9 +17,10 @@ from typing import Any
 
 import msgspec
 
-from shared.protocol import ChatMessage, ErrorKind, GenerateRequest, Tool
+from shared.protocol import ChatMessage, ErrorKind, GenerateRequest, SamplingDefaults, Tool
 from worker.chat_render import render, template_supports_tools
 from worker.grammar import GrammarCompiler, GrammarError
+from worker.sampling_defaults import with_defaults
 from worker.scheduler import Admission, ThinkingBudget
 
 _SENTINEL = re.compile("(\ue000mlxd\\d+\ue001)")
@@ -64,13 +65,14 @@ class OutputSpec:
     """How the output thread splits a request's text: the tool-call format
     (None: no tool parsing), the reasoning format (None: no split), the
     offered tools, whether the prompt already opened a reasoning block, and
-    whether several tool calls are allowed."""
+    the most tool calls kept (None: no limit; see
+    :meth:`PromptBuilder.max_tool_calls`)."""
 
     tool_format: str | None
     reasoning_format: str | None
     tools: list[Tool] | None
     thinking_open: bool
-    parallel_tool_calls: bool
+    max_tool_calls: int | None
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,10 @@ class PromptBuilder:
     ``context_length`` caps prompt plus completion tokens;
     ``default_max_tokens`` caps completions that set no ``max_tokens``;
     ``vocab_size`` bounds token ids in prompts and logit biases;
-    ``grammars`` compiles constraints. Used by one thread (the input thread).
+    ``grammars`` compiles constraints; ``max_tool_calls_per_turn`` caps the
+    calls of a forced turn whose request sets no ``max_tool_calls``;
+    ``sampling_defaults`` fill the sampling settings a request leaves unset.
+    Used by one thread (the input thread).
     """
 
     def __init__(
@@ -104,6 +109,8 @@ class PromptBuilder:
         vocab_size: int,
         formats: ModelFormats,
         grammars: GrammarCompiler,
+        max_tool_calls_per_turn: int = 4,
+        sampling_defaults: SamplingDefaults | None = None,
     ) -> None:
         self._tokenizer = tokenizer
         self.context_length = context_length
@@ -111,6 +118,8 @@ class PromptBuilder:
         self.vocab_size = vocab_size
         self.formats = formats
         self.grammars = grammars
+        self.max_tool_calls_per_turn = max_tool_calls_per_turn
+        self.sampling_defaults = sampling_defaults or SamplingDefaults()
         self._marker_ids = self._reasoning_marker_ids()
 
     def _reasoning_marker_ids(self) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
@@ -149,7 +158,7 @@ class PromptBuilder:
             request_id=request.request_id,
             prompt=ids,
             max_tokens=self._max_tokens(len(ids), request.sampling.max_tokens),
-            params=request.sampling,
+            params=with_defaults(request.sampling, self.sampling_defaults),
             n=request.n,
             deadline=time.monotonic() + request.timeout if request.timeout else None,
             matchers=matchers,
@@ -318,7 +327,7 @@ class PromptBuilder:
                 tools,
                 choice=request.tool_choice,
                 name=request.tool_choice_name,
-                parallel=request.parallel_tool_calls,
+                max_calls=self.max_tool_calls(request) or 1,
                 special_tokens=special_token_ids(fmt, self._tokenizer),
             )
         except NotImplementedError as exc:
@@ -351,8 +360,20 @@ class PromptBuilder:
             reasoning_format=self.formats.reasoning_format if request.messages is not None else None,
             tools=offered,
             thinking_open=thinking_open,
-            parallel_tool_calls=request.parallel_tool_calls,
+            max_tool_calls=self.max_tool_calls(request),
         )
+
+    def max_tool_calls(self, request: GenerateRequest) -> int | None:
+        """The most tool calls ``request``'s turn may carry: one for a named
+        ``tool_choice`` or with parallel calls off; else the request's
+        ``max_tool_calls``; else, for a forced choice (``required``), the
+        model's ``max_tool_calls_per_turn`` (the grammar then ends the turn
+        after that many calls); else (``auto``) no limit (None)."""
+        if request.tool_choice == "function" or not request.parallel_tool_calls:
+            return 1
+        if request.max_tool_calls is not None:
+            return request.max_tool_calls
+        return self.max_tool_calls_per_turn if request.tool_choice == "required" else None
 
 
 REASONING_OPEN_MARKERS = {"think": "<think>", "think_mistral": "[THINK]"}

@@ -16,6 +16,9 @@ Threads: :meth:`Scheduler.run` and :meth:`Scheduler.warm_up` execute on the
 scheduler thread; :meth:`Scheduler.submit` may be called from any thread
 (the inbox is a thread-safe queue). ``counters`` is written only here and
 read by the output thread (plain numbers, each update atomic under the GIL).
+MLX's memory counters are sampled into ``counters`` on every loop turn, and
+once the engine has been idle for :data:`IDLE_CLEAR_SECONDS` MLX's buffer
+cache is cleared (here, never from another thread).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from shared.protocol import SamplingParams
+from worker import mlx_memory
 from worker.prefix_cache import Lookup, PrefixCache
 
 log = logging.getLogger("mlxd.worker.scheduler")
@@ -38,12 +42,19 @@ BURST_GAP = 0.004
 BURST_WINDOW = 0.02
 """The longest an idle engine waits for the rest of a burst, in seconds."""
 
+IDLE_CLEAR_SECONDS = 2.0
+"""Seconds the engine must stay idle before MLX's buffer cache is cleared:
+long enough that back-to-back requests (an agent's next turn) reuse the
+cached buffers, short enough that an idle model gives its cache back."""
+
 
 @dataclass
 class Admission:
     """A tokenized request ready for the engine (built on the input thread).
 
     ``max_tokens`` is already resolved against the context limit;
+    ``params`` has every sampling setting filled in (the model's defaults
+    where the request set none, see :mod:`worker.sampling_defaults`);
     ``deadline`` is a ``time.monotonic()`` instant or None; ``matchers``
     holds one grammar matcher per choice for constrained decoding;
     ``output`` is passed through to the output thread untouched (how to
@@ -145,7 +156,8 @@ class Terminal:
 
 @dataclass
 class Counters:
-    """Live counters reported with each heartbeat."""
+    """Live counters reported with each heartbeat (the ``*_memory`` ones
+    are MLX's byte counts, sampled on every scheduler loop turn)."""
 
     steps: int = 0
     prompt_tokens: int = 0
@@ -157,6 +169,9 @@ class Counters:
     waiting: int = 0
     max_batch_seen: int = 0
     step_seconds: float = 0.0
+    active_memory: int = 0
+    cache_memory: int = 0
+    peak_memory: int = 0
 
 
 @dataclass
@@ -212,6 +227,8 @@ class Scheduler:
         self._waiting_since: dict[str, float] = {}
         self._engine: Any = None
         self._step = 0
+        self._idle_since: float | None = None
+        self._cache_cleared = False
         self.broken = False
 
     def submit(self, item: object) -> None:
@@ -250,8 +267,10 @@ class Scheduler:
                 return
             if self._deadlines:
                 self._expire(time.monotonic())
-            if self._seqs:
+            stepped = bool(self._seqs)
+            if stepped:
                 self._run_step()
+            self._release_idle_memory(time.monotonic(), busy=stepped or bool(self._seqs))
             self._update_gauges()
 
     # -- engine -------------------------------------------------------------
@@ -546,6 +565,23 @@ class Scheduler:
         running = len(engine._generation_batch) if engine is not None else 0
         self.counters.running = running
         self.counters.waiting = max(0, len(self._seqs) - running)
+        memory = mlx_memory.sample()
+        self.counters.active_memory = memory.active
+        self.counters.cache_memory = memory.cache
+        self.counters.peak_memory = memory.peak
+
+    def _release_idle_memory(self, now: float, busy: bool) -> None:
+        """Clear MLX's buffer cache once per idle period, after the engine
+        has had nothing to run for :data:`IDLE_CLEAR_SECONDS` (``busy``: a
+        step ran in this loop turn, or sequences remain)."""
+        if busy:
+            self._idle_since = None
+            self._cache_cleared = False
+        elif self._idle_since is None:
+            self._idle_since = now
+        elif not self._cache_cleared and now - self._idle_since >= IDLE_CLEAR_SECONDS:
+            mlx_memory.clear_cache()
+            self._cache_cleared = True
 
     def _fail_all(self, message: str) -> None:
         """End every request with an internal error (after a failed step,

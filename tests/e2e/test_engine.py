@@ -177,6 +177,38 @@ def test_non_streaming_disconnect_is_aborted(server):
     assert after["generated_tokens"] - before["generated_tokens"] < 1500
 
 
+def new_abort_lines(server, seen: int, count: int, timeout: float = 20.0) -> list[str]:
+    """The request-log lines with ``status=abort`` after the first ``seen``
+    ones, once there are ``count`` of them."""
+    deadline = time.monotonic() + timeout
+    while True:
+        lines = [line for line in server.log_path.read_text().splitlines() if "status=abort" in line]
+        if len(lines) >= seen + count or time.monotonic() > deadline:
+            return lines[seen:]
+        time.sleep(0.2)
+
+
+def test_aborted_requests_log_their_prompt_tokens(client, server):
+    """A request whose client walks away (streaming or not) is logged with
+    the prompt token count the worker computed, not 0."""
+    messages = [{"role": "user", "content": "count these words " * 40}]
+    counted = client.chat.completions.create(model=TINY, messages=messages, max_tokens=1).usage.prompt_tokens
+    assert counted > 100
+    seen = len(new_abort_lines(server, 0, 0, timeout=0))
+    body = {"model": TINY, "messages": messages, "max_tokens": 1500, "ignore_eos": True}
+    url = f"{server.url}/v1/chat/completions"
+    with httpx.Client(timeout=60, headers=server.headers) as http:
+        with http.stream("POST", url, json=body | {"stream": True}) as response:
+            first = next(line for line in response.iter_lines() if line.startswith("data: {"))
+    streamed_id = json.loads(first[6:])["id"]
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(url, json=body, headers=server.headers, timeout=0.5)
+    lines = new_abort_lines(server, seen, 2)
+    assert len(lines) == 2, lines
+    assert any(f"request {streamed_id} " in line for line in lines), lines
+    assert all(f"prompt_tokens={counted} " in line for line in lines), lines
+
+
 def test_stop_string_ends_generation_at_once(client, server):
     full = client.completions.create(model=TINY, prompt="stop test", max_tokens=40, temperature=0).choices[0].text
     stop = full[10:14]

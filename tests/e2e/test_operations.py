@@ -5,6 +5,7 @@ gateway and worker processes (tiny model)."""
 from __future__ import annotations
 
 import concurrent.futures as cf
+import os
 import plistlib
 import signal
 import subprocess
@@ -363,10 +364,40 @@ def test_models_root_confines_local_sources(tiny_model_dir, tmp_path):
         srv.stop()
 
 
+def test_log_file_rotates_by_size(tiny_model_dir, tmp_path):
+    log = tmp_path / "logs" / "mlxd.log"
+    srv = start_server(tmp_path, [model(tiny_model_dir, TINY)], log_file=str(log), log_max_bytes=2500, log_backups=2)
+    try:
+        for _ in range(40):  # one request line each
+            ask(srv, TINY, max_tokens=1)
+        names = sorted(p.name for p in log.parent.iterdir())
+        assert names == ["mlxd.log", "mlxd.log.1", "mlxd.log.2"]
+        assert all(p.stat().st_size < 2500 + 400 for p in log.parent.iterdir())
+        text = "".join(p.read_text() for p in log.parent.iterdir())
+        assert text.count("mlxd.requests: request ") >= 8  # the newest requests survive rotation
+    finally:
+        srv.stop()
+
+
 def test_install_dry_run_prints_a_valid_plist(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLXD_", "HF_"))}
+    env |= {"HF_HOME": "/data/hf", "MLXD_HOST_SAMPLING": "0", "HF_TOKEN": "hf_secret"}
     out = subprocess.run(
-        [sys.executable, "-m", "gateway", "install", "--dry-run", "--config", str(ROOT / "configs" / "mlxd.toml")],
+        [
+            sys.executable,
+            "-m",
+            "gateway",
+            "install",
+            "--dry-run",
+            "--config",
+            str(ROOT / "configs" / "mlxd.toml"),
+            "--env",
+            "HF_HUB_CACHE=/data/hub",
+            "--env",
+            "MLXD_HOST_SAMPLING=1",
+        ],
         cwd=ROOT,
+        env=env,
         capture_output=True,
         timeout=60,
         check=True,
@@ -374,9 +405,12 @@ def test_install_dry_run_prints_a_valid_plist(tmp_path):
     plist = plistlib.loads(out)
     assert plist["Label"] == "com.mlxd.server"
     assert plist["ProgramArguments"][1:4] == ["-m", "gateway", "serve"]
-    assert plist["ProgramArguments"][-1] == str((ROOT / "configs" / "mlxd.toml").resolve())
+    assert plist["ProgramArguments"][-2:] == [str((ROOT / "configs" / "mlxd.toml").resolve()), "--service"]
     assert plist["RunAtLoad"] is True and plist["KeepAlive"]
     assert plist["ExitTimeOut"] > 30
+    assert plist["SoftResourceLimits"]["NumberOfFiles"] >= 1024
+    captured = {k: v for k, v in plist["EnvironmentVariables"].items() if k not in ("PATH", "PYTHONUNBUFFERED")}
+    assert captured == {"HF_HOME": "/data/hf", "HF_HUB_CACHE": "/data/hub", "MLXD_HOST_SAMPLING": "1"}  # no token
     assert plist["StandardErrorPath"].endswith("Library/Logs/mlxd/mlxd.err.log")
 
 

@@ -161,3 +161,61 @@ def test_openai_continue_final_message(client):
     )
     text = r.choices[0].message.content
     assert "Paris" in text and not text.startswith("The capital"), text
+
+
+FORCED_LIMIT = 4
+"""``max_tool_calls_per_turn`` of the served model (the config default)."""
+
+
+@pytest.mark.slow
+def test_forced_tool_calls_end_openai(client):
+    """``tool_choice: required`` with parallel calls allowed: the default
+    model ends its turn after at most ``max_tool_calls_per_turn`` calls
+    (it used to repeat the call until ``max_tokens``), with valid arguments,
+    well within a client's default timeout."""
+    import time
+
+    import jsonschema
+
+    started = time.monotonic()
+    r = client.chat.completions.create(
+        model=REAL,
+        messages=[{"role": "user", "content": "What's the weather in Paris and in London?"}],
+        tools=[WEATHER_TOOL],
+        tool_choice="required",
+        max_tokens=600,
+    )
+    elapsed = time.monotonic() - started
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert 1 <= len(choice.message.tool_calls) <= FORCED_LIMIT
+    for call in choice.message.tool_calls:
+        assert call.function.name == "get_weather"
+        jsonschema.validate(json.loads(call.function.arguments), WEATHER_TOOL["function"]["parameters"])
+    assert r.usage.completion_tokens < 600 and elapsed < 120, (r.usage, elapsed)
+
+
+@pytest.mark.slow
+def test_forced_tool_calls_end_anthropic(real_server):
+    """Anthropic ``tool_choice: any`` (parallel use allowed): at most
+    ``max_tool_calls_per_turn`` tool_use blocks, ``stop_reason`` tool_use."""
+    import anthropic
+    import jsonschema
+
+    client = anthropic.Anthropic(base_url=real_server.url, api_key="unused", max_retries=0)
+    fn = WEATHER_TOOL["function"]
+    tool = {"name": fn["name"], "description": fn["description"], "input_schema": fn["parameters"]}
+    r = client.messages.create(
+        model=REAL,
+        messages=[{"role": "user", "content": "What's the weather in Paris and in London?"}],
+        tools=[tool],
+        tool_choice={"type": "any"},
+        max_tokens=600,
+    )
+    assert r.stop_reason == "tool_use"
+    uses = [b for b in r.content if b.type == "tool_use"]
+    assert 1 <= len(uses) <= FORCED_LIMIT
+    for use in uses:
+        assert use.name == "get_weather"
+        jsonschema.validate(use.input, fn["parameters"])
+    assert r.usage.output_tokens < 600, r.usage

@@ -213,7 +213,8 @@ def test_cache_control_accepted_everywhere_documented():
 def test_defaults():
     req = generate()
     assert req.request_id == "msg_1" and req.n == 1
-    assert req.sampling == SamplingParams(max_tokens=64, temperature=1.0, top_p=1.0, top_k=0, stop=[])
+    assert req.sampling == SamplingParams(max_tokens=64, stop=[])
+    assert (req.sampling.temperature, req.sampling.top_p, req.sampling.top_k) == (None, None, None)
     assert req.messages == [ChatMessage(role="user", content="hi")]
     assert req.tools is None and req.tool_choice == "auto" and req.parallel_tool_calls is True
     assert req.thinking is None and req.count_only is False

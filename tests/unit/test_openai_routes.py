@@ -68,7 +68,10 @@ class ScriptedEngine(support.ScriptedEngine):
     """The shared scripted engine also serving ``org/other`` (starting), with
     ``n`` up to 4 unless ``max_n`` says otherwise."""
 
-    MODELS = (*support.ScriptedEngine.MODELS, ModelInfo("org/other", 1_700_000_001, "starting"))
+    MODELS = (
+        ModelInfo("m", 1_700_000_000, "ready", ("alias",), {"temperature": 0.6, "top_p": 0.95, "top_k": 20}),
+        ModelInfo("org/other", 1_700_000_001, "starting"),
+    )
     MAX_N = 4
 
 
@@ -462,6 +465,7 @@ async def test_list_and_retrieve_models():
                 "owned_by": "mlxd",
                 "state": "ready",
                 "aliases": ["alias"],
+                "sampling_defaults": {"temperature": 0.6, "top_p": 0.95, "top_k": 20},
             },
             {
                 "id": "org/other",
@@ -470,6 +474,7 @@ async def test_list_and_retrieve_models():
                 "owned_by": "mlxd",
                 "state": "starting",
                 "aliases": [],
+                "sampling_defaults": None,
             },
         ],
     }

@@ -100,7 +100,9 @@ def test_minimal_chat_translation():
     assert gen.request_id == "chatcmpl-1"
     assert gen.messages == [ChatMessage(role="user", content="hi")]
     assert gen.prompt is None and gen.prompt_token_ids is None
-    assert gen.sampling == SamplingParams(max_tokens=None, temperature=1.0, top_p=1.0)
+    assert gen.sampling == SamplingParams(max_tokens=None)
+    unset = (gen.sampling.temperature, gen.sampling.top_p, gen.sampling.top_k, gen.sampling.min_p)
+    assert unset == (None, None, None, None) and gen.sampling.repetition_penalty is None  # the model's defaults
     assert not include_usage(req)
 
 

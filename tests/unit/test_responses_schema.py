@@ -108,7 +108,7 @@ def test_body_shape():
         ({"truncation": "auto"}, "truncation"),
         ({"include": ["reasoning.encrypted_content"]}, "include[0]"),
         ({"top_logprobs": 3}, "top_logprobs"),
-        ({"max_tool_calls": 1}, "max_tool_calls"),
+        ({"max_tool_calls": 0}, "max_tool_calls"),
         ({"service_tier": "flex"}, "service_tier"),
         ({"metadata": {str(i): "v" for i in range(17)}}, "metadata"),
         ({"metadata": {"k": "v" * 513}}, "metadata"),
@@ -183,7 +183,8 @@ def test_string_input_defaults():
     request = to_generate_request(decode(), "resp_1")
     assert request.request_id == "resp_1" and request.n == 1
     assert request.messages == [ChatMessage(role="user", content="hi")]
-    assert request.sampling == SamplingParams(max_tokens=None, temperature=1.0, top_p=1.0)
+    assert request.sampling == SamplingParams(max_tokens=None)
+    assert (request.sampling.temperature, request.sampling.top_p) == (None, None)  # the model's defaults
     assert request.tools is None and request.tool_choice == "none" and request.tool_choice_name is None
     assert request.parallel_tool_calls is True
     assert request.response_format is None and request.thinking is None
@@ -203,6 +204,14 @@ def test_sampling_and_tools():
     assert request.sampling == SamplingParams(max_tokens=7, temperature=0.0, top_p=0.5)
     assert request.tools == [Tool(name="f", description="d", parameters={"type": "object"})]
     assert request.tool_choice == "auto" and request.parallel_tool_calls is False
+
+
+def test_max_tool_calls_is_forwarded_and_echoed():
+    request = to_generate_request(decode(tools=[FN], tool_choice="required", max_tool_calls=2), "r")
+    assert request.max_tool_calls == 2
+    assert to_generate_request(decode(tools=[FN]), "r").max_tool_calls is None
+    assert response_settings(decode(tools=[FN], max_tool_calls=3)).max_tool_calls == 3
+    assert response_settings(decode()).max_tool_calls is None
 
 
 @pytest.mark.parametrize(
@@ -345,6 +354,13 @@ def test_echo_defaults():
     assert settings.text.format == TextFormatEcho(type="text") and settings.reasoning.effort is None
     assert settings.temperature == 1.0 and settings.top_p == 1.0 and settings.metadata == {}
     assert settings.store is False and settings.truncation == "disabled"
+
+
+def test_echo_uses_the_model_sampling_defaults():
+    settings = response_settings(decode(), {"temperature": 0.6, "top_p": 0.95, "top_k": 20})
+    assert (settings.temperature, settings.top_p) == (0.6, 0.95)
+    settings = response_settings(decode(temperature=0.2), {"temperature": 0.6})
+    assert (settings.temperature, settings.top_p) == (0.2, 1.0)
 
 
 def test_echo_values():

@@ -33,8 +33,8 @@ Conventions (all families):
   first member is ``name`` naming one of the request's tools.
 - Harmony output is always split into channels when the Harmony parser is
   used (as reasoning or tool format): analysis is reasoning.
-- ``parallel_tool_calls`` False: after the first complete call the parser
-  is ``done`` and drops everything else.
+- ``max_tool_calls`` N (1 when parallel calls are off): after the N-th
+  complete call the parser is ``done`` and drops everything else.
 - Markers must reach the parser as text: the detokenizer has to render
   special tokens (``<|channel|>``, ``[TOOL_CALLS]``, ...) rather than skip
   them.

@@ -59,8 +59,8 @@ class OutputParser(Protocol):
     called once at the end of generation and flushes everything held, closing
     an open tool call if it can be completed and turning it into content if
     it cannot. ``saw_tool_call`` is True once any tool call was emitted and
-    ``done`` once nothing more will be emitted (``parallel_tool_calls``
-    False after the first complete call): the worker may stop generating.
+    ``done`` once nothing more will be emitted (the last call
+    ``max_tool_calls`` allows is complete): the worker may stop generating.
     """
 
     def feed(self, text: str) -> ParsedDelta:
@@ -114,14 +114,16 @@ class ToolCallSink:
     A family parser calls :meth:`open` when a call's name is known (the first
     piece carries index, a fresh id, the name and maybe a first arguments
     fragment), :meth:`append` for more argument text and :meth:`close` when
-    the call's arguments are complete. With ``parallel`` False, closing the
-    first call sets :attr:`done`; parsers then drop everything else.
+    the call's arguments are complete. With ``max_calls`` set (None: no
+    limit; 1 when parallel calls are off), closing that many calls sets
+    :attr:`done`; parsers then drop everything else.
     :meth:`take` returns and clears the pieces gathered so far.
     """
 
-    def __init__(self, parallel: bool = True) -> None:
-        self.parallel = parallel
+    def __init__(self, max_calls: int | None = None) -> None:
+        self.max_calls = max_calls
         self.count = 0
+        self.closed = 0
         self.done = False
         self._pending: list[ToolCallDelta] = []
 
@@ -144,7 +146,8 @@ class ToolCallSink:
 
     def close(self, index: int) -> None:
         """Call ``index`` is complete."""
-        if not self.parallel:
+        self.closed += 1
+        if self.max_calls is not None and self.closed >= self.max_calls:
             self.done = True
 
     def take(self) -> list[ToolCallDelta]:

@@ -64,8 +64,8 @@ class ComposedParser:
 
     The first stage splits raw text into reasoning and content; the second
     parses tool calls out of that content. Either may be absent (text then
-    passes through unchanged). Once the tool stage is done (one complete
-    call with ``parallel_tool_calls`` False), everything else is dropped.
+    passes through unchanged). Once the tool stage is done (as many
+    complete calls as ``max_tool_calls`` allows), everything else is dropped.
     """
 
     def __init__(self, first: Any | None, second: Any | None, sink: ToolCallSink) -> None:
@@ -123,15 +123,16 @@ def make_parser(
     reasoning_format: str | None,
     tools: list[Any] | None,
     thinking_open: bool = False,
-    parallel_tool_calls: bool = True,
+    max_tool_calls: int | None = None,
 ) -> OutputParser:
     """A fresh parser for one request's (one choice's) output.
 
     ``tool_format`` None, or no ``tools``, means no tool parsing;
     ``reasoning_format`` None means no reasoning split. ``thinking_open``:
     the prompt already opened the reasoning block, so the output starts as
-    reasoning. ``parallel_tool_calls`` False keeps only the first complete
-    call and then sets ``done`` (the worker should stop generating).
+    reasoning. ``max_tool_calls`` (None: no limit; 1 when parallel calls
+    are off) keeps only that many complete calls and then sets ``done``
+    (the worker should stop generating).
     Harmony as either format yields one parser handling channels and calls.
     Unknown format names raise ValueError.
     """
@@ -139,7 +140,7 @@ def make_parser(
         raise ValueError(f"unknown tool format {tool_format!r}; expected one of {TOOL_FORMATS}")
     if reasoning_format is not None and reasoning_format not in REASONING_FORMATS:
         raise ValueError(f"unknown reasoning format {reasoning_format!r}; expected one of {REASONING_FORMATS}")
-    sink = ToolCallSink(parallel=parallel_tool_calls)
+    sink = ToolCallSink(max_calls=max_tool_calls)
     use_tools = tool_format is not None and bool(tools)
     first: Any | None = None
     second: Any | None = None

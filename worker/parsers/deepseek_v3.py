@@ -24,7 +24,7 @@ import re
 
 from worker.parsers.base import ToolCallSink, find_first, held_suffix, is_marker_prefix
 from worker.parsers.jsonstream import ArgStream
-from worker.parsers.lark import args_schema, json_rule, lark_str
+from worker.parsers.lark import args_schema, json_rule, lark_str, more_calls
 from worker.parsers.machine import ToolTextParser
 
 CALLS_BEGIN = "<｜tool▁calls▁begin｜>"
@@ -179,9 +179,9 @@ class DeepSeekV3Parser(ToolTextParser):
         self.raw = ""
 
 
-def grammar(tools, *, parallel: bool, lit) -> str:
-    """Lark grammar forcing a DeepSeek tool-call section with one (or, if
-    ``parallel``, several) calls of ``tools``, in the V3 or V3.1 form."""
+def grammar(tools, *, max_calls: int, lit) -> str:
+    """Lark grammar forcing a DeepSeek tool-call section with 1..``max_calls``
+    calls of ``tools``, in the V3 or V3.1 form."""
     rules = []
     calls = []
     for i, tool in enumerate(tools):
@@ -193,7 +193,7 @@ def grammar(tools, *, parallel: bool, lit) -> str:
             f'"\\n```" | {name} {lit(SEP)} args{i}) {lit(CALL_END)}'
         )
         calls.append(f"call{i}")
-    rep = ' ("\\n"? call)*' if parallel else ""
+    rep = more_calls('"\\n"? call', max_calls)
     return (
         f"start: {lit(CALLS_BEGIN)} call{rep} {lit(CALLS_END)}\ncall: {' | '.join(calls)}\n" + "\n".join(rules) + "\n"
     )

@@ -24,7 +24,7 @@ from worker.parsers.base import (
     is_marker_prefix,
     tool_params,
 )
-from worker.parsers.lark import lark_str, value_rules
+from worker.parsers.lark import lark_str, more_calls, value_rules
 from worker.parsers.machine import ToolTextParser
 from worker.parsers.xmlargs import XmlCall
 
@@ -160,11 +160,10 @@ class Glm45Parser(ToolTextParser):
         self.raw = self.broken = ""
 
 
-def grammar(tools, *, parallel: bool, lit) -> str:
-    """Lark grammar forcing one (or, if ``parallel``, several) GLM-4.5 calls
-    of ``tools``, each value typed by its schema (required arguments
+def grammar(tools, *, max_calls: int, lit) -> str:
+    """Lark grammar forcing 1..``max_calls`` GLM-4.5 calls of ``tools``, each value typed by its schema (required arguments
     mandatory, in schema order)."""
-    rep = ' ("\\n" call)*' if parallel else ""
+    rep = more_calls('"\\n" call', max_calls)
     rules = [f"start: call{rep}"]
     fns = []
     for i, tool in enumerate(tools):

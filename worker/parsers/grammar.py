@@ -1,8 +1,11 @@
 """llguidance Lark grammars that force tool calls in a family's markup
 (``tool_choice`` ``required`` or a named function).
 
-Each family module has a ``grammar(tools, parallel=..., lit=...)``; this
-module picks the tools and renders markers. Arguments are embedded as
+Each family module has a ``grammar(tools, max_calls=..., lit=...)``; this
+module picks the tools, bounds the number of calls and renders markers.
+The bound is what ends a forced turn: once the last allowed call is
+written, the grammar admits only end-of-sequence, so a model that would
+repeat calls until its token limit stops instead. Arguments are embedded as
 ``%json`` schemas, written compactly or with ``json.dumps`` spacing.
 
 Markers that are special tokens in a model's tokenizer cannot be matched
@@ -17,6 +20,8 @@ as plain text, which is right for tokenizers where they are ordinary
 
 Every family has a grammar; none raises NotImplementedError. Harmony's
 allows one analysis message before the call and always exactly one call.
+A named function (``choice`` ``function``) is always exactly one call, as
+the official APIs make it.
 """
 
 from __future__ import annotations
@@ -115,19 +120,19 @@ def tool_call_grammar(
     *,
     choice: str,
     name: str | None,
-    parallel: bool,
+    max_calls: int,
     special_tokens: Mapping[str, int] | None = None,
 ) -> str:
-    """A llguidance Lark grammar forcing the output to be one (or, if
-    ``parallel``, one or more) tool calls in ``tool_format``'s markup, each
-    call's arguments constrained by its tool's JSON schema.
+    """A llguidance Lark grammar forcing the output to be 1..``max_calls``
+    tool calls in ``tool_format``'s markup, each call's arguments
+    constrained by its tool's JSON schema, and nothing after them.
 
-    ``choice`` ``required`` allows any of ``tools``; ``function`` exactly the
-    tool ``name``. ``special_tokens`` maps markers to token ids for markers
+    ``choice`` ``required`` allows any of ``tools``; ``function`` exactly one
+    call of the tool ``name`` (whatever ``max_calls`` says). ``special_tokens`` maps markers to token ids for markers
     that are special tokens (see the module docstring). Harmony allows one
     analysis message before the call and always a single call. Raises
-    ValueError for an unknown format or choice, no tools, or an unknown
-    ``name``. Compile the result with ``llguidance.grammar_from("lark", g)``.
+    ValueError for an unknown format or choice, no tools, an unknown
+    ``name``, or ``max_calls`` below 1. Compile the result with ``llguidance.grammar_from("lark", g)``.
     """
     if tool_format not in _MODULES:
         raise ValueError(f"unknown tool format {tool_format!r}; expected one of {TOOL_FORMATS}")
@@ -135,12 +140,14 @@ def tool_call_grammar(
         chosen = [t for t in tools or () if t.name == name]
         if not chosen:
             raise ValueError(f"tool_choice names {name!r}, which is not among the tools")
-        chosen = chosen[:1]
+        chosen, max_calls = chosen[:1], 1
     elif choice == "required":
         chosen = list(tools or ())
         if not chosen:
             raise ValueError("tool_choice 'required' needs at least one tool")
     else:
         raise ValueError(f"a tool-call grammar needs choice 'required' or 'function', not {choice!r}")
+    if max_calls < 1:
+        raise ValueError(f"max_calls must be at least 1, not {max_calls}")
     lit = _Markers(tool_format, special_tokens)
-    return _MODULES[tool_format].grammar(chosen, parallel=parallel, lit=lit)
+    return _MODULES[tool_format].grammar(chosen, max_calls=max_calls, lit=lit)

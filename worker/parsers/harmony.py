@@ -159,10 +159,10 @@ class HarmonyParser(ToolTextParser):
         self.header = ""
 
 
-def grammar(tools, *, parallel: bool, lit) -> str:
+def grammar(tools, *, max_calls: int, lit) -> str:
     """Lark grammar forcing an optional analysis message and then one
     Harmony tool call of ``tools`` (gpt-oss ends its turn after a call, so
-    ``parallel`` has no effect)."""
+    ``max_calls`` has no effect)."""
     calls = []
     rules = []
     for i, tool in enumerate(tools):

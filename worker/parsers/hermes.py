@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from worker.parsers.base import ToolCallSink
 from worker.parsers.jsonstream import CallObject
-from worker.parsers.lark import call_schema, json_rule
+from worker.parsers.lark import call_schema, json_rule, more_calls
 from worker.parsers.machine import ToolTextParser
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
@@ -97,8 +97,8 @@ class HermesParser(ToolTextParser):
         self.broken = ""
 
 
-def grammar(tools, *, parallel: bool, lit) -> str:
-    """Lark grammar forcing one (or, if ``parallel``, one or more) Hermes
-    call blocks of ``tools``; ``lit`` renders a marker."""
-    rep = ' ("\\n" call)*' if parallel else ""
+def grammar(tools, *, max_calls: int, lit) -> str:
+    """Lark grammar forcing 1..``max_calls`` Hermes call blocks of
+    ``tools``; ``lit`` renders a marker."""
+    rep = more_calls('"\\n" call', max_calls)
     return f'start: call{rep}\ncall: {lit(OPEN)} "\\n" body "\\n" {lit(CLOSE)}\nbody: {json_rule(call_schema(tools))}\n'

@@ -124,9 +124,11 @@ class JsonToolParser(ToolTextParser):
             self.emit(self.lead + self.buf)
 
 
-def grammar(tools, *, parallel: bool, lit) -> str:
+def grammar(tools, *, max_calls: int, lit) -> str:
     """Lark grammar forcing a JSON call object of ``tools`` (or, if
-    ``parallel``, either one object or a non-empty JSON array of them)."""
+    ``max_calls`` > 1, either one object or a JSON array of 1..``max_calls``
+    of them)."""
     one = call_schema(tools)
-    schema = {"anyOf": [one, {"type": "array", "items": one, "minItems": 1}]} if parallel else one
+    array = {"type": "array", "items": one, "minItems": 1, "maxItems": max_calls}
+    schema = {"anyOf": [one, array]} if max_calls > 1 else one
     return f"start: {json_rule(schema)}\n"

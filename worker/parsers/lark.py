@@ -48,6 +48,20 @@ def json_rule(schema: dict) -> str:
     return "%json " + json.dumps({"x-guidance": JSON_STYLE, **schema}, ensure_ascii=False)
 
 
+def more_calls(item: str, max_calls: int) -> str:
+    """Lark for the calls after the first: ``item`` (a Lark sequence for
+    one more call with its separator, e.g. ``'"\\n" call'``) at most
+    ``max_calls`` - 1 times, so a model cannot repeat calls until its token
+    limit; empty when ``max_calls`` is 1.
+
+    Raises:
+        ValueError: ``max_calls`` is below 1.
+    """
+    if max_calls < 1:
+        raise ValueError(f"max_calls must be at least 1, not {max_calls}")
+    return f" ({item}){{0,{max_calls - 1}}}" if max_calls > 1 else ""
+
+
 def lark_str(text: str) -> str:
     """``text`` as a Lark string literal."""
     return json.dumps(text, ensure_ascii=False)

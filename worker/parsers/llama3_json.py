@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from worker.parsers.base import ToolCallSink, is_marker_prefix
 from worker.parsers.jsonstream import CallObject
-from worker.parsers.lark import call_schema, json_rule
+from worker.parsers.lark import call_schema, json_rule, more_calls
 from worker.parsers.machine import ToolTextParser
 
 TAG = "<|python_tag|>"
@@ -135,8 +135,8 @@ class Llama3JsonParser(ToolTextParser):
             self.emit(self.lead + self.buf)
 
 
-def grammar(tools, *, parallel: bool, lit) -> str:
-    """Lark grammar forcing one (or, if ``parallel``, ``;``-separated
-    several) Llama 3 JSON calls of ``tools``."""
-    rep = ' ("; " call)*' if parallel else ""
+def grammar(tools, *, max_calls: int, lit) -> str:
+    """Lark grammar forcing 1..``max_calls`` ``;``-separated Llama 3 JSON
+    calls of ``tools``."""
+    rep = more_calls('"; " call', max_calls)
     return f"start: call{rep}\ncall: {json_rule(call_schema(tools, 'parameters'))}\n"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from worker.parsers.base import ToolCallSink, find_first, held_suffix
 from worker.parsers.jsonstream import ArgStream, CallList, CallObject
-from worker.parsers.lark import args_schema, call_schema, json_rule, lark_str
+from worker.parsers.lark import args_schema, call_schema, json_rule, lark_str, more_calls
 from worker.parsers.machine import ToolTextParser
 
 TOOL_CALLS, ARGS, CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"
@@ -130,21 +130,19 @@ class MistralParser(ToolTextParser):
         self.raw = ""
 
 
-def grammar(tools, *, parallel: bool, lit) -> str:
-    """Lark grammar forcing Mistral calls of ``tools`` in either generation's
-    form: ``[TOOL_CALLS]`` and a JSON array of call objects, or
-    ``[TOOL_CALLS]name[ARGS]{...}`` (repeated if ``parallel``)."""
+def grammar(tools, *, max_calls: int, lit) -> str:
+    """Lark grammar forcing 1..``max_calls`` Mistral calls of ``tools`` in
+    either generation's form: ``[TOOL_CALLS]`` and a JSON array of call
+    objects, or ``[TOOL_CALLS]name[ARGS]{...}`` (repeated)."""
     one = call_schema(tools)
-    array = {"type": "array", "items": one, "minItems": 1}
-    if not parallel:
-        array["maxItems"] = 1
+    array = {"type": "array", "items": one, "minItems": 1, "maxItems": max_calls}
     named = []
     rules = []
     for i, tool in enumerate(tools):
         schema = args_schema(tool)
         rules.append(f"args{i}: {json_rule(schema)}")
         named.append(f"{lark_str(tool.name)} {lit(ARGS)} args{i}")
-    rep = " (tc named)*" if parallel else ""
+    rep = more_calls("tc named", max_calls)
     return (
         f"start: tc ({json_rule(array)} | named{rep})\n"
         f"tc: {lit(TOOL_CALLS)}\n"

@@ -26,7 +26,7 @@ newline before the opening tag is dropped.
 from __future__ import annotations
 
 from worker.parsers.base import ToolCallSink, find_first, is_marker_prefix, tool_params
-from worker.parsers.lark import lark_str, value_rules
+from worker.parsers.lark import lark_str, more_calls, value_rules
 from worker.parsers.machine import ToolTextParser
 from worker.parsers.xmlargs import XmlCall
 
@@ -185,11 +185,10 @@ class Qwen3CoderParser(ToolTextParser):
         self.raw = self.broken = ""
 
 
-def grammar(tools, *, parallel: bool, lit) -> str:
-    """Lark grammar forcing one (or, if ``parallel``, several) Qwen3-Coder
-    calls of ``tools``, each parameter's value typed by its schema
+def grammar(tools, *, max_calls: int, lit) -> str:
+    """Lark grammar forcing 1..``max_calls`` Qwen3-Coder calls of ``tools``, each parameter's value typed by its schema
     (required parameters mandatory, in schema order)."""
-    rep = ' ("\\n" call)*' if parallel else ""
+    rep = more_calls('"\\n" call', max_calls)
     rules = [f"start: call{rep}"]
     fns = []
     for i, tool in enumerate(tools):

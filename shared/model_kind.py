@@ -1,0 +1,86 @@
+"""What kind of model a directory holds: a generator or an embedding model.
+
+Both the gateway (to refuse a request for the wrong kind of model before
+starting its worker) and the worker (to pick its engine) ask here. Only
+small files are read (``modules.json``, ``config.json``); nothing is
+imported, so the gateway can call it without MLX.
+
+Rules, first match wins:
+
+1. the config's ``kind`` when it is not ``auto``;
+2. a file (a GGUF) is a generator;
+3. a sentence-transformers layout (``modules.json`` naming a ``Pooling``
+   module, or a ``1_Pooling`` directory) is an embedding model;
+4. ``config.json`` whose ``model_type`` is an encoder-only family
+   (:data:`ENCODER_TYPES`, e.g. ``bert``) is an embedding model: such
+   models cannot generate text;
+5. anything else is a generator.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+ModelKind = Literal["generate", "embedding"]
+"""``generate``: chat, completions, responses, messages. ``embedding``:
+``/v1/embeddings``."""
+
+ENCODER_TYPES = frozenset({"bert", "roberta", "xlm-roberta", "distilbert", "modernbert", "nomic_bert", "new"})
+"""``model_type`` values of encoder-only families (embedding models)."""
+
+_SMALL_FILE = 1 << 20
+
+
+def detect_kind(path: Path) -> ModelKind:
+    """The kind of the model at ``path`` (a file or a model directory) by
+    rules 2-5 of the module docstring. Never raises: unreadable or
+    malformed metadata counts as absent."""
+    if not path.is_dir():
+        return "generate"
+    if (path / "1_Pooling").is_dir() or _names_pooling(path / "modules.json"):
+        return "embedding"
+    config = _read_json(path / "config.json")
+    if isinstance(config, dict) and str(config.get("model_type", "")).lower() in ENCODER_TYPES:
+        return "embedding"
+    return "generate"
+
+
+def model_kind(path: Path, configured: str = "auto") -> ModelKind:
+    """``configured`` unless it is ``auto``; else :func:`detect_kind`."""
+    if configured in ("generate", "embedding"):
+        return configured  # type: ignore[return-value]
+    return detect_kind(path)
+
+
+def _names_pooling(path: Path) -> bool:
+    """Whether a sentence-transformers ``modules.json`` lists a pooling module."""
+    modules = _read_json(path)
+    if not isinstance(modules, list):
+        return False
+    return any(isinstance(m, dict) and str(m.get("type", "")).endswith(".Pooling") for m in modules)
+
+
+def _read_json(path: Path) -> object:
+    """The JSON in a small file, or None when it is missing, large or invalid."""
+    try:
+        if not path.is_file() or path.stat().st_size > _SMALL_FILE:
+            return None
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def wrong_kind_message(model: str, kind: ModelKind) -> str:
+    """The client-facing refusal of a request for the other kind of model
+    (``kind`` is the model's own), used by the gateway and the worker alike."""
+    if kind == "embedding":
+        return (
+            f"model '{model}' is an embedding model (kind 'embedding'): it serves only POST /v1/embeddings, "
+            "not chat, completions, responses or messages"
+        )
+    return (
+        f"model '{model}' is a generation model (kind 'generate'): it does not serve /v1/embeddings; "
+        "use an embedding model"
+    )
