@@ -19,7 +19,14 @@ the kind of output changes.
 Usage follows Anthropic's convention: ``input_tokens`` counts the prompt
 tokens that were computed, ``cache_read_input_tokens`` those reused from the
 prefix cache (together the whole prompt), ``cache_creation_input_tokens`` is
-always 0 (mlxd's cache fills as a side effect, never billed).
+always 0 (mlxd's cache fills as a side effect, never billed), and so is
+``cache_creation``; ``server_tool_use`` counts no requests (no server tool
+ever runs) and ``service_tier`` is ``standard``.
+
+Every field the current schemas define is present: ``stop_details``,
+``container`` and ``diagnostics`` are null, text blocks carry ``citations:
+null``, tool-use ids start with ``toolu_``, and with context-management
+edits the message (and ``message_delta``) carries ``context_management``.
 """
 
 from __future__ import annotations
@@ -142,6 +149,21 @@ def stop_reason(finish_reason: str | None, stop_sequence: str | None) -> tuple[s
     return "end_turn", None
 
 
+class CacheCreation(msgspec.Struct, kw_only=True):
+    """``usage.cache_creation``: tokens written to the cache per lifetime
+    (always 0: mlxd's cache fills as a side effect)."""
+
+    ephemeral_5m_input_tokens: int = 0
+    ephemeral_1h_input_tokens: int = 0
+
+
+class ServerToolUsage(msgspec.Struct, kw_only=True):
+    """``usage.server_tool_use``: server tool requests (always 0)."""
+
+    web_search_requests: int = 0
+    web_fetch_requests: int = 0
+
+
 class Usage(msgspec.Struct, kw_only=True):
     """A message's ``usage`` (see the module docstring for the meaning)."""
 
@@ -149,6 +171,20 @@ class Usage(msgspec.Struct, kw_only=True):
     output_tokens: int
     cache_creation_input_tokens: int = 0
     cache_read_input_tokens: int = 0
+    cache_creation: CacheCreation = msgspec.field(default_factory=CacheCreation)
+    server_tool_use: ServerToolUsage = msgspec.field(default_factory=ServerToolUsage)
+    service_tier: str = "standard"
+    inference_geo: str | None = None
+
+
+class DeltaUsage(msgspec.Struct, kw_only=True):
+    """The cumulative ``usage`` of a ``message_delta`` event."""
+
+    input_tokens: int
+    output_tokens: int
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    server_tool_use: ServerToolUsage = msgspec.field(default_factory=ServerToolUsage)
 
 
 class UsageTally:
@@ -175,8 +211,31 @@ class UsageTally:
             cache_read_input_tokens=cached,
         )
 
+    def delta_usage(self) -> DeltaUsage:
+        """The ``message_delta`` usage for everything added so far."""
+        usage = self.usage()
+        return DeltaUsage(
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_read_input_tokens=usage.cache_read_input_tokens,
+        )
+
 
 # --- tool calls ----------------------------------------------------------------------
+
+
+TOOL_USE_PREFIX = "toolu_"
+"""What every tool-use id in a response starts with."""
+
+
+def tool_use_id(worker_id: str | None) -> str:
+    """The response id of a tool call the worker named ``worker_id``: its
+    random part behind ``toolu_`` (a fresh id when the worker gave none)."""
+    if not worker_id:
+        return new_id(TOOL_USE_PREFIX)
+    if worker_id.startswith(TOOL_USE_PREFIX):
+        return worker_id
+    return TOOL_USE_PREFIX + worker_id.removeprefix("call_")
 
 
 class _Call:
@@ -185,7 +244,7 @@ class _Call:
     def __init__(self, piece: ToolCallDelta) -> None:
         if piece.id is None or piece.name is None:
             log.error("tool call %d started without its id or name", piece.index)
-        self.id = piece.id or new_id("toolu_")
+        self.id = tool_use_id(piece.id)
         self.name = piece.name or ""
         self.arguments: list[str] = []
 
@@ -213,9 +272,10 @@ def tool_input(arguments: str) -> dict[str, Any]:
 
 
 class TextContent(msgspec.Struct, tag_field="type", tag="text", kw_only=True):
-    """A ``text`` content block."""
+    """A ``text`` content block (``citations`` always null)."""
 
     text: str
+    citations: None = None
 
 
 class ThinkingContent(msgspec.Struct, tag_field="type", tag="thinking", kw_only=True):
@@ -247,18 +307,42 @@ class Message(msgspec.Struct, kw_only=True):
     content: list[ContentBlock]
     stop_reason: str | None = None
     stop_sequence: str | None = None
+    stop_details: None = None
+    container: None = None
+    diagnostics: None = None
     usage: Usage
+
+
+class ManagedMessage(Message, kw_only=True):
+    """A ``message`` answering a request with context management: also its
+    ``context_management`` (``{"applied_edits": [...]}``)."""
+
+    context_management: dict[str, Any]
+
+
+def new_message(applied: list[dict[str, Any]] | None, **fields: Any) -> Message:
+    """A :class:`Message` of ``fields``, or a :class:`ManagedMessage` with the
+    ``applied`` edits when the request had context management (``applied``
+    not None)."""
+    if applied is None:
+        return Message(**fields)
+    return ManagedMessage(**fields, context_management={"applied_edits": applied})
 
 
 class MessageCollector:
     """Collects a single-choice request's outputs into one ``message``.
 
     :meth:`add` every output that does not end the request, until
-    :attr:`done`; then :meth:`body`.
+    :attr:`done`; then :meth:`body`. ``omit_thinking``: the thinking block
+    carries no text (``thinking.display: "omitted"``); ``applied_edits``
+    (None: the request had no context management) become the message's
+    ``context_management``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, omit_thinking: bool = False, applied_edits: list[dict[str, Any]] | None = None) -> None:
         self.tally = UsageTally()
+        self._omit_thinking = omit_thinking
+        self._applied_edits = applied_edits
         self._reasoning: list[str] = []
         self._text: list[str] = []
         self._calls: dict[int, _Call] = {}
@@ -292,7 +376,7 @@ class MessageCollector:
         """
         blocks: list[ContentBlock] = []
         if self._reasoning:
-            blocks.append(ThinkingContent(thinking="".join(self._reasoning)))
+            blocks.append(ThinkingContent(thinking="" if self._omit_thinking else "".join(self._reasoning)))
         if self._text:
             blocks.append(TextContent(text="".join(self._text)))
         for index in sorted(self._calls):
@@ -308,7 +392,8 @@ class MessageCollector:
         """
         finish = self._finish
         reason, sequence = stop_reason(finish.finish_reason, finish.stop_sequence) if finish else ("end_turn", None)
-        message = Message(
+        message = new_message(
+            self._applied_edits,
             id=message_id,
             model=model,
             content=self.content(),
@@ -319,9 +404,14 @@ class MessageCollector:
         return encode(message)
 
 
-def count_tokens_body(input_tokens: int) -> bytes:
-    """The JSON of a ``count_tokens`` answer."""
-    return encode({"input_tokens": input_tokens})
+def count_tokens_body(input_tokens: int, original_input_tokens: int | None = None) -> bytes:
+    """The JSON of a ``count_tokens`` answer; with ``original_input_tokens``
+    (the count before context-management edits) also its
+    ``context_management`` object."""
+    if original_input_tokens is None:
+        return encode({"input_tokens": input_tokens})
+    context = {"original_input_tokens": original_input_tokens}
+    return encode({"input_tokens": input_tokens, "context_management": context})
 
 
 # --- the event stream --------------------------------------------------------------------
@@ -350,11 +440,22 @@ class MessageEventStream:
     changes: reasoning, text, tool call k); then either :meth:`finish` with
     the final output (closes the open block, ``message_delta`` with stop
     reason and cumulative usage, ``message_stop``) or :meth:`error`.
+    ``omit_thinking`` and ``applied_edits`` as for :class:`MessageCollector`
+    (an omitted thinking block has no ``thinking_delta``; the edits go into
+    ``message_start`` and ``message_delta``).
     """
 
-    def __init__(self, message_id: str, model: str) -> None:
+    def __init__(
+        self,
+        message_id: str,
+        model: str,
+        omit_thinking: bool = False,
+        applied_edits: list[dict[str, Any]] | None = None,
+    ) -> None:
         self._message_id = message_id
         self._model = model
+        self._omit_thinking = omit_thinking
+        self._applied_edits = applied_edits
         self.tally = UsageTally()
         self._open: BlockKey | None = None
         self._open_index = -1
@@ -364,7 +465,9 @@ class MessageEventStream:
     def start(self, first: RequestOutput) -> bytes:
         """``message_start`` (usage from ``first``) and a ``ping``."""
         self.tally.add(first)
-        message = Message(id=self._message_id, model=self._model, content=[], usage=self.tally.usage())
+        message = new_message(
+            self._applied_edits, id=self._message_id, model=self._model, content=[], usage=self.tally.usage()
+        )
         return sse.json_frame({"type": "message_start", "message": message}, event="message_start") + (
             sse.json_frame({"type": "ping"}, event="ping")
         )
@@ -376,9 +479,10 @@ class MessageEventStream:
         frames = b""
         if output.reasoning:
             frames += self._enter(("thinking", 0), {"type": "thinking", "thinking": "", "signature": ""})
-            frames += self._delta("thinking", self._open_index, output.reasoning)
+            if not self._omit_thinking:
+                frames += self._delta("thinking", self._open_index, output.reasoning)
         if output.text:
-            frames += self._enter(("text", 0), {"type": "text", "text": ""})
+            frames += self._enter(("text", 0), {"type": "text", "text": "", "citations": None})
             frames += self._delta("text", self._open_index, output.text)
         for piece in output.tool_calls or ():
             frames += self._tool_piece(piece)
@@ -388,11 +492,13 @@ class MessageEventStream:
         """Close the open block, then ``message_delta`` and ``message_stop``
         for the final ``output`` (already passed to :meth:`output`)."""
         reason, sequence = stop_reason(output.finish_reason, output.stop_sequence)
-        delta = {
+        delta: dict[str, Any] = {
             "type": "message_delta",
-            "delta": {"stop_reason": reason, "stop_sequence": sequence},
-            "usage": self.tally.usage(),
+            "delta": {"stop_reason": reason, "stop_sequence": sequence, "stop_details": None, "container": None},
+            "usage": self.tally.delta_usage(),
         }
+        if self._applied_edits is not None:
+            delta["context_management"] = {"applied_edits": self._applied_edits}
         return (
             self._close()
             + sse.json_frame(delta, event="message_delta")

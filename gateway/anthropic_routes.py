@@ -18,6 +18,13 @@ the outputs are collected into one ``message`` object. Whatever happens
 (client gone, error, cancellation) the request stream is closed, which
 aborts the request in the worker.
 
+Before submitting, context-management edits are applied to the prompt
+(:mod:`gateway.anthropic_context`; token counts come from the worker as
+``count_only`` requests), and tools mlxd drops (server tools) are logged and
+named in the ``x-mlxd-dropped-tools`` header of the answer
+(:mod:`gateway.dropped_tools`). Images inside
+tool results follow ``server.tool_result_images``.
+
 Errors are Anthropic-shaped (see :func:`anthropic_error_response`); every
 answer a client can see carries a ``request-id`` header (``req_…``), which
 the SDK exposes as ``_request_id``.
@@ -26,20 +33,19 @@ the SDK exposes as ``_request_id``.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from typing import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator
 
+import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway import anthropic_format as fmt
-from gateway.anthropic_schema import (
-    decode_count_tokens_request,
-    decode_messages_request,
-    to_count_request,
-    to_generate_request,
-)
-from gateway.engine_api import RequestStream
+from gateway.anthropic_context import apply_edits
+from gateway.anthropic_schema import decode_count_tokens_request, decode_messages_request, tool_set
+from gateway.anthropic_translate import context_edits, omit_thinking, to_count_request, to_generate_request
+from gateway.dropped_tools import dropped_headers
+from gateway.engine_api import Engine, RequestStream
 from gateway.errors import APIError
 from gateway.request_flow import (
     FINAL_REASONS,
@@ -49,7 +55,7 @@ from gateway.request_flow import (
     next_output,
     respond_after_first_output,
 )
-from shared.protocol import GenerateRequest, RequestOutput
+from shared.protocol import ChatMessage, GenerateRequest, RequestOutput, SamplingParams
 
 log = logging.getLogger("mlxd.gateway.anthropic")
 
@@ -76,9 +82,63 @@ def anthropic_error_response(err: APIError) -> Response:
     return Response(body, status_code=status, media_type=JSON_MEDIA_TYPE, headers=headers)
 
 
-def _json_response(body: bytes) -> Response:
-    """A 200 JSON answer with a fresh ``request-id``."""
-    return Response(body, media_type=JSON_MEDIA_TYPE, headers={REQUEST_ID_HEADER: fmt.new_id("req_")})
+def _json_response(body: bytes, headers: dict[str, str] | None = None) -> Response:
+    """A 200 JSON answer with a fresh ``request-id`` (and ``headers``)."""
+    return Response(
+        body, media_type=JSON_MEDIA_TYPE, headers={**(headers or {}), REQUEST_ID_HEADER: fmt.new_id("req_")}
+    )
+
+
+def _images(request: Request) -> str:
+    """``server.tool_result_images`` (``placeholder`` when the app was built
+    without a config)."""
+    config = getattr(request.app.state, "config", None)
+    return "placeholder" if config is None else config.server.tool_result_images
+
+
+async def _count_prompt(engine: Engine, model: str, generate: GenerateRequest, messages: list[ChatMessage]) -> int:
+    """The prompt tokens of ``generate`` with ``messages`` instead of its own,
+    counted by the worker (a ``count_only`` request).
+
+    Raises:
+        APIError: as the worker's error output says (Anthropic status).
+    """
+    count = msgspec.structs.replace(
+        generate,
+        request_id=fmt.new_id("count_"),
+        messages=messages,
+        sampling=SamplingParams(),
+        count_only=True,
+        response_format=None,
+        thinking_budget=None,
+    )
+    stream = await engine.submit(model, count)
+    try:
+        result = await _prompt_tokens(stream, count.request_id, await next_output(stream, count.request_id))
+    finally:
+        await stream.aclose()
+    if isinstance(result, RequestOutput):
+        raise fmt.output_error(result)
+    return result
+
+
+async def _edited(
+    engine: Engine, model: str, generate: GenerateRequest, req: Any
+) -> tuple[GenerateRequest, list[dict[str, Any]] | None]:
+    """``generate`` with the request's context-management edits applied, and
+    the applied edits (None when the request had no context management).
+
+    Raises:
+        APIError: when counting tokens fails.
+    """
+    if req.context_management is None:
+        return generate, None
+    messages, applied = await apply_edits(
+        list(generate.messages or ()),
+        context_edits(req),
+        lambda edited: _count_prompt(engine, model, generate, edited),
+    )
+    return msgspec.structs.replace(generate, messages=messages), applied
 
 
 # --- reading a request stream ---------------------------------------------------------
@@ -103,12 +163,17 @@ def _ours(output: RequestOutput, request_id: str) -> bool:
 
 @dataclass(frozen=True)
 class _Job:
-    """One admitted messages request (``generate`` is what was submitted)."""
+    """One admitted messages request (``generate`` is what was submitted;
+    ``headers`` go on its answer; ``omit_thinking`` and ``applied_edits``
+    shape it)."""
 
     generate: GenerateRequest
     model: str
     stream_requested: bool
     stream: RequestStream
+    headers: dict[str, str] = field(default_factory=dict)
+    omit_thinking: bool = False
+    applied_edits: list[dict[str, Any]] | None = None
 
     @property
     def request_id(self) -> str:
@@ -130,7 +195,7 @@ async def messages(request: Request) -> Response:
         job.request_id,
         refuse=lambda output: anthropic_error_response(fmt.output_error(output)),
         streamed=(lambda first: _events(job, first)) if job.stream_requested else None,
-        stream_headers={REQUEST_ID_HEADER: fmt.new_id("req_")},
+        stream_headers={**job.headers, REQUEST_ID_HEADER: fmt.new_id("req_")},
         collect=lambda first: _collect(job, first),
         answer=lambda collector: _answer(job, collector),
     )
@@ -146,15 +211,17 @@ async def _submit(request: Request) -> _Job:
     req = decode_messages_request(await request.body())
     engine = engine_of(request)
     model = engine.resolve(req.model)
-    generate = to_generate_request(req, fmt.new_id("msg_"))
+    generate = to_generate_request(req, fmt.new_id("msg_"), _images(request))
+    generate, applied = await _edited(engine, model, generate, req)
+    headers = dropped_headers(tool_set(req).dropped, request.url.path)
     stream = await engine.submit(model, generate)
-    return _Job(generate, model, bool(req.stream), stream)
+    return _Job(generate, model, bool(req.stream), stream, headers, omit_thinking(req), applied)
 
 
 async def _collect(job: _Job, first: RequestOutput) -> fmt.MessageCollector | RequestOutput:
     """Read the request to its end; return the collected message, or the
     ``error``/``abort`` output that ended it early."""
-    collector = fmt.MessageCollector()
+    collector = fmt.MessageCollector(job.omit_thinking, job.applied_edits)
     output = first
     while not ends_request(output):
         if _ours(output, job.request_id):
@@ -172,7 +239,7 @@ def _answer(job: _Job, collector: fmt.MessageCollector) -> Response:
         body = collector.body(job.request_id, job.model)
     except APIError as err:
         return anthropic_error_response(err)
-    return _json_response(body)
+    return _json_response(body, job.headers)
 
 
 async def _events(job: _Job, first: RequestOutput) -> AsyncIterator[bytes]:
@@ -185,7 +252,7 @@ async def _events(job: _Job, first: RequestOutput) -> AsyncIterator[bytes]:
     closes this generator) aborts the request in the worker.
     """
     try:
-        events = fmt.MessageEventStream(job.request_id, job.model)
+        events = fmt.MessageEventStream(job.request_id, job.model, job.omit_thinking, job.applied_edits)
         frames = events.start(first)
         output = first
         while not ends_request(output):
@@ -209,13 +276,20 @@ async def _events(job: _Job, first: RequestOutput) -> AsyncIterator[bytes]:
 
 async def count_tokens(request: Request) -> Response:
     """``POST /v1/messages/count_tokens``: ``{"input_tokens": N}``, the number
-    of tokens the request's prompt (system, messages, tools) renders to.
-    Errors as for :func:`messages`."""
+    of tokens the request's prompt (system, messages, tools) renders to,
+    after any context-management edits; with ``context_management`` also
+    ``{"context_management": {"original_input_tokens": M}}``, the count
+    before the edits. Errors as for :func:`messages`."""
     try:
         req = decode_count_tokens_request(await request.body())
         engine = engine_of(request)
         model = engine.resolve(req.model)
-        generate = to_count_request(req, fmt.new_id("count_"))
+        original = to_count_request(req, fmt.new_id("count_"), _images(request))
+        generate, applied = await _edited(engine, model, original, req)
+        before = None
+        if applied:
+            before = await _count_prompt(engine, model, original, list(original.messages or ()))
+        headers = dropped_headers(tool_set(req).dropped, request.url.path)
         stream = await engine.submit(model, generate)
     except APIError as err:
         return anthropic_error_response(err)
@@ -226,7 +300,9 @@ async def count_tokens(request: Request) -> Response:
         refuse=lambda output: anthropic_error_response(fmt.output_error(output)),
         streamed=None,
         collect=lambda first: _prompt_tokens(stream, generate.request_id, first),
-        answer=lambda tokens: _json_response(fmt.count_tokens_body(tokens)),
+        answer=lambda tokens: _json_response(
+            fmt.count_tokens_body(tokens, None if applied is None else before or tokens), headers
+        ),
     )
 
 

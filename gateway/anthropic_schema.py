@@ -2,49 +2,49 @@
 
 Decoding is strict, as for the OpenAI endpoints: the body must be one JSON
 object, no value is coerced, every number has bounds, every string and list
-has a maximum length, and unknown fields are refused by name. Everything the
-Anthropic Messages API defines that mlxd cannot honour is refused with a 400
-that says so; nothing is silently dropped. Every refusal is an
+has a maximum length, and fields in no official spec are refused by name.
+Every field, content block and tool type of the current Messages API (GA
+and the beta fields coding agents send) is recognised and either honoured,
+accepted with a defined local meaning, or refused with a 400 saying why;
+docs/api/messages.md lists each with its status. Every refusal is an
 :class:`~gateway.errors.APIError` 400 whose ``param`` is the offending field
 path (``messages[1].content[0].type``) and whose message starts with it.
 
-What is accepted:
+The decisions, in short:
 
-* ``messages`` (1..2048) with roles ``user`` and ``assistant``; content is a
-  string or a list of blocks. ``text`` blocks anywhere; in assistant turns
-  ``tool_use`` ``{id, name, input}`` and ``thinking`` ``{thinking,
-  signature}``; in user turns ``tool_result`` ``{tool_use_id, content: a
-  string or text blocks, is_error}``, whose ``tool_use_id`` must name a
-  ``tool_use`` of an earlier assistant turn. ``image``, ``document`` and
-  ``redacted_thinking`` blocks are refused as not supported. The last turn
-  may be an assistant turn of text only (a pre-filled response): the model
-  continues it and the answer holds only the continuation. As in the
-  Anthropic API, its text may not end with whitespace, and pre-filling is
-  refused with ``thinking`` enabled; mlxd also refuses it with a forced
-  tool choice (``any`` or ``tool``).
-* ``system`` as a string or text blocks.
-* ``cache_control`` ``{"type": "ephemeral", "ttl"?: "5m" | "1h"}`` on the
-  request, on system, text, tool_use and tool_result blocks and on tools. It
-  is honoured by what it asks for: mlxd's prefix cache reuses every shared
-  prompt prefix automatically, with no marker needed; the entries' lifetime
-  follows the cache's memory budget, not ``ttl``.
-* ``tools`` (custom tools ``{name, description, input_schema, type?:
-  "custom", cache_control}``; server tools such as ``web_search_20250305``
-  are refused) and ``tool_choice`` ``auto | any | tool(name) | none`` with
-  ``disable_parallel_tool_use``.
-* ``thinking`` ``{"type": "enabled", "budget_tokens": >= 1024 and <
-  max_tokens}`` or ``{"type": "disabled"}``. The budget caps the reasoning
-  block: when it is used up the worker closes the block, and the answer
-  follows (reasoning and answer together stay within ``max_tokens``). As
-  in the Anthropic API, enabled thinking cannot be combined with a
-  ``tool_choice`` that forces tool use (``any``, ``tool``).
-* ``stop_sequences`` (<= 16, each 1..512 characters), ``temperature``
-  [0, 1], ``top_p`` (0, 1], ``top_k`` >= 0, ``stream``, ``metadata``
-  ``{user_id}`` (an opaque id for the provider's abuse tracking; mlxd has
-  none and does not use it).
+* ``messages``: roles ``user``, ``assistant`` and ``system`` (a system turn
+  anywhere: leading ones join the top-level ``system``, later ones stay
+  system turns in place, ``clear_at: "next_user_message"`` ones are left out
+  once a later user turn exists). Blocks: ``text`` (``citations`` accepted,
+  only the text reaches the model), ``document`` with a text or content
+  source and ``search_result`` (rendered as text), ``tool_use``,
+  ``tool_result`` (text, documents, search results, tool references;
+  images become a text placeholder or a 400, per the server key
+  ``tool_result_images``), ``thinking``, ``redacted_thinking`` (left out:
+  opaque to mlxd) and ``compaction`` (its summary text). ``image`` blocks
+  elsewhere are a 400 (no vision); server-tool, MCP and container blocks are
+  a 400 (mlxd runs no server tools). A final assistant turn of text is a
+  pre-filled response.
+* ``tools``: see :mod:`gateway.anthropic_tools` (custom and
+  Anthropic-defined client tools offered; server tools dropped).
+* ``thinking``: ``enabled`` (its budget caps the reasoning block),
+  ``adaptive`` and ``between_tools`` (reasoning on, budget from the effort),
+  ``disabled``; ``display: "omitted"`` returns empty thinking blocks.
+* ``output_config.effort`` (also per system turn): a reasoning budget, a
+  share of ``max_tokens`` (see :mod:`gateway.anthropic_translate`);
+  ``output_config.format`` (or the older beta ``output_format``): a JSON
+  Schema enforced by grammar.
+* ``context_management``: edits applied to the prompt
+  (:mod:`gateway.anthropic_context`); ``compact_20260112``, ``compaction``
+  (generation), ``thread`` and ``mcp_servers`` are refused.
+* Accepted without effect (stated per field in the docs): ``metadata``,
+  ``service_tier``, ``speed``, ``inference_geo``, ``container``,
+  ``diagnostics``, ``user_profile_id``, ``workspace_id``, ``billing_policy``,
+  ``fallbacks``, ``fallback_credit_token``, ``output_config.task_budget``,
+  ``cache_control`` (honoured by the automatic prefix cache).
 
-:func:`to_generate_request` and :func:`to_count_request` turn a decoded
-request into the worker's :class:`~shared.protocol.GenerateRequest`.
+:mod:`gateway.anthropic_translate` turns a decoded request into the
+worker's :class:`~shared.protocol.GenerateRequest`.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ from typing import Annotated, Any, Literal, Union
 import msgspec
 from msgspec import Meta, Raw
 
+from gateway.anthropic_tools import CacheControl, ToolName, ToolSet, offered_tools
 from gateway.errors import APIError, bad_request
 from gateway.openai_schema import (
     MAX_CONTENT_PARTS,
@@ -70,57 +71,93 @@ from gateway.openai_schema import (
     TopP,
     decode_body,
 )
-from shared.protocol import ChatMessage, GenerateRequest, SamplingParams, Tool, ToolCall, ToolChoice
 
 MAX_TOOLS = 512
 """Most tools in one request."""
-MIN_THINKING_BUDGET = 1024
-"""Smallest ``thinking.budget_tokens`` (Anthropic's minimum)."""
-TOOL_ERROR_PREFIX = "Error: "
-"""What starts the content of a tool result sent with ``is_error: true``, so
-the model sees that the tool failed (the worker's tool turns carry text only)."""
+MIN_THINKING_BUDGET = 1
+"""Smallest ``thinking.budget_tokens``. Anthropic requires 1024; mlxd takes
+any positive budget, since local deployments often cap output lower (Claude
+Code with ``CLAUDE_CODE_MAX_OUTPUT_TOKENS`` below 1025 sends
+``max_tokens - 1``)."""
+
+Effort = Literal["low", "medium", "high", "xhigh", "max"]
 
 _NULL = Raw(b"null")
 
 # --- field types (bounds live in the types; the rest as for OpenAI) ----------
 
-ToolName = Annotated[str, Meta(pattern=r"^[a-zA-Z0-9_-]{1,128}$")]
 ToolUseId = Identifier
 ThinkingBudget = Annotated[int, Meta(ge=MIN_THINKING_BUDGET, le=MAX_GENERATED_TOKENS)]
 Temperature = Annotated[float, Meta(ge=0.0, le=1.0)]
 TopK = Annotated[int, Meta(ge=0, le=MAX_GENERATED_TOKENS)]
 StopSequence = Annotated[str, Meta(min_length=1, max_length=MAX_STOP_CHARS)]
+Count = Annotated[int, Meta(ge=0, le=2**31 - 1)]
+Positive = Annotated[int, Meta(ge=1, le=2**31 - 1)]
+Blocks = Meta(max_length=MAX_CONTENT_PARTS)
 
 
-class CacheControl(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """A prompt-caching breakpoint; see the module docstring for how mlxd
-    honours it."""
-
-    type: Literal["ephemeral"]
-    ttl: Literal["5m", "1h"] | None = None
+def _recognised(tag: str) -> type:
+    """A block type recognised by its ``type`` only, to be refused with a
+    reason (its other fields are not read)."""
+    return msgspec.defstruct(f"Refused_{tag}", [], tag_field="type", tag=tag)
 
 
 # --- content blocks ------------------------------------------------------------
 
 
 class TextBlock(msgspec.Struct, tag_field="type", tag="text", forbid_unknown_fields=True, kw_only=True):
-    """``{"type": "text", "text"}``; ``citations`` only null or empty."""
+    """``{"type": "text", "text"}``; ``citations`` accepted, not rendered."""
 
     text: Text
     cache_control: CacheControl | None = None
     citations: Raw = _NULL
 
 
-class ImageBlock(msgspec.Struct, tag_field="type", tag="image"):
-    """An image block: recognised only to be refused as not supported."""
+class ImageBlock(msgspec.Struct, tag_field="type", tag="image", forbid_unknown_fields=True, kw_only=True):
+    """An image: a 400 (no vision), or a placeholder inside a tool result."""
+
+    source: dict[str, Any]
+    cache_control: CacheControl | None = None
+    transformations: dict[str, Any] | None = None
 
 
-class DocumentBlock(msgspec.Struct, tag_field="type", tag="document"):
-    """A document block: recognised only to be refused as not supported."""
+class PlainTextSource(msgspec.Struct, tag_field="type", tag="text", forbid_unknown_fields=True, kw_only=True):
+    """A document's plain-text source."""
+
+    data: Text
+    media_type: Literal["text/plain"]
 
 
-class RedactedThinkingBlock(msgspec.Struct, tag_field="type", tag="redacted_thinking"):
-    """Encrypted reasoning: recognised only to be refused as not supported."""
+class ContentSource(msgspec.Struct, tag_field="type", tag="content", forbid_unknown_fields=True, kw_only=True):
+    """A document made of content blocks (text; images as elsewhere)."""
+
+    content: Union[Text, Annotated[list[Union[TextBlock, ImageBlock]], Blocks]]
+
+
+DocumentSource = Union[PlainTextSource, ContentSource, _recognised("base64"), _recognised("url"), _recognised("file")]
+"""A document's ``source`` (only text and content sources are readable)."""
+
+
+class DocumentBlock(msgspec.Struct, tag_field="type", tag="document", forbid_unknown_fields=True, kw_only=True):
+    """A document, rendered as its title, context and text."""
+
+    source: DocumentSource
+    title: ShortText | None = None
+    context: Text | None = None
+    citations: dict[str, Any] | None = None
+    cache_control: CacheControl | None = None
+
+
+class SearchResultBlock(
+    msgspec.Struct, tag_field="type", tag="search_result", forbid_unknown_fields=True, kw_only=True
+):
+    """A search result, rendered as its title, source and text."""
+
+    content: Annotated[list[TextBlock], Blocks]
+    source: Text
+    title: Text
+    citations: dict[str, Any] | None = None
+    cache_control: CacheControl | None = None
 
 
 class ToolUseBlock(msgspec.Struct, tag_field="type", tag="tool_use", forbid_unknown_fields=True, kw_only=True):
@@ -139,17 +176,30 @@ class ToolUseBlock(msgspec.Struct, tag_field="type", tag="tool_use", forbid_unkn
     toolset_name: Raw = _NULL
 
 
-ToolResultContent = Union[TextBlock, ImageBlock, DocumentBlock]
-"""What a tool result's content list may hold (only text is supported)."""
+class ToolReferenceBlock(
+    msgspec.Struct, tag_field="type", tag="tool_reference", forbid_unknown_fields=True, kw_only=True
+):
+    """A reference to a tool (client-side tool search); rendered as its name
+    (mlxd offers every tool anyway)."""
+
+    tool_name: ShortText
+    cache_control: CacheControl | None = None
+
+
+ToolResultContent = Union[
+    TextBlock, ImageBlock, SearchResultBlock, DocumentBlock, ToolReferenceBlock, _recognised("browser_state")
+]
+"""What a tool result's content list may hold."""
 
 
 class ToolResultBlock(msgspec.Struct, tag_field="type", tag="tool_result", forbid_unknown_fields=True, kw_only=True):
     """The result of the tool call ``tool_use_id``, in a user turn."""
 
     tool_use_id: ToolUseId
-    content: Union[Text, Annotated[list[ToolResultContent], Meta(max_length=MAX_CONTENT_PARTS)], None] = None
+    content: Union[Text, Annotated[list[ToolResultContent], Blocks], None] = None
     is_error: bool | None = None
     cache_control: CacheControl | None = None
+    toolset_name: Raw = _NULL
 
 
 class ThinkingBlock(msgspec.Struct, tag_field="type", tag="thinking", forbid_unknown_fields=True, kw_only=True):
@@ -160,43 +210,90 @@ class ThinkingBlock(msgspec.Struct, tag_field="type", tag="thinking", forbid_unk
     signature: Text
 
 
+class RedactedThinkingBlock(
+    msgspec.Struct, tag_field="type", tag="redacted_thinking", forbid_unknown_fields=True, kw_only=True
+):
+    """Encrypted reasoning of another provider: left out of the prompt."""
+
+    data: Text
+
+
+class CompactionBlock(msgspec.Struct, tag_field="type", tag="compaction", forbid_unknown_fields=True, kw_only=True):
+    """A summary of earlier turns: ``content`` is rendered as text."""
+
+    content: Text | None = None
+    encrypted_content: Text | None = None
+    signature: Text | None = None
+    tool_changes: Raw = _NULL
+    cache_control: CacheControl | None = None
+
+
+_SERVER_BLOCKS = (
+    "server_tool_use",
+    "web_search_tool_result",
+    "web_fetch_tool_result",
+    "advisor_tool_result",
+    "code_execution_tool_result",
+    "bash_code_execution_tool_result",
+    "text_editor_code_execution_tool_result",
+    "tool_search_tool_result",
+)
+_REFUSED_BLOCKS: dict[str, str] = {
+    **{tag: "mlxd runs no server tools" for tag in _SERVER_BLOCKS},
+    "mcp_tool_use": "MCP servers are not supported",
+    "mcp_tool_result": "MCP servers are not supported",
+    "mcp_tool_listing": "MCP servers are not supported",
+    "container_upload": "mlxd has no code-execution containers",
+    "fallback": "mlxd has no server-side model fallbacks",
+    "tool_addition": "tool changes inside messages are not supported (list every tool in 'tools')",
+    "tool_removal": "tool changes inside messages are not supported (list every tool in 'tools')",
+    "browser_state": "browser tools are not supported",
+}
+"""Block types recognised only to be refused, with the reason."""
+
+_REFUSED_TYPES = tuple(_recognised(tag) for tag in _REFUSED_BLOCKS if tag != "browser_state")
+
 ContentBlock = Union[
-    TextBlock, ImageBlock, DocumentBlock, ToolUseBlock, ToolResultBlock, ThinkingBlock, RedactedThinkingBlock
+    TextBlock,
+    ImageBlock,
+    DocumentBlock,
+    SearchResultBlock,
+    ToolUseBlock,
+    ToolResultBlock,
+    ThinkingBlock,
+    RedactedThinkingBlock,
+    CompactionBlock,
+    *_REFUSED_TYPES,  # type: ignore[misc]
 ]
 """Any block a message's content list may hold (the type decides)."""
 
-_USER_BLOCKS = (TextBlock, ToolResultBlock)
-_ASSISTANT_BLOCKS = (TextBlock, ToolUseBlock, ThinkingBlock)
-_UNSUPPORTED_BLOCKS = {ImageBlock: "image", DocumentBlock: "document", RedactedThinkingBlock: "redacted_thinking"}
+_USER_BLOCKS = (TextBlock, ImageBlock, DocumentBlock, SearchResultBlock, ToolResultBlock, CompactionBlock)
+_ASSISTANT_BLOCKS = (TextBlock, ToolUseBlock, ThinkingBlock, RedactedThinkingBlock, CompactionBlock)
+
+
+def _tag(block: Any) -> str:
+    """The ``type`` tag of a decoded block."""
+    return type(block).__struct_config__.tag
+
+
+class SystemOutputConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A system turn's ``output_config``: its ``effort`` applies from there on."""
+
+    effort: Effort | None = None
 
 
 class MessageParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """One turn: ``role`` ``user`` or ``assistant``, ``content`` a string or
-    1..1024 blocks."""
+    """One turn: ``role`` ``user``, ``assistant`` or ``system``; ``content`` a
+    string or 1..1024 blocks (a system turn may carry only ``output_config``).
+    ``clear_at`` and ``output_config`` are system-turn fields."""
 
     role: ShortText
-    content: Union[Text, Annotated[list[ContentBlock], Meta(min_length=1, max_length=MAX_CONTENT_PARTS)]]
+    content: Union[Text, Annotated[list[ContentBlock], Meta(min_length=1, max_length=MAX_CONTENT_PARTS)], None] = None
+    clear_at: Literal["next_user_message", "never"] | None = None
+    output_config: SystemOutputConfig | None = None
 
 
-# --- tools ---------------------------------------------------------------------
-
-
-class _ToolKind(msgspec.Struct, kw_only=True):
-    """Only a tool's ``type``, read first so server tools are refused by
-    their type rather than by their fields."""
-
-    type: Any = None
-
-
-class CustomTool(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """A client-side tool: ``input_schema`` is the JSON Schema of its input
-    (an object schema)."""
-
-    name: ToolName
-    input_schema: dict[str, Any]
-    description: Text | None = None
-    type: Literal["custom"] | None = None
-    cache_control: CacheControl | None = None
+# --- tool choice, thinking, output config ------------------------------------------
 
 
 class ToolChoiceAuto(msgspec.Struct, tag_field="type", tag="auto", forbid_unknown_fields=True, kw_only=True):
@@ -225,19 +322,67 @@ class ToolChoiceNone(msgspec.Struct, tag_field="type", tag="none", forbid_unknow
 ToolChoiceParam = Union[ToolChoiceAuto, ToolChoiceAny, ToolChoiceTool, ToolChoiceNone]
 """``tool_choice`` (its ``type`` decides)."""
 
+Display = Literal["summarized", "omitted", "updates"]
+"""``thinking.display``: ``omitted`` returns thinking blocks with empty
+text; the others return the whole reasoning."""
+
+
+class BlockBinding(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``thinking.block_binding``: accepted; mlxd never rejects a thinking
+    block it receives (it does not sign or check them)."""
+
+    prefix_mismatch_behavior: Literal["error", "drop_block"] | None = None
+
 
 class ThinkingEnabled(msgspec.Struct, tag_field="type", tag="enabled", forbid_unknown_fields=True, kw_only=True):
-    """Turn the model's reasoning mode on."""
+    """Turn the model's reasoning mode on, capped at ``budget_tokens``."""
 
     budget_tokens: ThinkingBudget
+    display: Display | None = None
+    block_binding: BlockBinding | None = None
+
+
+class ThinkingAdaptive(msgspec.Struct, tag_field="type", tag="adaptive", forbid_unknown_fields=True, kw_only=True):
+    """Turn the model's reasoning mode on; the budget follows the effort."""
+
+    display: Display | None = None
+    block_binding: BlockBinding | None = None
+
+
+class ThinkingBetweenTools(
+    msgspec.Struct, tag_field="type", tag="between_tools", forbid_unknown_fields=True, kw_only=True
+):
+    """Reasoning between tool calls: mlxd turns reasoning on as for adaptive."""
 
 
 class ThinkingDisabled(msgspec.Struct, tag_field="type", tag="disabled", forbid_unknown_fields=True, kw_only=True):
     """Turn the model's reasoning mode off."""
 
 
-ThinkingParam = Union[ThinkingEnabled, ThinkingDisabled]
+ThinkingParam = Union[ThinkingEnabled, ThinkingAdaptive, ThinkingBetweenTools, ThinkingDisabled]
 """``thinking`` (its ``type`` decides)."""
+_REASONING_ON = (ThinkingEnabled, ThinkingAdaptive, ThinkingBetweenTools)
+
+
+class JsonOutputFormat(msgspec.Struct, tag_field="type", tag="json_schema", forbid_unknown_fields=True, kw_only=True):
+    """Structured output: the answer is JSON valid against ``schema``."""
+
+    schema: dict[str, Any]
+
+
+class TaskBudget(msgspec.Struct, tag_field="type", tag="tokens", forbid_unknown_fields=True, kw_only=True):
+    """``output_config.task_budget``: accepted, not shown to the model."""
+
+    total: Positive
+    remaining: Count | None = None
+
+
+class OutputConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``output_config``: effort, output format and task budget."""
+
+    effort: Effort | None = None
+    format: JsonOutputFormat | None = None
+    task_budget: TaskBudget | None = None
 
 
 class Metadata(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -246,13 +391,123 @@ class Metadata(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     user_id: ShortText | None = None
 
 
+# --- context management --------------------------------------------------------------
+
+
+class KeepThinkingTurns(msgspec.Struct, tag_field="type", tag="thinking_turns", forbid_unknown_fields=True):
+    """Keep the reasoning of the last ``value`` turns."""
+
+    value: Positive
+
+
+class KeepAllThinking(msgspec.Struct, tag_field="type", tag="all", forbid_unknown_fields=True):
+    """Keep all reasoning."""
+
+
+class ClearThinkingEdit(
+    msgspec.Struct, tag_field="type", tag="clear_thinking_20251015", forbid_unknown_fields=True, kw_only=True
+):
+    """Clear the reasoning of earlier assistant turns."""
+
+    keep: Union[KeepThinkingTurns, KeepAllThinking, Literal["all"], None] = None
+
+
+class TokensTrigger(msgspec.Struct, tag_field="type", tag="input_tokens", forbid_unknown_fields=True):
+    """Act once the prompt has more than ``value`` tokens."""
+
+    value: Positive
+
+
+class ToolUsesTrigger(msgspec.Struct, tag_field="type", tag="tool_uses", forbid_unknown_fields=True):
+    """Act once the conversation has more than ``value`` tool uses."""
+
+    value: Positive
+
+
+class KeepToolUses(msgspec.Struct, forbid_unknown_fields=True):
+    """Keep the last ``value`` tool uses."""
+
+    type: Literal["tool_uses"]
+    value: Count
+
+
+class ClearAtLeast(msgspec.Struct, forbid_unknown_fields=True):
+    """Apply the edit only if it clears at least ``value`` prompt tokens."""
+
+    type: Literal["input_tokens"]
+    value: Count
+
+
+class ClearToolUsesEdit(
+    msgspec.Struct, tag_field="type", tag="clear_tool_uses_20250919", forbid_unknown_fields=True, kw_only=True
+):
+    """Clear the results of old tool uses."""
+
+    trigger: Union[TokensTrigger, ToolUsesTrigger, None] = None
+    keep: KeepToolUses | None = None
+    clear_at_least: ClearAtLeast | None = None
+    exclude_tools: Annotated[list[ShortText], Meta(max_length=MAX_TOOLS)] | None = None
+    clear_tool_inputs: Union[bool, Annotated[list[ShortText], Meta(max_length=MAX_TOOLS)], None] = None
+
+
+class CompactEdit(msgspec.Struct, tag_field="type", tag="compact_20260112", forbid_unknown_fields=True, kw_only=True):
+    """Server-side compaction: refused (mlxd does not summarise)."""
+
+    pause_after_compaction: bool | None = None
+    trigger: TokensTrigger | None = None
+
+
+class ContextManagement(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``context_management``: edits applied to the prompt."""
+
+    edits: Annotated[list[Union[ClearThinkingEdit, ClearToolUsesEdit, CompactEdit]], Meta(max_length=16)] | None = None
+
+
+# --- accepted-without-effect objects ---------------------------------------------------------
+
+
+class Skill(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A container skill (accepted with the container, unused)."""
+
+    skill_id: ShortText
+    type: Literal["anthropic", "custom"]
+    version: ShortText | None = None
+
+
+class ContainerParams(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``container`` as an object (accepted, unused: no code execution)."""
+
+    id: ShortText | None = None
+    skills: Annotated[list[Skill], Meta(max_length=64)] | None = None
+
+
+class Diagnostics(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``diagnostics`` (accepted; the response's ``diagnostics`` is null)."""
+
+    previous_message_id: ShortText | None = None
+
+
+class BillingPolicy(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``billing_policy`` (accepted; mlxd bills nobody)."""
+
+    type: Literal["billing_policy"]
+    bill_to: Literal["self", "user_profile"] | None = None
+
+
+class FallbackCreditToken(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``fallback_credit_token`` as an object (accepted, unused)."""
+
+    token: ShortText
+    mode: Literal["strict", "best_effort"] | None = None
+
+
 # --- request bodies ------------------------------------------------------------
 
-SystemParam = Union[Text, Annotated[list[TextBlock], Meta(max_length=MAX_CONTENT_PARTS)], None]
+SystemParam = Union[Text, Annotated[list[TextBlock], Blocks], None]
 """``system``: a string or text blocks."""
 
 
-class _PromptFields(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+class PromptFields(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Fields both endpoints share: what makes up the prompt."""
 
     model: ModelName
@@ -262,9 +517,17 @@ class _PromptFields(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     tool_choice: ToolChoiceParam | None = None
     thinking: ThinkingParam | None = None
     cache_control: CacheControl | None = None
+    output_config: OutputConfig | None = None
+    context_management: ContextManagement | None = None
+    speed: Literal["standard", "fast"] | None = None
+    user_profile_id: ShortText | None = None
+    workspace_id: ShortText | None = None
+    billing_policy: BillingPolicy | None = None
+    compaction: Raw = _NULL
+    mcp_servers: Annotated[list[Raw], Meta(max_length=64)] | None = None
 
 
-class MessagesRequest(_PromptFields, forbid_unknown_fields=True, kw_only=True):
+class MessagesRequest(PromptFields, forbid_unknown_fields=True, kw_only=True):
     """A decoded, validated ``POST /v1/messages`` body.
 
     Produced only by :func:`decode_messages_request`, which guarantees every
@@ -278,9 +541,17 @@ class MessagesRequest(_PromptFields, forbid_unknown_fields=True, kw_only=True):
     top_k: TopK | None = None
     stream: bool | None = None
     metadata: Metadata | None = None
+    output_format: JsonOutputFormat | None = None
+    service_tier: Literal["auto", "standard_only"] | None = None
+    inference_geo: ShortText | None = None
+    container: Union[ShortText, ContainerParams, None] = None
+    diagnostics: Diagnostics | None = None
+    fallbacks: Union[Literal["default"], Annotated[list[dict[str, Any]], Meta(max_length=16)], None] = None
+    fallback_credit_token: Union[ShortText, FallbackCreditToken, None] = None
+    thread: Raw = _NULL
 
 
-class CountTokensRequest(_PromptFields, forbid_unknown_fields=True, kw_only=True):
+class CountTokensRequest(PromptFields, forbid_unknown_fields=True, kw_only=True):
     """A decoded, validated ``POST /v1/messages/count_tokens`` body.
 
     Produced only by :func:`decode_count_tokens_request`.
@@ -291,8 +562,6 @@ class CountTokensRequest(_PromptFields, forbid_unknown_fields=True, kw_only=True
 
 _messages_decoder = msgspec.json.Decoder(MessagesRequest)
 _count_decoder = msgspec.json.Decoder(CountTokensRequest)
-_tool_kind_decoder = msgspec.json.Decoder(_ToolKind)
-_tool_decoder = msgspec.json.Decoder(CustomTool)
 _encoder = msgspec.json.Encoder()
 
 _AT = re.compile(r"^(?P<msg>.*?) - at `\$(?P<path>[^`]*)`$", re.DOTALL)
@@ -354,11 +623,17 @@ def decode_messages_request(body: bytes) -> MessagesRequest:
     """
     req: MessagesRequest = _decode(_messages_decoder, body)
     _check_prompt(req)
+    if not _is_null(req.compaction):
+        raise _not_supported("compaction", "server-side compaction (mlxd does not summarise conversations)")
+    if not _is_null(req.thread):
+        raise _not_supported("thread", "server-held conversation threads (mlxd keeps no conversation state)")
+    if req.output_format is not None and req.output_config is not None and req.output_config.format is not None:
+        raise _invalid("output_format", "give the format once, in output_config.format")
     thinking = req.thinking
     if isinstance(thinking, ThinkingEnabled) and isinstance(req.tool_choice, (ToolChoiceAny, ToolChoiceTool)):
         raise _invalid(
             "tool_choice",
-            f"tool_choice '{_choice_type(req.tool_choice)}' forces tool use, which cannot be combined with thinking "
+            f"tool_choice '{_tag(req.tool_choice)}' forces tool use, which cannot be combined with thinking "
             "(use 'auto' or 'none')",
         )
     if isinstance(thinking, ThinkingEnabled) and thinking.budget_tokens >= req.max_tokens:
@@ -370,7 +645,8 @@ def decode_messages_request(body: bytes) -> MessagesRequest:
 
 
 def decode_count_tokens_request(body: bytes) -> CountTokensRequest:
-    """Decode and fully validate a ``POST /v1/messages/count_tokens`` body.
+    """Decode and fully validate a ``POST /v1/messages/count_tokens`` body
+    (``compaction`` is accepted and ignored there, as documented upstream).
 
     Raises:
         APIError: 400 with ``param`` naming the first offending field.
@@ -393,107 +669,94 @@ def _is_null(raw: Raw) -> bool:
     return bytes(raw).strip() == b"null"
 
 
-def _check_prompt(req: _PromptFields) -> None:
-    """Checks shared by both endpoints: system, tools, tool choice, messages.
+def _check_prompt(req: PromptFields) -> None:
+    """Checks shared by both endpoints: system, tools, tool choice, messages,
+    context management, MCP servers.
 
     Raises:
         APIError: 400 naming the field.
     """
-    if isinstance(req.system, list):
-        for index, block in enumerate(req.system):
-            _check_text(block, f"system[{index}]")
-    names = [tool.name for tool in custom_tools(req)]
-    _check_tool_choice(req.tool_choice, names)
+    if req.mcp_servers:
+        raise _not_supported("mcp_servers", "MCP servers (connect MCP tools on the client side)")
+    toolset = tool_set(req)
+    _check_tool_choice(req.tool_choice, [tool.name for tool in toolset.tools], toolset.dropped_names)
     _check_messages(req.messages)
+    for index, edit in enumerate(edits_of(req)):
+        if isinstance(edit, CompactEdit):
+            raise _not_supported(
+                f"context_management.edits[{index}].type",
+                "'compact_20260112' (server-side compaction: mlxd does not summarise conversations)",
+            )
     if prefilled(req):
         _check_prefill(req)
 
 
-def prefilled(req: _PromptFields) -> bool:
+def edits_of(req: PromptFields) -> list[Any]:
+    """The request's context-management edits (empty when none)."""
+    return list(req.context_management.edits or ()) if req.context_management else []
+
+
+def prefilled(req: PromptFields) -> bool:
     """Whether the request ends with an assistant turn to continue."""
     return req.messages[-1].role == "assistant"
 
 
-def _check_prefill(req: _PromptFields) -> None:
+def reasoning_on(req: PromptFields) -> bool:
+    """Whether ``thinking`` turns reasoning on (enabled, adaptive,
+    between_tools)."""
+    return isinstance(req.thinking, _REASONING_ON)
+
+
+def _check_prefill(req: PromptFields) -> None:
     """A final assistant turn must be text only, not end with whitespace,
-    and come without enabled thinking or a forced tool choice.
+    and come without reasoning turned on or a forced tool choice.
 
     Raises:
         APIError: 400 naming the field.
     """
     last = len(req.messages) - 1
     message = req.messages[last]
-    for number, block in enumerate(_blocks(message)):
+    for number, block in enumerate(blocks_of(message)):
         if not isinstance(block, TextBlock):
-            tag = type(block).__struct_config__.tag
             raise _not_supported(
                 f"messages[{last}].content[{number}].type",
-                f"'{tag}' blocks in a final (pre-filled) assistant turn",
+                f"'{_tag(block)}' blocks in a final (pre-filled) assistant turn",
             )
-    text = message.content if isinstance(message.content, str) else _text_of(message.content)  # type: ignore[arg-type]
+    text = message.content if isinstance(message.content, str) else text_of(message.content)  # type: ignore[arg-type]
     if text != text.rstrip():
         raise _invalid(f"messages[{last}].content", "final assistant content cannot end with trailing whitespace")
-    if isinstance(req.thinking, ThinkingEnabled):
-        raise _invalid("thinking", "a final assistant turn (pre-filled response) cannot be used with thinking enabled")
+    if isinstance(req.thinking, _REASONING_ON):
+        raise _invalid("thinking", "a final assistant turn (pre-filled response) cannot be used with thinking on")
     if isinstance(req.tool_choice, (ToolChoiceAny, ToolChoiceTool)):
-        raise _not_supported("tool_choice", f"tool_choice '{_choice_type(req.tool_choice)}' with a pre-filled response")
+        raise _not_supported("tool_choice", f"tool_choice '{_tag(req.tool_choice)}' with a pre-filled response")
 
 
-def custom_tools(req: _PromptFields) -> list[CustomTool]:
-    """Decode the request's ``tools`` (empty when absent).
-
-    Raises:
-        APIError: 400 for a server tool (any ``type`` other than
-        ``custom``), an invalid tool, an ``input_schema`` that is not an
-        object schema, or a repeated name.
-    """
-    tools: list[CustomTool] = []
-    seen: set[str] = set()
-    for index, raw in enumerate(req.tools or ()):
-        path = f"tools[{index}]"
-        tool = _decode_tool(bytes(raw), path)
-        if tool.name in seen:
-            raise _invalid(f"{path}.name", f"tool name '{tool.name}' is used more than once")
-        seen.add(tool.name)
-        tools.append(tool)
-    return tools
-
-
-def _decode_tool(raw: bytes, path: str) -> CustomTool:
-    """Decode one element of ``tools``.
+def tool_set(req: PromptFields) -> ToolSet:
+    """The request's tools sorted into offered and dropped
+    (:func:`gateway.anthropic_tools.offered_tools`).
 
     Raises:
-        APIError: 400 as :func:`custom_tools` describes.
+        APIError: 400 for an unknown tool type or an invalid tool.
     """
-    kind = _decode(_tool_kind_decoder, raw, path).type
-    if kind not in (None, "custom"):
-        shown = kind if isinstance(kind, str) else _encoder.encode(kind).decode()
-        raise _not_supported(f"{path}.type", f"tool type '{shown}' (server tools)")
-    tool: CustomTool = _decode(_tool_decoder, raw, path)
-    if tool.input_schema.get("type") != "object":
-        raise _invalid(f"{path}.input_schema.type", "must be 'object'")
-    return tool
+    return offered_tools(list(req.tools or ()), _decode)
 
 
-def _check_tool_choice(choice: ToolChoiceParam | None, names: list[str]) -> None:
-    """``any`` and ``tool`` need tools; ``tool`` must name one of them.
+def _check_tool_choice(choice: ToolChoiceParam | None, names: list[str], dropped: set[str]) -> None:
+    """``any`` and ``tool`` need tools; ``tool`` must name an offered one.
 
     Raises:
         APIError: 400 param ``tool_choice`` / ``tool_choice.name``.
     """
     if isinstance(choice, (ToolChoiceAny, ToolChoiceTool)) and not names:
-        raise _invalid("tool_choice", f"tool_choice type '{_choice_type(choice)}' requires 'tools'")
+        raise _invalid("tool_choice", f"tool_choice type '{_tag(choice)}' requires 'tools' that mlxd can offer")
     if isinstance(choice, ToolChoiceTool) and choice.name not in names:
+        if choice.name in dropped:
+            raise _invalid("tool_choice.name", f"'{choice.name}' is a server tool mlxd cannot run, so it was dropped")
         raise _invalid("tool_choice.name", f"no tool named '{choice.name}' in 'tools'")
 
 
-def _choice_type(choice: ToolChoiceParam) -> str:
-    """The ``type`` tag of a tool choice."""
-    return type(choice).__struct_config__.tag  # type: ignore[return-value]
-
-
 def _check_messages(messages: list[MessageParam]) -> None:
-    """Roles, blocks per role and tool-result ids.
+    """Roles, per-role fields and blocks, and tool-result ids.
 
     Raises:
         APIError: 400 naming e.g. ``messages[2].content[0].type``.
@@ -501,53 +764,74 @@ def _check_messages(messages: list[MessageParam]) -> None:
     tool_use_ids: set[str] = set()
     for index, message in enumerate(messages):
         path = f"messages[{index}]"
-        if message.role not in ("user", "assistant"):
-            raise _invalid(
-                f"{path}.role",
-                f"role must be 'user' or 'assistant', got '{message.role}'"
-                " (system instructions go in the top-level 'system' field)",
-            )
-        for number, block in enumerate(_blocks(message)):
+        if message.role not in ("user", "assistant", "system"):
+            raise _invalid(f"{path}.role", f"role must be 'user', 'assistant' or 'system', got '{message.role}'")
+        if message.role != "system":
+            for name in ("clear_at", "output_config"):
+                if getattr(message, name) is not None:
+                    raise _invalid(f"{path}.{name}", "Extra inputs are not permitted (only system turns have it)")
+            if message.content is None:
+                raise _invalid(f"{path}.content", "Field required")
+        elif message.content is None and message.output_config is None:
+            raise _invalid(f"{path}.content", "a system turn needs content or output_config")
+        for number, block in enumerate(blocks_of(message)):
             _check_block(block, message.role, f"{path}.content[{number}]", tool_use_ids)
 
 
-def _blocks(message: MessageParam) -> list[ContentBlock]:
-    """The message's blocks (none for string content)."""
-    return [] if isinstance(message.content, str) else message.content
+def blocks_of(message: MessageParam) -> list[Any]:
+    """The message's blocks (none for string or absent content)."""
+    return message.content if isinstance(message.content, list) else []
 
 
-def _check_block(block: ContentBlock, role: str, path: str, tool_use_ids: set[str]) -> None:
+def _check_block(block: Any, role: str, path: str, tool_use_ids: set[str]) -> None:
     """Check one block of a ``role`` turn; record tool_use ids, check tool
     results against them.
 
     Raises:
-        APIError: 400 for an unsupported block, a block the role may not
-        send, or a tool result without its tool use.
+        APIError: 400 for a refused block, a block the role may not send, an
+        unreadable document, or a tool result without its tool use.
     """
-    kind = _UNSUPPORTED_BLOCKS.get(type(block))
-    if kind is not None:
-        raise _not_supported(f"{path}.type", f"content block type '{kind}'")
-    allowed = _USER_BLOCKS if role == "user" else _ASSISTANT_BLOCKS
+    tag = _tag(block)
+    if tag in _REFUSED_BLOCKS:
+        raise _not_supported(f"{path}.type", f"content block type '{tag}' ({_REFUSED_BLOCKS[tag]})")
+    if isinstance(block, ImageBlock):
+        raise no_vision(f"{path}.type")
+    allowed = {"user": _USER_BLOCKS, "assistant": _ASSISTANT_BLOCKS, "system": (TextBlock,)}[role]
     if not isinstance(block, allowed):
-        tag = type(block).__struct_config__.tag
         raise _invalid(f"{path}.type", f"'{tag}' blocks are not allowed in {role} turns")
-    if isinstance(block, TextBlock):
-        _check_text(block, path)
+    if isinstance(block, DocumentBlock):
+        _check_document(block, path)
     elif isinstance(block, ToolUseBlock):
         _check_tool_use(block, path)
         tool_use_ids.add(block.id)
     elif isinstance(block, ToolResultBlock):
         _check_tool_result(block, path, tool_use_ids)
+    elif isinstance(block, CompactionBlock) and block.content is None:
+        raise _not_supported(f"{path}.content", "a compaction block without readable 'content'")
 
 
-def _check_text(block: TextBlock, path: str) -> None:
-    """Accept only null or empty ``citations``.
+def no_vision(param: str) -> APIError:
+    """The 400 for an image the model cannot see."""
+    return _invalid(param, "this model has no vision support, so 'image' blocks cannot be read")
+
+
+def _check_document(block: DocumentBlock, path: str) -> None:
+    """Only text documents can be read (no PDF, URL or file sources; no
+    images inside a content source).
 
     Raises:
-        APIError: 400 param ``<path>.citations``.
+        APIError: 400 naming the source.
     """
-    if not _is_null(block.citations) and msgspec.json.decode(block.citations) != []:
-        raise _not_supported(f"{path}.citations", "citations")
+    source = block.source
+    if not isinstance(source, (PlainTextSource, ContentSource)):
+        raise _not_supported(
+            f"{path}.source.type",
+            f"document source type '{_tag(source)}' (only 'text' and 'content' documents can be read)",
+        )
+    if isinstance(source, ContentSource) and isinstance(source.content, list):
+        for number, item in enumerate(source.content):
+            if isinstance(item, ImageBlock):
+                raise no_vision(f"{path}.source.content[{number}].type")
 
 
 def _check_tool_use(block: ToolUseBlock, path: str) -> None:
@@ -557,13 +841,14 @@ def _check_tool_use(block: ToolUseBlock, path: str) -> None:
         APIError: 400 naming the field.
     """
     if not _is_null(block.caller) and msgspec.json.decode(block.caller) != {"type": "direct"}:
-        raise _not_supported(f"{path}.caller", "a tool_use 'caller' other than direct")
+        raise _not_supported(f"{path}.caller", "a tool_use 'caller' other than direct (mlxd runs no code execution)")
     if not _is_null(block.toolset_name):
-        raise _not_supported(f"{path}.toolset_name", "toolsets")
+        raise _not_supported(f"{path}.toolset_name", "toolsets (MCP)")
 
 
 def _check_tool_result(block: ToolResultBlock, path: str, tool_use_ids: set[str]) -> None:
-    """The result must answer an earlier tool use and hold only text.
+    """The result must answer an earlier tool use; its content blocks must
+    be readable (images are handled at translation).
 
     Raises:
         APIError: 400 naming ``tool_use_id`` or the offending content block.
@@ -573,155 +858,25 @@ def _check_tool_result(block: ToolResultBlock, path: str, tool_use_ids: set[str]
             f"{path}.tool_use_id",
             f"no tool_use block with id '{block.tool_use_id}' in an earlier assistant turn",
         )
+    if not _is_null(block.toolset_name):
+        raise _not_supported(f"{path}.toolset_name", "toolsets (MCP)")
     if isinstance(block.content, list):
         for number, item in enumerate(block.content):
             item_path = f"{path}.content[{number}]"
-            if not isinstance(item, TextBlock):
-                kind = _UNSUPPORTED_BLOCKS[type(item)]
-                raise _not_supported(f"{item_path}.type", f"content block type '{kind}' in a tool result")
-            _check_text(item, item_path)
+            tag = _tag(item)
+            if tag in _REFUSED_BLOCKS:
+                raise _not_supported(f"{item_path}.type", f"content block type '{tag}' ({_REFUSED_BLOCKS[tag]})")
+            if isinstance(item, DocumentBlock):
+                _check_document(item, item_path)
 
 
-# --- translation ---------------------------------------------------------------
+# --- shared with the translation -----------------------------------------------
 
 
-def _text_of(content: str | list[TextBlock] | None) -> str:
+def text_of(content: str | list[TextBlock] | None) -> str:
     """Text content as one string (text blocks concatenated)."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
     return "".join(block.text for block in content)
-
-
-def _tool_result_message(block: ToolResultBlock, names: dict[str, str]) -> ChatMessage:
-    """The ``tool`` turn for one tool result (``name`` from its tool use)."""
-    text = _text_of(block.content)  # type: ignore[arg-type]  # checked: text only
-    if block.is_error:
-        text = TOOL_ERROR_PREFIX + text
-    return ChatMessage(role="tool", content=text, tool_call_id=block.tool_use_id, name=names.get(block.tool_use_id))
-
-
-def _user_messages(message: MessageParam, names: dict[str, str]) -> list[ChatMessage]:
-    """A user turn: one ``tool`` message per tool result, in order, then one
-    ``user`` message with its text (when it has text or no tool results)."""
-    if isinstance(message.content, str):
-        return [ChatMessage(role="user", content=message.content)]
-    results = [b for b in message.content if isinstance(b, ToolResultBlock)]
-    texts = [b for b in message.content if isinstance(b, TextBlock)]
-    out = [_tool_result_message(block, names) for block in results]
-    if texts or not results:
-        out.append(ChatMessage(role="user", content=_text_of(texts)))
-    return out
-
-
-def _assistant_message(message: MessageParam, names: dict[str, str]) -> ChatMessage:
-    """An assistant turn: text, reasoning (thinking blocks) and tool calls
-    (``arguments`` the JSON text of ``input``); records tool names by id."""
-    if isinstance(message.content, str):
-        return ChatMessage(role="assistant", content=message.content)
-    blocks = message.content
-    calls = [
-        ToolCall(id=b.id, name=b.name, arguments=_encoder.encode(b.input).decode())
-        for b in blocks
-        if isinstance(b, ToolUseBlock)
-    ]
-    names.update((call.id, call.name) for call in calls)
-    reasoning = "".join(b.thinking for b in blocks if isinstance(b, ThinkingBlock))
-    return ChatMessage(
-        role="assistant",
-        content=_text_of([b for b in blocks if isinstance(b, TextBlock)]),
-        tool_calls=calls or None,
-        reasoning=reasoning or None,
-    )
-
-
-def chat_messages(req: _PromptFields) -> list[ChatMessage]:
-    """The worker's messages for a validated request: the system text as a
-    leading ``system`` message (when not empty), then every turn translated
-    (see :func:`_user_messages` and :func:`_assistant_message`)."""
-    out: list[ChatMessage] = []
-    system = _text_of(req.system)
-    if system:
-        out.append(ChatMessage(role="system", content=system))
-    names: dict[str, str] = {}
-    for message in req.messages:
-        if message.role == "user":
-            out.extend(_user_messages(message, names))
-        else:
-            out.append(_assistant_message(message, names))
-    return out
-
-
-_TOOL_CHOICES: dict[type, ToolChoice] = {
-    ToolChoiceAuto: "auto",
-    ToolChoiceAny: "required",
-    ToolChoiceTool: "function",
-    ToolChoiceNone: "none",
-}
-
-
-def _tool_fields(req: _PromptFields) -> dict[str, Any]:
-    """The GenerateRequest tool fields: ``tools`` (None when there are none),
-    ``tool_choice`` (auto/required/function/none), ``tool_choice_name`` and
-    ``parallel_tool_calls`` (False with ``disable_parallel_tool_use``)."""
-    tools = [Tool(name=t.name, description=t.description or "", parameters=t.input_schema) for t in custom_tools(req)]
-    choice = req.tool_choice
-    return {
-        "tools": tools or None,
-        "tool_choice": "auto" if choice is None else _TOOL_CHOICES[type(choice)],
-        "tool_choice_name": choice.name if isinstance(choice, ToolChoiceTool) else None,
-        "parallel_tool_calls": not getattr(choice, "disable_parallel_tool_use", None),
-    }
-
-
-def _thinking(req: _PromptFields) -> bool | None:
-    """``thinking``: True when enabled, False when disabled, None when absent."""
-    if req.thinking is None:
-        return None
-    return isinstance(req.thinking, ThinkingEnabled)
-
-
-def _thinking_budget(req: _PromptFields) -> int | None:
-    """``thinking.budget_tokens`` when thinking is enabled, else None."""
-    return req.thinking.budget_tokens if isinstance(req.thinking, ThinkingEnabled) else None
-
-
-def _sampling(req: MessagesRequest) -> SamplingParams:
-    """The worker's sampling settings; unset ``temperature``, ``top_p`` and
-    ``top_k`` stay None: the worker applies the model's defaults."""
-    return SamplingParams(
-        max_tokens=req.max_tokens,
-        temperature=req.temperature,
-        top_p=req.top_p,
-        top_k=req.top_k,
-        stop=list(req.stop_sequences or ()),
-    )
-
-
-def to_generate_request(req: MessagesRequest, request_id: str) -> GenerateRequest:
-    """Translate a validated messages request into the worker's request
-    (one choice; ``timeout`` left for the engine to fill in)."""
-    return GenerateRequest(
-        request_id=request_id,
-        sampling=_sampling(req),
-        messages=chat_messages(req),
-        thinking=_thinking(req),
-        thinking_budget=_thinking_budget(req),
-        continue_final=prefilled(req),
-        **_tool_fields(req),
-    )
-
-
-def to_count_request(req: CountTokensRequest, request_id: str) -> GenerateRequest:
-    """Translate a validated count-tokens request into a ``count_only``
-    worker request rendering the same prompt."""
-    return GenerateRequest(
-        request_id=request_id,
-        sampling=SamplingParams(),
-        messages=chat_messages(req),
-        thinking=_thinking(req),
-        count_only=True,
-        continue_final=prefilled(req),
-        **_tool_fields(req),
-    )

@@ -38,10 +38,11 @@ from __future__ import annotations
 import math
 import uuid
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Any, Collection, Iterable, Sequence, Union
 
 import msgspec
 
+from gateway.custom_tools import custom_input
 from gateway.engine_api import ModelInfo
 from gateway.request_flow import FINAL_REASONS, FinalReason
 from gateway.sse import DATA_PREFIX, FRAME_END
@@ -59,6 +60,13 @@ DEFAULT_REASONING_FIELD = "reasoning_content"
 MIN_LOGPROB = -9999.0
 """The lowest log-probability reported (OpenAI's "very unlikely")."""
 
+SERVICE_TIER = "default"
+"""The ``service_tier`` every chat answer reports: mlxd serves every request
+the same way, whatever tier it asked for."""
+
+SYSTEM_FINGERPRINT = "fp_mlxd"
+"""The ``system_fingerprint`` of every chat and completions answer."""
+
 _encoder = msgspec.json.Encoder()
 
 
@@ -71,9 +79,22 @@ def encode(obj: object) -> bytes:
 
 
 class PromptTokensDetails(msgspec.Struct, kw_only=True):
-    """``usage.prompt_tokens_details``: prompt tokens reused from the cache."""
+    """``usage.prompt_tokens_details``: prompt tokens reused from the cache
+    (no audio input: ``audio_tokens`` is 0)."""
 
     cached_tokens: int = 0
+    audio_tokens: int = 0
+
+
+class CompletionTokensDetails(msgspec.Struct, kw_only=True):
+    """``usage.completion_tokens_details``: all 0. The worker does not
+    count reasoning tokens apart from the rest, there is no audio, and
+    ``prediction`` is never used."""
+
+    reasoning_tokens: int = 0
+    audio_tokens: int = 0
+    accepted_prediction_tokens: int = 0
+    rejected_prediction_tokens: int = 0
 
 
 class Usage(msgspec.Struct, kw_only=True):
@@ -83,6 +104,7 @@ class Usage(msgspec.Struct, kw_only=True):
     completion_tokens: int
     total_tokens: int
     prompt_tokens_details: PromptTokensDetails
+    completion_tokens_details: CompletionTokensDetails = msgspec.field(default_factory=CompletionTokensDetails)
 
 
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> Usage:
@@ -308,37 +330,80 @@ class ToolCallObject(msgspec.Struct, kw_only=True):
     function: FunctionCall
 
 
+class CustomCall(msgspec.Struct, kw_only=True):
+    """``custom`` of a custom tool call: the tool's name and its input."""
+
+    name: str
+    input: str
+
+
+class CustomToolCallObject(msgspec.Struct, kw_only=True):
+    """A call of a custom tool in a chat message's ``tool_calls``."""
+
+    id: str
+    type: str = "custom"
+    custom: CustomCall
+
+
 class AssistantMessage(msgspec.Struct, kw_only=True, omit_defaults=True):
     """The ``message`` of a chat choice.
 
-    ``role``, ``content`` (null when the choice made only tool calls) and
-    ``refusal`` (always null) are always present; ``tool_calls`` and the
+    ``role``, ``content`` (null when the choice made only tool calls),
+    ``refusal`` (always null) and ``annotations`` (always empty: there are
+    no web-search citations) are always present; ``tool_calls`` and the
     reasoning field (one of the last two, see :data:`REASONING_FIELDS`) only
-    when non-empty.
+    when non-empty. A legacy ``functions`` request gets its one call as
+    ``function_call`` instead of ``tool_calls``.
     """
 
     role: str
     content: str | None
     refusal: None
-    tool_calls: list[ToolCallObject] | None = None
+    annotations: list[Any]
+    tool_calls: list[Union[ToolCallObject, CustomToolCallObject]] | None = None
+    function_call: FunctionCall | None = None
     reasoning_content: str | None = None
     reasoning: str | None = None
 
 
-def assistant_message(result: ChoiceResult, reasoning_field: str = DEFAULT_REASONING_FIELD) -> AssistantMessage:
+def _call_object(call: ToolCall, custom_tools: Collection[str]) -> ToolCallObject | CustomToolCallObject:
+    """A finished call as the message lists it (a call of one of
+    ``custom_tools`` as a custom tool call, its input from the function
+    form's arguments)."""
+    if call.name in custom_tools:
+        return CustomToolCallObject(id=call.id, custom=CustomCall(name=call.name, input=custom_input(call.arguments)))
+    return ToolCallObject(id=call.id, function=FunctionCall(name=call.name, arguments=call.arguments))
+
+
+def assistant_message(
+    result: ChoiceResult,
+    reasoning_field: str = DEFAULT_REASONING_FIELD,
+    legacy_functions: bool = False,
+    custom_tools: Collection[str] = (),
+) -> AssistantMessage:
     """The chat ``message`` for one finished choice, with its reasoning (if
-    any) under ``reasoning_field``."""
-    calls = [
-        ToolCallObject(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments)) for c in result.tool_calls
-    ]
+    any) under ``reasoning_field``; with ``legacy_functions`` its first
+    call as the legacy ``function_call``; calls of ``custom_tools`` as
+    custom tool calls."""
+    calls = [_call_object(c, custom_tools) for c in result.tool_calls]
     reasoning = {reasoning_field: result.reasoning} if result.reasoning else {}
+    first = calls[0] if calls else None
+    legacy = {"function_call": first.function} if legacy_functions and isinstance(first, ToolCallObject) else {}
     return AssistantMessage(
         role="assistant",
         content=None if calls and not result.text else result.text,
         refusal=None,
-        tool_calls=calls or None,
+        annotations=[],
+        tool_calls=None if legacy_functions else calls or None,
+        **legacy,
         **reasoning,
     )
+
+
+def legacy_finish(reason: str, legacy_functions: bool) -> str:
+    """The finish reason a client sees: ``tool_calls`` is ``function_call``
+    for a legacy ``functions`` request."""
+    return "function_call" if legacy_functions and reason == "tool_calls" else reason
 
 
 class ChatChoice(msgspec.Struct, kw_only=True):
@@ -357,6 +422,8 @@ class ChatCompletion(msgspec.Struct, kw_only=True):
     object: str = "chat.completion"
     created: int
     model: str
+    service_tier: str = SERVICE_TIER
+    system_fingerprint: str = SYSTEM_FINGERPRINT
     choices: list[ChatChoice]
     usage: Usage
 
@@ -377,6 +444,7 @@ class TextCompletion(msgspec.Struct, kw_only=True):
     object: str = "text_completion"
     created: int
     model: str
+    system_fingerprint: str = SYSTEM_FINGERPRINT
     choices: list[CompletionChoice]
     usage: Usage
 
@@ -407,14 +475,16 @@ class ModelList(msgspec.Struct, kw_only=True):
     data: list[ModelCard]
 
 
-def _chat_choice(result: ChoiceResult, reasoning_field: str) -> ChatChoice:
+def _chat_choice(
+    result: ChoiceResult, reasoning_field: str, legacy_functions: bool, custom_tools: Collection[str]
+) -> ChatChoice:
     """The ``chat.completion`` choice for one finished choice."""
     logprobs = None if result.logprobs is None else chat_logprobs(result.logprobs)
     return ChatChoice(
         index=result.index,
-        message=assistant_message(result, reasoning_field),
+        message=assistant_message(result, reasoning_field, legacy_functions, custom_tools),
         logprobs=logprobs,
-        finish_reason=result.finish_reason,
+        finish_reason=legacy_finish(result.finish_reason, legacy_functions),
     )
 
 
@@ -426,27 +496,33 @@ def chat_completion_body(
     choices: Sequence[ChoiceResult],
     usage: Usage,
     reasoning_field: str = DEFAULT_REASONING_FIELD,
+    legacy_functions: bool = False,
+    custom_tools: Collection[str] = (),
 ) -> bytes:
     """Return the JSON of a ``chat.completion`` with ``choices`` (ordered by
-    index) and ``usage``; reasoning goes under ``reasoning_field``."""
+    index) and ``usage``; reasoning goes under ``reasoning_field``; calls
+    in the legacy form with ``legacy_functions``; calls of
+    ``custom_tools`` as custom tool calls."""
     ordered = sorted(choices, key=lambda c: c.index)
     return encode(
         ChatCompletion(
             id=request_id,
             created=created,
             model=model,
-            choices=[_chat_choice(c, reasoning_field) for c in ordered],
+            choices=[_chat_choice(c, reasoning_field, legacy_functions, custom_tools) for c in ordered],
             usage=usage,
         )
     )
 
 
-def _completion_choice(result: ChoiceResult, alternatives: int) -> CompletionChoice:
-    """The ``text_completion`` choice for one finished choice."""
+def _completion_choice(result: ChoiceResult, alternatives: int, echo: str = "") -> CompletionChoice:
+    """The ``text_completion`` choice for one finished choice (its text
+    after the echoed prompt ``echo``)."""
     logprobs = None
     if result.logprobs is not None:
         logprobs, _ = completion_logprobs(result.logprobs, alternatives)
-    return CompletionChoice(text=result.text, index=result.index, logprobs=logprobs, finish_reason=result.finish_reason)
+    text = echo + result.text
+    return CompletionChoice(text=text, index=result.index, logprobs=logprobs, finish_reason=result.finish_reason)
 
 
 def text_completion_body(
@@ -457,16 +533,18 @@ def text_completion_body(
     choices: Sequence[ChoiceResult],
     usage: Usage,
     alternatives: int = 0,
+    echo: str = "",
 ) -> bytes:
     """Return the JSON of a ``text_completion`` with ``choices`` (ordered by
-    index) and ``usage``; ``alternatives`` is the legacy ``logprobs`` count."""
+    index) and ``usage``; ``alternatives`` is the legacy ``logprobs`` count
+    and ``echo`` the prompt each choice's text starts with (``echo``)."""
     ordered = sorted(choices, key=lambda c: c.index)
     return encode(
         TextCompletion(
             id=request_id,
             created=created,
             model=model,
-            choices=[_completion_choice(c, alternatives) for c in ordered],
+            choices=[_completion_choice(c, alternatives, echo) for c in ordered],
             usage=usage,
         )
     )
@@ -507,7 +585,9 @@ def error_frame(message: str, code: str | None, param: str | None = None) -> byt
 
 
 def _head(request_id: str, obj: str, created: int, model: str) -> bytes:
-    """The constant start of every chunk of one stream, up to ``"choices":``."""
+    """The constant start of every chunk of one stream, up to ``"choices":``
+    (chat chunks also carry ``service_tier``; both ``system_fingerprint``)."""
+    tier = b',"service_tier":' + encode(SERVICE_TIER) if obj == "chat.completion.chunk" else b""
     return b"".join(
         (
             b'{"id":',
@@ -518,6 +598,9 @@ def _head(request_id: str, obj: str, created: int, model: str) -> bytes:
             encode(created),
             b',"model":',
             encode(model),
+            tier,
+            b',"system_fingerprint":',
+            encode(SYSTEM_FINGERPRINT),
             b',"choices":',
         )
     )
@@ -599,6 +682,9 @@ class ChatChunkStream(_ChunkStream):
     text); one ``{"tool_calls": [...]}`` chunk per tool-call header and per
     argument piece (see the module docstring; indexes per choice); and, for
     a choice's last output, a ``delta: {}`` chunk with its ``finish_reason``.
+    With ``legacy_functions`` a call streams as ``{"function_call": {"name",
+    "arguments": ""}}`` then ``{"function_call": {"arguments"}}`` pieces,
+    and ``tool_calls`` finishes as ``function_call``.
     """
 
     _object = "chat.completion.chunk"
@@ -613,8 +699,10 @@ class ChatChunkStream(_ChunkStream):
         n: int = 1,
         logprobs: bool = False,
         reasoning_field: str = DEFAULT_REASONING_FIELD,
+        legacy_functions: bool = False,
     ) -> None:
         super().__init__(request_id, created, model, include_usage, n=n, logprobs=logprobs)
+        self._legacy = legacy_functions
         self._choice_heads = [self._head + b'[{"index":%d,"delta":' % i for i in range(n)]
         self._logprobs_null = b',"logprobs":null' if logprobs else b""
         self._delta_tail = self._logprobs_null + b',"finish_reason":null}]' + self._end
@@ -641,7 +729,7 @@ class ChatChunkStream(_ChunkStream):
         finish chunk when ``output`` is that choice's last."""
         frames = self.deltas(output)
         if output.finish_reason in FINAL_REASONS:
-            reason = encode(output.finish_reason)
+            reason = encode(legacy_finish(output.finish_reason, self._legacy))
             tail = b"{}" + self._logprobs_null + b',"finish_reason":' + reason + b"}]" + self._end
             frames += self._choice_heads[output.index] + tail
         return frames
@@ -665,6 +753,8 @@ class ChatChunkStream(_ChunkStream):
         """The chunks of one tool-call piece of choice ``index``: the call's
         header when the piece starts it, then its argument piece if any."""
         position, started = self._tools[index].add(piece)
+        if self._legacy:
+            return self._function_call(index, position, started, piece)
         frames = b""
         if started is not None:
             header = b"".join(
@@ -682,15 +772,30 @@ class ChatChunkStream(_ChunkStream):
             frames += self._delta(index, arguments + encode(piece.arguments) + b"}}]}")
         return frames
 
+    def _function_call(self, index: int, position: int, started: ToolCall | None, piece: ToolCallDelta) -> bytes:
+        """The legacy ``function_call`` chunks of one tool-call piece of
+        choice ``index``; only the choice's first call (position 0) is sent,
+        as a legacy answer holds one call."""
+        if position != 0:
+            return b""
+        frames = b""
+        if started is not None:
+            header = b'{"function_call":{"name":' + encode(started.name) + b',"arguments":""}}'
+            frames += self._delta(index, header)
+        if piece.arguments:
+            frames += self._delta(index, b'{"function_call":{"arguments":' + encode(piece.arguments) + b"}}")
+        return frames
+
 
 class CompletionChunkStream(_ChunkStream):
     """Builds the ``text_completion`` chunk frames of one streamed response.
 
     See :class:`_ChunkStream` for construction and order of use;
-    ``alternatives`` is the legacy ``logprobs`` count. Every chunk holds one
-    choice ``{"text", "index", "logprobs", "finish_reason"}``; there is no
-    opening chunk, and a choice's last text travels in the same chunk as its
-    ``finish_reason``. When requested, ``logprobs`` is the legacy object for
+    ``alternatives`` is the legacy ``logprobs`` count and ``echo`` the
+    prompt text to echo. Every chunk holds one choice ``{"text", "index",
+    "logprobs", "finish_reason"}``; the only opening chunks are one per
+    choice carrying ``echo`` (when set), and a choice's last text travels
+    in the same chunk as its ``finish_reason``. When requested, ``logprobs`` is the legacy object for
     the chunk's tokens, with ``text_offset`` counting on from the choice's
     earlier chunks; otherwise it is null. Only ``text`` is sent: reasoning
     and tool-call pieces, which a raw prompt never asks for, have no place
@@ -709,12 +814,24 @@ class CompletionChunkStream(_ChunkStream):
         n: int = 1,
         logprobs: bool = False,
         alternatives: int = 0,
+        echo: str = "",
     ) -> None:
         super().__init__(request_id, created, model, include_usage, n=n, logprobs=logprobs)
         self._alternatives = alternatives
+        self._echo = echo
         self._offsets = [0] * n
         self._text_head = self._head + b'[{"text":'
         self._index_parts = [b',"index":%d,"logprobs":' % i for i in range(n)]
+
+    def start(self) -> bytes:
+        """Return one chunk per choice with the echoed prompt (nothing
+        without ``echo``)."""
+        if not self._echo:
+            return b""
+        return b"".join(
+            self._text_head + encode(self._echo) + self._index_parts[i] + b'null,"finish_reason":null}]' + self._end
+            for i in range(self._n)
+        )
 
     def deltas(self, output: RequestOutput) -> bytes:
         """Return ``output``'s chunk without a finish reason, or nothing."""

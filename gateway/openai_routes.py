@@ -26,10 +26,11 @@ worker.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable, Union
 
 from starlette.requests import Request
@@ -37,15 +38,20 @@ from starlette.responses import JSONResponse, Response
 
 from gateway import openai_format as fmt
 from gateway import sse
+from gateway.dropped_tools import dropped_headers
 from gateway.engine_api import RequestStream
 from gateway.errors import APIError, model_not_found
 from gateway.openai_schema import (
     ChatCompletionRequest,
     CompletionRequest,
     check_limits,
+    custom_tool_names,
     decode_chat_request,
     decode_completion_request,
+    dropped_tools,
+    echoed_prompt,
     include_usage,
+    legacy_functions,
     to_generate_request,
 )
 from gateway.request_flow import (
@@ -178,6 +184,7 @@ class _Job:
     model: str
     stream: RequestStream
     reasoning_field: str = fmt.DEFAULT_REASONING_FIELD
+    headers: dict[str, str] = field(default_factory=dict)
 
     @property
     def request_id(self) -> str:
@@ -211,12 +218,18 @@ def _chunk_stream(job: _Job, builder: Callable[..., ChunkStream], **options: Any
 
 def _chat_chunks(job: _Job) -> ChunkStream:
     """The chat chunk builder for ``job``."""
-    return _chunk_stream(job, fmt.ChatChunkStream, reasoning_field=job.reasoning_field)
+    legacy = legacy_functions(job.request)  # type: ignore[arg-type]
+    return _chunk_stream(job, fmt.ChatChunkStream, reasoning_field=job.reasoning_field, legacy_functions=legacy)
 
 
 def _completion_chunks(job: _Job) -> ChunkStream:
     """The completions chunk builder for ``job``."""
-    return _chunk_stream(job, fmt.CompletionChunkStream, alternatives=job.generate.sampling.top_logprobs)
+    return _chunk_stream(
+        job,
+        fmt.CompletionChunkStream,
+        alternatives=job.generate.sampling.top_logprobs,
+        echo=echoed_prompt(job.request),  # type: ignore[arg-type]
+    )
 
 
 def _chat_body(job: _Job, choices: list[fmt.ChoiceResult], usage: fmt.Usage) -> bytes:
@@ -228,11 +241,36 @@ def _chat_body(job: _Job, choices: list[fmt.ChoiceResult], usage: fmt.Usage) -> 
         choices=choices,
         usage=usage,
         reasoning_field=job.reasoning_field,
+        legacy_functions=legacy_functions(job.request),  # type: ignore[arg-type]
+        custom_tools=custom_tool_names(job.request),  # type: ignore[arg-type]
     )
 
 
+def _best(request: CompletionRequest, choices: list[fmt.ChoiceResult]) -> list[fmt.ChoiceResult]:
+    """The choices a completions answer returns: all of them, or with
+    ``best_of`` the ``n`` candidates with the highest mean token
+    log-probability, best first and numbered from 0 (their
+    log-probabilities kept only when the request asked for them)."""
+    n = request.n or 1
+    if len(choices) <= n:
+        return choices
+
+    def mean_logprob(choice: fmt.ChoiceResult) -> float:
+        tokens = choice.logprobs or ()
+        return sum(t.logprob for t in tokens) / len(tokens) if tokens else float("-inf")
+
+    best = sorted(choices, key=mean_logprob, reverse=True)[:n]
+    keep = request.logprobs is not None
+    return [
+        dataclasses.replace(choice, index=i, logprobs=choice.logprobs if keep else None)
+        for i, choice in enumerate(best)
+    ]
+
+
 def _completion_body(job: _Job, choices: list[fmt.ChoiceResult], usage: fmt.Usage) -> bytes:
-    """The ``text_completion`` JSON for ``job``."""
+    """The ``text_completion`` JSON for ``job`` (with ``best_of``, the best
+    ``n`` candidates; usage counts them all, as all were generated)."""
+    choices = _best(job.request, choices)  # type: ignore[arg-type]
     return fmt.text_completion_body(
         request_id=job.request_id,
         created=job.created,
@@ -240,6 +278,7 @@ def _completion_body(job: _Job, choices: list[fmt.ChoiceResult], usage: fmt.Usag
         choices=choices,
         usage=usage,
         alternatives=job.generate.sampling.top_logprobs,
+        echo=echoed_prompt(job.request),  # type: ignore[arg-type]
     )
 
 
@@ -295,6 +334,7 @@ async def _generate(request: Request, endpoint: _Endpoint) -> Response:
         streamed=(lambda first: _events(job, job.endpoint.chunks(job), first)) if job.request.stream else None,
         collect=lambda first: _collect(job, first),
         answer=lambda collector: _answer(job, collector),
+        stream_headers=job.headers,
     )
 
 
@@ -311,7 +351,9 @@ async def _submit(request: Request, endpoint: _Endpoint) -> _Job:
     check_limits(req, model, engine.limits(model))
     generate = to_generate_request(req, endpoint.id_prefix + uuid.uuid4().hex)
     stream = await engine.submit(model, generate)
-    return _Job(endpoint, req, generate, int(time.time()), model, stream, _reasoning_field(request))
+    dropped = dropped_tools(req) if isinstance(req, ChatCompletionRequest) else []
+    headers = dropped_headers(dropped, request.url.path)
+    return _Job(endpoint, req, generate, int(time.time()), model, stream, _reasoning_field(request), headers)
 
 
 # --- non-streaming ---------------------------------------------------------------
@@ -377,7 +419,7 @@ async def _collect(job: _Job, first: RequestOutput) -> _Collector | RequestOutpu
 def _answer(job: _Job, collector: _Collector) -> Response:
     """The one JSON object answering ``job``, from its collected choices."""
     body = job.endpoint.body(job, collector.results(), collector.progress.tally.usage())
-    return Response(body, media_type=JSON_MEDIA_TYPE)
+    return Response(body, media_type=JSON_MEDIA_TYPE, headers=job.headers)
 
 
 # --- streaming ---------------------------------------------------------------------

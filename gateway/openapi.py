@@ -361,6 +361,7 @@ _TYPES: dict[str, Any] = {
     "response": responses_format.ResponseBody,
     "message": anthropic_format.Message,
     "anthropic_usage": anthropic_format.Usage,
+    "anthropic_delta_usage": anthropic_format.DeltaUsage,
     "content_block": anthropic_format.ContentBlock,
     "token_count": TokenCount,
     "embedding_list": EmbeddingList,
@@ -619,6 +620,8 @@ class _Builder:
             "properties": {
                 "stop_reason": {"enum": ["end_turn", "max_tokens", "stop_sequence", "tool_use"]},
                 "stop_sequence": {"type": ["string", "null"]},
+                "stop_details": {"type": "null"},
+                "container": {"type": "null"},
             },
         }
         return {
@@ -629,7 +632,7 @@ class _Builder:
             ),
             "content_block_delta": event("content_block_delta", {"index": index, "delta": delta}),
             "content_block_stop": event("content_block_stop", {"index": index}),
-            "message_delta": event("message_delta", {"delta": stop, "usage": self.refs["anthropic_usage"]}),
+            "message_delta": event("message_delta", {"delta": stop, "usage": self.refs["anthropic_delta_usage"]}),
             "message_stop": event("message_stop", {}),
             "error": self.refs["anthropic_stream_error"],
         }

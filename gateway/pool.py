@@ -103,6 +103,12 @@ class WorkerPool:
             await asyncio.sleep(0.05)
         return True
 
+    def end_inflight(self, message: str) -> None:
+        """End every request still in flight, on every worker, with an error
+        carrying ``message`` (see :meth:`WorkerHandle.end_inflight`)."""
+        for handle in self.handles.values():
+            handle.end_inflight(message)
+
     # -- reload -----------------------------------------------------------------
 
     def reload(self, config: Config) -> list[str]:

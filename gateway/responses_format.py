@@ -3,7 +3,7 @@
 A response's ``output`` is a list of items, in the order the model produced
 them: a ``reasoning`` item (its text as one ``reasoning_text`` content part;
 ``summary`` is always empty), a ``message`` item (one ``output_text`` part,
-``annotations`` and ``logprobs`` always empty) and one ``function_call``
+``annotations`` always empty, ``logprobs`` filled only when asked for) and one ``function_call``
 item per tool call (``call_id`` is the worker's tool-call id). Whenever the
 kind of output changes (reasoning, text, another tool call) the current item
 is finished and the next one started, so a model that thinks, answers and
@@ -38,13 +38,16 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Union
+from typing import Any, Callable, Literal, Mapping, Union
 
 import msgspec
 
 from gateway import sse
-from gateway.openai_format import Usage
+from gateway.custom_tools import custom_input
+from gateway.encrypted_reasoning import seal
+from gateway.openai_format import Usage, chat_logprobs
 from gateway.request_flow import FinalReason
+from gateway.responses_tools import ToolRef
 from shared.protocol import RequestOutput, ToolCallDelta
 
 log = logging.getLogger("mlxd.gateway.responses")
@@ -67,23 +70,6 @@ def new_id(prefix: str) -> str:
 # --- echoed request settings ----------------------------------------------------------
 
 
-class FunctionToolEcho(msgspec.Struct, kw_only=True):
-    """A function tool as the response's ``tools`` lists it."""
-
-    type: str = "function"
-    name: str
-    description: str | None = None
-    parameters: dict[str, Any] | None = None
-    strict: bool | None = None
-
-
-class ToolChoiceFunctionEcho(msgspec.Struct, kw_only=True):
-    """An object ``tool_choice`` forcing a call of function ``name``."""
-
-    type: str = "function"
-    name: str
-
-
 class TextFormatEcho(msgspec.Struct, kw_only=True, omit_defaults=True):
     """``text.format``: ``{"type": "text"}``, ``{"type": "json_object"}`` or
     ``{"type": "json_schema", "name", "schema", "description"?, "strict"?}``
@@ -97,17 +83,19 @@ class TextFormatEcho(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 class TextEcho(msgspec.Struct, kw_only=True):
-    """``text``: the output format (``verbosity`` is always null)."""
+    """``text``: the output format and the requested ``verbosity``
+    (``medium`` when unset; it has no effect)."""
 
     format: TextFormatEcho
-    verbosity: None = None
+    verbosity: str = "medium"
 
 
 class ReasoningEcho(msgspec.Struct, kw_only=True):
-    """``reasoning``: the requested ``effort`` (``summary`` is always null)."""
+    """``reasoning``: the requested ``effort`` and ``summary`` (null when
+    unset)."""
 
     effort: str | None = None
-    summary: None = None
+    summary: str | None = None
 
 
 class ResponseSettings(msgspec.Struct, kw_only=True):
@@ -115,8 +103,12 @@ class ResponseSettings(msgspec.Struct, kw_only=True):
 
     Defaults are what mlxd applies when the request left a field unset
     (``temperature`` and ``top_p`` 1 for a model without sampling defaults,
-    see :func:`gateway.responses_schema.response_settings`; ``tool_choice`` ``auto`` with tools
-    else ``none``, parallel tool calls allowed, plain text, no truncation).
+    see :func:`gateway.responses_schema.response_settings`; no penalties,
+    ``tool_choice`` ``auto`` with tools else ``none``, parallel tool calls
+    allowed, plain text, no truncation). ``tools`` and an object
+    ``tool_choice`` are echoed as sent (dropped tools left out);
+    ``service_tier`` is always ``default``, the one way mlxd serves a
+    request.
     """
 
     instructions: str | None = None
@@ -126,19 +118,47 @@ class ResponseSettings(msgspec.Struct, kw_only=True):
     parallel_tool_calls: bool = True
     previous_response_id: None = None
     reasoning: ReasoningEcho = msgspec.field(default_factory=ReasoningEcho)
-    service_tier: str | None = None
+    service_tier: str = "default"
     store: bool = False
     background: bool = False
     temperature: float = 1.0
     text: TextEcho = msgspec.field(default_factory=lambda: TextEcho(format=TextFormatEcho(type="text")))
-    tool_choice: Union[str, ToolChoiceFunctionEcho] = "none"
-    tools: list[FunctionToolEcho] = []
+    tool_choice: Union[str, dict[str, Any]] = "none"
+    tools: list[Any] = []
     top_logprobs: int = 0
     top_p: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
     truncation: str = "disabled"
     user: str | None = None
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
+    prompt_cache_retention: str | None = None
+    conversation: None = None
+    prompt: None = None
+
+
+@dataclass(frozen=True)
+class OutputOptions:
+    """How a response renders its output items.
+
+    ``tools`` maps model-facing tool names to what they stand for
+    (:class:`~gateway.responses_tools.ToolRef`): a call of a ``custom`` tool
+    becomes a ``custom_tool_call`` item, a call of a namespaced tool names
+    its ``namespace``. ``summary``: reasoning text goes into the reasoning
+    item's ``summary`` (one ``summary_text`` part, streamed as
+    ``response.reasoning_summary_*`` events) instead of its ``content``.
+    ``encrypted_reasoning``: finished reasoning items carry
+    ``encrypted_content`` (:func:`gateway.encrypted_reasoning.seal` of
+    their text). ``logprobs``: message text carries the log-probabilities
+    of its tokens (on each ``output_text.delta`` and the ``output_text``
+    part); those of reasoning tokens are left out.
+    """
+
+    tools: Mapping[str, ToolRef] = field(default_factory=dict)
+    summary: bool = False
+    encrypted_reasoning: bool = False
+    logprobs: bool = False
 
 
 # --- output items ------------------------------------------------------------------------
@@ -160,6 +180,13 @@ class ReasoningText(msgspec.Struct, kw_only=True):
     text: str
 
 
+class SummaryText(msgspec.Struct, kw_only=True):
+    """The ``summary_text`` part of a reasoning item's summary."""
+
+    type: str = "summary_text"
+    text: str
+
+
 class MessageItem(msgspec.Struct, kw_only=True):
     """An assistant ``message`` output item."""
 
@@ -171,27 +198,45 @@ class MessageItem(msgspec.Struct, kw_only=True):
 
 
 class ReasoningItem(msgspec.Struct, kw_only=True):
-    """A ``reasoning`` output item (``summary`` is always empty)."""
+    """A ``reasoning`` output item: its text as ``content`` or, when a
+    summary was asked for, as ``summary``; ``encrypted_content`` when
+    asked for (see :class:`OutputOptions`)."""
 
     type: str = "reasoning"
     id: str
-    summary: list[Any] = []
+    summary: list[SummaryText] = []
     content: list[ReasoningText]
+    encrypted_content: str | None = None
     status: ItemStatus
 
 
 class FunctionCallItem(msgspec.Struct, kw_only=True):
-    """A ``function_call`` output item; ``arguments`` is JSON text."""
+    """A ``function_call`` output item; ``arguments`` is JSON text;
+    ``namespace`` names the tool's namespace (null: top level)."""
 
     type: str = "function_call"
     id: str
     call_id: str
     name: str
+    namespace: str | None = None
     arguments: str
     status: ItemStatus
 
 
-OutputItem = Union[MessageItem, ReasoningItem, FunctionCallItem]
+class CustomToolCallItem(msgspec.Struct, kw_only=True):
+    """A ``custom_tool_call`` output item: the free-form ``input`` the
+    model gave a custom tool."""
+
+    type: str = "custom_tool_call"
+    id: str
+    call_id: str
+    name: str
+    namespace: str | None = None
+    input: str
+    status: ItemStatus
+
+
+OutputItem = Union[MessageItem, ReasoningItem, FunctionCallItem, CustomToolCallItem]
 """Any output item mlxd produces."""
 
 
@@ -206,8 +251,8 @@ class InputTokensDetails(msgspec.Struct, kw_only=True):
 
 
 class OutputTokensDetails(msgspec.Struct, kw_only=True):
-    """``usage.output_tokens_details`` (reasoning tokens are not counted
-    separately: always 0)."""
+    """``usage.output_tokens_details`` (the worker does not count reasoning
+    tokens apart from the rest: always 0)."""
 
     reasoning_tokens: int = 0
 
@@ -364,6 +409,59 @@ class ArgumentsDoneEvent(msgspec.Struct, kw_only=True):
     sequence_number: int
 
 
+class SummaryPartEvent(msgspec.Struct, kw_only=True):
+    """``response.reasoning_summary_part.added`` / ``.done``."""
+
+    type: str
+    item_id: str
+    output_index: int
+    summary_index: int = 0
+    part: SummaryText
+    sequence_number: int
+
+
+class SummaryDeltaEvent(msgspec.Struct, kw_only=True):
+    """``response.reasoning_summary_text.delta``."""
+
+    type: str = "response.reasoning_summary_text.delta"
+    item_id: str
+    output_index: int
+    summary_index: int = 0
+    delta: str
+    sequence_number: int
+
+
+class SummaryDoneEvent(msgspec.Struct, kw_only=True):
+    """``response.reasoning_summary_text.done`` with the whole summary."""
+
+    type: str = "response.reasoning_summary_text.done"
+    item_id: str
+    output_index: int
+    summary_index: int = 0
+    text: str
+    sequence_number: int
+
+
+class CustomInputDeltaEvent(msgspec.Struct, kw_only=True):
+    """``response.custom_tool_call_input.delta``."""
+
+    type: str = "response.custom_tool_call_input.delta"
+    item_id: str
+    output_index: int
+    delta: str
+    sequence_number: int
+
+
+class CustomInputDoneEvent(msgspec.Struct, kw_only=True):
+    """``response.custom_tool_call_input.done`` with the whole input."""
+
+    type: str = "response.custom_tool_call_input.done"
+    item_id: str
+    output_index: int
+    input: str
+    sequence_number: int
+
+
 class ErrorDetail(msgspec.Struct, kw_only=True):
     """The nested ``error`` object of an error event (what the OpenAI SDKs
     look for to raise ``APIError``)."""
@@ -396,6 +494,11 @@ Event = Union[
     ReasoningDoneEvent,
     ArgumentsDeltaEvent,
     ArgumentsDoneEvent,
+    SummaryPartEvent,
+    SummaryDeltaEvent,
+    SummaryDoneEvent,
+    CustomInputDeltaEvent,
+    CustomInputDoneEvent,
     ErrorEvent,
 ]
 """Any stream event."""
@@ -414,7 +517,8 @@ _MESSAGE, _REASONING, _CALL = "message", "reasoning", "function_call"
 @dataclass
 class _OpenItem:
     """The output item being built: its kind, ids, position and text so far
-    (for a function call, its arguments)."""
+    (for a tool call, its arguments; ``ref`` is the custom or namespaced
+    tool the call is for, None for a plain function)."""
 
     kind: str
     id: str
@@ -423,22 +527,45 @@ class _OpenItem:
     call_id: str = ""
     name: str = ""
     tool_index: int = -1
+    ref: ToolRef | None = None
+    logprobs: list[Any] = field(default_factory=list)
 
     @property
     def text(self) -> str:
         """Everything received so far, joined."""
         return "".join(self.pieces)
 
+    @property
+    def custom(self) -> bool:
+        """Whether this is a call of a custom tool."""
+        return self.ref is not None and self.ref.kind == "custom"
 
-def _render(item: _OpenItem, status: ItemStatus, parts: bool = True) -> OutputItem:
+
+def _render(item: _OpenItem, status: ItemStatus, options: OutputOptions, parts: bool = True) -> OutputItem:
     """The output item for ``item`` with ``status``; without ``parts`` a
     message or reasoning item has no content part yet (as announced by
     ``output_item.added``, before ``content_part.added``)."""
     if item.kind == _MESSAGE:
-        return MessageItem(id=item.id, status=status, content=[OutputText(text=item.text)] if parts else [])
+        content = [OutputText(text=item.text, logprobs=list(item.logprobs))] if parts else []
+        return MessageItem(id=item.id, status=status, content=content)
     if item.kind == _REASONING:
-        return ReasoningItem(id=item.id, content=[ReasoningText(text=item.text)] if parts else [], status=status)
-    return FunctionCallItem(id=item.id, call_id=item.call_id, name=item.name, arguments=item.text, status=status)
+        sealed = seal(item.text) if options.encrypted_reasoning and parts else None
+        if options.summary:
+            summary = [SummaryText(text=item.text)] if parts else []
+            return ReasoningItem(id=item.id, summary=summary, content=[], encrypted_content=sealed, status=status)
+        content = [ReasoningText(text=item.text)] if parts else []
+        return ReasoningItem(id=item.id, content=content, encrypted_content=sealed, status=status)
+    name, namespace = item.name, None
+    if item.ref is not None:
+        name, namespace = item.ref.name, item.ref.namespace
+    if item.custom:
+        text = custom_input(item.text) if parts else ""
+        return CustomToolCallItem(
+            id=item.id, call_id=item.call_id, name=name, namespace=namespace, input=text, status=status
+        )
+    return FunctionCallItem(
+        id=item.id, call_id=item.call_id, name=name, namespace=namespace, arguments=item.text, status=status
+    )
 
 
 class _Sequence:
@@ -463,18 +590,25 @@ class OutputAssembler:
     output list. A piece of a tool call that was already finished (the
     worker broke its ordering promise) is logged and dropped. A tool call
     without an id, or with one already used, gets a fresh ``call_…`` id.
+    ``options`` shapes reasoning and tool-call items (:class:`OutputOptions`);
+    a custom tool call's input is known only once its arguments are
+    complete, so it streams as one ``custom_tool_call_input.delta`` when the
+    call ends.
     """
 
-    def __init__(self, sequence: _Sequence) -> None:
+    def __init__(self, sequence: _Sequence, options: OutputOptions | None = None) -> None:
         self._seq = sequence
+        self._options = options or OutputOptions()
         self._done: list[OutputItem] = []
         self._open: _OpenItem | None = None
         self._finished_calls: set[int] = set()
         self._call_ids: set[str] = set()
+        self._pending_logprobs: list[Any] = []
 
     def add(self, output: RequestOutput) -> list[Event]:
         """Take the content of one output; return the events it causes."""
         events: list[Event] = []
+        self._note_logprobs(output)
         if output.reasoning:
             events += self._append(_REASONING, output.reasoning)
         if output.text:
@@ -489,7 +623,7 @@ class OutputAssembler:
         if item is None:
             return []
         self._open = None
-        final = _render(item, status)
+        final = _render(item, status, self._options)
         self._done.append(final)
         if item.kind == _CALL:
             self._finished_calls.add(item.tool_index)
@@ -501,9 +635,20 @@ class OutputAssembler:
         """Every item so far; the open one (if any) with ``open_status``."""
         if self._open is None:
             return list(self._done)
-        return [*self._done, _render(self._open, open_status)]
+        return [*self._done, _render(self._open, open_status, self._options)]
 
     # --- internals -------------------------------------------------------------------
+
+    def _note_logprobs(self, output: RequestOutput) -> None:
+        """Keep ``output``'s token log-probabilities (when asked for) for the
+        next text delta; an output of reasoning only has reasoning tokens,
+        which are dropped (and so are those waiting before them)."""
+        if not self._options.logprobs:
+            return
+        if output.reasoning and not output.text:
+            self._pending_logprobs = []
+            return
+        self._pending_logprobs += msgspec.to_builtins(chat_logprobs(output.logprobs or ()).content)
 
     def _next_index(self) -> int:
         """The ``output_index`` of the next item."""
@@ -518,8 +663,15 @@ class OutputAssembler:
         item = self._open
         assert item is not None
         item.pieces.append(text)
-        delta = TextDeltaEvent if kind == _MESSAGE else ReasoningDeltaEvent
-        events.append(delta(item_id=item.id, output_index=item.output_index, delta=text, sequence_number=self._seq()))
+        where = {"item_id": item.id, "output_index": item.output_index, "delta": text, "sequence_number": self._seq()}
+        if kind == _MESSAGE:
+            logprobs, self._pending_logprobs = self._pending_logprobs, []
+            item.logprobs += logprobs
+            events.append(TextDeltaEvent(**where, logprobs=logprobs))
+        elif self._options.summary:
+            events.append(SummaryDeltaEvent(**where))
+        else:
+            events.append(ReasoningDeltaEvent(**where))
         return events
 
     def _append_call(self, call: ToolCallDelta) -> list[Event]:
@@ -536,30 +688,45 @@ class OutputAssembler:
             assert item is not None
         elif call.name and not item.name:
             item.name = call.name
+            item.ref = self._options.tools.get(call.name)
         if call.arguments:
             item.pieces.append(call.arguments)
-            events.append(
-                ArgumentsDeltaEvent(
-                    item_id=item.id, output_index=item.output_index, delta=call.arguments, sequence_number=self._seq()
+            if not item.custom:
+                events.append(
+                    ArgumentsDeltaEvent(
+                        item_id=item.id,
+                        output_index=item.output_index,
+                        delta=call.arguments,
+                        sequence_number=self._seq(),
+                    )
                 )
-            )
         return events
 
     def _new_call(self, call: ToolCallDelta) -> _OpenItem:
         """The open item for a new tool call (with a unique ``call_id``)."""
         call_id = call.id if call.id and call.id not in self._call_ids else new_id("call")
         self._call_ids.add(call_id)
+        name = call.name or ""
+        ref = self._options.tools.get(name)
         return _OpenItem(
-            _CALL, new_id("fc"), self._next_index(), call_id=call_id, name=call.name or "", tool_index=call.index
+            _CALL,
+            new_id("ctc" if ref is not None and ref.kind == "custom" else "fc"),
+            self._next_index(),
+            call_id=call_id,
+            name=name,
+            tool_index=call.index,
+            ref=ref,
         )
 
     def _start(self, item: _OpenItem) -> list[Event]:
         """Open ``item``; return its ``added`` events."""
         self._open = item
-        announced = _render(item, "in_progress", parts=False)
+        announced = _render(item, "in_progress", self._options, parts=False)
         events: list[Event] = [self._item_event("response.output_item.added", item, announced)]
         if item.kind == _MESSAGE:
             events.append(self._part_event("response.content_part.added", item, OutputText(text="")))
+        elif item.kind == _REASONING and self._options.summary:
+            events.append(self._summary_part_event("response.reasoning_summary_part.added", item, ""))
         elif item.kind == _REASONING:
             events.append(self._part_event("response.content_part.added", item, ReasoningText(text="")))
         return events
@@ -567,11 +734,20 @@ class OutputAssembler:
     def _done_events(self, item: _OpenItem) -> list[Event]:
         """The ``.done`` events of ``item``'s content (before its item event)."""
         text, where = item.text, {"item_id": item.id, "output_index": item.output_index}
+        if item.custom:
+            value = custom_input(text)
+            return [
+                CustomInputDeltaEvent(**where, delta=value, sequence_number=self._seq()),
+                CustomInputDoneEvent(**where, input=value, sequence_number=self._seq()),
+            ]
         if item.kind == _CALL:
             return [ArgumentsDoneEvent(**where, arguments=text, sequence_number=self._seq())]
+        if item.kind == _REASONING and self._options.summary:
+            done_summary = SummaryDoneEvent(**where, text=text, sequence_number=self._seq())
+            return [done_summary, self._summary_part_event("response.reasoning_summary_part.done", item, text)]
         if item.kind == _MESSAGE:
-            done: Event = TextDoneEvent(**where, text=text, sequence_number=self._seq())
-            part: OutputText | ReasoningText = OutputText(text=text)
+            done: Event = TextDoneEvent(**where, text=text, logprobs=list(item.logprobs), sequence_number=self._seq())
+            part: OutputText | ReasoningText = OutputText(text=text, logprobs=list(item.logprobs))
         else:
             done = ReasoningDoneEvent(**where, text=text, sequence_number=self._seq())
             part = ReasoningText(text=text)
@@ -585,6 +761,16 @@ class OutputAssembler:
         """A ``content_part`` event for ``item``."""
         return PartEvent(
             type=kind, item_id=item.id, output_index=item.output_index, part=part, sequence_number=self._seq()
+        )
+
+    def _summary_part_event(self, kind: str, item: _OpenItem, text: str) -> SummaryPartEvent:
+        """A ``reasoning_summary_part`` event for ``item``."""
+        return SummaryPartEvent(
+            type=kind,
+            item_id=item.id,
+            output_index=item.output_index,
+            part=SummaryText(text=text),
+            sequence_number=self._seq(),
         )
 
 
@@ -616,12 +802,18 @@ class ResponseBuilder:
     object.
     """
 
-    def __init__(self, head: ResponseHead, settings: ResponseSettings, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        head: ResponseHead,
+        settings: ResponseSettings,
+        clock: Callable[[], float] = time.time,
+        options: OutputOptions | None = None,
+    ) -> None:
         self._head = head
         self._settings = settings
         self._clock = clock
         self._seq = _Sequence()
-        self._output = OutputAssembler(self._seq)
+        self._output = OutputAssembler(self._seq, options)
         self.final: ResponseBody | None = None
 
     def start(self) -> list[Event]:

@@ -36,6 +36,7 @@ from typing import AsyncIterator
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway.dropped_tools import dropped_headers
 from gateway.engine_api import RequestStream
 from gateway.errors import APIError
 from gateway.openai_format import UsageTally
@@ -60,6 +61,8 @@ from gateway.responses_format import (
 from gateway.responses_schema import (
     ResponsesRequest,
     decode_responses_request,
+    dropped_tools,
+    output_options,
     response_settings,
     to_generate_request,
 )
@@ -77,13 +80,14 @@ PARAMS = {"response_format": "text.format"}
 
 @dataclass(frozen=True)
 class _Job:
-    """One admitted request: the decoded body, the worker's request stream
-    and the builder of its response."""
+    """One admitted request: the decoded body, the worker's request stream,
+    the builder of its response and the headers every answer carries."""
 
     request: ResponsesRequest
     stream: RequestStream
     builder: ResponseBuilder
     request_id: str
+    headers: dict[str, str]
 
 
 async def create_response(request: Request) -> Response:
@@ -101,7 +105,8 @@ async def create_response(request: Request) -> Response:
         refuse=lambda output: error_response(output_error(output, PROMPT_PARAM, PARAMS)),
         streamed=(lambda first: _stream_frames(job, first)) if job.request.stream else None,
         collect=lambda first: _collect(job, first),
-        answer=lambda builder: Response(encode(builder.final), media_type=JSON_MEDIA_TYPE),
+        answer=lambda builder: Response(encode(builder.final), media_type=JSON_MEDIA_TYPE, headers=job.headers),
+        stream_headers=job.headers,
     )
 
 
@@ -120,7 +125,8 @@ async def _submit(request: Request) -> _Job:
     stream = await engine.submit(model, generate)
     head = ResponseHead(id=request_id, created_at=int(time.time()), model=model)
     defaults = next((m.sampling_defaults for m in engine.models() if m.name == model), None)
-    return _Job(req, stream, ResponseBuilder(head, response_settings(req, defaults)), request_id)
+    builder = ResponseBuilder(head, response_settings(req, defaults), options=output_options(req))
+    return _Job(req, stream, builder, request_id, dropped_headers(dropped_tools(req), "/v1/responses"))
 
 
 class _Run:

@@ -6,89 +6,107 @@ fields refused by name; every refusal is an :class:`~gateway.errors.APIError`
 400 whose ``param`` is the offending field path (e.g. ``input[2].content``).
 
 mlxd is stateless: nothing is stored, so ``previous_response_id``,
-``conversation`` and ``background`` are refused and the client sends the
-whole conversation as ``input`` every time (``store`` is accepted, either
-value, and the response says ``store: false``; ``GET /v1/responses/{id}``
-does not exist).
-
-Supported:
+``conversation``, ``background`` (and ``background_options``) and stored
+``prompt`` templates are refused and the client sends the whole
+conversation as ``input`` every time (``store`` is accepted, either value,
+and the response says ``store: false``; ``GET /v1/responses/{id}`` does not
+exist). ``docs/api/responses.md`` lists every field with its status; in
+short:
 
 - ``input``: a string (one user message) or a non-empty list of items:
-  messages ``{"role": "user"|"system"|"developer"|"assistant", "content":
-  string or parts}`` (``"type": "message"`` optional; user/system/developer
-  parts are ``input_text``; assistant parts ``output_text``, ``refusal`` or
-  ``input_text``), ``function_call`` items (``call_id``, ``name``,
-  ``arguments``), ``function_call_output`` items (``call_id``, ``output`` as
-  text or ``input_text`` parts) and ``reasoning`` items (their
-  ``reasoning_text`` content, else their ``summary_text`` summary).
-  Images, files, encrypted reasoning and all other item types are refused.
-- ``instructions``: a system message before ``input`` (merged with a
-  leading system message of ``input``).
-- ``max_output_tokens`` (1..1,000,000), ``temperature`` (0..2), ``top_p``
-  (0 < p <= 1).
-- ``tools``: up to 128 ``{"type": "function", "name", "description",
-  "parameters", "strict"}`` (names 1..64 of ``[A-Za-z0-9_-]``, unique;
-  ``parameters`` a JSON object). Other OpenAI tool types are refused.
-- ``tool_choice``: ``"none"``, ``"auto"``, ``"required"`` or ``{"type":
-  "function", "name"}`` naming one of ``tools``; anything but ``"none"``
-  needs tools. Default ``"auto"`` with tools, else ``"none"``.
-  ``parallel_tool_calls`` (default true) is forwarded. ``max_tool_calls``
-  (>= 1) caps the function calls of one response: a forced choice ends
-  the turn after that many (without it, the model's
+  messages (``"type": "message"`` optional; user/system/developer parts
+  are ``input_text``; assistant parts ``output_text``, ``refusal`` or
+  ``input_text``), ``function_call`` / ``custom_tool_call`` items and their
+  ``function_call_output`` / ``custom_tool_call_output`` (text or parts;
+  an image or file in a tool's output reaches the model as a text
+  placeholder, :data:`MEDIA_PLACEHOLDER`), ``reasoning`` items (text from
+  mlxd's own ``encrypted_content``, else ``reasoning_text`` content, else
+  the ``summary_text`` summary) and ``additional_tools`` items (their
+  tools join ``tools``). Images and files elsewhere, ``item_reference``
+  and the hosted tools' call items are refused.
+- ``tools`` and ``tool_choice``: see :mod:`gateway.responses_tools`
+  (function, custom and namespace tools; hosted ones dropped). An object
+  ``tool_choice`` forces a ``function`` or ``custom`` tool by name, or
+  restricts the tools (``allowed_tools``, mode ``auto`` / ``required``);
+  one forcing a hosted tool is refused.
+- Honoured: ``instructions``, ``max_output_tokens``, ``temperature``,
+  ``top_p``, ``parallel_tool_calls``, ``text.format``, ``reasoning.effort``
+  (``none``/``minimal`` off, the rest on; no budget), ``reasoning.summary``
+  / ``generate_summary`` (the reasoning text becomes the reasoning item's
+  summary), ``include: ["reasoning.encrypted_content"]`` (reasoning items
+  carry :func:`gateway.encrypted_reasoning.seal` of their text),
+  ``stream``, ``truncation: "disabled"``.
+- Accepted, echoed or without effect by design: ``metadata``, ``user``,
+  ``safety_identifier``, ``prompt_cache_key``, ``prompt_cache_options``,
+  ``prompt_cache_retention`` (prefix caching is automatic),
+  ``service_tier`` (the response says ``default``), ``text.verbosity``,
+  ``reasoning.context`` / ``mode``, ``context_management`` (mlxd never
+  compacts), ``client_metadata`` (Codex's; not in OpenAI's spec, accepted
+  because Codex always sends it), ``access_programs``, ``image``, the other
+  ``include`` values (nothing of theirs is ever produced),
+  ``stream_options.include_obfuscation``, ``cache_control`` /
+  ``prompt_cache_breakpoint`` on text parts.
+- Log-probabilities: ``include`` of ``message.output_text.logprobs`` puts
+  them on the output text, with ``top_logprobs`` (0..20) alternatives per
+  token.
+- ``max_tool_calls`` (>= 1) caps the function calls of one response: a
+  forced choice ends the turn after that many (without it, the model's
   ``max_tool_calls_per_turn``), and under ``auto`` later calls are dropped.
-- ``text.format``: ``text``, ``json_object`` or ``json_schema`` (``name``
-  1..64 characters and ``schema``, a JSON object, required).
-- ``reasoning.effort``: ``none``/``minimal`` turn the model's reasoning
-  mode off, ``low``/``medium``/``high``/``xhigh``/``max`` on (no budget).
-- Echo-only: ``metadata`` (up to 16 pairs, keys up to 64 and values up to
-  512 characters), ``user``, ``safety_identifier``, ``prompt_cache_key``
-  (prefix caching is automatic), ``service_tier`` (null or ``auto``),
-  ``stream_options.include_obfuscation`` (no obfuscation is ever added).
-- Accepted only with their neutral value: ``truncation`` (``disabled``),
-  ``include`` (empty), ``top_logprobs`` (0), ``text.verbosity``, ``reasoning.summary`` and
-  ``reasoning.generate_summary`` (null).
+- Refused (400 naming the field): ``truncation: "auto"`` (mlxd never drops
+  input to fit), ``moderation``, and every field in no official spec.
 
 :func:`to_generate_request` turns a decoded request into the worker's
-:class:`~shared.protocol.GenerateRequest` (one choice) and
-:func:`response_settings` gives the settings the response echoes.
+:class:`~shared.protocol.GenerateRequest` (one choice);
+:func:`response_settings` gives the settings the response echoes,
+:func:`output_options` how it renders its items and
+:func:`dropped_tools` which tools were dropped.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Union
+from typing import Annotated, Any, Union
 
 import msgspec
 from msgspec import UNSET, Meta, Raw, UnsetType
 
+from gateway.custom_tools import custom_arguments
+from gateway.encrypted_reasoning import SealError, unseal
 from gateway.errors import APIError, bad_request
 from gateway.openai_schema import (
     MAX_CONTENT_PARTS,
+    MAX_METADATA_VALUE_CHARS,
+    MAX_TEXT_CHARS,
     MAX_TOOLS,
     MAX_TOP_LOGPROBS,
+    CacheControl,
     Identifier,
     JSONObject,
     MaxTokens,
+    Metadata,
     ModelName,
+    PromptCacheOptions,
     SchemaName,
     ShortText,
     Temperature,
     Text,
-    ToolName,
     TopP,
+    check_cache_control,
     check_finite,
+    check_service_fields,
     check_tool_choice,
     decode_body,
+    one_of,
 )
 from gateway.openai_schema import THINKING_BY_EFFORT as _CHAT_THINKING_BY_EFFORT
 from gateway.responses_format import (
-    FunctionToolEcho,
+    OutputOptions,
     ReasoningEcho,
     ResponseSettings,
     TextEcho,
     TextFormatEcho,
-    ToolChoiceFunctionEcho,
 )
+from gateway.responses_tools import ToolCatalog, ToolParam, catalog
 from shared.protocol import (
     ChatMessage,
     GenerateRequest,
@@ -101,25 +119,18 @@ from shared.protocol import (
 
 MAX_INPUT_ITEMS = 4096
 """Most items in ``input``."""
-MAX_METADATA = 16
-"""Most ``metadata`` pairs."""
-MAX_METADATA_KEY_CHARS = 64
-"""Longest ``metadata`` key."""
-MAX_METADATA_VALUE_CHARS = 512
-"""Longest ``metadata`` value."""
 MAX_TOOL_CALLS = 2**31 - 1
 """Type bound of ``max_tool_calls``."""
 MAX_INCLUDE = 64
-"""Type bound of ``include`` (which must be empty anyway)."""
+"""Most ``include`` (and ``context_management``) entries."""
+MAX_CLIENT_METADATA = 64
+"""Most ``client_metadata`` pairs."""
 
 # --- field types (the rest as for chat, from gateway.openai_schema) -------------------
 
-Metadata = Annotated[
-    dict[
-        Annotated[str, Meta(max_length=MAX_METADATA_KEY_CHARS)],
-        Annotated[str, Meta(max_length=MAX_METADATA_VALUE_CHARS)],
-    ],
-    Meta(max_length=MAX_METADATA),
+ClientMetadata = Annotated[
+    dict[Annotated[str, Meta(max_length=MAX_METADATA_VALUE_CHARS)], Annotated[str, Meta(max_length=MAX_TEXT_CHARS)]],
+    Meta(max_length=MAX_CLIENT_METADATA),
 ]
 
 
@@ -138,6 +149,7 @@ class ContentPartParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     annotations: Raw | UnsetType = UNSET
     logprobs: Raw | UnsetType = UNSET
     prompt_cache_breakpoint: Raw | UnsetType = UNSET
+    cache_control: CacheControl | None | UnsetType = UNSET
     image_url: Raw | UnsetType = UNSET
     file_id: Raw | UnsetType = UNSET
     detail: Raw | UnsetType = UNSET
@@ -167,44 +179,10 @@ class InputItemParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     output: Union[Text, Parts, UnsetType] = UNSET
     summary: Parts | UnsetType = UNSET
     encrypted_content: Text | None | UnsetType = UNSET
-
-
-class FunctionToolParam(msgspec.Struct, tag_field="type", tag="function", forbid_unknown_fields=True, kw_only=True):
-    """A ``tools`` entry of type ``function``; ``parameters`` is its JSON
-    Schema (null or absent: no parameters)."""
-
-    name: ToolName
-    description: Text | None = None
-    parameters: JSONObject | None = None
-    strict: bool | None = None
-
-
-_OTHER_TOOL_TYPES = (
-    "file_search",
-    "computer",
-    "computer_use_preview",
-    "web_search",
-    "web_search_2025_08_26",
-    "web_search_preview",
-    "web_search_preview_2025_03_11",
-    "mcp",
-    "code_interpreter",
-    "programmatic_tool_calling",
-    "image_generation",
-    "local_shell",
-    "shell",
-    "custom",
-    "namespace",
-    "tool_search",
-    "apply_patch",
-)
-"""OpenAI tool types mlxd recognises only to refuse them by type."""
-
-_OtherTools = tuple(
-    msgspec.defstruct(f"UnsupportedTool_{kind}", [], tag_field="type", tag=kind) for kind in _OTHER_TOOL_TYPES
-)
-ToolParam = Union[(FunctionToolParam, *_OtherTools)]  # type: ignore[valid-type]
-"""A ``tools`` entry: a function tool, or one of the refused types."""
+    input: Text | UnsetType = UNSET
+    namespace: ShortText | None | UnsetType = UNSET
+    caller: Raw | UnsetType = UNSET
+    tools: Annotated[list[ToolParam], Meta(max_length=MAX_TOOLS)] | UnsetType = UNSET
 
 
 class ToolChoiceParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -231,18 +209,31 @@ class TextFormatParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 
 class TextParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """``text``: the output ``format``; ``verbosity`` only null."""
+    """``text``: the output ``format``; ``verbosity`` (``low``, ``medium``,
+    ``high``) is echoed and has no effect."""
 
     format: TextFormatParam | None = None
     verbosity: ShortText | None = None
 
 
 class ReasoningParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """``reasoning``: ``effort`` picks thinking on/off; summaries only null."""
+    """``reasoning``: ``effort`` picks thinking on/off; ``summary`` (or the
+    deprecated ``generate_summary``) puts the reasoning text in the
+    reasoning item's summary; ``context`` and ``mode`` are echoed."""
 
     effort: ShortText | None = None
     summary: ShortText | None = None
     generate_summary: ShortText | None = None
+    context: ShortText | None = None
+    mode: ShortText | None = None
+
+
+class ContextManagementParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """One ``context_management`` entry: accepted, no effect (mlxd never
+    compacts; an input too long for the context is a 400)."""
+
+    type: ShortText
+    compact_threshold: Annotated[int, Meta(ge=0)] | None = None
 
 
 class StreamOptionsParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -286,6 +277,14 @@ class ResponsesRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     include: Annotated[list[ShortText], Meta(max_length=MAX_INCLUDE)] | None = None
     top_logprobs: Annotated[int, Meta(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
     service_tier: ShortText | None = None
+    prompt_cache_options: PromptCacheOptions | None = None
+    prompt_cache_retention: ShortText | None = None
+    context_management: Annotated[list[ContextManagementParam], Meta(max_length=MAX_INCLUDE)] | None = None
+    client_metadata: ClientMetadata | None = None
+    moderation: Raw | None = None
+    background_options: Raw | None = None
+    access_programs: Raw | None = None
+    image: Raw | None = None
 
 
 _decoder = msgspec.json.Decoder(ResponsesRequest)
@@ -299,9 +298,9 @@ def decode_responses_request(body: bytes) -> ResponsesRequest:
     """
     req: ResponsesRequest = decode_body(_decoder, body)
     _check_settings(req)
+    _check_input(req.input)
     _check_tools(req)
     _check_text(req.text)
-    _check_input(req.input)
     return req
 
 
@@ -326,8 +325,8 @@ def _stateless(name: str) -> APIError:
 
 
 def _check_settings(req: ResponsesRequest) -> None:
-    """Check the sampling numbers, refuse what needs stored state, and check
-    the fields accepted only when neutral and ``reasoning``.
+    """Check the sampling numbers, refuse what needs stored state or a
+    service mlxd lacks, and check the enumerated settings.
 
     Raises:
         APIError: 400 naming the field.
@@ -339,107 +338,215 @@ def _check_settings(req: ResponsesRequest) -> None:
         raise _stateless("conversation")
     if req.background:
         raise _not_supported("background", "background mode (mlxd is stateless)")
+    if _given(req.background_options):
+        raise _not_supported("background_options", "'background_options' (there is no background mode)")
     if _given(req.prompt):
         raise _not_supported("prompt", "'prompt' (stored prompt templates)")
+    if _given(req.moderation):
+        raise _not_supported("moderation", "'moderation' (mlxd runs no moderation model)")
     if req.stream_options is not None and req.stream is not True:
         raise bad_request("'stream_options' is only allowed when 'stream' is true", "stream_options")
+    _check_enums(req)
     _check_neutral(req)
     _check_reasoning(req.reasoning)
 
 
-def _check_neutral(req: ResponsesRequest) -> None:
-    """Fields accepted only with their neutral value.
+INCLUDABLE = (
+    "reasoning.encrypted_content",
+    "file_search_call.results",
+    "web_search_call.results",
+    "web_search_call.action.sources",
+    "message.input_image.image_url",
+    "computer_call_output.output.image_url",
+    "code_interpreter_call.outputs",
+    "message.output_text.logprobs",
+)
+"""The official ``include`` values; see :func:`_check_neutral` for which
+have an effect."""
+
+
+def _check_enums(req: ResponsesRequest) -> None:
+    """Every enumerated setting holds one of its official values.
 
     Raises:
         APIError: 400 naming the field.
     """
-    if req.truncation not in (None, "disabled"):
-        raise _not_supported("truncation", f"truncation '{req.truncation}'")
-    if req.include:
-        raise _not_supported("include[0]", f"include '{req.include[0]}'")
-    if req.top_logprobs not in (None, 0):
-        raise _not_supported("top_logprobs", "'top_logprobs' (log-probabilities)")
-    if req.service_tier not in (None, "auto"):
-        raise _not_supported("service_tier", f"service_tier '{req.service_tier}'")
+    verbosity = req.text.verbosity if req.text is not None else None
+    check_service_fields(
+        req.service_tier, req.prompt_cache_options, req.prompt_cache_retention, verbosity, "text.verbosity"
+    )
+    one_of(req.truncation, ("auto", "disabled"), "truncation")
+    for index, value in enumerate(req.include or ()):
+        one_of(value, INCLUDABLE, f"include[{index}]")
 
 
-THINKING_BY_EFFORT = {**_CHAT_THINKING_BY_EFFORT, "xhigh": True, "max": True}
-"""``reasoning.effort`` -> whether the model's reasoning mode is on: the
-chat ``reasoning_effort`` values plus ``xhigh`` and ``max``."""
+def _check_neutral(req: ResponsesRequest) -> None:
+    """Fields accepted only where mlxd can keep their promise.
+
+    Raises:
+        APIError: 400 naming the field: ``truncation: "auto"`` (mlxd does
+        not drop input to fit; a too-long input is a 400).
+    """
+    if req.truncation == "auto":
+        raise _not_supported(
+            "truncation", "truncation 'auto' (mlxd never drops input to fit; a too-long input is a 400)"
+        )
+
+
+THINKING_BY_EFFORT = _CHAT_THINKING_BY_EFFORT
+"""``reasoning.effort`` -> whether the model's reasoning mode is on (the
+same values as chat's ``reasoning_effort``)."""
+
+SUMMARIES = ("auto", "concise", "detailed")
+"""Accepted ``reasoning.summary`` values: each puts the model's whole
+reasoning text in the reasoning item's summary."""
 
 
 def _check_reasoning(reasoning: ReasoningParam | None) -> None:
-    """``reasoning.effort`` must be known; summaries are not produced.
+    """``reasoning``: a known ``effort``, ``summary`` / ``generate_summary``
+    (which must agree), ``context`` and ``mode``.
 
     Raises:
         APIError: 400 naming the ``reasoning`` field.
     """
     if reasoning is None:
         return
-    if reasoning.effort is not None and reasoning.effort not in THINKING_BY_EFFORT:
+    one_of(reasoning.effort, tuple(THINKING_BY_EFFORT), "reasoning.effort")
+    one_of(reasoning.summary, SUMMARIES, "reasoning.summary")
+    one_of(reasoning.generate_summary, SUMMARIES, "reasoning.generate_summary")
+    one_of(reasoning.context, ("auto", "current_turn", "all_turns"), "reasoning.context")
+    both = reasoning.summary is not None and reasoning.generate_summary is not None
+    if both and reasoning.summary != reasoning.generate_summary:
         raise bad_request(
-            f"Invalid value for 'reasoning.effort': '{reasoning.effort}'; "
-            f"expected one of {', '.join(THINKING_BY_EFFORT)}",
-            "reasoning.effort",
+            "'reasoning.summary' and 'reasoning.generate_summary' disagree; send only 'summary'",
+            "reasoning.generate_summary",
         )
-    for name in ("summary", "generate_summary"):
-        if getattr(reasoning, name) is not None:
-            raise _not_supported(f"reasoning.{name}", "reasoning summaries")
 
 
-def _tool_kind(tool: object) -> str:
-    """The ``type`` of a decoded ``tools`` entry."""
-    return type(tool).__struct_config__.tag  # type: ignore[attr-defined]
+def tool_catalog(req: ResponsesRequest) -> ToolCatalog:
+    """The request's tools (top-level and from ``additional_tools`` input
+    items) as the model sees them (see :mod:`gateway.responses_tools`);
+    call only on a request whose input items were checked."""
+    extra = []
+    if not isinstance(req.input, str):
+        extra = [
+            (f"input[{index}].tools", item.tools)
+            for index, item in enumerate(req.input)
+            if _item_type(item) == "additional_tools" and isinstance(item.tools, list)
+        ]
+    return catalog(req.tools, extra)
 
 
 def _check_tools(req: ResponsesRequest) -> None:
-    """Only function tools, with unique names; a valid ``tool_choice``.
+    """The tools (see :func:`gateway.responses_tools.catalog`) and a valid
+    ``tool_choice``.
 
     Raises:
-        APIError: 400 naming ``tools[i].type``, ``tools[i].name`` or the
-        offending part of ``tool_choice``.
+        APIError: 400 naming the offending tool field or the offending part
+        of ``tool_choice``.
     """
-    names: set[str] = set()
-    for index, tool in enumerate(req.tools or ()):
-        if not isinstance(tool, FunctionToolParam):
-            raise bad_request(
-                f"Tool type '{_tool_kind(tool)}' is not supported; only 'function' tools are", f"tools[{index}].type"
-            )
-        if tool.name in names:
-            raise bad_request(f"Tool name '{tool.name}' is used twice", f"tools[{index}].name")
-        names.add(tool.name)
-    check_tool_choice(req.tool_choice, names, _chosen_function, "tool_choice.name")
+    tools = tool_catalog(req)
+    choice = req.tool_choice
+    if isinstance(choice, ToolChoiceParam) and choice.type == "allowed_tools":
+        _allowed_names(choice, tools)
+        return
+    if not tools.refs and tools.dropped and choice not in (None, "none"):
+        if choice == "auto":
+            return  # every tool was dropped: "auto" then means no call
+        raise bad_request(
+            f"'tool_choice' forces a tool call, but mlxd cannot run any of the tools ({', '.join(tools.dropped)})",
+            "tool_choice",
+        )
+    check_tool_choice(choice, set(tools.refs), lambda c: _chosen_tool(c, tools), "tool_choice.name")
 
 
-def _chosen_function(choice: ToolChoiceParam) -> str:
-    """The function an object ``tool_choice`` forces; it must be exactly
-    ``{"type": "function", "name"}``.
+def _chosen_tool(choice: ToolChoiceParam, tools: ToolCatalog) -> str:
+    """The model-facing name of the tool an object ``tool_choice`` forces:
+    ``{"type": "function"|"custom", "name"}``, ``name`` the tool's own name
+    or its model-facing (namespace-qualified) one.
 
     Raises:
-        APIError: 400 param ``tool_choice.type`` (another type) or
-        ``tool_choice`` (no name, or fields of the other forms).
+        APIError: 400 param ``tool_choice.type`` (a tool type mlxd cannot
+        run, or an unknown one) or ``tool_choice`` (no name, or fields of
+        the other forms).
     """
-    if choice.type != "function":
-        raise bad_request(f"tool_choice type '{choice.type}' is not supported; only 'function' is", "tool_choice.type")
+    if choice.type not in ("function", "custom"):
+        raise bad_request(
+            f"tool_choice type '{choice.type}' forces a tool mlxd cannot run; only 'function', 'custom' "
+            "and 'allowed_tools' are supported",
+            "tool_choice.type",
+        )
     if choice.name is UNSET or any(_given(getattr(choice, f)) for f in ("mode", "tools", "server_label")):
-        raise bad_request('A function tool_choice is {"type": "function", "name": ...}', "tool_choice")
-    return choice.name  # type: ignore[return-value]
+        raise bad_request(f'A {choice.type} tool_choice is {{"type": "{choice.type}", "name": ...}}', "tool_choice")
+    return _resolve_name(choice.name, choice.type, tools)  # type: ignore[arg-type]
+
+
+def _resolve_name(name: str, kind: str, tools: ToolCatalog) -> str:
+    """The model-facing name for ``name`` (model-facing already, or the own
+    name of exactly one tool); ``name`` itself when there is none (the
+    caller reports it)."""
+    ref = tools.refs.get(name)
+    if ref is not None:
+        if ref.kind != kind:
+            raise bad_request(f"tool_choice names '{name}', which is a {ref.kind} tool", "tool_choice.type")
+        return name
+    matches = [model for model, ref in tools.refs.items() if ref.name == name and ref.kind == kind]
+    return matches[0] if len(matches) == 1 else name
+
+
+class AllowedToolParam(msgspec.Struct, forbid_unknown_fields=False, kw_only=True):
+    """One entry of an ``allowed_tools`` choice: a tool's ``type`` and,
+    for function and custom tools, its ``name``. Other fields are allowed:
+    an entry for a hosted tool repeats that tool's own fields."""
+
+    type: ShortText
+    name: ShortText | None = None
+
+
+_allowed_decoder = msgspec.json.Decoder(list[AllowedToolParam])
+
+
+def _allowed_names(choice: ToolChoiceParam, tools: ToolCatalog) -> set[str]:
+    """The model-facing names an ``allowed_tools`` choice keeps (entries
+    for dropped tool types keep nothing).
+
+    Raises:
+        APIError: 400 param ``tool_choice.mode`` (not ``auto`` or
+        ``required``), ``tool_choice.tools`` (missing or malformed) or
+        ``tool_choice.tools[i].name`` (not among the tools).
+    """
+    if choice.mode is UNSET or bytes(choice.mode) not in (b'"auto"', b'"required"'):  # type: ignore[arg-type]
+        raise bad_request("An allowed_tools tool_choice needs 'mode': 'auto' or 'required'", "tool_choice.mode")
+    if choice.tools is UNSET:
+        raise bad_request("Missing required parameter: 'tool_choice.tools'", "tool_choice.tools")
+    try:
+        entries = _allowed_decoder.decode(bytes(choice.tools))  # type: ignore[arg-type]
+    except msgspec.ValidationError as exc:
+        raise bad_request(f"Invalid value for 'tool_choice.tools': {exc}", "tool_choice.tools") from None
+    names: set[str] = set()
+    for index, entry in enumerate(entries):
+        if entry.type not in ("function", "custom"):
+            continue
+        name = _resolve_name(entry.name or "", entry.type, tools)
+        if name not in tools.refs:
+            raise bad_request(
+                f"allowed_tools names '{entry.name}', which is not among 'tools'", f"tool_choice.tools[{index}].name"
+            )
+        names.add(name)
+    return names
 
 
 _FORMATS = ("text", "json_object", "json_schema")
 
 
 def _check_text(text: TextParam | None) -> None:
-    """``text.format`` of a known type with the fields it needs;
-    ``text.verbosity`` only null.
+    """``text.format`` of a known type with the fields it needs.
 
     Raises:
         APIError: 400 naming the ``text`` field.
     """
     if text is None:
         return
-    if text.verbosity is not None:
-        raise _not_supported("text.verbosity", "'text.verbosity'")
     fmt = text.format
     if fmt is None:
         return
@@ -460,34 +567,46 @@ def _check_text(text: TextParam | None) -> None:
 # --- input items ---------------------------------------------------------------------------
 
 _PART_FIELDS = {
-    "input_text": ("text", "prompt_cache_breakpoint"),
+    "input_text": ("text", "prompt_cache_breakpoint", "cache_control"),
     "output_text": ("text", "annotations", "logprobs"),
     "refusal": ("refusal",),
     "reasoning_text": ("text",),
     "summary_text": ("text",),
+    "input_image": ("detail", "image_url", "file_id"),
+    "input_file": ("file_data", "file_id", "file_url", "filename", "detail"),
 }
 """Supported part types and the fields each may carry (the first is
-required and holds its text)."""
+required, but for ``input_file``, and holds a text part's text; ``prompt_cache_breakpoint`` and
+``cache_control`` are accepted and have no effect: prefix caching is
+automatic)."""
 
 _MEDIA_PARTS = ("input_image", "input_file", "input_audio")
 """Part types refused as not supported (rather than as invalid)."""
 
 _USER_PARTS = ("input_text",)
+_TOOL_OUTPUT_PARTS = ("input_text", "input_image", "input_file")
 _ASSISTANT_PARTS = ("output_text", "refusal", "input_text")
 
 _ITEM_FIELDS = {
     "message": ("type", "role", "content", "id", "status", "phase"),
-    "function_call": ("type", "call_id", "name", "arguments", "id", "status"),
-    "function_call_output": ("type", "call_id", "output", "id", "status", "name"),
+    "function_call": ("type", "call_id", "name", "arguments", "id", "status", "namespace", "caller"),
+    "function_call_output": ("type", "call_id", "output", "id", "status", "name", "namespace", "caller"),
+    "custom_tool_call": ("type", "call_id", "name", "input", "id", "status", "namespace", "caller"),
+    "custom_tool_call_output": ("type", "call_id", "output", "id", "status", "caller"),
     "reasoning": ("type", "id", "summary", "content", "encrypted_content", "status"),
+    "additional_tools": ("type", "role", "tools", "id"),
 }
-"""Supported item types and the fields each may carry."""
+"""Supported item types and the fields each may carry (``caller`` is
+accepted and has no effect: every call is direct)."""
 
 _REQUIRED_FIELDS = {
     "message": ("role", "content"),
     "function_call": ("call_id", "name", "arguments"),
     "function_call_output": ("call_id", "output"),
+    "custom_tool_call": ("call_id", "name", "input"),
+    "custom_tool_call_output": ("call_id", "output"),
     "reasoning": (),
+    "additional_tools": ("role", "tools"),
 }
 
 _ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
@@ -544,14 +663,21 @@ def _check_message(item: InputItemParam, path: str) -> None:
 
 
 def _check_function_output(item: InputItemParam, path: str) -> None:
-    """A function call output is text or ``input_text`` parts."""
-    _check_parts(item.output, _USER_PARTS, f"{path}.output")  # type: ignore[arg-type]
+    """A tool call's output is text or parts: ``input_text``, and
+    ``input_image`` / ``input_file`` (which the model sees as a
+    placeholder, :data:`MEDIA_PLACEHOLDER`)."""
+    _check_parts(item.output, _TOOL_OUTPUT_PARTS, f"{path}.output")  # type: ignore[arg-type]
 
 
 def _check_reasoning_item(item: InputItemParam, path: str) -> None:
-    """Reasoning in the history: readable text only, never encrypted."""
+    """Reasoning in the history: ``reasoning_text`` content, ``summary_text``
+    summary, and an ``encrypted_content`` that is mlxd's own
+    (:mod:`gateway.encrypted_reasoning`) or foreign (then unused)."""
     if _given(item.encrypted_content):
-        raise _not_supported(f"{path}.encrypted_content", "encrypted reasoning content")
+        try:
+            unseal(item.encrypted_content)  # type: ignore[arg-type]
+        except SealError as exc:
+            raise bad_request(str(exc), f"{path}.encrypted_content") from None
     if isinstance(item.content, str):
         raise bad_request("A reasoning item's 'content' must be a list of reasoning_text parts", f"{path}.content")
     for name, kind in (("content", "reasoning_text"), ("summary", "summary_text")):
@@ -559,9 +685,17 @@ def _check_reasoning_item(item: InputItemParam, path: str) -> None:
         _check_parts(parts if _given(parts) else [], (kind,), f"{path}.{name}")
 
 
+def _check_additional_tools(item: InputItemParam, path: str) -> None:
+    """Only the ``developer`` role adds tools."""
+    if item.role != "developer":
+        raise bad_request("An 'additional_tools' item's role must be 'developer'", f"{path}.role")
+
+
 _ITEM_CHECKS = {
+    "additional_tools": _check_additional_tools,
     "message": _check_message,
     "function_call_output": _check_function_output,
+    "custom_tool_call_output": _check_function_output,
     "reasoning": _check_reasoning_item,
 }
 
@@ -577,7 +711,7 @@ def _check_parts(content: str | list[ContentPartParam], allowed: tuple[str, ...]
         return
     for index, part in enumerate(content):
         where = f"{path}[{index}]"
-        if part.type in _MEDIA_PARTS:
+        if part.type in _MEDIA_PARTS and part.type not in allowed:
             raise _not_supported(f"{where}.type", f"content part type '{part.type}' (mlxd is text-only)")
         if part.type not in allowed:
             raise bad_request(
@@ -587,15 +721,25 @@ def _check_parts(content: str | list[ContentPartParam], allowed: tuple[str, ...]
         for name in part.__struct_fields__:
             if name != "type" and name not in fields and _given(getattr(part, name)):
                 raise bad_request(f"Unrecognized field '{name}' in a '{part.type}' part", f"{where}.{name}")
-        if getattr(part, fields[0]) is UNSET:
+        if part.type != "input_file" and getattr(part, fields[0]) is UNSET:
             raise bad_request(f"Missing required parameter: '{where}.{fields[0]}'", f"{where}.{fields[0]}")
+        if isinstance(part.cache_control, CacheControl):
+            check_cache_control(part.cache_control, where)
 
 
 # --- translation ---------------------------------------------------------------------------
 
 
+MEDIA_PLACEHOLDER = "[{kind} not shown: this model reads text only]"
+"""What the model sees instead of an image or file in a tool's output
+(``{kind}`` is ``image`` or ``file``)."""
+
+
 def _part_text(part: ContentPartParam) -> str:
-    """The text a part carries (its ``text``, or a refusal's ``refusal``)."""
+    """The text a part carries (its ``text``, a refusal's ``refusal``, or
+    the placeholder of an image or file)."""
+    if part.type in ("input_image", "input_file"):
+        return MEDIA_PLACEHOLDER.format(kind=part.type.removeprefix("input_"))
     value = part.refusal if part.type == "refusal" else part.text
     return "" if value is UNSET else value  # type: ignore[return-value]
 
@@ -610,7 +754,12 @@ def _flatten(content: object) -> str:
 
 
 def _reasoning_text(item: InputItemParam) -> str:
-    """A reasoning item's text: its content, else its summary."""
+    """A reasoning item's text: what its mlxd ``encrypted_content`` seals,
+    else its content, else its summary."""
+    if _given(item.encrypted_content):
+        sealed = unseal(item.encrypted_content)  # type: ignore[arg-type]
+        if sealed is not None:
+            return sealed
     text = _flatten(item.content)
     return text if text else "\n".join(_part_text(p) for p in item.summary or ())  # type: ignore[union-attr]
 
@@ -645,22 +794,28 @@ class _History:
     reasoning, message, function calls: a reasoning item after the turn
     has text or calls, or a second assistant message, starts a new turn.
     Any other item ends the turn. A ``function_call_output`` becomes a
-    ``tool`` message; its ``name`` defaults to the earlier call's.
+    ``tool`` message; its ``name`` defaults to the earlier call's. Calls
+    carry their model-facing names (``tools`` maps namespaced ones); a
+    custom tool call's ``input`` becomes the arguments ``{"input": ...}``
+    and its output a ``tool`` message like a function's.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, tools: ToolCatalog) -> None:
         self.messages: list[ChatMessage] = []
+        self._tools = tools
         self._turn: _AssistantTurn | None = None
         self._call_names: dict[str, str] = {}
 
     def add(self, item: InputItemParam) -> None:
         """Take the next input item."""
         kind = _item_type(item)
+        if kind == "additional_tools":
+            return  # its tools joined the request's tools
         if kind == "reasoning":
             self._reasoning(item)
-        elif kind == "function_call":
+        elif kind in ("function_call", "custom_tool_call"):
             self._function_call(item)
-        elif kind == "function_call_output":
+        elif kind in ("function_call_output", "custom_tool_call_output"):
             self._tool_output(item)
         elif item.role == "assistant":
             self._current_turn(new_if_started=True).content = _flatten(item.content)
@@ -679,9 +834,14 @@ class _History:
         self._current_turn(new_if_started=True).reasoning.append(_reasoning_text(item))
 
     def _function_call(self, item: InputItemParam) -> None:
-        """A function call joins the current assistant turn."""
-        arguments = item.arguments if isinstance(item.arguments, str) else ""
-        call = ToolCall(id=item.call_id or "", name=item.name or "", arguments=arguments)
+        """A function or custom tool call joins the current assistant turn."""
+        if _item_type(item) == "custom_tool_call":
+            arguments = custom_arguments(item.input)  # type: ignore[arg-type]
+        else:
+            arguments = item.arguments if isinstance(item.arguments, str) else ""
+        namespace = item.namespace if isinstance(item.namespace, str) else None
+        name = self._tools.model_name(item.name or "", namespace)  # type: ignore[arg-type]
+        call = ToolCall(id=item.call_id or "", name=name, arguments=arguments)
         self._call_names[call.id] = call.name
         self._current_turn(new_if_started=False).calls.append(call)
 
@@ -690,7 +850,11 @@ class _History:
         assistant turn)."""
         self._flush()
         call_id = item.call_id or ""
-        name = item.name or self._call_names.get(call_id)
+        namespace = item.namespace if isinstance(item.namespace, str) else None
+        name = item.name if isinstance(item.name, str) else None
+        if name is not None:
+            name = self._tools.model_name(name, namespace)
+        name = name or self._call_names.get(call_id)
         self.messages.append(ChatMessage(role="tool", content=_flatten(item.output), tool_call_id=call_id, name=name))
 
     def _current_turn(self, *, new_if_started: bool) -> _AssistantTurn:
@@ -714,7 +878,7 @@ def _messages(req: ResponsesRequest) -> list[ChatMessage]:
     if isinstance(req.input, str):
         messages = [ChatMessage(role="user", content=req.input)]
     else:
-        history = _History()
+        history = _History(tool_catalog(req))
         for item in req.input:
             history.add(item)
         messages = history.finish()
@@ -726,27 +890,26 @@ def _messages(req: ResponsesRequest) -> list[ChatMessage]:
     return [ChatMessage(role="system", content=req.instructions), *messages]
 
 
-def _function_tools(req: ResponsesRequest) -> list[FunctionToolParam]:
-    """The request's function tools (all of them, once validated)."""
-    return [tool for tool in req.tools or () if isinstance(tool, FunctionToolParam)]
+def _tools(req: ResponsesRequest, tools: ToolCatalog) -> list[Tool] | None:
+    """The tools for the worker (None when there are none): all of them,
+    or those an ``allowed_tools`` choice keeps."""
+    choice = req.tool_choice
+    if isinstance(choice, ToolChoiceParam) and choice.type == "allowed_tools":
+        return tools.restricted(_allowed_names(choice, tools)) or None
+    return tools.tools or None
 
 
-def _tools(req: ResponsesRequest) -> list[Tool] | None:
-    """The tools for the worker (None when there are none)."""
-    tools = [
-        Tool(name=t.name, description=t.description or "", parameters=dict(t.parameters or {}))
-        for t in _function_tools(req)
-    ]
-    return tools or None
-
-
-def _tool_choice(req: ResponsesRequest) -> tuple[ToolChoice, str | None]:
-    """``(tool_choice, tool_choice_name)`` for the worker."""
+def _tool_choice(req: ResponsesRequest, tools: ToolCatalog) -> tuple[ToolChoice, str | None]:
+    """``(tool_choice, tool_choice_name)`` for the worker (the name is the
+    forced tool's model-facing name)."""
     choice = req.tool_choice
     if isinstance(choice, ToolChoiceParam):
-        return "function", choice.name  # type: ignore[return-value]
-    if choice is None:
-        return ("auto" if _function_tools(req) else "none"), None
+        if choice.type == "allowed_tools":
+            mode = msgspec.json.decode(bytes(choice.mode))  # type: ignore[arg-type]
+            return (mode if tools.restricted(_allowed_names(choice, tools)) else "none"), None
+        return "function", _resolve_name(choice.name, choice.type, tools)  # type: ignore[arg-type]
+    if choice is None or (choice != "none" and not tools.tools):
+        return ("auto" if tools.tools else "none"), None
     return choice, None  # type: ignore[return-value]
 
 
@@ -760,6 +923,13 @@ def _response_format(req: ResponsesRequest) -> ResponseFormat | None:
     return ResponseFormat(type="json_schema", schema=fmt.schema, strict=bool(fmt.strict))  # type: ignore[arg-type]
 
 
+def _logprobs(req: ResponsesRequest) -> bool:
+    """Whether output text carries log-probabilities: ``include`` asks for
+    ``message.output_text.logprobs`` (``top_logprobs`` only says how many
+    alternatives each token then lists, as on OpenAI)."""
+    return "message.output_text.logprobs" in (req.include or ())
+
+
 def _thinking(req: ResponsesRequest) -> bool | None:
     """Whether to turn the reasoning mode on (None: the template default)."""
     effort = req.reasoning.effort if req.reasoning is not None else None
@@ -770,17 +940,20 @@ def to_generate_request(req: ResponsesRequest, request_id: str) -> GenerateReque
     """Translate a validated request into the worker's ``GenerateRequest``
     (one choice; ``max_tokens`` None when ``max_output_tokens`` is unset;
     ``timeout`` left for the engine)."""
-    choice, choice_name = _tool_choice(req)
+    tools = tool_catalog(req)
+    choice, choice_name = _tool_choice(req, tools)
     return GenerateRequest(
         request_id=request_id,
         sampling=SamplingParams(
             max_tokens=req.max_output_tokens,
             temperature=req.temperature,
             top_p=req.top_p,
+            logprobs=_logprobs(req),
+            top_logprobs=(req.top_logprobs or 0) if _logprobs(req) else 0,
         ),
         messages=_messages(req),
         n=1,
-        tools=_tools(req),
+        tools=_tools(req, tools),
         tool_choice=choice,
         tool_choice_name=choice_name,
         parallel_tool_calls=req.parallel_tool_calls is not False,
@@ -794,10 +967,11 @@ def to_generate_request(req: ResponsesRequest, request_id: str) -> GenerateReque
 
 
 def _text_echo(req: ResponsesRequest) -> TextEcho:
-    """The response's ``text``."""
+    """The response's ``text`` (``verbosity`` ``medium`` when unset)."""
     fmt = req.text.format if req.text is not None else None
+    verbosity = (req.text.verbosity if req.text is not None else None) or "medium"
     if fmt is None:
-        return TextEcho(format=TextFormatEcho(type="text"))
+        return TextEcho(format=TextFormatEcho(type="text"), verbosity=verbosity)
     return TextEcho(
         format=TextFormatEcho(
             type=fmt.type,
@@ -805,8 +979,50 @@ def _text_echo(req: ResponsesRequest) -> TextEcho:
             schema=None if fmt.schema is UNSET else fmt.schema,
             description=None if fmt.description is UNSET else fmt.description,
             strict=None if fmt.strict is UNSET else fmt.strict,
-        )
+        ),
+        verbosity=verbosity,
     )
+
+
+def _summary(req: ResponsesRequest) -> str | None:
+    """The requested reasoning summary (``summary`` or its deprecated
+    alias ``generate_summary``), or None."""
+    if req.reasoning is None:
+        return None
+    return req.reasoning.summary or req.reasoning.generate_summary
+
+
+def _choice_echo(req: ResponsesRequest, tools: ToolCatalog) -> str | dict[str, Any]:
+    """The response's ``tool_choice``: the request's object choice as sent,
+    else the string choice in effect."""
+    choice = req.tool_choice
+    if isinstance(choice, ToolChoiceParam):
+        if choice.type == "allowed_tools":
+            return {
+                "type": "allowed_tools",
+                "mode": msgspec.json.decode(bytes(choice.mode)),  # type: ignore[arg-type]
+                "tools": msgspec.json.decode(bytes(choice.tools)),  # type: ignore[arg-type]
+            }
+        return {"type": choice.type, "name": choice.name}
+    return _tool_choice(req, tools)[0]
+
+
+def output_options(req: ResponsesRequest) -> OutputOptions:
+    """How the response renders its output items for ``req``: tool calls
+    mapped back to custom and namespaced tools, reasoning as a summary when
+    one was asked for, and sealed reasoning when ``include`` asks for
+    ``reasoning.encrypted_content``."""
+    return OutputOptions(
+        tools=tool_catalog(req).refs,
+        summary=_summary(req) is not None,
+        encrypted_reasoning="reasoning.encrypted_content" in (req.include or ()),
+        logprobs=_logprobs(req),
+    )
+
+
+def dropped_tools(req: ResponsesRequest) -> list[str]:
+    """The types of the request's tools that were dropped."""
+    return tool_catalog(req).dropped
 
 
 def response_settings(req: ResponsesRequest, sampling_defaults: dict[str, float] | None = None) -> ResponseSettings:
@@ -814,27 +1030,27 @@ def response_settings(req: ResponsesRequest, sampling_defaults: dict[str, float]
     the request left them unset; ``temperature`` and ``top_p`` from the
     model's ``sampling_defaults`` when known, else 1)."""
     defaults = sampling_defaults or {}
-    choice, choice_name = _tool_choice(req)
-    echoed_choice: str | ToolChoiceFunctionEcho = choice
-    if choice == "function":
-        echoed_choice = ToolChoiceFunctionEcho(name=choice_name or "")
+    tools = tool_catalog(req)
+    reasoning = req.reasoning
     return ResponseSettings(
         instructions=req.instructions,
         max_output_tokens=req.max_output_tokens,
         max_tool_calls=req.max_tool_calls,
         metadata=dict(req.metadata or {}),
         parallel_tool_calls=req.parallel_tool_calls is not False,
-        reasoning=ReasoningEcho(effort=req.reasoning.effort if req.reasoning is not None else None),
-        service_tier=req.service_tier,
+        reasoning=ReasoningEcho(
+            effort=reasoning.effort if reasoning is not None else None,
+            summary=_summary(req),
+        ),
         temperature=defaults.get("temperature", 1.0) if req.temperature is None else req.temperature,
         text=_text_echo(req),
-        tool_choice=echoed_choice,
-        tools=[
-            FunctionToolEcho(name=t.name, description=t.description, parameters=t.parameters, strict=t.strict)
-            for t in _function_tools(req)
-        ],
+        tool_choice=_choice_echo(req, tools),
+        tools=tools.echo,
         top_p=defaults.get("top_p", 1.0) if req.top_p is None else req.top_p,
         user=req.user,
         safety_identifier=req.safety_identifier,
         prompt_cache_key=req.prompt_cache_key,
+        prompt_cache_retention=req.prompt_cache_retention,
+        truncation=req.truncation or "disabled",
+        top_logprobs=req.top_logprobs or 0,
     )

@@ -249,6 +249,7 @@ class _Server(uvicorn.Server):
         pool.begin_drain()
         if not await pool.wait_idle(timeout):
             log.warning("drain timeout: ending the requests still running")
+            pool.end_inflight(f"the server is shutting down (drain_timeout of {timeout:g}s passed)")
         self.should_exit = True
 
     async def reload(self) -> None:

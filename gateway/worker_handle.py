@@ -17,7 +17,9 @@ anyway when that worker dies, or after :data:`ABORT_LOG_WAIT` seconds.
 States: ``unloaded`` (no process), ``starting`` and ``loading`` (process up,
 model loading), ``ready``, ``draining`` (finishing in-flight work, taking no
 new requests), ``restarting`` (after a crash, waiting to retry),
-``failed`` (the model could not be loaded; retried with back-off) and
+``failed`` (the model could not be loaded; retried with back-off; or the
+worker speaks another wire protocol version: stopped and never started
+again by this gateway, see :meth:`WorkerHandle._refuse_protocol`) and
 ``stopped`` (the server is exiting).
 
 Everything here runs on the gateway's event loop.
@@ -38,6 +40,7 @@ from gateway.errors import APIError, unavailable
 from gateway.worker_process import Incarnation, run_incarnation
 from shared.config import ModelConfig, ServerConfig, parse_duration
 from shared.protocol import (
+    PROTOCOL_VERSION,
     AbortRequest,
     Failed,
     GenerateRequest,
@@ -252,6 +255,7 @@ class WorkerHandle:
         self._state_changed = asyncio.Event()
         self._idle_timer: asyncio.TimerHandle | None = None
         self._stopping: asyncio.Task[None] | None = None
+        self._refused = False  # a worker spoke another protocol: never start again
         self.mlx_limits: tuple[int, int | None] = (0, None)
 
     # -- lifecycle ------------------------------------------------------------
@@ -273,7 +277,7 @@ class WorkerHandle:
 
     def start(self) -> None:
         """Start the worker if it is not running (no-op otherwise)."""
-        if self.resident or self.status.state == "stopped":
+        if self.resident or self.status.state == "stopped" or self._refused:
             return
         self._wanted = True
         self._ready.clear()
@@ -444,6 +448,8 @@ class WorkerHandle:
         return self.server.worker_start_timeout
 
     def _dispatch(self, message: WorkerMessage) -> None:
+        if self._refused:
+            return  # nothing a refused worker says is trusted
         if isinstance(message, StepOutputs):
             for output in message.outputs:
                 self._route(output)
@@ -451,6 +457,9 @@ class WorkerHandle:
             self.status.stats = message.stats
             self._observe_peak(message.stats.peak_memory_bytes)
         elif isinstance(message, Hello):
+            if message.protocol != PROTOCOL_VERSION:
+                self._refuse_protocol(message)
+                return
             self._set_state("loading")
         elif isinstance(message, Loaded):
             self.status.context_length = message.context_length
@@ -489,6 +498,24 @@ class WorkerHandle:
             self.status.last_error = message.message
             self._set_state("failed")
             log.error("model %s failed to load: %s", self.model.name, message.message)
+
+    def _refuse_protocol(self, hello: Hello) -> None:
+        """Stop a worker that speaks another wire protocol version (its
+        files changed under this gateway, e.g. an upgrade in place): one
+        error line, state ``failed``, and this handle never starts a
+        worker again (the same files would start the same worker; only a
+        gateway restarted from the new files speaks their version).
+        Requests get a 503 naming the cause until mlxd restarts."""
+        self.status.last_error = (
+            f"the worker speaks wire protocol v{hello.protocol} but this gateway speaks v{PROTOCOL_VERSION}"
+            " (mlxd was upgraded while running?); restart mlxd"
+        )
+        log.error("refused the worker for %s (pid %d): %s", self.model.name, hello.pid, self.status.last_error)
+        self._refused = True
+        self._wanted = False
+        self._set_state("failed")
+        if self._incarnation is not None:
+            self._incarnation.kill()
 
     def _observe_peak(self, peak: int) -> None:
         """Remember the largest MLX peak any worker of this model reported."""
@@ -561,6 +588,15 @@ class WorkerHandle:
         if pending.wait is not None:
             pending.wait.cancel()
         pending.finish(request_id, RequestOutput(request_id=request_id, finish_reason="abort"))
+
+    def end_inflight(self, message: str) -> None:
+        """End every request in flight at once with an ``unavailable`` error
+        terminal carrying ``message`` (the drain timeout uses it) and ask the
+        worker to drop them. Event loop only."""
+        ids = list(self._inflight)
+        self._fail_inflight(message)
+        if ids and self._incarnation is not None:
+            self._incarnation.send(AbortRequest(ids))
 
     def _fail_inflight(self, message: str) -> None:
         for request_id, pending in list(self._inflight.items()):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes.util
+import hashlib
 import logging
 import os
 import signal
@@ -36,17 +37,25 @@ class Incarnation:
     """A started worker process: its number, pid and request socket.
 
     ``send`` encodes and queues a message for the worker without blocking;
-    it returns False when the socket is gone.
+    it returns False when the socket is gone. ``kill`` ends the process at
+    once (SIGKILL; the incarnation then ends as if it had died).
     """
 
     number: int
     pid: int
     send: Callable[[object], bool]
+    kill: Callable[[], None]
 
 
-def safe_name(name: str) -> str:
-    """``name`` reduced to characters safe in file names (at most 40)."""
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:40]
+def worker_key(name: str) -> str:
+    """A file-name-safe key unique to model ``name``: at most 24 characters
+    of the name (``/`` and ``:`` mapped to ``_``) and 8 hex digits of a
+    hash of the exact name, so ``org/a`` and ``org_a``, or two long names
+    with the same start, never share socket paths. Short enough that the
+    socket paths stay well under the Unix socket path limit (104 bytes
+    on macOS)."""
+    readable = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:24]
+    return f"{readable}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
 
 
 def worker_environment() -> dict[str, str]:
@@ -87,7 +96,8 @@ async def run_incarnation(
     Returns why it ended, one line.
     """
     ctx = zmq.asyncio.Context.instance()
-    endpoints = endpoints_for(socket_dir, safe_name(model.name), number)
+    key = worker_key(model.name)
+    endpoints = endpoints_for(socket_dir, key, number)
     push = configure(ctx.socket(zmq.PUSH))
     pull = configure(ctx.socket(zmq.PULL))
     codec = gateway_codec()
@@ -109,7 +119,7 @@ async def run_incarnation(
             "-m",
             "worker",
             "--worker-id",
-            f"{safe_name(model.name)}-{number}",
+            f"{key}-{number}",
             "--model-config",
             encode_model_config(model),
             "--requests",
@@ -128,7 +138,14 @@ async def run_incarnation(
             start_new_session=True,
         )
         log.info("started worker for %s (pid %d)", model.name, proc.pid)
-        on_start(Incarnation(number, proc.pid, send))
+        started = proc
+
+        def kill() -> None:
+            if started.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    started.kill()
+
+        on_start(Incarnation(number, proc.pid, send, kill))
         return await _pump(pull, proc, codec, on_message, silence_limit, model.name)
     finally:
         if proc is not None and proc.returncode is None:

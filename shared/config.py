@@ -13,7 +13,7 @@ import ipaddress
 import os
 import re
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -74,6 +74,10 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     output before it starts with SSE keep-alive comments (one per as many
     seconds) until that output comes; until then, errors still get their
     own HTTP status.
+    ``tool_result_images``: what an image inside an Anthropic ``tool_result``
+    becomes for a model without vision: ``placeholder`` (a short text saying
+    the model cannot see images, so agents keep working) or ``refuse`` (a
+    400). Images anywhere else are always a 400.
     """
 
     host: str = "127.0.0.1"
@@ -98,6 +102,7 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     header_timeout: Seconds = 10.0
     body_timeout: Seconds = 30.0
     stream_keepalive: Seconds = 5.0
+    tool_result_images: Literal["placeholder", "refuse"] = "placeholder"
 
 
 class SamplingDefaultsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

@@ -18,6 +18,14 @@ once the model and tokenizer are in memory, ``Ready`` after warm-up, then
 produced anything. ``Failed`` reports a fatal start-up error just before the
 worker exits.
 
+Versioning: :data:`PROTOCOL_VERSION` names this contract. A worker reports
+the version it was built with in its ``Hello``; a gateway refuses (and
+stops) a worker whose version differs from its own, since the two may no
+longer agree on any other message. ``Hello`` itself never changes
+incompatibly, so that check always works. Bump the version whenever a
+change is not one of: a new field appended last with a default, or a new
+optional message type the other side may ignore.
+
 Request lifecycle: every ``GenerateRequest`` the worker receives is answered
 by :class:`RequestOutput` entries; each of its ``n`` choices ends with exactly
 one output whose ``finish_reason`` is ``stop``, ``length`` or ``tool_calls``, unless the
@@ -31,6 +39,9 @@ from __future__ import annotations
 from typing import Any, Literal, Union
 
 import msgspec
+
+PROTOCOL_VERSION = 1
+"""Version of this wire contract (see the module docstring)."""
 
 FinishReason = Literal["stop", "length", "abort", "error", "tool_calls"]
 """Why a request ended: a stop token or string, the token limit, an abort
@@ -167,7 +178,9 @@ class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True, tag="generate")
     continuation only. ``thinking_budget`` (None: no separate cap) is the
     most tokens a reasoning block may take: when it is used up, the worker
     writes the model's closing marker for the block, so the answer follows
-    within ``max_tokens``.
+    within ``max_tokens``. ``thinking_budget_best_effort``: a model whose
+    reasoning block cannot be capped (no single closing marker) ignores the
+    budget instead of refusing the request.
     """
 
     request_id: str
@@ -187,6 +200,7 @@ class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True, tag="generate")
     continue_final: bool = False
     thinking_budget: int | None = None
     max_tool_calls: int | None = None
+    thinking_budget_best_effort: bool = False
 
 
 class AbortRequest(msgspec.Struct, frozen=True, tag="abort"):
@@ -239,11 +253,16 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Hello(msgspec.Struct, frozen=True, kw_only=True, tag="hello"):
-    """First message of a worker incarnation: its sockets are connected."""
+    """First message of a worker incarnation: its sockets are connected.
+
+    ``protocol`` is the worker's :data:`PROTOCOL_VERSION` (0: a worker from
+    before versioning). This message's fields never change incompatibly.
+    """
 
     worker_id: str
     pid: int
     model: str
+    protocol: int = 0
 
 
 class Loaded(msgspec.Struct, frozen=True, kw_only=True, tag="loaded"):
@@ -251,7 +270,8 @@ class Loaded(msgspec.Struct, frozen=True, kw_only=True, tag="loaded"):
 
     ``context_length`` is the most tokens (prompt + completion) a request may
     use; ``load_seconds`` is the wall time of resolving and loading;
-    ``blas`` names the BLAS library in use (``openblas`` or ``builtin``) and
+    ``blas`` names what runs the matrix products (``metal``, ``accelerate``,
+    ``openblas`` or ``builtin``) and
     ``sampling`` where sampling runs (``host``: NumPy, ``device``: MLX).
     ``sampling_defaults`` (None from an older worker) are the settings the
     worker uses where a request sets none.

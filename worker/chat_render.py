@@ -5,7 +5,10 @@ template in the shape Hugging Face templates expect. When the template has
 no tool support (it never mentions ``tools``), mlxd describes the tools in
 the system prompt itself and writes earlier calls and results in the
 generic ``<tool_call>`` / ``<tool_response>`` markup that its generic parser
-reads back. Templates are rendered by transformers in its sandboxed Jinja
+reads back. A system message after the first turn is handed to the template
+in place; when the template refuses it (many allow a system message only
+first), it is folded into the next user turn instead (:func:`fold_late_system`)
+and the prompt is rendered again. Templates are rendered by transformers in its sandboxed Jinja
 environment. Input thread only; no MLX.
 """
 
@@ -13,6 +16,8 @@ from __future__ import annotations
 
 import json
 from typing import Any
+
+import msgspec
 
 from shared.protocol import ChatMessage, Tool, ToolCall
 
@@ -97,6 +102,37 @@ def generic_messages(messages: list[ChatMessage], tools: list[Tool] | None) -> l
     return out
 
 
+SYSTEM_FOLD = "System: {text}\n\n{content}"
+"""How a folded late system message prefixes the user turn it joins."""
+
+
+def fold_late_system(messages: list[ChatMessage]) -> list[ChatMessage]:
+    """``messages`` with every system message after the first one folded
+    into the next user message (prefixed as :data:`SYSTEM_FOLD`), or, when no
+    user message follows, appended to the last user message before it. A
+    late system message with no user message to join is kept."""
+    out = list(messages)
+    index = 1
+    while index < len(out):
+        if out[index].role != "system":
+            index += 1
+            continue
+        text = out[index].content
+        after = next((i for i in range(index + 1, len(out)) if out[i].role == "user"), None)
+        before = next((i for i in range(index - 1, -1, -1) if out[i].role == "user"), None)
+        if after is not None:
+            target = out[after]
+            out[after] = msgspec.structs.replace(target, content=SYSTEM_FOLD.format(text=text, content=target.content))
+        elif before is not None:
+            target = out[before]
+            out[before] = msgspec.structs.replace(target, content=f"{target.content}\n\nSystem: {text}")
+        else:
+            index += 1
+            continue
+        del out[index]
+    return out
+
+
 def render(
     tokenizer: Any,
     messages: list[ChatMessage],
@@ -109,10 +145,24 @@ def render(
     ``tools`` None means no tools are offered. ``thinking`` is passed to the
     template as ``enable_thinking`` when set.
 
+    A late system message the template refuses is folded (see
+    :func:`fold_late_system`) and the prompt rendered again.
+
     Raises:
         Exception: whatever the template raises (the caller reports it as an
             invalid request).
     """
+    try:
+        return _render(tokenizer, messages, tools=tools, thinking=thinking)
+    except Exception:
+        folded = fold_late_system(messages)
+        if folded == messages:
+            raise
+        return _render(tokenizer, folded, tools=tools, thinking=thinking)
+
+
+def _render(tokenizer: Any, messages: list[ChatMessage], *, tools: list[Tool] | None, thinking: bool | None) -> str:
+    """Render ``messages`` with the template once (see :func:`render`)."""
     template = getattr(tokenizer, "chat_template", None)
     kwargs: dict[str, Any] = {}
     if thinking is not None:

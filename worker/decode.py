@@ -64,9 +64,10 @@ class LeanGenerationBatch(GenerationBatch):
     """A ``GenerationBatch`` that normalizes only the rows that need it.
 
     ``host_sampling`` chooses the host (NumPy) or device (MLX) path for
-    those rows. ``Response.logprobs`` is None for plain rows, an MLX array
-    (device path) or a NumPy array (host path) of log-probabilities over the
-    vocabulary for the others.
+    those rows. ``Response.logprobs`` is None for plain rows, a float32 MLX
+    array (device path) or a float32 NumPy array (host path) of
+    log-probabilities over the vocabulary for the others, whatever the
+    model's dtype.
     """
 
     def __init__(self, *args: Any, host_sampling: bool = False, **kwargs: Any) -> None:
@@ -134,10 +135,12 @@ class LeanGenerationBatch(GenerationBatch):
     @staticmethod
     def _sample_device(logits: mx.array, samplers: list[Any], special: list[int]) -> tuple[mx.array, list[Any]]:
         """Normalize and sample the ``special`` rows as one small MLX batch;
-        the others take the arg-max of their logits."""
+        the others take the arg-max of their logits. Rows are normalized in
+        float32 whatever the model's dtype: half-precision log-probabilities
+        lose the tail of the distribution, and NumPy cannot read bfloat16."""
         sampled = mx.argmax(logits, axis=-1)
         index = mx.array(special)
-        chosen = logits[index]
+        chosen = logits[index].astype(mx.float32)
         normalized = chosen - mx.logsumexp(chosen, axis=-1, keepdims=True)
         picks = mx.concatenate([samplers[i](normalized[j : j + 1]) for j, i in enumerate(special)])
         sampled[index] = picks.astype(sampled.dtype)

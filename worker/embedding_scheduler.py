@@ -11,8 +11,8 @@ held back by a large one queued before it for longer than its inputs' turn.
 
 Every admitted request ends with exactly one terminal output: its vectors,
 an ``abort`` (client gone, shutdown), a ``timeout`` error past its deadline,
-or an ``internal`` error if encoding fails (then :attr:`broken` is set and
-the worker exits to be replaced).
+or an ``internal`` error if encoding fails (the failure then escapes
+:meth:`EmbeddingScheduler.run` and the worker exits to be replaced).
 
 Threads: :meth:`EmbeddingScheduler.run` and :meth:`warm_up` run on the
 scheduler thread, the only one touching MLX; :meth:`submit` may be called
@@ -97,7 +97,6 @@ class EmbeddingScheduler:
         self.counters = Counters()
         self._live: dict[str, _Live] = {}
         self._waiting: deque[_Item] = deque()
-        self.broken = False
 
     def submit(self, item: object) -> None:
         """Queue an :class:`EmbedJob`, ``Abort`` or ``Stop``; any thread."""
@@ -111,9 +110,10 @@ class EmbeddingScheduler:
 
     def run(self) -> None:
         """The loop: apply commands, expire deadlines, encode one step.
-        Returns after ``Stop`` (everything in flight aborted) or with
-        :attr:`broken` set after an encoding failure."""
-        while not self.broken:
+        Returns after ``Stop`` (everything in flight aborted); an encoding
+        failure ends every request in flight with an error and then
+        propagates (the worker exits, see ``worker.main``)."""
+        while True:
             if not self._drain(block=not self._waiting):
                 return
             self._expire(time.monotonic())
@@ -202,8 +202,7 @@ class EmbeddingScheduler:
         except Exception:
             log.exception("encoding failed; failing %d requests", len(self._live))
             self._end(list(self._live), "error", "internal", "the model worker failed while encoding; retry")
-            self.broken = True
-            return
+            raise
         c = self.counters
         c.steps += 1
         c.step_seconds += time.perf_counter() - started

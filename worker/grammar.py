@@ -19,6 +19,7 @@ turn an explosive grammar or regex into an error instead of a stall.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections import OrderedDict
 from typing import Any, Callable
@@ -162,8 +163,23 @@ class GrammarCompiler:
         return matcher
 
 
+_SOURCE_LISTING = re.compile(r"^\s*\d+\s*\|")
+_GRAMMAR_POSITION = re.compile(r"^at \d+\(\d+\): ")
+
+
 def _first_line(message: str) -> str:
-    return message.strip().splitlines()[0][:500] if message.strip() else "invalid grammar"
+    """llguidance's (often multi-line) error as one line of at most 500
+    characters: its lines up to the listing of our internal grammar source,
+    whitespace collapsed, without a position in that source (neither means
+    anything to the client), so a cause on a later line (regex errors) is
+    kept."""
+    lines = []
+    for line in message.strip().splitlines():
+        if _SOURCE_LISTING.match(line):
+            break
+        lines.append(line)
+    text = _GRAMMAR_POSITION.sub("", " ".join(" ".join(lines).split()))
+    return text[:500] or "invalid grammar"
 
 
 class _BitUnpacker:

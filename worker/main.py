@@ -10,6 +10,15 @@ Threads:
 
 A watchdog thread ends the process when the gateway that started it is gone,
 so a worker never outlives its gateway.
+
+Thread death: when any exception escapes the input, scheduler or output
+thread (including a failed engine step), the worker stops heartbeating, ends
+every request the output thread knows with an ``internal`` error (when the
+output thread itself is alive to send them) and exits with
+:data:`EXIT_THREAD_DIED`. The gateway then ends whatever else was in flight
+with ``unavailable`` and starts a fresh worker. Heartbeats are sent only
+while all three threads are alive, so a half-dead worker never looks
+healthy.
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, Callable, NoReturn
 
 import zmq
 
@@ -30,6 +39,7 @@ from shared.codec import DecodeError, worker_codec
 from shared.config import ModelConfig, decode_model_config
 from shared.logging import setup_logging
 from shared.protocol import (
+    PROTOCOL_VERSION,
     AbortRequest,
     EmbedRequest,
     Failed,
@@ -44,11 +54,18 @@ from shared.protocol import (
 )
 from shared.sockets import configure, endpoint_path
 from worker import mlx_memory
-from worker.output import Exit, OutputLoop
+from worker.faults import armed, reached
+from worker.output import Exit, FailAll, OutputLoop
 from worker.prompt import PromptBuilder, PromptError
 from worker.scheduler import Abort, Scheduler, Stop
 
 log = logging.getLogger("mlxd.worker")
+
+EXIT_THREAD_DIED = 3
+"""Exit code of a worker one of whose threads died (see the module docstring)."""
+
+FAIL_ALL_SECONDS = 5.0
+"""How long a dying worker waits for its output thread to send the errors."""
 
 
 class Worker:
@@ -82,31 +99,81 @@ class Worker:
         self._embedding: Any = None  # the EmbeddingModel of an embedding worker
         self._ready = threading.Event()
         self._failed = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._dying = threading.Lock()
+        self._dead = False
         self.output = OutputLoop(
             worker_id,
             send=lambda m: outputs.send(out_codec.encode(m), copy=False),
             release=lambda item: self._scheduler.submit(item) if self._scheduler else None,
             stats=self.stats,
+            healthy=self.healthy,
         )
 
     def run(self) -> int:
         """Serve until Shutdown, a load failure or the gateway's death.
 
-        Returns the process exit code (0 after a requested shutdown).
+        Returns the process exit code (0 after a requested shutdown); never
+        returns when a thread dies (the process exits, see the module
+        docstring).
         """
-        out_thread = threading.Thread(target=self.output.run, name="mlxd-output", daemon=True)
-        self._out_thread = out_thread
-        out_thread.start()
-        self.output.queue.put(Hello(worker_id=self.worker_id, pid=os.getpid(), model=self.config.name))
-        sched_thread = threading.Thread(target=self._scheduler_main, name="mlxd-scheduler", daemon=True)
-        sched_thread.start()
-        code = self._input_loop()
+        self._threads.append(threading.current_thread())
+        out_thread = self._start("output", self.output.run)
+        protocol = PROTOCOL_VERSION + 1 if armed("protocol") else PROTOCOL_VERSION
+        self.output.queue.put(
+            Hello(worker_id=self.worker_id, pid=os.getpid(), model=self.config.name, protocol=protocol)
+        )
+        sched_thread = self._start("scheduler", self._scheduler_main)
+        try:
+            code = self._input_loop()
+        except BaseException as exc:
+            self._die("input", exc)
         if self._scheduler is not None:
             self._scheduler.submit(Stop())
         sched_thread.join(timeout=10)
         self.output.queue.put(Exit())
         out_thread.join(timeout=5)
         return code
+
+    def healthy(self) -> bool:
+        """True while every thread of this worker is alive (any thread)."""
+        return not self._dead and all(t.is_alive() for t in self._threads)
+
+    def _start(self, name: str, target: Callable[[], None]) -> threading.Thread:
+        """Start daemon thread ``mlxd-<name>`` running ``target``; an
+        exception escaping it ends the worker (:meth:`_die`)."""
+
+        def guarded() -> None:
+            try:
+                target()
+            except BaseException as exc:
+                self._die(name, exc)
+
+        thread = threading.Thread(target=guarded, name=f"mlxd-{name}", daemon=True)
+        self._threads.append(thread)
+        thread.start()
+        return thread
+
+    def _die(self, thread: str, exc: BaseException) -> NoReturn:
+        """Thread ``thread`` died of ``exc``: stop heartbeats, have the
+        output thread (unless it is the dead one) end every running request
+        with an error, and exit with :data:`EXIT_THREAD_DIED`. Called on the
+        dying thread; a second dying thread waits here for the exit."""
+        with self._dying:
+            self._dead = True
+            log.critical(
+                "the %s thread died (%s: %s); failing the requests in flight and exiting",
+                thread,
+                type(exc).__name__,
+                exc,
+                exc_info=exc,
+            )
+            if thread != "output":
+                fail = FailAll("the model worker failed; retry the request")
+                self.output.queue.put(fail)
+                fail.done.wait(FAIL_ALL_SECONDS)
+            logging.shutdown()
+            os._exit(EXIT_THREAD_DIED)
 
     def _scheduler_main(self) -> None:
         """Scheduler thread: load, warm up, announce, then run the engine."""
@@ -115,6 +182,8 @@ class Worker:
             return
         try:
             started = time.monotonic()
+            import mlx.core as mx
+
             from worker.decode import default_host_sampling
             from worker.detok import TokenDecoder
             from worker.grammar import GrammarCompiler
@@ -164,7 +233,7 @@ class Worker:
                     context_length=context,
                     load_seconds=time.monotonic() - started,
                     model_path=str(loaded.path),
-                    blas=blas_in_use(),
+                    blas=blas_in_use(on_gpu=mx.default_device() == mx.gpu),
                     sampling="host" if host_sampling else "device",
                     sampling_defaults=sampling_defaults,
                     active_memory_bytes=memory.active,
@@ -205,6 +274,8 @@ class Worker:
         up, announce, then batch and encode (see worker.embedding_scheduler)."""
         try:
             started = time.monotonic()
+            import mlx.core as mx
+
             from worker.embedding_model import load_embedding_model
             from worker.embedding_scheduler import EmbeddingScheduler
 
@@ -218,7 +289,7 @@ class Worker:
                     context_length=model.max_tokens,
                     load_seconds=time.monotonic() - started,
                     model_path=str(model.path),
-                    blas=blas_in_use(),
+                    blas=blas_in_use(on_gpu=mx.default_device() == mx.gpu),
                     sampling="none",
                 )
             )
@@ -233,18 +304,12 @@ class Worker:
         self._serve(scheduler, model.max_tokens)
 
     def _serve(self, scheduler: Any, context: int) -> None:
-        """Announce Ready and run ``scheduler`` until it stops; after an
-        engine failure, end the process so the gateway starts a fresh one."""
+        """Announce Ready and run ``scheduler`` until it stops (an engine
+        failure propagates: the worker exits, see the module docstring)."""
         self.output.queue.put(Ready(worker_id=self.worker_id))
         self._ready.set()
         log.info("model %s ready (context %d tokens)", self.config.name, context)
         scheduler.run()
-        if scheduler.broken:
-            log.error("exiting after an engine failure; the gateway starts a fresh worker")
-            self.output.queue.put(Exit())
-            self._out_thread.join(timeout=5)
-            logging.shutdown()
-            os._exit(3)
 
     def _input_loop(self) -> int:
         """Main thread: read and dispatch gateway messages."""
@@ -264,6 +329,7 @@ class Worker:
                 return 0
             self._ready.wait()
             if isinstance(message, GenerateRequest):
+                reached("input")
                 self._admit(message)
             elif isinstance(message, EmbedRequest):
                 self._embed(message)
@@ -394,9 +460,13 @@ class Worker:
         self.output.queue.put(StepOutputs(step=-1, outputs=[output]))
 
 
-def blas_in_use() -> str:
-    """Name the BLAS library mapped into this process (``openblas`` or
-    ``builtin``; ``accelerate`` on macOS)."""
+def blas_in_use(on_gpu: bool) -> str:
+    """Name what runs this worker's matrix products: ``metal`` when MLX's
+    default device is the GPU on macOS (``gpu`` elsewhere), ``accelerate``
+    for the CPU on macOS, else the BLAS library mapped into this process
+    (``openblas`` or ``builtin``)."""
+    if on_gpu:
+        return "metal" if sys.platform == "darwin" else "gpu"
     if sys.platform == "darwin":
         return "accelerate"
     try:

@@ -8,15 +8,23 @@ becomes at most one ``StepOutputs`` message. Because this thread alone
 decides when a choice's terminal output is sent, each choice ends exactly
 once, and a request that ends early (abort, error) gets one terminal output
 for all its choices. Heartbeats go out whenever the queue is quiet for
-``heartbeat_interval`` seconds and at least that often under load.
+``heartbeat_interval`` seconds and at least that often under load, and only
+while every thread of the worker is alive (``healthy``): a worker with a
+dead thread must look dead to the gateway.
+
+Failures: an exception while turning one request's token into text (its
+detokenizer or parser) ends that request with an ``internal`` error and
+aborts it in the scheduler; the other requests go on. Any other exception
+escapes :meth:`OutputLoop.run`: the worker then exits (see ``worker.main``).
 """
 
 from __future__ import annotations
 
 import logging
 import queue
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import msgspec
@@ -31,7 +39,8 @@ from shared.protocol import (
     WorkerStats,
 )
 from worker.detok import TextStream, TokenDecoder
-from worker.scheduler import Release, Started, Terminal, TokenLogprobs, TokenStep
+from worker.faults import reached
+from worker.scheduler import Abort, Release, Started, Terminal, TokenLogprobs, TokenStep
 
 log = logging.getLogger("mlxd.worker.output")
 
@@ -75,23 +84,37 @@ class Exit:
     """Sentinel: send nothing more and leave the loop."""
 
 
+@dataclass
+class FailAll:
+    """Sentinel: end every running request with an ``internal`` error
+    saying ``message``, then leave the loop (another thread of the worker
+    died; the process exits next). ``done`` is set once the errors are
+    sent."""
+
+    message: str
+    done: threading.Event = field(default_factory=threading.Event)
+
+
 class OutputLoop:
     """Runs on the output thread; see the module docstring.
 
     ``send`` writes one contract message to the socket (called only from
-    this thread). ``release`` tells the scheduler to drop a choice this
-    thread finished on a stop string. ``stats`` returns the heartbeat's
-    counters. ``decoder`` is set once the model's tokenizer is loaded,
-    before any request starts.
+    this thread). ``release`` hands the scheduler a command: a
+    :class:`Release` of a choice this thread finished on a stop string, or
+    an :class:`Abort` of a request it ended with an error. ``stats``
+    returns the heartbeat's counters; ``healthy`` says whether every other
+    thread of the worker is alive (no heartbeat otherwise). ``decoder`` is
+    set once the model's tokenizer is loaded, before any request starts.
     """
 
     def __init__(
         self,
         worker_id: str,
         send: Callable[[msgspec.Struct], None],
-        release: Callable[[Release], None],
+        release: Callable[[Release | Abort], None],
         stats: Callable[[], WorkerStats],
         heartbeat_interval: float = 0.5,
+        healthy: Callable[[], bool] = lambda: True,
     ) -> None:
         self.queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self.decoder: TokenDecoder | None = None
@@ -99,33 +122,39 @@ class OutputLoop:
         self._send = send
         self._release = release
         self._stats = stats
+        self._healthy = healthy
         self._interval = heartbeat_interval
         self._live: dict[str, _Request] = {}
         self._last_beat = 0.0
 
     def run(self) -> None:
-        """Process queued items until :class:`Exit`; never raises."""
+        """Process queued items until :class:`Exit` or :class:`FailAll`.
+
+        Raises whatever escapes the handling of an item (see the module
+        docstring); the caller must treat that as the death of the worker.
+        """
         while True:
             try:
                 item = self.queue.get(timeout=self._interval)
             except queue.Empty:
                 item = None
-            try:
-                if isinstance(item, Exit):
-                    return
-                if item is not None:
-                    self._handle(item)
-                if time.monotonic() - self._last_beat >= self._interval:
-                    self._beat()
-            except Exception:
-                log.exception("output thread: dropped an item")
+            if isinstance(item, Exit):
+                return
+            if isinstance(item, FailAll):
+                self._fail_all(item)
+                return
+            if item is not None:
+                self._handle(item)
+            if time.monotonic() - self._last_beat >= self._interval and self._healthy():
+                self._beat()
 
     def _handle(self, item: object) -> None:
         if isinstance(item, TokenStep):
+            reached("output")
             for request_id, waited in item.scheduled:
                 if request_id in self._live:
                     self._live[request_id].queue_seconds = waited
-            outputs = [o for o in (self._token(*t) for t in item.tokens) if o is not None]
+            outputs = [o for o in (self._token_or_error(*t) for t in item.tokens) if o is not None]
             if outputs:
                 self._send(StepOutputs(step=item.step, outputs=outputs))
         elif isinstance(item, Started):
@@ -139,6 +168,21 @@ class OutputLoop:
             self._terminal(item)
         elif isinstance(item, msgspec.Struct):
             self._send(item)
+
+    def _token_or_error(
+        self, request_id: str, index: int, token: int, finish: str | None, lp: TokenLogprobs | None
+    ) -> RequestOutput | None:
+        """:meth:`_token`, or, when it raises, the request's terminal
+        ``internal`` error (the request is also aborted in the scheduler)."""
+        try:
+            return self._token(request_id, index, token, finish, lp)
+        except Exception:
+            request = self._live.pop(request_id, None)
+            if request is None:
+                raise  # not a request's own state: let the worker die
+            log.exception("request %s: could not turn its tokens into text; ending it", request_id)
+            self._release(Abort([request_id]))
+            return self._error(request_id, request, "the worker could not decode the generated text")
 
     def _token(
         self, request_id: str, index: int, token: int, finish: str | None, lp: TokenLogprobs | None
@@ -225,22 +269,34 @@ class OutputLoop:
         request = self._live.pop(item.request_id, None)
         if request is None:
             return  # every choice already finished: nothing more to say
-        self._send(
-            StepOutputs(
-                step=-1,
-                outputs=[
-                    RequestOutput(
-                        request_id=item.request_id,
-                        prompt_tokens=request.prompt_tokens,
-                        cached_tokens=request.cached_tokens,
-                        completion_tokens=sum(c.completion_tokens for c in request.choices.values()),
-                        finish_reason=item.reason,  # type: ignore[arg-type]
-                        error=item.message,
-                        error_kind=item.error_kind,  # type: ignore[arg-type]
-                    )
-                ],
-            )
+        self._send(StepOutputs(step=-1, outputs=[self._end(item.request_id, request, item)]))
+
+    @staticmethod
+    def _end(request_id: str, request: _Request, item: Terminal) -> RequestOutput:
+        """The one output that ends all of ``request``'s open choices."""
+        return RequestOutput(
+            request_id=request_id,
+            prompt_tokens=request.prompt_tokens,
+            cached_tokens=request.cached_tokens,
+            completion_tokens=sum(c.completion_tokens for c in request.choices.values()),
+            finish_reason=item.reason,  # type: ignore[arg-type]
+            error=item.message,
+            error_kind=item.error_kind,  # type: ignore[arg-type]
         )
+
+    def _error(self, request_id: str, request: _Request, message: str) -> RequestOutput:
+        """``request``'s terminal ``internal`` error."""
+        return self._end(request_id, request, Terminal(request_id, "error", "internal", message))
+
+    def _fail_all(self, item: FailAll) -> None:
+        """End every running request with an error (see :class:`FailAll`)."""
+        try:
+            outputs = [self._error(rid, request, item.message) for rid, request in self._live.items()]
+            self._live.clear()
+            if outputs:
+                self._send(StepOutputs(step=-1, outputs=outputs))
+        finally:
+            item.done.set()
 
     def _beat(self) -> None:
         self._last_beat = time.monotonic()

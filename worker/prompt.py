@@ -181,12 +181,15 @@ class PromptBuilder:
 
         Raises:
             PromptError: ``invalid_request`` when the model's reasoning format
-                has no single closing marker (e.g. Harmony channels).
+                has no single closing marker (e.g. Harmony channels), unless
+                the budget is best effort (then there is no cap).
         """
         budget, formats = request.thinking_budget, self.formats
         if budget is None or request.messages is None or formats.reasoning_format is None:
             return None
         if self._marker_ids is None:
+            if request.thinking_budget_best_effort:
+                return None
             raise PromptError(
                 "invalid_request",
                 f"a thinking budget is not supported for this model's reasoning format ({formats.reasoning_format})",
@@ -317,9 +320,12 @@ class PromptBuilder:
             raise PromptError("invalid_request", str(exc), field) from exc
 
     def _tool_grammar(self, request: GenerateRequest) -> str:
+        from worker.grammar import check_schema_size
         from worker.parsers import special_token_ids, tool_call_grammar
 
         tools = self._offered_tools(request) or []
+        for tool in tools:
+            check_schema_size(tool.parameters)
         fmt = self._tool_format()
         try:
             source = tool_call_grammar(

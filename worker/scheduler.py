@@ -190,7 +190,9 @@ class Scheduler:
     :class:`Terminal` items in the order they happen (it must be
     thread-safe and non-blocking, e.g. a queue's ``put``). ``model`` must
     have been loaded on the thread that calls :meth:`run`. ``cache`` is the
-    prefix cache (None disables reuse). ``host_sampling`` picks where
+    prefix cache (None disables reuse). At most ``max_batch_size``
+    sequences decode together (``prefill_batch_size`` is capped by it).
+    ``host_sampling`` picks where
     sampling and log-probabilities are computed (see :mod:`worker.decode`;
     None: NumPy on the CPU backend, MLX on a GPU).
     """
@@ -213,10 +215,12 @@ class Scheduler:
         self.cache = cache
         self._prefill_step = prefill_step_size
         self._host_sampling = host_sampling
-        self._prefill_batch = prefill_batch_size
+        # mlx-lm decodes max(completion, prefill) batch sizes together: keep
+        # the prefill batch within max_batch_size so that one is the limit
+        self._prefill_batch = min(prefill_batch_size, max_batch_size)
         self._batch_kwargs = dict(
             completion_batch_size=max_batch_size,
-            prefill_batch_size=prefill_batch_size,
+            prefill_batch_size=self._prefill_batch,
             prefill_step_size=prefill_step_size,
         )
         self.inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
@@ -229,7 +233,6 @@ class Scheduler:
         self._step = 0
         self._idle_since: float | None = None
         self._cache_cleared = False
-        self.broken = False
 
     def submit(self, item: object) -> None:
         """Queue a command for the scheduler thread; any thread may call."""
@@ -239,18 +242,28 @@ class Scheduler:
         """Run ``prompt`` through a throwaway engine for two tokens.
 
         Allocates buffers and builds kernels before the worker says Ready.
+        The engine is closed before returning (a ``BatchGenerator`` restores
+        the wired-memory limit when closed, and must not do so later, from
+        the garbage collector, under the engine :meth:`run` starts).
         """
         engine = self._new_engine()
-        (uid,) = engine.insert([prompt], max_tokens=[2])
-        done = False
-        while not done:
-            _, responses = engine.next()
-            done = any(r.uid == uid and r.finish_reason for r in responses)
+        try:
+            (uid,) = engine.insert([prompt], max_tokens=[2])
+            done = False
+            while not done:
+                _, responses = engine.next()
+                done = any(r.uid == uid and r.finish_reason for r in responses)
+        finally:
+            engine.close()
 
     def run(self) -> None:
-        """The scheduler loop; returns after a :class:`Stop` command, or with
-        :attr:`broken` set after an engine step failed (every request then
-        got its error; the worker process should exit and be replaced).
+        """The scheduler loop; returns after a :class:`Stop` command.
+
+        Any exception that escapes a step or the loop itself (a failed
+        engine step, a bug) propagates to the caller: the engine and its
+        arrays cannot be trusted any more, so the worker fails every
+        request in flight and exits (see ``worker.main``). One bad command
+        or one request that cannot be admitted does not stop the loop.
 
         When the engine was idle and a request arrives, the loop first
         gathers the rest of its burst (see :meth:`_gather_burst`) and then
@@ -258,20 +271,26 @@ class Scheduler:
         decoding, new prompts join in chunks of ``prefill_batch_size`` so
         running streams are not stalled by a long prefill.
         """
+        from worker.faults import reached
+
         self._engine = self._new_engine()
-        while not self.broken:
-            idle = not self._seqs
-            if not self._drain_inbox(block=idle):
-                return
-            if idle and self._seqs and not self._gather_burst():
-                return
-            if self._deadlines:
-                self._expire(time.monotonic())
-            stepped = bool(self._seqs)
-            if stepped:
-                self._run_step()
-            self._release_idle_memory(time.monotonic(), busy=stepped or bool(self._seqs))
-            self._update_gauges()
+        try:
+            while True:
+                idle = not self._seqs
+                if not self._drain_inbox(block=idle):
+                    return
+                if idle and self._seqs and not self._gather_burst():
+                    return
+                if self._deadlines:
+                    self._expire(time.monotonic())
+                stepped = bool(self._seqs)
+                if stepped:
+                    reached("scheduler")
+                    self._run_step()
+                self._release_idle_memory(time.monotonic(), busy=stepped or bool(self._seqs))
+                self._update_gauges()
+        finally:
+            self._engine.close()
 
     # -- engine -------------------------------------------------------------
 
@@ -423,6 +442,7 @@ class Scheduler:
             for i in range(0, len(todo), self._prefill_step):
                 self._model(mx.array(todo[i : i + self._prefill_step])[None], cache=cache)
                 mx.eval([c.state for c in cache])
+                mx.clear_cache()  # as mlx-lm's prefill: free each chunk's temporaries
         if self.cache is not None:
             self.cache.insert(prompt[:-1], copy.deepcopy(cache))
         return cache
@@ -486,13 +506,7 @@ class Scheduler:
         # in chunks, so the running sequences keep producing tokens.
         decoding = len(engine._generation_batch) > 0
         engine.prefill_batch_size = self._prefill_batch if decoding else engine.completion_batch_size
-        try:
-            progress, responses = self._engine.next()
-        except Exception:
-            log.exception("engine step failed; failing %d requests", len(self._uids))
-            self._fail_all("the model worker failed while generating; retry the request")
-            self.broken = True
-            return
+        progress, responses = self._engine.next()
         self._step += 1
         scheduled = self._scheduled(progress, responses)
         events = self._events(responses)
@@ -538,9 +552,9 @@ class Scheduler:
 
     def _logprobs(self, responses: list[Any]) -> dict[int, TokenLogprobs]:
         """Each response's token log-probability and its top alternatives,
-        computed with NumPy from the rows the engine normalized (MLX rows
-        are already evaluated: the engine returns a step's tokens only after
-        evaluating their rows)."""
+        computed with NumPy from the rows the engine normalized (float32
+        whatever the model's dtype; MLX rows are already evaluated: the
+        engine returns a step's tokens only after evaluating their rows)."""
         import numpy as np
 
         rows = np.stack([np.asarray(r.logprobs, dtype=np.float32) for r in responses])
@@ -582,12 +596,3 @@ class Scheduler:
         elif not self._cache_cleared and now - self._idle_since >= IDLE_CLEAR_SECONDS:
             mlx_memory.clear_cache()
             self._cache_cleared = True
-
-    def _fail_all(self, message: str) -> None:
-        """End every request with an internal error (after a failed step,
-        whose engine and arrays cannot be trusted any more)."""
-        for request_id in list(self._uids):
-            self._emit(Terminal(request_id, "error", "internal", message))
-        self._seqs.clear()
-        self._uids.clear()
-        self._deadlines.clear()

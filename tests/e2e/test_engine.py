@@ -14,7 +14,7 @@ import openai
 import psutil
 import pytest
 
-from tests.conftest import API_KEY, TINY, start_server
+from tests.conftest import API_KEY, TINY, mean_batch, settled_stats, start_server
 
 EOS = 2  # <|im_end|> in the SmolLM2 vocabulary the tiny model shares
 MSG = [{"role": "user", "content": "hi"}]
@@ -22,19 +22,6 @@ MSG = [{"role": "user", "content": "hi"}]
 
 def sdk(server, **kw):
     return openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0, **kw)
-
-
-def settled_stats(server, model=TINY, timeout=15.0):
-    """Worker counters once nothing runs and two heartbeats agree."""
-    deadline = time.monotonic() + timeout
-    previous = None
-    while True:
-        time.sleep(0.6)
-        stats = server.worker(model)["stats"]
-        idle = stats["running"] == 0 and stats["waiting"] == 0
-        if (idle and stats == previous) or time.monotonic() > deadline:
-            return stats
-        previous = stats
 
 
 @pytest.fixture(scope="module")
@@ -379,3 +366,30 @@ def test_ignore_eos_and_min_tokens(client):
         model=TINY, prompt="x", max_tokens=10, logit_bias=forced_eos, extra_body={"ignore_eos": True}
     )
     assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 10
+
+
+def test_max_batch_size_caps_the_decode_batch(tiny_model_dir, tmp_path):
+    """``max_batch_size = 2`` (below the default ``prefill_batch_size`` of 8):
+    five concurrent requests never decode more than two at a time."""
+    srv = start_server(tmp_path, [{"name": TINY, "source": str(tiny_model_dir), "max_batch_size": 2}])
+    try:
+        before = settled_stats(srv)
+        body = {"model": TINY, "messages": MSG, "max_tokens": 60, "ignore_eos": True}
+        seen = []
+
+        def send(_):
+            r = httpx.post(f"{srv.url}/v1/chat/completions", json=body, headers=srv.headers, timeout=120)
+            return r.json()["usage"]["completion_tokens"]
+
+        with cf.ThreadPoolExecutor(5) as pool:
+            futures = [pool.submit(send, i) for i in range(5)]
+            while not all(f.done() for f in futures):
+                seen.append(srv.worker(TINY)["stats"]["running"])
+                time.sleep(0.1)
+            assert [f.result() for f in futures] == [60] * 5
+        after = settled_stats(srv)
+        assert max(seen) <= 2, seen
+        assert after["max_batch_seen"] <= 2
+        assert 1.5 <= mean_batch(before, after) <= 2.0
+    finally:
+        srv.stop()

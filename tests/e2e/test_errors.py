@@ -44,7 +44,7 @@ MSG = [{"role": "user", "content": "hi"}]
         ({"model": TINY, "messages": MSG, "max_tokens": 1.5}, "max_tokens"),
         ({"model": TINY, "messages": MSG, "top_p": 0}, "top_p"),
         ({"model": TINY, "messages": MSG, "n": 99}, "n"),
-        ({"model": TINY, "messages": MSG, "tools": [{"type": "custom", "custom": {"name": "f"}}]}, "tools[0].type"),
+        ({"model": TINY, "messages": MSG, "tools": [{"type": "hosted", "function": {"name": "f"}}]}, "tools[0].type"),
         ({"model": TINY, "messages": MSG, "frobnicate": True}, "frobnicate"),
         ({"model": TINY, "messages": [{"role": "user", "content": 5}]}, None),
         ({"model": TINY, "messages": MSG, "stop": ["a"] * 100}, "stop"),

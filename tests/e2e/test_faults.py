@@ -1,5 +1,7 @@
 """Worker death: every in-flight client gets a terminal error at once, the
-worker restarts, and the next request succeeds."""
+worker restarts, and the next request succeeds. Also a worker whose input,
+scheduler or output thread dies (faults injected with ``MLXD_FAULT``, see
+``worker/faults.py``), and a worker speaking another wire protocol version."""
 
 from __future__ import annotations
 
@@ -134,4 +136,112 @@ def test_hung_worker_is_replaced(tiny_model_dir, tmp_path):
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+        srv.stop()
+
+
+def stream_until_error(client, errors: list, received: list, started: threading.Event) -> None:
+    """One long streaming request; record the error that ends it (it must
+    not complete)."""
+    try:
+        s = client.chat.completions.create(
+            model=TINY, messages=[{"role": "user", "content": "go"}], max_tokens=1900, stream=True
+        )
+        for chunk in s:
+            if chunk.choices and chunk.choices[0].delta.content:
+                received.append(chunk.choices[0].delta.content)
+                started.set()
+        errors.append(None)  # completed: the fault did not end it
+    except openai.APIError as exc:
+        errors.append(exc)
+    finally:
+        started.set()
+
+
+@pytest.mark.parametrize("point", ["scheduler", "input", "output"])
+def test_thread_death_fails_requests_and_restarts(tiny_model_dir, tmp_path, point):
+    """An exception that kills one worker thread: every request in flight
+    gets an error, the worker exits (no heartbeats from a half-dead worker)
+    and a fresh worker serves the next request."""
+    marker = tmp_path / "fault-fired"
+    spec = {"scheduler": "scheduler@40", "input": "input@3", "output": "output@40"}[point]
+    srv = start_server(
+        tmp_path,
+        [{"name": TINY, "source": str(tiny_model_dir)}],
+        env={"MLXD_FAULT": spec, "MLXD_FAULT_MARKER": str(marker)},
+        heartbeat_timeout=120.0,  # only the worker's own exit may end it
+    )
+    try:
+        pid = srv.worker(TINY)["pid"]
+        client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key=API_KEY, max_retries=0, timeout=60)
+        errors: list = []
+        received: list[str] = []
+        threads = []
+        # two streams in flight; for the input fault a third request fires it
+        for _ in range(2 if point == "input" else 3):
+            started = threading.Event()
+            t = threading.Thread(target=stream_until_error, args=(client, errors, received, started))
+            t.start()
+            threads.append(t)
+            if point == "input":
+                assert started.wait(30)
+        if point == "input":
+            t = threading.Thread(target=stream_until_error, args=(client, errors, received, threading.Event()))
+            t.start()
+            threads.append(t)
+        for t in threads:
+            t.join(60)
+        assert marker.exists()
+        assert len(errors) == 3 and all(isinstance(e, openai.APIError) for e in errors), errors
+        messages = [str(e) for e in errors]
+        if point == "output":  # nobody left in the worker to send: the gateway ends them
+            assert all("stopped unexpectedly" in m for m in messages), messages
+        else:  # the output thread ends what the engine was running
+            assert any("model worker failed" in m for m in messages), messages
+        new = srv.wait_ready(TINY, timeout=60, after_restarts=1)
+        assert new["pid"] != pid
+        r = client.chat.completions.create(model=TINY, messages=[{"role": "user", "content": "x"}], max_tokens=3)
+        assert r.usage.completion_tokens == 3
+        log = srv.log_path.read_text()
+        assert f"the {point} thread died (InjectedFault" in log
+        assert "worker exited with code 3" in log
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    finally:
+        srv.stop()
+
+
+def test_worker_with_another_protocol_version_is_refused(tiny_model_dir, tmp_path):
+    """A worker reporting another wire protocol version is stopped with one
+    clear log line, not restarted in a loop, and requests get a 503 that
+    says why."""
+    srv = start_server(
+        tmp_path,
+        [{"name": TINY, "source": str(tiny_model_dir), "preload": False}],
+        env={"MLXD_FAULT": "protocol"},
+    )
+    try:
+        r = httpx.post(
+            f"{srv.url}/v1/chat/completions",
+            json={"model": TINY, "messages": [{"role": "user", "content": "x"}], "max_tokens": 2},
+            headers=srv.headers,
+            timeout=60,
+        )
+        assert r.status_code == 503
+        assert "wire protocol" in r.json()["error"]["message"]
+        time.sleep(3)  # a restart loop would have started more workers by now
+        status = srv.worker(TINY)
+        assert status["state"] == "failed" and status["pid"] is None
+        assert status["restarts"] == 0 and status["incarnation"] == 1
+        refusals = [line for line in srv.log_path.read_text().splitlines() if "refused the worker" in line]
+        assert len(refusals) == 1 and "wire protocol v2 but this gateway speaks v1" in refusals[0]
+        r = httpx.post(
+            f"{srv.url}/v1/chat/completions",
+            json={"model": TINY, "messages": [{"role": "user", "content": "x"}], "max_tokens": 2},
+            headers=srv.headers,
+            timeout=10,
+        )
+        assert r.status_code == 503 and "wire protocol" in r.json()["error"]["message"]
+        assert srv.worker(TINY)["incarnation"] == 1  # requests do not start it again either
+        assert len([line for line in srv.log_path.read_text().splitlines() if "refused the worker" in line]) == 1
+    finally:
         srv.stop()

@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import API_KEY, TINY
+from tests.conftest import API_KEY, TINY, mean_batch, settled_stats
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +165,7 @@ def test_sampling_fields_are_honoured(client):
 
 
 def test_concurrent_streams_share_batches(client, tiny_server):
-    before = tiny_server.worker(TINY)["stats"]
+    before = settled_stats(tiny_server, TINY)
     n, tokens = 8, 48
 
     def run(i):
@@ -175,13 +175,10 @@ def test_concurrent_streams_share_batches(client, tiny_server):
     with cf.ThreadPoolExecutor(n) as pool:
         counts = list(pool.map(run, range(n)))
     assert counts == [tokens] * n
-    import time
-
-    time.sleep(1.2)  # one heartbeat
-    after = tiny_server.worker(TINY)["stats"]
+    after = settled_stats(tiny_server, TINY)
     steps = after["steps"] - before["steps"]
-    assert after["generated_tokens"] - before["generated_tokens"] >= n * tokens
-    # sequential decoding would need n * tokens steps; batching needs far fewer
+    assert after["generated_tokens"] - before["generated_tokens"] == n * tokens
+    # sequential decoding would need n * tokens steps (a mean batch of 1);
+    # batching needs far fewer, in this test's own window
     assert steps < n * tokens / 2, (steps, n * tokens)
-    assert after["max_batch_seen"] >= 4
-    assert after["running"] == 0
+    assert mean_batch(before, after) >= n / 4, (before, after)

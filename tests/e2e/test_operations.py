@@ -7,6 +7,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import os
 import plistlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,7 +21,7 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import API_KEY, ROOT, TINY, start_server, write_config
+from tests.conftest import API_KEY, ROOT, TINY, free_port, start_server, write_config
 
 MSG = [{"role": "user", "content": "hi"}]
 
@@ -217,24 +218,26 @@ def test_sigterm_drains_streams_in_flight(tiny_model_dir, tmp_path):
     pid = srv.worker(TINY)["pid"]
     sockets = socket_dir_of(srv, TINY)
     results: list = []
+    streaming = [threading.Event() for _ in range(2)]
 
-    def stream():
-        chunks = list(
-            client(srv).chat.completions.create(
-                model=TINY,
-                messages=MSG,
-                max_tokens=300,
-                stream=True,
-                extra_body={"ignore_eos": True},
-                stream_options={"include_usage": True},
-            )
-        )
+    def stream(i):
+        chunks = []
+        for chunk in client(srv).chat.completions.create(
+            model=TINY,
+            messages=MSG,
+            max_tokens=1200,  # long enough to be running while the refusals are checked
+            stream=True,
+            extra_body={"ignore_eos": True},
+            stream_options={"include_usage": True},
+        ):
+            streaming[i].set()
+            chunks.append(chunk)
         results.append(chunks[-1].usage.completion_tokens)
 
-    threads = [threading.Thread(target=stream) for _ in range(2)]
+    threads = [threading.Thread(target=stream, args=(i,)) for i in range(2)]
     for t in threads:
         t.start()
-    time.sleep(0.5)
+    assert all(e.wait(30) for e in streaming)  # both admitted before the signal
     srv.proc.send_signal(signal.SIGTERM)
     time.sleep(0.2)
     refused = httpx.post(f"{srv.url}/v1/chat/completions", json={"model": TINY, "messages": MSG}, headers=srv.headers)
@@ -242,7 +245,7 @@ def test_sigterm_drains_streams_in_flight(tiny_model_dir, tmp_path):
     assert httpx.get(f"{srv.url}/ready").status_code == 503
     for t in threads:
         t.join(60)
-    assert results == [300, 300]
+    assert results == [1200, 1200]
     assert srv.proc.wait(30) == 0
     assert gone(pid)
     assert not sockets.exists()
@@ -259,12 +262,55 @@ def test_sigkill_of_gateway_leaves_no_socket_files(tiny_model_dir, tmp_path):
     wait_for(lambda: not sockets.exists(), timeout=10)
 
 
-def test_ready_waits_for_preloaded_models(tiny_model_dir, tmp_path):
-    config = write_config(tmp_path / "mlxd.toml", 0, [model(tiny_model_dir, TINY, preload=True)])
-    from tests.conftest import free_port
+class HeldFile:
+    """A model file replaced by a named pipe that serves its contents only
+    once :meth:`release` is called: a worker loading the model blocks on it,
+    as on a very slow disk, for as long as the test wants. After release a
+    thread serves the contents to every reader until :meth:`close`."""
 
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.data = path.read_bytes()
+        path.unlink()
+        os.mkfifo(path)
+        self.released = threading.Event()
+        self.closed = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        self.released.wait()
+        while not self.closed.is_set():
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:  # no reader yet
+                time.sleep(0.02)
+                continue
+            os.set_blocking(fd, True)
+            try:
+                os.write(fd, self.data)
+            except BrokenPipeError:
+                pass
+            finally:
+                os.close(fd)
+
+    def release(self) -> None:
+        """Let readers have the file from now on."""
+        self.released.set()
+
+    def close(self) -> None:
+        """Stop serving (and unblock a reader still waiting, if any)."""
+        self.released.set()
+        self.closed.set()
+        self.thread.join(5)
+
+
+def test_ready_waits_for_preloaded_models(tiny_model_dir, tmp_path):
+    held_model = tmp_path / "held"
+    shutil.copytree(tiny_model_dir, held_model)
+    held = HeldFile(held_model / "generation_config.json")
     port = free_port()
-    write_config(config, port, [model(tiny_model_dir, TINY, preload=True)])
+    config = write_config(tmp_path / "mlxd.toml", port, [model(held_model, TINY, preload=True)])
     log = open(tmp_path / "log", "w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "gateway", "serve", "--config", str(config)],
@@ -275,14 +321,21 @@ def test_ready_waits_for_preloaded_models(tiny_model_dir, tmp_path):
     try:
         url = f"http://127.0.0.1:{port}"
         first = wait_for(lambda: _get(f"{url}/ready"), timeout=30)
-        statuses = [first.status_code]
-        final = wait_for(lambda: (r := _get(f"{url}/ready")) and r.status_code == 200 and r, timeout=120)
-        statuses.append(final.status_code)
+        assert first.status_code == 503, first.text
+        assert first.json()["models"][TINY] != "ready"
+        # while the model cannot load, /ready keeps answering 503 (and /health 200)
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:
+            assert _get(f"{url}/ready").status_code == 503
+            assert _get(f"{url}/health").status_code == 200
+            time.sleep(0.1)
+        held.release()
+        final = wait_for(lambda: (r := _get(f"{url}/ready")) and r.status_code == 200 and r, timeout=60)
         assert final.json()["models"][TINY] == "ready"
-        assert statuses[-1] == 200
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
+        held.close()
 
 
 def _get(url):
@@ -440,3 +493,153 @@ def test_mlxd_reload_command_signals_the_server(tiny_model_dir, tmp_path):
     finally:
         srv.stop()
     assert not (tmp_path / "mlxd.pid").exists()
+
+
+def test_drain_timeout_ends_the_requests_still_running(tiny_model_dir, tmp_path):
+    """Past ``drain_timeout`` what is still running or queued ends with an
+    error (an SSE error frame, or an error status), then mlxd exits 0."""
+    srv = start_server(tmp_path, [model(tiny_model_dir, TINY, max_batch_size=1)], drain_timeout=1.0)
+    pid = srv.worker(TINY)["pid"]
+    outcomes: dict[int, object] = {}
+    streaming = threading.Event()
+
+    def stream(i):
+        try:
+            for chunk in client(srv).chat.completions.create(
+                model=TINY, messages=MSG, max_tokens=1900, stream=True, extra_body={"ignore_eos": True}
+            ):
+                if chunk.choices and chunk.choices[0].delta.content:
+                    streaming.set()
+            outcomes[i] = "finished"
+        except openai.APIError as exc:
+            outcomes[i] = exc
+
+    def whole(i):
+        r = httpx.post(
+            f"{srv.url}/v1/chat/completions",
+            json={"model": TINY, "messages": MSG, "max_tokens": 1900, "ignore_eos": True},
+            headers=srv.headers,
+            timeout=60,
+        )
+        outcomes[i] = r
+
+    threads = [threading.Thread(target=stream, args=(0,))]
+    threads += [threading.Thread(target=f, args=(i,)) for i, f in ((1, stream), (2, whole))]
+    threads[0].start()
+    assert streaming.wait(30)
+    for t in threads[1:]:
+        t.start()
+    # both admitted, waiting behind the first (one batch slot)
+    wait_for(lambda: srv.worker(TINY)["stats"]["waiting"] >= 2, timeout=30)
+    began = time.monotonic()
+    srv.proc.send_signal(signal.SIGTERM)
+    for t in threads:
+        t.join(30)
+    assert srv.proc.wait(30) == 0
+    assert time.monotonic() - began < 15
+    assert sorted(outcomes) == [0, 1, 2]
+    ended = "the server is shutting down (drain_timeout of 1s passed)"
+    # one batch slot and 1900 tokens each: at most one request can complete
+    # within the drain second; every other one ends with the drain's error:
+    # an error frame once streaming, an error status before anything was sent
+    cut = 0
+    for i in (0, 1):
+        if outcomes[i] != "finished":
+            assert isinstance(outcomes[i], openai.APIError), outcomes
+            assert outcomes[i].message.endswith(ended), outcomes
+            cut += 1
+    if outcomes[2].status_code != 200:
+        assert outcomes[2].status_code == 503, outcomes[2].text
+        assert outcomes[2].json()["error"]["message"] == ended
+        cut += 1
+    assert cut >= 2, outcomes
+    assert "drain timeout: ending the requests still running" in srv.log_path.read_text()
+    wait_for(lambda: gone(pid), timeout=10)
+
+
+def test_ttl_zero_unloads_after_each_request(tiny_model_dir, tmp_path):
+    srv = start_server(tmp_path, [model(tiny_model_dir, "once", preload=False, ttl=0)])
+    try:
+        for incarnation in (1, 2):
+            assert ask(srv, "once").usage.completion_tokens == 3
+            status = srv.worker("once")
+            assert status["incarnation"] == incarnation
+            wait_for(lambda: srv.worker("once")["state"] == "unloaded", timeout=15)
+            wait_for(lambda pid=status["pid"]: gone(pid), timeout=10)
+    finally:
+        srv.stop()
+
+
+def test_log_file_holds_request_lines_but_no_prompt_or_key(tiny_model_dir, tmp_path):
+    """``log_file`` gets the gateway's and the workers' logs; no line carries
+    prompt text, generated text or an API key, also for refused requests."""
+    log_file = tmp_path / "mlxd-file.log"
+    key = "sk-secret-7f3a9c"
+    marker = "zebra-quartz-5521"
+    srv = start_server(tmp_path, [model(tiny_model_dir, TINY)], api_key=key, log_file=str(log_file), log_level="debug")
+    try:
+        oai = openai.OpenAI(base_url=f"{srv.url}/v1", api_key=key, max_retries=0)
+        said = oai.chat.completions.create(
+            model=TINY, messages=[{"role": "user", "content": f"remember {marker}"}], max_tokens=8
+        )
+        answer = said.choices[0].message.content
+        list(
+            oai.chat.completions.create(
+                model=TINY, messages=[{"role": "system", "content": marker}] + MSG, stream=True, max_tokens=4
+            )
+        )
+        r = httpx.post(
+            f"{srv.url}/v1/messages",
+            json={"model": TINY, "max_tokens": 4, "messages": [{"role": "user", "content": marker}]},
+            headers={"x-api-key": key, "anthropic-version": "2023-06-01"},
+        )
+        assert r.status_code == 200, r.text
+        bad_key = f"sk-wrong-{marker}"
+        r = httpx.post(
+            f"{srv.url}/v1/chat/completions",
+            json={"model": TINY, "messages": [{"role": "user", "content": marker}]},
+            headers={"Authorization": f"Bearer {bad_key}"},
+        )
+        assert r.status_code == 401
+        r = httpx.post(
+            f"{srv.url}/v1/chat/completions",
+            json={"model": TINY, "messages": [{"role": "user", "content": marker}], "max_tokens": -1},
+            headers={"Authorization": f"Bearer {key}"},
+        )
+        assert r.status_code == 400
+    finally:
+        srv.stop()
+    text = log_file.read_text()
+    assert text.count("mlxd.requests: request ") >= 3, text[-2000:]
+    assert "[worker:" in text  # the worker logs there too
+    assert marker not in text
+    assert key not in text and "7f3a9c" not in text
+    assert len(answer) > 8 and answer not in text
+    assert srv.log_path.read_text().strip() == "" or "Traceback" not in srv.log_path.read_text()
+
+
+def test_memory_budget_as_size_or_share_of_ram_evicts(tiny_model_dir, tmp_path):
+    """``memory_budget = "0.9GiB"``: room for two 400 MiB models, not three.
+    Then reloaded as the percentage of this machine's RAM that makes
+    ~600 MiB: room for one, so loading another evicts both idle ones."""
+    mib = 1 << 20
+    models = [model(tiny_model_dir, n, preload=False, memory_estimate=400 * mib) for n in ("a", "b", "c")]
+    srv = start_server(tmp_path, models, memory_budget="0.9GiB")
+    try:
+        ask(srv, "a")
+        ask(srv, "b")
+        assert {srv.worker(n)["state"] for n in "ab"} == {"ready"}
+        ask(srv, "a")
+        ask(srv, "c")  # no room for three: b, the least recently used, goes
+        assert [srv.worker(n)["state"] for n in "abc"] == ["ready", "unloaded", "ready"]
+        assert "evicting b to make room for c" in srv.log_path.read_text()
+
+        share = f"{600 * mib * 100 / psutil.virtual_memory().total:.6f}%"
+        port = int(srv.url.rsplit(":", 1)[1])
+        write_config(tmp_path / "mlxd.toml", port, models, [API_KEY], memory_budget=share)
+        srv.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: "reloaded" in srv.log_path.read_text(), timeout=15)
+        ask(srv, "b")
+        assert [srv.worker(n)["state"] for n in "abc"] == ["unloaded", "ready", "unloaded"]
+    finally:
+        srv.stop()

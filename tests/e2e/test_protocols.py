@@ -10,6 +10,7 @@ import json
 
 import anthropic
 import httpx
+import jsonschema
 import openai
 import pytest
 
@@ -42,8 +43,15 @@ TIME = {
 ASK = [{"role": "user", "content": "What's the weather in Paris?"}]
 
 
+def valid_for(tool: dict, args: dict) -> bool:
+    """Whether ``args`` validate against ``tool``'s parameter schema (raises
+    jsonschema.ValidationError, naming the violation, when not)."""
+    jsonschema.validate(args, tool["function"]["parameters"])
+    return True
+
+
 def valid_weather(args: dict) -> bool:
-    return set(args) == {"city", "days"} and isinstance(args["city"], str) and 1 <= args["days"] <= 7
+    return valid_for(WEATHER, args)
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +82,11 @@ def test_required_tool_call_validates(oai):
     assert choice.message.content in (None, "")
     call = choice.message.tool_calls[0]
     assert call.id.startswith("call_") and call.type == "function"
-    assert call.function.name in ("get_weather", "get_time")
-    json.loads(call.function.arguments)
+    tools = {"get_weather": WEATHER, "get_time": TIME}
+    assert call.function.name in tools
+    args = json.loads(call.function.arguments)
+    assert isinstance(args, dict) and valid_for(tools[call.function.name], args)
+    assert len(choice.message.tool_calls) == 1  # parallel_tool_calls=False
 
 
 def test_named_tool_call_streams_incrementally(oai):

@@ -5,7 +5,8 @@ NumPy (the host path); on Metal with MLX (the device path).
 ``MLXD_HOST_SAMPLING=0`` forces the device path, so Linux exercises both:
 the module's second gateway runs on the device path and must answer like
 the first (host path) for greedy text and log-probabilities, and sample
-reproducibly with a seed. Mixed batches (plain greedy rows next to sampled
+reproducibly with a seed, and apply the presence, frequency and repetition
+penalties with the same effect. Mixed batches (plain greedy rows next to sampled
 and log-probability rows) run concurrently on each.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import math
+from collections import Counter
 
 import openai
 import pytest
@@ -92,3 +94,63 @@ def test_seeded_sampling_repeats_on_each_path(servers, path):
         assert t.logprob <= t.top_logprobs[0].logprob + 1e-6
     other = client.chat.completions.create(model=TINY, messages=MSG, max_tokens=12, temperature=1.0, seed=99)
     assert other.choices[0].message.content != first[2].choices[0].message.content
+
+
+def generated_tokens(client, **kw) -> list[str]:
+    """The tokens of a greedy 48-token completion (from its log-probabilities)."""
+    r = client.chat.completions.create(
+        model=TINY,
+        messages=MSG,
+        max_tokens=48,
+        temperature=0,
+        logprobs=True,
+        extra_body={"ignore_eos": True, **kw.pop("extra_body", {})},
+        **kw,
+    )
+    tokens = [t.token for t in r.choices[0].logprobs.content]
+    assert len(tokens) == 48
+    return tokens
+
+
+def repeats(tokens: list[str]) -> int:
+    """How many tokens repeat an earlier one."""
+    return len(tokens) - len(set(tokens))
+
+
+PENALTIES = {
+    "presence": dict(presence_penalty=2.0),
+    "frequency": dict(frequency_penalty=2.0),
+    "repetition": dict(extra_body={"repetition_penalty": 2.0}),
+}
+
+
+@pytest.mark.parametrize("penalty", PENALTIES, ids=list(PENALTIES))
+def test_penalties_reduce_repetition_on_each_path(servers, penalty):
+    """Greedy, the tiny model loops on one token; each penalty breaks the
+    loop, the same way on the host and the device path. Presence subtracts
+    a constant once a token was generated, frequency one that grows with
+    its count, so frequency leaves fewer repeats; the repetition penalty
+    (2.0, multiplicative) leaves almost none."""
+    plain, penalized, presence = (
+        [generated_tokens(c, **kw) for c in clients(servers)] for kw in ({}, PENALTIES[penalty], PENALTIES["presence"])
+    )
+    assert plain[0] == plain[1] and penalized[0] == penalized[1] and presence[0] == presence[1]
+    plain, penalized, presence = plain[0], penalized[0], presence[0]
+    looped, count = Counter(plain).most_common(1)[0]
+    assert count >= 24, plain
+    assert penalized[0] == plain[0]  # nothing generated yet: same first token
+    assert Counter(penalized)[looped] <= count // 4, penalized
+    assert repeats(penalized) < repeats(plain)
+    if penalty == "frequency":
+        assert repeats(penalized) < repeats(presence) and max(Counter(penalized).values()) <= 4
+    if penalty == "repetition":
+        assert repeats(penalized) <= 4, penalized
+
+
+def test_negative_presence_penalty_favours_repetition(servers):
+    """The sign is honoured: a negative presence penalty brings back the
+    loop that the repetition penalty breaks."""
+    for client in clients(servers):
+        broken = generated_tokens(client, extra_body={"repetition_penalty": 1.3})
+        rewarded = generated_tokens(client, presence_penalty=-2.0, extra_body={"repetition_penalty": 1.3})
+        assert repeats(rewarded) > repeats(broken), (broken, rewarded)

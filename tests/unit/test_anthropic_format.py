@@ -96,9 +96,9 @@ def test_collector_orders_blocks_and_calls():
     body = json.loads(collector.body("msg_1", "m"))
     assert body["content"] == [
         {"type": "thinking", "thinking": "think", "signature": ""},
-        {"type": "text", "text": "Hi there"},
-        {"type": "tool_use", "id": "a", "name": "f", "input": {}},
-        {"type": "tool_use", "id": "b", "name": "g", "input": {"y": 2}},
+        {"type": "text", "text": "Hi there", "citations": None},
+        {"type": "tool_use", "id": "toolu_a", "name": "f", "input": {}},
+        {"type": "tool_use", "id": "toolu_b", "name": "g", "input": {"y": 2}},
     ]
     assert body["stop_reason"] == "tool_use" and body["usage"]["output_tokens"] == 9
 
@@ -115,7 +115,12 @@ def test_stream_closes_thinking_with_signature_at_finish():
         ("message_delta", None),
         ("message_stop", None),
     ]
-    assert frames(data)[-2][1]["delta"] == {"stop_reason": "max_tokens", "stop_sequence": None}
+    assert frames(data)[-2][1]["delta"] == {
+        "stop_reason": "max_tokens",
+        "stop_sequence": None,
+        "stop_details": None,
+        "container": None,
+    }
 
 
 def test_stream_tool_call_without_id_gets_one(caplog):

@@ -60,13 +60,26 @@ TOOLS = [
 ]
 
 
-def usage(input_tokens, output_tokens, cached=0) -> dict:
+def delta_usage(input_tokens, output_tokens, cached=0) -> dict:
     return {
         "input_tokens": input_tokens,
         "output_tokens": output_tokens,
         "cache_creation_input_tokens": 0,
         "cache_read_input_tokens": cached,
+        "server_tool_use": {"web_search_requests": 0, "web_fetch_requests": 0},
     }
+
+
+def usage(input_tokens, output_tokens, cached=0) -> dict:
+    return {
+        **delta_usage(input_tokens, output_tokens, cached),
+        "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
+        "service_tier": "standard",
+        "inference_geo": None,
+    }
+
+
+NULL_FIELDS = {"stop_details": None, "container": None, "diagnostics": None}
 
 
 # --- non-streaming ---------------------------------------------------------------------
@@ -86,9 +99,10 @@ async def test_non_streaming_raw_shape():
         "type": "message",
         "role": "assistant",
         "model": "m",
-        "content": [{"type": "text", "text": "Hello!"}],
+        "content": [{"type": "text", "text": "Hello!", "citations": None}],
         "stop_reason": "end_turn",
         "stop_sequence": None,
+        **NULL_FIELDS,
         "usage": usage(5, 4),
     }
     model, request = engine.submitted[0]
@@ -355,6 +369,7 @@ async def test_stream_exact_frame_sequence():
                     "content": [],
                     "stop_reason": None,
                     "stop_sequence": None,
+                    **NULL_FIELDS,
                     "usage": usage(5, 1),
                 },
             },
@@ -365,7 +380,7 @@ async def test_stream_exact_frame_sequence():
         delta(0, {"type": "thinking_delta", "thinking": "weather."}),
         delta(0, {"type": "signature_delta", "signature": ""}),
         stop(0),
-        start(1, {"type": "text", "text": ""}),
+        start(1, {"type": "text", "text": "", "citations": None}),
         delta(1, {"type": "text_delta", "text": "Checking."}),
         stop(1),
         start(2, {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}}),
@@ -379,8 +394,8 @@ async def test_stream_exact_frame_sequence():
             "message_delta",
             {
                 "type": "message_delta",
-                "delta": {"stop_reason": "tool_use", "stop_sequence": None},
-                "usage": usage(5, 7),
+                "delta": {"stop_reason": "tool_use", "stop_sequence": None, "stop_details": None, "container": None},
+                "usage": delta_usage(5, 7),
             },
         ),
         ("message_stop", {"type": "message_stop"}),
@@ -405,8 +420,13 @@ async def test_stream_text_only_and_stop_sequence():
         "message_stop",
     ]
     assert events[0][1]["message"]["usage"] == usage(3, 1, cached=2)
-    assert events[6][1]["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": "##"}
-    assert events[6][1]["usage"] == usage(3, 2, cached=2)
+    assert events[6][1]["delta"] == {
+        "stop_reason": "stop_sequence",
+        "stop_sequence": "##",
+        "stop_details": None,
+        "container": None,
+    }
+    assert events[6][1]["usage"] == delta_usage(3, 2, cached=2)
     assert engine.request.sampling.stop == ["##"]
 
 
@@ -594,3 +614,58 @@ async def test_sdk_stops_reading_early():
             break
         await stream.close()
     assert engine.stream.aclose_calls >= 1
+
+
+# --- dropped tools, context management -----------------------------------------------------
+
+WEB_SEARCH = {"type": "web_search_20250305", "name": "web_search"}
+
+
+async def test_dropped_tools_are_named_in_a_header_streamed_or_not():
+    body = {**BODY, "tools": [*TOOLS, WEB_SEARCH, {**WEB_SEARCH, "name": "web_search"}]}
+    engine = ScriptedEngine(HELLO)
+    async with http(engine) as client:
+        plain = await client.post("/v1/messages", json=body)
+        streamed = await client.post("/v1/messages", json={**body, "stream": True})
+        counted = await client.post(
+            "/v1/messages/count_tokens", json={k: v for k, v in body.items() if k != "max_tokens"}
+        )
+        none = await client.post("/v1/messages", json={**BODY, "tools": TOOLS})
+    for resp in (plain, streamed, counted):
+        assert resp.headers["x-mlxd-dropped-tools"] == "web_search_20250305"
+    assert "x-mlxd-dropped-tools" not in none.headers
+    assert [t.name for t in engine.submitted[0][1].tools] == ["get_weather"]
+
+
+async def test_context_management_is_reported_streamed_or_not():
+    """An edit with nothing to clear is reported as no applied edits; a
+    request without context management has no such field."""
+    body = {**BODY, "context_management": {"edits": [{"type": "clear_thinking_20251015"}]}}
+    async with http(ScriptedEngine(HELLO)) as client:
+        plain = await client.post("/v1/messages", json=body)
+        streamed = await client.post("/v1/messages", json={**body, "stream": True})
+        without = await client.post("/v1/messages", json=BODY)
+    assert plain.json()["context_management"] == {"applied_edits": []}
+    events = dict(sse_events(streamed.content))
+    assert events["message_start"]["message"]["context_management"] == {"applied_edits": []}
+    assert events["message_delta"]["context_management"] == {"applied_edits": []}
+    assert "context_management" not in without.json()
+
+
+async def test_count_tokens_reports_the_original_count_with_context_management():
+    body = {"model": "m", "messages": USER, "context_management": {"edits": [{"type": "clear_thinking_20251015"}]}}
+    async with http(ScriptedEngine([out(prompt=7, finish="stop")])) as client:
+        edited = await client.post("/v1/messages/count_tokens", json=body)
+        plain = await client.post("/v1/messages/count_tokens", json={"model": "m", "messages": USER})
+    assert edited.json() == {"input_tokens": 7, "context_management": {"original_input_tokens": 7}}
+    assert plain.json() == {"input_tokens": 7}
+
+
+async def test_thinking_display_omitted_empties_the_block():
+    script = [out(reasoning="secret", completion=1), out("ok", "stop", completion=2)]
+    body = {**BODY, "thinking": {"type": "adaptive", "display": "omitted"}}
+    async with http(ScriptedEngine(script)) as client:
+        plain = await client.post("/v1/messages", json=body)
+        streamed = await client.post("/v1/messages", json={**body, "stream": True})
+    assert plain.json()["content"][0] == {"type": "thinking", "thinking": "", "signature": ""}
+    assert b"secret" not in streamed.content

@@ -6,13 +6,8 @@ import json
 
 import pytest
 
-from gateway.anthropic_schema import (
-    TOOL_ERROR_PREFIX,
-    decode_count_tokens_request,
-    decode_messages_request,
-    to_count_request,
-    to_generate_request,
-)
+from gateway.anthropic_schema import decode_count_tokens_request, decode_messages_request
+from gateway.anthropic_translate import IMAGE_PLACEHOLDER, TOOL_ERROR_PREFIX, to_count_request, to_generate_request
 from gateway.errors import APIError
 from shared.protocol import ChatMessage, SamplingParams, Tool, ToolCall
 
@@ -55,7 +50,7 @@ def test_malformed_bodies(data):
 
 
 def test_unknown_fields_are_named():
-    assert refused("service_tier", service_tier="auto").message == "service_tier: Extra inputs are not permitted"
+    assert refused("betas", betas=["x"]).message == "betas: Extra inputs are not permitted"
     refused("messages[0].name", messages=[{"role": "user", "content": "x", "name": "bob"}])
     refused("metadata.email", metadata={"email": "a@b"})
     extra = {"type": "text", "text": "x", "foo": 1}
@@ -106,8 +101,12 @@ def test_messages_bounds():
 
 
 def test_roles():
-    err = refused("messages[0].role", messages=[{"role": "system", "content": "x"}])
-    assert "top-level 'system'" in err.message
+    err = refused("messages[0].role", messages=[{"role": "developer", "content": "x"}])
+    assert "'system'" in err.message
+    refused("messages[0].clear_at", messages=[{"role": "user", "content": "x", "clear_at": "never"}])
+    refused("messages[0].content", messages=[{"role": "user"}])
+    refused("messages[0].content", messages=[{"role": "system"}, *USER])
+    refused("messages[0].content[0].type", messages=[{"role": "system", "content": [{"type": "image", "source": {}}]}])
 
 
 def test_prefilled_final_assistant_turn():
@@ -133,22 +132,59 @@ def test_prefilled_final_assistant_turn():
     assert "not supported" in err.message
 
 
-@pytest.mark.parametrize("kind", ["image", "document"])
-def test_images_and_documents_not_supported(kind):
-    block = {"type": kind, "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}
-    turns = [{"role": "user", "content": [{"type": "text", "text": "x"}, block]}]
+def test_images_need_vision():
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}
+    turns = [{"role": "user", "content": [{"type": "text", "text": "x"}, image]}]
     err = refused("messages[0].content[1].type", messages=turns)
-    assert "not supported" in err.message and kind in err.message
+    assert "no vision support" in err.message
 
 
-def test_redacted_thinking_not_supported():
-    turns = [*USER, {"role": "assistant", "content": [{"type": "redacted_thinking", "data": "abc"}]}, *USER]
-    err = refused("messages[1].content[0].type", messages=turns)
-    assert "not supported" in err.message
+def test_text_documents_and_search_results_are_rendered():
+    doc = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "D"}, "title": "T"}
+    content_doc = {"type": "document", "source": {"type": "content", "content": [{"type": "text", "text": "C"}]}}
+    search = {"type": "search_result", "source": "s", "title": "R", "content": [{"type": "text", "text": "body"}]}
+    turns = [{"role": "user", "content": [{"type": "text", "text": "a"}, doc, content_doc, search]}]
+    assert generate(messages=turns).messages == [ChatMessage(role="user", content="a\nT\n\nD\nC\nR\ns\n\nbody")]
+    pdf = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "AA"}}
+    err = refused("messages[0].content[0].source.type", messages=[{"role": "user", "content": [pdf]}])
+    assert "'base64'" in err.message
+    image = {"type": "image", "source": {}}
+    with_image = {"type": "document", "source": {"type": "content", "content": [image]}}
+    refused("messages[0].content[0].source.content[0].type", messages=[{"role": "user", "content": [with_image]}])
+
+
+def test_redacted_thinking_is_left_out():
+    redacted = {"type": "redacted_thinking", "data": "abc"}
+    turns = [*USER, {"role": "assistant", "content": [redacted, {"type": "text", "text": "ok"}]}, *USER]
+    assert generate(messages=turns).messages[1] == ChatMessage(role="assistant", content="ok")
+    refused("messages[0].content[0].type", messages=[{"role": "user", "content": [redacted]}])
+
+
+@pytest.mark.parametrize(
+    "tag, reason",
+    [
+        ("server_tool_use", "server tools"),
+        ("web_search_tool_result", "server tools"),
+        ("mcp_tool_use", "MCP"),
+        ("container_upload", "containers"),
+        ("tool_addition", "tool changes"),
+    ],
+)
+def test_server_blocks_are_refused_with_a_reason(tag, reason):
+    err = refused("messages[0].content[0].type", messages=[{"role": "user", "content": [{"type": tag, "x": 1}]}])
+    assert reason in err.message and tag in err.message
 
 
 def test_unknown_block_type():
-    refused("messages[0].content[0].type", messages=[{"role": "user", "content": [{"type": "search_result"}]}])
+    refused("messages[0].content[0].type", messages=[{"role": "user", "content": [{"type": "bogus"}]}])
+
+
+def test_compaction_block_is_its_summary():
+    compaction = {"type": "compaction", "content": "Summary.", "signature": None}
+    turns = [*USER, {"role": "assistant", "content": [compaction]}, *USER]
+    assert generate(messages=turns).messages[1] == ChatMessage(role="assistant", content="Summary.")
+    unreadable = [*USER, {"role": "assistant", "content": [{"type": "compaction", "encrypted_content": "x"}]}, *USER]
+    refused("messages[1].content[0].content", messages=unreadable)
 
 
 def test_blocks_per_role():
@@ -179,19 +215,48 @@ def test_tool_result_needs_an_earlier_tool_use():
     assert "t9" in err.message
 
 
-def test_tool_result_content_only_text():
+def _image_result(**extra):
     use = {"type": "tool_use", "id": "t1", "name": "f", "input": {}}
-    image = {"type": "image", "source": {}}
-    result = {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "a"}, image]}
-    turns = [*USER, {"role": "assistant", "content": [use]}, {"role": "user", "content": [result]}]
-    refused("messages[2].content[0].content[1].type", messages=turns)
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA"}}
+    content = [{"type": "text", "text": "a"}, image, {"type": "tool_reference", "tool_name": "g"}]
+    result = {"type": "tool_result", "tool_use_id": "t1", "content": content, **extra}
+    return [*USER, {"role": "assistant", "content": [use]}, {"role": "user", "content": [result]}]
 
 
-def test_citations_only_null():
-    ok = [{"role": "user", "content": [{"type": "text", "text": "x", "citations": None}]}]
-    decode_messages_request(body(messages=ok))
-    bad = [{"role": "user", "content": [{"type": "text", "text": "x", "citations": [{"type": "char_location"}]}]}]
-    refused("messages[0].content[0].citations", messages=bad)
+def test_tool_result_images_become_a_placeholder_or_a_400():
+    req = decode_messages_request(body(messages=_image_result()))
+    tool = to_generate_request(req, "m").messages[2]
+    assert tool.role == "tool" and tool.content == f"a\n{IMAGE_PLACEHOLDER}\nTool: g"
+    with pytest.raises(APIError) as info:
+        to_generate_request(req, "m", images="refuse")
+    assert info.value.param == "messages[2].content[0].content[1].type"
+    assert "no vision" in info.value.message
+    browser = [
+        *_image_result()[:2],
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "browser_state", "tabs": []}]}
+            ],
+        },
+    ]
+    refused("messages[2].content[0].content[0].type", messages=browser)
+    refused("messages[2].content[0].toolset_name", messages=_image_result(toolset_name="fs"))
+
+
+def test_citations_are_accepted_and_not_rendered():
+    cite = [
+        {
+            "type": "char_location",
+            "cited_text": "c",
+            "document_index": 0,
+            "document_title": None,
+            "start_char_index": 0,
+            "end_char_index": 1,
+        }
+    ]
+    turns = [{"role": "user", "content": [{"type": "text", "text": "x", "citations": cite}]}]
+    assert generate(messages=turns).messages == [ChatMessage(role="user", content="x")]
 
 
 def test_cache_control_accepted_everywhere_documented():
@@ -334,13 +399,13 @@ def test_tool_choice_errors():
 
 
 def test_tool_errors():
-    err = refused("tools[0].type", tools=[{"type": "web_search_20250305", "name": "web_search", "max_uses": 5}])
-    assert "server tools" in err.message and "web_search_20250305" in err.message
+    err = refused("tools[0].type", tools=[{"type": "web_search_29990101", "name": "web_search"}])
+    assert "unknown tool type" in err.message
     refused("tools[1].name", tools=[WEATHER_TOOL, WEATHER_TOOL])
     refused("tools[0].name", tools=[{**WEATHER_TOOL, "name": "has space"}])
     refused("tools[0].input_schema", tools=[{"name": "f"}])
     refused("tools[0].input_schema.type", tools=[{"name": "f", "input_schema": {"type": "string"}}])
-    refused("tools[0].strict", tools=[{**WEATHER_TOOL, "strict": True}])
+    refused("tools[0].name", tools=[{"type": "bash_20250124", "name": "shell"}])
     refused("tools[0]", tools=["get_weather"])
     refused("tools", tools=[CLOCK_TOOL] * 513)
 
@@ -348,11 +413,13 @@ def test_tool_errors():
 def test_thinking():
     assert generate(max_tokens=2048, thinking={"type": "enabled", "budget_tokens": 1024}).thinking is True
     assert generate(thinking={"type": "disabled"}).thinking is False
-    refused("thinking.budget_tokens", max_tokens=4096, thinking={"type": "enabled", "budget_tokens": 1023})
+    refused("thinking.budget_tokens", max_tokens=4096, thinking={"type": "enabled", "budget_tokens": 0})
+    assert generate(max_tokens=300, thinking={"type": "enabled", "budget_tokens": 299}).thinking_budget == 299
     err = refused("thinking.budget_tokens", max_tokens=2048, thinking={"type": "enabled", "budget_tokens": 2048})
     assert "max_tokens" in err.message
     refused("thinking.budget_tokens", thinking={"type": "enabled"})
-    refused("thinking.type", thinking={"type": "adaptive"})
+    refused("thinking.type", thinking={"type": "sometimes"})
+    refused("thinking.display", thinking={"type": "adaptive", "display": "loud"})
     refused("thinking.budget_tokens", thinking={"type": "disabled", "budget_tokens": 2000})
 
 

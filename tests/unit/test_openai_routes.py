@@ -60,7 +60,13 @@ def usage_dict(prompt: int, completion: int, cached: int = 0) -> dict:
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": cached},
+        "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
+        "completion_tokens_details": {
+            "reasoning_tokens": 0,
+            "audio_tokens": 0,
+            "accepted_prediction_tokens": 0,
+            "rejected_prediction_tokens": 0,
+        },
     }
 
 
@@ -116,10 +122,12 @@ async def test_chat_non_streaming_shape():
         "object": "chat.completion",
         "created": body["created"],
         "model": "m",
+        "service_tier": "default",
+        "system_fingerprint": "fp_mlxd",
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": "Hello!", "refusal": None},
+                "message": {"role": "assistant", "content": "Hello!", "refusal": None, "annotations": []},
                 "logprobs": None,
                 "finish_reason": "stop",
             }
@@ -410,6 +418,7 @@ async def test_completions_non_streaming():
         "object": "text_completion",
         "created": body["created"],
         "model": "m",
+        "system_fingerprint": "fp_mlxd",
         "choices": [{"text": "Hello!", "index": 0, "logprobs": None, "finish_reason": "stop"}],
         "usage": usage_dict(5, 4),
     }
@@ -544,7 +553,14 @@ def test_chunk_templates_escape_everything(include_usage):
     rid, model, text = 'id"\\x', 'org/mo"del\n', 'a"\\\n\u2028\x00🙂'
     extra = {"usage": None} if include_usage else {}
     chat = fmt.ChatChunkStream(rid, 7, model, include_usage, n=2)
-    head = {"id": rid, "object": "chat.completion.chunk", "created": 7, "model": model}
+    head = {
+        "id": rid,
+        "object": "chat.completion.chunk",
+        "created": 7,
+        "model": model,
+        "service_tier": "default",
+        "system_fingerprint": "fp_mlxd",
+    }
     frame = chat.output(out(text, index=1))
     assert frame.startswith(b"data: ") and frame.endswith(b"\n\n") and frame.count(b"\n") == 2
     assert json.loads(frame[6:]) == {
@@ -571,6 +587,7 @@ def test_chunk_templates_escape_everything(include_usage):
         "object": "text_completion",
         "created": 7,
         "model": model,
+        "system_fingerprint": "fp_mlxd",
         "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": "stop"}],
         **extra,
     }
@@ -597,13 +614,13 @@ async def test_chat_n_non_streaming_orders_choices():
     assert body["choices"] == [
         {
             "index": 0,
-            "message": {"role": "assistant", "content": "AB", "refusal": None},
+            "message": {"role": "assistant", "content": "AB", "refusal": None, "annotations": []},
             "logprobs": None,
             "finish_reason": "stop",
         },
         {
             "index": 1,
-            "message": {"role": "assistant", "content": "xy", "refusal": None},
+            "message": {"role": "assistant", "content": "xy", "refusal": None, "annotations": []},
             "logprobs": None,
             "finish_reason": "length",
         },
@@ -1027,7 +1044,7 @@ data: {…,"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1"
 data: {…,"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\\"city\\": "}}]},"finish_reason":null}],"usage":null}
 data: {…,"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\\"Paris\\"}"}}]},"finish_reason":null}],"usage":null}
 data: {…,"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}],"usage":null}
-data: {…,"choices":[],"usage":{"prompt_tokens":42,"completion_tokens":17,"total_tokens":59,"prompt_tokens_details":{"cached_tokens":32}}}
+data: {…,"choices":[],"usage":{"prompt_tokens":42,"completion_tokens":17,"total_tokens":59,"prompt_tokens_details":{"cached_tokens":32,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}}
 data: [DONE]
 """
 
@@ -1038,7 +1055,10 @@ async def test_tool_call_stream_raw_frames_match_wire_formats():
     async with http(engine) as client:
         resp = await client.post("/v1/chat/completions", json=body)
     first = json.loads(sse_data(resp.content)[0])
-    head = f'{{"id":"{first["id"]}","object":"chat.completion.chunk","created":{first["created"]},"model":"m"'
+    head = (
+        f'{{"id":"{first["id"]}","object":"chat.completion.chunk","created":{first["created"]},"model":"m",'
+        '"service_tier":"default","system_fingerprint":"fp_mlxd"'
+    )
     expected = (
         WIRE_FRAMES.replace(
             '{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1735000000,"model":"m"', head
@@ -1105,6 +1125,7 @@ async def test_tool_call_non_streaming_raw_shape():
                 "role": "assistant",
                 "content": "Sure.",
                 "refusal": None,
+                "annotations": [],
                 "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
                 "reasoning_content": "hmm",
             },
@@ -1118,7 +1139,12 @@ async def test_plain_answer_has_no_tool_or_reasoning_keys():
     engine = ScriptedEngine([out(finish="stop")])
     async with http(engine) as client:
         resp = await client.post("/v1/chat/completions", json=TOOL_CHAT)
-    assert resp.json()["choices"][0]["message"] == {"role": "assistant", "content": "", "refusal": None}
+    assert resp.json()["choices"][0]["message"] == {
+        "role": "assistant",
+        "content": "",
+        "refusal": None,
+        "annotations": [],
+    }
 
 
 @pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
@@ -1334,3 +1360,30 @@ def test_chunk_stream_tool_call_escaping():
         {"tool_calls": [{"index": 0, "id": 'i"d', "type": "function", "function": {"name": name, "arguments": ""}}]},
         {"tool_calls": [{"index": 0, "function": {"arguments": args}}]},
     ]
+
+
+async def test_completions_echo_whole_and_streamed():
+    body = {"model": "m", "prompt": "Say", "echo": True, "n": 2}
+    script = [out(" hi", "stop", completion=1, index=0), out(" yo", "stop", completion=1, index=1)]
+    async with http(ScriptedEngine(script)) as client:
+        whole = (await client.post("/v1/completions", json=body)).json()
+        streamed = await client.post("/v1/completions", json={**body, "stream": True})
+    assert [c["text"] for c in whole["choices"]] == ["Say hi", "Say yo"]
+    chunks = [json.loads(frame) for frame in sse_data(streamed.content)[:-1]]
+    texts = ["", ""]
+    for chunk in chunks:
+        choice = chunk["choices"][0]
+        texts[choice["index"]] += choice["text"]
+    assert texts == ["Say hi", "Say yo"]
+
+
+async def test_completions_best_of_keeps_the_likeliest():
+    script = [
+        out(" a", "stop", completion=1, index=0, logprobs=[lp(" a", -2.0)]),
+        out(" b", "stop", completion=1, index=1, logprobs=[lp(" b", -0.1)]),
+        out(" c", "stop", completion=1, index=2, logprobs=[lp(" c", -1.0)]),
+    ]
+    async with http(ScriptedEngine(script)) as client:
+        body = (await client.post("/v1/completions", json={"model": "m", "prompt": "x", "best_of": 3, "n": 2})).json()
+    assert [(c["index"], c["text"], c["logprobs"]) for c in body["choices"]] == [(0, " b", None), (1, " c", None)]
+    assert body["usage"]["completion_tokens"] == 3

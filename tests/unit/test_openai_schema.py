@@ -359,8 +359,13 @@ def test_null_content_only_for_assistant():
 
 def test_message_echo_fields():
     chat_refused("messages[0].refusal", messages=[{"role": "assistant", "content": "", "refusal": "no"}])
-    err = chat_refused("messages[0].function_call", messages=[{"role": "assistant", "function_call": {"name": "f"}}])
-    assert "use 'tool_calls'" in err.message
+    chat_refused(
+        "messages[0].function_call.arguments", messages=[{"role": "assistant", "function_call": {"name": "f"}}]
+    )
+    chat_refused(
+        "messages[0].function_call",
+        messages=[{"role": "user", "content": "x", "function_call": {"name": "f", "arguments": "{}"}}],
+    )
 
 
 def test_message_name_bounds():
@@ -370,10 +375,45 @@ def test_message_name_bounds():
 # --- legacy function calling ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("field,value", [("functions", [{"name": "f"}]), ("function_call", "auto")])
-def test_legacy_function_fields_refused(field, value):
-    err = chat_refused(field, **{field: value})
-    assert "use 'tools'" in err.message
+LEGACY = [{"name": "get_weather", "description": "Weather", "parameters": {"type": "object"}}, {"name": "get_time"}]
+
+
+def test_legacy_functions_become_tools():
+    gen = to_generate_request(decode_chat_request(chat_body(functions=LEGACY)), "r")
+    assert [t.name for t in gen.tools] == ["get_weather", "get_time"] and gen.tool_choice == "auto"
+    assert gen.parallel_tool_calls is False
+    gen = to_generate_request(decode_chat_request(chat_body(functions=LEGACY, function_call={"name": "get_time"})), "r")
+    assert (gen.tool_choice, gen.tool_choice_name) == ("function", "get_time")
+    gen = to_generate_request(decode_chat_request(chat_body(functions=LEGACY, function_call="none")), "r")
+    assert gen.tool_choice == "none"
+
+
+def test_legacy_function_history():
+    messages = [
+        USER[0],
+        {"role": "assistant", "content": None, "function_call": {"name": "get_time", "arguments": "{}"}},
+        {"role": "function", "name": "get_time", "content": "noon"},
+    ]
+    gen = to_generate_request(decode_chat_request(chat_body(functions=LEGACY, messages=messages)), "r")
+    call = gen.messages[1].tool_calls[0]
+    assert (call.name, call.arguments) == ("get_time", "{}")
+    assert gen.messages[2] == ChatMessage(role="tool", content="noon", name="get_time", tool_call_id=call.id)
+
+
+@pytest.mark.parametrize(
+    "fields,param",
+    [
+        ({"function_call": "auto"}, "function_call"),
+        ({"functions": LEGACY, "function_call": "sometimes"}, "function_call"),
+        ({"functions": LEGACY, "function_call": {"name": "nope"}}, "function_call.name"),
+        ({"functions": [{"name": "f"}, {"name": "f"}]}, "functions[1].name"),
+        ({"functions": LEGACY, "tools": [{"type": "function", "function": {"name": "w"}}]}, "tools"),
+        ({"functions": LEGACY, "tool_choice": "auto"}, "tool_choice"),
+        ({"messages": [{"role": "function", "content": "x"}]}, "messages[0].name"),
+    ],
+)
+def test_legacy_function_refusals(fields, param):
+    chat_refused(param, **fields)
 
 
 def test_legacy_function_fields_null_accepted():
@@ -445,10 +485,19 @@ def test_completion_fields():
 
 @pytest.mark.parametrize(
     "field,value",
-    [("echo", True), ("suffix", "x"), ("best_of", 2)],
+    [("suffix", "x")],
 )
 def test_completion_unsupported(field, value):
     completion_refused(field, **{field: value})
+
+
+def test_completion_echo():
+    from gateway.openai_schema import echoed_prompt
+
+    assert echoed_prompt(decode_completion_request(completion_body(echo=True))) == "Once"
+    assert echoed_prompt(decode_completion_request(completion_body(echo=False))) == ""
+    completion_refused("echo", echo=True, prompt=[1, 2])
+    completion_refused("echo", echo=True, logprobs=1)
 
 
 def test_completion_rejects_chat_only_fields():
@@ -485,6 +534,21 @@ def test_n_limit():
         err = info.value
         assert err.status == 400 and err.param == "n" and err.type == "invalid_request_error"
         assert "at most 4" in err.message and "org/m" in err.message
+
+
+def test_best_of_generates_candidates():
+    from gateway.openai_schema import check_limits
+
+    gen = to_generate_request(decode_completion_request(completion_body(best_of=3)), "r")
+    assert gen.n == 3 and gen.sampling.logprobs is True and gen.sampling.top_logprobs == 0
+    gen = to_generate_request(decode_completion_request(completion_body(best_of=2, n=2)), "r")
+    assert gen.n == 2 and gen.sampling.logprobs is False
+    completion_refused("best_of", best_of=2, stream=True)
+    decode_completion_request(completion_body(best_of=2, n=2, stream=True))
+    req = decode_completion_request(completion_body(best_of=5))
+    with pytest.raises(APIError) as info:
+        check_limits(req, "m", ModelLimits(max_n=4))
+    assert info.value.param == "best_of"
 
 
 def test_best_of_must_cover_n():
@@ -647,8 +711,11 @@ def test_tool_choice_refusals():
     chat_refused("tool_choice", tool_choice={"type": "function", "function": {"name": "get_weather"}})
     chat_refused("tool_choice", tools=[WEATHER], tool_choice="sometimes")
     chat_refused("tool_choice", tools=[WEATHER], tool_choice=5)
-    chat_refused("tool_choice.type", tools=[WEATHER], tool_choice={"type": "custom", "custom": {"name": "x"}})
-    chat_refused("tool_choice.type", tools=[WEATHER], tool_choice={"type": "allowed_tools", "allowed_tools": {}})
+    chat_refused("tool_choice.custom.name", tools=[WEATHER], tool_choice={"type": "custom", "custom": {"name": "x"}})
+    chat_refused("tool_choice.type", tools=[WEATHER], tool_choice={"type": "custom", "custom": {"name": "get_weather"}})
+    chat_refused(
+        "tool_choice.allowed_tools.mode", tools=[WEATHER], tool_choice={"type": "allowed_tools", "allowed_tools": {}}
+    )
     chat_refused("tool_choice.function", tools=[WEATHER], tool_choice={"type": "function"})
     chat_refused("tool_choice.function.name", tools=[WEATHER], tool_choice={"type": "function", "function": {}})
     chat_refused(
@@ -672,7 +739,7 @@ def test_tool_definition_refusals():
     chat_refused("tools[0].function.extra", tools=fn(extra=1))
     chat_refused("tools[1].function.name", tools=[TIME, TIME])
     chat_refused("tools[0].function", tools=[{"type": "function"}])
-    err = chat_refused("tools[0].type", tools=[{"type": "custom", "custom": {"name": "x"}}])
+    err = chat_refused("tools[0].type", tools=[{"type": "custom", "custom": {"name": "x"}}], stream=True)
     assert "custom" in err.message
     chat_refused("tools[0].type", tools=[{"type": "web_search"}])
     chat_refused("tools", tools=[TIME] * 129)
@@ -745,7 +812,9 @@ def test_tool_history_refusals():
     refused_history("messages[1].tool_call_id", {"role": "user", "content": "x", "tool_call_id": "c"})
     refused_history("messages[1].tool_call_id", {"role": "tool", "content": "x", "tool_call_id": ""})
     refused_history("messages[1].tool_calls", {"role": "user", "content": "x", "tool_calls": [call]})
-    refused_history("messages[1].tool_calls[0].type", {"role": "assistant", "tool_calls": [{**call, "type": "custom"}]})
+    refused_history(
+        "messages[1].tool_calls[0].custom", {"role": "assistant", "tool_calls": [{**call, "type": "custom"}]}
+    )
     refused_history(
         "messages[1].tool_calls[0].function", {"role": "assistant", "tool_calls": [{"id": "c", "type": "function"}]}
     )
@@ -894,3 +963,177 @@ def test_continue_final_message():
     call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
     with_call = [*USER, {"role": "assistant", "content": None, "tool_calls": [call]}]
     chat_refused("messages[1].tool_calls", messages=with_call, continue_final_message=True)
+
+
+# --- today's request surface (issue #20) ---------------------------------------------------------
+
+
+def allowed(mode: str, *names: str) -> dict:
+    tools = [{"type": "function", "function": {"name": name}} for name in names]
+    return {"type": "allowed_tools", "allowed_tools": {"mode": mode, "tools": tools}}
+
+
+def test_allowed_tools_restrict_the_tools():
+    gen = to_generate_request(
+        decode_chat_request(chat_body(tools=[WEATHER, TIME], tool_choice=allowed("required", "get-time_2"))), "r"
+    )
+    assert [t.name for t in gen.tools] == ["get-time_2"] and gen.tool_choice == "required"
+    gen = to_generate_request(decode_chat_request(chat_body(tools=[WEATHER], tool_choice=allowed("auto"))), "r")
+    assert gen.tools is None and gen.tool_choice == "none"
+    chat_refused("tool_choice.allowed_tools.mode", tools=[WEATHER], tool_choice=allowed("always", "get_weather"))
+    chat_refused(
+        "tool_choice.allowed_tools.tools[0].function.name", tools=[WEATHER], tool_choice=allowed("auto", "nope")
+    )
+    chat_refused("tool_choice", tool_choice=allowed("auto", "get_weather"))
+
+
+ACCEPTED = [
+    {"store": True},
+    {"metadata": {"k" * 64: "v" * 512}},
+    {"service_tier": "flex"},
+    {"service_tier": "priority"},
+    {"prompt_cache_key": "conv-1"},
+    {"prompt_cache_retention": "24h"},
+    {"prompt_cache_options": {"mode": "explicit", "ttl": "30m"}},
+    {"safety_identifier": "user-1"},
+    {"verbosity": "low"},
+    {"prediction": {"type": "content", "content": "draft"}},
+    {"prediction": {"type": "content", "content": [{"type": "text", "text": "draft"}]}},
+    {"modalities": ["text"]},
+    {"web_search_options": {"search_context_size": "high", "user_location": None}},
+    {"reasoning_effort": "xhigh"},
+    {"reasoning_effort": "max"},
+    {"stream": True, "stream_options": {"include_usage": True, "include_obfuscation": False}},
+    {
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]}
+        ]
+    },
+    {
+        "messages": [
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "hi", "prompt_cache_breakpoint": {"mode": "explicit"}}],
+            }
+        ]
+    },
+    {
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [{"type": "refusal", "refusal": "no"}], "audio": None},
+        ]
+    },
+]
+
+
+@pytest.mark.parametrize("fields", ACCEPTED)
+def test_todays_fields_are_accepted(fields):
+    decode_chat_request(chat_body(**fields))
+
+
+def test_accepted_fields_do_not_change_the_request():
+    plain = to_generate_request(decode_chat_request(chat_body()), "r")
+    for fields in ACCEPTED[:13]:
+        gen = to_generate_request(decode_chat_request(chat_body(**fields)), "r")
+        assert gen == plain, fields
+
+
+def test_refusal_parts_become_assistant_text():
+    messages = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": [{"type": "refusal", "refusal": "no"}]},
+    ]
+    gen = to_generate_request(decode_chat_request(chat_body(messages=messages)), "r")
+    assert gen.messages[1].content == "no"
+
+
+def test_web_search_options_is_a_dropped_tool():
+    from gateway.openai_schema import dropped_tools
+
+    assert dropped_tools(decode_chat_request(chat_body(web_search_options={}))) == ["web_search"]
+    assert dropped_tools(decode_chat_request(chat_body())) == []
+
+
+@pytest.mark.parametrize(
+    "fields,param",
+    [
+        ({"modalities": ["text", "audio"]}, "modalities[1]"),
+        ({"modalities": ["video"]}, "modalities[0]"),
+        ({"audio": {"format": "wav", "voice": "alloy"}}, "audio"),
+        ({"moderation": {"model": "omni-moderation-latest"}}, "moderation"),
+        ({"service_tier": "turbo"}, "service_tier"),
+        ({"verbosity": "loud"}, "verbosity"),
+        ({"prompt_cache_retention": "forever"}, "prompt_cache_retention"),
+        ({"prompt_cache_options": {"ttl": "1y"}}, "prompt_cache_options.ttl"),
+        ({"prediction": {"type": "diff", "content": "x"}}, "prediction.type"),
+        ({"web_search_options": {"search_context_size": "huge"}}, "web_search_options.search_context_size"),
+        ({"metadata": {"k": "v" * 513}}, "metadata"),
+        (
+            {
+                "messages": [
+                    {"role": "user", "content": [{"type": "text", "text": "x", "cache_control": {"type": "forever"}}]}
+                ]
+            },
+            "messages[0].content[0].cache_control.type",
+        ),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "refusal", "refusal": "no"}]}]},
+            "messages[0].content[0].type",
+        ),
+        ({"messages": [{"role": "assistant", "content": "x", "audio": {"id": "a"}}]}, "messages[0].audio"),
+        ({"tools": [{"type": "custom", "custom": {"name": "x"}}], "stream": True}, "tools[0].type"),
+        (
+            {"tools": [{"type": "custom", "custom": {"name": "x", "format": {"type": "grammar"}}}]},
+            "tools[0].custom.format.grammar",
+        ),
+        (
+            {
+                "tools": [
+                    {
+                        "type": "custom",
+                        "custom": {
+                            "name": "x",
+                            "format": {"type": "grammar", "grammar": {"syntax": "ebnf", "definition": "s"}},
+                        },
+                    }
+                ]
+            },
+            "tools[0].custom.format.grammar.syntax",
+        ),
+        ({"tools": [{"type": "custom"}]}, "tools[0].custom"),
+        ({"cache_control": {"type": "ephemeral"}}, "cache_control"),
+    ],
+)
+def test_todays_refusals(fields, param):
+    chat_refused(param, **fields)
+
+
+def test_custom_tools_on_chat():
+    grammar = {"type": "grammar", "grammar": {"syntax": "lark", "definition": "start: /.+/"}}
+    tool = {"type": "custom", "custom": {"name": "apply_patch", "description": "Patch.", "format": grammar}}
+    gen = to_generate_request(
+        decode_chat_request(
+            chat_body(tools=[tool, WEATHER], tool_choice={"type": "custom", "custom": {"name": "apply_patch"}})
+        ),
+        "r",
+    )
+    assert gen.tools[0].name == "apply_patch" and gen.tools[0].parameters["required"] == ["input"]
+    assert "lark grammar" in gen.tools[0].description and gen.tools[0].description.startswith("Patch.")
+    assert (gen.tool_choice, gen.tool_choice_name) == ("function", "apply_patch")
+    history = [
+        USER[0],
+        {
+            "role": "assistant",
+            "tool_calls": [{"id": "c1", "type": "custom", "custom": {"name": "apply_patch", "input": "x"}}],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "done"},
+    ]
+    gen = to_generate_request(decode_chat_request(chat_body(tools=[tool], messages=history)), "r")
+    assert gen.messages[1].tool_calls == [ToolCall(id="c1", name="apply_patch", arguments='{"input": "x"}')]
+    assert gen.messages[2].name == "apply_patch"
+    choice = {
+        "type": "allowed_tools",
+        "allowed_tools": {"mode": "required", "tools": [{"type": "custom", "custom": {"name": "apply_patch"}}]},
+    }
+    gen = to_generate_request(decode_chat_request(chat_body(tools=[tool, WEATHER], tool_choice=choice)), "r")
+    assert [t.name for t in gen.tools] == ["apply_patch"]

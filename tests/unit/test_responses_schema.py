@@ -7,7 +7,7 @@ import json
 import pytest
 
 from gateway.errors import APIError
-from gateway.responses_format import FunctionToolEcho, TextFormatEcho, ToolChoiceFunctionEcho
+from gateway.responses_format import TextFormatEcho
 from gateway.responses_schema import decode_responses_request, response_settings, to_generate_request
 from shared.protocol import ChatMessage, ResponseFormat, SamplingParams, Tool, ToolCall
 
@@ -90,10 +90,13 @@ def test_body_shape():
         ({"input": [{"type": "function_call_output", "call_id": "c"}]}, "input[0].output"),
         ({"input": [{"type": "function_call_output", "output": "x"}]}, "input[0].call_id"),
         (
-            {"input": [{"type": "function_call_output", "call_id": "c", "output": [{"type": "input_image"}]}]},
+            {"input": [{"type": "function_call_output", "call_id": "c", "output": [{"type": "input_audio"}]}]},
             "input[0].output[0].type",
         ),
-        ({"input": [{"type": "reasoning", "summary": [], "encrypted_content": "gAAA"}]}, "input[0].encrypted_content"),
+        (
+            {"input": [{"type": "reasoning", "summary": [], "encrypted_content": "mlxd1.%%%"}]},
+            "input[0].encrypted_content",
+        ),
         ({"input": [{"type": "reasoning", "summary": [], "content": "x"}]}, "input[0].content"),
         (
             {"input": [{"type": "reasoning", "summary": [{"type": "reasoning_text", "text": "x"}]}]},
@@ -106,25 +109,33 @@ def test_body_shape():
         ({"stream_options": {"include_obfuscation": False}}, "stream_options"),
         ({"stream": True, "stream_options": {"other": 1}}, "stream_options.other"),
         ({"truncation": "auto"}, "truncation"),
-        ({"include": ["reasoning.encrypted_content"]}, "include[0]"),
-        ({"top_logprobs": 3}, "top_logprobs"),
+        ({"include": ["reasoning.everything"]}, "include[0]"),
+        ({"top_logprobs": 21}, "top_logprobs"),
         ({"max_tool_calls": 0}, "max_tool_calls"),
-        ({"service_tier": "flex"}, "service_tier"),
+        ({"service_tier": "turbo"}, "service_tier"),
+        ({"moderation": {"model": "omni-moderation-latest"}}, "moderation"),
         ({"metadata": {str(i): "v" for i in range(17)}}, "metadata"),
         ({"metadata": {"k": "v" * 513}}, "metadata"),
         ({"metadata": {"k": 1}}, "metadata"),
         ({"reasoning": {"effort": "huge"}}, "reasoning.effort"),
-        ({"reasoning": {"summary": "auto"}}, "reasoning.summary"),
-        ({"reasoning": {"generate_summary": "auto"}}, "reasoning.generate_summary"),
-        ({"reasoning": {"context": "auto"}}, "reasoning.context"),
-        ({"text": {"verbosity": "low"}}, "text.verbosity"),
+        ({"reasoning": {"summary": "verbose"}}, "reasoning.summary"),
+        ({"reasoning": {"summary": "auto", "generate_summary": "concise"}}, "reasoning.generate_summary"),
+        ({"reasoning": {"context": "everything"}}, "reasoning.context"),
+        ({"text": {"verbosity": "loud"}}, "text.verbosity"),
         ({"text": {"format": {"type": "xml"}}}, "text.format.type"),
         ({"text": {"format": {"type": "json_schema", "name": "n"}}}, "text.format.schema"),
         ({"text": {"format": {"type": "json_schema", "schema": {}}}}, "text.format.name"),
         ({"text": {"format": {"type": "json_object", "name": "n"}}}, "text.format.name"),
         ({"text": {"format": {"type": "json_schema", "name": "n", "schema": []}}}, "text.format.schema"),
-        ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
-        ({"tools": [{"type": "custom", "name": "c"}]}, "tools[0].type"),
+        ({"tool_choice": "required", "tools": [{"type": "web_search"}]}, "tool_choice"),
+        (
+            {
+                "tools": [
+                    {"type": "custom", "name": "c", "format": {"type": "grammar", "syntax": "ebnf", "definition": "x"}}
+                ]
+            },
+            "tools[0].format.syntax",
+        ),
         ({"tools": [{"type": "function"}]}, "tools[0].name"),
         ({"tools": [{**FN, "name": "bad name"}]}, "tools[0].name"),
         ({"tools": [{**FN, "name": "x" * 65}]}, "tools[0].name"),
@@ -137,7 +148,10 @@ def test_body_shape():
         ({"tool_choice": {"type": "function", "name": "g"}, "tools": [FN]}, "tool_choice.name"),
         ({"tool_choice": {"type": "function"}, "tools": [FN]}, "tool_choice"),
         ({"tool_choice": {"type": "file_search"}, "tools": [FN]}, "tool_choice.type"),
-        ({"tool_choice": {"type": "allowed_tools", "mode": "auto", "tools": []}, "tools": [FN]}, "tool_choice.type"),
+        (
+            {"tool_choice": {"type": "allowed_tools", "mode": "sometimes", "tools": []}, "tools": [FN]},
+            "tool_choice.mode",
+        ),
     ],
 )
 def test_refused(fields, param):
@@ -146,7 +160,7 @@ def test_refused(fields, param):
 
 def test_refusal_messages():
     assert "stateless" in refused("previous_response_id", previous_response_id="resp_1").message
-    assert "not supported" in refused("tools[0].type", tools=[{"type": "web_search"}]).message
+    assert "moderation" in refused("moderation", moderation={"model": "m"}).message
     assert "Unrecognized request argument supplied: seed" in refused("seed", seed=1).message
     err = refused("input[0].content[0].type", input=[{"role": "user", "content": [{"type": "input_image"}]}])
     assert "not supported" in err.message
@@ -382,9 +396,152 @@ def test_echo_values():
     )
     assert settings.instructions == "i" and settings.max_output_tokens == 9
     assert (settings.temperature, settings.top_p) == (0.2, 0.3)
-    assert settings.tools == [FunctionToolEcho(name="f", parameters=schema)]
-    assert settings.tool_choice == ToolChoiceFunctionEcho(name="f")
+    assert settings.tools == [
+        {"type": "function", "name": "f", "description": None, "parameters": schema, "strict": None}
+    ]
+    assert settings.tool_choice == {"type": "function", "name": "f"}
     assert settings.text.format == TextFormatEcho(type="json_schema", name="n", schema=schema, strict=False)
     assert settings.reasoning.effort == "high" and settings.metadata == {"a": "b"} and settings.user == "u"
     assert settings.store is False
     assert response_settings(decode(tools=[FN])).tool_choice == "auto"
+
+
+# --- today's request surface (issue #20) ---------------------------------------------------------
+
+CUSTOM = {"type": "custom", "name": "apply_patch", "format": {"type": "grammar", "syntax": "lark", "definition": "s"}}
+NAMESPACE = {"type": "namespace", "name": "crm", "description": "CRM tools.", "tools": [FN, {**FN, "name": "g"}]}
+
+
+def test_sealed_reasoning_round_trips():
+    from gateway.encrypted_reasoning import SealError, seal, unseal
+
+    text = "Let me think: 🙂 " * 50
+    assert unseal(seal(text)) == text and unseal("gAAAAB-openai") is None
+    for broken in ("mlxd1.%%%", "mlxd1." + seal(text)[6:-4], "mlxd1.YWJj"):
+        with pytest.raises(SealError):
+            unseal(broken)
+
+
+def test_encrypted_reasoning_items_are_read_back():
+    from gateway.encrypted_reasoning import seal
+
+    item = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": seal("secret plan")}
+    result = messages(input=[{"role": "user", "content": "q"}, item, {"role": "assistant", "content": "a"}])
+    assert result[1] == ChatMessage(role="assistant", content="a", reasoning="secret plan")
+    foreign = {**item, "encrypted_content": "gAAAA", "summary": [{"type": "summary_text", "text": "sum"}]}
+    result = messages(input=[{"role": "user", "content": "q"}, foreign, {"role": "assistant", "content": "a"}])
+    assert result[1].reasoning == "sum"
+
+
+def test_namespace_and_custom_tools_are_flattened():
+    from gateway.responses_schema import output_options
+
+    req = decode(tools=[CUSTOM, NAMESPACE, {"type": "function", "name": "g"}, {"type": "web_search"}])
+    tools = to_generate_request(req, "r").tools
+    assert [t.name for t in tools] == ["apply_patch", "f", "crm__g", "g"]
+    assert tools[0].parameters["properties"] == {"input": {"type": "string"}}
+    assert "lark grammar" in tools[0].description and tools[1].description.startswith("[crm: CRM tools.]")
+    refs = output_options(req).tools
+    assert (refs["apply_patch"].kind, refs["f"].namespace, refs["crm__g"].name) == ("custom", "crm", "g")
+    settings = response_settings(req)
+    assert [t["type"] for t in settings.tools] == ["custom", "namespace", "function"]
+
+
+def test_dropped_tools_are_listed():
+    from gateway.responses_schema import dropped_tools
+
+    req = decode(
+        tools=[FN, {"type": "web_search"}, {"type": "file_search", "vector_store_ids": []}], tool_choice="auto"
+    )
+    assert dropped_tools(req) == ["web_search", "file_search"]
+    only = decode(tools=[{"type": "web_search"}], tool_choice="auto")
+    assert to_generate_request(only, "r").tools is None and to_generate_request(only, "r").tool_choice == "none"
+
+
+def test_custom_and_namespaced_calls_in_the_history():
+    history = [
+        {"role": "user", "content": "q"},
+        {"type": "custom_tool_call", "call_id": "c1", "name": "apply_patch", "input": "*** Begin"},
+        {"type": "custom_tool_call_output", "call_id": "c1", "output": [{"type": "input_text", "text": "ok"}]},
+        {"type": "function_call", "call_id": "c2", "name": "f", "namespace": "crm", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c2", "output": [{"type": "input_image", "detail": "high"}]},
+    ]
+    result = messages(input=history, tools=[CUSTOM, NAMESPACE])
+    assert result[1].tool_calls == [ToolCall(id="c1", name="apply_patch", arguments='{"input": "*** Begin"}')]
+    assert result[2] == ChatMessage(role="tool", content="ok", tool_call_id="c1", name="apply_patch")
+    assert result[3].tool_calls[0].name == "f"
+    assert result[4].content == "[image not shown: this model reads text only]"
+
+
+def test_additional_tools_items_add_tools():
+    item = {"type": "additional_tools", "role": "developer", "id": "at_1", "tools": [NAMESPACE, {"type": "web_search"}]}
+    req = decode(input=[item, {"role": "user", "content": "q"}])
+    gen = to_generate_request(req, "r")
+    assert [t.name for t in gen.tools] == ["f", "g"] and [m.role for m in gen.messages] == ["user"]
+    refused("input[0].role", input=[{**item, "role": "user"}])
+
+
+def test_tool_choice_forms():
+    gen = to_generate_request(
+        decode(tools=[CUSTOM, NAMESPACE], tool_choice={"type": "custom", "name": "apply_patch"}), "r"
+    )
+    assert (gen.tool_choice, gen.tool_choice_name) == ("function", "apply_patch")
+    gen = to_generate_request(decode(tools=[CUSTOM, NAMESPACE], tool_choice={"type": "function", "name": "g"}), "r")
+    assert (gen.tool_choice, gen.tool_choice_name) == ("function", "g")
+    choice = {
+        "type": "allowed_tools",
+        "mode": "required",
+        "tools": [{"type": "function", "name": "f"}, {"type": "web_search"}],
+    }
+    gen = to_generate_request(decode(tools=[CUSTOM, NAMESPACE], tool_choice=choice), "r")
+    assert [t.name for t in gen.tools] == ["f"] and gen.tool_choice == "required"
+    refused("tool_choice.type", tools=[CUSTOM], tool_choice={"type": "function", "name": "apply_patch"})
+    refused("tool_choice.type", tools=[FN], tool_choice={"type": "web_search_preview"})
+    refused(
+        "tool_choice.tools[0].name", tools=[FN], tool_choice={**choice, "tools": [{"type": "function", "name": "x"}]}
+    )
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"client_metadata": {"x-codex-turn-metadata": "{}"}},
+        {"include": ["reasoning.encrypted_content", "web_search_call.action.sources"]},
+        {"reasoning": {"summary": "auto", "effort": "xhigh", "context": "all_turns", "mode": "standard"}},
+        {"reasoning": {"generate_summary": "concise"}},
+        {"text": {"verbosity": "low"}},
+        {"service_tier": "priority", "prompt_cache_retention": "24h", "prompt_cache_options": {"mode": "implicit"}},
+        {"context_management": [{"type": "compaction", "compact_threshold": 1000}]},
+        {
+            "input": [
+                {
+                    "role": "user",
+                    "content": [{"type": "input_text", "text": "x", "cache_control": {"type": "ephemeral"}}],
+                }
+            ]
+        },
+    ],
+)
+def test_todays_fields_are_accepted(fields):
+    decode(**fields)
+
+
+def test_logprobs_follow_include():
+    sampling = to_generate_request(decode(include=["message.output_text.logprobs"], top_logprobs=3), "r").sampling
+    assert (sampling.logprobs, sampling.top_logprobs) == (True, 3)
+    sampling = to_generate_request(decode(top_logprobs=3), "r").sampling
+    assert (sampling.logprobs, sampling.top_logprobs) == (False, 0)
+    assert response_settings(decode(top_logprobs=3)).top_logprobs == 3
+
+
+def test_offered_tools_are_bounded():
+    spaces = [
+        {
+            "type": "namespace",
+            "name": f"n{k}",
+            "description": "d",
+            "tools": [{**FN, "name": f"f{k}_{i}"} for i in range(128)],
+        }
+        for k in range(5)
+    ]
+    refused("tools", tools=spaces)
