@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.mlxd-installed
 CONFIG ?= configs/mlxd.toml
 
-.PHONY: setup sysdeps model run test soak docs clean
+.PHONY: setup sysdeps model run test soak agents docs clean
 
 setup: $(STAMP) sysdeps
 
@@ -50,6 +50,10 @@ bench: model
 # 30 minutes of mixed traffic with disconnects; prints worker memory over time (not in CI)
 soak: model
 	$(PY) tests/reliability/soak.py --minutes 30
+
+# One turn of the real Claude Code and Codex CLIs (npm, pinned) against mlxd; needs Node.js (not in CI)
+agents: model
+	$(PY) -m tests.replay.run_agents
 
 # The documentation site in site/ (open site/index.html), plus site/api-inventory.json,
 # site/llms.txt and site/llms-full.txt. Reads the source statically: never imports it or MLX.

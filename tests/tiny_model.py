@@ -304,3 +304,43 @@ def _spell(text: str, decoder, avoid: set[int]) -> list[int]:
     if found is None:
         raise ValueError(f"cannot spell {text!r} without repeating a token")
     return found
+
+
+def build_terse_model(out_dir: Path, base: Path, context: int, seed: int = 0) -> Path:
+    """A tiny random-weight llama with ``base``'s tokenizer and shape and a
+    ``context``-token context that ends each answer after a token or two.
+
+    Its residual stream carries a constant positive feature (embedding column
+    0; attention and MLP outputs are zeroed) that only the end-of-sequence
+    rows of an untied ``lm_head`` read, so at temperature 1 an end token is
+    sampled with probability ~0.5 at every step: answers stay short whatever
+    ``max_tokens`` a client sends, while their content is still random text.
+    """
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+    from mlx_lm.models import llama
+
+    if (out_dir / "model.safetensors").exists():
+        return out_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name in TOKENIZER_FILES:
+        if (base / name).exists():
+            shutil.copy(base / name, out_dir / name)
+    config = json.loads((base / "config.json").read_text())
+    config.update(tie_word_embeddings=False, max_position_embeddings=context)
+    mx.random.seed(seed)
+    model = llama.Model(llama.ModelArgs.from_dict(config))
+    weights = dict(tree_flatten(model.parameters()))
+    for name, value in weights.items():
+        if name.endswith(("o_proj.weight", "down_proj.weight")):
+            weights[name] = mx.zeros_like(value)
+    weights["model.embed_tokens.weight"][:, 0] = 1.0
+    eos = config["eos_token_id"]
+    head = weights["lm_head.weight"]
+    head[:, 0] = 0.0
+    for token in eos if isinstance(eos, list) else [eos]:
+        head[token] = mx.zeros_like(head[token])
+        head[token, 0] = 1.65
+    mx.save_safetensors(str(out_dir / "model.safetensors"), weights)
+    (out_dir / "config.json").write_text(json.dumps(config, indent=2))
+    return out_dir
