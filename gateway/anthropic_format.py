@@ -165,7 +165,11 @@ class ServerToolUsage(msgspec.Struct, kw_only=True):
 
 
 class Usage(msgspec.Struct, kw_only=True):
-    """A message's ``usage`` (see the module docstring for the meaning)."""
+    """A message's ``usage`` (see the module docstring for the meaning).
+    The beta schema's ``fallback_credit``, ``iterations`` and
+    ``output_tokens_details`` are always null here (no fallback credits, one
+    sampling iteration, no separate count of thinking tokens) and ``speed``
+    is ``standard``."""
 
     input_tokens: int
     output_tokens: int
@@ -175,6 +179,10 @@ class Usage(msgspec.Struct, kw_only=True):
     server_tool_use: ServerToolUsage = msgspec.field(default_factory=ServerToolUsage)
     service_tier: str = "standard"
     inference_geo: str | None = None
+    fallback_credit: None = None
+    iterations: None = None
+    output_tokens_details: None = None
+    speed: str = "standard"
 
 
 class DeltaUsage(msgspec.Struct, kw_only=True):
@@ -185,6 +193,9 @@ class DeltaUsage(msgspec.Struct, kw_only=True):
     cache_creation_input_tokens: int = 0
     cache_read_input_tokens: int = 0
     server_tool_use: ServerToolUsage = msgspec.field(default_factory=ServerToolUsage)
+    fallback_credit: None = None
+    iterations: None = None
+    output_tokens_details: None = None
 
 
 class UsageTally:

@@ -379,6 +379,7 @@ def to_generate_request(req: MessagesRequest, request_id: str, images: str = "pl
         continue_final=prefilled(req),
         response_format=_response_format(req),
         thinking_budget_best_effort=best_effort,
+        max_tokens_ceiling=True,
         **_tool_fields(req),
     )
 

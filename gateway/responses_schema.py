@@ -450,9 +450,9 @@ def _check_tools(req: ResponsesRequest) -> None:
     if isinstance(choice, ToolChoiceParam) and choice.type == "allowed_tools":
         _allowed_names(choice, tools)
         return
+    if not tools.refs and choice == "auto":
+        return  # no tools (an empty list, as Codex's title request sends, or all dropped): no call
     if not tools.refs and tools.dropped and choice not in (None, "none"):
-        if choice == "auto":
-            return  # every tool was dropped: "auto" then means no call
         raise bad_request(
             f"'tool_choice' forces a tool call, but mlxd cannot run any of the tools ({', '.join(tools.dropped)})",
             "tool_choice",

@@ -180,7 +180,12 @@ class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True, tag="generate")
     writes the model's closing marker for the block, so the answer follows
     within ``max_tokens``. ``thinking_budget_best_effort``: a model whose
     reasoning block cannot be capped (no single closing marker) ignores the
-    budget instead of refusing the request.
+    budget instead of refusing the request. ``max_tokens_ceiling``: the
+    request's ``max_tokens`` is only a ceiling (Anthropic's required
+    field, which clients set far above a local model's context): more than
+    the room the prompt leaves in the context is cut to that room instead
+    of refused; the choice then ends with ``length`` when the context is
+    full. A prompt that leaves no room is still refused.
     """
 
     request_id: str
@@ -201,6 +206,7 @@ class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True, tag="generate")
     thinking_budget: int | None = None
     max_tool_calls: int | None = None
     thinking_budget_best_effort: bool = False
+    max_tokens_ceiling: bool = False
 
 
 class AbortRequest(msgspec.Struct, frozen=True, tag="abort"):

@@ -162,7 +162,7 @@ class PromptBuilder:
         return Admission(
             request_id=request.request_id,
             prompt=ids,
-            max_tokens=self._max_tokens(len(ids), request.sampling.max_tokens),
+            max_tokens=self._max_tokens(len(ids), request.sampling.max_tokens, request.max_tokens_ceiling),
             params=with_defaults(request.sampling, self.sampling_defaults),
             n=request.n,
             deadline=time.monotonic() + request.timeout if request.timeout else None,
@@ -309,8 +309,15 @@ class PromptBuilder:
                 "invalid_request", f"{what} id {bad} is outside the vocabulary (0..{self.vocab_size - 1})", field
             )
 
-    def _max_tokens(self, prompt_len: int, requested: int | None) -> int:
+    def _max_tokens(self, prompt_len: int, requested: int | None, ceiling: bool = False) -> int:
+        """The completion's token cap: ``requested`` (None: what is left of
+        the context, at most ``default_max_tokens``); with ``ceiling`` a
+        request over the room left is cut to it (see
+        ``GenerateRequest.max_tokens_ceiling``). Raises PromptError
+        (``context_length_exceeded``) when nothing fits."""
         room = self.context_length - prompt_len
+        if ceiling and requested is not None and room >= 1:
+            requested = min(requested, room)
         if requested is None:
             if room < 1:
                 raise PromptError(
