@@ -8,6 +8,7 @@ streamable HTTP on loopback.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -151,3 +152,162 @@ def test_audit_lines_name_the_call_but_not_its_arguments(mcp_gateway):
     assert lines and re.search(r"duration_ms=\d+ outcome=tool_error", lines[-1])
     mlxd_lines = [line for line in log.splitlines() if "] mlxd." in line]
     assert not [line for line in mlxd_lines if SECRET in line]
+
+
+# --- the Responses tool loop ----------------------------------------------------------------
+
+
+def openai_client(srv):
+    """An OpenAI SDK client for ``srv``."""
+    import openai
+
+    return openai.OpenAI(base_url=f"{srv.url}/v1", api_key=srv.api_key, max_retries=0, timeout=120)
+
+
+def mcp_tool(label: str = "calc", **extra) -> dict:
+    """A Responses ``mcp`` tool for ``label`` that runs calls without approval."""
+    return {"type": "mcp", "server_label": label, "require_approval": "never", **extra}
+
+
+def forced(name: str, label: str = "calc") -> dict:
+    """A ``tool_choice`` forcing the MCP tool ``name``."""
+    return {"type": "mcp", "server_label": label, "name": name}
+
+
+def check_add_call(call) -> None:
+    """An ``add`` call ran: its output is the sum of its arguments, or, when
+    the random model's arguments were cut short by the token limit, it
+    failed with an invalid-arguments protocol error."""
+    try:
+        args = json.loads(call.arguments)
+        valid = isinstance(args.get("a"), int) and isinstance(args.get("b"), int)
+    except ValueError:
+        valid = False
+    if valid:
+        assert call.status == "completed" and call.output == str(args["a"] + args["b"]) and call.error is None
+    else:
+        assert call.status == "failed" and call.error.type == "mcp_protocol_error" and call.error.code == -32602
+
+
+def test_responses_runs_a_forced_mcp_call(mcp_gateway):
+    client = openai_client(mcp_gateway)
+    response = client.responses.create(
+        model=TINY,
+        input="Add two numbers.",
+        tools=[mcp_tool(allowed_tools=["add"])],
+        tool_choice=forced("add"),
+        max_output_tokens=64,
+    )
+    kinds = [item.type for item in response.output]
+    assert kinds[0] == "mcp_list_tools" and [t.name for t in response.output[0].tools] == ["add"]
+    call = response.output[1]
+    assert call.type == "mcp_call" and call.name == "add" and call.server_label == "calc"
+    check_add_call(call)
+    assert "function_call" not in kinds
+    assert response.tools[0].type == "mcp" and response.status in ("completed", "incomplete")
+    assert response.usage.input_tokens > 0
+
+
+def test_responses_streams_the_mcp_items(mcp_gateway):
+    client = openai_client(mcp_gateway)
+    events = list(
+        client.responses.create(
+            model=TINY,
+            input="Find the capital.",
+            tools=[mcp_tool(allowed_tools=["lookup"])],
+            tool_choice=forced("lookup"),
+            max_output_tokens=64,
+            stream=True,
+        )
+    )
+    types = [e.type for e in events]
+    assert types[0] == "response.created" and types[-1] in ("response.completed", "response.incomplete")
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert "response.mcp_list_tools.completed" in types and "response.mcp_call.in_progress" in types
+    assert "response.mcp_call.failed" in types or "response.mcp_call.completed" in types
+    assert "response.function_call_arguments.delta" not in types
+    final = events[-1].response
+    assert [i.type for i in final.output][:2] == ["mcp_list_tools", "mcp_call"]
+    done = [e.item for e in events if e.type == "response.output_item.done"]
+    assert [i.type for i in done] == [i.type for i in final.output]
+    added = [e.output_index for e in events if e.type == "response.output_item.added"]
+    assert added == list(range(len(final.output)))
+
+
+def test_responses_asks_for_approval_unless_never(mcp_gateway):
+    client = openai_client(mcp_gateway)
+    tool = {"type": "mcp", "server_label": "calc", "allowed_tools": ["add"]}
+    response = client.responses.create(
+        model=TINY, input="Add.", tools=[tool], tool_choice=forced("add"), max_output_tokens=64
+    )
+    request = response.output[-1]
+    assert request.type == "mcp_approval_request" and request.name == "add"
+    assert not [i for i in response.output if i.type == "mcp_call"]
+    follow = client.responses.create(
+        model=TINY,
+        input=[
+            {"role": "user", "content": "Add."},
+            request.model_dump(),
+            {"type": "mcp_approval_response", "approval_request_id": request.id, "approve": True},
+        ],
+        tools=[tool],
+        tool_choice="none",
+        max_output_tokens=64,
+    )
+    call = next(i for i in follow.output if i.type == "mcp_call")
+    assert call.approval_request_id == request.id and call.arguments == request.arguments
+    check_add_call(call)
+
+
+def test_responses_reports_failing_and_hung_calls_as_failed_items(mcp_gateway):
+    client = openai_client(mcp_gateway)
+    for name, error_type in (("fail", "mcp_tool_execution_error"), ("hang", "mcp_protocol_error")):
+        started = time.monotonic()
+        response = client.responses.create(
+            model=TINY,
+            input="Go.",
+            tools=[mcp_tool(allowed_tools=[name])],
+            tool_choice=forced(name),
+            max_output_tokens=64,
+        )
+        call = next(i for i in response.output if i.type == "mcp_call")
+        assert call.status == "failed" and call.error.type == error_type
+        assert time.monotonic() - started < 30
+
+
+def test_responses_refuses_unconfigured_servers_and_urls(mcp_gateway, http_mcp):
+    import openai
+
+    client = openai_client(mcp_gateway)
+    bad = [
+        mcp_tool("nowhere"),
+        mcp_tool("web", server_url="http://169.254.169.254/latest"),
+        mcp_tool("calc", server_url=http_mcp),
+        {"type": "mcp", "server_label": "x", "connector_id": "connector_gmail"},
+        mcp_tool("web", headers={"Authorization": "Bearer stolen"}),
+    ]
+    for tool in bad:
+        with pytest.raises(openai.BadRequestError) as err:
+            client.responses.create(model=TINY, input="Hi", tools=[tool], max_output_tokens=64)
+        assert err.value.body["param"].startswith("tools[0]")
+    ok = client.responses.create(
+        model=TINY,
+        input="Hi",
+        tools=[mcp_tool("web", server_url=http_mcp)],
+        tool_choice=forced("add", "web"),
+        max_output_tokens=64,
+    )
+    assert any(i.type == "mcp_call" and i.server_label == "web" for i in ok.output)
+
+
+def test_responses_returns_client_function_calls_beside_mcp_tools(mcp_gateway):
+    client = openai_client(mcp_gateway)
+    weather = {"type": "function", "name": "weather", "parameters": {"type": "object", "properties": {}}}
+    response = client.responses.create(
+        model=TINY,
+        input="Weather?",
+        tools=[mcp_tool(allowed_tools=["add"]), weather],
+        tool_choice={"type": "function", "name": "weather"},
+        max_output_tokens=64,
+    )
+    assert response.output[-1].type == "function_call" and response.output[-1].name == "weather"
