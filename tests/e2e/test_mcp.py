@@ -311,3 +311,91 @@ def test_responses_returns_client_function_calls_beside_mcp_tools(mcp_gateway):
         max_output_tokens=64,
     )
     assert response.output[-1].type == "function_call" and response.output[-1].name == "weather"
+
+
+# --- Anthropic mcp_servers --------------------------------------------------------------------
+
+
+def anthropic_client(srv):
+    """An Anthropic SDK client for ``srv``."""
+    import anthropic
+
+    return anthropic.Anthropic(base_url=srv.url, api_key=srv.api_key, max_retries=0, timeout=120)
+
+
+CALC_SERVER = {"type": "url", "url": "stdio://calc", "name": "calc", "tool_configuration": {"allowed_tools": ["add"]}}
+
+
+def check_add_pair(use, result) -> None:
+    """An ``mcp_tool_use`` of ``add`` and its ``mcp_tool_result``."""
+    assert use.type == "mcp_tool_use" and use.name == "add" and use.server_name == "calc"
+    assert result.type == "mcp_tool_result" and result.tool_use_id == use.id
+    args = use.input
+    if isinstance(args.get("a"), int) and isinstance(args.get("b"), int):
+        assert result.is_error is False and result.content[0].text == str(args["a"] + args["b"])
+    else:
+        assert result.is_error is True
+
+
+def test_messages_runs_a_forced_mcp_call(mcp_gateway):
+    client = anthropic_client(mcp_gateway)
+    message = client.beta.messages.create(
+        model=TINY,
+        max_tokens=64,
+        messages=[{"role": "user", "content": "Add two numbers."}],
+        mcp_servers=[CALC_SERVER],
+        tool_choice={"type": "tool", "name": "add"},
+        betas=["mcp-client-2025-04-04"],
+    )
+    kinds = [b.type for b in message.content]
+    assert kinds[:2] == ["mcp_tool_use", "mcp_tool_result"], kinds
+    check_add_pair(message.content[0], message.content[1])
+    assert "tool_use" not in kinds and message.usage.input_tokens > 0
+
+
+def test_messages_streams_the_mcp_blocks(mcp_gateway):
+    client = anthropic_client(mcp_gateway)
+    with client.beta.messages.stream(
+        model=TINY,
+        max_tokens=64,
+        messages=[{"role": "user", "content": "Add two numbers."}],
+        mcp_servers=[CALC_SERVER],
+        tool_choice={"type": "tool", "name": "add"},
+        betas=["mcp-client-2025-04-04"],
+    ) as stream:
+        types = [event.type for event in stream]
+        message = stream.get_final_message()
+    assert types[0] == "message_start" and types[-1] == "message_stop"
+    assert [b.type for b in message.content][:2] == ["mcp_tool_use", "mcp_tool_result"]
+    check_add_pair(message.content[0], message.content[1])
+
+
+def test_messages_refuses_unconfigured_servers(mcp_gateway, http_mcp):
+    import anthropic
+
+    client = anthropic_client(mcp_gateway)
+    bad = [
+        {"type": "url", "url": "https://evil.example/mcp", "name": "evil"},
+        {"type": "url", "url": "http://169.254.169.254/", "name": "web"},
+        {"type": "url", "url": "stdio://calc", "name": "web"},
+        {"type": "url", "url": http_mcp, "name": "web", "authorization_token": "stolen"},
+    ]
+    for server in bad:
+        with pytest.raises(anthropic.BadRequestError) as err:
+            client.beta.messages.create(
+                model=TINY,
+                max_tokens=8,
+                messages=[{"role": "user", "content": "Hi"}],
+                mcp_servers=[server],
+                betas=["mcp-client-2025-04-04"],
+            )
+        assert "mcp_servers[0]" in err.value.body["error"]["message"]
+    ok = client.beta.messages.create(
+        model=TINY,
+        max_tokens=64,
+        messages=[{"role": "user", "content": "Hi"}],
+        mcp_servers=[{"type": "url", "url": http_mcp, "name": "web"}],
+        tool_choice={"type": "tool", "name": "lookup"},
+        betas=["mcp-client-2025-04-04"],
+    )
+    assert ok.content[0].type == "mcp_tool_use" and ok.content[0].server_name == "web"
