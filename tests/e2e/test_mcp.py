@@ -60,7 +60,10 @@ def mcp_gateway(tiny_model_dir, tmp_path_factory, http_mcp):
     }
     web = {"name": "web", "url": http_mcp, "allowed_tools": ["add", "lookup"], "call_timeout": 5}
     srv = start_server(
-        tmp_path_factory.mktemp("mcp-gw"), [{"name": TINY, "source": str(tiny_model_dir)}], mcp_servers=[stdio, web]
+        tmp_path_factory.mktemp("mcp-gw"),
+        [{"name": TINY, "source": str(tiny_model_dir)}],
+        mcp_servers=[stdio, web],
+        mcp_max_rounds=3,
     )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -298,6 +301,21 @@ def test_responses_refuses_unconfigured_servers_and_urls(mcp_gateway, http_mcp):
         max_output_tokens=64,
     )
     assert any(i.type == "mcp_call" and i.server_label == "web" for i in ok.output)
+
+
+def test_responses_rounds_are_bounded(mcp_gateway):
+    client = openai_client(mcp_gateway)
+    response = client.responses.create(
+        model=TINY,
+        input="Keep adding.",
+        tools=[mcp_tool(allowed_tools=["add"])],
+        tool_choice="required",
+        parallel_tool_calls=False,
+        max_output_tokens=64,
+    )
+    calls = [i for i in response.output if i.type == "mcp_call"]
+    assert len(calls) == 2, response.model_dump_json(indent=1)  # mcp_max_rounds = 3: the third round may not call tools
+    assert response.output[-1].type != "function_call"
 
 
 def test_responses_returns_client_function_calls_beside_mcp_tools(mcp_gateway):
