@@ -240,8 +240,8 @@ _SERVER_BLOCKS = (
 )
 _REFUSED_BLOCKS: dict[str, str] = {
     **{tag: "mlxd runs no server tools" for tag in _SERVER_BLOCKS},
-    "mcp_tool_use": "MCP servers are not supported",
-    "mcp_tool_result": "MCP servers are not supported",
+    "mcp_tool_use": "MCP blocks without mcp_servers are not supported",
+    "mcp_tool_result": "MCP blocks without mcp_servers are not supported",
     "mcp_tool_listing": "MCP servers are not supported",
     "container_upload": "mlxd has no code-execution containers",
     "fallback": "mlxd has no server-side model fallbacks",
