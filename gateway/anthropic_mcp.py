@@ -250,28 +250,32 @@ class McpRounds:
             calls = [b for b in blocks if b["type"] == "tool_use" and b["name"] in self._plan.owner]
             others = [b for b in blocks if not (b["type"] == "tool_use" and b["name"] in self._plan.owner)]
             client_calls = [b for b in others if b["type"] == "tool_use"]
-            done = not calls or bool(client_calls) or round_ >= self.max_rounds - 1
-            shown = others if done else [b for b in others if b["type"] != "tool_use"]
+            last = not calls or round_ >= self.max_rounds - 1
+            shown = others if last else [b for b in others if b["type"] != "tool_use"]
             content += shown
             if shown:
                 yield shown
-            if not done:
+            if not last:
                 results = []
                 for call in calls:
                     pair, result = await self._call(call)
                     content += pair
                     results.append(result)
                     yield pair
-                assistant = [b for b in blocks if b["type"] in ("text", "tool_use")]
-                self._plan.body["messages"] = [
-                    *self._plan.body["messages"],
-                    {"role": "assistant", "content": assistant},
-                    {"role": "user", "content": results},
-                ]
-                round_ += 1
-                job = await self.submit(round_)
-                first = await next_output(job.stream, job.request_id)
-                continue
+                if client_calls:  # the client's calls end the loop, after the MCP ones ran
+                    content += client_calls
+                    yield client_calls
+                else:
+                    assistant = [b for b in blocks if b["type"] == "tool_use" or (b["type"] == "text" and b["text"])]
+                    self._plan.body["messages"] = [
+                        *self._plan.body["messages"],
+                        {"role": "assistant", "content": assistant},
+                        {"role": "user", "content": results},
+                    ]
+                    round_ += 1
+                    job = await self.submit(round_)
+                    first = await next_output(job.stream, job.request_id)
+                    continue
             message["content"] = content
             message["usage"] = usage
             message["id"] = self.id

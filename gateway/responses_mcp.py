@@ -504,6 +504,11 @@ class McpLoop:
                 for i in response.get("output", [])
                 if i.get("type") == "function_call" and i.get("name") in self._plan.owner
             ]
+            client_calls = [
+                i
+                for i in response.get("output", [])
+                if i.get("type") in ("function_call", "custom_tool_call") and i.get("name") not in self._plan.owner
+            ]
             stop = run.failed is not None or not calls or round_ >= self.max_rounds - 1
             out = []
             if not stop:
@@ -527,6 +532,7 @@ class McpLoop:
                     events, result = await self._call_events(call["name"], call["arguments"], binding)
                     out += events
                     self._input += _call_pair(call["call_id"], call["name"], call["arguments"], result)
+                stop = stop or bool(client_calls)  # the client's calls end the loop, after the MCP ones ran
             if stop:
                 self.failed = run.failed
                 response = self._patch(response)

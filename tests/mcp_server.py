@@ -2,7 +2,8 @@
 
 Tools: ``add`` (arithmetic), ``lookup`` (a fixed capital-city table),
 ``fail`` (a tool error), ``hang`` (sleeps far past any test timeout) and
-``crash`` (the process exits mid-call). Run ``python -m tests.mcp_server``
+``crash`` (the process exits mid-call); the last three take no arguments,
+so a model forced to call them always sends valid ones. Run ``python -m tests.mcp_server``
 for stdio, or with ``http PORT`` for streamable HTTP on 127.0.0.1.
 """
 
@@ -35,20 +36,20 @@ def lookup(country: str) -> str:
 
 
 @server.tool()
-def fail(reason: str) -> str:
+def fail() -> str:
     """Always fails with a tool error."""
     raise RuntimeError("the fail tool failed")
 
 
 @server.tool()
-async def hang(seconds: float) -> str:
+async def hang() -> str:
     """Sleeps for a long time."""
     await asyncio.sleep(3600)
     return "woke"
 
 
 @server.tool()
-def crash(code: int) -> str:
+def crash() -> str:
     """Ends the server process abruptly."""
     os._exit(3)
 

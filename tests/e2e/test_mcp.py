@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -116,26 +117,26 @@ def test_execute_refuses_schema_invalid_arguments(mcp_gateway):
 
 def test_execute_refuses_unknown_servers_and_tools_outside_the_allow_list(mcp_gateway):
     assert execute(mcp_gateway, "nope", "add", {"a": 1, "b": 2}).status_code == 400
-    assert execute(mcp_gateway, "web", "fail", {"reason": "x"}).status_code == 400
+    assert execute(mcp_gateway, "web", "fail", {}).status_code == 400
     r = httpx.post(f"{mcp_gateway.url}/v1/mcp/execute", json={"server": "calc"}, headers=mcp_gateway.headers)
     assert r.status_code == 400
 
 
 def test_a_tool_error_is_reported_not_raised(mcp_gateway):
-    r = execute(mcp_gateway, "calc", "fail", {"reason": "because"})
+    r = execute(mcp_gateway, "calc", "fail", {})
     assert r.status_code == 200 and r.json()["is_error"] is True
 
 
 def test_a_hung_tool_ends_with_a_timeout(mcp_gateway):
     started = time.monotonic()
-    r = execute(mcp_gateway, "calc", "hang", {"seconds": 1})
+    r = execute(mcp_gateway, "calc", "hang", {})
     assert r.status_code == 504 and r.json()["error"]["code"] == "timeout"
     assert time.monotonic() - started < 15
     assert execute(mcp_gateway, "calc", "add", {"a": 1, "b": 1}).json()["text"] == "2"
 
 
 def test_a_crashed_stdio_server_is_restarted(mcp_gateway):
-    r = execute(mcp_gateway, "calc", "crash", {"code": 1})
+    r = execute(mcp_gateway, "calc", "crash", {})
     assert r.status_code == 502
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -274,7 +275,9 @@ def test_responses_reports_failing_and_hung_calls_as_failed_items(mcp_gateway):
             max_output_tokens=64,
         )
         call = next(i for i in response.output if i.type == "mcp_call")
-        assert call.status == "failed" and call.error.type == error_type
+        assert call.status == "failed" and call.error.type == error_type, call
+        if name == "hang":
+            assert call.error.code == -32001 and "timed out" in call.error.message
         assert time.monotonic() - started < 30
 
 
@@ -417,3 +420,27 @@ def test_messages_refuses_unconfigured_servers(mcp_gateway, http_mcp):
         betas=["mcp-client-2025-04-04"],
     )
     assert ok.content[0].type == "mcp_tool_use" and ok.content[0].server_name == "web"
+
+
+# --- reload (keep last: it changes the module's gateway config) -------------------------------
+
+
+def test_reload_starts_added_servers_and_relists(mcp_gateway):
+    config = mcp_gateway.log_path.parent / "mlxd.toml"
+    text = config.read_text()
+    extra = {"name": "calc2", "command": sys.executable, "args": ["-m", "tests.mcp_server"], "cwd": str(ROOT)}
+    extra["allowed_tools"] = ["lookup"]
+    config.write_text(text + "[[mcp_servers]]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in extra.items()))
+    mcp_gateway.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 30
+    names: set = set()
+    while time.monotonic() < deadline:
+        data = httpx.get(f"{mcp_gateway.url}/v1/mcp/tools", headers=mcp_gateway.headers, timeout=10).json()["data"]
+        names = {(t["server"], t["name"]) for t in data}
+        if ("calc2", "lookup") in names:
+            break
+        time.sleep(0.2)
+    assert ("calc2", "lookup") in names and ("calc2", "add") not in names
+    assert ("calc", "add") in names and ("web", "lookup") in names
+    assert execute(mcp_gateway, "calc2", "lookup", {"country": "Japan"}).json()["text"] == "Tokyo"
+    assert "mcp server calc2 started" in mcp_gateway.log_path.read_text()
