@@ -7,6 +7,8 @@ one task): it starts the stdio subprocess or opens the streamable-HTTP
 session, lists the tools, then waits. When the session breaks (a stdio
 server that died, a connection that closed), the task reconnects after a
 back-off that doubles per consecutive failure, up to the configured maximum.
+An idle session pings its server every :data:`PING_INTERVAL` seconds, so a
+server that died between calls is restarted before the next one.
 
 Calls (:meth:`McpHub.call`) run on the event loop as awaitables and never
 block it: each waits for a slot of the server's concurrency limit, is bounded
@@ -35,6 +37,11 @@ from shared.config import McpServerConfig
 
 log = logging.getLogger("mlxd.gateway.mcp")
 audit = logging.getLogger("mlxd.gateway.mcp.audit")
+
+
+PING_INTERVAL = 15.0
+"""Seconds of idleness after which a session pings its server, so a server
+that died between calls is noticed (and restarted) before the next call."""
 
 
 class McpUnavailable(Exception):
@@ -173,12 +180,16 @@ class McpConnection:
             log.info("mcp server %s: connected, %d tools", self.config.name, len(self.tools))
             while not self._broken.is_set():
                 waits = [asyncio.ensure_future(self._broken.wait()), asyncio.ensure_future(self._relist.wait())]
-                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait(waits, timeout=PING_INTERVAL, return_when=asyncio.FIRST_COMPLETED)
                 for w in waits:
                     w.cancel()
-                if self._relist.is_set() and not self._broken.is_set():
+                if self._broken.is_set():
+                    break
+                if self._relist.is_set():
                     self._relist.clear()
                     await self._list(session)
+                elif not done:  # idle: make sure the server is still there
+                    await asyncio.wait_for(session.send_ping(), self.config.connect_timeout)
             if not self._stopping.is_set():
                 raise ConnectionError(self.error or "session broken")
 

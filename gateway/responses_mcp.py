@@ -87,11 +87,13 @@ def wants_mcp(body: bytes) -> bool:
 @dataclass
 class Binding:
     """One request ``mcp`` tool bound to its configured server: the tools it
-    exposes and which of them need approval."""
+    exposes, which of them need approval, and the server's last error when
+    it is down (reported in the ``mcp_list_tools`` item)."""
 
     label: str
     tools: dict[str, McpTool]
     approval: Any
+    error: str | None = None
 
     def needs_approval(self, name: str) -> bool:
         """Whether a call to ``name`` must be approved by the client first."""
@@ -162,7 +164,8 @@ def bind(hub: McpHub, tools: list[Any]) -> dict[str, Binding]:
             for name, t in conn.tools.items()
             if (names is None or name in names) and (not read_only or _read_only(t))
         }
-        bindings[label] = Binding(label, exposed, tool.get("require_approval", "always") or "always")
+        error = None if conn.tools or conn.error is None else conn.error
+        bindings[label] = Binding(label, exposed, tool.get("require_approval", "always") or "always", error)
     return bindings
 
 
@@ -176,6 +179,7 @@ class _Plan:
     echo_tools: list[Any]
     echo_choice: Any
     first_choice: Any
+    bindings: dict[str, Binding] = field(default_factory=dict)
     approved: list[tuple[dict[str, Any], Binding]] = field(default_factory=list)
 
 
@@ -217,7 +221,7 @@ def plan(hub: McpHub, data: dict[str, Any]) -> _Plan:
             first_choice = {"type": "function", "name": name}
     body = {k: v for k, v in data.items() if k not in ("tools", "tool_choice", "input", "stream", "stream_options")}
     body["tools"] = rewritten
-    result = _Plan(body, [], owner, tools, choice, first_choice)
+    result = _Plan(body, [], owner, tools, choice, first_choice, bindings)
     result.input = _replay(data.get("input"), bindings, result)
     return result
 
@@ -364,11 +368,10 @@ class McpLoop:
             if isinstance(tool, dict) and tool.get("type") == "mcp":
                 labels.append(tool["server_label"])
         for label in labels:
-            binding = next((b for b in self._plan.owner.values() if b.label == label), None)
-            tools = [] if binding is None else list(binding.tools.values())
+            binding = self._plan.bindings[label]
             item_id = new_id("mcpl")
             item = {"id": item_id, "type": "mcp_list_tools", "server_label": label, "tools": []}
-            full = dict(item, tools=[_listed(t) for t in tools])
+            full = dict(item, tools=[_listed(t) for t in binding.tools.values()], error=binding.error)
             index = len(self._items)
             self._items.append(full)
             events += [
