@@ -63,13 +63,13 @@ def mcp_gateway(tiny_model_dir, tmp_path_factory, http_mcp):
     srv = start_server(
         tmp_path_factory.mktemp("mcp-gw"),
         [{"name": TINY, "source": str(tiny_model_dir)}],
-        mcp_servers=[stdio, web],
+        mcp_servers=[stdio, web, {"name": "broken", "command": "/nonexistent/mcp-server", "restart_backoff": 0.5}],
         mcp_max_rounds=3,
     )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         servers = httpx.get(f"{srv.url}/v1/mcp/tools", headers=srv.headers, timeout=10).json()["servers"]
-        if all(s["connected"] for s in servers):
+        if all(s["connected"] for s in servers if s["name"] != "broken"):
             break
         time.sleep(0.2)
     yield srv
@@ -120,6 +120,15 @@ def test_execute_refuses_unknown_servers_and_tools_outside_the_allow_list(mcp_ga
     assert execute(mcp_gateway, "web", "fail", {}).status_code == 400
     r = httpx.post(f"{mcp_gateway.url}/v1/mcp/execute", json={"server": "calc"}, headers=mcp_gateway.headers)
     assert r.status_code == 400
+
+
+def test_a_server_that_cannot_start_is_reported_and_refused(mcp_gateway):
+    servers = httpx.get(f"{mcp_gateway.url}/v1/mcp/tools", headers=mcp_gateway.headers, timeout=10).json()["servers"]
+    broken = next(s for s in servers if s["name"] == "broken")
+    assert broken["connected"] is False and broken["error"]
+    started = time.monotonic()
+    r = execute(mcp_gateway, "broken", "add", {"a": 1, "b": 2})
+    assert r.status_code == 502 and time.monotonic() - started < 20
 
 
 def test_a_tool_error_is_reported_not_raised(mcp_gateway):
