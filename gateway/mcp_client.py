@@ -400,7 +400,7 @@ class McpHub:
         conn = self.connections.get(server)
         if conn is None:
             return CallOutcome("unknown_tool", f"no MCP server named {server!r} is configured")
-        if not conn._ready.is_set():
+        if not conn._ready.is_set() and conn.error is None:  # still starting: give it a moment
             await conn.wait_ready(min(conn.config.connect_timeout, conn.config.call_timeout))
         spec = conn.tools.get(tool)
         if spec is None:

@@ -128,7 +128,7 @@ def test_a_server_that_cannot_start_is_reported_and_refused(mcp_gateway):
     assert broken["connected"] is False and broken["error"]
     started = time.monotonic()
     r = execute(mcp_gateway, "broken", "add", {"a": 1, "b": 2})
-    assert r.status_code == 502 and time.monotonic() - started < 20
+    assert r.status_code == 502 and time.monotonic() - started < 5
 
 
 def test_a_tool_error_is_reported_not_raised(mcp_gateway):
