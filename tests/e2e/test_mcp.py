@@ -431,6 +431,26 @@ def test_messages_refuses_unconfigured_servers(mcp_gateway, http_mcp):
     assert ok.content[0].type == "mcp_tool_use" and ok.content[0].server_name == "web"
 
 
+def test_loop_calls_are_audited_without_arguments(mcp_gateway):
+    client = openai_client(mcp_gateway)
+    response = client.responses.create(
+        model=TINY,
+        input=f"Look up {SECRET}.",
+        tools=[mcp_tool(allowed_tools=["lookup"])],
+        tool_choice=forced("lookup"),
+        max_output_tokens=64,
+    )
+    call = next(i for i in response.output if i.type == "mcp_call")
+    time.sleep(0.2)
+    log = mcp_gateway.log_path.read_text()
+    assert "tool=lookup origin=responses" in log and "origin=messages" in log
+    argument = json.loads(call.arguments).get("country", "") if call.arguments.endswith("}") else ""
+    mlxd_lines = [line for line in log.splitlines() if "] mlxd." in line]
+    assert not [line for line in mlxd_lines if SECRET in line]
+    if len(argument) >= 8:
+        assert not [line for line in mlxd_lines if argument in line]
+
+
 # --- reload (keep last: it changes the module's gateway config) -------------------------------
 
 
