@@ -1,7 +1,7 @@
 """An MCP server for the tests, written with the official ``mcp`` SDK.
 
 Tools: ``add`` (arithmetic), ``lookup`` (a fixed capital-city table),
-``fail`` (a tool error), ``hang`` (sleeps far past any test timeout) and
+``nap`` (one second), ``fail`` (a tool error), ``hang`` (sleeps far past any test timeout) and
 ``crash`` (the process exits mid-call); the last three take no arguments,
 so a model forced to call them always sends valid ones. Run ``python -m tests.mcp_server``
 for stdio, or with ``http PORT`` for streamable HTTP on 127.0.0.1.
@@ -46,6 +46,13 @@ async def hang() -> str:
     """Sleeps for a long time."""
     await asyncio.sleep(3600)
     return "woke"
+
+
+@server.tool()
+async def nap() -> str:
+    """Sleeps one second."""
+    await asyncio.sleep(1.0)
+    return "rested"
 
 
 @server.tool()

@@ -63,7 +63,12 @@ def mcp_gateway(tiny_model_dir, tmp_path_factory, http_mcp):
     srv = start_server(
         tmp_path_factory.mktemp("mcp-gw"),
         [{"name": TINY, "source": str(tiny_model_dir)}],
-        mcp_servers=[stdio, web, {"name": "broken", "command": "/nonexistent/mcp-server", "restart_backoff": 0.5}],
+        mcp_servers=[
+            stdio,
+            web,
+            {"name": "broken", "command": "/nonexistent/mcp-server", "restart_backoff": 0.5},
+            {**stdio, "name": "serial", "max_concurrency": 1, "allowed_tools": ["nap"], "call_timeout": 30},
+        ],
         mcp_max_rounds=3,
     )
     deadline = time.monotonic() + 60
@@ -86,7 +91,7 @@ def test_listing_has_both_servers_tools_and_honours_the_allow_list(mcp_gateway):
     r = httpx.get(f"{mcp_gateway.url}/v1/mcp/tools", headers=mcp_gateway.headers, timeout=10)
     assert r.status_code == 200
     tools = {(t["server"], t["name"]): t for t in r.json()["data"]}
-    assert {("calc", n) for n in ("add", "lookup", "fail", "hang", "crash")} <= tools.keys()
+    assert {("calc", n) for n in ("add", "lookup", "nap", "fail", "hang", "crash")} <= tools.keys()
     assert {k for k in tools if k[0] == "web"} == {("web", "add"), ("web", "lookup")}
     schema = tools[("calc", "add")]["input_schema"]
     assert schema["type"] == "object" and set(schema["required"]) == {"a", "b"}
@@ -129,6 +134,20 @@ def test_a_server_that_cannot_start_is_reported_and_refused(mcp_gateway):
     started = time.monotonic()
     r = execute(mcp_gateway, "broken", "add", {"a": 1, "b": 2})
     assert r.status_code == 502 and time.monotonic() - started < 5
+
+
+def test_the_concurrency_limit_queues_calls(mcp_gateway):
+    from concurrent.futures import ThreadPoolExecutor
+
+    def timed(server: str) -> float:
+        with ThreadPoolExecutor(3) as pool:
+            started = time.monotonic()
+            results = list(pool.map(lambda _: execute(mcp_gateway, server, "nap", {}), range(3)))
+        assert all(r.json()["text"] == "rested" for r in results)
+        return time.monotonic() - started
+
+    assert timed("serial") >= 2.9  # one at a time
+    assert timed("calc") < 2.5  # up to four at once
 
 
 def test_a_tool_error_is_reported_not_raised(mcp_gateway):
