@@ -127,6 +127,11 @@ class McpConnection:
                 with contextlib.suppress(BaseException):
                     await self._task
 
+    @property
+    def connected(self) -> bool:
+        """Whether the session is up (initialized and listed)."""
+        return self._ready.is_set() and self._session is not None
+
     def relist(self) -> None:
         """Ask the session task to list the tools again."""
         self._relist.set()
@@ -355,7 +360,7 @@ class McpHub:
             {
                 "name": name,
                 "transport": "stdio" if c.config.command else "streamable_http",
-                "connected": c._ready.is_set(),
+                "connected": c.connected,
                 "error": c.error,
             }
             for name, c in self.connections.items()
@@ -400,11 +405,11 @@ class McpHub:
         conn = self.connections.get(server)
         if conn is None:
             return CallOutcome("unknown_tool", f"no MCP server named {server!r} is configured")
-        if not conn._ready.is_set() and conn.error is None:  # still starting: give it a moment
+        if not conn.connected and conn.error is None:  # still starting: give it a moment
             await conn.wait_ready(min(conn.config.connect_timeout, conn.config.call_timeout))
         spec = conn.tools.get(tool)
         if spec is None:
-            if conn._session is None:
+            if not conn.connected:
                 return CallOutcome("unavailable", f"MCP server {server!r} is not connected: {conn.error or 'starting'}")
             return CallOutcome("unknown_tool", f"MCP server {server!r} has no tool {tool!r}")
         problem = validate_arguments(spec, arguments)
