@@ -22,7 +22,8 @@ replayed as tool calls and results.
 
 Streaming sends ``message_start`` at once, then each round's content
 blocks when that round has finished (text as one delta per block, tool
-input as one ``input_json_delta``) and each MCP call's blocks as it ends,
+input as one ``input_json_delta``), each MCP call's ``mcp_tool_use`` block
+before it runs and its ``mcp_tool_result`` block when it ends,
 then ``message_delta`` and ``message_stop``; an error in a later round
 ends the stream with an ``error`` event.
 """
@@ -258,10 +259,13 @@ class McpRounds:
             if not last:
                 results = []
                 for call in calls:
-                    pair, result = await self._call(call)
-                    content += pair
+                    use = self._use_block(call)
+                    content.append(use)
+                    yield [use]  # sent before the call runs
+                    block, result = await self._call(call)
+                    content.append(block)
                     results.append(result)
-                    yield pair
+                    yield [block]
                 if client_calls:  # the client's calls end the loop, after the MCP ones ran
                     content += client_calls
                     yield client_calls
@@ -282,19 +286,24 @@ class McpRounds:
             self.message = message
             return
 
-    async def _call(self, call: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        """Run one MCP call: its two blocks and the tool result for the model."""
+    def _use_block(self, call: dict[str, Any]) -> dict[str, Any]:
+        """The ``mcp_tool_use`` block of the model's call ``call``."""
         server = self._plan.owner[call["name"]]
-        hub: McpHub = self._request.app.state.mcp
-        outcome: CallOutcome = await hub.call(server, call["name"], call["input"], origin="messages")
-        text = outcome.text if outcome.ok else f"Error: {outcome.text}"
-        use = {
+        return {
             "type": "mcp_tool_use",
             "id": call["id"],
             "name": call["name"],
             "server_name": server,
             "input": call["input"],
         }
+
+    async def _call(self, call: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Run one MCP call: its ``mcp_tool_result`` block and the
+        ``tool_result`` block the model reads next round."""
+        server = self._plan.owner[call["name"]]
+        hub: McpHub = self._request.app.state.mcp
+        outcome: CallOutcome = await hub.call(server, call["name"], call["input"], origin="messages")
+        text = outcome.text if outcome.ok else f"Error: {outcome.text}"
         result = {
             "type": "mcp_tool_result",
             "tool_use_id": call["id"],
@@ -302,7 +311,7 @@ class McpRounds:
             "content": [{"type": "text", "text": text}],
         }
         back = {"type": "tool_result", "tool_use_id": call["id"], "content": text, "is_error": not outcome.ok}
-        return [use, result], back
+        return result, back
 
 
 def _block_frames(index: int, block: dict[str, Any]) -> bytes:

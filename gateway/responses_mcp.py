@@ -409,8 +409,12 @@ class McpLoop:
         }
         return outcome, call
 
-    async def _call_events(self, name: str, arguments: str, binding: Binding) -> tuple[list[dict[str, Any]], str]:
-        """Run one call; its events and the text for the model."""
+    async def _call_events(
+        self, name: str, arguments: str, binding: Binding, results: list[str]
+    ) -> AsyncIterator[list[dict[str, Any]]]:
+        """Run one call: yield its opening events before the call starts and
+        its closing events once it ended; append the text for the model to
+        ``results``."""
         item_id = new_id("mcp")
         index = len(self._items)
         pending = {
@@ -437,15 +441,16 @@ class McpLoop:
             ),
         ]
         self._items.append(pending)
+        yield events
         outcome, call = await self._run_call(name, arguments, binding)
         call["id"] = item_id
         self._items[index] = call
         kind = "response.mcp_call.completed" if outcome.ok else "response.mcp_call.failed"
-        events += [
+        results.append(_result(outcome))
+        yield [
             self._next_seq({"type": kind, "item_id": item_id, "output_index": index}),
             self._next_seq({"type": "response.output_item.done", "output_index": index, "item": call}),
         ]
-        return events, _result(outcome)
 
     async def events(self, job: _Job, first: RequestOutput) -> AsyncIterator[list[dict[str, Any]]]:
         """Every event of the response, round after round."""
@@ -532,9 +537,11 @@ class McpLoop:
                         out += self._emit_item(request)
                         stop = True
                         continue
-                    events, result = await self._call_events(call["name"], call["arguments"], binding)
-                    out += events
-                    self._input += _call_pair(call["call_id"], call["name"], call["arguments"], result)
+                    results: list[str] = []
+                    async for events in self._call_events(call["name"], call["arguments"], binding, results):
+                        yield out + events
+                        out = []
+                    self._input += _call_pair(call["call_id"], call["name"], call["arguments"], results[0])
                 stop = stop or bool(client_calls)  # the client's calls end the loop, after the MCP ones ran
             if stop:
                 self.failed = run.failed
