@@ -147,7 +147,7 @@ def test_the_concurrency_limit_queues_calls(mcp_gateway):
         return time.monotonic() - started
 
     assert timed("serial") >= 2.9  # one at a time
-    assert timed("calc") < 2.5  # up to four at once
+    assert timed("calc") < 2.8  # up to four at once
 
 
 def test_a_tool_error_is_reported_not_raised(mcp_gateway):
