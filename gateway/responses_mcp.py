@@ -24,7 +24,8 @@ The loop (all on the event loop, each round an ordinary worker request):
    items, or answered with an ``mcp_approval_request`` item that ends the
    response; their results are appended as function-call outputs and the
    model runs again, at most ``server.mcp_max_rounds`` rounds (the last one
-   with ``tool_choice`` ``none``). Calls to the client's own function tools
+   with ``tool_choice`` ``none``); ``max_tool_calls`` bounds the calls of the
+   whole response (once reached, the next round may not call tools). Calls to the client's own function tools
    end the loop and are returned as usual.
 
 Streaming: every round's events are passed on as they come, renumbered into
@@ -309,6 +310,8 @@ class McpLoop:
         self._input = list(plan_.input)
         self.final: dict[str, Any] | None = None
         self.failed: RequestOutput | None = None
+        self._calls_done = 0
+        self._choice_echo: Any = None
         self.max_rounds = request.app.state.config.server.mcp_max_rounds
 
     def body(self, round_: int) -> bytes:
@@ -322,6 +325,13 @@ class McpLoop:
             body["tool_choice"] = "none"
         elif isinstance(self._plan.echo_choice, str):
             body["tool_choice"] = self._plan.echo_choice
+        limit = self._plan.body.get("max_tool_calls")
+        if isinstance(limit, int) and round_ > 0:
+            if self._calls_done >= limit:
+                body["tool_choice"] = "none"
+                body.pop("max_tool_calls")
+            else:
+                body["max_tool_calls"] = limit - self._calls_done
         return json.dumps(body).encode()
 
     async def prepare(self) -> list[dict[str, Any]]:
@@ -346,8 +356,13 @@ class McpLoop:
     def _patch(self, response: dict[str, Any]) -> dict[str, Any]:
         response["id"] = self._id
         response["tools"] = self._plan.echo_tools
+        response["max_tool_calls"] = self._plan.body.get("max_tool_calls")
         if self._plan.echo_choice is not None:
             response["tool_choice"] = self._plan.echo_choice
+        elif self._choice_echo is None:  # the first round's echo of the default
+            self._choice_echo = response.get("tool_choice")
+        else:
+            response["tool_choice"] = self._choice_echo
         return response
 
     def _emit_item(self, item: dict[str, Any], done: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -542,6 +557,7 @@ class McpLoop:
                         yield out + events
                         out = []
                     self._input += _call_pair(call["call_id"], call["name"], call["arguments"], results[0])
+                    self._calls_done += 1
                 stop = stop or bool(client_calls)  # the client's calls end the loop, after the MCP ones ran
             if stop:
                 self.failed = run.failed

@@ -349,6 +349,21 @@ def test_responses_rounds_are_bounded(mcp_gateway):
     assert response.output[-1].type != "function_call"
 
 
+def test_responses_max_tool_calls_bounds_the_whole_response(mcp_gateway):
+    client = openai_client(mcp_gateway)
+    response = client.responses.create(
+        model=TINY,
+        input="Keep adding.",
+        tools=[mcp_tool(allowed_tools=["add"])],
+        tool_choice="required",
+        parallel_tool_calls=False,
+        max_tool_calls=1,
+        max_output_tokens=64,
+    )
+    assert len([i for i in response.output if i.type == "mcp_call"]) == 1
+    assert response.max_tool_calls == 1
+
+
 def test_responses_returns_client_function_calls_beside_mcp_tools(mcp_gateway):
     client = openai_client(mcp_gateway)
     weather = {"type": "function", "name": "weather", "parameters": {"type": "object", "properties": {}}}
