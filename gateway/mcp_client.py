@@ -283,9 +283,12 @@ def validate_arguments(tool: McpTool, arguments: Any) -> str | None:
         return "arguments must be a JSON object"
     try:
         validator = jsonschema.validators.validator_for(tool.input_schema)
+        validator.check_schema(tool.input_schema)
         error = jsonschema.exceptions.best_match(validator(tool.input_schema).iter_errors(arguments))
     except jsonschema.exceptions.SchemaError as exc:
         return f"the tool's input schema is invalid: {exc.message}"
+    except Exception as exc:  # noqa: BLE001 - e.g. an unresolvable $ref in the server's schema
+        return f"the tool's input schema cannot be checked: {type(exc).__name__}"
     if error is None:
         return None
     where = "/".join(str(p) for p in error.absolute_path)
