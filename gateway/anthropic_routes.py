@@ -184,8 +184,14 @@ class _Job:
 async def messages(request: Request) -> Response:
     """``POST /v1/messages``: a ``message`` object, or an SSE stream of
     Anthropic events when ``stream`` is true. Errors are Anthropic error JSON
-    with the matching status."""
+    with the matching status. A request with ``mcp_servers`` is answered by
+    the MCP tool loop of :mod:`gateway.anthropic_mcp`."""
+    from gateway import anthropic_mcp  # imports this module
+
     try:
+        body = await request.body()
+        if anthropic_mcp.wants_mcp(body):
+            return await anthropic_mcp.create_mcp_message(request, body)
         job = await _submit(request)
     except APIError as err:
         return anthropic_error_response(err)
@@ -279,9 +285,15 @@ async def count_tokens(request: Request) -> Response:
     of tokens the request's prompt (system, messages, tools) renders to,
     after any context-management edits; with ``context_management`` also
     ``{"context_management": {"original_input_tokens": M}}``, the count
-    before the edits. Errors as for :func:`messages`."""
+    before the edits. ``mcp_servers`` count as the tools they offer. Errors
+    as for :func:`messages`."""
+    from gateway import anthropic_mcp  # imports this module
+
     try:
-        req = decode_count_tokens_request(await request.body())
+        body = await request.body()
+        if anthropic_mcp.wants_mcp(body):
+            body = anthropic_mcp.count_body(request.app.state.mcp, body)
+        req = decode_count_tokens_request(body)
         engine = engine_of(request)
         model = engine.resolve(req.model)
         original = to_count_request(req, fmt.new_id("count_"), _images(request))

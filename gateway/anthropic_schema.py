@@ -240,8 +240,8 @@ _SERVER_BLOCKS = (
 )
 _REFUSED_BLOCKS: dict[str, str] = {
     **{tag: "mlxd runs no server tools" for tag in _SERVER_BLOCKS},
-    "mcp_tool_use": "MCP servers are not supported",
-    "mcp_tool_result": "MCP servers are not supported",
+    "mcp_tool_use": "MCP blocks without mcp_servers are not supported",
+    "mcp_tool_result": "MCP blocks without mcp_servers are not supported",
     "mcp_tool_listing": "MCP servers are not supported",
     "container_upload": "mlxd has no code-execution containers",
     "fallback": "mlxd has no server-side model fallbacks",
@@ -677,7 +677,8 @@ def _check_prompt(req: PromptFields) -> None:
         APIError: 400 naming the field.
     """
     if req.mcp_servers:
-        raise _not_supported("mcp_servers", "MCP servers (connect MCP tools on the client side)")
+        # answered by gateway.anthropic_mcp before decoding; never translated here
+        raise _not_supported("mcp_servers", "MCP servers outside the MCP tool loop")
     toolset = tool_set(req)
     _check_tool_choice(req.tool_choice, [tool.name for tool in toolset.tools], toolset.dropped_names)
     _check_messages(req.messages)

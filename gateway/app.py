@@ -22,9 +22,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway import anthropic_routes, embeddings_routes, ollama_routes, openai_routes, responses_routes
+from gateway import anthropic_routes, embeddings_routes, mcp_routes, ollama_routes, openai_routes, responses_routes
 from gateway.error_responses import error_response_for
 from gateway.errors import APIError
+from gateway.mcp_client import McpHub
 from gateway.metrics import Metrics, ModelSnapshot
 from gateway.middleware import APIKeyMiddleware, BodyLimitMiddleware, HostCheckMiddleware, ProtocolCORSMiddleware
 from gateway.openapi import openapi_response
@@ -120,7 +121,8 @@ def build_app(config: Config, pool: WorkerPool | None = None) -> Starlette:
     """Return the gateway app for ``config``.
 
     ``pool`` defaults to a :class:`WorkerPool` over ``config`` with metrics;
-    it is started when the app starts and stopped when it stops.
+    it is started when the app starts and stopped when it stops, as are the
+    sessions with the configured MCP servers (``app.state.mcp``).
     """
     engine = pool
     if engine is None:
@@ -134,11 +136,14 @@ def build_app(config: Config, pool: WorkerPool | None = None) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         engine.start()
+        hub.start()
         try:
             yield
         finally:
+            await hub.stop()
             await engine.stop()
 
+    hub = McpHub(config.mcp_servers)
     routes = [
         Route("/health", health, methods=["GET"]),
         Route("/ready", ready, methods=["GET"]),
@@ -153,6 +158,8 @@ def build_app(config: Config, pool: WorkerPool | None = None) -> Starlette:
         Route("/v1/messages", anthropic_routes.messages, methods=["POST"]),
         Route("/v1/messages/count_tokens", anthropic_routes.count_tokens, methods=["POST"]),
         *ollama_route_table(),
+        Route("/v1/mcp/tools", mcp_routes.list_tools, methods=["GET"]),
+        Route("/v1/mcp/execute", mcp_routes.execute, methods=["POST"]),
     ]
 
     def get_server() -> ServerConfig:
@@ -178,4 +185,5 @@ def build_app(config: Config, pool: WorkerPool | None = None) -> Starlette:
     app.state.engine = engine
     app.state.metrics = meter
     app.state.config = config
+    app.state.mcp = hub
     return app

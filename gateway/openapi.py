@@ -330,9 +330,10 @@ class _SchemaViews:
         """A ``defstruct`` field spec mirroring ``info``: its type viewed
         (``encoded`` as its Struct), a ``Raw`` default decoded to the value
         it stands for, and no default at all when the field is
-        ``always_present``."""
+        ``always_present`` (never for an ``UNSET`` default: msgspec leaves
+        such a field out)."""
         tp = self.view(info.type, encoded)
-        if always_present:
+        if always_present and info.default is not msgspec.UNSET:
             return (info.name, tp)
         if info.default is not NODEFAULT:
             default = info.default
@@ -847,6 +848,101 @@ class _Builder:
             }
         return paths
 
+    def mcp_paths(self) -> dict[str, Any]:
+        """``GET /v1/mcp/tools`` and ``POST /v1/mcp/execute`` (see
+        :mod:`gateway.mcp_routes`)."""
+        text, obj = {"type": "string"}, {"type": "object"}
+        tool = {
+            "type": "object",
+            "required": ["server", "name", "description", "input_schema"],
+            "properties": {
+                "server": text,
+                "name": text,
+                "description": text,
+                "input_schema": obj,
+                "annotations": {"type": ["object", "null"]},
+            },
+        }
+        server = {
+            "type": "object",
+            "required": ["name", "transport", "connected", "error"],
+            "properties": {
+                "name": text,
+                "transport": {"enum": ["stdio", "streamable_http"]},
+                "connected": {"type": "boolean"},
+                "error": {"type": ["string", "null"]},
+            },
+        }
+        listing = {
+            "type": "object",
+            "required": ["object", "data", "servers"],
+            "properties": {
+                "object": {"const": "list"},
+                "data": {"type": "array", "items": tool},
+                "servers": {"type": "array", "items": server},
+            },
+        }
+        result = {
+            "type": "object",
+            "required": ["object", "server", "tool", "is_error", "content", "text"],
+            "properties": {
+                "object": {"const": "mcp.tool_result"},
+                "server": text,
+                "tool": text,
+                "is_error": {"type": "boolean"},
+                "content": {"type": "array", "items": obj},
+                "text": text,
+                "structured_content": {"type": ["object", "null"]},
+            },
+        }
+        body = {
+            "type": "object",
+            "required": ["server", "tool"],
+            "additionalProperties": False,
+            "properties": {"server": text, "tool": text, "arguments": obj},
+        }
+        errors = {
+            400: "Invalid body, unknown server or tool, or arguments that break the tool's input schema",
+            401: _OPENAI_ERRORS[401],
+            413: _OPENAI_ERRORS[413],
+            415: _OPENAI_ERRORS[415],
+            502: "The MCP server is down or its session broke",
+            504: "The call ran past the server's `call_timeout`",
+        }
+        return {
+            "/v1/mcp/tools": {
+                "get": {
+                    "operationId": "listMcpTools",
+                    "summary": "The tools of the configured MCP servers",
+                    "tags": ["MCP"],
+                    "responses": {
+                        **self._ok("The tools and each server's state", listing),
+                        **self._error_responses({401: _OPENAI_ERRORS[401]}, False),
+                    },
+                }
+            },
+            "/v1/mcp/execute": {
+                "post": {
+                    "operationId": "executeMcpTool",
+                    "summary": "Run one tool of a configured MCP server (audited)",
+                    "tags": ["MCP"],
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            JSON: {
+                                "schema": body,
+                                "example": {"server": "calc", "tool": "add", "arguments": {"a": 1, "b": 2}},
+                            }
+                        },
+                    },
+                    "responses": {
+                        **self._ok("The tool's result (`is_error` when the tool reported a failure)", result),
+                        **self._error_responses(errors, False),
+                    },
+                }
+            },
+        }
+
     def paths(self, include_openapi_route: bool) -> dict[str, Any]:
         """Every path item."""
         model = self.model
@@ -971,6 +1067,7 @@ class _Builder:
                     },
                 }
             },
+            **self.mcp_paths(),
             "/health": {
                 "get": {
                     "operationId": "health",
@@ -1082,6 +1179,7 @@ def openapi_document(
             {"name": "OpenAI", "description": "OpenAI-compatible endpoints (OpenAI error shape)"},
             {"name": "Anthropic", "description": "Anthropic Messages API (Anthropic error shape)"},
             {"name": "Ollama", "description": "Ollama-compatible endpoints under /api/ (Ollama error shape)"},
+            {"name": "MCP", "description": "Tools of the configured MCP servers (OpenAI error shape)"},
             {"name": "Operations", "description": "Health, readiness, metrics"},
         ],
         "security": [{BEARER_SCHEME: []}, {API_KEY_SCHEME: []}],

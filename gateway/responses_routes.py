@@ -37,7 +37,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.dropped_tools import dropped_headers
-from gateway.engine_api import RequestStream
+from gateway.engine_api import Engine, RequestStream
 from gateway.errors import APIError
 from gateway.openai_format import UsageTally
 from gateway.openai_routes import error_response, output_error
@@ -94,8 +94,13 @@ async def create_response(request: Request) -> Response:
     """``POST /v1/responses``: a ``response`` object, or an SSE stream of
     Responses events when ``stream`` is true. Errors are OpenAI error JSON
     with the matching status (see the module docstring)."""
+    body = await request.body()
     try:
-        job = await _submit(request)
+        from gateway import responses_mcp  # imports this module
+
+        if responses_mcp.wants_mcp(body):
+            return await responses_mcp.create_mcp_response(request, body)
+        job = await _submit(request, body)
     except APIError as err:
         return error_response(err)
     return await respond_after_first_output(
@@ -110,17 +115,24 @@ async def create_response(request: Request) -> Response:
     )
 
 
-async def _submit(request: Request) -> _Job:
+async def _submit(request: Request, body: bytes) -> _Job:
     """Decode the body, resolve the model and submit.
 
     Raises:
         APIError: 400 invalid body, 404 unknown model, 503 worker not ready
         or overloaded.
     """
-    req = decode_responses_request(await request.body())
-    engine = engine_of(request)
+    return await submit_decoded(engine_of(request), decode_responses_request(body), new_id("resp"))
+
+
+async def submit_decoded(engine: Engine, req: ResponsesRequest, request_id: str) -> _Job:
+    """Resolve the model of the decoded ``req`` and submit it as
+    ``request_id`` (also the response's ``id``).
+
+    Raises:
+        APIError: 404 unknown model, 503 worker not ready or overloaded.
+    """
     model = engine.resolve(req.model)
-    request_id = new_id("resp")
     generate = to_generate_request(req, request_id)
     stream = await engine.submit(model, generate)
     head = ResponseHead(id=request_id, created_at=int(time.time()), model=model)

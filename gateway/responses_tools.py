@@ -16,8 +16,12 @@ Tool types and their fate:
   nested name and ``namespace`` the namespace.
 - ``additional_tools`` input items (tools a developer adds mid-input) add
   their tools exactly as top-level ``tools`` do.
+- ``mcp`` tools at the top level are run by mlxd against the configured
+  MCP servers (:mod:`gateway.responses_mcp` rewrites them into function
+  tools before this module sees them); inside ``additional_tools`` they are
+  dropped.
 - Every other type (hosted tools: ``web_search``, ``file_search``,
-  ``code_interpreter``, ``image_generation``, ``computer``, ``mcp``, ...;
+  ``code_interpreter``, ``image_generation``, ``computer``, ...;
   and the client-run built-ins ``local_shell``, ``shell``,
   ``apply_patch``, ``tool_search``, ``programmatic_tool_calling``, whose
   call items mlxd does not produce) is dropped and reported (see

@@ -36,6 +36,7 @@ from uvicorn.protocols.http.h11_impl import STATUS_PHRASES, H11Protocol
 from gateway.app import build_app
 from gateway.error_responses import error_response_for
 from gateway.errors import APIError
+from gateway.mcp_client import McpUnavailable
 from shared.config import Config, ConfigError, load_config
 from shared.paths import default_pid_file
 
@@ -260,6 +261,10 @@ class _Server(uvicorn.Server):
             log.error("reload refused, keeping the running config: %s", exc)
             return
         changes = self.mlxd_app.state.engine.reload(config)
+        try:
+            changes += await self.mlxd_app.state.mcp.reload(config.mcp_servers)
+        except McpUnavailable as exc:
+            log.error("reload: %s", exc)
         self.mlxd_app.state.config = config
         log.info("reloaded %s: %s", self.config_path, "; ".join(changes) or "no changes")
 

@@ -78,6 +78,9 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     becomes for a model without vision: ``placeholder`` (a short text saying
     the model cannot see images, so agents keep working) or ``refuse`` (a
     400). Images anywhere else are always a 400.
+    ``mcp_max_rounds``: the most model turns one request with MCP tools
+    (Responses ``mcp`` tools, Anthropic ``mcp_servers``) may take while
+    mlxd runs the model's MCP calls; the last turn's answer is returned.
     """
 
     host: str = "127.0.0.1"
@@ -103,6 +106,7 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     body_timeout: Seconds = 30.0
     stream_keepalive: Seconds = 5.0
     tool_result_images: Literal["placeholder", "refuse"] = "placeholder"
+    mcp_max_rounds: PositiveInt = 8
 
 
 class SamplingDefaultsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -198,11 +202,44 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     kv_group_size: PositiveInt = 64
 
 
+class McpServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``[[mcp_servers]]``: one MCP server whose tools mlxd lists and runs
+    (see docs/operations/mcp.md). Only servers declared here can ever run:
+    a request names one by ``name`` (Responses ``server_label``, Anthropic
+    ``name``) or by its ``url``, never by a command or a new URL.
+
+    Transport: either ``command`` (with ``args``, ``env`` added to a minimal
+    environment, and ``cwd``) started as a stdio subprocess, or ``url`` (an
+    ``http(s)`` streamable-HTTP endpoint) with ``headers`` sent on every
+    request. ``allowed_tools``: the only tools exposed (empty: all).
+    ``connect_timeout``: seconds to start and list a server.
+    ``call_timeout``: seconds one tool call may take before it ends with a
+    timeout error. ``max_concurrency``: calls in flight to this server at
+    once; more wait. ``restart_backoff`` / ``max_restart_backoff``: seconds
+    before reconnecting a dead server, doubling per consecutive failure.
+    """
+
+    name: str
+    command: str = ""
+    args: list[str] = []
+    env: dict[str, str] = {}
+    cwd: str = ""
+    url: str = ""
+    headers: dict[str, str] = {}
+    allowed_tools: list[str] = []
+    connect_timeout: Seconds = 10.0
+    call_timeout: Seconds = 30.0
+    max_concurrency: PositiveInt = 4
+    restart_backoff: Seconds = 1.0
+    max_restart_backoff: Seconds = 60.0
+
+
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """The whole configuration file."""
 
     server: ServerConfig = msgspec.field(default_factory=ServerConfig)
     models: list[ModelConfig] = []
+    mcp_servers: list[McpServerConfig] = []
 
 
 _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
@@ -259,6 +296,7 @@ def validate(config: Config, origin: str = "config") -> Config:
             raise ConfigError(f"{origin}: model {model.name!r}: kv_group_size must be 32, 64 or 128")
         if model.dtype not in _DTYPES:
             raise ConfigError(f"{origin}: model {model.name!r}: dtype must be one of {sorted(_DTYPES)}")
+    _validate_mcp(config.mcp_servers, origin)
     if config.server.reasoning_field not in ("reasoning_content", "reasoning"):
         raise ConfigError(f"{origin}: server.reasoning_field must be reasoning_content or reasoning")
     try:
@@ -280,6 +318,34 @@ def validate(config: Config, origin: str = "config") -> Config:
                 "(set server.allow_insecure_bind = true to override)"
             )
     return config
+
+
+_MCP_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
+
+
+def _validate_mcp(servers: list[McpServerConfig], origin: str) -> None:
+    """Check the ``[[mcp_servers]]`` entries: valid unique names, exactly
+    one transport, an ``http(s)`` URL.
+
+    Raises:
+        ConfigError: naming the entry and the rule it breaks.
+    """
+    seen: set[str] = set()
+    for entry in servers:
+        where = f"{origin}: mcp_servers {entry.name!r}"
+        if not _MCP_NAME.fullmatch(entry.name):
+            raise ConfigError(f"{where}: name must be a letter then letters, digits, _ or - (at most 64)")
+        if entry.name in seen:
+            raise ConfigError(f"{where}: name is used twice")
+        seen.add(entry.name)
+        if bool(entry.command) == bool(entry.url):
+            raise ConfigError(f"{where}: set exactly one of command (stdio) or url (streamable HTTP)")
+        if entry.url and not re.match(r"https?://[^/\s]+", entry.url):
+            raise ConfigError(f"{where}: url must be http:// or https://")
+        if entry.command and entry.headers:
+            raise ConfigError(f"{where}: headers apply to a url server only")
+        if entry.url and (entry.args or entry.env or entry.cwd):
+            raise ConfigError(f"{where}: args, env and cwd apply to a command server only")
 
 
 _DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?(?:(\d+)ms)?")

@@ -131,28 +131,45 @@ def mean_batch(before: dict, after: dict) -> float:
     return (after["generated_tokens"] - before["generated_tokens"]) / steps if steps else 0.0
 
 
-def write_config(path: Path, port: int, models: list[dict], api_keys: list[str] | None = None, **server) -> Path:
-    """Write a TOML config for a test gateway."""
+def write_config(
+    path: Path,
+    port: int,
+    models: list[dict],
+    api_keys: list[str] | None = None,
+    mcp_servers: list[dict] | None = None,
+    **server,
+) -> Path:
+    """Write a TOML config for a test gateway (``mcp_servers``: the
+    ``[[mcp_servers]]`` tables)."""
     lines = ["[server]", 'host = "127.0.0.1"', f"port = {port}", f"api_keys = {json.dumps(api_keys or [])}"]
     lines += [f"{k} = {toml_value(v)}" for k, v in server.items()]
     for model in models:
         lines.append("[[models]]")
         lines += [f"{k} = {toml_value(v)}" for k, v in model.items()]
+    for entry in mcp_servers or []:
+        lines.append("[[mcp_servers]]")
+        lines += [f"{k} = {toml_value(v)}" for k, v in entry.items()]
     path.write_text("\n".join(lines) + "\n")
     return path
 
 
 def start_server(
-    tmp: Path, models: list[dict], api_key: str | None = API_KEY, env: dict[str, str] | None = None, **server
+    tmp: Path,
+    models: list[dict],
+    api_key: str | None = API_KEY,
+    env: dict[str, str] | None = None,
+    mcp_servers: list[dict] | None = None,
+    **server,
 ) -> Server:
     """Start a gateway for ``models`` and wait for every worker to be ready.
 
     ``env`` adds variables to the gateway's environment (its workers
-    inherit them); ``server`` adds ``[server]`` keys to its config.
+    inherit them); ``mcp_servers`` are its ``[[mcp_servers]]`` tables;
+    ``server`` adds ``[server]`` keys to its config.
     """
     port = free_port()
     models = [{"preload": True, **m} for m in models]
-    config = write_config(tmp / "mlxd.toml", port, models, [api_key] if api_key else [], **server)
+    config = write_config(tmp / "mlxd.toml", port, models, [api_key] if api_key else [], mcp_servers, **server)
     log_path = tmp / "gateway.log"
     log = open(log_path, "w")
     proc = subprocess.Popen(

@@ -147,3 +147,39 @@ def test_ttl_forms(tmp_path, ttl, seconds):
 
     config = load_config(write(tmp_path, f'[[models]]\nname = "a"\nttl = {ttl}\n'))
     assert parse_duration(config.models[0].ttl) == seconds
+
+
+def _mcp_config(tmp_path, entries: str):
+    """Load a config with one model and the given ``[[mcp_servers]]`` text."""
+    path = tmp_path / "mlxd.toml"
+    path.write_text('[[models]]\nname = "m"\n' + entries)
+    return load_config(path)
+
+
+def test_mcp_servers_are_decoded_with_defaults(tmp_path):
+    config = _mcp_config(
+        tmp_path,
+        '[[mcp_servers]]\nname = "calc"\ncommand = "calc-mcp"\nargs = ["-q"]\n'
+        '[[mcp_servers]]\nname = "web"\nurl = "http://127.0.0.1:9/mcp"\nheaders = {X = "1"}\n',
+    )
+    calc, web = config.mcp_servers
+    assert calc.args == ["-q"] and calc.call_timeout == 30.0 and calc.max_concurrency == 4
+    assert web.headers == {"X": "1"} and config.server.mcp_max_rounds == 8
+
+
+@pytest.mark.parametrize(
+    "entries, message",
+    [
+        ('[[mcp_servers]]\nname = "x"\n', "exactly one of command"),
+        ('[[mcp_servers]]\nname = "x"\ncommand = "a"\nurl = "http://h/"\n', "exactly one of command"),
+        ('[[mcp_servers]]\nname = "x"\nurl = "file:///etc/passwd"\n', "http:// or https://"),
+        ('[[mcp_servers]]\nname = "1x"\ncommand = "a"\n', "name must be"),
+        ('[[mcp_servers]]\nname = "x"\ncommand = "a"\n[[mcp_servers]]\nname = "x"\ncommand = "b"\n', "used twice"),
+        ('[[mcp_servers]]\nname = "x"\ncommand = "a"\nheaders = {A = "b"}\n', "url server only"),
+        ('[[mcp_servers]]\nname = "x"\nurl = "http://h/"\nargs = ["a"]\n', "command server only"),
+        ('[[mcp_servers]]\nname = "x"\ncommand = "a"\ncall_timeout = 0\n', "call_timeout"),
+    ],
+)
+def test_bad_mcp_servers_are_refused(tmp_path, entries, message):
+    with pytest.raises(ConfigError, match=message):
+        _mcp_config(tmp_path, entries)

@@ -67,6 +67,9 @@ def delta_usage(input_tokens, output_tokens, cached=0) -> dict:
         "cache_creation_input_tokens": 0,
         "cache_read_input_tokens": cached,
         "server_tool_use": {"web_search_requests": 0, "web_fetch_requests": 0},
+        "fallback_credit": None,
+        "iterations": None,
+        "output_tokens_details": None,
     }
 
 
@@ -76,6 +79,7 @@ def usage(input_tokens, output_tokens, cached=0) -> dict:
         "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
         "service_tier": "standard",
         "inference_geo": None,
+        "speed": "standard",
     }
 
 

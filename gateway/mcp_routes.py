@@ -1,0 +1,70 @@
+"""Starlette endpoints of the configured MCP servers' tools.
+
+``GET /v1/mcp/tools`` lists every connected server's allowed tools with
+their input schemas (and each server's state); ``POST /v1/mcp/execute``
+runs one tool: body ``{"server": name, "tool": name, "arguments": {...}}``.
+Both sit behind the API keys like every ``/v1`` route. Errors use the OpenAI
+error shape: 400 for a bad body, an unknown server or tool, or arguments
+that break the tool's input schema; 502 when the server is down or the
+session broke; 504 when the call passed the server's ``call_timeout``. A
+tool that ran and reported an error is a 200 with ``is_error`` true. Every
+call is audited by :meth:`gateway.mcp_client.McpHub.call`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from gateway.errors import APIError
+from gateway.mcp_client import McpHub
+from gateway.openai_routes import error_response
+
+_STATUS = {"invalid_arguments": 400, "unknown_tool": 400, "unavailable": 502, "timeout": 504}
+
+
+class ExecuteRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """The body of ``POST /v1/mcp/execute``."""
+
+    server: str
+    tool: str
+    arguments: dict[str, Any] = {}
+
+
+def hub_of(request: Request) -> McpHub:
+    """The app's :class:`McpHub`."""
+    return request.app.state.mcp
+
+
+async def list_tools(request: Request) -> Response:
+    """``GET /v1/mcp/tools``: ``{"object": "list", "data": [tools], "servers": [states]}``."""
+    hub = hub_of(request)
+    return JSONResponse({"object": "list", "data": [t.to_json() for t in hub.tools()], "servers": hub.status()})
+
+
+async def execute(request: Request) -> Response:
+    """``POST /v1/mcp/execute``: run one tool; the result's content blocks,
+    its text and ``is_error``, or an error (see the module docstring)."""
+    try:
+        body = msgspec.json.decode(await request.body(), type=ExecuteRequest)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        return error_response(APIError(400, f"Invalid request body: {exc}", code="invalid_request_error"))
+    outcome = await hub_of(request).call(body.server, body.tool, body.arguments, origin="execute")
+    if outcome.outcome in _STATUS:
+        param = "arguments" if outcome.outcome == "invalid_arguments" else None
+        code = outcome.outcome if outcome.outcome != "unknown_tool" else "unknown_tool"
+        return error_response(APIError(_STATUS[outcome.outcome], outcome.text, param=param, code=code))
+    return JSONResponse(
+        {
+            "object": "mcp.tool_result",
+            "server": body.server,
+            "tool": body.tool,
+            "is_error": not outcome.ok,
+            "content": outcome.content,
+            "text": outcome.text,
+            "structured_content": outcome.structured,
+        }
+    )

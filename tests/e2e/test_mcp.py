@@ -1,0 +1,509 @@
+"""MCP tools of configured servers: listing, execution, the server-side
+tool loop of Responses and Anthropic Messages, and the trust boundary.
+
+A real gateway with the tiny model and two real MCP servers written with the
+official SDK (``tests/mcp_server.py``): ``calc`` over stdio and ``web`` over
+streamable HTTP on loopback.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from tests.conftest import ROOT, TINY, free_port, start_server
+
+SECRET = "zanzibar-7781"
+"""An argument value that must never reach the logs."""
+
+
+@pytest.fixture(scope="module")
+def http_mcp():
+    """The test MCP server over streamable HTTP on a free loopback port;
+    yields its URL."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.mcp_server", "http", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}/mcp"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(url, timeout=1)
+            break
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def mcp_gateway(tiny_model_dir, tmp_path_factory, http_mcp):
+    """A gateway with the tiny model, ``calc`` (stdio) and ``web`` (HTTP)."""
+    stdio = {
+        "name": "calc",
+        "command": sys.executable,
+        "args": ["-m", "tests.mcp_server"],
+        "cwd": str(ROOT),
+        "call_timeout": 3,
+        "restart_backoff": 0.2,
+    }
+    web = {"name": "web", "url": http_mcp, "allowed_tools": ["add", "lookup"], "call_timeout": 5}
+    srv = start_server(
+        tmp_path_factory.mktemp("mcp-gw"),
+        [{"name": TINY, "source": str(tiny_model_dir)}],
+        mcp_servers=[
+            stdio,
+            web,
+            {"name": "broken", "command": "/nonexistent/mcp-server", "restart_backoff": 0.5},
+            {**stdio, "name": "serial", "max_concurrency": 1, "allowed_tools": ["nap"], "call_timeout": 30},
+        ],
+        mcp_max_rounds=3,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        servers = httpx.get(f"{srv.url}/v1/mcp/tools", headers=srv.headers, timeout=10).json()["servers"]
+        if all(s["connected"] for s in servers if s["name"] != "broken"):
+            break
+        time.sleep(0.2)
+    yield srv
+    srv.stop()
+
+
+def execute(srv, server: str, tool: str, arguments: dict) -> httpx.Response:
+    """``POST /v1/mcp/execute``."""
+    body = {"server": server, "tool": tool, "arguments": arguments}
+    return httpx.post(f"{srv.url}/v1/mcp/execute", json=body, headers=srv.headers, timeout=30)
+
+
+def test_listing_has_both_servers_tools_and_honours_the_allow_list(mcp_gateway):
+    r = httpx.get(f"{mcp_gateway.url}/v1/mcp/tools", headers=mcp_gateway.headers, timeout=10)
+    assert r.status_code == 200
+    tools = {(t["server"], t["name"]): t for t in r.json()["data"]}
+    assert {("calc", n) for n in ("add", "lookup", "nap", "fail", "hang", "crash")} <= tools.keys()
+    assert {k for k in tools if k[0] == "web"} == {("web", "add"), ("web", "lookup")}
+    schema = tools[("calc", "add")]["input_schema"]
+    assert schema["type"] == "object" and set(schema["required"]) == {"a", "b"}
+
+
+def test_listing_and_execute_need_the_api_key(mcp_gateway):
+    assert httpx.get(f"{mcp_gateway.url}/v1/mcp/tools", timeout=10).status_code == 401
+    r = httpx.post(f"{mcp_gateway.url}/v1/mcp/execute", json={"server": "calc", "tool": "add"}, timeout=10)
+    assert r.status_code == 401
+
+
+@pytest.mark.parametrize("server", ["calc", "web"])
+def test_execute_runs_a_tool(mcp_gateway, server):
+    r = execute(mcp_gateway, server, "add", {"a": 19, "b": 23})
+    assert r.status_code == 200, r.text
+    assert r.json()["text"] == "42" and r.json()["is_error"] is False
+    r = execute(mcp_gateway, server, "lookup", {"country": "Peru"})
+    assert r.json()["text"] == "Lima"
+
+
+def test_execute_refuses_schema_invalid_arguments(mcp_gateway):
+    r = execute(mcp_gateway, "calc", "add", {"a": "nineteen", "b": 23})
+    assert r.status_code == 400
+    assert r.json()["error"]["param"] == "arguments" and "a" in r.json()["error"]["message"]
+    r = execute(mcp_gateway, "calc", "add", {"a": 1})
+    assert r.status_code == 400 and "'b' is a required property" in r.json()["error"]["message"]
+
+
+def test_execute_refuses_unknown_servers_and_tools_outside_the_allow_list(mcp_gateway):
+    assert execute(mcp_gateway, "nope", "add", {"a": 1, "b": 2}).status_code == 400
+    assert execute(mcp_gateway, "web", "fail", {}).status_code == 400
+    r = httpx.post(f"{mcp_gateway.url}/v1/mcp/execute", json={"server": "calc"}, headers=mcp_gateway.headers)
+    assert r.status_code == 400
+
+
+def test_a_server_that_cannot_start_is_reported_and_refused(mcp_gateway):
+    servers = httpx.get(f"{mcp_gateway.url}/v1/mcp/tools", headers=mcp_gateway.headers, timeout=10).json()["servers"]
+    broken = next(s for s in servers if s["name"] == "broken")
+    assert broken["connected"] is False and broken["error"]
+    started = time.monotonic()
+    r = execute(mcp_gateway, "broken", "add", {"a": 1, "b": 2})
+    assert r.status_code == 502 and time.monotonic() - started < 5
+
+
+def test_the_concurrency_limit_queues_calls(mcp_gateway):
+    from concurrent.futures import ThreadPoolExecutor
+
+    def timed(server: str) -> float:
+        with ThreadPoolExecutor(3) as pool:
+            started = time.monotonic()
+            results = list(pool.map(lambda _: execute(mcp_gateway, server, "nap", {}), range(3)))
+        assert all(r.json()["text"] == "rested" for r in results)
+        return time.monotonic() - started
+
+    assert timed("serial") >= 2.9  # one at a time
+    assert timed("calc") < 2.8  # up to four at once
+
+
+def test_a_tool_error_is_reported_not_raised(mcp_gateway):
+    r = execute(mcp_gateway, "calc", "fail", {})
+    assert r.status_code == 200 and r.json()["is_error"] is True
+
+
+def test_a_hung_tool_ends_with_a_timeout(mcp_gateway):
+    started = time.monotonic()
+    r = execute(mcp_gateway, "calc", "hang", {})
+    assert r.status_code == 504 and r.json()["error"]["code"] == "timeout"
+    assert time.monotonic() - started < 15
+    assert execute(mcp_gateway, "calc", "add", {"a": 1, "b": 1}).json()["text"] == "2"
+
+
+def test_a_crashed_stdio_server_is_restarted(mcp_gateway):
+    r = execute(mcp_gateway, "calc", "crash", {})
+    assert r.status_code == 502
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        r = execute(mcp_gateway, "calc", "add", {"a": 2, "b": 2})
+        if r.status_code == 200:
+            break
+        time.sleep(0.2)
+    assert r.json()["text"] == "4"
+    assert "mcp server calc: reconnecting" in mcp_gateway.log_path.read_text()
+
+
+def test_audit_lines_name_the_call_but_not_its_arguments(mcp_gateway):
+    assert execute(mcp_gateway, "calc", "lookup", {"country": SECRET}).status_code == 200
+    time.sleep(0.2)
+    log = mcp_gateway.log_path.read_text()
+    lines = [line for line in log.splitlines() if "mcp call server=calc tool=lookup" in line]
+    assert lines and re.search(r"duration_ms=\d+ outcome=tool_error", lines[-1])
+    mlxd_lines = [line for line in log.splitlines() if "] mlxd." in line]
+    assert not [line for line in mlxd_lines if SECRET in line]
+
+
+# --- the Responses tool loop ----------------------------------------------------------------
+
+
+def openai_client(srv):
+    """An OpenAI SDK client for ``srv``."""
+    import openai
+
+    return openai.OpenAI(base_url=f"{srv.url}/v1", api_key=srv.api_key, max_retries=0, timeout=120)
+
+
+def mcp_tool(label: str = "calc", **extra) -> dict:
+    """A Responses ``mcp`` tool for ``label`` that runs calls without approval."""
+    return {"type": "mcp", "server_label": label, "require_approval": "never", **extra}
+
+
+def forced(name: str, label: str = "calc") -> dict:
+    """A ``tool_choice`` forcing the MCP tool ``name``."""
+    return {"type": "mcp", "server_label": label, "name": name}
+
+
+def check_add_call(call) -> None:
+    """An ``add`` call ran: its output is the sum of its arguments, or, when
+    the random model's arguments were cut short by the token limit, it
+    failed with an invalid-arguments protocol error."""
+    try:
+        args = json.loads(call.arguments)
+        valid = isinstance(args.get("a"), int) and isinstance(args.get("b"), int)
+    except ValueError:
+        valid = False
+    if valid:
+        assert call.status == "completed" and call.output == str(args["a"] + args["b"]) and call.error is None
+    else:
+        assert call.status == "failed" and call.error.type == "mcp_protocol_error" and call.error.code == -32602
+
+
+def test_responses_runs_a_forced_mcp_call(mcp_gateway):
+    client = openai_client(mcp_gateway)
+    response = client.responses.create(
+        model=TINY,
+        input="Add two numbers.",
+        tools=[mcp_tool(allowed_tools=["add"])],
+        tool_choice=forced("add"),
+        max_output_tokens=64,
+    )
+    kinds = [item.type for item in response.output]
+    assert kinds[0] == "mcp_list_tools" and [t.name for t in response.output[0].tools] == ["add"]
+    call = response.output[1]
+    assert call.type == "mcp_call" and call.name == "add" and call.server_label == "calc"
+    check_add_call(call)
+    assert "function_call" not in kinds
+    assert response.tools[0].type == "mcp" and response.status in ("completed", "incomplete")
+    assert response.usage.input_tokens > 0
+
+
+def test_responses_streams_the_mcp_items(mcp_gateway):
+    client = openai_client(mcp_gateway)
+    events = list(
+        client.responses.create(
+            model=TINY,
+            input="Find the capital.",
+            tools=[mcp_tool(allowed_tools=["lookup"])],
+            tool_choice=forced("lookup"),
+            max_output_tokens=64,
+            stream=True,
+        )
+    )
+    types = [e.type for e in events]
+    assert types[0] == "response.created" and types[-1] in ("response.completed", "response.incomplete")
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert "response.mcp_list_tools.completed" in types and "response.mcp_call.in_progress" in types
+    assert "response.mcp_call.failed" in types or "response.mcp_call.completed" in types
+    assert "response.function_call_arguments.delta" not in types
+    final = events[-1].response
+    assert [i.type for i in final.output][:2] == ["mcp_list_tools", "mcp_call"]
+    done = [e.item for e in events if e.type == "response.output_item.done"]
+    assert [i.type for i in done] == [i.type for i in final.output]
+    added = [e.output_index for e in events if e.type == "response.output_item.added"]
+    assert added == list(range(len(final.output)))
+
+
+def test_responses_asks_for_approval_unless_never(mcp_gateway):
+    client = openai_client(mcp_gateway)
+    tool = {"type": "mcp", "server_label": "calc", "allowed_tools": ["add"]}
+    response = client.responses.create(
+        model=TINY, input="Add.", tools=[tool], tool_choice=forced("add"), max_output_tokens=64
+    )
+    request = response.output[-1]
+    assert request.type == "mcp_approval_request" and request.name == "add"
+    assert not [i for i in response.output if i.type == "mcp_call"]
+    follow = client.responses.create(
+        model=TINY,
+        input=[
+            {"role": "user", "content": "Add."},
+            request.model_dump(),
+            {"type": "mcp_approval_response", "approval_request_id": request.id, "approve": True},
+        ],
+        tools=[tool],
+        tool_choice="none",
+        max_output_tokens=64,
+    )
+    call = next(i for i in follow.output if i.type == "mcp_call")
+    assert call.approval_request_id == request.id and call.arguments == request.arguments
+    check_add_call(call)
+
+
+def test_responses_reports_failing_and_hung_calls_as_failed_items(mcp_gateway):
+    client = openai_client(mcp_gateway)
+    for name, error_type in (("fail", "mcp_tool_execution_error"), ("hang", "mcp_protocol_error")):
+        started = time.monotonic()
+        response = client.responses.create(
+            model=TINY,
+            input="Go.",
+            tools=[mcp_tool(allowed_tools=[name])],
+            tool_choice=forced(name),
+            max_output_tokens=64,
+        )
+        call = next(i for i in response.output if i.type == "mcp_call")
+        assert call.status == "failed" and call.error.type == error_type, call
+        if name == "hang":
+            assert call.error.code == -32001 and "timed out" in call.error.message
+        assert time.monotonic() - started < 30
+
+
+def test_responses_refuses_unconfigured_servers_and_urls(mcp_gateway, http_mcp):
+    import openai
+
+    client = openai_client(mcp_gateway)
+    bad = [
+        mcp_tool("nowhere"),
+        mcp_tool("web", server_url="http://169.254.169.254/latest"),
+        mcp_tool("calc", server_url=http_mcp),
+        {"type": "mcp", "server_label": "x", "connector_id": "connector_gmail"},
+        mcp_tool("web", headers={"Authorization": "Bearer stolen"}),
+    ]
+    for tool in bad:
+        with pytest.raises(openai.BadRequestError) as err:
+            client.responses.create(model=TINY, input="Hi", tools=[tool], max_output_tokens=64)
+        assert err.value.body["param"].startswith("tools[0]")
+    ok = client.responses.create(
+        model=TINY,
+        input="Hi",
+        tools=[mcp_tool("web", server_url=http_mcp)],
+        tool_choice=forced("add", "web"),
+        max_output_tokens=64,
+    )
+    assert any(i.type == "mcp_call" and i.server_label == "web" for i in ok.output)
+
+
+def test_responses_rounds_are_bounded(mcp_gateway):
+    client = openai_client(mcp_gateway)
+    response = client.responses.create(
+        model=TINY,
+        input="Keep adding.",
+        tools=[mcp_tool(allowed_tools=["add"])],
+        tool_choice="required",
+        parallel_tool_calls=False,
+        max_output_tokens=64,
+    )
+    calls = [i for i in response.output if i.type == "mcp_call"]
+    assert len(calls) == 2, response.model_dump_json(indent=1)  # mcp_max_rounds = 3: the third round may not call tools
+    assert response.output[-1].type != "function_call"
+
+
+def test_responses_max_tool_calls_bounds_the_whole_response(mcp_gateway):
+    client = openai_client(mcp_gateway)
+    response = client.responses.create(
+        model=TINY,
+        input="Keep adding.",
+        tools=[mcp_tool(allowed_tools=["add"])],
+        tool_choice="required",
+        parallel_tool_calls=False,
+        max_tool_calls=1,
+        max_output_tokens=64,
+    )
+    assert len([i for i in response.output if i.type == "mcp_call"]) == 1
+    assert response.max_tool_calls == 1
+
+
+def test_responses_returns_client_function_calls_beside_mcp_tools(mcp_gateway):
+    client = openai_client(mcp_gateway)
+    weather = {"type": "function", "name": "weather", "parameters": {"type": "object", "properties": {}}}
+    response = client.responses.create(
+        model=TINY,
+        input="Weather?",
+        tools=[mcp_tool(allowed_tools=["add"]), weather],
+        tool_choice={"type": "function", "name": "weather"},
+        max_output_tokens=64,
+    )
+    assert response.output[-1].type == "function_call" and response.output[-1].name == "weather"
+
+
+# --- Anthropic mcp_servers --------------------------------------------------------------------
+
+
+def anthropic_client(srv):
+    """An Anthropic SDK client for ``srv``."""
+    import anthropic
+
+    return anthropic.Anthropic(base_url=srv.url, api_key=srv.api_key, max_retries=0, timeout=120)
+
+
+CALC_SERVER = {"type": "url", "url": "stdio://calc", "name": "calc", "tool_configuration": {"allowed_tools": ["add"]}}
+
+
+def check_add_pair(use, result) -> None:
+    """An ``mcp_tool_use`` of ``add`` and its ``mcp_tool_result``."""
+    assert use.type == "mcp_tool_use" and use.name == "add" and use.server_name == "calc"
+    assert result.type == "mcp_tool_result" and result.tool_use_id == use.id
+    args = use.input
+    if isinstance(args.get("a"), int) and isinstance(args.get("b"), int):
+        assert result.is_error is False and result.content[0].text == str(args["a"] + args["b"])
+    else:
+        assert result.is_error is True
+
+
+def test_messages_runs_a_forced_mcp_call(mcp_gateway):
+    client = anthropic_client(mcp_gateway)
+    message = client.beta.messages.create(
+        model=TINY,
+        max_tokens=64,
+        messages=[{"role": "user", "content": "Add two numbers."}],
+        mcp_servers=[CALC_SERVER],
+        tool_choice={"type": "tool", "name": "add"},
+        betas=["mcp-client-2025-04-04"],
+    )
+    kinds = [b.type for b in message.content]
+    assert kinds[:2] == ["mcp_tool_use", "mcp_tool_result"], kinds
+    check_add_pair(message.content[0], message.content[1])
+    assert "tool_use" not in kinds and message.usage.input_tokens > 0
+
+
+def test_messages_streams_the_mcp_blocks(mcp_gateway):
+    client = anthropic_client(mcp_gateway)
+    with client.beta.messages.stream(
+        model=TINY,
+        max_tokens=64,
+        messages=[{"role": "user", "content": "Add two numbers."}],
+        mcp_servers=[CALC_SERVER],
+        tool_choice={"type": "tool", "name": "add"},
+        betas=["mcp-client-2025-04-04"],
+    ) as stream:
+        types = [event.type for event in stream]
+        message = stream.get_final_message()
+    assert types[0] == "message_start" and types[-1] == "message_stop"
+    assert [b.type for b in message.content][:2] == ["mcp_tool_use", "mcp_tool_result"]
+    check_add_pair(message.content[0], message.content[1])
+
+
+def test_messages_refuses_unconfigured_servers(mcp_gateway, http_mcp):
+    import anthropic
+
+    client = anthropic_client(mcp_gateway)
+    bad = [
+        {"type": "url", "url": "https://evil.example/mcp", "name": "evil"},
+        {"type": "url", "url": "http://169.254.169.254/", "name": "web"},
+        {"type": "url", "url": "stdio://calc", "name": "web"},
+        {"type": "url", "url": http_mcp, "name": "web", "authorization_token": "stolen"},
+    ]
+    for server in bad:
+        with pytest.raises(anthropic.BadRequestError) as err:
+            client.beta.messages.create(
+                model=TINY,
+                max_tokens=8,
+                messages=[{"role": "user", "content": "Hi"}],
+                mcp_servers=[server],
+                betas=["mcp-client-2025-04-04"],
+            )
+        assert "mcp_servers[0]" in err.value.body["error"]["message"]
+    ok = client.beta.messages.create(
+        model=TINY,
+        max_tokens=64,
+        messages=[{"role": "user", "content": "Hi"}],
+        mcp_servers=[{"type": "url", "url": http_mcp, "name": "web"}],
+        tool_choice={"type": "tool", "name": "lookup"},
+        betas=["mcp-client-2025-04-04"],
+    )
+    assert ok.content[0].type == "mcp_tool_use" and ok.content[0].server_name == "web"
+
+
+def test_loop_calls_are_audited_without_arguments(mcp_gateway):
+    client = openai_client(mcp_gateway)
+    response = client.responses.create(
+        model=TINY,
+        input=f"Look up {SECRET}.",
+        tools=[mcp_tool(allowed_tools=["lookup"])],
+        tool_choice=forced("lookup"),
+        max_output_tokens=64,
+    )
+    call = next(i for i in response.output if i.type == "mcp_call")
+    time.sleep(0.2)
+    log = mcp_gateway.log_path.read_text()
+    assert "tool=lookup origin=responses" in log and "origin=messages" in log
+    argument = json.loads(call.arguments).get("country", "") if call.arguments.endswith("}") else ""
+    mlxd_lines = [line for line in log.splitlines() if "] mlxd." in line]
+    assert not [line for line in mlxd_lines if SECRET in line]
+    if len(argument) >= 8:
+        assert not [line for line in mlxd_lines if argument in line]
+
+
+# --- reload (keep last: it changes the module's gateway config) -------------------------------
+
+
+def test_reload_starts_added_servers_and_relists(mcp_gateway):
+    config = mcp_gateway.log_path.parent / "mlxd.toml"
+    text = config.read_text()
+    extra = {"name": "calc2", "command": sys.executable, "args": ["-m", "tests.mcp_server"], "cwd": str(ROOT)}
+    extra["allowed_tools"] = ["lookup"]
+    config.write_text(text + "[[mcp_servers]]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in extra.items()))
+    mcp_gateway.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 30
+    names: set = set()
+    while time.monotonic() < deadline:
+        data = httpx.get(f"{mcp_gateway.url}/v1/mcp/tools", headers=mcp_gateway.headers, timeout=10).json()["data"]
+        names = {(t["server"], t["name"]) for t in data}
+        if ("calc2", "lookup") in names:
+            break
+        time.sleep(0.2)
+    assert ("calc2", "lookup") in names and ("calc2", "add") not in names
+    assert ("calc", "add") in names and ("web", "lookup") in names
+    assert execute(mcp_gateway, "calc2", "lookup", {"country": "Japan"}).json()["text"] == "Tokyo"
+    assert "mcp server calc2 started" in mcp_gateway.log_path.read_text()

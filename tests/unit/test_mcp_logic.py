@@ -1,0 +1,55 @@
+"""The pure parts of the MCP support: argument validation, approval rules,
+and the replay of MCP items and blocks sent back by a client."""
+
+from __future__ import annotations
+
+from gateway.anthropic_mcp import _replay
+from gateway.mcp_client import McpTool, validate_arguments
+from gateway.responses_mcp import Binding
+
+ADD = McpTool(
+    "calc",
+    "add",
+    "Add",
+    {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]},
+)
+LOOKUP = McpTool("calc", "lookup", "Look up", {"type": "object"}, {"readOnlyHint": True})
+
+
+def test_arguments_are_checked_against_the_input_schema():
+    assert validate_arguments(ADD, {"a": 1, "b": 2}) is None
+    assert "'b' is a required property" in validate_arguments(ADD, {"a": 1})
+    assert validate_arguments(ADD, {"a": "one", "b": 2}).startswith("a: ")
+    assert validate_arguments(ADD, [1, 2]) == "arguments must be a JSON object"
+    broken = McpTool("calc", "x", "", {"type": 12})
+    assert "input schema is invalid" in validate_arguments(broken, {})
+
+
+def test_approval_rules():
+    tools = {"add": ADD, "lookup": LOOKUP}
+    assert not Binding("calc", tools, "never").needs_approval("add")
+    assert Binding("calc", tools, "always").needs_approval("add")
+    named = Binding("calc", tools, {"never": {"tool_names": ["lookup"]}})
+    assert named.needs_approval("add") and not named.needs_approval("lookup")
+    read_only = Binding("calc", tools, {"never": {"read_only": True}})
+    assert read_only.needs_approval("add") and not read_only.needs_approval("lookup")
+
+
+def test_anthropic_mcp_blocks_are_replayed_as_tool_turns():
+    messages = [
+        {"role": "user", "content": "Add"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "Adding."},
+                {"type": "mcp_tool_use", "id": "mcptoolu_1", "name": "add", "server_name": "calc", "input": {"a": 1}},
+                {"type": "mcp_tool_result", "tool_use_id": "mcptoolu_1", "is_error": False, "content": "2"},
+                {"type": "text", "text": "It is 2."},
+            ],
+        },
+    ]
+    out = _replay(messages)
+    assert [m["role"] for m in out] == ["user", "assistant", "user", "assistant"]
+    assert out[1]["content"][1] == {"type": "tool_use", "id": "mcptoolu_1", "name": "add", "input": {"a": 1}}
+    assert out[2]["content"][0]["type"] == "tool_result" and out[2]["content"][0]["tool_use_id"] == "mcptoolu_1"
+    assert out[3]["content"] == [{"type": "text", "text": "It is 2."}]
