@@ -78,6 +78,8 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     becomes for a model without vision: ``placeholder`` (a short text saying
     the model cannot see images, so agents keep working) or ``refuse`` (a
     400). Images anywhere else are always a 400.
+    ``curve_public_key_file`` / ``curve_secret_key_file``: the gateway's
+    CURVE key pair (from ``mlxd keys``), needed when ``[[nodes]]`` is set.
     """
 
     host: str = "127.0.0.1"
@@ -103,6 +105,8 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     body_timeout: Seconds = 30.0
     stream_keepalive: Seconds = 5.0
     tool_result_images: Literal["placeholder", "refuse"] = "placeholder"
+    curve_public_key_file: str = ""
+    curve_secret_key_file: str = ""
 
 
 class SamplingDefaultsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -158,6 +162,9 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     the vectors (only for models trained for it, e.g. Matryoshka models);
     ``max_batch_size`` is then the most inputs encoded together and
     ``context_length`` caps the tokens per input.
+    ``node``: the name of the ``[[nodes]]`` entry whose machine runs this
+    model's worker (empty: this machine); the node's own config says where
+    the model's files are.
     """
 
     name: str
@@ -183,12 +190,56 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     kind: str = "auto"
     max_inputs: PositiveInt = 2048
     shorten_dimensions: bool = False
+    node: str = ""
+
+
+class NodeEntry(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``[[nodes]]``: another machine running ``mlxd node``.
+
+    ``address``: its ``tcp://host:port``; ``public_key``: its CURVE public
+    key (the Z85 text of its ``.pub`` file). The gateway only talks to a
+    node that proves it holds the matching secret key.
+    """
+
+    name: str
+    address: str
+    public_key: str
 
 
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """The whole configuration file."""
 
     server: ServerConfig = msgspec.field(default_factory=ServerConfig)
+    models: list[ModelConfig] = []
+    nodes: list[NodeEntry] = []
+
+
+class NodeSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``[node]`` of an ``mlxd node`` config.
+
+    ``listen``: the ``tcp://host:port`` to bind (CURVE only; plaintext is
+    never accepted). ``public_key_file`` / ``secret_key_file``: the node's
+    key pair. ``allowed_clients``: the Z85 public keys of the gateways that
+    may connect; any other key is refused and logged.
+    ``heartbeat_timeout``: seconds without a word from a gateway after
+    which that gateway's workers are killed (a worker never outlives its
+    gateway). ``log_level`` / ``log_file`` as in ``[server]``.
+    """
+
+    listen: str
+    public_key_file: str
+    secret_key_file: str
+    allowed_clients: list[str]
+    heartbeat_timeout: Seconds = 20.0
+    log_level: str = "info"
+    log_file: str = ""
+
+
+class NodeConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """The whole ``mlxd node`` configuration file: ``[node]`` and the
+    ``[[models]]`` this machine may run (same keys as the gateway's)."""
+
+    node: NodeSettings
     models: list[ModelConfig] = []
 
 
@@ -238,6 +289,7 @@ def validate(config: Config, origin: str = "config") -> Config:
             raise ConfigError(f"{origin}: model {model.name!r}: kind must be one of {list(MODEL_KINDS)}")
         if model.dtype not in _DTYPES:
             raise ConfigError(f"{origin}: model {model.name!r}: dtype must be one of {sorted(_DTYPES)}")
+    _validate_nodes(config, origin)
     if config.server.reasoning_field not in ("reasoning_content", "reasoning"):
         raise ConfigError(f"{origin}: server.reasoning_field must be reasoning_content or reasoning")
     try:
@@ -259,6 +311,26 @@ def validate(config: Config, origin: str = "config") -> Config:
                 "(set server.allow_insecure_bind = true to override)"
             )
     return config
+
+
+def _validate_nodes(config: Config, origin: str) -> None:
+    """Check ``[[nodes]]`` and the models placed on them (ConfigError)."""
+    names = set()
+    for node in config.nodes:
+        if node.name in names:
+            raise ConfigError(f"{origin}: node name {node.name!r} is used twice")
+        names.add(node.name)
+        if not node.address.startswith("tcp://"):
+            raise ConfigError(f"{origin}: node {node.name!r}: address must be tcp://host:port")
+        if len(node.public_key.strip()) != 40:
+            raise ConfigError(f"{origin}: node {node.name!r}: public_key must be a 40-character Z85 key")
+    for model in config.models:
+        if model.node and model.node not in names:
+            raise ConfigError(f"{origin}: model {model.name!r}: no [[nodes]] entry named {model.node!r}")
+    if config.nodes and not (config.server.curve_public_key_file and config.server.curve_secret_key_file):
+        raise ConfigError(
+            f"{origin}: [[nodes]] needs server.curve_public_key_file and server.curve_secret_key_file (mlxd keys)"
+        )
 
 
 _DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?(?:(\d+)ms)?")
@@ -341,6 +413,36 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     except msgspec.DecodeError as exc:
         raise ConfigError(f"{origin}: not valid TOML: {exc}") from exc
     return validate(config, origin)
+
+
+def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
+    """Read, decode and validate an ``mlxd node`` config at ``path``.
+
+    Raises:
+        ConfigError: unreadable, not TOML, unknown keys or wrong types, no
+            models, a ``listen`` that is not ``tcp://``, no allowed
+            clients, or a model entry breaking :func:`validate`'s rules.
+    """
+    origin = str(path)
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{origin}: cannot read: {exc.strerror}") from exc
+    try:
+        config = msgspec.toml.decode(data, type=NodeConfig)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{origin}: {exc}") from exc
+    except msgspec.DecodeError as exc:
+        raise ConfigError(f"{origin}: not valid TOML: {exc}") from exc
+    if not config.node.listen.startswith("tcp://"):
+        raise ConfigError(f"{origin}: node.listen must be tcp://host:port")
+    if not config.node.allowed_clients:
+        raise ConfigError(f"{origin}: node.allowed_clients must list at least one gateway public key")
+    if any(m.node for m in config.models):
+        raise ConfigError(f"{origin}: a node's models run on the node itself; remove their `node` key")
+    log_level = config.node.log_level
+    validate(Config(server=ServerConfig(log_level=log_level), models=config.models), origin)
+    return config
 
 
 def encode_model_config(model: ModelConfig) -> str:

@@ -131,28 +131,38 @@ def mean_batch(before: dict, after: dict) -> float:
     return (after["generated_tokens"] - before["generated_tokens"]) / steps if steps else 0.0
 
 
-def write_config(path: Path, port: int, models: list[dict], api_keys: list[str] | None = None, **server) -> Path:
-    """Write a TOML config for a test gateway."""
+def write_config(
+    path: Path, port: int, models: list[dict], api_keys: list[str] | None = None, extra: str = "", **server
+) -> Path:
+    """Write a TOML config for a test gateway (``extra``: TOML appended as is)."""
     lines = ["[server]", 'host = "127.0.0.1"', f"port = {port}", f"api_keys = {json.dumps(api_keys or [])}"]
     lines += [f"{k} = {toml_value(v)}" for k, v in server.items()]
     for model in models:
         lines.append("[[models]]")
         lines += [f"{k} = {toml_value(v)}" for k, v in model.items()]
-    path.write_text("\n".join(lines) + "\n")
+    path.write_text("\n".join(lines) + "\n" + extra)
     return path
 
 
 def start_server(
-    tmp: Path, models: list[dict], api_key: str | None = API_KEY, env: dict[str, str] | None = None, **server
+    tmp: Path,
+    models: list[dict],
+    api_key: str | None = API_KEY,
+    env: dict[str, str] | None = None,
+    extra: str = "",
+    wait: bool = True,
+    **server,
 ) -> Server:
     """Start a gateway for ``models`` and wait for every worker to be ready.
 
     ``env`` adds variables to the gateway's environment (its workers
-    inherit them); ``server`` adds ``[server]`` keys to its config.
+    inherit them); ``server`` adds ``[server]`` keys to its config and
+    ``extra`` raw TOML after the models (e.g. ``[[nodes]]``); with
+    ``wait`` False it returns once the gateway listens.
     """
     port = free_port()
     models = [{"preload": True, **m} for m in models]
-    config = write_config(tmp / "mlxd.toml", port, models, [api_key] if api_key else [], **server)
+    config = write_config(tmp / "mlxd.toml", port, models, [api_key] if api_key else [], extra, **server)
     log_path = tmp / "gateway.log"
     log = open(log_path, "w")
     proc = subprocess.Popen(
@@ -165,7 +175,7 @@ def start_server(
     srv = Server(f"http://127.0.0.1:{port}", proc, api_key, log_path)
     srv.wait_listening()
     for model in models:
-        if model["preload"]:
+        if model["preload"] and wait:
             srv.wait_ready(model["name"])
     return srv
 
