@@ -500,7 +500,7 @@ class WorkerHandle:
             )
         elif isinstance(message, Ready):
             self.status.last_error = None
-            self.status.memory_bytes = _rss(self.status.pid)
+            self.status.memory_bytes = _rss(self.status.pid) if self.node is None else None
             self.last_used = time.monotonic()
             self._set_state("ready")
             self._ready.set()

@@ -16,6 +16,7 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 import zmq
@@ -153,6 +154,10 @@ def test_requests_and_streaming_through_node(setup):
             reasons.append(chunk.choices[0].finish_reason)
     assert "".join(pieces) == r.choices[0].message.content
     assert reasons[-1] in ("stop", "length")
+    metrics = httpx.get(f"{server.url}/metrics", headers=server.headers, timeout=10).text
+    assert f'mlxd:model_node{{model="{TINY}",node="mac2"}} 1.0' in metrics
+    assert f'mlxd:model_node{{model="{LOCAL}",node="local"}} 1.0' in metrics
+    assert f'mlxd:num_requests_running{{model="{TINY}"}}' in metrics
 
 
 def test_cancellation_frees_the_remote_slot(setup):
