@@ -23,7 +23,7 @@ import zmq
 
 from shared.codec import link_codec
 from shared.protocol import NodeStart
-from tests.conftest import API_KEY, ROOT, TINY, free_port, settled_stats, start_server
+from tests.conftest import API_KEY, ROOT, TINY, free_port, settled_stats, start_server, write_config
 
 LOCAL = "local-tiny"
 HEARTBEAT = 4.0
@@ -252,6 +252,58 @@ def test_remote_worker_crash_restarts(setup):
     assert errors and isinstance(errors[0], openai.APIError)
     after = server.wait_ready(TINY, timeout=120, after_restarts=before["restarts"] + 1)
     assert after["pid"] != before["pid"] and after["node"] == "mac2"
+    r = c.chat.completions.create(model=TINY, messages=[{"role": "user", "content": "hi"}], max_tokens=4)
+    assert r.usage.completion_tokens > 0
+
+
+def test_reload_drains_and_restarts_the_remote_worker(setup, tiny_model_dir):
+    server, node, tmp = setup
+    c = client(server)
+    before = server.worker(TINY)
+    result: list[object] = []
+
+    def stream() -> None:
+        try:
+            reasons = [
+                chunk.choices[0].finish_reason
+                for chunk in c.chat.completions.create(
+                    model=TINY, messages=[{"role": "user", "content": "go"}], max_tokens=150, stream=True
+                )
+                if chunk.choices
+            ]
+            result.append(reasons[-1])
+        except BaseException as exc:
+            result.append(exc)
+
+    t = threading.Thread(target=stream)
+    t.start()
+    time.sleep(0.5)
+    port = int(server.url.rsplit(":", 1)[1])
+    nodes = f'[[nodes]]\nname = "mac2"\naddress = "{node.address}"\npublic_key = "{node.public}"\n'
+    write_config(
+        tmp / "mlxd.toml",
+        port,
+        [
+            {"name": TINY, "node": "mac2", "preload": True, "max_batch_size": 4},
+            {"name": LOCAL, "source": str(tiny_model_dir), "preload": True},
+        ],
+        [API_KEY],
+        nodes,
+        heartbeat_timeout=HEARTBEAT,
+        curve_public_key_file=str(tmp / "keys" / "gw.pub"),
+        curve_secret_key_file=str(tmp / "keys" / "gw.key"),
+    )
+    server.proc.send_signal(signal.SIGHUP)
+    t.join(60)
+    assert result and result[0] in ("stop", "length"), result
+    deadline = time.monotonic() + 60
+    status = server.worker(TINY)
+    while time.monotonic() < deadline and not (
+        status["state"] == "ready" and status["incarnation"] > before["incarnation"]
+    ):
+        time.sleep(0.3)
+        status = server.worker(TINY)
+    assert status["state"] == "ready" and status["incarnation"] > before["incarnation"], status
     r = c.chat.completions.create(model=TINY, messages=[{"role": "user", "content": "hi"}], max_tokens=4)
     assert r.usage.completion_tokens > 0
 
