@@ -187,13 +187,21 @@ def curve_server(sock: zmq.Socket, keys: KeyPair) -> zmq.Socket:
     return sock
 
 
+RECONNECT_MS = (500, 5000)
+"""First and longest wait (ms) between a CURVE client's reconnection
+attempts, so a refused or absent node is not hammered."""
+
+
 def curve_client(sock: zmq.Socket, keys: KeyPair, server_public: bytes) -> zmq.Socket:
     """Make ``sock`` (from :func:`configure`, not yet connected) a CURVE
     client of the server whose public key is ``server_public``. Returns the
-    socket. A connection to a server with another key fails its handshake."""
+    socket. A connection to a server with another key fails its handshake;
+    reconnection attempts back off as :data:`RECONNECT_MS` says."""
     sock.curve_secretkey = keys.secret
     sock.curve_publickey = keys.public
     sock.curve_serverkey = server_public
+    sock.setsockopt(zmq.RECONNECT_IVL, RECONNECT_MS[0])
+    sock.setsockopt(zmq.RECONNECT_IVL_MAX, RECONNECT_MS[1])
     return sock
 
 
