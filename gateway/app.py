@@ -68,6 +68,7 @@ def snapshots(pool: WorkerPool) -> Callable[[], list[ModelSnapshot]]:
                 stats=h.status.stats if h.status.pid else None,
                 working_set_bytes=h.status.working_set_bytes,
                 memory_estimate=pool.estimate(h),
+                node=h.status.node,
             )
             for name, h in list(pool.handles.items())
         ]

@@ -67,7 +67,47 @@ def build_parser() -> argparse.ArgumentParser:
     for p in (reload, install, status):
         p.add_argument("--config", default=str(DEFAULT_CONFIG_PATH), help="TOML config file")
     sub.add_parser("uninstall", help="stop and remove the launchd agent (macOS)")
+    keys = sub.add_parser("keys", help="make a CURVE key pair for a gateway or a node (mlxd node)")
+    keys.add_argument("--dir", default="~/.config/mlxd/keys", help="where to write NAME.pub and NAME.key")
+    keys.add_argument("--name", default="gateway", help="file name stem, e.g. gateway or the node's name")
+    node = sub.add_parser("node", help="host model workers for a gateway on another machine")
+    node.add_argument("--config", required=True, help="the node's TOML config ([node] and [[models]])")
     return parser
+
+
+def make_keys(directory: str, name: str) -> int:
+    """``mlxd keys``: write a new key pair (see
+    :func:`shared.sockets.write_key_pair`) and print the public key."""
+    from shared.sockets import write_key_pair
+
+    try:
+        public_path, secret_path = write_key_pair(directory, name)
+    except (FileExistsError, OSError) as exc:
+        print(f"mlxd: {exc}", file=sys.stderr)
+        return 1
+    public = public_path.read_text().strip()
+    print(f"secret key: {secret_path} (mode 600; keep it on this machine)")
+    print(f"public key: {public_path}")
+    print(public)
+    return 0
+
+
+def node(config_path: str) -> int:
+    """``mlxd node``: load the node config and run the node until stopped
+    (see :mod:`gateway.node_main`); 2 on a config error."""
+    from gateway.node_main import run_node
+    from shared.config import load_node_config
+
+    try:
+        config = load_node_config(config_path)
+    except ConfigError as exc:
+        print(f"mlxd: {exc}", file=sys.stderr)
+        return 2
+    settings = config.node
+    if settings.log_file:
+        Path(settings.log_file).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    setup_logging(settings.log_level, name="node", log_file=settings.log_file or None)
+    return run_node(config)
 
 
 def _load(path: str, host: str | None = None, port: int | None = None, service: bool = False) -> Config:
@@ -193,6 +233,10 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mlxd`` script."""
     args = build_parser().parse_args(argv)
     command = args.command or "serve"
+    if command == "keys":
+        return make_keys(args.dir, args.name)
+    if command == "node":
+        return node(args.config)
     config_path = getattr(args, "config", str(DEFAULT_CONFIG_PATH))
     as_service = command == "serve" and args.service
     overrides = (config_path, getattr(args, "host", None), getattr(args, "port", None), as_service)
@@ -209,6 +253,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if command == "serve":
         assert config is not None
+        if config.nodes:
+            from shared.sockets import CurveKeyError, read_key_pair
+
+            try:
+                read_key_pair(config.server.curve_public_key_file, config.server.curve_secret_key_file)
+            except CurveKeyError as exc:
+                print(f"mlxd: {exc}", file=sys.stderr)
+                return 2
         return serve(config, config_path, lambda: _load(*overrides))
     if command == "reload":
         assert config is not None

@@ -207,7 +207,9 @@ class ModelSnapshot:
     worker incarnation, None before its first heartbeat.
     ``working_set_bytes`` is the device's recommended working set (None or
     0: unknown or not Metal) and ``memory_estimate`` the bytes the memory
-    budget counts for this model (None: not reported).
+    budget counts for this model (None: not reported). ``node`` names the
+    ``[[nodes]]`` entry running the worker (None: this machine; ``pid`` is
+    then a pid on the node, so no local resident size is read for it).
     """
 
     name: str
@@ -218,6 +220,7 @@ class ModelSnapshot:
     stats: WorkerStats | None
     working_set_bytes: int | None = None
     memory_estimate: int | None = None
+    node: str | None = None
 
 
 class Metrics:
@@ -625,8 +628,14 @@ class _SnapshotCollector(Collector):
             "1 for the model's current state, 0 for the others.",
             labels=["model", "state"],
         )
+        node = GaugeMetricFamily(
+            PREFIX + "model_node",
+            "1 for the machine running the model's worker (node label; local = this machine).",
+            labels=["model", "node"],
+        )
 
         for s in snaps:
+            node.add_metric([s.name, s.node or "local"], 1.0)
             labels = [s.name]
             st = s.stats
             if st is not None:
@@ -648,7 +657,7 @@ class _SnapshotCollector(Collector):
             if s.memory_estimate is not None:
                 estimate.add_metric(labels, s.memory_estimate)
             restarts.add_metric(labels, s.restarts)
-            rss = _rss(s.pid)
+            rss = _rss(s.pid) if s.node is None else None
             if rss is not None:
                 memory.add_metric(labels, rss)
             if s.load_seconds is not None:
@@ -659,8 +668,8 @@ class _SnapshotCollector(Collector):
                 state.add_metric([s.name, s.state], 1.0)
 
         yield from (running, waiting, queries, hits, cache_bytes, budget, restarts, memory, load, state)
-        yield from (mlx_active, mlx_cache, mlx_peak, working_set, estimate)
         yield from (disk_hits, disk_tokens, disk_bytes, disk_rejected)
+        yield from (mlx_active, mlx_cache, mlx_peak, working_set, estimate, node)
 
 
 def _rss(pid: int | None) -> int | None:

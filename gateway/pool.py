@@ -21,11 +21,12 @@ import psutil
 from gateway.engine_api import ModelInfo, ModelLimits, Residency
 from gateway.errors import APIError, bad_request, model_not_found, unavailable
 from gateway.model_paths import SourceOutsideRoot, check_inside_root, source_bytes, source_kind
+from gateway.node_link import NodeLink
 from gateway.worker_handle import WorkerHandle, WorkerRequestStream
 from shared.config import Config, ModelConfig, parse_size
 from shared.model_kind import ModelKind, wrong_kind_message
 from shared.protocol import EmbedRequest, GenerateRequest
-from shared.sockets import make_socket_dir, remove_socket_dir
+from shared.sockets import make_socket_dir, read_key_pair, remove_socket_dir
 
 log = logging.getLogger("mlxd.gateway.pool")
 
@@ -60,6 +61,7 @@ class WorkerPool:
         self._room = asyncio.Lock()
         self._retiring: set[asyncio.Task[None]] = set()
         self._kinds: dict[str, ModelKind | None] = {}
+        self._links: dict[str, NodeLink] = {}
 
     # -- lifecycle --------------------------------------------------------------
 
@@ -125,6 +127,8 @@ class WorkerPool:
         changes = []
         if (config.server.host, config.server.port) != (self.config.server.host, self.config.server.port):
             changes.append("listen address changed: restart mlxd to apply it")
+        if config.nodes != self.config.nodes:
+            changes.append("[[nodes]] changed: restart mlxd to apply it")
         self.config = config
         self._kinds.clear()
         for name in old.keys() - new.keys():
@@ -160,13 +164,28 @@ class WorkerPool:
         self._retiring.add(task)
         task.add_done_callback(self._retiring.discard)
 
+    def _node_links(self) -> dict[str, NodeLink]:
+        """A :class:`NodeLink` per ``[[nodes]]`` entry, with the gateway's
+        CURVE key pair (read once; raises
+        :class:`shared.sockets.CurveKeyError` when a key is unusable)."""
+        if self.config.nodes and not self._links:
+            server = self.config.server
+            keys = read_key_pair(server.curve_public_key_file, server.curve_secret_key_file)
+            self._links = {n.name: NodeLink(n, keys) for n in self.config.nodes}
+        return self._links
+
     def _apply_models(self, models: list[ModelConfig]) -> None:
         assert self._socket_dir is not None
         names: dict[str, str] = {}
+        links = self._node_links()
         for model in models:
             if model.name not in self.handles:
                 self.handles[model.name] = WorkerHandle(
-                    model, self.config.server, self._socket_dir, metrics=self._metrics
+                    model,
+                    self.config.server,
+                    self._socket_dir,
+                    metrics=self._metrics,
+                    node=links.get(model.node) if model.node else None,
                 )
             for name in (model.name, *model.aliases):
                 names[name] = model.name
@@ -285,7 +304,8 @@ class WorkerPool:
         if handle.status.state != "ready":
             async with self._room:
                 if not handle.resident:
-                    self._check_path(handle)
+                    if not handle.model.node:
+                        self._check_path(handle)
                     await self._make_room(handle)
                     handle.mlx_limits = self.mlx_limits(handle)
                     handle.start()
@@ -342,7 +362,13 @@ class WorkerPool:
         return room, int(room * CACHE_SHARE)
 
     def _resident_bytes(self, skip: WorkerHandle) -> int:
-        return sum(self.estimate(h) for h in self.handles.values() if h is not skip and h.resident)
+        """Estimated bytes of the resident workers on the same machine as
+        ``skip`` (this one, or the same node), ``skip`` itself excepted."""
+        return sum(
+            self.estimate(h)
+            for h in self.handles.values()
+            if h is not skip and h.resident and h.model.node == skip.model.node
+        )
 
     async def _make_room(self, handle: WorkerHandle) -> None:
         """Evict least recently used idle workers until ``handle`` fits.
@@ -355,7 +381,11 @@ class WorkerPool:
             return
         needed = self.estimate(handle)
         while self._resident_bytes(handle) + needed > budget:
-            idle = [h for h in self.handles.values() if h is not handle and h.resident and h.idle]
+            idle = [
+                h
+                for h in self.handles.values()
+                if h is not handle and h.resident and h.idle and h.model.node == handle.model.node
+            ]
             if not idle:
                 raise APIError(
                     503,

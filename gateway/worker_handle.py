@@ -83,7 +83,9 @@ class WorkerStatus:
     kept after an unload, so the memory budget remembers it).
     ``working_set_bytes`` is the device's recommended working set (0 off
     Metal) and ``memory_limit_bytes`` the worker's MLX memory limit, both
-    as the worker reported them in ``Loaded``."""
+    as the worker reported them in ``Loaded``. ``node`` names the
+    ``[[nodes]]`` entry whose machine runs the worker (None: this one);
+    ``pid`` is then a pid on that machine."""
 
     state: str = "unloaded"
     pid: int | None = None
@@ -100,6 +102,7 @@ class WorkerStatus:
     peak_memory_bytes: int | None = None
     working_set_bytes: int | None = None
     memory_limit_bytes: int | None = None
+    node: str | None = None
 
 
 def ends_request(output: RequestOutput) -> bool:
@@ -229,6 +232,9 @@ class WorkerHandle:
     (optional) gets a timer per request. ``mlx_limits`` (memory limit,
     cache limit; see :func:`gateway.worker_process.run_incarnation`) is
     read at each worker start; the pool sets it before :meth:`start`.
+    ``node`` (a :class:`gateway.node_link.NodeLink`, optional) runs the
+    worker on another machine instead of as a local process; everything
+    else is the same.
     """
 
     def __init__(
@@ -238,10 +244,12 @@ class WorkerHandle:
         socket_dir: str,
         *,
         metrics: Any = None,
+        node: Any = None,
     ) -> None:
         self.model = model
+        self.node = node
         self.server = server
-        self.status = WorkerStatus()
+        self.status = WorkerStatus(node=node.name if node is not None else None)
         self.last_used = 0.0
         self._socket_dir = socket_dir
         self._metrics = metrics
@@ -301,7 +309,9 @@ class WorkerHandle:
 
         Raises:
             gateway.errors.APIError: 503 (with the reason) when the model
-                failed to load, is draining, or is not ready in ``timeout``.
+                failed to load, is draining, is not ready in ``timeout``, or
+                runs on a node and its last session there ended (node down,
+                unreachable or refusing our key) and is being retried.
         """
         state = self.status.state
         if state == "failed":
@@ -313,7 +323,8 @@ class WorkerHandle:
         self.start()
         deadline = time.monotonic() + timeout
         while self.status.state != "ready":
-            if self.status.state in ("failed", "draining", "stopped", "unloaded"):
+            given_up = ("failed", "draining", "stopped", "unloaded")
+            if self.status.state in given_up or (self.node is not None and self.status.state == "restarting"):
                 detail = f": {self.status.last_error}" if self.status.last_error else ""
                 raise unavailable(f"model '{self.model.name}' is {self.status.state}{detail}", retry_after=5)
             remaining = deadline - time.monotonic()
@@ -435,7 +446,8 @@ class WorkerHandle:
             started = time.monotonic()
             self.status.incarnation += 1
             self.status.stats = WorkerStats()
-            why = await run_incarnation(
+            run = run_incarnation if self.node is None else self.node.run_incarnation
+            why = await run(
                 self.model,
                 self.server,
                 self._socket_dir,
@@ -512,7 +524,7 @@ class WorkerHandle:
             )
         elif isinstance(message, Ready):
             self.status.last_error = None
-            self.status.memory_bytes = _rss(self.status.pid)
+            self.status.memory_bytes = _rss(self.status.pid) if self.node is None else None
             self.last_used = time.monotonic()
             self._set_state("ready")
             self._ready.set()

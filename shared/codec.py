@@ -12,7 +12,7 @@ from typing import Generic, TypeVar
 
 import msgspec
 
-from shared.protocol import GatewayMessage, WorkerMessage
+from shared.protocol import GatewayMessage, NodeInbound, NodeOutbound, WorkerMessage
 
 T = TypeVar("T")
 
@@ -58,3 +58,13 @@ def gateway_codec() -> Codec[WorkerMessage]:
 def worker_codec() -> Codec[GatewayMessage]:
     """A codec for the worker side: decodes what the gateway sends."""
     return Codec(GatewayMessage)  # type: ignore[arg-type]
+
+
+def link_codec() -> Codec[NodeOutbound]:
+    """A codec for the gateway's end of a node session: decodes what a node sends."""
+    return Codec(NodeOutbound)  # type: ignore[arg-type]
+
+
+def node_codec() -> Codec[NodeInbound]:
+    """A codec for a node: decodes what a gateway sends."""
+    return Codec(NodeInbound)  # type: ignore[arg-type]

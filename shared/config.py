@@ -81,6 +81,8 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     ``mcp_max_rounds``: the most model turns one request with MCP tools
     (Responses ``mcp`` tools, Anthropic ``mcp_servers``) may take while
     mlxd runs the model's MCP calls; the last turn's answer is returned.
+    ``curve_public_key_file`` / ``curve_secret_key_file``: the gateway's
+    CURVE key pair (from ``mlxd keys``), needed when ``[[nodes]]`` is set.
     """
 
     host: str = "127.0.0.1"
@@ -107,6 +109,8 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     stream_keepalive: Seconds = 5.0
     tool_result_images: Literal["placeholder", "refuse"] = "placeholder"
     mcp_max_rounds: PositiveInt = 8
+    curve_public_key_file: str = ""
+    curve_secret_key_file: str = ""
 
 
 class SamplingDefaultsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -171,6 +175,9 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     many bits (4 or 8; 0: as computed); ``kv_group_size``: the quantization
     group size (32, 64 or 128). Decoding itself keeps full-precision KV,
     because mlx-lm's batch engine cannot batch a quantized cache.
+    ``node``: the name of the ``[[nodes]]`` entry whose machine runs this
+    model's worker (empty: this machine); the node's own config says where
+    the model's files are.
     """
 
     name: str
@@ -200,6 +207,7 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     disk_cache_dir: str = ""
     kv_bits: int = 0
     kv_group_size: PositiveInt = 64
+    node: str = ""
 
 
 class McpServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -234,12 +242,55 @@ class McpServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     max_restart_backoff: Seconds = 60.0
 
 
+class NodeEntry(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``[[nodes]]``: another machine running ``mlxd node``.
+
+    ``address``: its ``tcp://host:port``; ``public_key``: its CURVE public
+    key (the Z85 text of its ``.pub`` file). The gateway only talks to a
+    node that proves it holds the matching secret key.
+    """
+
+    name: str
+    address: str
+    public_key: str
+
+
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """The whole configuration file."""
 
     server: ServerConfig = msgspec.field(default_factory=ServerConfig)
     models: list[ModelConfig] = []
     mcp_servers: list[McpServerConfig] = []
+    nodes: list[NodeEntry] = []
+
+
+class NodeSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``[node]`` of an ``mlxd node`` config.
+
+    ``listen``: the ``tcp://host:port`` to bind (CURVE only; plaintext is
+    never accepted). ``public_key_file`` / ``secret_key_file``: the node's
+    key pair. ``allowed_clients``: the Z85 public keys of the gateways that
+    may connect; any other key is refused and logged.
+    ``heartbeat_timeout``: seconds without a word from a gateway after
+    which that gateway's workers are killed (a worker never outlives its
+    gateway). ``log_level`` / ``log_file`` as in ``[server]``.
+    """
+
+    listen: str
+    public_key_file: str
+    secret_key_file: str
+    allowed_clients: list[str]
+    heartbeat_timeout: Seconds = 20.0
+    log_level: str = "info"
+    log_file: str = ""
+
+
+class NodeConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """The whole ``mlxd node`` configuration file: ``[node]`` and the
+    ``[[models]]`` this machine may run (same keys as the gateway's)."""
+
+    node: NodeSettings
+    models: list[ModelConfig] = []
 
 
 _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
@@ -297,6 +348,7 @@ def validate(config: Config, origin: str = "config") -> Config:
         if model.dtype not in _DTYPES:
             raise ConfigError(f"{origin}: model {model.name!r}: dtype must be one of {sorted(_DTYPES)}")
     _validate_mcp(config.mcp_servers, origin)
+    _validate_nodes(config, origin)
     if config.server.reasoning_field not in ("reasoning_content", "reasoning"):
         raise ConfigError(f"{origin}: server.reasoning_field must be reasoning_content or reasoning")
     try:
@@ -346,6 +398,26 @@ def _validate_mcp(servers: list[McpServerConfig], origin: str) -> None:
             raise ConfigError(f"{where}: headers apply to a url server only")
         if entry.url and (entry.args or entry.env or entry.cwd):
             raise ConfigError(f"{where}: args, env and cwd apply to a command server only")
+
+
+def _validate_nodes(config: Config, origin: str) -> None:
+    """Check ``[[nodes]]`` and the models placed on them (ConfigError)."""
+    names = set()
+    for node in config.nodes:
+        if node.name in names:
+            raise ConfigError(f"{origin}: node name {node.name!r} is used twice")
+        names.add(node.name)
+        if not node.address.startswith("tcp://"):
+            raise ConfigError(f"{origin}: node {node.name!r}: address must be tcp://host:port")
+        if len(node.public_key.strip()) != 40:
+            raise ConfigError(f"{origin}: node {node.name!r}: public_key must be a 40-character Z85 key")
+    for model in config.models:
+        if model.node and model.node not in names:
+            raise ConfigError(f"{origin}: model {model.name!r}: no [[nodes]] entry named {model.node!r}")
+    if config.nodes and not (config.server.curve_public_key_file and config.server.curve_secret_key_file):
+        raise ConfigError(
+            f"{origin}: [[nodes]] needs server.curve_public_key_file and server.curve_secret_key_file (mlxd keys)"
+        )
 
 
 _DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?(?:(\d+)ms)?")
@@ -428,6 +500,36 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     except msgspec.DecodeError as exc:
         raise ConfigError(f"{origin}: not valid TOML: {exc}") from exc
     return validate(config, origin)
+
+
+def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
+    """Read, decode and validate an ``mlxd node`` config at ``path``.
+
+    Raises:
+        ConfigError: unreadable, not TOML, unknown keys or wrong types, no
+            models, a ``listen`` that is not ``tcp://``, no allowed
+            clients, or a model entry breaking :func:`validate`'s rules.
+    """
+    origin = str(path)
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{origin}: cannot read: {exc.strerror}") from exc
+    try:
+        config = msgspec.toml.decode(data, type=NodeConfig)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{origin}: {exc}") from exc
+    except msgspec.DecodeError as exc:
+        raise ConfigError(f"{origin}: not valid TOML: {exc}") from exc
+    if not config.node.listen.startswith("tcp://"):
+        raise ConfigError(f"{origin}: node.listen must be tcp://host:port")
+    if not config.node.allowed_clients:
+        raise ConfigError(f"{origin}: node.allowed_clients must list at least one gateway public key")
+    if any(m.node for m in config.models):
+        raise ConfigError(f"{origin}: a node's models run on the node itself; remove their `node` key")
+    log_level = config.node.log_level
+    validate(Config(server=ServerConfig(log_level=log_level), models=config.models), origin)
+    return config
 
 
 def encode_model_config(model: ModelConfig) -> str:

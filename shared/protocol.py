@@ -26,6 +26,15 @@ incompatibly, so that check always works. Bump the version whenever a
 change is not one of: a new field appended last with a default, or a new
 optional message type the other side may ignore.
 
+Between machines (gateway <-> ``mlxd node``, see :mod:`gateway.node_link`
+and :mod:`gateway.node_main`) the same messages travel over CURVE-encrypted
+tcp, plus a few transport messages: the gateway opens one session per
+worker incarnation with :class:`NodeStart` and may end it with
+:class:`NodeKill`; the node answers :class:`NodeStarted` once the worker
+process exists and :class:`NodeExited` when it ends; both sides send
+:class:`NodeAlive` every :data:`NODE_ALIVE_INTERVAL` seconds so either
+notices when the other has gone (``NodeInbound`` / ``NodeOutbound``).
+
 Request lifecycle: every ``GenerateRequest`` the worker receives is answered
 by :class:`RequestOutput` entries; each of its ``n`` choices ends with exactly
 one output whose ``finish_reason`` is ``stop``, ``length`` or ``tool_calls``, unless the
@@ -454,3 +463,50 @@ GatewayMessage = Union[GenerateRequest, AbortRequest, Shutdown, EmbedRequest]
 
 WorkerMessage = Union[Hello, Loaded, Ready, Failed, Heartbeat, StepOutputs]
 """Any message a worker sends to the gateway."""
+
+
+NODE_ALIVE_INTERVAL = 1.0
+"""Seconds between :class:`NodeAlive` messages on a node session."""
+
+
+class NodeStart(msgspec.Struct, frozen=True, kw_only=True, tag="node_start"):
+    """Gateway -> node, first message of a session: start incarnation
+    ``incarnation`` of the node's model ``model`` with these MLX limits
+    (bytes; 0 and None: MLX's defaults). ``protocol`` is the gateway's
+    :data:`PROTOCOL_VERSION`; a node with another one refuses the session."""
+
+    model: str
+    incarnation: int
+    memory_limit: int = 0
+    cache_limit: int | None = None
+    protocol: int = PROTOCOL_VERSION
+
+
+class NodeKill(msgspec.Struct, frozen=True, tag="node_kill"):
+    """Gateway -> node: kill the session's worker at once (SIGKILL)."""
+
+
+class NodeAlive(msgspec.Struct, frozen=True, tag="node_alive"):
+    """Either direction: the sender is still there (sent every
+    :data:`NODE_ALIVE_INTERVAL` seconds)."""
+
+
+class NodeStarted(msgspec.Struct, frozen=True, kw_only=True, tag="node_started"):
+    """Node -> gateway: the session's worker process exists (its pid on
+    the node's machine)."""
+
+    pid: int
+
+
+class NodeExited(msgspec.Struct, frozen=True, kw_only=True, tag="node_exited"):
+    """Node -> gateway, last message of a session: why it ended (the
+    worker exited, was killed, or the session was refused)."""
+
+    reason: str
+
+
+NodeInbound = Union[NodeStart, NodeKill, NodeAlive, GenerateRequest, AbortRequest, Shutdown, EmbedRequest]
+"""Any message a gateway sends to a node."""
+
+NodeOutbound = Union[NodeStarted, NodeExited, NodeAlive, Hello, Loaded, Ready, Failed, Heartbeat, StepOutputs]
+"""Any message a node sends to a gateway."""

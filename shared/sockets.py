@@ -7,16 +7,29 @@ live in a per-gateway directory that only the current user can read
 (mode 0700), so other local users cannot reach a worker. Every socket is
 created with ``linger=0`` so closing never blocks, and with a maximum
 message size so an oversized frame is dropped by ZeroMQ before decoding.
+
+Between machines (a gateway and an ``mlxd node``) the sockets are ``tcp://``
+and always use ZeroMQ's CURVE mechanism: :func:`curve_server` /
+:func:`curve_client` set the keys on a socket made by :func:`configure`
+before it binds or connects, :func:`start_authenticator` runs the node's
+ZAP handler that accepts only listed client keys, and :func:`write_key_pair`
+/ :func:`read_key` keep key pairs in files (secret keys readable by the
+owner only).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import zmq
+import zmq.auth.asyncio
+import zmq.utils.z85
 
 from shared.codec import MAX_FRAME_BYTES
 
@@ -72,3 +85,147 @@ def configure(sock: zmq.Socket) -> zmq.Socket:
 def endpoint_path(endpoint: str) -> str:
     """Return the filesystem path of an ``ipc://`` endpoint."""
     return endpoint.removeprefix("ipc://")
+
+
+# -- CURVE (tcp between machines) ---------------------------------------------
+
+log = logging.getLogger("mlxd.sockets")
+
+KEY_LENGTH = 40
+"""Length of a Z85-encoded CURVE key."""
+
+
+class CurveKeyError(ValueError):
+    """A CURVE key file is missing, unreadable, too open or malformed."""
+
+
+@dataclass(frozen=True)
+class KeyPair:
+    """A CURVE key pair, both halves Z85-encoded (40 ASCII bytes)."""
+
+    public: bytes
+    secret: bytes
+
+
+def _check_key(key: bytes, origin: str) -> bytes:
+    key = key.strip()
+    if len(key) != KEY_LENGTH:
+        raise CurveKeyError(f"{origin}: not a Z85 CURVE key (expected {KEY_LENGTH} characters)")
+    try:
+        zmq.utils.z85.decode(key)
+    except (ValueError, KeyError):
+        raise CurveKeyError(f"{origin}: not a Z85 CURVE key") from None
+    return key
+
+
+def parse_key(text: str, origin: str = "key") -> bytes:
+    """Return the Z85 CURVE key in ``text`` as bytes.
+
+    Raises:
+        CurveKeyError: ``text`` is not a 40-character Z85 key.
+    """
+    return _check_key(text.encode("ascii", "replace"), origin)
+
+
+def write_key_pair(directory: str | os.PathLike[str], name: str) -> tuple[Path, Path]:
+    """Generate a CURVE key pair with :func:`zmq.curve_keypair` and write it
+    as ``NAME.key`` (the secret key, mode 0600, created exclusively so an
+    existing key is never overwritten) and ``NAME.pub`` (the public key,
+    mode 0644) in ``directory`` (created 0700 if missing). Returns
+    ``(public_path, secret_path)``.
+
+    Raises:
+        FileExistsError: either file already exists.
+    """
+    folder = Path(directory).expanduser()
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    public_path, secret_path = folder / f"{name}.pub", folder / f"{name}.key"
+    for path in (public_path, secret_path):
+        if path.exists():
+            raise FileExistsError(f"{path} already exists; remove it first to make a new key pair")
+    public, secret = zmq.curve_keypair()
+    fd = os.open(secret_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(secret + b"\n")
+    fd = os.open(public_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    with os.fdopen(fd, "wb") as f:
+        f.write(public + b"\n")
+    return public_path, secret_path
+
+
+def read_key(path: str | os.PathLike[str], *, secret: bool = False) -> bytes:
+    """Read one Z85 key from ``path``. A ``secret`` key file must not be
+    readable by group or others.
+
+    Raises:
+        CurveKeyError: the file cannot be read, is too open, or holds no key.
+    """
+    origin = str(path)
+    try:
+        p = Path(path).expanduser()
+        mode = p.stat().st_mode
+        data = p.read_bytes()
+    except OSError as exc:
+        raise CurveKeyError(f"{origin}: cannot read: {exc.strerror}") from None
+    if secret and mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise CurveKeyError(f"{origin}: a secret key file must be readable by its owner only (chmod 600)")
+    return _check_key(data, origin)
+
+
+def read_key_pair(public_path: str, secret_path: str) -> KeyPair:
+    """Read a key pair written by :func:`write_key_pair` (see :func:`read_key`)."""
+    return KeyPair(public=read_key(public_path), secret=read_key(secret_path, secret=True))
+
+
+def curve_server(sock: zmq.Socket, keys: KeyPair) -> zmq.Socket:
+    """Make ``sock`` (from :func:`configure`, not yet bound) a CURVE server
+    with ``keys``: peers must complete a CURVE handshake (a plaintext
+    client is refused) and everything is encrypted. Returns the socket."""
+    sock.curve_secretkey = keys.secret
+    sock.curve_publickey = keys.public
+    sock.curve_server = True
+    return sock
+
+
+RECONNECT_MS = (500, 5000)
+"""First and longest wait (ms) between a CURVE client's reconnection
+attempts, so a refused or absent node is not hammered."""
+
+
+def curve_client(sock: zmq.Socket, keys: KeyPair, server_public: bytes) -> zmq.Socket:
+    """Make ``sock`` (from :func:`configure`, not yet connected) a CURVE
+    client of the server whose public key is ``server_public``. Returns the
+    socket. A connection to a server with another key fails its handshake;
+    reconnection attempts back off as :data:`RECONNECT_MS` says."""
+    sock.curve_secretkey = keys.secret
+    sock.curve_publickey = keys.public
+    sock.curve_serverkey = server_public
+    sock.setsockopt(zmq.RECONNECT_IVL, RECONNECT_MS[0])
+    sock.setsockopt(zmq.RECONNECT_IVL_MAX, RECONNECT_MS[1])
+    return sock
+
+
+class _AllowList:
+    """ZAP credentials provider: accepts exactly the listed client keys and
+    logs every refusal with the refused key."""
+
+    def __init__(self, allowed: set[bytes]) -> None:
+        self.allowed = allowed
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        """True when ``key`` (Z85, as pyzmq passes it) is allowed (called by the ZAP
+        handler on the event loop for each CURVE handshake)."""
+        if key in self.allowed:
+            return True
+        log.warning("refused a connection from an unlisted CURVE key %s", key.decode("ascii", "replace"))
+        return False
+
+
+def start_authenticator(ctx: zmq.asyncio.Context, allowed: set[bytes]) -> zmq.auth.asyncio.AsyncioAuthenticator:
+    """Start the ZAP handler of ``ctx`` (an asyncio context; it runs on the
+    running event loop) accepting only CURVE clients whose Z85 public key
+    is in ``allowed``. The caller stops it with ``.stop()``."""
+    auth = zmq.auth.asyncio.AsyncioAuthenticator(ctx)
+    auth.start()
+    auth.configure_curve_callback(domain="*", credentials_provider=_AllowList(allowed))
+    return auth

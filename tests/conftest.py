@@ -137,10 +137,11 @@ def write_config(
     models: list[dict],
     api_keys: list[str] | None = None,
     mcp_servers: list[dict] | None = None,
+    extra: str = "",
     **server,
 ) -> Path:
     """Write a TOML config for a test gateway (``mcp_servers``: the
-    ``[[mcp_servers]]`` tables)."""
+    ``[[mcp_servers]]`` tables; ``extra``: TOML appended as is)."""
     lines = ["[server]", 'host = "127.0.0.1"', f"port = {port}", f"api_keys = {json.dumps(api_keys or [])}"]
     lines += [f"{k} = {toml_value(v)}" for k, v in server.items()]
     for model in models:
@@ -149,7 +150,7 @@ def write_config(
     for entry in mcp_servers or []:
         lines.append("[[mcp_servers]]")
         lines += [f"{k} = {toml_value(v)}" for k, v in entry.items()]
-    path.write_text("\n".join(lines) + "\n")
+    path.write_text("\n".join(lines) + "\n" + extra)
     return path
 
 
@@ -159,17 +160,21 @@ def start_server(
     api_key: str | None = API_KEY,
     env: dict[str, str] | None = None,
     mcp_servers: list[dict] | None = None,
+    extra: str = "",
+    wait: bool = True,
     **server,
 ) -> Server:
     """Start a gateway for ``models`` and wait for every worker to be ready.
 
     ``env`` adds variables to the gateway's environment (its workers
     inherit them); ``mcp_servers`` are its ``[[mcp_servers]]`` tables;
-    ``server`` adds ``[server]`` keys to its config.
+    ``server`` adds ``[server]`` keys to its config and ``extra`` raw TOML
+    after the models (e.g. ``[[nodes]]``); with ``wait`` False it returns
+    once the gateway listens.
     """
     port = free_port()
     models = [{"preload": True, **m} for m in models]
-    config = write_config(tmp / "mlxd.toml", port, models, [api_key] if api_key else [], mcp_servers, **server)
+    config = write_config(tmp / "mlxd.toml", port, models, [api_key] if api_key else [], mcp_servers, extra, **server)
     log_path = tmp / "gateway.log"
     log = open(log_path, "w")
     proc = subprocess.Popen(
@@ -182,7 +187,7 @@ def start_server(
     srv = Server(f"http://127.0.0.1:{port}", proc, api_key, log_path)
     srv.wait_listening()
     for model in models:
-        if model["preload"]:
+        if model["preload"] and wait:
             srv.wait_ready(model["name"])
     return srv
 
