@@ -288,7 +288,7 @@ def test_reload_drains_and_restarts_the_remote_worker(setup, tiny_model_dir):
             {"name": LOCAL, "source": str(tiny_model_dir), "preload": True},
         ],
         [API_KEY],
-        nodes,
+        extra=nodes,
         heartbeat_timeout=HEARTBEAT,
         curve_public_key_file=str(tmp / "keys" / "gw.pub"),
         curve_secret_key_file=str(tmp / "keys" / "gw.key"),
