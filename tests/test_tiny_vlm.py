@@ -1,0 +1,45 @@
+"""The tiny VLM builder (tests/tiny_vlm.py) gives a model mlx-vlm loads and
+runs, whose prompt carries the image's tokens and whose output depends on
+the image."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.tiny_vlm import build_tiny_vlm
+
+
+@pytest.fixture(scope="module")
+def tiny_vlm(tmp_path_factory):
+    """The tiny VLM, loaded once by mlx-vlm."""
+    from mlx_vlm import load
+
+    path = build_tiny_vlm(tmp_path_factory.mktemp("tiny-vlm"))
+    return load(str(path))
+
+
+def _run(tiny_vlm, image):
+    """Greedy 6-token generation for one image and a fixed question."""
+    from mlx_vlm import generate
+
+    model, processor = tiny_vlm
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is this?"}]}]
+    prompt = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    assert prompt.count("<|image_pad|>") == 1
+    result = generate(model, processor, prompt, image=[image], max_tokens=6, temperature=0.0)
+    text_tokens = len(processor.tokenizer(prompt)["input_ids"])
+    assert result.prompt_tokens == text_tokens - 1 + 4  # a 56x56 image: 4x4 patches, merged 2x2
+    return result
+
+
+def test_tiny_vlm_generates_from_an_image(tiny_vlm):
+    """The prompt grows by the image's tokens, generation is deterministic,
+    and two different images give different logits."""
+    from PIL import Image
+
+    red = Image.new("RGB", (56, 56), (220, 10, 10))
+    noise = Image.effect_noise((56, 56), 100).convert("RGB")
+    first, again, other = _run(tiny_vlm, red), _run(tiny_vlm, red), _run(tiny_vlm, noise)
+    assert first.generation_tokens == 6
+    assert first.token_ids == again.token_ids
+    assert first.logprobs.tolist() != other.logprobs.tolist()
