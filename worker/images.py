@@ -41,6 +41,10 @@ class ImageLimits:
     max_pixels: int = 40_000_000
 
 
+DEFAULT_LIMITS = ImageLimits()
+"""The limits used when a caller gives none."""
+
+
 class ImageError(ValueError):
     """An image a request carries cannot be used. ``index`` is its position
     among the request's images (None when the request as a whole is at
@@ -51,7 +55,7 @@ class ImageError(ValueError):
         self.index = index
 
 
-def decode_images(blobs: list[bytes], limits: ImageLimits = ImageLimits()) -> list[Image]:
+def decode_images(blobs: list[bytes], limits: ImageLimits = DEFAULT_LIMITS) -> list[Image]:
     """The RGB pictures in ``blobs``, in order.
 
     Raises:
