@@ -44,7 +44,7 @@ def test_matches_the_processor(processor):
     as the processor's own (MLX-producing) call."""
     from PIL import Image
 
-    blobs = [_image("PNG", (56, 56), (200, 0, 0)), _image("JPEG", (84, 40), (0, 90, 200))]
+    blobs = [_image("PNG", (64, 64), (200, 0, 0)), _image("JPEG", (84, 40), (0, 90, 200))]
     text = _prompt(processor, 2)
     ours = prepare(processor, text, blobs)
     pictures = [Image.open(io.BytesIO(b)).convert("RGB") for b in blobs]
@@ -58,9 +58,9 @@ def test_matches_the_processor(processor):
 def test_same_image_same_key(processor):
     """The same image bytes give the same key; another image another."""
     text = _prompt(processor, 1)
-    red = _image("PNG", (56, 56), (200, 0, 0))
+    red = _image("PNG", (64, 64), (200, 0, 0))
     first, again = prepare(processor, text, [red]), prepare(processor, text, [red])
-    other = prepare(processor, text, [_image("PNG", (56, 56), (0, 200, 0))])
+    other = prepare(processor, text, [_image("PNG", (64, 64), (0, 200, 0))])
     assert first.image_key == again.image_key != other.image_key
     assert len(first.image_key) == 64
 
@@ -73,7 +73,7 @@ def test_refusals(processor):
     from PIL import Image
 
     out = io.BytesIO()
-    Image.effect_noise((56, 56), 80).convert("RGB").save(out, format="PNG")
+    Image.effect_noise((64, 64), 80).convert("RGB").save(out, format="PNG")
     blob = out.getvalue()
     with pytest.raises(ImageError, match="image 0 is truncated or corrupt"):
         prepare(processor, _prompt(processor, 1), [blob[: len(blob) // 2]])
