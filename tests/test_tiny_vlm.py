@@ -10,12 +10,30 @@ from tests.tiny_vlm import build_tiny_vlm
 
 
 @pytest.fixture(scope="module")
-def tiny_vlm(tmp_path_factory):
+def tiny_vlm_path(tmp_path_factory):
+    """The tiny VLM's directory, built once."""
+    return build_tiny_vlm(tmp_path_factory.mktemp("tiny-vlm"))
+
+
+@pytest.fixture(scope="module")
+def tiny_vlm(tiny_vlm_path):
     """The tiny VLM, loaded once by mlx-vlm."""
     from mlx_vlm import load
 
-    path = build_tiny_vlm(tmp_path_factory.mktemp("tiny-vlm"))
-    return load(str(path))
+    return load(str(tiny_vlm_path))
+
+
+def test_vision_tower_detected_from_the_config(tiny_vlm_path):
+    """The tiny VLM has a vision tower; the default text model, a missing
+    directory and a file do not."""
+    from shared.config import DEFAULT_MODEL_SOURCE
+    from shared.model_kind import has_vision_tower
+    from worker.loader import resolve_source
+
+    assert has_vision_tower(tiny_vlm_path)
+    assert not has_vision_tower(resolve_source(DEFAULT_MODEL_SOURCE))
+    assert not has_vision_tower(tiny_vlm_path / "missing")
+    assert not has_vision_tower(tiny_vlm_path / "config.json")
 
 
 def _run(tiny_vlm, image):
