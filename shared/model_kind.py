@@ -72,6 +72,18 @@ def _read_json(path: Path) -> object:
         return None
 
 
+def has_vision_tower(path: Path) -> bool:
+    """Whether the model directory at ``path`` is a vision-language model:
+    its ``config.json`` has a ``vision_config`` object (as every mlx-vlm
+    image model's does). Reads one small file; never raises (unreadable
+    metadata counts as no vision tower). Not yet used to pick an engine
+    (the worker's vision path is issue #14's remaining work)."""
+    if not path.is_dir():
+        return False
+    config = _read_json(path / "config.json")
+    return isinstance(config, dict) and isinstance(config.get("vision_config"), dict)
+
+
 def wrong_kind_message(model: str, kind: ModelKind) -> str:
     """The client-facing refusal of a request for the other kind of model
     (``kind`` is the model's own), used by the gateway and the worker alike."""

@@ -1,0 +1,138 @@
+"""Turning the image parts of OpenAI, Responses and Anthropic requests into
+the raw bytes a vision worker decodes.
+
+Pure functions over already-parsed JSON values; they run on the event loop
+and do only bounded work (a base64 decode of a body the gateway already
+holds). They never open a file or a connection: a client names an image
+only by its bytes. Remote ``http(s)`` URLs are refused with a 400 (mlxd
+does not fetch them). Whether the bytes are a valid picture is decided by
+the worker (:mod:`worker.images`) off the scheduler thread.
+
+Every refusal is :func:`gateway.errors.bad_request` naming the offending
+part (``param``) with code ``invalid_image``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+from gateway.errors import APIError, bad_request
+
+MEDIA_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+"""The media types a client may declare for an image."""
+
+DETAILS = frozenset({"auto", "low", "high", "original"})
+"""The OpenAI ``detail`` values accepted (recorded; mlxd gives every image
+the model's own resolution)."""
+
+MAX_IMAGE_BYTES = 20 * 1024 * 1024
+"""The largest decoded image accepted from a client, in bytes."""
+
+
+def _invalid(message: str, param: str) -> APIError:
+    """The 400 for an unusable image part."""
+    return bad_request(message, param=param, code="invalid_image")
+
+
+def _decoded(data: Any, param: str) -> bytes:
+    """The bytes of base64 ``data``.
+
+    Raises:
+        APIError: 400 when it is not a string of valid base64, is empty,
+            or decodes to more than :data:`MAX_IMAGE_BYTES`.
+    """
+    if not isinstance(data, str) or not data:
+        raise _invalid("an image's data must be a non-empty base64 string", param)
+    if len(data) > (MAX_IMAGE_BYTES * 4) // 3 + 4:
+        raise _invalid(f"the image is larger than {MAX_IMAGE_BYTES} bytes", param)
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise _invalid("the image's data is not valid base64", param) from None
+
+
+def _media_type(value: str, param: str) -> str:
+    """``value`` lower-cased when it is an accepted image media type.
+
+    Raises:
+        APIError: 400 naming the accepted types otherwise.
+    """
+    media = value.strip().lower()
+    if media not in MEDIA_TYPES:
+        accepted = ", ".join(sorted(MEDIA_TYPES))
+        raise _invalid(f"unsupported image media type {value[:40]!r}: use one of {accepted}", param)
+    return media
+
+
+def image_from_url(url: Any, param: str) -> bytes:
+    """The bytes of an image given as a URL (OpenAI chat ``image_url.url``,
+    Responses ``input_image.image_url``).
+
+    Only ``data:<image type>;base64,<data>`` URLs are accepted.
+
+    Raises:
+        APIError: 400 for a remote ``http(s)`` URL (not fetched), any other
+            scheme, a non-image or non-base64 data URL, or bad data.
+    """
+    if not isinstance(url, str) or not url:
+        raise _invalid("an image URL must be a non-empty string", param)
+    scheme = url.split(":", 1)[0].lower() if ":" in url else ""
+    if scheme in ("http", "https"):
+        raise _invalid(
+            "remote image URLs are not fetched by this server: send the image inline as a "
+            "data:image/...;base64,... URL",
+            param,
+        )
+    if scheme != "data":
+        raise _invalid("an image URL must be a data:image/...;base64,... URL", param)
+    header, comma, data = url[5:].partition(",")
+    if not comma or not header.lower().endswith(";base64"):
+        raise _invalid("an image data URL must be base64-encoded (data:image/...;base64,...)", param)
+    _media_type(header[: -len(";base64")].split(";", 1)[0], param)
+    return _decoded(data, param)
+
+
+def openai_image_part(image_url: Any, param: str) -> bytes:
+    """The bytes of an OpenAI chat ``image_url`` part's value
+    (``{"url", "detail"?}``; ``detail`` is accepted and has no effect).
+
+    Raises:
+        APIError: 400 for an unknown key, a bad ``detail``, or a bad URL
+            (see :func:`image_from_url`).
+    """
+    if not isinstance(image_url, dict):
+        raise _invalid("'image_url' must be an object with a 'url'", param)
+    unknown = sorted(set(image_url) - {"url", "detail"})
+    if unknown:
+        raise _invalid(f"unknown field {unknown[0]!r} in 'image_url'", f"{param}.{unknown[0]}")
+    detail = image_url.get("detail")
+    if detail is not None and detail not in DETAILS:
+        raise _invalid(f"'detail' must be one of {', '.join(sorted(DETAILS))}", f"{param}.detail")
+    return image_from_url(image_url.get("url"), f"{param}.url")
+
+
+def anthropic_image_source(source: Any, param: str) -> bytes:
+    """The bytes of an Anthropic ``image`` block's ``source``: only
+    ``{"type": "base64", "media_type", "data"}`` is accepted.
+
+    Raises:
+        APIError: 400 for a ``url`` source (not fetched), a ``file`` source
+            (no Files API), an unsupported media type or bad data.
+    """
+    if not isinstance(source, dict):
+        raise _invalid("an image's 'source' must be an object", param)
+    kind = source.get("type")
+    if kind == "url":
+        raise _invalid("remote image URLs are not fetched by this server: send a base64 source", param)
+    if kind != "base64":
+        raise _invalid(f"image source type {str(kind)[:40]!r} is not supported: send a base64 source", param)
+    unknown = sorted(set(source) - {"type", "media_type", "data"})
+    if unknown:
+        raise _invalid(f"unknown field {unknown[0]!r} in the image source", f"{param}.{unknown[0]}")
+    media = source.get("media_type")
+    if not isinstance(media, str):
+        raise _invalid("an image source needs a 'media_type'", f"{param}.media_type")
+    _media_type(media, f"{param}.media_type")
+    return _decoded(source.get("data"), f"{param}.data")
