@@ -612,6 +612,8 @@ class _SnapshotCollector(Collector):
         disk_rejected = counter(
             "prefix_cache_disk_rejected", "Disk cache files rejected (truncated, corrupt or another model's)."
         )
+        drafted = counter("spec_decode_draft_tokens", "Tokens drafted by speculative decoding.")
+        accepted = counter("spec_decode_accepted_tokens", "Drafted tokens that verification accepted.")
         restarts = counter("worker_restarts", "Worker restarts since the gateway started.")
         memory = gauge("worker_memory_bytes", "Resident set size of the worker process.")
         load = gauge("model_load_time_seconds", "Duration of the last model load.")
@@ -640,6 +642,8 @@ class _SnapshotCollector(Collector):
                 disk_tokens.add_metric(labels, st.disk_cached_tokens)
                 disk_bytes.add_metric(labels, st.disk_cache_bytes)
                 disk_rejected.add_metric(labels, st.disk_cache_rejected)
+                drafted.add_metric(labels, st.draft_tokens)
+                accepted.add_metric(labels, st.draft_accepted_tokens)
                 mlx_active.add_metric(labels, st.active_memory_bytes)
                 mlx_cache.add_metric(labels, st.cache_memory_bytes)
                 mlx_peak.add_metric(labels, st.peak_memory_bytes)
@@ -661,6 +665,7 @@ class _SnapshotCollector(Collector):
         yield from (running, waiting, queries, hits, cache_bytes, budget, restarts, memory, load, state)
         yield from (mlx_active, mlx_cache, mlx_peak, working_set, estimate)
         yield from (disk_hits, disk_tokens, disk_bytes, disk_rejected)
+        yield from (drafted, accepted)
 
 
 def _rss(pid: int | None) -> int | None:

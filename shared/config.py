@@ -167,6 +167,11 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     many bits (4 or 8; 0: as computed); ``kv_group_size``: the quantization
     group size (32, 64 or 128). Decoding itself keeps full-precision KV,
     because mlx-lm's batch engine cannot batch a quantized cache.
+    ``speculative``: ``none`` (default) or ``prompt_lookup`` (n-gram
+    drafting from the prompt and output, verified in one forward pass;
+    greedy output is unchanged; see ``docs/concepts/batching.md``);
+    ``speculative_tokens``: most draft tokens per step; ``speculative_ngram``:
+    the longest suffix matched against the history.
     """
 
     name: str
@@ -196,6 +201,9 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     disk_cache_dir: str = ""
     kv_bits: int = 0
     kv_group_size: PositiveInt = 64
+    speculative: str = "none"
+    speculative_tokens: Annotated[int, msgspec.Meta(ge=1, le=64)] = 8
+    speculative_ngram: Annotated[int, msgspec.Meta(ge=1, le=16)] = 3
 
 
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -214,6 +222,9 @@ REASONING_PARSERS = ("auto", "none", "think", "think_mistral", "harmony")
 
 MODEL_KINDS = ("auto", "generate", "embedding")
 """Accepted ``kind`` values."""
+
+SPECULATIVE_MODES = ("none", "prompt_lookup")
+"""Accepted ``speculative`` values."""
 
 _DTYPES = {"auto", "float32", "float16", "bfloat16", "quantized"}
 _LOG_LEVELS = {"debug", "info", "warning", "error"}
@@ -253,6 +264,10 @@ def validate(config: Config, origin: str = "config") -> Config:
             parse_size(model.disk_cache_bytes, 0)
         except ValueError as exc:
             raise ConfigError(f"{origin}: model {model.name!r}: disk_cache_bytes: {exc}") from None
+        if model.speculative not in SPECULATIVE_MODES:
+            raise ConfigError(
+                f"{origin}: model {model.name!r}: speculative must be one of {', '.join(SPECULATIVE_MODES)}"
+            )
         if model.kv_bits not in (0, 4, 8):
             raise ConfigError(f"{origin}: model {model.name!r}: kv_bits must be 0, 4 or 8")
         if model.kv_group_size not in (32, 64, 128):

@@ -239,6 +239,8 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     :mod:`worker.disk_cache`): bytes and entries on disk now; look-ups
     served from disk and the prompt tokens they covered; entries written;
     files rejected (truncated, corrupt or another model's).
+    ``draft_tokens`` / ``draft_accepted_tokens``: speculative decoding's
+    drafted tokens and those verification accepted (0 when it is off).
     """
 
     running: int = 0
@@ -266,6 +268,8 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     disk_cached_tokens: int = 0
     disk_cache_writes: int = 0
     disk_cache_rejected: int = 0
+    draft_tokens: int = 0
+    draft_accepted_tokens: int = 0
 
 
 class Hello(msgspec.Struct, frozen=True, kw_only=True, tag="hello"):
