@@ -44,6 +44,8 @@ mlxd:prefix_cache_disk_hits_total             counter    heartbeat
 mlxd:prefix_cache_disk_tokens_total           counter    heartbeat
 mlxd:prefix_cache_disk_bytes                  gauge      heartbeat
 mlxd:prefix_cache_disk_rejected_total         counter    heartbeat
+mlxd:spec_decode_num_draft_tokens_total       counter    heartbeat
+mlxd:spec_decode_num_accepted_tokens_total    counter    heartbeat
 mlxd:worker_restarts_total                    counter    snapshot
 mlxd:worker_memory_bytes                      gauge      psutil RSS of pid
 mlxd:mlx_active_memory_bytes                  gauge      heartbeat
@@ -612,8 +614,8 @@ class _SnapshotCollector(Collector):
         disk_rejected = counter(
             "prefix_cache_disk_rejected", "Disk cache files rejected (truncated, corrupt or another model's)."
         )
-        drafted = counter("spec_decode_draft_tokens", "Tokens drafted by speculative decoding.")
-        accepted = counter("spec_decode_accepted_tokens", "Drafted tokens that verification accepted.")
+        drafted = counter("spec_decode_num_draft_tokens", "Tokens drafted by speculative decoding.")
+        accepted = counter("spec_decode_num_accepted_tokens", "Drafted tokens that verification accepted.")
         restarts = counter("worker_restarts", "Worker restarts since the gateway started.")
         memory = gauge("worker_memory_bytes", "Resident set size of the worker process.")
         load = gauge("model_load_time_seconds", "Duration of the last model load.")
