@@ -70,7 +70,8 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     asks for each sampled token's log-probability and ``top_logprobs`` for
     that many most likely alternatives. ``ignore_eos`` keeps generating past
     end-of-sequence tokens; ``min_tokens`` forbids them before that many
-    tokens were generated.
+    tokens were generated. ``speculative`` false opts this request out of
+    the model's speculative decoding (output is the same either way).
     """
 
     max_tokens: int | None = None
@@ -88,6 +89,7 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     top_logprobs: int = 0
     ignore_eos: bool = False
     min_tokens: int = 0
+    speculative: bool = True
 
 
 class SamplingDefaults(msgspec.Struct, frozen=True, kw_only=True):

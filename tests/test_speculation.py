@@ -66,8 +66,10 @@ def test_adaptive_turns_a_failing_row_off():
     spec.record(2, ADAPTIVE_MIN_DRAFTED, ADAPTIVE_MIN_DRAFTED)
     assert not spec.enabled_for(1)
     assert spec.enabled_for(2) and spec.enabled_for(3)
-    spec.forget_except([2])
+    spec.forget(1)
     assert spec.enabled_for(1)
+    spec.opt_out(4)
+    assert not spec.enabled_for(4)
 
 
 @pytest.mark.parametrize("max_tokens", [1, 2, 7, 40])

@@ -101,7 +101,6 @@ class LeanGenerationBatch(GenerationBatch):
         if self.logits_processors and self.logits_processors[0]:
             return None
         uid = self.uids[0]
-        spec.forget_except(self.uids)
         if not spec.enabled_for(uid):
             return None
         pending = int(self._next_tokens.tolist()[0])

@@ -457,6 +457,8 @@ class Scheduler:
                 logits_processors=[self._processors(adm, i)],
                 stop_sequences=[stops],
             )
+            if self.speculation is not None and not params.speculative:
+                self.speculation.opt_out(uid)
             top = params.top_logprobs if params.logprobs else None
             self._seqs[uid] = _Seq(adm.request_id, i, top)
             uids.append(uid)
@@ -552,6 +554,8 @@ class Scheduler:
         for uid in uids:
             self._seqs.pop(uid, None)
             self._marks.pop(uid, None)
+            if self.speculation is not None:
+                self.speculation.forget(uid)
         return uids
 
     def _remove_keeping_state(self, uids: list[int]) -> None:
@@ -587,6 +591,8 @@ class Scheduler:
     def _finish_seq(self, uid: int) -> None:
         seq = self._seqs.pop(uid)
         self._marks.pop(uid, None)
+        if self.speculation is not None:
+            self.speculation.forget(uid)
         uids = self._uids[seq.request_id]
         uids.remove(uid)
         if not uids:

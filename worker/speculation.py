@@ -48,6 +48,7 @@ def find_draft(history: list[int], ngram: int, limit: int) -> list[int]:
 class _RowRecord:
     drafted: int = 0
     accepted: int = 0
+    opted_out: bool = False
 
 
 @dataclass
@@ -66,9 +67,14 @@ class Speculation:
 
     def enabled_for(self, uid: int) -> bool:
         """False once row ``uid`` has drafted enough tokens to be judged and
-        accepted fewer than :data:`ADAPTIVE_MIN_RATE` of them."""
+        accepted fewer than :data:`ADAPTIVE_MIN_RATE` of them, or when
+        its request opted out (:meth:`opt_out`)."""
         record = self._rows.get(uid)
-        if record is None or record.drafted < ADAPTIVE_MIN_DRAFTED:
+        if record is None:
+            return True
+        if record.opted_out:
+            return False
+        if record.drafted < ADAPTIVE_MIN_DRAFTED:
             return True
         return record.accepted >= ADAPTIVE_MIN_RATE * record.drafted
 
@@ -80,9 +86,11 @@ class Speculation:
         self.drafted += drafted
         self.accepted += accepted
 
-    def forget_except(self, live: list[int]) -> None:
-        """Drop the records of rows not in ``live`` (finished sequences)."""
-        if len(self._rows) > len(live):
-            keep = set(live)
-            for uid in [u for u in self._rows if u not in keep]:
-                del self._rows[uid]
+    def opt_out(self, uid: int) -> None:
+        """Never draft for row ``uid`` (its request set ``speculative``
+        false)."""
+        self._rows.setdefault(uid, _RowRecord()).opted_out = True
+
+    def forget(self, uid: int) -> None:
+        """Drop row ``uid``'s record (it finished or was removed)."""
+        self._rows.pop(uid, None)

@@ -89,3 +89,19 @@ def test_cancel_while_speculating_is_clean(server, client):
     stats = settled_stats(server, SPEC)
     assert stats["running"] == 0 and stats["waiting"] == 0
     assert complete(client, SPEC, CODE, 200) == expected
+
+
+def test_request_opt_out_drafts_nothing(server, client):
+    before = settled_stats(server, SPEC)["draft_tokens"]
+    r = client.completions.create(
+        model=SPEC, prompt=CODE, max_tokens=40, temperature=0, extra_body={"speculative": False}
+    )
+    assert settled_stats(server, SPEC)["draft_tokens"] == before
+    assert (r.choices[0].text, r.usage.completion_tokens) == complete(client, PLAIN, CODE, 40)
+    bad = httpx.post(
+        f"{server.url}/v1/completions",
+        headers=server.headers,
+        json={"model": SPEC, "prompt": "x", "speculative": "yes"},
+        timeout=30,
+    )
+    assert bad.status_code == 400
