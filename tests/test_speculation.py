@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 
 from tests.tiny_model import build_tiny_model
-from worker.speculation import ADAPTIVE_MIN_DRAFTED, Speculation, find_draft
+from worker.speculation import ADAPTIVE_MIN_DRAFTED, ADAPTIVE_PAUSE_STEPS, Speculation, find_draft
 
 REPEATED = [5, 17, 99, 23, 4, 250, 31, 77, 8, 61] * 6
 
@@ -60,12 +60,15 @@ def test_find_draft_prefers_latest_and_longest_match():
     assert find_draft(history, 3, 0) == []
 
 
-def test_adaptive_turns_a_failing_row_off():
+def test_adaptive_pauses_a_failing_row_then_retries():
     spec = Speculation(tokens=4, ngram=2)
     spec.record(1, ADAPTIVE_MIN_DRAFTED, 1)
     spec.record(2, ADAPTIVE_MIN_DRAFTED, ADAPTIVE_MIN_DRAFTED)
-    assert not spec.enabled_for(1)
+    assert [spec.enabled_for(1) for _ in range(ADAPTIVE_PAUSE_STEPS)] == [False] * ADAPTIVE_PAUSE_STEPS
+    assert spec.enabled_for(1)
     assert spec.enabled_for(2) and spec.enabled_for(3)
+    spec.record(1, ADAPTIVE_MIN_DRAFTED, 1)
+    assert not spec.enabled_for(1)
     spec.forget(1)
     assert spec.enabled_for(1)
     spec.opt_out(4)

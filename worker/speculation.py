@@ -22,7 +22,13 @@ ADAPTIVE_MIN_DRAFTED = 16
 """Draft tokens a row must have proposed before its rate is judged."""
 
 ADAPTIVE_MIN_RATE = 0.25
-"""A row whose accepted/drafted rate falls below this stops drafting."""
+"""A row whose accepted/drafted rate falls below this stops drafting for
+:data:`ADAPTIVE_PAUSE_STEPS` steps."""
+
+ADAPTIVE_PAUSE_STEPS = 32
+"""Steps a row with a low acceptance rate decodes without drafting before
+it is tried again with a fresh record (the text it copies may come later,
+as when an answer re-emits a file after a sentence of its own)."""
 
 
 def find_draft(history: list[int], ngram: int, limit: int) -> list[int]:
@@ -49,6 +55,7 @@ class _RowRecord:
     drafted: int = 0
     accepted: int = 0
     opted_out: bool = False
+    paused: int = 0
 
 
 @dataclass
@@ -66,17 +73,23 @@ class Speculation:
     _rows: dict[int, _RowRecord] = field(default_factory=dict)
 
     def enabled_for(self, uid: int) -> bool:
-        """False once row ``uid`` has drafted enough tokens to be judged and
-        accepted fewer than :data:`ADAPTIVE_MIN_RATE` of them, or when
-        its request opted out (:meth:`opt_out`)."""
+        """Whether row ``uid`` drafts in this step: False when its request
+        opted out (:meth:`opt_out`), and for :data:`ADAPTIVE_PAUSE_STEPS`
+        calls once it has drafted enough tokens to be judged and accepted
+        fewer than :data:`ADAPTIVE_MIN_RATE` of them (then its record starts
+        afresh). Call once per step of the row."""
         record = self._rows.get(uid)
         if record is None:
             return True
         if record.opted_out:
             return False
-        if record.drafted < ADAPTIVE_MIN_DRAFTED:
-            return True
-        return record.accepted >= ADAPTIVE_MIN_RATE * record.drafted
+        if record.paused:
+            record.paused -= 1
+            return False
+        if record.drafted >= ADAPTIVE_MIN_DRAFTED and record.accepted < ADAPTIVE_MIN_RATE * record.drafted:
+            record.paused, record.drafted, record.accepted = ADAPTIVE_PAUSE_STEPS - 1, 0, 0
+            return False
+        return True
 
     def record(self, uid: int, drafted: int, accepted: int) -> None:
         """Count one verification of row ``uid``."""
