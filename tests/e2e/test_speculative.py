@@ -5,7 +5,9 @@ prompts full of repetition (so drafts are made and accepted), alone and
 with concurrent requests in the batch; a stream cancelled while its row is
 speculating leaves the worker clean (the same request afterwards gives the
 same text); /metrics and the worker's heartbeat count drafted and
-accepted tokens, which stay 0 for the model with speculation off."""
+accepted tokens, which stay 0 for the model with speculation off; a
+sliding-window model (cache not trimmable) has speculation turned off at
+load, with a log line."""
 
 from __future__ import annotations
 
@@ -17,8 +19,9 @@ import openai
 import pytest
 
 from tests.conftest import API_KEY, settled_stats, start_server
+from tests.tiny_model import build_tiny_model
 
-PLAIN, SPEC = "tiny-plain", "tiny-spec"
+PLAIN, SPEC, WINDOW = "tiny-plain", "tiny-spec", "tiny-window"
 CODE = "def add(a, b):\n    return a + b\n\n" * 20
 
 
@@ -30,6 +33,12 @@ def server(tiny_model_dir, tmp_path_factory):
         [
             {"name": PLAIN, **common},
             {"name": SPEC, "speculative": "prompt_lookup", "speculative_tokens": 6, **common},
+            {
+                **common,
+                "name": WINDOW,
+                "source": str(build_tiny_model(tmp_path_factory.mktemp("window"), family="gemma3_text")),
+                "speculative": "prompt_lookup",
+            },
         ],
     )
     yield srv
@@ -105,3 +114,9 @@ def test_request_opt_out_drafts_nothing(server, client):
         timeout=30,
     )
     assert bad.status_code == 400
+
+
+def test_untrimmable_cache_turns_speculation_off_with_a_log_line(server, client):
+    assert complete(client, WINDOW, CODE, 30)[1] > 0
+    assert settled_stats(server, WINDOW)["draft_tokens"] == 0
+    assert "speculative decoding turned off" in server.log_path.read_text()
