@@ -7,7 +7,8 @@ speculating leaves the worker clean (the same request afterwards gives the
 same text); /metrics and the worker's heartbeat count drafted and
 accepted tokens, which stay 0 for the model with speculation off; a
 sliding-window model (cache not trimmable) has speculation turned off at
-load, with a log line."""
+load, with a log line; rows with logprobs, penalties or a grammar decode
+as before and draft nothing."""
 
 from __future__ import annotations
 
@@ -120,3 +121,20 @@ def test_untrimmable_cache_turns_speculation_off_with_a_log_line(server, client)
     assert complete(client, WINDOW, CODE, 30)[1] > 0
     assert settled_stats(server, WINDOW)["draft_tokens"] == 0
     assert "speculative decoding turned off" in server.log_path.read_text()
+
+
+def test_rows_with_logprobs_penalties_or_json_do_not_draft(server, client):
+    before = settled_stats(server, SPEC)["draft_tokens"]
+    for extra in (
+        {"logprobs": True, "top_logprobs": 2},
+        {"frequency_penalty": 0.5},
+        {"response_format": {"type": "json_object"}},
+    ):
+        got, want = (
+            client.chat.completions.create(
+                model=m, messages=[{"role": "user", "content": CODE}], max_tokens=20, temperature=0, **extra
+            )
+            for m in (SPEC, PLAIN)
+        )
+        assert got.choices[0].message.content == want.choices[0].message.content
+    assert settled_stats(server, SPEC)["draft_tokens"] == before
