@@ -44,6 +44,8 @@ mlxd:prefix_cache_disk_hits_total             counter    heartbeat
 mlxd:prefix_cache_disk_tokens_total           counter    heartbeat
 mlxd:prefix_cache_disk_bytes                  gauge      heartbeat
 mlxd:prefix_cache_disk_rejected_total         counter    heartbeat
+mlxd:spec_decode_num_draft_tokens_total       counter    heartbeat
+mlxd:spec_decode_num_accepted_tokens_total    counter    heartbeat
 mlxd:worker_restarts_total                    counter    snapshot
 mlxd:worker_memory_bytes                      gauge      psutil RSS of pid
 mlxd:mlx_active_memory_bytes                  gauge      heartbeat
@@ -615,6 +617,8 @@ class _SnapshotCollector(Collector):
         disk_rejected = counter(
             "prefix_cache_disk_rejected", "Disk cache files rejected (truncated, corrupt or another model's)."
         )
+        drafted = counter("spec_decode_num_draft_tokens", "Tokens drafted by speculative decoding.")
+        accepted = counter("spec_decode_num_accepted_tokens", "Drafted tokens that verification accepted.")
         restarts = counter("worker_restarts", "Worker restarts since the gateway started.")
         memory = gauge("worker_memory_bytes", "Resident set size of the worker process.")
         load = gauge("model_load_time_seconds", "Duration of the last model load.")
@@ -649,6 +653,8 @@ class _SnapshotCollector(Collector):
                 disk_tokens.add_metric(labels, st.disk_cached_tokens)
                 disk_bytes.add_metric(labels, st.disk_cache_bytes)
                 disk_rejected.add_metric(labels, st.disk_cache_rejected)
+                drafted.add_metric(labels, st.draft_tokens)
+                accepted.add_metric(labels, st.draft_accepted_tokens)
                 mlx_active.add_metric(labels, st.active_memory_bytes)
                 mlx_cache.add_metric(labels, st.cache_memory_bytes)
                 mlx_peak.add_metric(labels, st.peak_memory_bytes)
@@ -670,6 +676,7 @@ class _SnapshotCollector(Collector):
         yield from (running, waiting, queries, hits, cache_bytes, budget, restarts, memory, load, state)
         yield from (disk_hits, disk_tokens, disk_bytes, disk_rejected)
         yield from (mlx_active, mlx_cache, mlx_peak, working_set, estimate, node)
+        yield from (drafted, accepted)
 
 
 def _rss(pid: int | None) -> int | None:

@@ -32,7 +32,8 @@ Supported beyond the basics: ``n`` choices (bounded per model by
 :func:`check_limits`, which needs the resolved model's limits), chat
 ``logprobs``/``top_logprobs`` (0..20 alternatives), completions
 ``logprobs`` (legacy: an int k in 0..20 turns log-probabilities on with k
-alternatives) and the extensions ``ignore_eos`` and ``min_tokens``.
+alternatives) and the extensions ``ignore_eos``, ``min_tokens`` and
+``speculative`` (false: opt out of the model's speculative decoding).
 
 Chat only (the completions endpoint refuses these fields as unknown):
 
@@ -447,6 +448,7 @@ class _SamplingFields(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     n: Choices | None = None
     ignore_eos: bool | None = None
     min_tokens: MinTokens | None = None
+    speculative: bool | None = None
 
 
 class ChatCompletionRequest(_SamplingFields, forbid_unknown_fields=True, kw_only=True):
@@ -1341,6 +1343,7 @@ def _sampling(req: ChatCompletionRequest | CompletionRequest, max_tokens: int | 
         top_logprobs=top_logprobs,
         ignore_eos=bool(req.ignore_eos),
         min_tokens=req.min_tokens or 0,
+        speculative=req.speculative is not False,
     )
 
 

@@ -177,7 +177,11 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     because mlx-lm's batch engine cannot batch a quantized cache.
     ``node``: the name of the ``[[nodes]]`` entry whose machine runs this
     model's worker (empty: this machine); the node's own config says where
-    the model's files are.
+    the model's files are.    ``speculative``: ``none`` (default) or ``prompt_lookup`` (n-gram
+    drafting from the prompt and output, verified in one forward pass;
+    greedy output is unchanged; see ``docs/concepts/batching.md``);
+    ``speculative_tokens``: most draft tokens per step; ``speculative_ngram``:
+    the longest suffix matched against the history.
     """
 
     name: str
@@ -208,6 +212,9 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     kv_bits: int = 0
     kv_group_size: PositiveInt = 64
     node: str = ""
+    speculative: str = "none"
+    speculative_tokens: Annotated[int, msgspec.Meta(ge=1, le=64)] = 8
+    speculative_ngram: Annotated[int, msgspec.Meta(ge=1, le=16)] = 3
 
 
 class McpServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -303,6 +310,9 @@ REASONING_PARSERS = ("auto", "none", "think", "think_mistral", "harmony")
 MODEL_KINDS = ("auto", "generate", "embedding")
 """Accepted ``kind`` values."""
 
+SPECULATIVE_MODES = ("none", "prompt_lookup")
+"""Accepted ``speculative`` values."""
+
 _DTYPES = {"auto", "float32", "float16", "bfloat16", "quantized"}
 _LOG_LEVELS = {"debug", "info", "warning", "error"}
 
@@ -341,6 +351,10 @@ def validate(config: Config, origin: str = "config") -> Config:
             parse_size(model.disk_cache_bytes, 0)
         except ValueError as exc:
             raise ConfigError(f"{origin}: model {model.name!r}: disk_cache_bytes: {exc}") from None
+        if model.speculative not in SPECULATIVE_MODES:
+            raise ConfigError(
+                f"{origin}: model {model.name!r}: speculative must be one of {', '.join(SPECULATIVE_MODES)}"
+            )
         if model.kv_bits not in (0, 4, 8):
             raise ConfigError(f"{origin}: model {model.name!r}: kv_bits must be 0, 4 or 8")
         if model.kv_group_size not in (32, 64, 128):

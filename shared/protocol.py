@@ -79,7 +79,8 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     asks for each sampled token's log-probability and ``top_logprobs`` for
     that many most likely alternatives. ``ignore_eos`` keeps generating past
     end-of-sequence tokens; ``min_tokens`` forbids them before that many
-    tokens were generated.
+    tokens were generated. ``speculative`` false opts this request out of
+    the model's speculative decoding (output is the same either way).
     """
 
     max_tokens: int | None = None
@@ -97,6 +98,7 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     top_logprobs: int = 0
     ignore_eos: bool = False
     min_tokens: int = 0
+    speculative: bool = True
 
 
 class SamplingDefaults(msgspec.Struct, frozen=True, kw_only=True):
@@ -248,6 +250,8 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     :mod:`worker.disk_cache`): bytes and entries on disk now; look-ups
     served from disk and the prompt tokens they covered; entries written;
     files rejected (truncated, corrupt or another model's).
+    ``draft_tokens`` / ``draft_accepted_tokens``: speculative decoding's
+    drafted tokens and those verification accepted (0 when it is off).
     """
 
     running: int = 0
@@ -275,6 +279,8 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     disk_cached_tokens: int = 0
     disk_cache_writes: int = 0
     disk_cache_rejected: int = 0
+    draft_tokens: int = 0
+    draft_accepted_tokens: int = 0
 
 
 class Hello(msgspec.Struct, frozen=True, kw_only=True, tag="hello"):

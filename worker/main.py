@@ -235,6 +235,7 @@ class Worker:
                 prefill_step_size=self.config.prefill_step_size,
                 host_sampling=host_sampling,
                 checkpoints=not cache_profile.trimmable,
+                speculation=self._speculation(cache_profile.trimmable),
             )
             memory = mlx_memory.sample()
             self.output.queue.put(
@@ -384,6 +385,30 @@ class Worker:
                 self._scheduler.submit(Abort(list(message.request_ids)))  # type: ignore[union-attr]
         return 1
 
+    def _speculation(self, trimmable: bool) -> Any:
+        """The model's :class:`~worker.speculation.Speculation` (None when
+        ``speculative`` is ``none``, or when the cache cannot be trimmed
+        back after a rejected draft: then it is turned off, with a log
+        line)."""
+        from worker.speculation import Speculation
+
+        if self.config.speculative == "none":
+            return None
+        if not trimmable:
+            log.warning(
+                "model %s: speculative decoding turned off: its cache cannot be trimmed after a rejected draft",
+                self.config.name,
+            )
+            return None
+        log.info(
+            "model %s: speculative decoding %s (k=%d, ngram=%d)",
+            self.config.name,
+            self.config.speculative,
+            self.config.speculative_tokens,
+            self.config.speculative_ngram,
+        )
+        return Speculation(tokens=self.config.speculative_tokens, ngram=self.config.speculative_ngram)
+
     def stats(self) -> WorkerStats:
         """The heartbeat counters (read on the output thread)."""
         scheduler = self._scheduler
@@ -408,6 +433,8 @@ class Worker:
             **disk_stats(cache.disk if cache else None),
             step_seconds=c.step_seconds,
             requests_timed_out=c.requests_timed_out,
+            draft_tokens=scheduler.speculation.drafted if scheduler.speculation else 0,
+            draft_accepted_tokens=scheduler.speculation.accepted if scheduler.speculation else 0,
             active_memory_bytes=c.active_memory,
             cache_memory_bytes=c.cache_memory,
             peak_memory_bytes=c.peak_memory,

@@ -212,7 +212,9 @@ class Scheduler:
     sampling and log-probabilities are computed (see :mod:`worker.decode`;
     None: NumPy on the CPU backend, MLX on a GPU). ``checkpoints``: keep
     prompt-end and message-boundary snapshots (for caches that cannot be
-    trimmed; see the module docstring).
+    trimmed; see the module docstring). ``speculation``: a
+    :class:`~worker.speculation.Speculation` turns on prompt-lookup
+    drafting (None: off; only for models whose cache can be trimmed).
     """
 
     def __init__(
@@ -227,6 +229,7 @@ class Scheduler:
         prefill_step_size: int,
         host_sampling: bool | None = None,
         checkpoints: bool = False,
+        speculation: Any = None,
     ) -> None:
         self._model = model
         self._eos = sorted(eos_token_ids)
@@ -234,6 +237,7 @@ class Scheduler:
         self.cache = cache
         self._prefill_step = prefill_step_size
         self._host_sampling = host_sampling
+        self.speculation = speculation
         # mlx-lm decodes max(completion, prefill) batch sizes together: keep
         # the prefill batch within max_batch_size so that one is the limit
         self._prefill_batch = min(prefill_batch_size, max_batch_size)
@@ -348,6 +352,7 @@ class Scheduler:
         return Engine(
             self._model,
             host_sampling=self._host_sampling,
+            speculation=self.speculation,
             max_tokens=1,
             stop_tokens=[[t] for t in self._eos],
             sampler=greedy,
@@ -452,6 +457,8 @@ class Scheduler:
                 logits_processors=[self._processors(adm, i)],
                 stop_sequences=[stops],
             )
+            if self.speculation is not None and not params.speculative:
+                self.speculation.opt_out(uid)
             top = params.top_logprobs if params.logprobs else None
             self._seqs[uid] = _Seq(adm.request_id, i, top)
             uids.append(uid)
@@ -547,6 +554,8 @@ class Scheduler:
         for uid in uids:
             self._seqs.pop(uid, None)
             self._marks.pop(uid, None)
+            if self.speculation is not None:
+                self.speculation.forget(uid)
         return uids
 
     def _remove_keeping_state(self, uids: list[int]) -> None:
@@ -582,6 +591,8 @@ class Scheduler:
     def _finish_seq(self, uid: int) -> None:
         seq = self._seqs.pop(uid)
         self._marks.pop(uid, None)
+        if self.speculation is not None:
+            self.speculation.forget(uid)
         uids = self._uids[seq.request_id]
         uids.remove(uid)
         if not uids:

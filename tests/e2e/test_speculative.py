@@ -1,0 +1,140 @@
+"""Speculative decoding (prompt lookup) through the real gateway and
+workers: two models from the same tiny weights, one with
+``speculative = "prompt_lookup"``, must return identical greedy text for
+prompts full of repetition (so drafts are made and accepted), alone and
+with concurrent requests in the batch; a stream cancelled while its row is
+speculating leaves the worker clean (the same request afterwards gives the
+same text); /metrics and the worker's heartbeat count drafted and
+accepted tokens, which stay 0 for the model with speculation off; a
+sliding-window model (cache not trimmable) has speculation turned off at
+load, with a log line; rows with logprobs, penalties or a grammar decode
+as before and draft nothing."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import re
+
+import httpx
+import openai
+import pytest
+
+from tests.conftest import API_KEY, settled_stats, start_server
+from tests.tiny_model import build_tiny_model
+
+PLAIN, SPEC, WINDOW = "tiny-plain", "tiny-spec", "tiny-window"
+CODE = "def add(a, b):\n    return a + b\n\n" * 20
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_dir, tmp_path_factory):
+    common = {"source": str(tiny_model_dir), "max_batch_size": 8, "preload": True}
+    srv = start_server(
+        tmp_path_factory.mktemp("spec"),
+        [
+            {"name": PLAIN, **common},
+            {"name": SPEC, "speculative": "prompt_lookup", "speculative_tokens": 6, **common},
+            {
+                **common,
+                "name": WINDOW,
+                "source": str(build_tiny_model(tmp_path_factory.mktemp("window"), family="gemma3_text")),
+                "speculative": "prompt_lookup",
+            },
+        ],
+    )
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0)
+
+
+def complete(client, model, prompt, max_tokens=60):
+    r = client.completions.create(model=model, prompt=prompt, max_tokens=max_tokens, temperature=0)
+    return r.choices[0].text, r.usage.completion_tokens
+
+
+def chat(client, model, content, max_tokens=60):
+    r = client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": content}], max_tokens=max_tokens, temperature=0
+    )
+    return r.choices[0].message.content
+
+
+def metric(server, name, model):
+    text = httpx.get(f"{server.url}/metrics", headers=server.headers, timeout=10).text
+    found = re.search(rf'^mlxd:{name}_total{{model="{model}"}} (\S+)$', text, re.M)
+    return float(found.group(1)) if found else None
+
+
+def test_single_stream_identical_and_drafts_accepted(server, client):
+    for prompt in (CODE, "Repeat: " + "alpha beta gamma delta " * 30, "hello"):
+        assert complete(client, SPEC, prompt) == complete(client, PLAIN, prompt)
+    assert chat(client, SPEC, CODE) == chat(client, PLAIN, CODE)
+    stats = settled_stats(server, SPEC)
+    assert stats["draft_tokens"] > 0 and stats["draft_accepted_tokens"] > 0
+    assert stats["draft_accepted_tokens"] <= stats["draft_tokens"]
+    assert settled_stats(server, PLAIN)["draft_tokens"] == 0
+    assert metric(server, "spec_decode_num_draft_tokens", SPEC) == stats["draft_tokens"]
+    assert metric(server, "spec_decode_num_accepted_tokens", SPEC) == stats["draft_accepted_tokens"]
+
+
+def test_concurrent_requests_identical(client):
+    prompts = [CODE, "x y z " * 40, "count: 1 2 3 1 2 3 1 2 3", CODE + "more", "once upon a time"]
+    expected = [complete(client, PLAIN, p, 40) for p in prompts]
+    with cf.ThreadPoolExecutor(len(prompts)) as pool:
+        got = list(pool.map(lambda p: complete(client, SPEC, p, 40), prompts))
+    assert got == expected
+
+
+def test_cancel_while_speculating_is_clean(server, client):
+    expected = complete(client, SPEC, CODE, 200)
+    stream = client.completions.create(model=SPEC, prompt=CODE, max_tokens=200, temperature=0, stream=True)
+    for i, _ in enumerate(stream):
+        if i == 5:
+            break
+    stream.close()
+    stats = settled_stats(server, SPEC)
+    assert stats["running"] == 0 and stats["waiting"] == 0
+    assert complete(client, SPEC, CODE, 200) == expected
+
+
+def test_request_opt_out_drafts_nothing(server, client):
+    before = settled_stats(server, SPEC)["draft_tokens"]
+    r = client.completions.create(
+        model=SPEC, prompt=CODE, max_tokens=40, temperature=0, extra_body={"speculative": False}
+    )
+    assert settled_stats(server, SPEC)["draft_tokens"] == before
+    assert (r.choices[0].text, r.usage.completion_tokens) == complete(client, PLAIN, CODE, 40)
+    bad = httpx.post(
+        f"{server.url}/v1/completions",
+        headers=server.headers,
+        json={"model": SPEC, "prompt": "x", "speculative": "yes"},
+        timeout=30,
+    )
+    assert bad.status_code == 400
+
+
+def test_untrimmable_cache_turns_speculation_off_with_a_log_line(server, client):
+    assert complete(client, WINDOW, CODE, 30)[1] > 0
+    assert settled_stats(server, WINDOW)["draft_tokens"] == 0
+    assert "speculative decoding turned off" in server.log_path.read_text()
+
+
+def test_rows_with_logprobs_penalties_or_json_do_not_draft(server, client):
+    before = settled_stats(server, SPEC)["draft_tokens"]
+    for extra in (
+        {"logprobs": True, "top_logprobs": 2},
+        {"frequency_penalty": 0.5},
+        {"response_format": {"type": "json_object"}},
+    ):
+        got, want = (
+            client.chat.completions.create(
+                model=m, messages=[{"role": "user", "content": CODE}], max_tokens=20, temperature=0, **extra
+            )
+            for m in (SPEC, PLAIN)
+        )
+        assert got.choices[0].message.content == want.choices[0].message.content
+    assert settled_stats(server, SPEC)["draft_tokens"] == before
