@@ -527,8 +527,11 @@ def test_parallel_false_single_call_output():
 
 
 def test_max_tool_calls_keeps_that_many_calls_and_sets_done():
-    one = '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>\n'
-    text = one * 3 + "trailing"
+    text = "".join(
+        f'<tool_call>\n{{"name": "get_time", "arguments": {{"zone": "{zone}"}}}}\n</tool_call>\n'
+        for zone in ("UTC", "CET", "EST")
+    )
+    text += "trailing"
     for how, pieces in chunkings(text).items():
         p = make_parser(tool_format="hermes", reasoning_format=None, tools=TOOLS, max_tool_calls=2)
         deltas = [p.feed(piece) for piece in pieces] + [p.finish()]
@@ -537,6 +540,41 @@ def test_max_tool_calls_keeps_that_many_calls_and_sets_done():
         assert "trailing" not in "".join(d.content for d in deltas), how
     unlimited = run([text], tool_format="hermes")
     assert len(unlimited.parsed_calls) == 3 and "trailing" in unlimited.content
+
+
+def test_a_repeated_call_ends_the_turn_and_is_dropped():
+    """Small models repeat a forced call until their token limit: in a
+    forced turn the first repeat (same name, same arguments as JSON) ends
+    the turn; elsewhere identical calls are kept."""
+    first = '<tool_call>\n{"name": "get_time", "arguments": {"zone": "UTC"}}\n</tool_call>\n'
+    other = '<tool_call>\n{"name": "get_time", "arguments": {"zone": "CET"}}\n</tool_call>\n'
+    repeat = '<tool_call>\n{"name":"get_time","arguments":{ "zone" : "UTC" }}\n</tool_call>\n'
+    text = first + other + repeat + other + "trailing"
+    for how, pieces in chunkings(text).items():
+        p = make_parser(tool_format="hermes", reasoning_format=None, tools=TOOLS, end_on_repeat=True)
+        deltas = [p.feed(piece) for piece in pieces] + [p.finish()]
+        assert p.done, how
+        calls = [tc for d in deltas for tc in d.tool_calls]
+        assert sorted({tc.index for tc in calls}) == [0, 1], how
+        assert [tc.name for tc in calls if tc.name] == ["get_time", "get_time"], how
+        args = {i: "".join(tc.arguments for tc in calls if tc.index == i) for i in (0, 1)}
+        assert [json.loads(a)["zone"] for a in args.values()] == ["UTC", "CET"], how
+        assert "trailing" not in "".join(d.content for d in deltas), how
+    assert len(run([text], tool_format="hermes").parsed_calls) == 4
+
+
+def test_a_call_still_open_at_the_end_is_released():
+    """A later call held for the repeat check still reaches the client when
+    generation ends inside it."""
+    text = (
+        '<tool_call>\n{"name": "get_time", "arguments": {"zone": "UTC"}}\n</tool_call>\n'
+        '<tool_call>\n{"name": "get_time", "arguments": {"zone": "CET"}}'
+    )
+    p = make_parser(tool_format="hermes", reasoning_format=None, tools=TOOLS, end_on_repeat=True)
+    deltas = [p.feed(text), p.finish()]
+    calls = [tc for d in deltas for tc in d.tool_calls]
+    args = ["".join(tc.arguments for tc in calls if tc.index == i) for i in (0, 1)]
+    assert [json.loads(a) for a in args] == [{"zone": "UTC"}, {"zone": "CET"}]
 
 
 def test_whitespace_after_last_call_is_dropped_but_content_kept():

@@ -67,6 +67,7 @@ def _parser(spec: Any) -> Any:
         tools=spec.tools,
         thinking_open=spec.thinking_open,
         max_tool_calls=spec.max_tool_calls,
+        end_on_repeat=spec.end_on_repeat,
     )
 
 

@@ -66,13 +66,15 @@ class OutputSpec:
     (None: no tool parsing), the reasoning format (None: no split), the
     offered tools, whether the prompt already opened a reasoning block, and
     the most tool calls kept (None: no limit; see
-    :meth:`PromptBuilder.max_tool_calls`)."""
+    :meth:`PromptBuilder.max_tool_calls`); ``end_on_repeat``: a forced
+    (``required``) turn ends at the first call that repeats an earlier one."""
 
     tool_format: str | None
     reasoning_format: str | None
     tools: list[Tool] | None
     thinking_open: bool
     max_tool_calls: int | None
+    end_on_repeat: bool = False
 
 
 @dataclass(frozen=True)
@@ -407,6 +409,7 @@ class PromptBuilder:
             tools=offered,
             thinking_open=thinking_open,
             max_tool_calls=self.max_tool_calls(request),
+            end_on_repeat=request.tool_choice == "required",
         )
 
     def max_tool_calls(self, request: GenerateRequest) -> int | None:

@@ -67,7 +67,9 @@ def test_required_stops_after_max_tool_calls_per_turn(oai):
     choice = r.choices[0]
     assert choice.finish_reason == "tool_calls"
     calls = _calls(choice.message)
-    assert len(calls) == PER_TURN, calls
+    # at most the configured number; a repeat of an earlier call ends the turn sooner
+    assert 1 <= len(calls) <= PER_TURN, calls
+    assert len({json.dumps(c, sort_keys=True) for c in calls}) == len(calls), calls
     assert all(name in ("set_unit", "set_mode") for name, _ in calls)
     assert r.usage.completion_tokens < 600
 

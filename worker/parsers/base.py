@@ -117,15 +117,28 @@ class ToolCallSink:
     the call's arguments are complete. With ``max_calls`` set (None: no
     limit; 1 when parallel calls are off), closing that many calls sets
     :attr:`done`; parsers then drop everything else.
+
+    With ``end_on_repeat`` (forced calls), a call that repeats an earlier
+    call of the same choice (same name, same arguments as JSON) ends the
+    turn instead: it is dropped and :attr:`done` is set (small models repeat
+    a forced call until their token limit). So that a repeat can be
+    dropped, the pieces of every call after the first are then held until
+    the call closes; :meth:`finish` releases a call still open at the end
+    of generation. Without it, identical calls are kept (a model may mean
+    to call a tool twice).
     :meth:`take` returns and clears the pieces gathered so far.
     """
 
-    def __init__(self, max_calls: int | None = None) -> None:
+    def __init__(self, max_calls: int | None = None, end_on_repeat: bool = False) -> None:
         self.max_calls = max_calls
+        self.end_on_repeat = end_on_repeat
         self.count = 0
         self.closed = 0
         self.done = False
         self._pending: list[ToolCallDelta] = []
+        self._held: list[ToolCallDelta] = []
+        self._calls: dict[int, tuple[str, list[str]]] = {}
+        self._seen: set[tuple[str, str]] = set()
 
     @property
     def saw(self) -> bool:
@@ -136,25 +149,56 @@ class ToolCallSink:
         """Start a call named ``name``; returns its index."""
         index = self.count
         self.count += 1
-        self._pending.append(ToolCallDelta(index=index, id=new_call_id(), name=name, arguments=arguments))
+        self._calls[index] = (name, [arguments])
+        self._queue(ToolCallDelta(index=index, id=new_call_id(), name=name, arguments=arguments))
         return index
 
     def append(self, index: int, arguments: str) -> None:
         """Add ``arguments`` text to call ``index``."""
         if arguments:
-            self._pending.append(ToolCallDelta(index=index, arguments=arguments))
+            self._calls[index][1].append(arguments)
+            self._queue(ToolCallDelta(index=index, arguments=arguments))
 
     def close(self, index: int) -> None:
-        """Call ``index`` is complete."""
+        """Call ``index`` is complete (see the class docstring for repeats)."""
+        name, parts = self._calls.pop(index, ("", []))
+        key = (name, _canonical_arguments("".join(parts)))
+        if self.end_on_repeat and key in self._seen:
+            self._held = []
+            self.count -= 1
+            self.done = True
+            return
+        self._seen.add(key)
+        self._pending += self._held
+        self._held = []
         self.closed += 1
         if self.max_calls is not None and self.closed >= self.max_calls:
             self.done = True
+
+    def finish(self) -> None:
+        """End of generation: release the pieces of a call still open."""
+        self._pending += self._held
+        self._held = []
+
+    def _queue(self, delta: ToolCallDelta) -> None:
+        """Pieces of the first call stream at once; with ``end_on_repeat``
+        later calls are held until they close."""
+        (self._held if self.end_on_repeat and delta.index > 0 else self._pending).append(delta)
 
     def take(self) -> list[ToolCallDelta]:
         """The pieces gathered since the last call, merged, and forget them."""
         out = merge_tool_deltas(self._pending)
         self._pending = []
         return out
+
+
+def _canonical_arguments(text: str) -> str:
+    """``text`` as canonical JSON (sorted keys, no spaces) when it parses,
+    else stripped: two calls with the same arguments compare equal."""
+    try:
+        return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))
+    except ValueError:
+        return text.strip()
 
 
 def find_first(text: str, markers: Iterable[str], start: int = 0) -> tuple[int, str]:

@@ -97,7 +97,8 @@ class ComposedParser:
         out = self._through(self.first.finish_segments() if self.first else [])
         if self.second is not None and not self.sink.done:
             out.extend(self.second.finish())
-        return out
+        self.sink.finish()
+        return out.extend(ParsedDelta(tool_calls=self.sink.take()))
 
     def _through(self, segments: list[tuple[str, str]]) -> ParsedDelta:
         """Run the first stage's segments, in order, through the tool stage;
@@ -124,6 +125,7 @@ def make_parser(
     tools: list[Any] | None,
     thinking_open: bool = False,
     max_tool_calls: int | None = None,
+    end_on_repeat: bool = False,
 ) -> OutputParser:
     """A fresh parser for one request's (one choice's) output.
 
@@ -132,7 +134,9 @@ def make_parser(
     the prompt already opened the reasoning block, so the output starts as
     reasoning. ``max_tool_calls`` (None: no limit; 1 when parallel calls
     are off) keeps only that many complete calls and then sets ``done``
-    (the worker should stop generating).
+    (the worker should stop generating). ``end_on_repeat``: a call that
+    repeats an earlier one ends the turn (for forced calls; see
+    :class:`~worker.parsers.base.ToolCallSink`).
     Harmony as either format yields one parser handling channels and calls.
     Unknown format names raise ValueError.
     """
@@ -140,7 +144,7 @@ def make_parser(
         raise ValueError(f"unknown tool format {tool_format!r}; expected one of {TOOL_FORMATS}")
     if reasoning_format is not None and reasoning_format not in REASONING_FORMATS:
         raise ValueError(f"unknown reasoning format {reasoning_format!r}; expected one of {REASONING_FORMATS}")
-    sink = ToolCallSink(max_calls=max_tool_calls)
+    sink = ToolCallSink(max_calls=max_tool_calls, end_on_repeat=end_on_repeat)
     use_tools = tool_format is not None and bool(tools)
     first: Any | None = None
     second: Any | None = None

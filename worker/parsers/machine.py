@@ -81,6 +81,7 @@ class ToolTextParser:
             self._run(True)
             if not self.sink.done:
                 self._end()
+        self.sink.finish()
         self.buf = ""
         return self._take_segments()
 
