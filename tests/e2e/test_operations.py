@@ -565,7 +565,7 @@ def test_ttl_zero_unloads_after_each_request(tiny_model_dir, tmp_path):
             status = srv.worker("once")
             assert status["incarnation"] == incarnation
             wait_for(lambda: srv.worker("once")["state"] == "unloaded", timeout=15)
-            wait_for(lambda pid=status["pid"]: gone(pid), timeout=10)
+            wait_for(lambda pid=status["pid"]: gone(pid), timeout=30)  # a busy machine slows the exit
     finally:
         srv.stop()
 
