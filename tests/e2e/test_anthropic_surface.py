@@ -396,3 +396,19 @@ def test_clear_thinking_edit_is_applied_and_reported(thinker):
     )
     assert count.input_tokens == m.usage.input_tokens + m.usage.cache_read_input_tokens
     assert count.context_management.original_input_tokens == count.input_tokens + applied.cleared_input_tokens
+
+
+def test_max_tokens_is_a_ceiling_within_the_context(claude, tiny_server):
+    """Anthropic's required ``max_tokens`` is cut to the room the prompt
+    leaves (clients send 32k-64k to any model); a prompt that leaves no room
+    is still a 400."""
+    context = tiny_server.worker(TINY)["context_length"]
+    filler = [{"role": "user", "content": "word " * (context - 60)}]
+    counted = claude.messages.count_tokens(model=TINY, messages=filler).input_tokens
+    assert 0 < context - counted <= 120, counted  # little room left
+    message = claude.messages.create(model=TINY, max_tokens=20000, messages=filler, **GREEDY)
+    assert message.usage.input_tokens + message.usage.cache_read_input_tokens == counted
+    assert message.usage.output_tokens <= context - counted
+    too_long = [{"role": "user", "content": "word " * (context + 10)}]
+    with pytest.raises(anthropic.BadRequestError):
+        claude.messages.create(model=TINY, max_tokens=20000, messages=too_long)
