@@ -77,7 +77,11 @@ def test_tiny_vlm_batches_an_image_request_with_a_text_request(tiny_vlm):
     from worker.vision_inputs import prepare
 
     model, processor = tiny_vlm
-    picture = Image.effect_noise((64, 64), 90).convert("RGB")
+    # a fixed picture (Image.effect_noise draws from the C library's rand(), whose
+    # state depends on what ran before in the process)
+    import numpy as np
+
+    picture = Image.fromarray(np.random.default_rng(7).integers(0, 256, (64, 64, 3), dtype=np.uint8), "RGB")
     png = io.BytesIO()
     picture.save(png, format="PNG")
     with_image = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What?"}]}]
