@@ -13,7 +13,7 @@ import ipaddress
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
 import msgspec
 
@@ -503,17 +503,31 @@ def load_config(path: str | os.PathLike[str]) -> Config:
             wrong types, or breaks a rule of :func:`validate`.
     """
     origin = str(path)
+    config = _decode_file(path, Config)
+    return validate(config, origin)
+
+
+_T = TypeVar("_T")
+
+
+def _decode_file(path: str | os.PathLike[str], kind: type[_T]) -> _T:
+    """The TOML file at ``path`` decoded as ``kind`` (no rules checked).
+
+    Raises:
+        ConfigError: the file is unreadable, not TOML, or has unknown keys
+            or wrong types (named by path).
+    """
+    origin = str(path)
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
         raise ConfigError(f"{origin}: cannot read: {exc.strerror}") from exc
     try:
-        config = msgspec.toml.decode(data, type=Config)
+        return msgspec.toml.decode(data, type=kind)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"{origin}: {exc}") from exc
     except msgspec.DecodeError as exc:
         raise ConfigError(f"{origin}: not valid TOML: {exc}") from exc
-    return validate(config, origin)
 
 
 def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
@@ -525,16 +539,7 @@ def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
             clients, or a model entry breaking :func:`validate`'s rules.
     """
     origin = str(path)
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"{origin}: cannot read: {exc.strerror}") from exc
-    try:
-        config = msgspec.toml.decode(data, type=NodeConfig)
-    except msgspec.ValidationError as exc:
-        raise ConfigError(f"{origin}: {exc}") from exc
-    except msgspec.DecodeError as exc:
-        raise ConfigError(f"{origin}: not valid TOML: {exc}") from exc
+    config = _decode_file(path, NodeConfig)
     if not config.node.listen.startswith("tcp://"):
         raise ConfigError(f"{origin}: node.listen must be tcp://host:port")
     if not config.node.allowed_clients:
