@@ -83,11 +83,13 @@ class EmbeddingScheduler:
 
     ``emit`` takes ready contract messages (thread-safe and non-blocking,
     e.g. the output thread's queue ``put``). ``max_batch_size`` is the most
-    inputs encoded in one step. ``cache`` is always None (there is no
-    prefix cache; the heartbeat code reads it).
+    inputs encoded in one step. ``cache`` and ``speculation`` are always
+    None (no prefix cache, no drafting; the heartbeat code reads both, as
+    on a generation scheduler).
     """
 
     cache = None
+    speculation = None
 
     def __init__(self, model: EmbeddingModel, emit: Callable[[object], None], *, max_batch_size: int) -> None:
         self._model = model
