@@ -94,11 +94,9 @@ async def create_embeddings(request: Request) -> Response:
 def _answer(body: EmbeddingRequest, model: str, output: RequestOutput) -> Response:
     """The response object for a finished request's ``output``."""
     count = len(body.input) if isinstance(body.input, list) and not isinstance(body.input[0], int) else 1
-    dim = output.embedding_dim
-    data = output.embeddings
-    if data is None or dim <= 0 or len(data) != count * dim * 4:
+    rows = embedding_rows(output, count)
+    if rows is None:
         return error_response(APIError(500, "The model worker returned malformed embeddings", code="internal_error"))
-    rows = [data[i * dim * 4 : (i + 1) * dim * 4] for i in range(count)]
     return Response(
         embeddings_body(rows, body.encoding_format, model, output.prompt_tokens), media_type=JSON_MEDIA_TYPE
     )
@@ -110,7 +108,7 @@ def embeddings_body(rows: list[bytes], encoding_format: str, model: str, prompt_
     if encoding_format == "base64":
         values: list[Union[list[float], str]] = [base64.b64encode(row).decode("ascii") for row in rows]
     else:
-        values = [_floats(row) for row in rows]
+        values = [floats_of(row) for row in rows]
     return _encoder.encode(
         EmbeddingList(
             data=[Embedding(index=i, embedding=value) for i, value in enumerate(values)],
@@ -120,7 +118,17 @@ def embeddings_body(rows: list[bytes], encoding_format: str, model: str, prompt_
     )
 
 
-def _floats(row: bytes) -> list[float]:
+def embedding_rows(output: RequestOutput, count: int) -> list[bytes] | None:
+    """``count`` vectors of an embedding worker's ``output``, each as
+    little-endian float32 bytes in input order; None when the output does
+    not hold exactly that many vectors."""
+    dim, data = output.embedding_dim, output.embeddings
+    if data is None or dim <= 0 or len(data) != count * dim * 4:
+        return None
+    return [data[i * dim * 4 : (i + 1) * dim * 4] for i in range(count)]
+
+
+def floats_of(row: bytes) -> list[float]:
     """Little-endian float32 bytes as Python floats (exactly those values)."""
     values = array("f")
     values.frombytes(row)

@@ -40,7 +40,7 @@ from typing import Any, AsyncIterator
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
-from gateway.embeddings_routes import _floats
+from gateway.embeddings_routes import embedding_rows, floats_of
 from gateway.engine_api import Engine, ModelInfo, RequestStream
 from gateway.errors import APIError, bad_request
 from gateway.model_paths import cached_snapshot, local_path, source_bytes
@@ -282,12 +282,10 @@ async def _embedding(request: Request, kind: type) -> Response:
     def answer(result: tuple[RequestOutput]) -> Response:
         output = result[0]
         timing.mark_output()
-        dim = output.embedding_dim
-        data = output.embeddings or b""
-        count = len(work.texts or ())
-        if dim <= 0 or len(data) != count * dim * 4:
+        rows = embedding_rows(output, len(work.texts or ()))
+        if rows is None:
             return ollama_error_response(APIError(500, "The model worker returned malformed embeddings"))
-        vectors = [_floats(data[i * dim * 4 : (i + 1) * dim * 4]) for i in range(count)]
+        vectors = [floats_of(row) for row in rows]
         if isinstance(body, OllamaEmbeddingsRequest):
             return Response(encode({"embedding": vectors[0]}), media_type=JSON_MEDIA_TYPE)
         durations = timing.durations()
