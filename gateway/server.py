@@ -74,6 +74,17 @@ def _head_bytes(request: h11.Request) -> int:
     return len(request.method) + len(request.target) + sum(len(n) + len(v) for n, v in request.headers)
 
 
+def _path_of_partial_head(data: bytes) -> str:
+    """The request path in the first line of ``data`` (an unparsed, possibly
+    incomplete head), or "" when that line is not complete or not a request
+    line. Used to pick the error shape for a head h11 refused mid-read."""
+    line, sep, _ = data.partition(b"\r\n")
+    parts = line.split(b" ")
+    if not sep or len(parts) != 3 or not parts[1].startswith(b"/"):
+        return ""
+    return parts[1].partition(b"?")[0].decode("latin-1")
+
+
 class _HeadLimitedConnection(h11.Connection):
     """A server-side h11 connection that bounds complete request heads too.
 
@@ -95,6 +106,7 @@ class _HeadLimitedConnection(h11.Connection):
             event = super().next_event()
         except h11.RemoteProtocolError as exc:
             self.error_status = exc.error_status_hint
+            self.error_path = _path_of_partial_head(self.trailing_data[0])
             raise
         if isinstance(event, h11.Request) and _head_bytes(event) > self.max_head:
             self.error_status, self.error_path = 431, event.target.partition(b"?")[0].decode("latin-1")
