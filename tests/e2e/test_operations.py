@@ -7,6 +7,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import os
 import plistlib
+import re
 import shutil
 import signal
 import subprocess
@@ -45,6 +46,9 @@ def wait_for(predicate, timeout=30.0, interval=0.1):
 
 
 def gone(pid):
+    """Whether process ``pid`` has exited (a zombie counts); ``pid`` must
+    be a number (psutil reads None as this test process itself)."""
+    assert isinstance(pid, int), pid
     try:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
@@ -562,10 +566,13 @@ def test_ttl_zero_unloads_after_each_request(tiny_model_dir, tmp_path):
     try:
         for incarnation in (1, 2):
             assert ask(srv, "once").usage.completion_tokens == 3
-            status = srv.worker("once")
-            assert status["incarnation"] == incarnation
+            # the unload can finish before /health is read (its pid is then
+            # None): take the worker's pid from the gateway's start line
             wait_for(lambda: srv.worker("once")["state"] == "unloaded", timeout=15)
-            wait_for(lambda pid=status["pid"]: gone(pid), timeout=30)  # a busy machine slows the exit
+            assert srv.worker("once")["incarnation"] == incarnation
+            started = re.findall(r"started worker for once \(pid (\d+)\)", srv.log_path.read_text())
+            assert len(started) == incarnation, started
+            wait_for(lambda pid=int(started[-1]): gone(pid), timeout=30)  # a busy machine slows the exit
     finally:
         srv.stop()
 
