@@ -176,6 +176,19 @@ def reload(config: Config) -> int:
     return 0
 
 
+def _config_error(exc: Exception, as_service: bool) -> int:
+    """Print why the config cannot be used; return the exit status: 2, or
+    :data:`SERVICE_CONFIG_ERROR_EXIT` under launchd (so it stays stopped)."""
+    print(f"mlxd: {exc}", file=sys.stderr)
+    if not as_service:
+        return 2
+    print(
+        "mlxd: not starting, and launchd will not restart it: fix the config, then run `mlxd install` again",
+        file=sys.stderr,
+    )
+    return SERVICE_CONFIG_ERROR_EXIT
+
+
 def service(command: str, config_path: str, config: Config | None, dry_run: bool, env: Sequence[str] = ()) -> int:
     """Run one launchd command; return the exit code. ``env`` holds the
     ``--env NAME=VALUE`` items of ``install``."""
@@ -242,25 +255,17 @@ def main(argv: list[str] | None = None) -> int:
     overrides = (config_path, getattr(args, "host", None), getattr(args, "port", None), as_service)
     try:
         config = None if command == "uninstall" else _load(*overrides)
-    except ConfigError as exc:
-        print(f"mlxd: {exc}", file=sys.stderr)
-        if as_service:
-            print(
-                "mlxd: not starting, and launchd will not restart it: fix the config, then run `mlxd install` again",
-                file=sys.stderr,
-            )
-            return SERVICE_CONFIG_ERROR_EXIT
-        return 2
-    if command == "serve":
-        assert config is not None
-        if config.nodes:
+        if command == "serve" and config is not None and config.nodes:
             from shared.sockets import CurveKeyError, read_key_pair
 
             try:
                 read_key_pair(config.server.curve_public_key_file, config.server.curve_secret_key_file)
             except CurveKeyError as exc:
-                print(f"mlxd: {exc}", file=sys.stderr)
-                return 2
+                raise ConfigError(str(exc)) from exc
+    except ConfigError as exc:
+        return _config_error(exc, as_service)
+    if command == "serve":
+        assert config is not None
         return serve(config, config_path, lambda: _load(*overrides))
     if command == "reload":
         assert config is not None

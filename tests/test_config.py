@@ -183,3 +183,26 @@ def test_mcp_servers_are_decoded_with_defaults(tmp_path):
 def test_bad_mcp_servers_are_refused(tmp_path, entries, message):
     with pytest.raises(ConfigError, match=message):
         _mcp_config(tmp_path, entries)
+
+
+def test_service_exits_0_on_a_missing_curve_key_so_launchd_stops(tmp_path, capsys):
+    """A gateway with ``[[nodes]]`` whose own CURVE key files are missing is
+    a config error too: 2 from a terminal, 0 (stay stopped) under launchd."""
+    from gateway.cli import SERVICE_CONFIG_ERROR_EXIT, main
+    from shared.sockets import write_key_pair
+
+    public, _ = write_key_pair(tmp_path / "keys", "node")
+    node_key = public.read_text().strip()
+    text = (
+        "[server]\n"
+        f'curve_public_key_file = "{tmp_path / "missing.pub"}"\n'
+        f'curve_secret_key_file = "{tmp_path / "missing.key"}"\n'
+        '[[models]]\nname = "a"\nnode = "mac2"\n'
+        f'[[nodes]]\nname = "mac2"\naddress = "tcp://127.0.0.1:5999"\npublic_key = "{node_key}"\n'
+    )
+    config = write(tmp_path, text)
+    assert main(["serve", "--config", str(config)]) == 2
+    assert "missing.pub" in capsys.readouterr().err
+    assert main(["serve", "--config", str(config), "--service"]) == SERVICE_CONFIG_ERROR_EXIT
+    err = capsys.readouterr().err.splitlines()
+    assert "missing.pub" in err[0] and "launchd will not restart it" in err[1]
