@@ -1,6 +1,6 @@
 """The prefix cache's disk tier through real gateways and workers: a long
 prompt repeated after an mlxd restart is served from disk with the cold
-answer (a KV model and a linear-attention hybrid), and truncated files or
+answer (every cache family), and truncated files or
 another model's files are rejected, never loaded, never a crash."""
 
 from __future__ import annotations
@@ -142,3 +142,41 @@ def test_idle_unload_keeps_the_disk_entries(tmp_path):
         assert warm.choices[0].message.content == cold.choices[0].message.content
     finally:
         server.stop()
+
+
+def test_every_family_resumes_from_disk_after_restart(tmp_path):
+    """For each cache family mlxd serves (plain KV, sliding window, linear
+    attention and state-space hybrids, sinks, MLA): a long prompt asked
+    before an mlxd restart is served from disk after it, with the cold
+    answer."""
+    from tests.tiny_model import FAMILIES
+
+    models = [
+        {
+            "name": family,
+            "source": str(build_tiny_model(tmp_path / "models" / family, family=family)),
+            "disk_cache_bytes": "64MiB",
+            "disk_cache_dir": str(tmp_path / "disk" / family),
+        }
+        for family in FAMILIES
+    ]
+    cold = {}
+    for run in ("cold", "resumed"):
+        run_dir = tmp_path / run
+        run_dir.mkdir()
+        server = start_server(run_dir, models)
+        try:
+            c = client(server)
+            for family in FAMILIES:
+                r = ask(c, family, PROMPT + family)
+                details = r.usage.prompt_tokens_details
+                if run == "cold":
+                    assert details.cached_tokens < 30, family
+                    cold[family] = r.choices[0].message.content
+                    wait_for_disk(server, family)
+                else:
+                    assert details.cached_tokens > r.usage.prompt_tokens // 2, (family, r.usage)
+                    assert details.model_extra["disk_cached_tokens"] == details.cached_tokens, family
+                    assert r.choices[0].message.content == cold[family], family
+        finally:
+            server.stop()
