@@ -130,17 +130,25 @@ def _load(path: str, host: str | None = None, port: int | None = None, service: 
     return validate(msgspec.structs.replace(config, server=server), path)
 
 
-def serve(config: Config, config_path: str, loader: Callable[[], Config] | None = None) -> int:
+def serve(
+    config: Config, config_path: str, loader: Callable[[], Config] | None = None, *, as_service: bool = False
+) -> int:
     """Run the server until it is stopped; return the exit code.
 
     ``loader`` re-reads the config on reload (default: the file alone,
     without command-line overrides). Raises the open-file limit first
-    (see :mod:`gateway.file_limit`).
+    (see :mod:`gateway.file_limit`). ``as_service`` (launchd): first roll
+    over launchd's own stdout/stderr files when they are over
+    ``log_max_bytes`` (see :func:`gateway.launchd.rotate_service_streams`).
     """
     from gateway.file_limit import files_needed, raise_file_limit
     from gateway.server import run
 
     server = config.server
+    if as_service:
+        from gateway.launchd import default_log_dir, rotate_service_streams
+
+        rotate_service_streams(default_log_dir(), parse_size(server.log_max_bytes, 0), server.log_backups)
     if server.log_file:
         Path(server.log_file).expanduser().parent.mkdir(parents=True, exist_ok=True)
     setup_logging(
@@ -266,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         return _config_error(exc, as_service)
     if command == "serve":
         assert config is not None
-        return serve(config, config_path, lambda: _load(*overrides))
+        return serve(config, config_path, lambda: _load(*overrides), as_service=as_service)
     if command == "reload":
         assert config is not None
         return reload(config)

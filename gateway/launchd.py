@@ -124,6 +124,44 @@ def default_log_dir() -> Path:
     return Path.home() / "Library" / "Logs" / "mlxd"
 
 
+def rotate_service_streams(
+    log_dir: Path, max_bytes: int, backups: int, streams: Sequence[tuple[int, str]] = ((1, OUT_LOG), (2, ERR_LOG))
+) -> list[Path]:
+    """Roll over the files launchd writes the agent's stdout and stderr to
+    (``log_dir``/:data:`OUT_LOG` and :data:`ERR_LOG`) when one has grown
+    past ``max_bytes`` (0: never): ``<file>`` becomes ``<file>.1`` (older
+    ones shift up to ``<file>.<backups>``; the oldest is dropped) and the
+    descriptor is pointed at a fresh ``<file>`` with ``dup2``. launchd opens
+    these files itself and never rotates them, so this runs once at each
+    service start. A descriptor that is not that file (a terminal, another
+    path) is left alone. ``streams`` pairs each descriptor with its file
+    name. Returns the files rolled over; never raises for a missing or
+    unreadable file (it is then left as it is)."""
+    rolled: list[Path] = []
+    if max_bytes <= 0:
+        return rolled
+    for fd, name in streams:
+        path = log_dir / name
+        try:
+            here, there = os.fstat(fd), path.stat()
+            if (here.st_dev, here.st_ino) != (there.st_dev, there.st_ino) or there.st_size <= max_bytes:
+                continue
+            for n in range(backups - 1, 0, -1):
+                older = path.with_name(f"{name}.{n}")
+                if older.exists():
+                    os.replace(older, path.with_name(f"{name}.{n + 1}"))
+            os.replace(path, path.with_name(f"{name}.1"))
+            fresh = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+                os.dup2(fresh, fd)
+            finally:
+                os.close(fresh)
+            rolled.append(path)
+        except OSError:
+            continue
+    return rolled
+
+
 def exit_timeout_for(drain_timeout: float) -> int:
     """The ExitTimeOut (whole seconds) for a server draining for
     ``drain_timeout`` seconds: strictly larger, by :data:`EXIT_TIMEOUT_MARGIN`.

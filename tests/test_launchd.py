@@ -601,3 +601,26 @@ def test_format_status_one_line_per_fact():
 )
 def test_health_url_for(host, url):
     assert launchd.health_url_for(host, 8000) == url
+
+
+def test_service_start_rolls_over_launchds_own_log_files(tmp_path):
+    """launchd never rotates the stdout/stderr files it opens for the
+    agent: a service start rolls one over when it is past the size limit
+    and points the descriptor at a fresh file; a small one and a
+    descriptor that is not that file are left alone."""
+    big, small = tmp_path / launchd.OUT_LOG, tmp_path / launchd.ERR_LOG
+    big.write_text("x" * 200)
+    small.write_text("y" * 10)
+    (tmp_path / f"{launchd.OUT_LOG}.1").write_text("older")
+    elsewhere = tmp_path / "terminal"
+    with open(big, "a") as out, open(small, "a") as err, open(elsewhere, "a") as other:
+        streams = ((out.fileno(), launchd.OUT_LOG), (err.fileno(), launchd.ERR_LOG), (other.fileno(), "mlxd.other.log"))
+        rolled = launchd.rotate_service_streams(tmp_path, 100, backups=3, streams=streams)
+        assert rolled == [big]
+        os.write(out.fileno(), b"after")
+        os.write(err.fileno(), b"more")
+    assert big.read_text() == "after"
+    assert (tmp_path / f"{launchd.OUT_LOG}.1").read_text() == "x" * 200
+    assert (tmp_path / f"{launchd.OUT_LOG}.2").read_text() == "older"
+    assert small.read_text() == "y" * 10 + "more"
+    assert launchd.rotate_service_streams(tmp_path, 0, backups=3, streams=streams[:1]) == []
