@@ -1,9 +1,12 @@
 """An MCP server for the tests, written with the official ``mcp`` SDK.
 
 Tools: ``add`` (arithmetic), ``lookup`` (a fixed capital-city table),
-``nap`` (one second), ``fail`` (a tool error), ``hang`` (sleeps far past any test timeout) and
-``crash`` (the process exits mid-call); the last three take no arguments,
-so a model forced to call them always sends valid ones. Run ``python -m tests.mcp_server``
+``nap`` (one second), ``fail`` (a tool error), ``refuse`` (a JSON-RPC error
+reply, code :data:`REFUSED`), ``hang`` (sleeps far past any test timeout) and
+``crash`` (the process exits mid-call); the last four take no arguments,
+so a model forced to call them always sends valid ones. ``picky`` answers a
+JSON-RPC invalid-params error unless its ``word`` is ``please``; ``pid``
+returns the server's process id (a restart changes it). Run ``python -m tests.mcp_server``
 for stdio, or with ``http PORT`` for streamable HTTP on 127.0.0.1.
 """
 
@@ -14,8 +17,13 @@ import os
 import sys
 
 from mcp.server.mcpserver import MCPServer
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
 
 server = MCPServer("mlxd-test")
+
+REFUSED = -32010
+"""The JSON-RPC error code ``refuse`` answers."""
 
 CAPITALS = {"france": "Paris", "japan": "Tokyo", "peru": "Lima"}
 
@@ -39,6 +47,26 @@ def lookup(country: str) -> str:
 def fail() -> str:
     """Always fails with a tool error."""
     raise RuntimeError("the fail tool failed")
+
+
+@server.tool()
+def refuse() -> str:
+    """Always answers a JSON-RPC error instead of a result."""
+    raise MCPError(code=REFUSED, message="the refuse tool refused")
+
+
+@server.tool()
+def picky(word: str) -> str:
+    """Accepts only the word please."""
+    if word != "please":
+        raise MCPError(code=INVALID_PARAMS, message="picky wants the word please")
+    return "thank you"
+
+
+@server.tool()
+def pid() -> str:
+    """Return this server's process id."""
+    return str(os.getpid())
 
 
 @server.tool()

@@ -176,6 +176,44 @@ def test_a_crashed_stdio_server_is_restarted(mcp_gateway):
     assert "mcp server calc: reconnecting" in mcp_gateway.log_path.read_text()
 
 
+def server_pid(srv, server: str = "calc") -> str:
+    """The process id of the stdio test server ``server``, waiting (up to
+    30 s) for it to be connected."""
+    deadline = time.monotonic() + 30
+    while True:
+        r = execute(srv, server, "pid", {})
+        if r.status_code == 200 or time.monotonic() > deadline:
+            assert r.status_code == 200, r.text
+            return r.json()["text"]
+        time.sleep(0.2)
+
+
+def test_a_json_rpc_error_fails_the_call_but_keeps_the_session(mcp_gateway):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.mcp_server import REFUSED
+
+    pid = server_pid(mcp_gateway)
+    with ThreadPoolExecutor(2) as pool:
+        napping = pool.submit(execute, mcp_gateway, "calc", "nap", {})  # in flight during the error
+        time.sleep(0.3)
+        r = execute(mcp_gateway, "calc", "refuse", {})
+        assert napping.result().json()["text"] == "rested"
+    assert r.status_code == 502, r.text
+    error = r.json()["error"]
+    assert error["code"] == "protocol_error" and str(REFUSED) in error["message"]
+    assert "the refuse tool refused" in error["message"]
+    r = execute(mcp_gateway, "calc", "picky", {"word": "now"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "protocol_error"
+    assert "picky wants the word please" in r.json()["error"]["message"]
+    assert execute(mcp_gateway, "calc", "picky", {"word": "please"}).json()["text"] == "thank you"
+    assert execute(mcp_gateway, "calc", "add", {"a": 3, "b": 4}).json()["text"] == "7"
+    assert server_pid(mcp_gateway) == pid  # not restarted
+    time.sleep(0.2)
+    log = mcp_gateway.log_path.read_text()
+    assert re.search(r"mcp call server=calc tool=refuse origin=execute duration_ms=\d+ outcome=protocol_error", log)
+
+
 def test_audit_lines_name_the_call_but_not_its_arguments(mcp_gateway):
     assert execute(mcp_gateway, "calc", "lookup", {"country": SECRET}).status_code == 200
     time.sleep(0.2)
@@ -307,6 +345,23 @@ def test_responses_reports_failing_and_hung_calls_as_failed_items(mcp_gateway):
         if name == "hang":
             assert call.error.code == -32001 and "timed out" in call.error.message
         assert time.monotonic() - started < 30
+
+
+def test_responses_reports_a_json_rpc_error_as_a_failed_item(mcp_gateway):
+    from tests.mcp_server import REFUSED
+
+    pid = server_pid(mcp_gateway)
+    response = openai_client(mcp_gateway).responses.create(
+        model=TINY,
+        input="Go.",
+        tools=[mcp_tool(allowed_tools=["refuse"])],
+        tool_choice=forced("refuse"),
+        max_output_tokens=64,
+    )
+    call = next(i for i in response.output if i.type == "mcp_call")
+    assert call.status == "failed" and call.error.type == "mcp_protocol_error", call
+    assert call.error.code == REFUSED and "the refuse tool refused" in call.error.message
+    assert server_pid(mcp_gateway) == pid
 
 
 def test_responses_refuses_unconfigured_servers_and_urls(mcp_gateway, http_mcp):
@@ -463,6 +518,30 @@ def test_messages_refuses_unconfigured_servers(mcp_gateway, http_mcp):
         betas=["mcp-client-2025-04-04"],
     )
     assert ok.content[0].type == "mcp_tool_use" and ok.content[0].server_name == "web"
+
+
+@pytest.mark.parametrize("name", ["refuse"])
+def test_messages_end_with_an_error_result_when_a_call_fails(mcp_gateway, name):
+    pid = server_pid(mcp_gateway)
+    client = anthropic_client(mcp_gateway)
+    started = time.monotonic()
+    message = client.beta.messages.create(
+        model=TINY,
+        max_tokens=64,
+        messages=[{"role": "user", "content": "Go."}],
+        mcp_servers=[{**CALC_SERVER, "tool_configuration": {"allowed_tools": [name]}}],
+        tool_choice={"type": "tool", "name": name},
+        betas=["mcp-client-2025-04-04"],
+    )
+    assert time.monotonic() - started < 30
+    kinds = [b.type for b in message.content]
+    assert kinds[:2] == ["mcp_tool_use", "mcp_tool_result"], kinds
+    result = message.content[1]
+    assert result.is_error is True and result.tool_use_id == message.content[0].id
+    text = result.content[0].text
+    expected = {"crash": "calc", "hang": "timed out", "refuse": "the refuse tool refused"}[name]
+    assert expected in text, text
+    assert (server_pid(mcp_gateway) != pid) is (name == "crash")
 
 
 def test_loop_calls_are_audited_without_arguments(mcp_gateway):
