@@ -6,7 +6,9 @@ reply, code :data:`REFUSED`), ``hang`` (sleeps far past any test timeout) and
 ``crash`` (the process exits mid-call); the last four take no arguments,
 so a model forced to call them always sends valid ones. ``picky`` answers a
 JSON-RPC invalid-params error unless its ``word`` is ``please``; ``pid``
-returns the server's process id (a restart changes it). Run ``python -m tests.mcp_server``
+returns the server's process id (a restart changes it); ``grow`` adds the
+tool ``sprout`` to the server's tool list (a client sees it once it lists
+the tools again). Run ``python -m tests.mcp_server``
 for stdio, or with ``http PORT`` for streamable HTTP on 127.0.0.1.
 """
 
@@ -67,6 +69,19 @@ def picky(word: str) -> str:
 def pid() -> str:
     """Return this server's process id."""
     return str(os.getpid())
+
+
+def sprout() -> str:
+    """A tool that exists only after grow ran."""
+    return "sprouted"
+
+
+@server.tool()
+def grow() -> str:
+    """Add the tool sprout to this server's tool list."""
+    if "sprout" not in {t.name for t in server._tool_manager.list_tools()}:
+        server.add_tool(sprout)
+    return "grown"
 
 
 @server.tool()

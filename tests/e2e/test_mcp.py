@@ -364,6 +364,45 @@ def test_responses_reports_a_json_rpc_error_as_a_failed_item(mcp_gateway):
     assert server_pid(mcp_gateway) == pid
 
 
+def stream_failed_call(srv, name: str) -> tuple[list, object]:
+    """A streamed Responses request forcing the calc tool ``name``: its
+    events and its first ``mcp_call`` item (which must have failed)."""
+    events = list(
+        openai_client(srv).responses.create(
+            model=TINY,
+            input="Go.",
+            tools=[mcp_tool(allowed_tools=[name])],
+            tool_choice=forced(name),
+            max_output_tokens=64,
+            stream=True,
+        )
+    )
+    types = [e.type for e in events]
+    assert types[-1] in ("response.completed", "response.incomplete"), types
+    assert "response.mcp_call.failed" in types
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    call = next(i for i in events[-1].response.output if i.type == "mcp_call")
+    assert call.status == "failed" and call.error.type == "mcp_protocol_error", call
+    return events, call
+
+
+def test_responses_stream_ends_when_the_server_crashes_mid_call(mcp_gateway):
+    pid = server_pid(mcp_gateway)
+    started = time.monotonic()
+    _, call = stream_failed_call(mcp_gateway, "crash")
+    assert "failed" in call.error.message or "not connected" in call.error.message
+    assert time.monotonic() - started < 30
+    assert server_pid(mcp_gateway) != pid  # restarted
+
+
+def test_responses_stream_ends_when_a_call_hangs(mcp_gateway):
+    started = time.monotonic()
+    _, call = stream_failed_call(mcp_gateway, "hang")
+    assert call.error.code == -32001 and "timed out" in call.error.message
+    assert time.monotonic() - started < 30
+    assert execute(mcp_gateway, "calc", "add", {"a": 1, "b": 1}).json()["text"] == "2"
+
+
 def test_responses_refuses_unconfigured_servers_and_urls(mcp_gateway, http_mcp):
     import openai
 
@@ -520,7 +559,7 @@ def test_messages_refuses_unconfigured_servers(mcp_gateway, http_mcp):
     assert ok.content[0].type == "mcp_tool_use" and ok.content[0].server_name == "web"
 
 
-@pytest.mark.parametrize("name", ["refuse"])
+@pytest.mark.parametrize("name", ["crash", "hang", "refuse"])
 def test_messages_end_with_an_error_result_when_a_call_fails(mcp_gateway, name):
     pid = server_pid(mcp_gateway)
     client = anthropic_client(mcp_gateway)
@@ -586,3 +625,21 @@ def test_reload_starts_added_servers_and_relists(mcp_gateway):
     assert ("calc", "add") in names and ("web", "lookup") in names
     assert execute(mcp_gateway, "calc2", "lookup", {"country": "Japan"}).json()["text"] == "Tokyo"
     assert "mcp server calc2 started" in mcp_gateway.log_path.read_text()
+
+
+def test_reload_relists_an_existing_server(mcp_gateway):
+    def calc_tools() -> set:
+        data = httpx.get(f"{mcp_gateway.url}/v1/mcp/tools", headers=mcp_gateway.headers, timeout=10).json()["data"]
+        return {t["name"] for t in data if t["server"] == "calc"}
+
+    pid = server_pid(mcp_gateway)
+    assert execute(mcp_gateway, "calc", "grow", {}).json()["text"] == "grown"  # the server now has sprout
+    assert "sprout" not in calc_tools()
+    assert execute(mcp_gateway, "calc", "sprout", {}).status_code == 400  # not listed yet
+    mcp_gateway.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 30
+    while "sprout" not in calc_tools() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert "sprout" in calc_tools() and "add" in calc_tools()
+    assert execute(mcp_gateway, "calc", "sprout", {}).json()["text"] == "sprouted"
+    assert server_pid(mcp_gateway) == pid  # re-listed, not restarted
