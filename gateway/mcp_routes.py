@@ -12,11 +12,13 @@ answered any other JSON-RPC error or an invalid result (code
 ``protocol_error``, the server's error code and message in the message;
 the session stays open); 504 when the call passed the server's ``call_timeout``. A
 tool that ran and reported an error is a 200 with ``is_error`` true. Every
-call is audited by :meth:`gateway.mcp_client.McpHub.call`.
+call is audited by :meth:`gateway.mcp_client.McpHub.call`, and every listing
+by :func:`list_tools`.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import msgspec
@@ -24,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from gateway.errors import APIError
-from gateway.mcp_client import McpHub
+from gateway.mcp_client import McpHub, audit
 from gateway.openai_routes import error_response
 
 _STATUS = {"invalid_arguments": 400, "unknown_tool": 400, "unavailable": 502, "protocol_error": 502, "timeout": 504}
@@ -47,9 +49,26 @@ def hub_of(request: Request) -> McpHub:
 
 
 async def list_tools(request: Request) -> Response:
-    """``GET /v1/mcp/tools``: ``{"object": "list", "data": [tools], "servers": [states]}``."""
+    """``GET /v1/mcp/tools``: ``{"object": "list", "data": [tools], "servers": [states]}``.
+
+    Logs one audit line on ``mlxd.gateway.mcp.audit``: the servers listed
+    (connected ones), the tool count, the duration and the outcome (``ok``,
+    or ``partial`` when a configured server is not connected).
+    """
+    started = time.monotonic()
     hub = hub_of(request)
-    return JSONResponse({"object": "list", "data": [t.to_json() for t in hub.tools()], "servers": hub.status()})
+    tools = hub.tools()
+    servers = hub.status()
+    body = JSONResponse({"object": "list", "data": [t.to_json() for t in tools], "servers": servers})
+    connected = [s["name"] for s in servers if s["connected"]]
+    audit.info(
+        "mcp list servers=%s tools=%d duration_ms=%d outcome=%s",
+        ",".join(connected) or "-",
+        len(tools),
+        (time.monotonic() - started) * 1000,
+        "ok" if len(connected) == len(servers) else "partial",
+    )
+    return body
 
 
 async def execute(request: Request) -> Response:

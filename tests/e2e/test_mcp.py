@@ -224,6 +224,17 @@ def test_audit_lines_name_the_call_but_not_its_arguments(mcp_gateway):
     assert not [line for line in mlxd_lines if SECRET in line]
 
 
+def test_listing_is_audited(mcp_gateway):
+    assert httpx.get(f"{mcp_gateway.url}/v1/mcp/tools", headers=mcp_gateway.headers, timeout=10).status_code == 200
+    time.sleep(0.2)
+    lines = [line for line in mcp_gateway.log_path.read_text().splitlines() if "mcp list servers=" in line]
+    assert lines, "no audit line for GET /v1/mcp/tools"
+    match = re.search(r"mcp list servers=(\S+) tools=(\d+) duration_ms=\d+ outcome=(\w+)", lines[-1])
+    assert match, lines[-1]
+    assert {"calc", "web", "serial"} <= set(match[1].split(",")) and "broken" not in match[1].split(",")
+    assert int(match[2]) > 0 and match[3] == "partial"  # "broken" never connects
+
+
 # --- the Responses tool loop ----------------------------------------------------------------
 
 
