@@ -13,7 +13,8 @@ server that died between calls is restarted before the next one.
 Calls (:meth:`McpHub.call`) run on the event loop as awaitables and never
 block it: each waits for a slot of the server's concurrency limit, is bounded
 by ``call_timeout`` and returns a :class:`CallOutcome` (never raises for a
-tool, transport or timeout failure). Arguments are validated against the
+tool, protocol, transport or timeout failure). Only a transport failure
+restarts the session; a JSON-RPC error reply fails that one call. Arguments are validated against the
 tool's input schema first. Every call logs one audit line on
 ``mlxd.gateway.mcp.audit``: server, tool, duration, outcome; the argument
 values only at debug level.
@@ -74,16 +75,22 @@ class CallOutcome:
     """The end of one tool call.
 
     ``outcome``: ``ok``, ``tool_error`` (the tool ran and reported an
-    error), ``invalid_arguments``, ``unknown_tool``, ``timeout`` or
-    ``unavailable`` (the server is down or the session broke). ``text``: the
-    result's text content joined, or the error message; ``content``: the
-    result's content blocks as JSON.
+    error), ``invalid_arguments``, ``unknown_tool``, ``timeout``,
+    ``protocol_error`` (the server answered the call with a JSON-RPC error,
+    or with a result the SDK rejects, such as structured content that breaks
+    the tool's output schema; the session stays open) or ``unavailable``
+    (the server is down or the session broke). ``text``: the result's text
+    content joined, or the error message; ``content``: the result's content
+    blocks as JSON; ``code``: the JSON-RPC error code of a
+    ``protocol_error`` answered by the server (None when the SDK rejected
+    the result itself).
     """
 
     outcome: str
     text: str
     content: list[dict[str, Any]] = field(default_factory=list)
     structured: dict[str, Any] | None = None
+    code: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -233,7 +240,17 @@ class McpConnection:
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> CallOutcome:
         """Run ``tool`` with ``arguments`` (already validated). Waits for a
-        concurrency slot; bounded by ``call_timeout`` (slot wait included)."""
+        concurrency slot; bounded by ``call_timeout`` (slot wait included).
+
+        Only a transport failure (the connection closed, the stream broke)
+        ends the session, making it reconnect, and answers ``unavailable``.
+        A JSON-RPC error reply and a result the SDK rejects are a
+        ``protocol_error`` of this call alone: the session, and the other
+        calls in flight on it, carry on.
+        """
+        from mcp.shared.exceptions import MCPError
+        from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+
         try:
             async with asyncio.timeout(self.config.call_timeout):
                 async with self._slots:
@@ -243,14 +260,28 @@ class McpConnection:
                     result = await session.call_tool(tool, arguments)
         except TimeoutError:
             return CallOutcome("timeout", f"MCP tool {tool!r} timed out after {self.config.call_timeout:g}s")
+        except MCPError as exc:
+            if exc.code == REQUEST_TIMEOUT:
+                return CallOutcome("timeout", f"MCP tool {tool!r} timed out: {exc.message}")
+            if exc.code != CONNECTION_CLOSED:
+                message = f"MCP server {self.config.name!r} answered error {exc.code}: {exc.message}"
+                return CallOutcome("protocol_error", message, code=exc.code)
+            return self._failed(exc)
+        except RuntimeError as exc:  # the SDK's checks of the result (output schema, result kind)
+            return CallOutcome("protocol_error", f"MCP server {self.config.name!r} sent an invalid result: {exc}")
         except Exception as exc:  # noqa: BLE001 - any transport failure ends this call only
-            self.error = _describe(exc)
-            self._broken.set()
-            return CallOutcome("unavailable", f"MCP server {self.config.name!r} failed: {self.error}")
+            return self._failed(exc)
         content = [c.model_dump(exclude_none=True, by_alias=True) for c in result.content]
         text = "\n".join(c.get("text", "") for c in content if c.get("type") == "text")
         structured = result.structured_content if isinstance(result.structured_content, dict) else None
         return CallOutcome("tool_error" if result.is_error else "ok", text, content, structured)
+
+    def _failed(self, exc: BaseException) -> CallOutcome:
+        """Mark the session broken (the task reconnects) after ``exc``; the
+        call's ``unavailable`` outcome."""
+        self.error = _describe(exc)
+        self._broken.set()
+        return CallOutcome("unavailable", f"MCP server {self.config.name!r} failed: {self.error}")
 
 
 def _http_transport(cfg: McpServerConfig) -> contextlib.AbstractAsyncContextManager[Any]:

@@ -271,9 +271,13 @@ def _call_pair(call_id: str, name: str, arguments: str, output: str) -> list[dic
 
 
 def _error(outcome: CallOutcome) -> dict[str, Any]:
-    """An ``mcp_call`` item's ``error`` for a failed call."""
+    """An ``mcp_call`` item's ``error`` for a failed call: the tool's error
+    content, or a protocol error whose code is the server's JSON-RPC code
+    when it answered one."""
     if outcome.outcome == "tool_error":
         return {"type": "mcp_tool_execution_error", "content": outcome.content}
+    if outcome.code is not None:
+        return {"type": "mcp_protocol_error", "code": outcome.code, "message": outcome.text}
     code = {"invalid_arguments": -32602, "unknown_tool": -32601, "timeout": -32001}.get(outcome.outcome, -32000)
     return {"type": "mcp_protocol_error", "code": code, "message": outcome.text}
 

@@ -176,6 +176,44 @@ def test_a_crashed_stdio_server_is_restarted(mcp_gateway):
     assert "mcp server calc: reconnecting" in mcp_gateway.log_path.read_text()
 
 
+def server_pid(srv, server: str = "calc") -> str:
+    """The process id of the stdio test server ``server``, waiting (up to
+    30 s) for it to be connected."""
+    deadline = time.monotonic() + 30
+    while True:
+        r = execute(srv, server, "pid", {})
+        if r.status_code == 200 or time.monotonic() > deadline:
+            assert r.status_code == 200, r.text
+            return r.json()["text"]
+        time.sleep(0.2)
+
+
+def test_a_json_rpc_error_fails_the_call_but_keeps_the_session(mcp_gateway):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.mcp_server import REFUSED
+
+    pid = server_pid(mcp_gateway)
+    with ThreadPoolExecutor(2) as pool:
+        napping = pool.submit(execute, mcp_gateway, "calc", "nap", {})  # in flight during the error
+        time.sleep(0.3)
+        r = execute(mcp_gateway, "calc", "refuse", {})
+        assert napping.result().json()["text"] == "rested"
+    assert r.status_code == 502, r.text
+    error = r.json()["error"]
+    assert error["code"] == "protocol_error" and str(REFUSED) in error["message"]
+    assert "the refuse tool refused" in error["message"]
+    r = execute(mcp_gateway, "calc", "picky", {"word": "now"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "protocol_error"
+    assert "picky wants the word please" in r.json()["error"]["message"]
+    assert execute(mcp_gateway, "calc", "picky", {"word": "please"}).json()["text"] == "thank you"
+    assert execute(mcp_gateway, "calc", "add", {"a": 3, "b": 4}).json()["text"] == "7"
+    assert server_pid(mcp_gateway) == pid  # not restarted
+    time.sleep(0.2)
+    log = mcp_gateway.log_path.read_text()
+    assert re.search(r"mcp call server=calc tool=refuse origin=execute duration_ms=\d+ outcome=protocol_error", log)
+
+
 def test_audit_lines_name_the_call_but_not_its_arguments(mcp_gateway):
     assert execute(mcp_gateway, "calc", "lookup", {"country": SECRET}).status_code == 200
     time.sleep(0.2)
@@ -184,6 +222,17 @@ def test_audit_lines_name_the_call_but_not_its_arguments(mcp_gateway):
     assert lines and re.search(r"duration_ms=\d+ outcome=tool_error", lines[-1])
     mlxd_lines = [line for line in log.splitlines() if "] mlxd." in line]
     assert not [line for line in mlxd_lines if SECRET in line]
+
+
+def test_listing_is_audited(mcp_gateway):
+    assert httpx.get(f"{mcp_gateway.url}/v1/mcp/tools", headers=mcp_gateway.headers, timeout=10).status_code == 200
+    time.sleep(0.2)
+    lines = [line for line in mcp_gateway.log_path.read_text().splitlines() if "mcp list servers=" in line]
+    assert lines, "no audit line for GET /v1/mcp/tools"
+    match = re.search(r"mcp list servers=(\S+) tools=(\d+) duration_ms=\d+ outcome=(\w+)", lines[-1])
+    assert match, lines[-1]
+    assert {"calc", "web", "serial"} <= set(match[1].split(",")) and "broken" not in match[1].split(",")
+    assert int(match[2]) > 0 and match[3] == "partial"  # "broken" never connects
 
 
 # --- the Responses tool loop ----------------------------------------------------------------
@@ -307,6 +356,62 @@ def test_responses_reports_failing_and_hung_calls_as_failed_items(mcp_gateway):
         if name == "hang":
             assert call.error.code == -32001 and "timed out" in call.error.message
         assert time.monotonic() - started < 30
+
+
+def test_responses_reports_a_json_rpc_error_as_a_failed_item(mcp_gateway):
+    from tests.mcp_server import REFUSED
+
+    pid = server_pid(mcp_gateway)
+    response = openai_client(mcp_gateway).responses.create(
+        model=TINY,
+        input="Go.",
+        tools=[mcp_tool(allowed_tools=["refuse"])],
+        tool_choice=forced("refuse"),
+        max_output_tokens=64,
+    )
+    call = next(i for i in response.output if i.type == "mcp_call")
+    assert call.status == "failed" and call.error.type == "mcp_protocol_error", call
+    assert call.error.code == REFUSED and "the refuse tool refused" in call.error.message
+    assert server_pid(mcp_gateway) == pid
+
+
+def stream_failed_call(srv, name: str) -> tuple[list, object]:
+    """A streamed Responses request forcing the calc tool ``name``: its
+    events and its first ``mcp_call`` item (which must have failed)."""
+    events = list(
+        openai_client(srv).responses.create(
+            model=TINY,
+            input="Go.",
+            tools=[mcp_tool(allowed_tools=[name])],
+            tool_choice=forced(name),
+            max_output_tokens=64,
+            stream=True,
+        )
+    )
+    types = [e.type for e in events]
+    assert types[-1] in ("response.completed", "response.incomplete"), types
+    assert "response.mcp_call.failed" in types
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    call = next(i for i in events[-1].response.output if i.type == "mcp_call")
+    assert call.status == "failed" and call.error.type == "mcp_protocol_error", call
+    return events, call
+
+
+def test_responses_stream_ends_when_the_server_crashes_mid_call(mcp_gateway):
+    pid = server_pid(mcp_gateway)
+    started = time.monotonic()
+    _, call = stream_failed_call(mcp_gateway, "crash")
+    assert "failed" in call.error.message or "not connected" in call.error.message
+    assert time.monotonic() - started < 30
+    assert server_pid(mcp_gateway) != pid  # restarted
+
+
+def test_responses_stream_ends_when_a_call_hangs(mcp_gateway):
+    started = time.monotonic()
+    _, call = stream_failed_call(mcp_gateway, "hang")
+    assert call.error.code == -32001 and "timed out" in call.error.message
+    assert time.monotonic() - started < 30
+    assert execute(mcp_gateway, "calc", "add", {"a": 1, "b": 1}).json()["text"] == "2"
 
 
 def test_responses_refuses_unconfigured_servers_and_urls(mcp_gateway, http_mcp):
@@ -465,6 +570,30 @@ def test_messages_refuses_unconfigured_servers(mcp_gateway, http_mcp):
     assert ok.content[0].type == "mcp_tool_use" and ok.content[0].server_name == "web"
 
 
+@pytest.mark.parametrize("name", ["crash", "hang", "refuse"])
+def test_messages_end_with_an_error_result_when_a_call_fails(mcp_gateway, name):
+    pid = server_pid(mcp_gateway)
+    client = anthropic_client(mcp_gateway)
+    started = time.monotonic()
+    message = client.beta.messages.create(
+        model=TINY,
+        max_tokens=64,
+        messages=[{"role": "user", "content": "Go."}],
+        mcp_servers=[{**CALC_SERVER, "tool_configuration": {"allowed_tools": [name]}}],
+        tool_choice={"type": "tool", "name": name},
+        betas=["mcp-client-2025-04-04"],
+    )
+    assert time.monotonic() - started < 30
+    kinds = [b.type for b in message.content]
+    assert kinds[:2] == ["mcp_tool_use", "mcp_tool_result"], kinds
+    result = message.content[1]
+    assert result.is_error is True and result.tool_use_id == message.content[0].id
+    text = result.content[0].text
+    expected = {"crash": "calc", "hang": "timed out", "refuse": "the refuse tool refused"}[name]
+    assert expected in text, text
+    assert (server_pid(mcp_gateway) != pid) is (name == "crash")
+
+
 def test_loop_calls_are_audited_without_arguments(mcp_gateway):
     client = openai_client(mcp_gateway)
     response = client.responses.create(
@@ -507,3 +636,21 @@ def test_reload_starts_added_servers_and_relists(mcp_gateway):
     assert ("calc", "add") in names and ("web", "lookup") in names
     assert execute(mcp_gateway, "calc2", "lookup", {"country": "Japan"}).json()["text"] == "Tokyo"
     assert "mcp server calc2 started" in mcp_gateway.log_path.read_text()
+
+
+def test_reload_relists_an_existing_server(mcp_gateway):
+    def calc_tools() -> set:
+        data = httpx.get(f"{mcp_gateway.url}/v1/mcp/tools", headers=mcp_gateway.headers, timeout=10).json()["data"]
+        return {t["name"] for t in data if t["server"] == "calc"}
+
+    pid = server_pid(mcp_gateway)
+    assert execute(mcp_gateway, "calc", "grow", {}).json()["text"] == "grown"  # the server now has sprout
+    assert "sprout" not in calc_tools()
+    assert execute(mcp_gateway, "calc", "sprout", {}).status_code == 400  # not listed yet
+    mcp_gateway.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 30
+    while "sprout" not in calc_tools() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert "sprout" in calc_tools() and "add" in calc_tools()
+    assert execute(mcp_gateway, "calc", "sprout", {}).json()["text"] == "sprouted"
+    assert server_pid(mcp_gateway) == pid  # re-listed, not restarted

@@ -53,3 +53,45 @@ def test_anthropic_mcp_blocks_are_replayed_as_tool_turns():
     assert out[1]["content"][1] == {"type": "tool_use", "id": "mcptoolu_1", "name": "add", "input": {"a": 1}}
     assert out[2]["content"][0]["type"] == "tool_result" and out[2]["content"][0]["tool_use_id"] == "mcptoolu_1"
     assert out[3]["content"] == [{"type": "text", "text": "It is 2."}]
+
+
+def test_only_transport_failures_break_the_session():
+    import asyncio
+
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+
+    from gateway.mcp_client import McpConnection
+    from shared.config import McpServerConfig
+
+    class Session:
+        """Raises the next of ``errors`` from ``call_tool``."""
+
+        def __init__(self, errors):
+            self.errors = list(errors)
+
+        async def call_tool(self, tool, arguments):
+            raise self.errors.pop(0)
+
+    async def run():
+        conn = McpConnection(McpServerConfig(name="calc", command="x"))
+        conn._session = Session(
+            [
+                MCPError(-32010, "refused"),
+                RuntimeError("Invalid structured content returned by tool add: 'x' is not of type 'integer'"),
+                MCPError(REQUEST_TIMEOUT, "Request 'tools/call' timed out"),
+                MCPError(CONNECTION_CLOSED, "Connection closed"),
+            ]
+        )
+        refused = await conn.call("add", {})
+        invalid = await conn.call("add", {})
+        late = await conn.call("add", {})
+        assert not conn._broken.is_set()
+        closed = await conn.call("add", {})
+        return refused, invalid, late, closed, conn._broken.is_set()
+
+    refused, invalid, late, closed, broken = asyncio.run(run())
+    assert refused.outcome == "protocol_error" and refused.code == -32010 and "refused" in refused.text
+    assert invalid.outcome == "protocol_error" and invalid.code is None and "invalid result" in invalid.text
+    assert late.outcome == "timeout"
+    assert closed.outcome == "unavailable" and broken
