@@ -7,7 +7,15 @@ server's URL is ``stdio://<name>``. Anything else is a 400, so a request can
 never make mlxd start a command or reach a new URL; ``authorization_token``
 is refused (mlxd uses the configured credentials only).
 ``tool_configuration.enabled`` false offers none of the server's tools;
-``allowed_tools`` keeps the listed ones.
+``allowed_tools`` keeps the listed ones. The current connector's form, a
+``{"type": "mcp_toolset", "mcp_server_name", "default_config", "configs",
+"tools"}`` entry in ``tools``, selects a listed server's tools instead:
+``default_config.enabled`` (default true) with per-tool ``configs``
+overrides, and a pinned ``tools`` listing keeps exactly the named tools;
+``defer_loading`` is accepted and means nothing here (every offered tool is
+in the prompt from the start). A toolset naming a server that is not in
+``mcp_servers``, two toolsets for one server, or a toolset together with
+that server's ``tool_configuration`` is a 400.
 
 The loop (on the event loop; each round an ordinary worker request): the
 servers' tools are offered to the model as custom tools of their own names;
@@ -95,7 +103,9 @@ def plan(hub: McpHub, data: dict[str, Any]) -> _Plan:
     """
     owner: dict[str, str] = {}
     offered: dict[str, McpTool] = {}
-    client_names = {t.get("name") for t in data.get("tools") or [] if isinstance(t, dict)}
+    toolsets = _toolsets(data)
+    client_tools = [t for t in data.get("tools") or [] if not (isinstance(t, dict) and t.get("type") == "mcp_toolset")]
+    client_names = {t.get("name") for t in client_tools if isinstance(t, dict)}
     added = []
     seen = set()
     for index, entry in enumerate(data["mcp_servers"]):
@@ -122,21 +132,122 @@ def plan(hub: McpHub, data: dict[str, Any]) -> _Plan:
             raise bad_request(f"{path}.name: MCP server {name!r} is listed twice", f"{path}.name")
         seen.add(name)
         config = entry.get("tool_configuration") or {}
+        toolset = toolsets.pop(name, None)
+        if toolset is not None and entry.get("tool_configuration") is not None:
+            raise bad_request(
+                f"{path}.tool_configuration: server {name!r} is also configured by an mcp_toolset; use one",
+                f"{path}.tool_configuration",
+            )
         if config.get("enabled") is False:
             continue
         allowed = config.get("allowed_tools")
-        for tool_name, tool in hub.by_label(name).tools.items():  # type: ignore[union-attr]
+        server_tools = hub.by_label(name).tools  # type: ignore[union-attr]
+        if toolset is not None:
+            _check_pinned(toolset, server_tools)
+        for tool_name, tool in server_tools.items():
             if allowed is not None and tool_name not in allowed:
+                continue
+            if toolset is not None and not toolset.enables(tool_name):
                 continue
             if tool_name in owner or tool_name in client_names:
                 raise bad_request(f"{path}: tool name {tool_name!r} is offered twice", path)
             owner[tool_name] = name
             offered[tool_name] = tool
             added.append({"name": tool_name, "description": tool.description, "input_schema": tool.input_schema})
+    if toolsets:
+        (index, name) = min((t.index, n) for n, t in toolsets.items())
+        raise bad_request(
+            f"tools[{index}].mcp_server_name: {name!r} is not in mcp_servers", f"tools[{index}].mcp_server_name"
+        )
     body = {k: v for k, v in data.items() if k not in ("mcp_servers", "stream")}
-    body["tools"] = list(data.get("tools") or []) + added
+    body["tools"] = client_tools + added
     body["messages"] = _replay(data.get("messages") or [])
     return _Plan(body, owner, offered)
+
+
+@dataclass
+class _Toolset:
+    """One ``mcp_toolset`` entry of ``tools``: where it stands, which of its
+    server's tools it enables, and its pinned listing (None: not pinned)."""
+
+    index: int
+    default_enabled: bool
+    overrides: dict[str, bool]
+    pinned: list[str] | None
+
+    def enables(self, tool_name: str) -> bool:
+        """Whether the toolset offers ``tool_name`` of its server."""
+        if self.pinned is not None and tool_name not in self.pinned:
+            return False
+        return self.overrides.get(tool_name, self.default_enabled)
+
+
+_TOOLSET_FIELDS = {"type", "mcp_server_name", "default_config", "configs", "tools", "cache_control"}
+_TOOL_CONFIG_FIELDS = {"enabled", "defer_loading"}
+
+
+def _tool_config(value: Any, path: str) -> dict[str, Any]:
+    """A ``default_config`` or ``configs`` entry, checked (400 otherwise)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise bad_request(f"{path}: an object is required", path)
+    for key, item in value.items():
+        if key not in _TOOL_CONFIG_FIELDS:
+            raise bad_request(f"{path}.{key}: Extra inputs are not permitted", f"{path}.{key}")
+        if not isinstance(item, bool):
+            raise bad_request(f"{path}.{key}: Input should be a valid boolean", f"{path}.{key}")
+    return value
+
+
+def _toolsets(data: dict[str, Any]) -> dict[str, _Toolset]:
+    """The request's ``mcp_toolset`` tools by server name.
+
+    Raises:
+        APIError: 400 naming the offending field of a malformed toolset.
+    """
+    found: dict[str, _Toolset] = {}
+    for index, tool in enumerate(data.get("tools") or []):
+        if not (isinstance(tool, dict) and tool.get("type") == "mcp_toolset"):
+            continue
+        path = f"tools[{index}]"
+        for key in tool:
+            if key not in _TOOLSET_FIELDS:
+                raise bad_request(f"{path}.{key}: Extra inputs are not permitted", f"{path}.{key}")
+        name = tool.get("mcp_server_name")
+        if not isinstance(name, str):
+            raise bad_request(f"{path}.mcp_server_name: Field required", f"{path}.mcp_server_name")
+        if name in found:
+            raise bad_request(
+                f"{path}.mcp_server_name: {name!r} has two mcp_toolset entries", f"{path}.mcp_server_name"
+            )
+        default = _tool_config(tool.get("default_config"), f"{path}.default_config")
+        configs = tool.get("configs") or {}
+        if not isinstance(configs, dict):
+            raise bad_request(f"{path}.configs: an object is required", f"{path}.configs")
+        overrides = {}
+        for tool_name, config in configs.items():
+            enabled = _tool_config(config, f"{path}.configs.{tool_name}").get("enabled")
+            if enabled is not None:
+                overrides[tool_name] = enabled
+        pinned = tool.get("tools")
+        names = None
+        if pinned is not None:
+            if not isinstance(pinned, list) or not all(
+                isinstance(t, dict) and isinstance(t.get("name"), str) for t in pinned
+            ):
+                raise bad_request(f"{path}.tools: a list of tools with names is required", f"{path}.tools")
+            names = [t["name"] for t in pinned]
+        found[name] = _Toolset(index, default.get("enabled", True), overrides, names)
+    return found
+
+
+def _check_pinned(toolset: _Toolset, server_tools: dict[str, McpTool]) -> None:
+    """A pinned listing may only name tools the server has (400 otherwise)."""
+    for name in toolset.pinned or ():
+        if name not in server_tools:
+            path = f"tools[{toolset.index}].tools"
+            raise bad_request(f"{path}: the MCP server has no tool named {name!r}", path)
 
 
 def count_body(hub: McpHub, raw: bytes) -> bytes:

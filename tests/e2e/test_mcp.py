@@ -570,6 +570,50 @@ def test_messages_refuses_unconfigured_servers(mcp_gateway, http_mcp):
     assert ok.content[0].type == "mcp_tool_use" and ok.content[0].server_name == "web"
 
 
+def test_messages_mcp_toolset_selects_the_servers_tools(mcp_gateway):
+    """The current connector form: ``mcp_servers`` entries without
+    ``tool_configuration`` and one ``mcp_toolset`` tool per server."""
+    import anthropic
+
+    client = anthropic_client(mcp_gateway)
+    server = {"type": "url", "url": "stdio://calc", "name": "calc"}
+    toolset = {
+        "type": "mcp_toolset",
+        "mcp_server_name": "calc",
+        "default_config": {"enabled": False, "defer_loading": False},
+        "configs": {"add": {"enabled": True}},
+    }
+    beta = ["mcp-client-2025-11-20"]
+
+    def create(**kw):
+        return client.beta.messages.create(
+            model=TINY, max_tokens=64, messages=[{"role": "user", "content": "Add two numbers."}], betas=beta, **kw
+        )
+
+    message = create(mcp_servers=[server], tools=[toolset], tool_choice={"type": "tool", "name": "add"})
+    kinds = [b.type for b in message.content]
+    assert kinds[:2] == ["mcp_tool_use", "mcp_tool_result"], kinds
+    check_add_pair(message.content[0], message.content[1])
+    # a tool the toolset leaves disabled is not offered to the model
+    with pytest.raises(anthropic.BadRequestError) as err:
+        create(mcp_servers=[server], tools=[toolset], tool_choice={"type": "tool", "name": "pid"})
+    assert "tool_choice" in err.value.body["error"]["message"]
+    pinned = {"type": "mcp_toolset", "mcp_server_name": "calc", "tools": [{"name": "add", "input_schema": {}}]}
+    message = create(mcp_servers=[server], tools=[pinned], tool_choice={"type": "tool", "name": "add"})
+    assert message.content[0].type == "mcp_tool_use" and message.content[0].name == "add"
+    bad = [
+        ([server], [{**toolset, "mcp_server_name": "web"}], "tools[0].mcp_server_name"),
+        ([{**server, "tool_configuration": {"enabled": True}}], [toolset], "tool_configuration"),
+        ([server], [toolset, toolset], "tools[1].mcp_server_name"),
+        ([server], [{**pinned, "tools": [{"name": "nope", "input_schema": {}}]}], "tools[0].tools"),
+        ([server], [{**toolset, "default_config": {"enabled": "yes"}}], "tools[0].default_config.enabled"),
+    ]
+    for servers, tools, needle in bad:
+        with pytest.raises(anthropic.BadRequestError) as err:
+            create(mcp_servers=servers, tools=tools)
+        assert needle in err.value.body["error"]["message"], (needle, err.value.body)
+
+
 @pytest.mark.parametrize("name", ["crash", "hang", "refuse"])
 def test_messages_end_with_an_error_result_when_a_call_fails(mcp_gateway, name):
     pid = server_pid(mcp_gateway)
