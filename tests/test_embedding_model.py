@@ -9,8 +9,10 @@ sentence-transformers in ``tests/e2e/test_embeddings.py``).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import mlx.core as mx
@@ -162,10 +164,17 @@ def test_quantized_directory_loads_and_dequantizes(tmp_path):
     assert float(kept.encode([[101, 7592, 2088, 102]])[0] @ vector) > 0.999
 
 
-def test_non_bert_models_are_refused(tmp_path):
+def test_non_bert_models_are_refused(tmp_path, monkeypatch):
+    """Not BERT: mlx-embeddings' turn (tests/test_embedding_mlx_embeddings.py);
+    BERT weights under another model_type fit neither engine, and without
+    mlx-embeddings the refusal names the extra."""
     build_tiny_bert(tmp_path / "x")
     (tmp_path / "x" / "config.json").write_text(json.dumps({**TINY_BERT, "model_type": "roberta"}))
-    with pytest.raises(ModelLoadError, match="roberta"):
+    if importlib.util.find_spec("mlx_embeddings") is not None:
+        with pytest.raises(ModelLoadError, match="model_type 'roberta'"):
+            load_embedding_model(str(tmp_path / "x"))
+    monkeypatch.setitem(sys.modules, "mlx_embeddings", None)
+    with pytest.raises(ModelLoadError, match=r"'roberta' is not supported by mlxd's encoder.*mlxd\[embeddings\]"):
         load_embedding_model(str(tmp_path / "x"))
 
 

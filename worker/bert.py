@@ -6,9 +6,11 @@ mlx-embeddings' ``bert`` model): ``embeddings.word_embeddings``,
 sentence-transformers model directory or an mlx-embeddings conversion load
 as they are (a ``bert.`` prefix is stripped by the loader).
 
-Why not mlx-embeddings itself: it depends on mlx-vlm and transformers>=5
-(and through mlx-vlm on datasets, OpenCV, mlx-audio, FastAPI, ...), far
-too much weight for one encoder of a few dozen lines.
+Why BERT runs here rather than on mlx-embeddings: mlx-embeddings depends
+on mlx-vlm and transformers>=5, so it is only the optional ``embeddings``
+extra; the default embedding model (a BERT) must load on a plain install.
+Other families run on mlx-embeddings when it is installed (see
+:mod:`worker.embedding_model`).
 
 Every call touches MLX: use it on the worker's scheduler thread only.
 """

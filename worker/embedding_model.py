@@ -2,24 +2,42 @@
 
 A source for an embedding model is a directory (or a ``package:`` path, or
 a cached Hugging Face repo, see :func:`worker.loader.resolve_source`) with
-``config.json`` of a BERT model, ``*.safetensors`` weights named as in
-Hugging Face's ``BertModel`` (an optional ``bert.`` prefix is stripped; the
-pooler, masked-LM heads and ``position_ids`` buffers are ignored; MLX
-``quantization`` as mlx-embeddings writes it is understood) and
-``tokenizer.json``. That covers sentence-transformers directories and
-mlx-embeddings conversions of BERT models.
+``config.json``, ``*.safetensors`` weights and ``tokenizer.json``. Two
+engines run it:
+
+- **mlxd's own BERT encoder** (:mod:`worker.bert`) for ``model_type``
+  ``bert``: weights named as in Hugging Face's ``BertModel`` (an optional
+  ``bert.`` prefix is stripped; the pooler, masked-LM heads and
+  ``position_ids`` buffers are ignored; MLX ``quantization`` as
+  mlx-embeddings writes it is understood). That covers sentence-transformers
+  directories and mlx-embeddings conversions of BERT models, the default
+  model among them, with no extra dependency.
+- **mlx-embeddings** (the optional ``embeddings`` extra,
+  ``pip install 'mlxd[embeddings]'``) for every other ``model_type`` it has
+  a model class for (XLM-RoBERTa, with ``roberta`` and ``camembert`` run as
+  the same architecture; ModernBERT, Qwen3, Gemma 3, ...) and for BERT
+  configs mlxd's encoder refuses. Only its model classes and weight loader
+  are used (``mlx_embeddings.utils.load_model`` on the resolved local
+  directory, with the Hugging Face hub switched offline): never its hub
+  download nor its transformers tokenizer. Without the extra such a
+  directory is refused at load, naming the extra.
 
 Pooling and normalization follow the sentence-transformers metadata when
 present (``modules.json``; its ``Pooling`` module's ``config.json``: CLS,
 mean, max, mean-sqrt-len or last-token pooling, several concatenated in
-sentence-transformers' order; a ``Normalize`` module L2-normalizes). A
-directory without it gets mean pooling and L2 normalization (what
-mlx-embeddings does). Modules that change the vectors further (``Dense``)
-are refused at load.
+sentence-transformers' order; a ``Normalize`` module L2-normalizes), on
+either engine: the token states are pooled here. A directory without it
+gets mean pooling and L2 normalization on mlxd's encoder; on mlx-embeddings
+it gets the model class's own pooled, normalized ``text_embeds`` (mean for
+the encoders, the last token for Qwen3), or mean pooling and L2
+normalization when the class returns no pooled vector (ModernBERT).
+Modules that change the vectors further (``Dense``) are refused at load.
 
 The most tokens per input is ``max_seq_length`` of
-``sentence_bert_config.json``, else the model's position limit, capped by
-the config's ``context_length``; special tokens count.
+``sentence_bert_config.json``, else the model's position limit (for the
+RoBERTa family, ``max_position_embeddings`` less the ``pad_token_id + 1``
+positions it reserves), capped by the config's ``context_length``; special
+tokens count.
 
 Threads: :class:`EmbeddingTokenizer` is used on the worker's input thread
 (no MLX); :meth:`EmbeddingModel.encode` and :func:`load_embedding_model`
@@ -29,6 +47,7 @@ touch MLX and run on the scheduler thread only.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +74,15 @@ POOLING_ORDER = ("cls", "max", "mean", "mean_sqrt_len", "lasttoken")
 concatenates them."""
 
 _IGNORED_PREFIXES = ("pooler.", "cls.", "lm_head.")
+
+EMBEDDINGS_EXTRA = "embeddings"
+"""The optional extra that installs mlx-embeddings (``pip install 'mlxd[embeddings]'``)."""
+
+_MLX_EMBEDDINGS_ALIASES = {"roberta": "xlm_roberta", "camembert": "xlm_roberta"}
+"""``model_type`` values mlx-embeddings has no module for but whose
+architecture one of its modules runs unchanged."""
+
+_ROBERTA_FAMILY = frozenset({"roberta", "xlm-roberta", "xlm_roberta", "camembert"})
 
 
 class EmbeddingInputError(Exception):
@@ -100,6 +128,10 @@ class EmbeddingTokenizer:
         self.max_tokens = max_tokens
         self.vocab_size = vocab_size
         self.prefix, self.suffix = _special_frame(tokenizer)
+
+    def encode_probe(self) -> list[int]:
+        """The ids of one short word without special tokens (probing a model's output shape)."""
+        return self._tokenizer.encode("hello", add_special_tokens=False).ids or [0]
 
     def prepare(self, request: EmbedRequest) -> list[list[int]]:
         """The token ids of every input of ``request``, in order.
@@ -157,10 +189,14 @@ class EmbeddingModel:
     """A loaded encoder with its pooling; see the module docstring.
 
     ``dim`` is the vector length, ``max_tokens`` the limit per input,
-    ``dtype`` the effective weight dtype.
+    ``dtype`` the effective weight dtype, ``engine`` ``mlxd`` (our BERT
+    encoder, :class:`~worker.bert.BertModel`) or ``mlx-embeddings`` (one of
+    its model classes). ``pad_id`` fills the batch past each input's end;
+    ``own_pooling`` (mlx-embeddings only) takes the model's pooled
+    ``text_embeds`` instead of pooling its token states with ``pooling``.
     """
 
-    model: BertModel
+    model: Any
     tokenizer: EmbeddingTokenizer
     pooling: Pooling
     path: Path
@@ -168,6 +204,9 @@ class EmbeddingModel:
     max_tokens: int
     dtype: str
     config: dict[str, Any] = field(default_factory=dict, repr=False)
+    engine: str = "mlxd"
+    pad_id: int = 0
+    own_pooling: bool = False
 
     def encode(self, batch: list[list[int]]) -> np.ndarray:
         """The vectors of ``batch`` (token id lists), float32 ``(len(batch), dim)``.
@@ -176,14 +215,20 @@ class EmbeddingModel:
         Scheduler thread only.
         """
         length = max(len(ids) for ids in batch)
-        ids = np.zeros((len(batch), length), dtype=np.int32)
+        ids = np.full((len(batch), length), self.pad_id, dtype=np.int32)
         mask = np.zeros((len(batch), length), dtype=np.int32)
         for row, tokens in enumerate(batch):
             ids[row, : len(tokens)] = tokens
             mask[row, : len(tokens)] = 1
         m = mx.array(mask)
-        states = self.model(mx.array(ids), m)
-        vectors = pool(states, m, self.pooling)
+        if self.engine == "mlx-embeddings":
+            output = self.model(mx.array(ids), attention_mask=m)
+            if self.own_pooling:
+                vectors = output.text_embeds
+            else:
+                vectors = pool(output.last_hidden_state, m, self.pooling)
+        else:
+            vectors = pool(self.model(mx.array(ids), m), m, self.pooling)
         out = vectors.astype(mx.float32)
         mx.eval(out)
         return np.array(out, copy=True)
@@ -262,9 +307,9 @@ def _pooling_modes(file: Path) -> tuple[str, ...]:
     return tuple(mode for mode in POOLING_ORDER if mode in names)
 
 
-def _max_tokens(path: Path, config: BertConfig, cap: int) -> int:
-    """Tokens per input: ``max_seq_length``, else the position limit; at most ``cap`` when set."""
-    limit = config.max_position_embeddings
+def _max_tokens(path: Path, positions: int, cap: int) -> int:
+    """Tokens per input: ``max_seq_length``, else the position limit ``positions``; at most ``cap`` when set."""
+    limit = positions
     try:
         st = json.loads((path / "sentence_bert_config.json").read_text(encoding="utf-8"))
         if isinstance(st.get("max_seq_length"), int) and st["max_seq_length"] > 0:
@@ -277,13 +322,17 @@ def _max_tokens(path: Path, config: BertConfig, cap: int) -> int:
 def load_embedding_model(source: str, *, dtype: str = "auto", context_length: int = 0) -> EmbeddingModel:
     """Resolve ``source`` and load its encoder, tokenizer and pooling.
 
-    ``dtype`` as for :func:`worker.loader.load_model` (``auto``: float32 on
-    the CPU backend). ``context_length`` (0: none) caps tokens per input.
-    Call on the scheduler thread: the arrays belong to its stream.
+    ``model_type`` ``bert`` runs on mlxd's encoder; anything else (or a BERT
+    config that encoder refuses) on mlx-embeddings when it is installed
+    (see the module docstring). ``dtype`` as for
+    :func:`worker.loader.load_model` (``auto``: float32 on the CPU backend).
+    ``context_length`` (0: none) caps tokens per input. Call on the
+    scheduler thread: the arrays belong to its stream.
 
     Raises:
-        ModelLoadError: unresolvable source, not a supported BERT model,
-            missing or mismatched weights, no ``tokenizer.json``, or a
+        ModelLoadError: unresolvable source, a model neither engine runs
+            (or mlx-embeddings not installed, naming the extra), missing or
+            mismatched weights, no ``tokenizer.json``, or a
             ``context_length`` too small for the special tokens and one
             more.
     """
@@ -292,11 +341,19 @@ def load_embedding_model(source: str, *, dtype: str = "auto", context_length: in
     path = resolve_source(source)
     try:
         config_dict = json.loads((path / "config.json").read_text(encoding="utf-8"))
-        config = BertConfig.from_dict(config_dict)
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"model source {source!r}: {exc}") from None
-    except UnsupportedModel as exc:
-        raise ModelLoadError(f"model source {source!r}: {exc}") from None
+    try:
+        config = BertConfig.from_dict(config_dict)
+    except (UnsupportedModel, ValueError, KeyError) as exc:
+        return _load_with_mlx_embeddings(path, source, config_dict, dtype, context_length, refused=str(exc))
+    return _load_bert(path, source, config, config_dict, dtype, context_length)
+
+
+def _load_bert(
+    path: Path, source: str, config: BertConfig, config_dict: dict[str, Any], dtype: str, context_length: int
+) -> EmbeddingModel:
+    """Load a BERT directory on mlxd's own encoder."""
     model = BertModel(config)
     weights = _read_weights(path, source)
     quantization = config_dict.get("quantization")
@@ -316,7 +373,7 @@ def load_embedding_model(source: str, *, dtype: str = "auto", context_length: in
         dequantize_model(model, _FLOAT_DTYPES[effective])
     model.eval()
     mx.eval(model.parameters())
-    max_tokens = _max_tokens(path, config, context_length)
+    max_tokens = _max_tokens(path, config.max_position_embeddings, context_length)
     pooling = read_pooling(path)
     hidden = config.hidden_size * len(pooling.modes)
     tokenizer = EmbeddingTokenizer(path, max_tokens, config.vocab_size)
@@ -332,6 +389,79 @@ def load_embedding_model(source: str, *, dtype: str = "auto", context_length: in
         dtype=effective if effective != "quantized" or _is_quantized(model) else _dominant_dtype(model),
         config=config_dict,
     )
+
+
+def _load_with_mlx_embeddings(
+    path: Path, source: str, config_dict: dict[str, Any], dtype: str, context_length: int, *, refused: str
+) -> EmbeddingModel:
+    """Load a directory mlxd's encoder does not run with mlx-embeddings'
+    model classes (local files only, hub offline); ``refused`` is why
+    mlxd's encoder declined, for the error when mlx-embeddings cannot help."""
+    model_type = str(config_dict.get("model_type", ""))
+    os.environ["HF_HUB_OFFLINE"] = "1"  # belt and braces: only local files are read below
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    try:
+        from mlx_embeddings import utils as mlx_embeddings_utils
+    except ImportError:
+        raise ModelLoadError(
+            f"model source {source!r}: {refused}; other embedding models run on mlx-embeddings, "
+            f"which is not installed (pip install 'mlxd[{EMBEDDINGS_EXTRA}]')"
+        ) from None
+
+    def classes(config: dict[str, Any]) -> Any:
+        kind = config["model_type"].replace("-", "_")
+        return mlx_embeddings_utils._get_classes({**config, "model_type": _MLX_EMBEDDINGS_ALIASES.get(kind, kind)})
+
+    try:
+        classes(config_dict)
+    except (ValueError, KeyError):
+        raise ModelLoadError(
+            f"model source {source!r}: {refused}, and mlx-embeddings has no model for model_type {model_type!r}"
+        ) from None
+    pooling: Pooling | None = read_pooling(path) if (path / "modules.json").is_file() else None
+    try:
+        model = mlx_embeddings_utils.load_model(path, get_model_classes=classes, path_to_repo=str(path))
+    except FileNotFoundError as exc:
+        raise ModelLoadError(f"model source {source!r}: {exc}") from None
+    except (ValueError, TypeError, KeyError) as exc:
+        detail = str(exc) if len(str(exc)) <= 400 else str(exc)[:400] + " ..."
+        raise ModelLoadError(
+            f"model source {source!r}: mlx-embeddings cannot load it as model_type {model_type!r}: {detail}"
+        ) from None
+    effective = _target_dtype(dtype)
+    if effective != "quantized":
+        dequantize_model(model, _FLOAT_DTYPES[effective])
+    model.eval()
+    mx.eval(model.parameters())
+    positions = int(config_dict.get("max_position_embeddings") or 512)
+    pad = config_dict.get("pad_token_id")
+    pad_id = pad if isinstance(pad, int) and pad >= 0 else 0
+    if model_type.lower() in _ROBERTA_FAMILY:
+        positions -= pad_id + 1  # position ids start after the padding index
+    max_tokens = _max_tokens(path, positions, context_length)
+    vocab_size = int(config_dict.get("vocab_size") or 0)
+    tokenizer = EmbeddingTokenizer(path, max_tokens, vocab_size or 1 << 31)
+    if max_tokens <= len(tokenizer.prefix) + len(tokenizer.suffix):
+        raise ModelLoadError(f"model source {source!r}: context_length {max_tokens} leaves no room for any text")
+    embedding = EmbeddingModel(
+        model=model,
+        tokenizer=tokenizer,
+        pooling=pooling or Pooling(),
+        path=path,
+        dim=0,
+        max_tokens=max_tokens,
+        dtype=effective if effective != "quantized" or _is_quantized(model) else _dominant_dtype(model),
+        config=config_dict,
+        engine="mlx-embeddings",
+        pad_id=pad_id,
+    )
+    probe = [[*tokenizer.prefix, *tokenizer.encode_probe(), *tokenizer.suffix]]
+    if pooling is None:  # the model class's own pooling, when it pools
+        ids = mx.array(probe, dtype=mx.int32)
+        embeds = getattr(model(ids, attention_mask=mx.ones(ids.shape, dtype=mx.int32)), "text_embeds", None)
+        embedding.own_pooling = embeds is not None and embeds.ndim == 2
+    embedding.dim = int(embedding.encode(probe).shape[1])
+    return embedding
 
 
 def _read_weights(path: Path, source: str) -> dict[str, mx.array]:

