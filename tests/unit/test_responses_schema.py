@@ -545,3 +545,40 @@ def test_offered_tools_are_bounded():
         for k in range(5)
     ]
     refused("tools", tools=spaces)
+
+
+OFFICIAL_REFUSED_ITEMS = [
+    {"type": "file_search_call", "id": "fs_1", "queries": ["q"], "status": "completed"},
+    {"type": "computer_call", "id": "cu_1", "call_id": "c1", "action": {"type": "screenshot"}, "status": "completed"},
+    {"type": "computer_call_output", "call_id": "c1", "output": {"type": "computer_screenshot", "image_url": "x"}},
+    {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search", "query": "q"}},
+    {"type": "tool_search_call", "arguments": {}, "call_id": "c1"},
+    {"type": "tool_search_output", "tools": [], "call_id": "c1"},
+    {"type": "configuration_update", "reasoning": {"effort": "low"}},
+    {"type": "compaction", "encrypted_content": "abc"},
+    {"type": "image_generation_call", "id": "ig_1", "result": None, "status": "completed"},
+    {"type": "code_interpreter_call", "id": "ci_1", "code": "x", "container_id": "c", "status": "completed"},
+    {"type": "local_shell_call", "id": "l1", "call_id": "c1", "action": {"type": "exec", "command": ["ls"], "env": {}}},
+    {"type": "local_shell_call_output", "id": "c1", "output": "ok"},
+    {"type": "shell_call", "call_id": "c1", "action": {"commands": ["ls"]}},
+    {"type": "shell_call_output", "call_id": "c1", "output": []},
+    {"type": "apply_patch_call", "call_id": "c1", "operation": {"type": "delete_file", "path": "a"}},
+    {"type": "apply_patch_call_output", "call_id": "c1", "status": "completed"},
+    {"type": "mcp_list_tools", "id": "ml_1", "server_label": "s", "tools": []},
+    {"type": "mcp_approval_request", "id": "mr_1", "server_label": "s", "name": "t", "arguments": "{}"},
+    {"type": "mcp_approval_response", "approval_request_id": "mr_1", "approve": True},
+    {"type": "mcp_call", "id": "mc_1", "server_label": "s", "name": "t", "arguments": "{}"},
+    {"type": "compaction_trigger"},
+    {"type": "item_reference", "id": "msg_1"},
+    {"type": "program", "id": "p1", "call_id": "c1", "code": "x", "fingerprint": "f"},
+    {"type": "program_output", "id": "p1", "call_id": "c1", "result": "x", "status": "completed"},
+]
+
+
+@pytest.mark.parametrize("item", OFFICIAL_REFUSED_ITEMS, ids=lambda item: item["type"])
+def test_official_items_mlxd_cannot_take_are_refused_by_type_with_a_reason(item):
+    """Each official input item type that mlxd refuses is named by type
+    (``input[1].type``), with a reason, even when its fields are unknown to
+    the decoder (docs/api/responses.md, "Input items")."""
+    err = refused("input[1].type", input=[{"role": "user", "content": "hi"}, item])
+    assert f"input item type '{item['type']}' is not supported: " in err.message
