@@ -582,3 +582,40 @@ def test_official_items_mlxd_cannot_take_are_refused_by_type_with_a_reason(item)
     the decoder (docs/api/responses.md, "Input items")."""
     err = refused("input[1].type", input=[{"role": "user", "content": "hi"}, item])
     assert f"input item type '{item['type']}' is not supported: " in err.message
+
+
+def test_every_official_input_item_type_is_taken_or_refused_and_documented():
+    """Each item type of the installed openai SDK's ``ResponseInputItemParam``
+    is either decoded or refused with a reason, and has a row in
+    docs/api/responses.md, so an SDK upgrade that adds one fails here."""
+    import typing
+    from pathlib import Path
+
+    from openai.types.responses import response_input_item_param as sdk
+
+    from gateway import responses_schema as schema
+
+    kinds = set()
+    for member in typing.get_args(sdk.ResponseInputItemParam):
+        hint = typing.get_type_hints(member, include_extras=True).get("type")
+        kinds |= {arg for arg in _literals(hint) if isinstance(arg, str)}
+    assert "item_reference" in kinds and "function_call" in kinds
+    unknown = kinds - set(schema._ITEM_FIELDS) - set(schema._REFUSED_ITEMS)
+    assert not unknown, f"official input item types neither decoded nor refused with a reason: {sorted(unknown)}"
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "api" / "responses.md").read_text()
+    section = docs.split("### Input items", 1)[1].split("\n### ", 1)[0]
+    undocumented = {
+        k
+        for k in kinds - {"message"}
+        if f"`{k}`" not in section and f"`{k.rsplit('_', 1)[0]}` / `_output`" not in section
+    }
+    assert not undocumented, f"input item types without a row in docs/api/responses.md: {sorted(undocumented)}"
+
+
+def _literals(hint) -> list:
+    """The values of the ``Literal`` inside ``hint`` (through Required / Optional)."""
+    import typing
+
+    if typing.get_origin(hint) is typing.Literal:
+        return list(typing.get_args(hint))
+    return [value for arg in typing.get_args(hint) for value in _literals(arg)]
