@@ -22,8 +22,11 @@ short:
   placeholder, :data:`MEDIA_PLACEHOLDER`), ``reasoning`` items (text from
   mlxd's own ``encrypted_content``, else ``reasoning_text`` content, else
   the ``summary_text`` summary) and ``additional_tools`` items (their
-  tools join ``tools``). Images and files elsewhere, ``item_reference``
-  and the hosted tools' call items are refused.
+  tools join ``tools``). Images and files elsewhere are refused; so is
+  every other official item type, by type and with a reason
+  (``_REFUSED_ITEMS``: ``item_reference``, the hosted and dropped built-in
+  tools' call items, compaction, ``configuration_update``, MCP items
+  outside :mod:`gateway.responses_mcp`).
 - ``tools`` and ``tool_choice``: see :mod:`gateway.responses_tools`
   (function, custom and namespace tools; hosted ones dropped). An object
   ``tool_choice`` forces a ``function`` or ``custom`` tool by name, or
@@ -64,6 +67,8 @@ short:
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Union
 
@@ -296,7 +301,11 @@ def decode_responses_request(body: bytes) -> ResponsesRequest:
     Raises:
         APIError: 400 with ``param`` naming the first offending field.
     """
-    req: ResponsesRequest = decode_body(_decoder, body)
+    try:
+        req: ResponsesRequest = decode_body(_decoder, body)
+    except APIError as exc:
+        _refuse_item_by_type(body, exc)
+        raise
     _check_settings(req)
     _check_input(req.input)
     _check_tools(req)
@@ -609,6 +618,67 @@ _REQUIRED_FIELDS = {
     "additional_tools": ("role", "tools"),
 }
 
+_HOSTED_CALL = "it belongs to a hosted tool, and mlxd runs none (they are dropped from 'tools')"
+_BUILTIN_CALL = "it belongs to the {} tool, which mlxd drops from 'tools' (its model never makes such calls)"
+_MCP_ITEM = "MCP items are read only when 'tools' has an 'mcp' tool naming a configured MCP server"
+
+_REFUSED_ITEMS = {
+    "item_reference": "mlxd is stateless; send the item itself",
+    "file_search_call": _HOSTED_CALL,
+    "web_search_call": _HOSTED_CALL,
+    "computer_call": _HOSTED_CALL,
+    "computer_call_output": _HOSTED_CALL,
+    "code_interpreter_call": _HOSTED_CALL,
+    "image_generation_call": _HOSTED_CALL,
+    "tool_search_call": _HOSTED_CALL,
+    "tool_search_output": _HOSTED_CALL,
+    "local_shell_call": _BUILTIN_CALL.format("'local_shell'"),
+    "local_shell_call_output": _BUILTIN_CALL.format("'local_shell'"),
+    "shell_call": _BUILTIN_CALL.format("'shell'"),
+    "shell_call_output": _BUILTIN_CALL.format("'shell'"),
+    "apply_patch_call": _BUILTIN_CALL.format("'apply_patch'"),
+    "apply_patch_call_output": _BUILTIN_CALL.format("'apply_patch'"),
+    "program": _BUILTIN_CALL.format("'programmatic_tool_calling'"),
+    "program_output": _BUILTIN_CALL.format("'programmatic_tool_calling'"),
+    "compaction": "its encrypted_content is OpenAI's compacted context, which mlxd cannot read; send the items it replaced",
+    "compaction_trigger": "mlxd never compacts the input",
+    "configuration_update": "not implemented; set 'reasoning' and 'text' on the request instead",
+    "mcp_list_tools": _MCP_ITEM,
+    "mcp_call": _MCP_ITEM,
+    "mcp_approval_request": _MCP_ITEM,
+    "mcp_approval_response": _MCP_ITEM,
+}
+"""The official input item types mlxd refuses, with the reason the 400 gives."""
+
+
+def _unsupported_item(kind: str, param: str) -> APIError:
+    """The 400 refusing an input item of type ``kind``, with its reason."""
+    reason = _REFUSED_ITEMS.get(kind)
+    if reason is None:
+        return _not_supported(param, f"input item type '{kind}'")
+    return bad_request(f"input item type '{kind}' is not supported: {reason}", param)
+
+
+def _refuse_item_by_type(body: bytes, exc: APIError) -> None:
+    """When decoding failed inside an input item whose type mlxd does not
+    take (its fields are then unknown to :class:`InputItemParam`), raise the
+    400 that refuses the item by type instead of naming one of its fields.
+
+    Only runs on the error path. Raises:
+        APIError: 400 naming ``input[i].type``.
+    """
+    match = re.match(r"input\[(\d+)\]", exc.param or "")
+    if match is None:
+        return
+    try:
+        item = json.loads(body)["input"][int(match.group(1))]
+    except (ValueError, LookupError, TypeError):
+        return
+    kind = item.get("type", "message") if isinstance(item, dict) else None
+    if isinstance(kind, str) and kind not in _ITEM_FIELDS:
+        raise _unsupported_item(kind, f"{match.group(0)}.type") from None
+
+
 _ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
 
 
@@ -638,10 +708,8 @@ def _check_item(item: InputItemParam, path: str) -> None:
         APIError: 400 naming the item's offending field.
     """
     kind = _item_type(item)
-    if kind == "item_reference":
-        raise _not_supported(f"{path}.type", "'item_reference' (mlxd is stateless; send the item itself)")
     if kind not in _ITEM_FIELDS:
-        raise _not_supported(f"{path}.type", f"input item type '{kind}'")
+        raise _unsupported_item(kind, f"{path}.type")
     allowed = _ITEM_FIELDS[kind]
     for name in item.__struct_fields__:
         if name not in allowed and _given(getattr(item, name)):

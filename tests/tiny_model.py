@@ -326,6 +326,10 @@ def build_terse_model(out_dir: Path, base: Path, context: int, seed: int = 0) ->
     for name in TOKENIZER_FILES:
         if (base / name).exists():
             shutil.copy(base / name, out_dir / name)
+    tokenizer_config = out_dir / "tokenizer_config.json"
+    if tokenizer_config.exists():  # else transformers warns that long prompts overflow the base's context
+        settings = json.loads(tokenizer_config.read_text())
+        tokenizer_config.write_text(json.dumps({**settings, "model_max_length": context}, indent=2))
     config = json.loads((base / "config.json").read_text())
     config.update(tie_word_embeddings=False, max_position_embeddings=context)
     mx.random.seed(seed)

@@ -14,8 +14,9 @@ by ``--timeout`` and in an empty temporary HOME:
   once with no ``model`` (Codex's default name, an alias) and once with the
   served name.
 
-A run passes when the CLI exits 0 and prints no API error. Prints one line
-per run (and the CLI's output when it failed); exits 1 if any run failed.
+A run passes when the CLI exits 0 and prints no API error. Prints the CLI
+versions, then one line per run with its duration (and the CLI's output
+when it failed); exits 1 if any run failed.
 
 Usage: ``.venv/bin/python -m tests.replay.run_agents [--config PATH]
 [--keep-source] [--timeout SECONDS]`` (``--keep-source`` serves the
@@ -31,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,6 +154,7 @@ def main() -> int:
     args = parser.parse_args()
 
     bin_dir = install_clis(PREFIX)
+    print("CLIs: " + ", ".join(f"{name} {version}" for name, version in CLIS.items()), flush=True)
     work = PREFIX / "run"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -160,12 +163,14 @@ def main() -> int:
     failures = 0
     try:
         for run in runs(bin_dir, server.url, models[0]["name"]):
+            started = time.monotonic()
             passed, output = run_one(run, args.timeout)
+            took = f"{time.monotonic() - started:.1f} s"
             if passed:
-                print(f"PASS  {run.label}: {output!r}", flush=True)
+                print(f"PASS  {run.label} ({took}): {output!r}", flush=True)
             else:
                 failures += 1
-                print(f"FAIL  {run.label}\n    " + output.strip()[-3000:].replace("\n", "\n    "), flush=True)
+                print(f"FAIL  {run.label} ({took})\n    " + output.strip()[-3000:].replace("\n", "\n    "), flush=True)
     finally:
         server.stop()
     if failures:

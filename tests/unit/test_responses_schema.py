@@ -545,3 +545,77 @@ def test_offered_tools_are_bounded():
         for k in range(5)
     ]
     refused("tools", tools=spaces)
+
+
+OFFICIAL_REFUSED_ITEMS = [
+    {"type": "file_search_call", "id": "fs_1", "queries": ["q"], "status": "completed"},
+    {"type": "computer_call", "id": "cu_1", "call_id": "c1", "action": {"type": "screenshot"}, "status": "completed"},
+    {"type": "computer_call_output", "call_id": "c1", "output": {"type": "computer_screenshot", "image_url": "x"}},
+    {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search", "query": "q"}},
+    {"type": "tool_search_call", "arguments": {}, "call_id": "c1"},
+    {"type": "tool_search_output", "tools": [], "call_id": "c1"},
+    {"type": "configuration_update", "reasoning": {"effort": "low"}},
+    {"type": "compaction", "encrypted_content": "abc"},
+    {"type": "image_generation_call", "id": "ig_1", "result": None, "status": "completed"},
+    {"type": "code_interpreter_call", "id": "ci_1", "code": "x", "container_id": "c", "status": "completed"},
+    {"type": "local_shell_call", "id": "l1", "call_id": "c1", "action": {"type": "exec", "command": ["ls"], "env": {}}},
+    {"type": "local_shell_call_output", "id": "c1", "output": "ok"},
+    {"type": "shell_call", "call_id": "c1", "action": {"commands": ["ls"]}},
+    {"type": "shell_call_output", "call_id": "c1", "output": []},
+    {"type": "apply_patch_call", "call_id": "c1", "operation": {"type": "delete_file", "path": "a"}},
+    {"type": "apply_patch_call_output", "call_id": "c1", "status": "completed"},
+    {"type": "mcp_list_tools", "id": "ml_1", "server_label": "s", "tools": []},
+    {"type": "mcp_approval_request", "id": "mr_1", "server_label": "s", "name": "t", "arguments": "{}"},
+    {"type": "mcp_approval_response", "approval_request_id": "mr_1", "approve": True},
+    {"type": "mcp_call", "id": "mc_1", "server_label": "s", "name": "t", "arguments": "{}"},
+    {"type": "compaction_trigger"},
+    {"type": "item_reference", "id": "msg_1"},
+    {"type": "program", "id": "p1", "call_id": "c1", "code": "x", "fingerprint": "f"},
+    {"type": "program_output", "id": "p1", "call_id": "c1", "result": "x", "status": "completed"},
+]
+
+
+@pytest.mark.parametrize("item", OFFICIAL_REFUSED_ITEMS, ids=lambda item: item["type"])
+def test_official_items_mlxd_cannot_take_are_refused_by_type_with_a_reason(item):
+    """Each official input item type that mlxd refuses is named by type
+    (``input[1].type``), with a reason, even when its fields are unknown to
+    the decoder (docs/api/responses.md, "Input items")."""
+    err = refused("input[1].type", input=[{"role": "user", "content": "hi"}, item])
+    assert f"input item type '{item['type']}' is not supported: " in err.message
+
+
+def test_every_official_input_item_type_is_taken_or_refused_and_documented():
+    """Each item type of the installed openai SDK's ``ResponseInputItemParam``
+    is either decoded or refused with a reason, and has a row in
+    docs/api/responses.md, so an SDK upgrade that adds one fails here."""
+    import typing
+    from pathlib import Path
+
+    from openai.types.responses import response_input_item_param as sdk
+
+    from gateway import responses_schema as schema
+
+    kinds = set()
+    for member in typing.get_args(sdk.ResponseInputItemParam):
+        hint = typing.get_type_hints(member, include_extras=True).get("type")
+        kinds |= {arg for arg in _literals(hint) if isinstance(arg, str)}
+    assert "item_reference" in kinds and "function_call" in kinds
+    unknown = kinds - set(schema._ITEM_FIELDS) - set(schema._REFUSED_ITEMS)
+    assert not unknown, f"official input item types neither decoded nor refused with a reason: {sorted(unknown)}"
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "api" / "responses.md").read_text()
+    section = docs.split("### Input items", 1)[1].split("\n### ", 1)[0]
+    undocumented = {
+        k
+        for k in kinds - {"message"}
+        if f"`{k}`" not in section and f"`{k.rsplit('_', 1)[0]}` / `_output`" not in section
+    }
+    assert not undocumented, f"input item types without a row in docs/api/responses.md: {sorted(undocumented)}"
+
+
+def _literals(hint) -> list:
+    """The values of the ``Literal`` inside ``hint`` (through Required / Optional)."""
+    import typing
+
+    if typing.get_origin(hint) is typing.Literal:
+        return list(typing.get_args(hint))
+    return [value for arg in typing.get_args(hint) for value in _literals(arg)]
