@@ -162,8 +162,10 @@ async def _submit(request: Request, kind: Kind, timing: Timing) -> _Job | Respon
 
     Raises:
         APIError: 400 invalid body or refused field (also ``num_ctx`` above
-        the model's context), 404 unknown model, 503 worker not ready or
-        overloaded.
+        the model's context: checked before submitting when the context is
+        known from an earlier load, so a lazy worker is not started only to
+        refuse; else right after), 404 unknown model, 503 worker not ready
+        or overloaded.
     """
     body: OllamaChatRequest | OllamaGenerateRequest = decode(
         OllamaChatRequest if kind == "chat" else OllamaGenerateRequest, await request.body()
@@ -184,15 +186,32 @@ async def _submit(request: Request, kind: Kind, timing: Timing) -> _Job | Respon
         work, prompt_param = chat_request(body, request_id), "messages"
     else:
         work, prompt_param = generate_request(body, request_id), "prompt"
+    num_ctx = body.options.num_ctx if body.options is not None else None
+    known = _info(engine, model).context_length is not None
+    if known:
+        _check_num_ctx(engine, model, num_ctx)
     stream = await engine.submit(model, work, keep_alive=keep)
     timing.mark_submitted()
-    num_ctx = body.options.num_ctx if body.options is not None else None
-    context = _info(engine, model).context_length
-    if num_ctx is not None and context is not None and num_ctx > context:
-        await stream.aclose()
-        raise bad_request(f"options.num_ctx {num_ctx} is above the model's context of {context} tokens", "num_ctx")
+    if not known:  # the worker has just loaded the model: its context is known now
+        try:
+            _check_num_ctx(engine, model, num_ctx)
+        except APIError:
+            await stream.aclose()
+            raise
     builder = ReplyBuilder(kind, body.model, timing, with_logprobs=bool(body.logprobs or body.top_logprobs))
     return _Job(stream, builder, request_id, body.stream is not False, prompt_param)
+
+
+def _check_num_ctx(engine: Engine, model: str, num_ctx: int | None) -> None:
+    """Refuse an ``options.num_ctx`` above canonical ``model``'s context
+    (nothing to check while the context is unknown).
+
+    Raises:
+        APIError: 400 naming ``num_ctx``.
+    """
+    context = _info(engine, model).context_length
+    if num_ctx is not None and context is not None and num_ctx > context:
+        raise bad_request(f"options.num_ctx {num_ctx} is above the model's context of {context} tokens", "num_ctx")
 
 
 def _info(engine: Engine, model: str) -> ModelInfo:

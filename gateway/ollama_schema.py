@@ -214,8 +214,11 @@ class OllamaGenerateRequest(_OllamaGeneration, forbid_unknown_fields=True, kw_on
     """``POST /api/generate``. An empty ``prompt`` only loads the model (or,
     with ``keep_alive`` 0, unloads it). ``raw`` sends ``prompt`` as is;
     otherwise it is one user turn (after ``system``) through the chat
-    template. ``suffix``, ``template``, ``context``, ``images`` and the
-    image-generation fields are refused (see :func:`generate_request`)."""
+    template. ``suffix`` asks for fill-in-the-middle: ``prompt`` is the
+    text before the gap and the worker lays both out with the model's
+    fill-in-the-middle tokens, without the chat template (a model without
+    them refuses it). ``template``, ``context``, ``images`` and the
+    image-generation fields are refused (see :func:`check_generate`)."""
 
     prompt: str | None = None
     suffix: str | None = None
@@ -507,9 +510,11 @@ def check_generate(body: OllamaGenerateRequest) -> None:
     Raises:
         APIError: 400 for ``images`` (no vision), ``template`` (the model's
         own chat template is always used), ``context`` (no token history;
-        send the conversation to ``/api/chat``), ``suffix`` (no
-        fill-in-the-middle template), ``system`` with ``raw`` and the
-        image-generation fields.
+        send the conversation to ``/api/chat``), ``system`` with ``raw``,
+        ``suffix`` with ``raw`` or ``system`` (a fill-in-the-middle prompt
+        has neither a raw form nor a system turn) and the image-generation
+        fields. Whether the model supports ``suffix`` at all is the
+        worker's to tell (it knows the vocabulary).
     """
     _check_common(body)
     if body.images:
@@ -525,8 +530,16 @@ def check_generate(body: OllamaGenerateRequest) -> None:
             "context is not supported: mlxd returns no token history; send the conversation to /api/chat instead",
             "context",
         )
-    if body.suffix:
-        raise bad_request("suffix is not supported: this model's template has no fill-in-the-middle support", "suffix")
+    if body.suffix and body.raw:
+        raise bad_request(
+            "suffix cannot be combined with raw: write the model's fill-in-the-middle tokens into the raw prompt "
+            "instead",
+            "suffix",
+        )
+    if body.suffix and body.system:
+        raise bad_request(
+            "system cannot be combined with suffix: a fill-in-the-middle prompt has no system turn", "system"
+        )
     if body.raw and body.system:
         raise bad_request("system has no effect with raw: put it in the raw prompt", "system")
     for name in ("width", "height", "steps"):
@@ -536,8 +549,9 @@ def check_generate(body: OllamaGenerateRequest) -> None:
 
 def generate_request(body: OllamaGenerateRequest, request_id: str) -> GenerateRequest:
     """The worker request for a checked generate body with a prompt: the
-    raw prompt, or ``system`` and ``prompt`` as chat turns rendered with
-    the model's template."""
+    raw prompt, ``prompt`` and ``suffix`` for a fill-in-the-middle prompt,
+    or ``system`` and ``prompt`` as chat turns rendered with the model's
+    template."""
     common = {
         "request_id": request_id,
         "sampling": sampling(body.options, body.logprobs, body.top_logprobs),
@@ -546,6 +560,8 @@ def generate_request(body: OllamaGenerateRequest, request_id: str) -> GenerateRe
     }
     if body.raw:
         return GenerateRequest(prompt=body.prompt, **common)
+    if body.suffix:
+        return GenerateRequest(prompt=body.prompt, suffix=body.suffix, **common)
     messages = [ChatMessage(role="system", content=body.system)] if body.system else []
     messages.append(ChatMessage(role="user", content=body.prompt or ""))
     return GenerateRequest(messages=messages, **common)

@@ -197,6 +197,11 @@ class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True, tag="generate")
     the room the prompt leaves in the context is cut to that room instead
     of refused; the choice then ends with ``length`` when the context is
     full. A prompt that leaves no room is still refused.
+    ``suffix`` (``prompt`` only): fill in the middle. The prompt becomes
+    the model's fill-in-the-middle tokens around ``prompt`` (the text
+    before the gap) and ``suffix`` (the text after it), with no chat
+    template; a model whose vocabulary has no such tokens refuses the
+    request (``invalid_request``, ``error_param`` ``suffix``).
     """
 
     request_id: str
@@ -218,6 +223,7 @@ class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True, tag="generate")
     max_tool_calls: int | None = None
     thinking_budget_best_effort: bool = False
     max_tokens_ceiling: bool = False
+    suffix: str | None = None
 
 
 class AbortRequest(msgspec.Struct, frozen=True, tag="abort"):

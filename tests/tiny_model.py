@@ -183,6 +183,39 @@ def build_thinking_model(out_dir: Path, base: Path) -> Path:
     return out_dir
 
 
+FIM_MARKERS = ("<fim_prefix>", "<fim_suffix>", "<fim_middle>")
+"""StarCoder's fill-in-the-middle tokens, which the tokenizer the tiny
+model reuses (SmolLM2's) does not have."""
+
+
+def build_fim_model(out_dir: Path, base: Path, seed: int = 1) -> Path:
+    """A copy of the tiny model at ``base`` whose tokenizer also has the
+    special tokens :data:`FIM_MARKERS` (appended to the vocabulary, with
+    random embedding rows), as a code model's has them."""
+    import mlx.core as mx
+    from tokenizers import AddedToken
+    from transformers import AutoTokenizer
+
+    if (out_dir / "model.safetensors").exists():
+        return out_dir
+    shutil.copytree(base, out_dir)
+    tokenizer = AutoTokenizer.from_pretrained(str(base))
+    tokenizer.add_tokens([AddedToken(m, special=True, normalized=False) for m in FIM_MARKERS], special_tokens=True)
+    tokenizer.save_pretrained(str(out_dir))
+    config = json.loads((base / "config.json").read_text())
+    weights = mx.load(str(base / "model.safetensors"))
+    mx.random.seed(seed)
+    for name, value in weights.items():
+        if name.endswith("embed_tokens.weight") or name == "lm_head.weight":
+            extra = len(tokenizer) - value.shape[0]
+            weights[name] = mx.concatenate(
+                [value, 0.02 * mx.random.normal((extra, value.shape[1])).astype(value.dtype)]
+            )
+    mx.save_safetensors(str(out_dir / "model.safetensors"), weights)
+    (out_dir / "config.json").write_text(json.dumps({**config, "vocab_size": len(tokenizer)}, indent=2))
+    return out_dir
+
+
 def build_model_with_generation_defaults(out_dir: Path, base: Path, **settings: float) -> Path:
     """A copy of the tiny model at ``base`` whose ``generation_config.json``
     also recommends the sampling ``settings`` (e.g. ``top_k=1``)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import msgspec
@@ -47,11 +48,38 @@ def protect_contents(messages: list[ChatMessage]) -> tuple[list[ChatMessage], di
     return out, originals
 
 
+FIM_TOKENS = (
+    ("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),
+    ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),
+)
+"""Fill-in-the-middle tokens (prefix, suffix, middle) a vocabulary may
+have: StarCoder's (also SantaCoder, StarCoder2) and Qwen2.5-Coder's (also
+CodeGemma). The prompt is laid out prefix, suffix, middle (PSM), as
+Ollama's templates for these models do."""
+
+NO_FIM = (
+    "suffix is not supported: this model's template has no fill-in-the-middle support "
+    "(its vocabulary has no <fim_prefix>/<fim_suffix>/<fim_middle> tokens)"
+)
+"""The refusal of a ``suffix`` for a model without :data:`FIM_TOKENS`."""
+
+
+def fim_token_ids(tokenizer: Any) -> tuple[int, int, int] | None:
+    """The ids of the first :data:`FIM_TOKENS` triple the tokenizer's
+    vocabulary has entirely (None: no fill-in-the-middle support)."""
+    vocab = getattr(tokenizer, "get_vocab", dict)()
+    for names in FIM_TOKENS:
+        ids = [vocab.get(name) for name in names]
+        if None not in ids:
+            return ids[0], ids[1], ids[2]
+    return None
+
+
 class PromptError(Exception):
     """The request cannot be admitted; ``kind`` classifies it for the client
     and ``field`` names the request field at fault, in the worker's terms
     (``prompt``, ``n``, ``logit_bias``, ``response_format``, ``tools``,
-    ``tool_choice``, ``thinking``; None: not one field)."""
+    ``tool_choice``, ``thinking``, ``suffix``; None: not one field)."""
 
     def __init__(self, kind: ErrorKind, message: str, field: str | None = None) -> None:
         super().__init__(message)
@@ -152,7 +180,8 @@ class PromptBuilder:
         Raises:
             PromptError: ``invalid_request`` for a prompt that renders to no
                 tokens, an out-of-vocabulary token id, a template failure, an
-                invalid schema or tool grammar; ``context_length_exceeded``
+                invalid schema or tool grammar, a ``suffix`` for a model with
+                no fill-in-the-middle tokens; ``context_length_exceeded``
                 when the prompt plus ``max_tokens`` does not fit.
         """
         ids, text = self._tokens(request)
@@ -236,7 +265,9 @@ class PromptBuilder:
     # -- prompt -----------------------------------------------------------
 
     def _tokens(self, request: GenerateRequest) -> tuple[list[int], str]:
-        if request.prompt_token_ids is not None:
+        if request.suffix is not None:
+            ids, text = self._fim_prompt(request), ""
+        elif request.prompt_token_ids is not None:
             ids, text = list(request.prompt_token_ids), ""
         elif request.prompt is not None:
             ids, text = list(self._tokenizer.encode(request.prompt)), request.prompt
@@ -259,6 +290,44 @@ class PromptBuilder:
             raise PromptError("invalid_request", "the prompt is empty after tokenization", "prompt")
         self._check_ids(ids, "prompt token", "prompt")
         return ids, text
+
+    @cached_property
+    def _fim_ids(self) -> tuple[int, int, int] | None:
+        return fim_token_ids(self._tokenizer)
+
+    @cached_property
+    def _leading_ids(self) -> list[int]:
+        """The ids the tokenizer puts before any text it encodes with its
+        special tokens (a BOS, for tokenizers that add one), as a raw
+        prompt gets them."""
+        full = list(self._tokenizer.encode("a"))
+        bare = list(self._tokenizer.encode("a", add_special_tokens=False))
+        cut = len(full) - len(bare)
+        return full[:cut] if cut > 0 and full[cut:] == bare else []
+
+    def _fim_prompt(self, request: GenerateRequest) -> list[int]:
+        """The fill-in-the-middle prompt of ``request.prompt`` (before the
+        gap) and ``request.suffix`` (after it): the tokenizer's leading
+        special tokens, then prefix token, prompt, suffix token, suffix,
+        middle token. The two texts are tokenized as plain text (a special
+        token's spelling in them stays ordinary text).
+
+        Raises:
+            PromptError: ``invalid_request`` when the model has no
+                fill-in-the-middle tokens, or the request has no text prompt.
+        """
+        if request.prompt is None:
+            raise PromptError("invalid_request", "suffix needs a text prompt (the text before the gap)", "suffix")
+        if self._fim_ids is None:
+            raise PromptError("invalid_request", NO_FIM, "suffix")
+        prefix, suffix, middle = self._fim_ids
+
+        def plain(text: str) -> list[int]:
+            return (
+                list(self._tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)) if text else []
+            )
+
+        return [*self._leading_ids, prefix, *plain(request.prompt), suffix, *plain(request.suffix or ""), middle]
 
     @staticmethod
     def _prefill(request: GenerateRequest, messages: list[ChatMessage], originals: dict[str, str]) -> str:

