@@ -39,7 +39,6 @@ import msgspec
 
 from gateway import sse
 from gateway.errors import APIError
-from gateway.request_flow import FINAL_REASONS
 from shared.protocol import RequestOutput, ToolCallDelta
 
 log = logging.getLogger("mlxd.gateway.anthropic")
@@ -371,7 +370,7 @@ class MessageCollector:
             if call is None:
                 call = self._calls[piece.index] = _Call(piece)
             call.arguments.append(piece.arguments)
-        if output.finish_reason in FINAL_REASONS:
+        if output.ends_choice:
             self._finish = output
 
     @property

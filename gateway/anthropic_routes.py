@@ -48,9 +48,7 @@ from gateway.dropped_tools import dropped_headers
 from gateway.engine_api import Engine, RequestStream
 from gateway.errors import APIError
 from gateway.request_flow import (
-    FINAL_REASONS,
     JSON_MEDIA_TYPE,
-    ends_request,
     engine_of,
     next_output,
     respond_after_first_output,
@@ -144,11 +142,6 @@ async def _edited(
 # --- reading a request stream ---------------------------------------------------------
 
 
-def _is_final(output: RequestOutput) -> bool:
-    """Whether ``output`` is the single choice's successful last output."""
-    return output.finish_reason in FINAL_REASONS
-
-
 def _ours(output: RequestOutput, request_id: str) -> bool:
     """Whether ``output`` belongs to choice 0 (the only one); logs others,
     which the caller ignores."""
@@ -229,7 +222,7 @@ async def _collect(job: _Job, first: RequestOutput) -> fmt.MessageCollector | Re
     ``error``/``abort`` output that ended it early."""
     collector = fmt.MessageCollector(job.omit_thinking, job.applied_edits)
     output = first
-    while not ends_request(output):
+    while not output.ends_request:
         if _ours(output, job.request_id):
             collector.add(output)
             if collector.done:
@@ -261,10 +254,10 @@ async def _events(job: _Job, first: RequestOutput) -> AsyncIterator[bytes]:
         events = fmt.MessageEventStream(job.request_id, job.model, job.omit_thinking, job.applied_edits)
         frames = events.start(first)
         output = first
-        while not ends_request(output):
+        while not output.ends_request:
             if _ours(output, job.request_id):
                 frames += events.output(output)
-                if _is_final(output):
+                if output.ends_choice:
                     yield frames + events.finish(output)
                     return
             if frames:
@@ -324,4 +317,4 @@ async def _prompt_tokens(stream: RequestStream, request_id: str, first: RequestO
     output = first
     while output.finish_reason is None:
         output = await next_output(stream, request_id)
-    return output if ends_request(output) else output.prompt_tokens
+    return output if output.ends_request else output.prompt_tokens

@@ -3,10 +3,9 @@
 Two sources feed the exposition:
 
 * **Request path** (gateway event loop): :meth:`Metrics.request_started`
-  returns a :class:`RequestTimer` per request; the route feeds it each worker
-  output and closes it exactly once with :meth:`RequestTimer.finished` —
-  or lets :class:`MeteredStream` (:meth:`Metrics.track`) do both by
-  wrapping the request's stream. These update ordinary prometheus-client
+  returns a :class:`RequestTimer` per request; the worker handle feeds it each
+  worker output and closes it exactly once with :meth:`RequestTimer.finished`.
+  These update ordinary prometheus-client
   counters and histograms.
 * **Pool snapshots** (scrape time): the ``snapshots`` callable given to
   :class:`Metrics` returns one :class:`ModelSnapshot` per configured model;
@@ -74,7 +73,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import Callable, Iterator
 
 import psutil
 from prometheus_client import (
@@ -87,10 +86,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from shared.protocol import RequestOutput, WorkerStats
-
-if TYPE_CHECKING:
-    from gateway.engine_api import RequestStream
+from shared.protocol import WorkerStats
 
 PREFIX = "mlxd:"
 """Prefix of every metric name (vLLM uses ``vllm:``)."""
@@ -191,10 +187,6 @@ E2E_BUCKETS: tuple[float, ...] = (
 QUEUE_BUCKETS: tuple[float, ...] = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1) + E2E_BUCKETS
 """Queue-time buckets: vLLM's request-latency buckets plus six below 0.3 s
 (an idle worker admits a request within milliseconds)."""
-
-# Precedence when choices of one request end differently: the "worst" wins.
-_REASON_RANK = {"stop": 0, "tool_calls": 1, "length": 2, "abort": 3, "error": 4}
-
 
 @dataclass(frozen=True)
 class ModelSnapshot:
@@ -332,13 +324,6 @@ class Metrics:
         self._ensure_model(model)
         return RequestTimer(self, model, self.clock() if now is None else now)
 
-    def track(self, stream: RequestStream, timer: RequestTimer, n: int = 1) -> MeteredStream:
-        """Wrap an admitted request's stream so ``timer`` sees every output.
-
-        ``n`` is the request's number of choices. See :class:`MeteredStream`.
-        """
-        return MeteredStream(stream, timer, n)
-
     def render(self) -> tuple[bytes, str]:
         """The ``GET /metrics`` response: exposition body and content type.
 
@@ -390,10 +375,6 @@ class RequestTimer:
         "_last_token_at",
         "_generated",
         "_queued",
-        "_seen_completion",
-        "_seen_prompt",
-        "_seen_cached",
-        "_seen_reason",
         "_gen",
         "_ttft",
         "_itl",
@@ -409,10 +390,6 @@ class RequestTimer:
         self._last_token_at: dict[int, float] = {}
         self._generated = 0
         self._queued = False
-        self._seen_completion: dict[int, int] = {}
-        self._seen_prompt = 0
-        self._seen_cached = 0
-        self._seen_reason: str | None = None
         # label children resolved once: the per-output path does no lookups
         self._gen = metrics.generation_tokens.labels(model)
         self._ttft = metrics.time_to_first_token.labels(model)
@@ -446,28 +423,6 @@ class RequestTimer:
             for _ in range(tokens):
                 observe(per_token)
 
-    def record(self, out: RequestOutput, *, now: float | None = None) -> None:
-        """Convenience: feed one :class:`~shared.protocol.RequestOutput` as received.
-
-        Derives the new-token count of ``out.index`` from the running total
-        ``out.completion_tokens`` and calls :meth:`output`; remembers the
-        prompt/cached totals and the finish reasons so :meth:`finished` can
-        be called without token counts or reason.
-        """
-        if self._done:
-            return
-        prev = self._seen_completion.get(out.index, 0)
-        if out.completion_tokens > prev:
-            self._seen_completion[out.index] = out.completion_tokens
-        self._seen_prompt = max(self._seen_prompt, out.prompt_tokens)
-        self._seen_cached = max(self._seen_cached, out.cached_tokens)
-        reason = out.finish_reason
-        if reason is not None and (
-            self._seen_reason is None or _REASON_RANK.get(reason, 5) > _REASON_RANK.get(self._seen_reason, 5)
-        ):
-            self._seen_reason = reason
-        self.output(tokens=max(0, out.completion_tokens - prev), now=now, index=out.index)
-
     def queued(self, seconds: float) -> None:
         """Observe the worker-reported queue time of this request (first call only)."""
         if self._done or self._queued:
@@ -478,10 +433,10 @@ class RequestTimer:
     def finished(
         self,
         *,
-        reason: str | None = None,
-        prompt_tokens: int | None = None,
-        cached_tokens: int | None = None,
-        completion_tokens: int | None = None,
+        reason: str,
+        prompt_tokens: int,
+        cached_tokens: int,
+        completion_tokens: int,
         now: float | None = None,
     ) -> None:
         """End the request: count it and observe its end-to-end latency.
@@ -493,13 +448,8 @@ class RequestTimer:
         client went away or the server shut down, ``error`` for any failure.
         ``prompt_tokens`` is the whole prompt (cached tokens included),
         ``cached_tokens`` the part reused from the prefix cache and
-        ``completion_tokens`` the tokens generated over all choices.
-
-        Any argument left None is taken from what :meth:`record` saw: the
-        prompt/cached totals, the sum of choices' completion totals, and the
-        most severe finish reason (error > abort > length > tool_calls >
-        stop); ``reason`` falls back to ``abort`` when no output ended the
-        request (the stream was abandoned).
+        ``completion_tokens`` the tokens generated over all choices (tokens
+        not yet seen through :meth:`output` are counted now).
         """
         if self._done:
             return
@@ -507,14 +457,6 @@ class RequestTimer:
         t = self._metrics.clock() if now is None else now
         m = self._metrics
         model = self.model
-        if reason is None:
-            reason = self._seen_reason or "abort"
-        if prompt_tokens is None:
-            prompt_tokens = self._seen_prompt
-        if cached_tokens is None:
-            cached_tokens = self._seen_cached
-        if completion_tokens is None:
-            completion_tokens = sum(self._seen_completion.values())
         m.request_success.labels(model, reason).inc()
         if prompt_tokens > 0:
             m.prompt_tokens.labels(model).inc(prompt_tokens)
@@ -524,63 +466,6 @@ class RequestTimer:
         if missing > 0:
             self._gen.inc(missing)
         m.e2e_request_latency.labels(model).observe(max(0.0, t - self.start))
-
-
-class MeteredStream:
-    """A :class:`~gateway.engine_api.RequestStream` that meters the stream it wraps.
-
-    Yields exactly what ``inner`` yields, feeding each output to
-    ``timer.record``. The timer is finished (once) at the request's end:
-
-    * on the output that ends the request: the first ``error``/``abort``
-      output, or the terminal output of the last of the ``n`` choices
-      (reason derived by :meth:`RequestTimer.finished`);
-    * on :meth:`aclose` before the end (client gone, reader gave up):
-      reason ``abort``;
-    * when ``inner`` stops before the end (a broken stream) or raises
-      (anything but cancellation): reason ``error``.
-
-    ``aclose`` then closes ``inner`` (aborting the request in the worker if
-    it had not finished); it is idempotent like the stream it wraps.
-    """
-
-    __slots__ = ("_inner", "timer", "_open")
-
-    def __init__(self, inner: RequestStream, timer: RequestTimer, n: int = 1) -> None:
-        """Wrap ``inner``, the stream of a request with ``n`` choices."""
-        self._inner = inner
-        self.timer = timer
-        self._open = set(range(max(1, n)))
-
-    def __aiter__(self) -> MeteredStream:
-        """Return self: this is its own async iterator."""
-        return self
-
-    async def __anext__(self) -> RequestOutput:
-        """The next output of the wrapped stream, metered."""
-        try:
-            out = await self._inner.__anext__()
-        except StopAsyncIteration:
-            self.timer.finished(reason="error")  # no-op after a proper end
-            raise
-        except Exception:
-            self.timer.finished(reason="error")
-            raise
-        self.timer.record(out)
-        reason = out.finish_reason
-        if reason is not None:
-            if reason in ("error", "abort"):
-                self._open.clear()
-            else:
-                self._open.discard(out.index)
-            if not self._open:
-                self.timer.finished()
-        return out
-
-    async def aclose(self) -> None:
-        """Finish the timer as ``abort`` if the request had not ended, then close the wrapped stream."""
-        self.timer.finished(reason="abort")  # no-op after the end
-        await self._inner.aclose()
 
 
 class _SnapshotCollector(Collector):

@@ -76,9 +76,7 @@ from gateway.ollama_schema import (
 )
 from gateway.openai_routes import output_error
 from gateway.request_flow import (
-    FINAL_REASONS,
     JSON_MEDIA_TYPE,
-    ends_request,
     engine_of,
     next_output,
     respond_after_first_output,
@@ -224,12 +222,12 @@ async def _objects(job: _Job, first: RequestOutput) -> AsyncIterator[list[dict[s
     request that fails ends with its ``error``/``abort`` output instead."""
     output = first
     while True:
-        if ends_request(output):
+        if output.ends_request:
             yield output
             return
         if output.index == 0:
             objects = job.builder.add(output)
-            if output.finish_reason in FINAL_REASONS:
+            if output.ends_choice:
                 yield objects + job.builder.finish(output.finish_reason or "stop")
                 return
             if objects:

@@ -44,7 +44,7 @@ import msgspec
 
 from gateway.custom_tools import custom_input
 from gateway.engine_api import ModelInfo
-from gateway.request_flow import FINAL_REASONS, FinalReason
+from gateway.request_flow import FinalReason
 from gateway.sse import DATA_PREFIX, FRAME_END
 from shared.protocol import RequestOutput, TokenLogprob, ToolCall, ToolCallDelta
 
@@ -737,7 +737,7 @@ class ChatChunkStream(_ChunkStream):
         """Return ``output``'s delta chunks, then its choice's ``delta: {}``
         finish chunk when ``output`` is that choice's last."""
         frames = self.deltas(output)
-        if output.finish_reason in FINAL_REASONS:
+        if output.ends_choice:
             reason = encode(legacy_finish(output.finish_reason, self._legacy))
             tail = b"{}" + self._logprobs_null + b',"finish_reason":' + reason + b"}]" + self._end
             frames += self._choice_heads[output.index] + tail
@@ -851,7 +851,7 @@ class CompletionChunkStream(_ChunkStream):
     def output(self, output: RequestOutput) -> bytes:
         """Return ``output``'s chunk; a choice's last output always gets one,
         carrying its ``finish_reason``."""
-        if output.finish_reason in FINAL_REASONS:
+        if output.ends_choice:
             return self._chunk(output, encode(output.finish_reason))
         return self.deltas(output)
 

@@ -56,12 +56,11 @@ from gateway.openai_schema import (
 )
 from gateway.request_flow import (
     JSON_MEDIA_TYPE,
-    ends_request,
     engine_of,
     next_output,
     respond_after_first_output,
 )
-from shared.protocol import GenerateRequest, RequestOutput, TokenLogprob
+from shared.protocol import GenerateRequest, OpenChoices, RequestOutput, TokenLogprob
 
 log = logging.getLogger("mlxd.gateway.openai")
 
@@ -135,7 +134,7 @@ class _Progress:
     def __init__(self, request_id: str, n: int) -> None:
         self._request_id = request_id
         self._n = n
-        self._finished: set[int] = set()
+        self._choices = OpenChoices(n)
         self.tally = fmt.UsageTally()
 
     def add(self, output: RequestOutput) -> bool:
@@ -145,15 +144,14 @@ class _Progress:
             log.error("request %s: output for choice %d of %d ignored", self._request_id, output.index, self._n)
             return False
         self.tally.add(output)
-        if output.finish_reason in fmt.FINAL_REASONS:
-            self._finished.add(output.index)
+        self._choices.close(output)
         return True
 
     @property
     def done(self) -> bool:
         """Whether every choice has had its final (``stop``, ``length`` or
         ``tool_calls``) output."""
-        return len(self._finished) == self._n
+        return self._choices.done
 
 
 # --- endpoint plumbing ---------------------------------------------------------
@@ -385,7 +383,7 @@ class _Collector:
             self._tools[index].add(piece)
         if self._tokens is not None and output.logprobs:
             self._tokens[index].extend(output.logprobs)
-        if output.finish_reason in fmt.FINAL_REASONS:
+        if output.ends_choice:
             self._reasons[index] = output.finish_reason  # type: ignore[assignment]
 
     def results(self) -> list[fmt.ChoiceResult]:
@@ -408,7 +406,7 @@ async def _collect(job: _Job, first: RequestOutput) -> _Collector | RequestOutpu
     ``error``/``abort`` output that ended it early."""
     collector = _Collector(job)
     output = first
-    while not ends_request(output):
+    while not output.ends_request:
         collector.add(output)
         if collector.progress.done:
             return collector
@@ -438,7 +436,7 @@ async def _events(job: _Job, chunks: ChunkStream, first: RequestOutput) -> Async
         progress = _Progress(job.request_id, job.n)
         frames = chunks.start()
         output = first
-        while not ends_request(output):
+        while not output.ends_request:
             if progress.add(output):
                 frames += chunks.output(output)
             if progress.done:

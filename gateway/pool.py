@@ -13,7 +13,6 @@ import asyncio
 import logging
 import sys
 import time
-import uuid
 
 import msgspec
 import psutil
@@ -414,8 +413,3 @@ class WorkerPool:
         preloaded = [m.name for m in self.config.models if m.preload]
         ready = not self.draining and all(states.get(n) == "ready" for n in preloaded)
         return ready, {"ready": ready, "models": states}
-
-
-def new_request_id(prefix: str) -> str:
-    """A unique request id such as ``chatcmpl-<32 hex>``."""
-    return f"{prefix}-{uuid.uuid4().hex}"

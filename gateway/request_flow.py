@@ -5,9 +5,10 @@ The OpenAI (:mod:`gateway.openai_routes`), Responses
 (:mod:`gateway.anthropic_routes`) endpoints differ in their bodies and
 answers but read the worker the same way, with the pieces here:
 
-- Finish reasons: a ``stop``/``length``/``tool_calls`` output ends its
-  choice (:data:`FINAL_REASONS`); an ``error``/``abort`` output ends the
-  whole request (:data:`ENDS_REQUEST`, :func:`ends_request`).
+- Finish reasons are the contract's: ``RequestOutput.ends_choice`` (a
+  ``stop``/``length``/``tool_calls`` output ends its choice) and
+  ``RequestOutput.ends_request`` (an ``error``/``abort`` output ends the
+  whole request), in :mod:`shared.protocol`.
 - Reading: :func:`next_output` returns the next output of a
   :class:`~gateway.engine_api.RequestStream`, standing in a terminal
   ``unavailable`` error (:func:`lost_output`) if the stream ends before the
@@ -62,13 +63,6 @@ JSON_MEDIA_TYPE = "application/json"
 FinalReason = Literal["stop", "length", "tool_calls"]
 """Finish reasons a successful choice can carry."""
 
-FINAL_REASONS = ("stop", "length", "tool_calls")
-"""The finish reasons that end one choice (and only that choice)."""
-
-ENDS_REQUEST = ("error", "abort")
-"""The finish reasons that end every choice of a request at once (with an
-error)."""
-
 DEFAULT_KEEPALIVE = 5.0
 """Seconds a stream waits for its first output before it starts with
 keep-alive comments (when the app has no config, e.g. in unit tests)."""
@@ -97,12 +91,6 @@ def client_closed() -> Response:
 
 
 # --- reading a request stream ------------------------------------------------------------
-
-
-def ends_request(output: RequestOutput) -> bool:
-    """Return whether ``output`` ends the whole request (finish reason
-    ``error`` or ``abort``)."""
-    return output.finish_reason in ENDS_REQUEST
 
 
 def lost_output(request_id: str) -> RequestOutput:
@@ -257,7 +245,7 @@ async def respond_after_first_output(
             body = _keepalive_then(waiting, streamed, interval, keepalive)
             handed_off = True
             return sse.SSEResponse(body, headers=stream_headers, on_close=stream.aclose, media_type=media_type)
-        if ends_request(first):
+        if first.ends_request:
             return refuse(first)
         if streamed is not None:
             response = sse.SSEResponse(

@@ -42,9 +42,7 @@ from gateway.errors import APIError
 from gateway.openai_format import UsageTally
 from gateway.openai_routes import error_response, output_error
 from gateway.request_flow import (
-    FINAL_REASONS,
     JSON_MEDIA_TYPE,
-    ends_request,
     engine_of,
     next_output,
     respond_after_first_output,
@@ -161,7 +159,7 @@ class _Run:
         pending = builder.start()
         output = first
         while True:
-            if ends_request(output):
+            if output.ends_request:
                 yield pending + self._fail(output)
                 return
             if output.index != 0:
@@ -169,7 +167,7 @@ class _Run:
             else:
                 self._tally.add(output)
                 pending += builder.add(output)
-                if output.finish_reason in FINAL_REASONS:
+                if output.ends_choice:
                     reason: FinishReason = output.finish_reason  # type: ignore[assignment]
                     yield pending + builder.finish(reason, self._tally.usage())
                     return

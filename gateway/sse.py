@@ -87,14 +87,6 @@ def json_frame(obj: Any, event: str | None = None) -> bytes:
     return data_frame(payload) if event is None else event_frame(event, payload)
 
 
-def comment_frame(text: str = "") -> bytes:
-    """Return a comment frame (``: text``); clients ignore it.
-
-    A multi-line ``text`` becomes one comment line per line.
-    """
-    return _field_lines(b": ", text.encode("utf-8")) + b"\n"
-
-
 class SSEResponse(StreamingResponse):
     """A ``text/event-stream`` response that notices disconnects and always
     cleans up.

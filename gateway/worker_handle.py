@@ -47,6 +47,7 @@ from shared.protocol import (
     Heartbeat,
     Hello,
     Loaded,
+    OpenChoices,
     Ready,
     RequestOutput,
     SamplingDefaults,
@@ -105,15 +106,10 @@ class WorkerStatus:
     node: str | None = None
 
 
-def ends_request(output: RequestOutput) -> bool:
-    """True for an output that ends its whole request (error or abort)."""
-    return output.finish_reason in ("error", "abort")
-
-
 class _Pending:
     """One in-flight request: its output queue and accounting.
 
-    ``open_choices`` counts the choices still expecting a terminal output;
+    ``choices`` counts the choices still expecting a terminal output;
     ``tokens`` the last completion count seen per choice; ``prompt_tokens``
     and ``cached_tokens`` the worker's counts from its latest output.
     After a gateway abort, ``unsettled`` counts the choices whose end the
@@ -125,7 +121,7 @@ class _Pending:
         "queue",
         "incarnation",
         "n",
-        "open_choices",
+        "choices",
         "tokens",
         "timer",
         "started",
@@ -140,14 +136,14 @@ class _Pending:
         self.queue: asyncio.Queue[RequestOutput] = asyncio.Queue()
         self.incarnation = incarnation
         self.n = n
-        self.open_choices = n
+        self.choices = OpenChoices(n)
         self.tokens: dict[int, int] = {}
         self.timer = timer
         self.started = time.monotonic()
         self.model = model
         self.prompt_tokens = 0
         self.cached_tokens = 0
-        self.unsettled = 0
+        self.unsettled: OpenChoices | None = None
         self.wait: asyncio.TimerHandle | None = None
 
     def record(self, output: RequestOutput) -> None:
@@ -200,7 +196,7 @@ class WorkerRequestStream:
         self._handle = handle
         self._request_id = request_id
         self._pending = pending
-        self._open = pending.n
+        self._choices = OpenChoices(pending.n)
         self._done = False
 
     def __aiter__(self) -> WorkerRequestStream:
@@ -210,11 +206,8 @@ class WorkerRequestStream:
         if self._done:
             raise StopAsyncIteration
         output = await self._pending.queue.get()
-        if ends_request(output):
-            self._done = True
-        elif output.finish_reason is not None:
-            self._open -= 1
-            self._done = self._open == 0
+        self._choices.close(output)
+        self._done = self._choices.done
         return output
 
     async def aclose(self) -> None:
@@ -421,7 +414,7 @@ class WorkerHandle:
         timer = self._metrics.request_started(self.model.name) if self._metrics is not None else None
         pending = _Pending(incarnation.number, request.n, timer, self.model.name)
         self._inflight[request.request_id] = pending
-        self._sequences += pending.open_choices
+        self._sequences += pending.choices.open
         self._keep_alive = keep_alive
         self._cancel_idle_timer()
         self.last_used = time.monotonic()
@@ -570,12 +563,11 @@ class WorkerHandle:
             return
         pending.record(output)
         pending.queue.put_nowait(output)
-        if ends_request(output):
+        if output.ends_request:
             self._retire(output.request_id, pending, output)
-        elif output.finish_reason is not None:
-            pending.open_choices -= 1
+        elif pending.choices.close(output):
             self._sequences -= 1
-            if pending.open_choices == 0:
+            if pending.choices.done:
                 self._retire(output.request_id, pending, output)
 
     def _drop_slow_reader(self, request_id: str, pending: _Pending) -> None:
@@ -594,14 +586,14 @@ class WorkerHandle:
         (a gateway abort the worker will answer): its slot is freed now,
         its log line written when the worker reports the end."""
         del self._inflight[request_id]
-        self._sequences -= pending.open_choices
+        still_open = pending.choices.close_all()
+        self._sequences -= still_open
         if settle_later:
-            pending.unsettled = pending.open_choices
+            pending.unsettled = OpenChoices(still_open)
             self._settling[request_id] = pending
             pending.wait = asyncio.get_running_loop().call_later(ABORT_LOG_WAIT, self._settle, request_id)
         else:
             pending.finish(request_id, last or RequestOutput(request_id=request_id, finish_reason="abort"))
-        pending.open_choices = 0
         self.last_used = time.monotonic()
         if not self._inflight:
             self._schedule_idle()
@@ -610,10 +602,8 @@ class WorkerHandle:
         """An output of a request the gateway aborted: keep its counts and
         write its log line once the worker has ended every choice."""
         pending.record(output)
-        if output.finish_reason is None:
-            return
-        pending.unsettled = 0 if ends_request(output) else pending.unsettled - 1
-        if pending.unsettled <= 0:
+        unsettled = pending.unsettled
+        if unsettled is not None and unsettled.close(output) and unsettled.done:
             self._settle(request_id)
 
     def _settle(self, request_id: str) -> None:

@@ -39,7 +39,9 @@ Request lifecycle: every ``GenerateRequest`` the worker receives is answered
 by :class:`RequestOutput` entries; each of its ``n`` choices ends with exactly
 one output whose ``finish_reason`` is ``stop``, ``length`` or ``tool_calls``, unless the
 request ends early with one ``error`` or ``abort`` output, which ends every
-choice at once. New fields are appended last
+choice at once. These rules live here once: :attr:`RequestOutput.ends_choice`,
+:attr:`RequestOutput.ends_request` and :class:`OpenChoices` (the count of a
+request's choices still open); every reader uses them. New fields are appended last
 with defaults so older peers keep decoding.
 """
 
@@ -433,6 +435,62 @@ class RequestOutput(msgspec.Struct, frozen=True, kw_only=True):
     disk_cached_tokens: int = 0
     embeddings: bytes | None = None
     embedding_dim: int = 0
+
+
+    @property
+    def ends_choice(self) -> bool:
+        """Whether this output ends its own choice only (finish reason in
+        :data:`CHOICE_END_REASONS`); the request's other choices go on."""
+        return self.finish_reason in CHOICE_END_REASONS
+
+    @property
+    def ends_request(self) -> bool:
+        """Whether this output ends the whole request, every choice at once
+        (finish reason in :data:`REQUEST_END_REASONS`)."""
+        return self.finish_reason in REQUEST_END_REASONS
+
+
+CHOICE_END_REASONS: frozenset[str] = frozenset(("stop", "length", "tool_calls"))
+"""Finish reasons that end one choice (and only that choice)."""
+
+REQUEST_END_REASONS: frozenset[str] = frozenset(("error", "abort"))
+"""Finish reasons that end every choice of a request at once."""
+
+
+class OpenChoices:
+    """The one count of a request's choices still waiting for their end.
+
+    Built with the request's ``n`` (below 1 counts as 1); :meth:`close` is fed every output of the
+    request in order and says how many choices that output ended (one for a
+    choice's end, all still open for an error/abort, none otherwise).
+    :attr:`open` is what is left; the request is over when it reaches 0.
+    Not thread-safe: one owner (an event loop or one thread) feeds it.
+    """
+
+    __slots__ = ("open",)
+
+    def __init__(self, n: int) -> None:
+        self.open = max(1, n)
+
+    def close(self, output: RequestOutput) -> int:
+        """Count ``output``'s end; return how many choices it ended (0 when
+        it ends none or the request was already over)."""
+        if output.finish_reason is None or self.open == 0:
+            return 0
+        ended = self.open if output.ends_request else 1
+        self.open -= ended
+        return ended
+
+    def close_all(self) -> int:
+        """End every open choice at once (the request was given up); return
+        how many were still open."""
+        ended, self.open = self.open, 0
+        return ended
+
+    @property
+    def done(self) -> bool:
+        """Whether no choice is open any more."""
+        return self.open == 0
 
 
 class StepOutputs(msgspec.Struct, frozen=True, kw_only=True, tag="step"):

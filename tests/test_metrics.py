@@ -242,51 +242,6 @@ def test_finished_is_idempotent_and_closes_the_timer():
     assert hist(values, "mlxd:request_queue_time_seconds") == (0, 0)
 
 
-def test_record_derives_tokens_and_reason_from_request_outputs():
-    metrics = Metrics(Pool())
-    t = metrics.request_started(M, now=0.0)
-
-    def out(index: int, completion: int, reason: str | None = None) -> RequestOutput:
-        return RequestOutput(
-            request_id="r",
-            index=index,
-            prompt_tokens=20,
-            cached_tokens=8,
-            completion_tokens=completion,
-            finish_reason=reason,
-        )
-
-    t.record(out(0, 1), now=1.0)
-    t.record(out(1, 1), now=1.0)
-    t.record(out(0, 3), now=2.0)  # 2 new tokens over 1 s: 0.5 twice
-    t.record(out(1, 2, "stop"), now=2.0)  # 1 new token over 1 s
-    t.record(out(0, 3, "length"), now=2.5)  # terminal output without a new token
-    t.finished(now=4.0)
-    _, values = scrape(metrics)
-    assert hist(values, "mlxd:time_to_first_token_seconds") == (1, 1.0)
-    assert hist(values, "mlxd:inter_token_latency_seconds") == (3, 2.0)
-    assert v(values, "mlxd:generation_tokens_total", model=M) == 5
-    assert v(values, "mlxd:prompt_tokens_total", model=M) == 20
-    assert v(values, "mlxd:prompt_tokens_cached_total", model=M) == 8
-    # the most severe choice outcome names the request: length beats stop
-    assert v(values, "mlxd:request_success_total", model=M, finished_reason="length") == 1
-    assert v(values, "mlxd:request_success_total", model=M, finished_reason="stop") == 0
-    assert hist(values, "mlxd:e2e_request_latency_seconds") == (1, 4.0)
-
-    # a stream abandoned before any terminal output counts as an abort
-    a = metrics.request_started(M, now=0.0)
-    a.record(out(0, 1), now=0.5)
-    a.finished(now=1.0)
-    # an explicit reason wins over what record() saw
-    e = metrics.request_started(M, now=0.0)
-    e.record(out(0, 1, "stop"), now=0.5)
-    e.finished(reason="error", now=1.0)
-    _, values = scrape(metrics)
-    assert v(values, "mlxd:request_success_total", model=M, finished_reason="abort") == 1
-    assert v(values, "mlxd:request_success_total", model=M, finished_reason="error") == 1
-    assert v(values, "mlxd:request_success_total", model=M, finished_reason="stop") == 0
-
-
 def test_heartbeat_series_follow_the_latest_snapshot_across_a_restart():
     pool = Pool(
         snap(
@@ -412,31 +367,6 @@ class Clock:
         return self.t
 
 
-class FakeStream:
-    """A RequestStream yielding ``items`` (outputs, or exceptions to raise),
-    advancing ``clock`` to each item's time before yielding it."""
-
-    def __init__(self, clock: Clock, items: list) -> None:
-        self.clock = clock
-        self.items = list(items)
-        self.closed = 0
-
-    def __aiter__(self):
-        return self
-
-    async def __anext__(self) -> RequestOutput:
-        if not self.items:
-            raise StopAsyncIteration
-        at, item = self.items.pop(0)
-        self.clock.t = at
-        if isinstance(item, BaseException):
-            raise item
-        return item
-
-    async def aclose(self) -> None:
-        self.closed += 1
-
-
 def ro(
     index: int = 0, completion: int = 0, reason: str | None = None, prompt: int = 10, cached: int = 0
 ) -> RequestOutput:
@@ -451,79 +381,36 @@ def ro(
     )
 
 
-async def drain(stream) -> list[RequestOutput]:
-    """Read a stream to its end as a route would, then close it."""
-    try:
-        return [out async for out in stream]
-    finally:
-        await stream.aclose()
-
-
-def test_metered_stream_meters_a_complete_request():
-    import asyncio
+def test_worker_handle_accounting_meters_a_two_choice_request():
+    """The path production uses: the worker handle's per-request record
+    (``_Pending``) feeds the timer each output and finishes it once with the
+    counts and the reason of the output that ended the request."""
+    from gateway.worker_handle import _Pending
 
     clock = Clock()
     metrics = Metrics(Pool(), clock=clock)
-    inner = FakeStream(
-        clock,
-        [
-            (1.0, ro(0, 1, cached=4)),
-            (1.0, ro(1, 1, cached=4)),
-            (1.5, ro(0, 2, cached=4)),
-            (2.0, ro(1, 3, "length", cached=4)),
-            (3.0, ro(0, 3, "stop", cached=4)),
-        ],
-    )
-    timer = metrics.request_started(M)  # at t=0
-    stream = metrics.track(inner, timer, n=2)
-    outs = asyncio.run(drain(stream))
-    assert len(outs) == 5 and inner.closed == 1 and timer.done
+    clock.t = 0.0
+    pending = _Pending(incarnation=1, n=2, timer=metrics.request_started(M), model=M)
+    outputs = [
+        (1.0, ro(0, 1, cached=4)),
+        (1.0, ro(1, 1, cached=4)),
+        (1.5, ro(0, 2, cached=4)),
+        (2.0, ro(1, 3, "length", cached=4)),
+        (3.0, ro(0, 3, "stop", cached=4)),
+    ]
+    for at, out in outputs:
+        clock.t = at
+        pending.record(out)
+        assert pending.choices.close(out) <= 1
+    assert pending.choices.done
+    pending.finish("r", outputs[-1][1])
+    assert pending.timer.done
     _, values = scrape(metrics)
     assert hist(values, "mlxd:time_to_first_token_seconds") == (1, 1.0)
     # choice 0: 0.5 then 1.5 (that output brought 1 token); choice 1: 1.0 over 2 tokens
     assert hist(values, "mlxd:inter_token_latency_seconds") == (4, 0.5 + 1.5 + 0.5 + 0.5)
-    assert hist(values, "mlxd:e2e_request_latency_seconds") == (1, 3.0)  # at the last terminal output
-    assert v(values, "mlxd:request_success_total", model=M, finished_reason="length") == 1
+    assert hist(values, "mlxd:e2e_request_latency_seconds") == (1, 3.0)
+    assert v(values, "mlxd:request_success_total", model=M, finished_reason="stop") == 1
     assert v(values, "mlxd:generation_tokens_total", model=M) == 6
     assert v(values, "mlxd:prompt_tokens_total", model=M) == 10
     assert v(values, "mlxd:prompt_tokens_cached_total", model=M) == 4
-
-
-def test_metered_stream_outcomes_abort_error_and_close():
-    import asyncio
-
-    clock = Clock()
-    metrics = Metrics(Pool(), clock=clock)
-
-    async def scenario():
-        # worker error output ends the request at once, whatever n is
-        s = metrics.track(
-            FakeStream(clock, [(1.0, ro(0, 1)), (2.0, ro(0, 1, "error"))]), metrics.request_started(M, now=0.0), n=3
-        )
-        await drain(s)
-        # client gone mid-stream: aclose before the end counts an abort at close time
-        s = metrics.track(
-            FakeStream(clock, [(1.0, ro(0, 1)), (2.0, ro(0, 2, "stop"))]), metrics.request_started(M, now=0.0)
-        )
-        await s.__anext__()
-        clock.t = 1.25
-        await s.aclose()
-        await s.aclose()  # idempotent
-        # the inner stream raises: error
-        s = metrics.track(
-            FakeStream(clock, [(1.0, ro(0, 1)), (4.0, RuntimeError("boom"))]), metrics.request_started(M, now=0.0)
-        )
-        with pytest.raises(RuntimeError):
-            await drain(s)
-        # the inner stream stops before the request's end: error
-        s = metrics.track(
-            FakeStream(clock, [(1.0, ro(0, 1)), (2.0, ro(0, 2, "stop"))]), metrics.request_started(M, now=0.0), n=2
-        )
-        clock.t = 2.0
-        await drain(s)
-
-    asyncio.run(scenario())
-    _, values = scrape(metrics)
-    counts = {r: v(values, "mlxd:request_success_total", model=M, finished_reason=r) for r in FINISHED_REASONS}
-    assert counts == {"stop": 0, "length": 0, "tool_calls": 0, "abort": 1, "error": 3}
-    assert hist(values, "mlxd:e2e_request_latency_seconds") == (4, 2.0 + 1.25 + 4.0 + 2.0)

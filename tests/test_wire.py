@@ -118,3 +118,22 @@ def test_embedding_messages_round_trip():
     )
     out = gateway_codec().decode(worker_codec().encode(step))
     assert out.outputs[0].embeddings == vectors and out.outputs[0].embedding_dim == 2
+
+
+def test_open_choices_counts_each_choice_end_once_and_an_error_ends_all():
+    """The one count of open choices: a choice's end closes one, an
+    error/abort closes every one still open, other outputs none."""
+    from shared.protocol import OpenChoices, RequestOutput
+
+    def out(index: int, reason: str | None) -> RequestOutput:
+        return RequestOutput(request_id="r", index=index, finish_reason=reason)  # type: ignore[arg-type]
+
+    choices = OpenChoices(3)
+    assert (choices.close(out(0, None)), choices.open, choices.done) == (0, 3, False)
+    assert (choices.close(out(1, "length")), choices.open) == (1, 2)
+    assert (choices.close(out(0, "error")), choices.open, choices.done) == (2, 0, True)
+    assert choices.close(out(2, "stop")) == 0  # nothing follows the end
+    single = OpenChoices(1)
+    assert single.close(out(0, "tool_calls")) == 1 and single.done
+    given_up = OpenChoices(2)
+    assert given_up.close_all() == 2 and given_up.done and given_up.close_all() == 0

@@ -17,7 +17,6 @@ from starlette.responses import Response
 from gateway.request_flow import (
     CLIENT_CLOSED_STATUS,
     DISCONNECTED,
-    ends_request,
     lost_output,
     next_output,
     respond_after_first_output,
@@ -83,7 +82,7 @@ async def take_rest(stream: Stream, first: RequestOutput) -> list[str] | Request
     """Collect texts up to a final output; return an ending error output."""
     texts, output = [], first
     while True:
-        if ends_request(output):
+        if output.ends_request:
             return output
         texts.append(output.text)
         if output.finish_reason is not None:
@@ -120,8 +119,10 @@ async def test_next_output_stands_in_for_a_lost_end(caplog):
     "finish, ends",
     [(None, False), ("stop", False), ("length", False), ("tool_calls", False), ("error", True), ("abort", True)],
 )
-def test_ends_request(finish, ends):
-    assert ends_request(out(finish=finish)) is ends
+def test_finish_rules_on_the_contract(finish, ends):
+    output = out(finish=finish)
+    assert output.ends_request is ends
+    assert output.ends_choice is (finish in ("stop", "length", "tool_calls"))
 
 
 async def test_until_disconnect_returns_the_result():

@@ -43,9 +43,7 @@ def test_json_frame():
     assert sse.json_frame({"type": "ping"}, event="ping") == b'event: ping\ndata: {"type":"ping"}\n\n'
 
 
-def test_comment_and_constants():
-    assert sse.comment_frame("hi") == b": hi\n\n"
-    assert sse.comment_frame("a\nb") == b": a\n: b\n\n"
+def test_constants():
     assert sse.KEEPALIVE.startswith(b":") and sse.KEEPALIVE.endswith(b"\n\n")
     assert sse.DONE == b"data: [DONE]\n\n"
     assert sse.DATA_PREFIX + b"x" + sse.FRAME_END == sse.data_frame(b"x")
