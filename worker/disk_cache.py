@@ -5,8 +5,9 @@ Layout: ``<directory>/<sha256 of the model identity>/<sha256 of the
 tokens>.safetensors`` holds one entry (mlx-lm's ``save_prompt_cache``
 format, with the identity and the tokens' digest in its metadata), next to
 ``<same>.json``: the entry's tokens, byte size and the SHA-256 of the
-``.safetensors`` bytes. The identity is the model's weights fingerprint,
-dtype and KV settings, so another model's files never match.
+``.safetensors`` bytes. The identity is the model's weights content hash
+(:mod:`worker.weights_digest`), dtype and KV settings, so another model's
+files never match and the same weights find theirs again wherever they are.
 
 Integrity: a file is used only when its bytes hash to the recorded digest,
 its metadata names this identity and these tokens, and it loads; anything

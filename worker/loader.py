@@ -29,6 +29,7 @@ import mlx.nn as nn
 from mlx.utils import tree_map_with_path
 
 from worker.gguf import ModelLoadError, ensure_converted
+from worker.weights_digest import identity_files
 
 __all__ = ["DTYPES", "LoadedModel", "ModelLoadError", "load_model", "resolve_source"]
 
@@ -42,7 +43,6 @@ _PACKAGE_PREFIX = "package:"
 _REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 _FLOAT_DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
 _CONTEXT_KEYS = ("max_position_embeddings", "max_sequence_length", "n_positions", "seq_length", "n_ctx")
-_FINGERPRINT_GLOBS = ("*.json", "*.safetensors", "*.jinja", "tokenizer.model", "*.tiktoken")
 
 
 @dataclass
@@ -370,11 +370,12 @@ def directory_fingerprint(path: Path) -> str:
     """16 hex digits that change when a model directory's files change.
 
     Hashes the names, sizes and modification times of the config,
-    tokenizer and weight files (not their contents, so it is instant).
+    tokenizer and weight files (not their contents, so it is instant): the
+    in-memory prefix cache's key. Identities that must survive a restart
+    hash the contents (:func:`worker.weights_digest.weights_digest`).
     """
     digest = hashlib.sha256()
-    files = sorted({file for pattern in _FINGERPRINT_GLOBS for file in path.glob(pattern)})
-    for file in files:
+    for file in identity_files(path):
         stat = file.stat()
         digest.update(f"{file.name}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
     return digest.hexdigest()[:16]

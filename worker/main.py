@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, NoReturn
+from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
 import zmq
 
@@ -60,6 +60,9 @@ from worker.faults import armed, reached
 from worker.output import Exit, FailAll, OutputLoop
 from worker.prompt import PromptBuilder, PromptError
 from worker.scheduler import Abort, Scheduler, Stop
+
+if TYPE_CHECKING:
+    from worker.loader import LoadedModel
 
 log = logging.getLogger("mlxd.worker")
 
@@ -229,7 +232,7 @@ class Worker:
                 loaded.model,
                 set(loaded.eos_token_ids),
                 self.output.queue.put,
-                cache=self._prefix_cache(loaded.model_id, cache_profile.trimmable),
+                cache=self._prefix_cache(loaded, cache_profile.trimmable),
                 max_batch_size=self.config.max_batch_size,
                 prefill_batch_size=self.config.prefill_batch_size,
                 prefill_step_size=self.config.prefill_step_size,
@@ -266,15 +269,18 @@ class Worker:
             threading.Thread(target=grammars.warm, name="mlxd-grammar-warm", daemon=True).start()
         self._serve(scheduler, context)
 
-    def _prefix_cache(self, model_id: str, trimmable: bool) -> Any:
+    def _prefix_cache(self, loaded: LoadedModel, trimmable: bool) -> Any:
         """The prefix cache for this model (None when its budget is 0),
         with a disk tier when ``disk_cache_bytes`` is set (its writer
         thread is started here; a directory that cannot be created is
-        logged and the tier left out)."""
+        logged and the tier left out). The disk tier's identity is the
+        weights' content hash (:mod:`worker.weights_digest`, memoized next
+        to the tiers), dtype and KV settings."""
         from shared.config import parse_size
         from shared.paths import state_dir
         from worker.disk_cache import DiskTier
         from worker.prefix_cache import PrefixCache
+        from worker.weights_digest import weights_digest
 
         if self.config.prefix_cache_bytes <= 0:
             return None
@@ -282,15 +288,19 @@ class Worker:
         disk_budget = parse_size(self.config.disk_cache_bytes, 0)
         if disk_budget > 0:
             directory = Path(self.config.disk_cache_dir).expanduser() if self.config.disk_cache_dir else None
-            identity = f"{model_id}|kv_bits={self.config.kv_bits}|kv_group_size={self.config.kv_group_size}"
+            directory = directory or state_dir() / "prefix-cache"
             try:
-                disk = DiskTier(directory or state_dir() / "prefix-cache", identity, disk_budget)
+                weights = weights_digest(loaded.path, directory / "weights-digests.json")
+                identity = (
+                    f"{weights}:{loaded.dtype}|kv_bits={self.config.kv_bits}|kv_group_size={self.config.kv_group_size}"
+                )
+                disk = DiskTier(directory, identity, disk_budget)
                 disk.start()
                 log.info("prefix cache disk tier at %s (%d entries on disk)", disk.directory, disk.entries)
             except OSError as exc:
                 log.warning("prefix cache disk tier disabled: %s", exc)
         return PrefixCache(
-            model_id,
+            loaded.model_id,
             self.config.prefix_cache_bytes,
             disk=disk,
             trimmable=trimmable,
