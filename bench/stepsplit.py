@@ -128,7 +128,8 @@ def split_scheduler(model, tokenizer, model_dir: Path, n: int, steps: int) -> di
     from worker.detok import TokenDecoder
     from worker.output import OutputLoop
     from worker.sampling_defaults import with_defaults
-    from worker.scheduler import Admission, Scheduler, TokenStep
+    from worker.messages import Admission, TokenStep
+    from worker.scheduler import Scheduler
 
     emitted: list = []
     scheduler = Scheduler(

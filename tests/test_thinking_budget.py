@@ -6,7 +6,7 @@ from __future__ import annotations
 import mlx.core as mx
 
 from worker.sampling import thinking_budget_processor
-from worker.scheduler import ThinkingBudget
+from worker.messages import ThinkingBudget
 
 VOCAB = 32
 OPEN, CLOSE = (10,), (20, 21)
@@ -50,7 +50,8 @@ def test_grammar_waits_for_the_reasoning_block_to_close(tmp_path):
     from worker.grammar import GrammarCompiler
     from worker.loader import load_model
     from worker.prompt import PromptBuilder, model_formats
-    from worker.scheduler import Scheduler, TokenStep
+    from worker.messages import TokenStep
+    from worker.scheduler import Scheduler
 
     model_dir = build_thinking_model(tmp_path / "think", build_tiny_model(tmp_path / "tiny"))
     loaded = load_model(str(model_dir))

@@ -59,7 +59,8 @@ from worker.disk_cache import disk_stats
 from worker.faults import armed, reached
 from worker.output import Exit, FailAll, OutputLoop
 from worker.prompt import PromptBuilder, PromptError
-from worker.scheduler import Abort, Scheduler, Stop
+from worker.messages import Abort, Stop
+from worker.scheduler import Scheduler
 
 log = logging.getLogger("mlxd.worker")
 

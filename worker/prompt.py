@@ -22,7 +22,7 @@ from shared.protocol import ChatMessage, ErrorKind, GenerateRequest, SamplingDef
 from worker.chat_render import render, template_supports_tools
 from worker.grammar import GrammarCompiler, GrammarError
 from worker.sampling_defaults import with_defaults
-from worker.scheduler import Admission, ThinkingBudget
+from worker.messages import Admission, OutputSpec, ThinkingBudget
 
 _SENTINEL = re.compile("(\ue000mlxd\\d+\ue001)")
 """Placeholders for client-written contents while the template renders
@@ -86,23 +86,6 @@ class PromptError(Exception):
         self.kind: ErrorKind = kind
         self.message = message
         self.field = field
-
-
-@dataclass(frozen=True)
-class OutputSpec:
-    """How the output thread splits a request's text: the tool-call format
-    (None: no tool parsing), the reasoning format (None: no split), the
-    offered tools, whether the prompt already opened a reasoning block, and
-    the most tool calls kept (None: no limit; see
-    :meth:`PromptBuilder.max_tool_calls`); ``end_on_repeat``: a forced
-    (``required``) turn ends at the first call that repeats an earlier one."""
-
-    tool_format: str | None
-    reasoning_format: str | None
-    tools: list[Tool] | None
-    thinking_open: bool
-    max_tool_calls: int | None
-    end_on_repeat: bool = False
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from mlx_lm.sample_utils import (
 )
 
 from shared.protocol import SamplingParams
+from worker.messages import ThinkingBudget
 from worker.reasoning_block import ReasoningBlock
 
 Sampler = Callable[[mx.array], mx.array]
@@ -228,10 +229,10 @@ def _min_tokens(minimum: int, prompt_len: int, eos_ids: list[int]) -> LogitsProc
     return apply
 
 
-def thinking_budget_processor(budget: Any, prompt_len: int) -> LogitsProcessor:
+def thinking_budget_processor(budget: ThinkingBudget, prompt_len: int) -> LogitsProcessor:
     """A logits processor that ends a reasoning block after
     ``budget.budget`` generated tokens (``budget`` is a
-    :class:`worker.scheduler.ThinkingBudget`): from then on it allows only
+    :class:`worker.messages.ThinkingBudget`): from then on it allows only
     the next token of ``budget.close_ids`` until the block is closed. The
     block starts open when ``budget.open_at_start``, and opens whenever the
     model writes ``budget.open_ids``. ``prompt_len``: tokens of the prompt,
