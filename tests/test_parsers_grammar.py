@@ -340,7 +340,7 @@ def test_prompt_builder_bounds_the_calls_of_a_turn(
     """The worker's call limit per request, and the forced grammar it
     compiles: exactly ``expected`` calls, then only end-of-sequence."""
     from shared.protocol import GenerateRequest, SamplingParams
-    from worker.grammar import GrammarCompiler
+    from worker.constrained_decoding import GrammarCompiler
     from worker.prompt import ModelFormats, PromptBuilder
 
     transformers, path = hf_tokenizer_file

@@ -57,9 +57,9 @@ from shared.sockets import configure, endpoint_path
 from worker import mlx_memory
 from worker.disk_cache import disk_stats
 from worker.faults import armed, reached
+from worker.messages import Abort, Stop
 from worker.output import Exit, FailAll, OutputLoop
 from worker.prompt import PromptBuilder, PromptError
-from worker.messages import Abort, Stop
 from worker.scheduler import Scheduler
 
 log = logging.getLogger("mlxd.worker")
@@ -191,10 +191,10 @@ class Worker:
             started = time.monotonic()
             import mlx.core as mx
 
+            from worker.batch_engine import default_host_sampling
             from worker.cache_profile import profile_model, require_batchable
-            from worker.decode import default_host_sampling
+            from worker.constrained_decoding import GrammarCompiler
             from worker.detok import TokenDecoder
-            from worker.grammar import GrammarCompiler
             from worker.loader import load_model
             from worker.prompt import model_formats
             from worker.sampling_defaults import model_sampling_defaults

@@ -20,9 +20,9 @@ import msgspec
 
 from shared.protocol import ChatMessage, ErrorKind, GenerateRequest, SamplingDefaults, Tool
 from worker.chat_render import render, template_supports_tools
-from worker.grammar import GrammarCompiler, GrammarError
-from worker.sampling_defaults import with_defaults
+from worker.constrained_decoding import GrammarCompiler, GrammarError
 from worker.messages import Admission, OutputSpec, ThinkingBudget
+from worker.sampling_defaults import with_defaults
 
 _SENTINEL = re.compile("(\ue000mlxd\\d+\ue001)")
 """Placeholders for client-written contents while the template renders
@@ -414,7 +414,7 @@ class PromptBuilder:
             raise PromptError("invalid_request", str(exc), field) from exc
 
     def _tool_grammar(self, request: GenerateRequest) -> str:
-        from worker.grammar import check_schema_size
+        from worker.constrained_decoding import check_schema_size
         from worker.parsers import special_token_ids, tool_call_grammar
 
         tools = self._offered_tools(request) or []

@@ -2,7 +2,7 @@
 
 Everything here that builds or runs MLX arrays must be called on the
 worker's scheduler thread. A :class:`TokenSampler` also samples from NumPy
-rows (the engine's host path on the CPU backend, see :mod:`worker.decode`);
+rows (the engine's host path on the CPU backend, see :mod:`worker.batch_engine`);
 that needs no thread but is, in practice, also the scheduler thread.
 
 Plain greedy requests get no sampler (None): the engine takes the arg-max
@@ -16,7 +16,7 @@ random stream, so its output does not depend on what else shares the batch.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Callable
 
 import mlx.core as mx
 import numpy as np
@@ -31,7 +31,7 @@ from mlx_lm.sample_utils import (
 
 from shared.protocol import SamplingParams
 from worker.messages import ThinkingBudget
-from worker.reasoning_block import ReasoningBlock
+from worker.reasoning_tokens import ReasoningBlock
 
 Sampler = Callable[[mx.array], mx.array]
 LogitsProcessor = Callable[[mx.array, mx.array], mx.array]

@@ -89,7 +89,7 @@ class Scheduler:
     prefix cache (None disables reuse). At most ``max_batch_size``
     sequences decode together (``prefill_batch_size`` is capped by it).
     ``host_sampling`` picks where
-    sampling and log-probabilities are computed (see :mod:`worker.decode`;
+    sampling and log-probabilities are computed (see :mod:`worker.batch_engine`;
     None: NumPy on the CPU backend, MLX on a GPU). ``checkpoints``: keep
     prompt-end and message-boundary snapshots (for caches that cannot be
     trimmed; see the module docstring). ``speculation``: a
@@ -224,12 +224,12 @@ class Scheduler:
     def _new_engine(self) -> Any:
         from mlx_lm.generate import StopSequences
 
-        from worker.decode import Engine
+        from worker.batch_engine import BatchEngine
         from worker.sampling import greedy
 
         self._eos_stops = StopSequences([[t] for t in self._eos])
         self._no_stops = StopSequences(None)
-        return Engine(
+        return BatchEngine(
             self._model,
             host_sampling=self._host_sampling,
             speculation=self.speculation,
@@ -390,7 +390,7 @@ class Scheduler:
     def _processors(self, adm: Admission, choice: int) -> list[Any]:
         """The logits processors of one choice: sampling penalties and biases,
         then its grammar (last, so nothing can re-allow a masked token)."""
-        from worker.grammar import after_marker, grammar_processor
+        from worker.constrained_decoding import after_marker, grammar_processor
         from worker.sampling import make_processors, thinking_budget_processor
 
         processors = make_processors(adm.params, len(adm.prompt), self._eos)

@@ -4,7 +4,7 @@ mlx-lm's ``GenerationBatch`` normalizes every row's logits to
 log-probabilities at every step (a log-softmax over the whole vocabulary)
 and then samples from them, whether or not any request asked for
 log-probabilities. On the CPU backend that log-softmax costs more than the
-forward pass of a small model (see ``bench/NOTES.md``). :class:`Engine` is a
+forward pass of a small model (see ``bench/NOTES.md``). :class:`BatchEngine` is a
 ``BatchGenerator`` whose generation batches step differently:
 
 * rows without a sampler (plain greedy, no log-probabilities) take the
@@ -223,7 +223,7 @@ class LeanGenerationBatch(GenerationBatch):
 class LeanPromptBatch(PromptProcessingBatch):
     """A ``PromptProcessingBatch`` that hands its finished prompts to a
     :class:`LeanGenerationBatch` (the class attribute ``host_sampling`` is
-    passed on; :class:`Engine` sets it on the subclass it uses)."""
+    passed on; :class:`BatchEngine` sets it on the subclass it uses)."""
 
     host_sampling = False
 
@@ -256,7 +256,7 @@ class _HostPromptBatch(LeanPromptBatch):
     host_sampling = True
 
 
-class Engine(BatchGenerator):
+class BatchEngine(BatchGenerator):
     """mlx-lm's ``BatchGenerator`` with :class:`LeanGenerationBatch` steps.
 
     ``host_sampling`` (None: :func:`default_host_sampling`) picks where
