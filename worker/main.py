@@ -24,7 +24,6 @@ healthy.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
 import signal
@@ -53,7 +52,7 @@ from shared.protocol import (
     StepOutputs,
     WorkerStats,
 )
-from shared.sockets import configure, endpoint_path
+from shared.sockets import Endpoints, open_worker_link, remove_socket_files
 from worker import mlx_memory
 from worker.disk_cache import disk_stats
 from worker.faults import armed, reached
@@ -552,28 +551,14 @@ def blas_in_use(on_gpu: bool) -> str:
         return "unknown"
 
 
-def remove_socket_files(endpoints: list[str]) -> None:
-    """Delete this worker's IPC socket files, and their directory when it is
-    left empty (the gateway that owned it is gone). Never raises."""
-    directories = set()
-    for endpoint in endpoints:
-        path = endpoint_path(endpoint)
-        directories.add(os.path.dirname(path))
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-    for directory in directories:
-        with contextlib.suppress(OSError):
-            os.rmdir(directory)
-
-
-def watch_parent(parent_pid: int, endpoints: list[str], interval: float = 0.5) -> None:
+def watch_parent(parent_pid: int, endpoints: Endpoints, interval: float = 0.5) -> None:
     """End this process when ``parent_pid`` is no longer its parent (the
     gateway died, even by SIGKILL), removing the socket files the gateway
     could not. On Linux the kernel also sends SIGTERM at the parent's
     death, which is handled the same way; elsewhere a daemon thread polls."""
 
     def orphaned(*_: object) -> None:
-        remove_socket_files(endpoints)
+        remove_socket_files(endpoints, directory=True)
         os._exit(0)
 
     signal.signal(signal.SIGTERM, orphaned)
@@ -616,14 +601,12 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m worker``; returns the exit code."""
     args = parse_args(argv)
     setup_logging(args.log_level, name=f"worker:{args.worker_id}", log_file=args.log_file)
-    watch_parent(args.parent_pid, [args.requests, args.outputs])
+    endpoints = Endpoints(requests=args.requests, outputs=args.outputs)
+    watch_parent(args.parent_pid, endpoints)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the gateway's to handle
     config = decode_model_config(args.model_config)
     ctx = zmq.Context()
-    requests = configure(ctx.socket(zmq.PULL))
-    outputs = configure(ctx.socket(zmq.PUSH))
-    requests.connect(args.requests)
-    outputs.connect(args.outputs)
+    outputs, requests = open_worker_link(ctx, endpoints, "worker")
     try:
         return Worker(
             args.worker_id,
