@@ -50,7 +50,8 @@ def test_grammar_waits_for_the_reasoning_block_to_close(tmp_path):
     from worker.constrained_decoding import GrammarCompiler
     from worker.loader import load_model
     from worker.messages import TokenStep
-    from worker.prompt import PromptBuilder, model_formats
+    from worker.model_formats import model_formats
+    from worker.prompt import PromptBuilder
     from worker.scheduler import Scheduler
 
     model_dir = build_thinking_model(tmp_path / "think", build_tiny_model(tmp_path / "tiny"))
@@ -111,7 +112,8 @@ def test_best_effort_budget_is_ignored_where_reasoning_cannot_be_capped(tmp_path
     from tests.tiny_model import build_tiny_model
     from worker.constrained_decoding import GrammarCompiler
     from worker.loader import load_model
-    from worker.prompt import ModelFormats, PromptBuilder, PromptError
+    from worker.model_formats import ModelFormats
+    from worker.prompt import PromptBuilder, PromptError
 
     loaded = load_model(str(build_tiny_model(tmp_path / "tiny")))
     vocab = len(loaded.tokenizer)

@@ -8,8 +8,10 @@ Threads:
   the only thread that touches MLX;
 - the output thread detokenizes and is the only writer of the outputs socket.
 
-A watchdog thread ends the process when the gateway that started it is gone,
-so a worker never outlives its gateway.
+A watchdog thread (:mod:`worker.parent_watch`) ends the process when the
+gateway that started it is gone, so a worker never outlives its gateway.
+What the worker builds around its model (prefix cache, speculation) comes
+from :mod:`worker.model_setup`.
 
 Thread death: when any exception escapes the input, scheduler or output
 thread (including a failed engine step), the worker stops heartbeating, ends
@@ -27,10 +29,8 @@ import argparse
 import logging
 import os
 import signal
-import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any, Callable, NoReturn
 
 import zmq
@@ -52,12 +52,14 @@ from shared.protocol import (
     StepOutputs,
     WorkerStats,
 )
-from shared.sockets import Endpoints, open_worker_link, remove_socket_files
+from shared.sockets import Endpoints, open_worker_link
 from worker import mlx_memory
 from worker.disk_cache import disk_stats
 from worker.faults import armed, reached
 from worker.messages import Abort, Stop
+from worker.model_setup import blas_in_use, prefix_cache_for, serves_embeddings, speculation_for
 from worker.output import Exit, FailAll, OutputLoop
+from worker.parent_watch import watch_parent
 from worker.prompt import PromptBuilder, PromptError
 from worker.scheduler import Scheduler
 
@@ -183,7 +185,7 @@ class Worker:
 
     def _scheduler_main(self) -> None:
         """Scheduler thread: load, warm up, announce, then run the engine."""
-        if self._serves_embeddings():
+        if serves_embeddings(self.config):
             self._embedding_main()
             return
         try:
@@ -195,7 +197,7 @@ class Worker:
             from worker.constrained_decoding import GrammarCompiler
             from worker.detok import TokenDecoder
             from worker.loader import load_model
-            from worker.prompt import model_formats
+            from worker.model_formats import model_formats
             from worker.sampling_defaults import model_sampling_defaults
 
             mlx_memory.apply_limits(self.memory_limit, self.cache_limit)
@@ -229,13 +231,13 @@ class Worker:
                 loaded.model,
                 set(loaded.eos_token_ids),
                 self.output.queue.put,
-                cache=self._prefix_cache(loaded.model_id, cache_profile.trimmable),
+                cache=prefix_cache_for(self.config, loaded.model_id, cache_profile.trimmable),
                 max_batch_size=self.config.max_batch_size,
                 prefill_batch_size=self.config.prefill_batch_size,
                 prefill_step_size=self.config.prefill_step_size,
                 host_sampling=host_sampling,
                 checkpoints=not cache_profile.trimmable,
-                speculation=self._speculation(cache_profile.trimmable),
+                speculation=speculation_for(self.config, cache_profile.trimmable),
             )
             memory = mlx_memory.sample()
             self.output.queue.put(
@@ -265,52 +267,6 @@ class Worker:
         if grammars is not None:
             threading.Thread(target=grammars.warm, name="mlxd-grammar-warm", daemon=True).start()
         self._serve(scheduler, context)
-
-    def _prefix_cache(self, model_id: str, trimmable: bool) -> Any:
-        """The prefix cache for this model (None when its budget is 0),
-        with a disk tier when ``disk_cache_bytes`` is set (its writer
-        thread is started here; a directory that cannot be created is
-        logged and the tier left out)."""
-        from shared.config import parse_size
-        from shared.paths import state_dir
-        from worker.disk_cache import DiskTier
-        from worker.prefix_cache import PrefixCache
-
-        if self.config.prefix_cache_bytes <= 0:
-            return None
-        disk = None
-        disk_budget = parse_size(self.config.disk_cache_bytes, 0)
-        if disk_budget > 0:
-            directory = Path(self.config.disk_cache_dir).expanduser() if self.config.disk_cache_dir else None
-            identity = f"{model_id}|kv_bits={self.config.kv_bits}|kv_group_size={self.config.kv_group_size}"
-            try:
-                disk = DiskTier(directory or state_dir() / "prefix-cache", identity, disk_budget)
-                disk.start()
-                log.info("prefix cache disk tier at %s (%d entries on disk)", disk.directory, disk.entries)
-            except OSError as exc:
-                log.warning("prefix cache disk tier disabled: %s", exc)
-        return PrefixCache(
-            model_id,
-            self.config.prefix_cache_bytes,
-            disk=disk,
-            trimmable=trimmable,
-            kv_bits=self.config.kv_bits,
-            kv_group_size=self.config.kv_group_size,
-        )
-
-    def _serves_embeddings(self) -> bool:
-        """Whether this worker's model is an embedding model (config
-        ``kind``, else detected; an unresolvable source counts as a
-        generator, whose loader then reports why)."""
-        from shared.model_kind import model_kind
-        from worker.loader import ModelLoadError, resolve_source
-
-        if self.config.kind != "auto":
-            return self.config.kind == "embedding"
-        try:
-            return model_kind(resolve_source(self.config.source)) == "embedding"
-        except ModelLoadError:
-            return False
 
     def _embedding_main(self) -> None:
         """Scheduler thread of an embedding worker: load the encoder, warm
@@ -384,30 +340,6 @@ class Worker:
             elif isinstance(message, AbortRequest):
                 self._scheduler.submit(Abort(list(message.request_ids)))  # type: ignore[union-attr]
         return 1
-
-    def _speculation(self, trimmable: bool) -> Any:
-        """The model's :class:`~worker.speculation.Speculation` (None when
-        ``speculative`` is ``none``, or when the cache cannot be trimmed
-        back after a rejected draft: then it is turned off, with a log
-        line)."""
-        from worker.speculation import Speculation
-
-        if self.config.speculative == "none":
-            return None
-        if not trimmable:
-            log.warning(
-                "model %s: speculative decoding turned off: its cache cannot be trimmed after a rejected draft",
-                self.config.name,
-            )
-            return None
-        log.info(
-            "model %s: speculative decoding %s (k=%d, ngram=%d)",
-            self.config.name,
-            self.config.speculative,
-            self.config.speculative_tokens,
-            self.config.speculative_ngram,
-        )
-        return Speculation(tokens=self.config.speculative_tokens, ngram=self.config.speculative_ngram)
 
     def stats(self) -> WorkerStats:
         """The heartbeat counters (read on the output thread)."""
@@ -533,53 +465,6 @@ class Worker:
     def _reply(self, output: RequestOutput) -> None:
         """Answer a request without the engine (a count, or a refusal)."""
         self.output.queue.put(StepOutputs(step=-1, outputs=[output]))
-
-
-def blas_in_use(on_gpu: bool) -> str:
-    """Name what runs this worker's matrix products: ``metal`` when MLX's
-    default device is the GPU on macOS (``gpu`` elsewhere), ``accelerate``
-    for the CPU on macOS, else the BLAS library mapped into this process
-    (``openblas`` or ``builtin``)."""
-    if on_gpu:
-        return "metal" if sys.platform == "darwin" else "gpu"
-    if sys.platform == "darwin":
-        return "accelerate"
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
-            return "openblas" if "libopenblas" in maps.read() else "builtin"
-    except OSError:
-        return "unknown"
-
-
-def watch_parent(parent_pid: int, endpoints: Endpoints, interval: float = 0.5) -> None:
-    """End this process when ``parent_pid`` is no longer its parent (the
-    gateway died, even by SIGKILL), removing the socket files the gateway
-    could not. On Linux the kernel also sends SIGTERM at the parent's
-    death, which is handled the same way; elsewhere a daemon thread polls."""
-
-    def orphaned(*_: object) -> None:
-        remove_socket_files(endpoints, directory=True)
-        os._exit(0)
-
-    signal.signal(signal.SIGTERM, orphaned)
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-        except OSError:
-            pass
-    if os.getppid() != parent_pid:
-        orphaned()
-
-    def loop() -> None:
-        while True:
-            time.sleep(interval)
-            if os.getppid() != parent_pid:
-                orphaned()
-
-    threading.Thread(target=loop, name="mlxd-parent-watch", daemon=True).start()
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
