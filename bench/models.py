@@ -36,7 +36,7 @@ TOKENIZER_FILES = (
 
 def bench_cache() -> Path:
     """Where the bench keeps its model directories (inside mlxd's model cache)."""
-    from worker.gguf import default_cache_root
+    from worker.gguf_convert import default_cache_root
 
     return default_cache_root() / "bench"
 

@@ -14,7 +14,7 @@ does, and times, per step (median over the steps, milliseconds):
   ``argmax``, splitting the log-probabilities into one array per row;
 * a lean greedy loop: forward, ``argmax``, ``async_eval`` and one
   ``tolist`` a step, with no log-probabilities at all;
-* mlxd's own ``Engine.next`` (``worker/decode.py``) for plain greedy
+* mlxd's own ``BatchEngine.next`` (``worker/batch_engine.py``) for plain greedy
   rows, temperature-sampled rows and rows with log-probabilities, with
   sampling on the host (NumPy) and on the device (MLX);
 * the output thread: ``OutputLoop`` handling one step's tokens
@@ -126,9 +126,10 @@ def split_scheduler(model, tokenizer, model_dir: Path, n: int, steps: int) -> di
     from shared.codec import worker_codec
     from shared.protocol import SamplingDefaults, SamplingParams, WorkerStats
     from worker.detok import TokenDecoder
+    from worker.messages import Admission, TokenStep
     from worker.output import OutputLoop
     from worker.sampling_defaults import with_defaults
-    from worker.scheduler import Admission, Scheduler, TokenStep
+    from worker.scheduler import Scheduler
 
     emitted: list = []
     scheduler = Scheduler(
@@ -173,10 +174,10 @@ def split_scheduler(model, tokenizer, model_dir: Path, n: int, steps: int) -> di
 
 
 def split_sampling(model, tokenizer, n: int, steps: int) -> dict[str, float]:
-    """mlxd's ``Engine.next`` for ``n`` rows that are plain greedy, sampled
+    """mlxd's ``BatchEngine.next`` for ``n`` rows that are plain greedy, sampled
     at temperature 0.8, or greedy with log-probabilities, on the host (NumPy)
     and the device (MLX) sampling paths."""
-    from worker.decode import Engine
+    from worker.batch_engine import BatchEngine
     from worker.sampling import TokenSampler, greedy
 
     out: dict[str, float] = {}
@@ -189,13 +190,13 @@ def split_sampling(model, tokenizer, n: int, steps: int) -> dict[str, float]:
         for host in (True, False):
             if kind == "plain greedy" and not host:
                 continue
-            engine = Engine(model, host_sampling=host, stop_tokens=None, sampler=greedy, prefill_batch_size=32)
+            engine = BatchEngine(model, host_sampling=host, stop_tokens=None, sampler=greedy, prefill_batch_size=32)
             batch = prompts(tokenizer, n)
             engine.insert(batch, max_tokens=[100_000] * n, samplers=[make() for _ in batch])
             while len(engine._generation_batch) < n:
                 engine.next()
             where = "" if kind == "plain greedy" else (" (host)" if host else " (device)")
-            out[f"mlxd Engine.next: {kind}{where}"] = timed(engine.next, steps)
+            out[f"mlxd BatchEngine.next: {kind}{where}"] = timed(engine.next, steps)
             engine.close()
     return out
 

@@ -27,7 +27,7 @@ import zmq.asyncio
 from shared.codec import DecodeError, gateway_codec
 from shared.config import ModelConfig, ServerConfig, encode_model_config
 from shared.protocol import WorkerMessage
-from shared.sockets import configure, endpoint_path, endpoints_for
+from shared.sockets import endpoints_for, open_worker_link, remove_socket_files
 
 log = logging.getLogger("mlxd.gateway.worker")
 
@@ -98,8 +98,7 @@ async def run_incarnation(
     ctx = zmq.asyncio.Context.instance()
     key = worker_key(model.name)
     endpoints = endpoints_for(socket_dir, key, number)
-    push = configure(ctx.socket(zmq.PUSH))
-    pull = configure(ctx.socket(zmq.PULL))
+    push, pull = open_worker_link(ctx, endpoints, "gateway")
     codec = gateway_codec()
     proc: asyncio.subprocess.Process | None = None
 
@@ -112,8 +111,6 @@ async def run_incarnation(
             return False
 
     try:
-        push.bind(endpoints.requests)
-        pull.bind(endpoints.outputs)
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -154,9 +151,7 @@ async def run_incarnation(
             await proc.wait()
         push.close(0)
         pull.close(0)
-        for ep in (endpoints.requests, endpoints.outputs):
-            with contextlib.suppress(OSError):
-                os.unlink(endpoint_path(ep))
+        remove_socket_files(endpoints)
 
 
 async def _pump(

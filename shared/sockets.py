@@ -2,7 +2,9 @@
 
 Each worker incarnation talks to the gateway over two IPC sockets: the
 gateway binds a PUSH socket (requests to the worker) and a PULL socket
-(outputs from the worker); the worker connects the opposite ends. Socket files
+(outputs from the worker); the worker connects the opposite ends. Both
+sides open their ends with :func:`open_worker_link` and delete the socket
+files with :func:`remove_socket_files`. Socket files
 live in a per-gateway directory that only the current user can read
 (mode 0700), so other local users cannot reach a worker. Every socket is
 created with ``linger=0`` so closing never blocks, and with a maximum
@@ -19,6 +21,7 @@ owner only).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -26,6 +29,7 @@ import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import zmq
 import zmq.auth.asyncio
@@ -85,6 +89,54 @@ def configure(sock: zmq.Socket) -> zmq.Socket:
 def endpoint_path(endpoint: str) -> str:
     """Return the filesystem path of an ``ipc://`` endpoint."""
     return endpoint.removeprefix("ipc://")
+
+
+def open_worker_link(
+    ctx: zmq.Context, endpoints: Endpoints, side: Literal["gateway", "worker"]
+) -> tuple[zmq.Socket, zmq.Socket]:
+    """Open ``side``'s ends of one worker incarnation's two sockets and
+    return them as ``(send, receive)``, both made by :func:`configure`.
+
+    The gateway binds a PUSH socket to ``endpoints.requests`` and a PULL
+    socket to ``endpoints.outputs``; the worker connects a PULL socket to
+    ``endpoints.requests`` and a PUSH socket to ``endpoints.outputs``. The
+    sockets are of ``ctx``'s kind (``zmq.asyncio`` sockets from an asyncio
+    context). The caller closes them.
+
+    Raises:
+        zmq.ZMQError: a bind or connect failed; both sockets are then
+            closed (and, on the gateway side, the socket files removed).
+    """
+    send = configure(ctx.socket(zmq.PUSH))
+    receive = configure(ctx.socket(zmq.PULL))
+    try:
+        if side == "gateway":
+            send.bind(endpoints.requests)
+            receive.bind(endpoints.outputs)
+        else:
+            receive.connect(endpoints.requests)
+            send.connect(endpoints.outputs)
+    except BaseException:
+        send.close(0)
+        receive.close(0)
+        if side == "gateway":
+            remove_socket_files(endpoints)
+        raise
+    return send, receive
+
+
+def remove_socket_files(endpoints: Endpoints, *, directory: bool = False) -> None:
+    """Delete the socket files of ``endpoints``; with ``directory``, also
+    their directory when that is left empty (a worker whose gateway is gone
+    does this). Never raises."""
+    paths = [endpoint_path(endpoints.requests), endpoint_path(endpoints.outputs)]
+    for path in paths:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    if directory:
+        for folder in {os.path.dirname(path) for path in paths}:
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
 
 
 # -- CURVE (tcp between machines) ---------------------------------------------

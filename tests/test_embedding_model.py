@@ -262,7 +262,7 @@ def run_scheduler(model, commands, max_batch_size=4):
     import time
 
     from worker.embedding_scheduler import EmbeddingScheduler
-    from worker.scheduler import Stop
+    from worker.messages import Stop
 
     emitted = []
     scheduler = EmbeddingScheduler(model, emitted.append, max_batch_size=max_batch_size)
@@ -289,7 +289,7 @@ def test_scheduler_batches_requests_and_ends_each_exactly_once(tmp_path):
     import time
 
     from worker.embedding_scheduler import EmbedJob
-    from worker.scheduler import Abort
+    from worker.messages import Abort
 
     build_tiny_bert(tmp_path / "s")
     model = load_embedding_model(str(tmp_path / "s"))
@@ -324,7 +324,7 @@ def test_scheduler_stop_aborts_what_waits(tmp_path):
     import threading
 
     from worker.embedding_scheduler import EmbeddingScheduler, EmbedJob
-    from worker.scheduler import Stop
+    from worker.messages import Stop
 
     build_tiny_bert(tmp_path / "p")
     model = load_embedding_model(str(tmp_path / "p"))

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from shared.protocol import GenerateRequest, SamplingParams
-from worker.prompt import ModelFormats, PromptBuilder, PromptError
+from worker.model_formats import ModelFormats
+from worker.prompt import PromptBuilder, PromptError
 
 QWEN = {"<|fim_prefix|>": 900, "<|fim_suffix|>": 901, "<|fim_middle|>": 902}
 

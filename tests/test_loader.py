@@ -1,4 +1,4 @@
-"""Tests for worker.gguf (GGUF → mlx-lm conversion) and worker.loader.
+"""Tests for worker.gguf, worker.gguf_tokenizer and worker.gguf_convert (GGUF → mlx-lm conversion) and worker.loader.
 
 The tiny-model tests build a random two-layer llama GGUF with
 ``mx.save_gguf`` (which writes float tensors only; quantized layouts are
@@ -18,8 +18,9 @@ from pathlib import Path
 import mlx.core as mx
 import pytest
 
-from worker import gguf
-from worker.gguf import ModelLoadError, ensure_converted
+from worker import gguf_convert
+from worker.gguf import ModelLoadError
+from worker.gguf_convert import ensure_converted
 from worker.loader import directory_fingerprint, load_model, resolve_source
 
 CONTROL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -232,8 +233,8 @@ def test_converting_twice_hits_the_cache(tiny_gguf: Path, cache_root: Path, monk
     def must_not_convert(*_args: object) -> None:
         raise AssertionError("converted again")
 
-    monkeypatch.setattr(gguf, "convert_gguf", must_not_convert)
-    monkeypatch.setattr(gguf.hashlib, "sha256", must_not_convert)  # remembered hash too
+    monkeypatch.setattr(gguf_convert, "convert_gguf", must_not_convert)
+    monkeypatch.setattr(gguf_convert.hashlib, "sha256", must_not_convert)  # remembered hash too
     assert ensure_converted(tiny_gguf, cache_root) == first
     assert (first / "model.safetensors").stat().st_mtime_ns == stamp
     assert [p.name for p in cache_root.iterdir() if p.is_dir()] == [first.name]
@@ -246,30 +247,30 @@ def test_a_failed_conversion_leaves_nothing_that_looks_complete(
         raise RuntimeError("simulated crash")
 
     with monkeypatch.context() as patch:
-        patch.setattr(gguf, "_verify_loadable", crash)
+        patch.setattr(gguf_convert, "_verify_loadable", crash)
         with pytest.raises(RuntimeError):
             ensure_converted(tiny_gguf, cache_root)
     assert [p for p in cache_root.iterdir() if p.is_dir()] == []
 
     # Leftovers of a killed process (staging dir, unmarked final dir) are replaced.
-    key = f"{gguf.source_sha256(tiny_gguf.resolve(), cache_root)[:32]}-v{gguf.CONVERTER_VERSION}"
+    key = f"{gguf_convert.source_sha256(tiny_gguf.resolve(), cache_root)[:32]}-v{gguf_convert.CONVERTER_VERSION}"
     (cache_root / f".tmp-{key}-dead").mkdir()
     (cache_root / key).mkdir()
     (cache_root / key / "config.json").write_text("{}")
     model_dir = ensure_converted(tiny_gguf, cache_root)
-    assert model_dir.name == key and gguf.is_converted(model_dir)
+    assert model_dir.name == key and gguf_convert.is_converted(model_dir)
     assert sorted(p.name for p in cache_root.iterdir() if p.is_dir()) == [key]
 
 
 def test_concurrent_converters_convert_once(tiny_gguf: Path, cache_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
-    real_convert = gguf.convert_gguf
+    real_convert = gguf_convert.convert_gguf
 
     def counting_convert(*args: object) -> Path:
         calls.append(args)
         return real_convert(*args)
 
-    monkeypatch.setattr(gguf, "convert_gguf", counting_convert)
+    monkeypatch.setattr(gguf_convert, "convert_gguf", counting_convert)
     barrier = threading.Barrier(3)
     results: list[Path] = []
 
@@ -292,7 +293,7 @@ def test_per_tensor_quantization_is_recorded_and_dequantized(
     metadata = _metadata()
     floats = _float_tensors(with_output=True)
     source = _write_gguf(tmp_path / "quantized.gguf", floats, metadata)
-    monkeypatch.setattr(gguf, "read_gguf", lambda _path: (_quantize_like_gguf(floats), metadata))
+    monkeypatch.setattr(gguf_convert, "read_gguf", lambda _path: (_quantize_like_gguf(floats), metadata))
 
     model_dir = ensure_converted(source, cache_root)
     quantization = json.loads((model_dir / "config.json").read_text())["quantization"]
@@ -338,7 +339,7 @@ def test_unsupported_tensor_type_is_a_clear_error(
 ) -> None:
     tensors = _float_tensors()
     tensors["blk.0.attn_q.weight"] = tensors["blk.0.attn_q.weight"].astype(mx.int32)
-    monkeypatch.setattr(gguf, "read_gguf", lambda _path: (tensors, _metadata()))
+    monkeypatch.setattr(gguf_convert, "read_gguf", lambda _path: (tensors, _metadata()))
     message = r"unsupported GGUF tensor type for model\.layers\.0\.self_attn\.q_proj"
     with pytest.raises(ModelLoadError, match=message):
         ensure_converted(tiny_gguf, cache_root)

@@ -340,8 +340,9 @@ def test_prompt_builder_bounds_the_calls_of_a_turn(
     """The worker's call limit per request, and the forced grammar it
     compiles: exactly ``expected`` calls, then only end-of-sequence."""
     from shared.protocol import GenerateRequest, SamplingParams
-    from worker.grammar import GrammarCompiler
-    from worker.prompt import ModelFormats, PromptBuilder
+    from worker.constrained_decoding import GrammarCompiler
+    from worker.model_formats import ModelFormats
+    from worker.prompt import PromptBuilder
 
     transformers, path = hf_tokenizer_file
     hf = transformers.PreTrainedTokenizerFast(tokenizer_file=path)

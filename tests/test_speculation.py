@@ -1,5 +1,5 @@
 """Prompt-lookup speculative decoding (worker/speculation.py and the
-speculative step of worker/decode.py).
+speculative step of worker/batch_engine.py).
 
 Runs the tiny random-weight model in this process: greedy tokens with
 speculation on must equal the tokens without it, token for token, for a
@@ -31,10 +31,10 @@ def model(tmp_path_factory):
 def generate(model, prompts, max_tokens, spec=None, stop_tokens=None):
     """Greedy tokens per prompt (and the finished rows' cache lengths and
     token lists), with speculation ``spec`` or without."""
-    from worker.decode import Engine
+    from worker.batch_engine import BatchEngine
     from worker.sampling import greedy
 
-    engine = Engine(
+    engine = BatchEngine(
         model, host_sampling=True, speculation=spec, stop_tokens=stop_tokens, sampler=greedy, prefill_step_size=16
     )
     uids = engine.insert(prompts, max_tokens=[max_tokens] * len(prompts))

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import mlx.core as mx
 
+from worker.messages import ThinkingBudget
 from worker.sampling import thinking_budget_processor
-from worker.scheduler import ThinkingBudget
 
 VOCAB = 32
 OPEN, CLOSE = (10,), (20, 21)
@@ -47,10 +47,12 @@ def test_grammar_waits_for_the_reasoning_block_to_close(tmp_path):
 
     from shared.protocol import ChatMessage, GenerateRequest, ResponseFormat, SamplingParams
     from tests.tiny_model import build_thinking_model, build_tiny_model
-    from worker.grammar import GrammarCompiler
+    from worker.constrained_decoding import GrammarCompiler
     from worker.loader import load_model
-    from worker.prompt import PromptBuilder, model_formats
-    from worker.scheduler import Scheduler, TokenStep
+    from worker.messages import TokenStep
+    from worker.model_formats import model_formats
+    from worker.prompt import PromptBuilder
+    from worker.scheduler import Scheduler
 
     model_dir = build_thinking_model(tmp_path / "think", build_tiny_model(tmp_path / "tiny"))
     loaded = load_model(str(model_dir))
@@ -108,9 +110,10 @@ def test_best_effort_budget_is_ignored_where_reasoning_cannot_be_capped(tmp_path
 
     from shared.protocol import ChatMessage, GenerateRequest, SamplingParams
     from tests.tiny_model import build_tiny_model
-    from worker.grammar import GrammarCompiler
+    from worker.constrained_decoding import GrammarCompiler
     from worker.loader import load_model
-    from worker.prompt import ModelFormats, PromptBuilder, PromptError
+    from worker.model_formats import ModelFormats
+    from worker.prompt import PromptBuilder, PromptError
 
     loaded = load_model(str(build_tiny_model(tmp_path / "tiny")))
     vocab = len(loaded.tokenizer)

@@ -137,3 +137,57 @@ def test_open_choices_counts_each_choice_end_once_and_an_error_ends_all():
     assert single.close(out(0, "tool_calls")) == 1 and single.done
     given_up = OpenChoices(2)
     assert given_up.close_all() == 2 and given_up.done and given_up.close_all() == 0
+
+
+def test_one_socket_factory_links_a_gateway_and_a_worker():
+    """Both sides open their ends with ``open_worker_link``: a message
+    pushed by either side reaches the other, and ``remove_socket_files``
+    deletes the files (and, for an orphaned worker, the empty directory)."""
+    import os
+
+    import zmq
+
+    from shared.sockets import endpoints_for, make_socket_dir, open_worker_link, remove_socket_files
+
+    directory = make_socket_dir()
+    endpoints = endpoints_for(directory, "link-test", 1)
+    ctx = zmq.Context()
+    gateway_send, gateway_receive = open_worker_link(ctx, endpoints, "gateway")
+    worker_send, worker_receive = open_worker_link(ctx, endpoints, "worker")
+    try:
+        gateway_send.send(b"request")
+        worker_send.send(b"output")
+        assert worker_receive.poll(5000) and worker_receive.recv() == b"request"
+        assert gateway_receive.poll(5000) and gateway_receive.recv() == b"output"
+    finally:
+        for sock in (gateway_send, gateway_receive, worker_send, worker_receive):
+            sock.close(0)
+        ctx.term()
+    assert os.path.exists(directory)
+    remove_socket_files(endpoints)
+    assert os.listdir(directory) == []
+    remove_socket_files(endpoints, directory=True)
+    assert not os.path.exists(directory)
+
+
+def test_a_failed_bind_closes_the_sockets_and_raises(tmp_path):
+    """A bind that fails leaves no socket open (``term`` would block) and
+    no socket file behind."""
+    import os
+
+    import zmq
+
+    from shared.sockets import Endpoints, open_worker_link
+
+    ctx = zmq.Context()
+    try:
+        bad = Endpoints(requests=f"ipc://{tmp_path}/missing/dir/x.req", outputs=f"ipc://{tmp_path}/x.out")
+        try:
+            open_worker_link(ctx, bad, "gateway")
+        except zmq.ZMQError:
+            pass
+        else:
+            raise AssertionError("binding under a missing directory must fail")
+        assert not os.path.exists(f"{tmp_path}/x.out")
+    finally:
+        ctx.term()

@@ -32,7 +32,7 @@ import numpy as np
 
 from shared.protocol import RequestOutput, StepOutputs
 from worker.embedding_model import EmbeddingModel
-from worker.scheduler import Abort, Counters, Stop
+from worker.messages import Abort, Counters, Stop
 
 log = logging.getLogger("mlxd.worker.embedding")
 

@@ -2,7 +2,7 @@
 
 A *source* (``[[models]].source`` in the config) is one of:
 
-* a path to a ``.gguf`` file (converted once, see :mod:`worker.gguf`);
+* a path to a ``.gguf`` file (converted once, see :mod:`worker.gguf_convert`);
 * a local mlx-lm model directory (one with ``config.json``);
 * a Hugging Face repo id ``org/name`` that is already in the local Hugging
   Face cache (the network is never used);
@@ -28,7 +28,8 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_map_with_path
 
-from worker.gguf import ModelLoadError, ensure_converted
+from worker.gguf import ModelLoadError
+from worker.gguf_convert import ensure_converted
 from worker.weights_digest import identity_files
 
 __all__ = ["DTYPES", "LoadedModel", "ModelLoadError", "load_model", "resolve_source"]

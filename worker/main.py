@@ -8,8 +8,10 @@ Threads:
   the only thread that touches MLX;
 - the output thread detokenizes and is the only writer of the outputs socket.
 
-A watchdog thread ends the process when the gateway that started it is gone,
-so a worker never outlives its gateway.
+A watchdog thread (:mod:`worker.parent_watch`) ends the process when the
+gateway that started it is gone, so a worker never outlives its gateway.
+What the worker builds around its model (prefix cache, speculation) comes
+from :mod:`worker.model_setup`.
 
 Thread death: when any exception escapes the input, scheduler or output
 thread (including a failed engine step), the worker stops heartbeating, ends
@@ -24,15 +26,12 @@ healthy.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
 import signal
-import sys
 import threading
 import time
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, NoReturn
+from typing import Any, Callable, NoReturn
 
 import zmq
 
@@ -53,16 +52,16 @@ from shared.protocol import (
     StepOutputs,
     WorkerStats,
 )
-from shared.sockets import configure, endpoint_path
+from shared.sockets import Endpoints, open_worker_link
 from worker import mlx_memory
 from worker.disk_cache import disk_stats
 from worker.faults import armed, reached
+from worker.messages import Abort, Stop
+from worker.model_setup import blas_in_use, prefix_cache_for, serves_embeddings, speculation_for
 from worker.output import Exit, FailAll, OutputLoop
+from worker.parent_watch import watch_parent
 from worker.prompt import PromptBuilder, PromptError
-from worker.scheduler import Abort, Scheduler, Stop
-
-if TYPE_CHECKING:
-    from worker.loader import LoadedModel
+from worker.scheduler import Scheduler
 
 log = logging.getLogger("mlxd.worker")
 
@@ -186,19 +185,19 @@ class Worker:
 
     def _scheduler_main(self) -> None:
         """Scheduler thread: load, warm up, announce, then run the engine."""
-        if self._serves_embeddings():
+        if serves_embeddings(self.config):
             self._embedding_main()
             return
         try:
             started = time.monotonic()
             import mlx.core as mx
 
+            from worker.batch_engine import default_host_sampling
             from worker.cache_profile import profile_model, require_batchable
-            from worker.decode import default_host_sampling
+            from worker.constrained_decoding import GrammarCompiler
             from worker.detok import TokenDecoder
-            from worker.grammar import GrammarCompiler
             from worker.loader import load_model
-            from worker.prompt import model_formats
+            from worker.model_formats import model_formats
             from worker.sampling_defaults import model_sampling_defaults
 
             mlx_memory.apply_limits(self.memory_limit, self.cache_limit)
@@ -232,13 +231,13 @@ class Worker:
                 loaded.model,
                 set(loaded.eos_token_ids),
                 self.output.queue.put,
-                cache=self._prefix_cache(loaded, cache_profile.trimmable),
+                cache=prefix_cache_for(self.config, loaded, cache_profile.trimmable),
                 max_batch_size=self.config.max_batch_size,
                 prefill_batch_size=self.config.prefill_batch_size,
                 prefill_step_size=self.config.prefill_step_size,
                 host_sampling=host_sampling,
                 checkpoints=not cache_profile.trimmable,
-                speculation=self._speculation(cache_profile.trimmable),
+                speculation=speculation_for(self.config, cache_profile.trimmable),
             )
             memory = mlx_memory.sample()
             self.output.queue.put(
@@ -268,59 +267,6 @@ class Worker:
         if grammars is not None:
             threading.Thread(target=grammars.warm, name="mlxd-grammar-warm", daemon=True).start()
         self._serve(scheduler, context)
-
-    def _prefix_cache(self, loaded: LoadedModel, trimmable: bool) -> Any:
-        """The prefix cache for this model (None when its budget is 0),
-        with a disk tier when ``disk_cache_bytes`` is set (its writer
-        thread is started here; a directory that cannot be created is
-        logged and the tier left out). The disk tier's identity is the
-        weights' content hash (:mod:`worker.weights_digest`, memoized next
-        to the tiers), dtype and KV settings."""
-        from shared.config import parse_size
-        from shared.paths import state_dir
-        from worker.disk_cache import DiskTier
-        from worker.prefix_cache import PrefixCache
-        from worker.weights_digest import weights_digest
-
-        if self.config.prefix_cache_bytes <= 0:
-            return None
-        disk = None
-        disk_budget = parse_size(self.config.disk_cache_bytes, 0)
-        if disk_budget > 0:
-            directory = Path(self.config.disk_cache_dir).expanduser() if self.config.disk_cache_dir else None
-            directory = directory or state_dir() / "prefix-cache"
-            try:
-                weights = weights_digest(loaded.path, directory / "weights-digests.json")
-                identity = (
-                    f"{weights}:{loaded.dtype}|kv_bits={self.config.kv_bits}|kv_group_size={self.config.kv_group_size}"
-                )
-                disk = DiskTier(directory, identity, disk_budget)
-                disk.start()
-                log.info("prefix cache disk tier at %s (%d entries on disk)", disk.directory, disk.entries)
-            except OSError as exc:
-                log.warning("prefix cache disk tier disabled: %s", exc)
-        return PrefixCache(
-            loaded.model_id,
-            self.config.prefix_cache_bytes,
-            disk=disk,
-            trimmable=trimmable,
-            kv_bits=self.config.kv_bits,
-            kv_group_size=self.config.kv_group_size,
-        )
-
-    def _serves_embeddings(self) -> bool:
-        """Whether this worker's model is an embedding model (config
-        ``kind``, else detected; an unresolvable source counts as a
-        generator, whose loader then reports why)."""
-        from shared.model_kind import model_kind
-        from worker.loader import ModelLoadError, resolve_source
-
-        if self.config.kind != "auto":
-            return self.config.kind == "embedding"
-        try:
-            return model_kind(resolve_source(self.config.source)) == "embedding"
-        except ModelLoadError:
-            return False
 
     def _embedding_main(self) -> None:
         """Scheduler thread of an embedding worker: load the encoder, warm
@@ -394,30 +340,6 @@ class Worker:
             elif isinstance(message, AbortRequest):
                 self._scheduler.submit(Abort(list(message.request_ids)))  # type: ignore[union-attr]
         return 1
-
-    def _speculation(self, trimmable: bool) -> Any:
-        """The model's :class:`~worker.speculation.Speculation` (None when
-        ``speculative`` is ``none``, or when the cache cannot be trimmed
-        back after a rejected draft: then it is turned off, with a log
-        line)."""
-        from worker.speculation import Speculation
-
-        if self.config.speculative == "none":
-            return None
-        if not trimmable:
-            log.warning(
-                "model %s: speculative decoding turned off: its cache cannot be trimmed after a rejected draft",
-                self.config.name,
-            )
-            return None
-        log.info(
-            "model %s: speculative decoding %s (k=%d, ngram=%d)",
-            self.config.name,
-            self.config.speculative,
-            self.config.speculative_tokens,
-            self.config.speculative_ngram,
-        )
-        return Speculation(tokens=self.config.speculative_tokens, ngram=self.config.speculative_ngram)
 
     def stats(self) -> WorkerStats:
         """The heartbeat counters (read on the output thread)."""
@@ -545,67 +467,6 @@ class Worker:
         self.output.queue.put(StepOutputs(step=-1, outputs=[output]))
 
 
-def blas_in_use(on_gpu: bool) -> str:
-    """Name what runs this worker's matrix products: ``metal`` when MLX's
-    default device is the GPU on macOS (``gpu`` elsewhere), ``accelerate``
-    for the CPU on macOS, else the BLAS library mapped into this process
-    (``openblas`` or ``builtin``)."""
-    if on_gpu:
-        return "metal" if sys.platform == "darwin" else "gpu"
-    if sys.platform == "darwin":
-        return "accelerate"
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
-            return "openblas" if "libopenblas" in maps.read() else "builtin"
-    except OSError:
-        return "unknown"
-
-
-def remove_socket_files(endpoints: list[str]) -> None:
-    """Delete this worker's IPC socket files, and their directory when it is
-    left empty (the gateway that owned it is gone). Never raises."""
-    directories = set()
-    for endpoint in endpoints:
-        path = endpoint_path(endpoint)
-        directories.add(os.path.dirname(path))
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-    for directory in directories:
-        with contextlib.suppress(OSError):
-            os.rmdir(directory)
-
-
-def watch_parent(parent_pid: int, endpoints: list[str], interval: float = 0.5) -> None:
-    """End this process when ``parent_pid`` is no longer its parent (the
-    gateway died, even by SIGKILL), removing the socket files the gateway
-    could not. On Linux the kernel also sends SIGTERM at the parent's
-    death, which is handled the same way; elsewhere a daemon thread polls."""
-
-    def orphaned(*_: object) -> None:
-        remove_socket_files(endpoints)
-        os._exit(0)
-
-    signal.signal(signal.SIGTERM, orphaned)
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-        except OSError:
-            pass
-    if os.getppid() != parent_pid:
-        orphaned()
-
-    def loop() -> None:
-        while True:
-            time.sleep(interval)
-            if os.getppid() != parent_pid:
-                orphaned()
-
-    threading.Thread(target=loop, name="mlxd-parent-watch", daemon=True).start()
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Parse the command line the gateway builds for a worker."""
     p = argparse.ArgumentParser(prog="python -m worker", description="mlxd model worker")
@@ -625,14 +486,12 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m worker``; returns the exit code."""
     args = parse_args(argv)
     setup_logging(args.log_level, name=f"worker:{args.worker_id}", log_file=args.log_file)
-    watch_parent(args.parent_pid, [args.requests, args.outputs])
+    endpoints = Endpoints(requests=args.requests, outputs=args.outputs)
+    watch_parent(args.parent_pid, endpoints)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the gateway's to handle
     config = decode_model_config(args.model_config)
     ctx = zmq.Context()
-    requests = configure(ctx.socket(zmq.PULL))
-    outputs = configure(ctx.socket(zmq.PUSH))
-    requests.connect(args.requests)
-    outputs.connect(args.outputs)
+    outputs, requests = open_worker_link(ctx, endpoints, "worker")
     try:
         return Worker(
             args.worker_id,

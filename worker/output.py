@@ -40,7 +40,7 @@ from shared.protocol import (
 )
 from worker.detok import TextStream, TokenDecoder
 from worker.faults import reached
-from worker.scheduler import Abort, Release, Started, Terminal, TokenLogprobs, TokenStep
+from worker.messages import Abort, OutputSpec, Release, Started, Terminal, TokenLogprobs, TokenStep
 
 log = logging.getLogger("mlxd.worker.output")
 
@@ -55,7 +55,7 @@ class _Choice:
     completion_tokens: int = 0
 
 
-def _parser(spec: Any) -> Any:
+def _parser(spec: OutputSpec | None) -> Any:
     """The output parser an admission's ``OutputSpec`` asks for, or None."""
     if spec is None or not (spec.tool_format or spec.reasoning_format):
         return None

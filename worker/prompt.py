@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
@@ -20,9 +19,10 @@ import msgspec
 
 from shared.protocol import ChatMessage, ErrorKind, GenerateRequest, SamplingDefaults, Tool
 from worker.chat_render import render, template_supports_tools
-from worker.grammar import GrammarCompiler, GrammarError
+from worker.constrained_decoding import GrammarCompiler, GrammarError
+from worker.messages import Admission, OutputSpec, ThinkingBudget
+from worker.model_formats import ModelFormats
 from worker.sampling_defaults import with_defaults
-from worker.scheduler import Admission, ThinkingBudget
 
 _SENTINEL = re.compile("(\ue000mlxd\\d+\ue001)")
 """Placeholders for client-written contents while the template renders
@@ -86,36 +86,6 @@ class PromptError(Exception):
         self.kind: ErrorKind = kind
         self.message = message
         self.field = field
-
-
-@dataclass(frozen=True)
-class OutputSpec:
-    """How the output thread splits a request's text: the tool-call format
-    (None: no tool parsing), the reasoning format (None: no split), the
-    offered tools, whether the prompt already opened a reasoning block, and
-    the most tool calls kept (None: no limit; see
-    :meth:`PromptBuilder.max_tool_calls`); ``end_on_repeat``: a forced
-    (``required``) turn ends at the first call that repeats an earlier one."""
-
-    tool_format: str | None
-    reasoning_format: str | None
-    tools: list[Tool] | None
-    thinking_open: bool
-    max_tool_calls: int | None
-    end_on_repeat: bool = False
-
-
-@dataclass(frozen=True)
-class ModelFormats:
-    """A model's output markup: ``tool_format`` and ``reasoning_format`` as
-    detected from its chat template (or set in the config), the marker
-    that opens a reasoning block (to notice prompts that end inside one) and
-    the one that closes it (to end a block whose budget is used up)."""
-
-    tool_format: str
-    reasoning_format: str | None
-    reasoning_open_marker: str | None
-    reasoning_close_marker: str | None = None
 
 
 class PromptBuilder:
@@ -431,7 +401,7 @@ class PromptBuilder:
             raise PromptError("invalid_request", str(exc), field) from exc
 
     def _tool_grammar(self, request: GenerateRequest) -> str:
-        from worker.grammar import check_schema_size
+        from worker.constrained_decoding import check_schema_size
         from worker.parsers import special_token_ids, tool_call_grammar
 
         tools = self._offered_tools(request) or []
@@ -492,52 +462,3 @@ class PromptBuilder:
         if request.max_tool_calls is not None:
             return request.max_tool_calls
         return self.max_tool_calls_per_turn if request.tool_choice == "required" else None
-
-
-REASONING_OPEN_MARKERS = {"think": "<think>", "think_mistral": "[THINK]"}
-"""The text that opens a reasoning block, per reasoning format."""
-
-REASONING_CLOSE_MARKERS = {"think": "</think>", "think_mistral": "[/THINK]"}
-"""The text that closes a reasoning block, per reasoning format (formats
-without one cannot have a thinking budget enforced)."""
-
-
-def model_formats(tokenizer: Any, tool_parser: str, reasoning_parser: str) -> ModelFormats:
-    """The model's output markup: the configured formats, or (``auto``) the
-    ones its chat template and vocabulary show; ``none`` disables one.
-
-    Raises:
-        ValueError: a configured format name is unknown.
-    """
-    from worker.parsers import (
-        GENERIC_TOOL_FORMAT,
-        REASONING_FORMATS,
-        TOOL_FORMATS,
-        detect_reasoning_format,
-        detect_tool_format,
-    )
-
-    template = getattr(tokenizer, "chat_template", None)
-    vocab = list(getattr(tokenizer, "get_vocab", lambda: {})().keys())
-    if tool_parser == "auto":
-        tool = detect_tool_format(template, vocab) or GENERIC_TOOL_FORMAT
-    elif tool_parser in TOOL_FORMATS:
-        tool = tool_parser
-    else:
-        raise ValueError(f"unknown tool_parser {tool_parser!r}; one of auto, {', '.join(TOOL_FORMATS)}")
-    if reasoning_parser == "auto":
-        reasoning = detect_reasoning_format(template, vocab)
-    elif reasoning_parser == "none":
-        reasoning = None
-    elif reasoning_parser in REASONING_FORMATS:
-        reasoning = reasoning_parser
-    else:
-        raise ValueError(
-            f"unknown reasoning_parser {reasoning_parser!r}; one of auto, none, {', '.join(REASONING_FORMATS)}"
-        )
-    return ModelFormats(
-        tool,
-        reasoning,
-        REASONING_OPEN_MARKERS.get(reasoning or ""),
-        REASONING_CLOSE_MARKERS.get(reasoning or ""),
-    )

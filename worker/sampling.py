@@ -2,7 +2,7 @@
 
 Everything here that builds or runs MLX arrays must be called on the
 worker's scheduler thread. A :class:`TokenSampler` also samples from NumPy
-rows (the engine's host path on the CPU backend, see :mod:`worker.decode`);
+rows (the engine's host path on the CPU backend, see :mod:`worker.batch_engine`);
 that needs no thread but is, in practice, also the scheduler thread.
 
 Plain greedy requests get no sampler (None): the engine takes the arg-max
@@ -16,7 +16,7 @@ random stream, so its output does not depend on what else shares the batch.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Callable
 
 import mlx.core as mx
 import numpy as np
@@ -30,7 +30,8 @@ from mlx_lm.sample_utils import (
 )
 
 from shared.protocol import SamplingParams
-from worker.reasoning_block import ReasoningBlock
+from worker.messages import ThinkingBudget
+from worker.reasoning_tokens import ReasoningBlock
 
 Sampler = Callable[[mx.array], mx.array]
 LogitsProcessor = Callable[[mx.array, mx.array], mx.array]
@@ -228,10 +229,10 @@ def _min_tokens(minimum: int, prompt_len: int, eos_ids: list[int]) -> LogitsProc
     return apply
 
 
-def thinking_budget_processor(budget: Any, prompt_len: int) -> LogitsProcessor:
+def thinking_budget_processor(budget: ThinkingBudget, prompt_len: int) -> LogitsProcessor:
     """A logits processor that ends a reasoning block after
     ``budget.budget`` generated tokens (``budget`` is a
-    :class:`worker.scheduler.ThinkingBudget`): from then on it allows only
+    :class:`worker.messages.ThinkingBudget`): from then on it allows only
     the next token of ``budget.close_ids`` until the block is closed. The
     block starts open when ``budget.open_at_start``, and opens whenever the
     model writes ``budget.open_ids``. ``prompt_len``: tokens of the prompt,

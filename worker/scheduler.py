@@ -13,12 +13,11 @@ and finished (or aborted) sequences leave their state there. For a model
 whose cache cannot be trimmed (state-space layers, sliding windows; see
 :mod:`worker.cache_profile`) a finished sequence's state only helps a prompt
 that continues exactly where it ended, so the scheduler also keeps
-prompt-end checkpoints: the prompt is inserted in segments (mlx-lm's
-``insert_segments``) ending at the last message boundary and at the
-prompt's last-but-one token, and the state at each segment end is copied
-into the prefix cache. An exact repeat, a retry and the next turn of a
-chat then continue from one of them. A request with ``n``
+prompt-end checkpoints (see :mod:`worker.prompt_checkpoints`). A request with ``n``
 choices is prefilled once; each choice then decodes from its own copy.
+
+Every mlx-lm internal stays in :mod:`worker.batch_engine`; the scheduler
+uses the engine's public methods only.
 
 Threads: :meth:`Scheduler.run` and :meth:`Scheduler.warm_up` execute on the
 scheduler thread; :meth:`Scheduler.submit` may be called from any thread
@@ -35,12 +34,27 @@ import copy
 import logging
 import queue
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
 
-from shared.protocol import SamplingParams
 from worker import mlx_memory
+from worker.messages import (
+    Abort,
+    Admission,
+    Counters,
+    Release,
+    Started,
+    Stop,
+    Terminal,
+    TokenEvent,
+    TokenLogprobs,
+    TokenStep,
+)
 from worker.prefix_cache import Lookup, PrefixCache
+from worker.prompt_checkpoints import PromptCheckpoints
+
+if TYPE_CHECKING:  # loads MLX; imported on the scheduler thread
+    from worker.batch_engine import BatchEngine
 
 log = logging.getLogger("mlxd.worker.scheduler")
 
@@ -57,137 +71,6 @@ IDLE_CLEAR_SECONDS = 2.0
 """Seconds the engine must stay idle before MLX's buffer cache is cleared:
 long enough that back-to-back requests (an agent's next turn) reuse the
 cached buffers, short enough that an idle model gives its cache back."""
-
-
-@dataclass
-class Admission:
-    """A tokenized request ready for the engine (built on the input thread).
-
-    ``max_tokens`` is already resolved against the context limit;
-    ``params`` has every sampling setting filled in (the model's defaults
-    where the request set none, see :mod:`worker.sampling_defaults`);
-    ``deadline`` is a ``time.monotonic()`` instant or None; ``matchers``
-    holds one grammar matcher per choice for constrained decoding;
-    ``output`` is passed through to the output thread untouched (how to
-    parse the text); ``received`` is when the worker got the request
-    (``time.monotonic()``); ``thinking_budget`` caps each choice's
-    reasoning block (None: no cap). ``reasoning_close``: the prompt opened
-    a reasoning block that these tokens close; the grammar (``matchers``)
-    then applies only from the end of that block, so the model reasons
-    first and the constrained answer follows. ``boundaries``: prompt
-    positions where a chat message starts (the last message's start),
-    where a model whose cache cannot be trimmed keeps a checkpoint.
-    """
-
-    request_id: str
-    prompt: list[int]
-    max_tokens: int
-    params: SamplingParams
-    n: int = 1
-    deadline: float | None = None
-    matchers: list[Any] | None = None
-    output: Any = None
-    received: float = 0.0
-    thinking_budget: ThinkingBudget | None = None
-    reasoning_close: tuple[int, ...] | None = None
-    boundaries: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True)
-class ThinkingBudget:
-    """At most ``budget`` generated tokens inside a reasoning block that
-    ``open_ids`` opens and ``close_ids`` closes; ``open_at_start``: the
-    prompt already opened it."""
-
-    budget: int
-    open_ids: tuple[int, ...]
-    close_ids: tuple[int, ...]
-    open_at_start: bool
-
-
-@dataclass
-class Abort:
-    """Drop these requests and report each one's terminal ``abort``."""
-
-    request_ids: list[str]
-
-
-@dataclass
-class Release:
-    """Drop one choice the output thread already finished (stop string)."""
-
-    request_id: str
-    index: int
-
-
-@dataclass
-class Stop:
-    """Abort everything in flight and leave the loop."""
-
-
-@dataclass
-class Started:
-    """A request entered the engine: ``cached_tokens`` of its
-    ``prompt_tokens`` were reused from the prefix cache
-    (``disk_cached_tokens`` of them loaded from its disk tier). ``output`` is
-    the admission's output settings."""
-
-    request_id: str
-    n: int
-    prompt_tokens: int
-    cached_tokens: int
-    stop: list[str]
-    output: Any = None
-    disk_cached_tokens: int = 0
-
-
-TokenLogprobs = tuple[float, list[tuple[int, float]]]
-"""A sampled token's log-probability and its top alternatives (id, logprob)."""
-
-TokenEvent = tuple[str, int, int, "str | None", "TokenLogprobs | None"]
-"""``(request_id, choice index, token id, finish, logprobs)``; ``finish`` is
-None, ``"stop"`` (the token is an end-of-sequence token) or ``"length"``."""
-
-
-@dataclass
-class TokenStep:
-    """Every token one engine step produced, and the requests the engine
-    took up in this step with the seconds each had waited."""
-
-    step: int
-    tokens: list[TokenEvent]
-    scheduled: list[tuple[str, float]] = field(default_factory=list)
-
-
-@dataclass
-class Terminal:
-    """A whole request ended without a token: ``reason`` is ``abort`` or
-    ``error`` (then ``error_kind`` and ``message`` say why)."""
-
-    request_id: str
-    reason: str
-    error_kind: str | None = None
-    message: str | None = None
-
-
-@dataclass
-class Counters:
-    """Live counters reported with each heartbeat (the ``*_memory`` ones
-    are MLX's byte counts, sampled on every scheduler loop turn)."""
-
-    steps: int = 0
-    prompt_tokens: int = 0
-    generated_tokens: int = 0
-    requests_finished: int = 0
-    requests_aborted: int = 0
-    requests_timed_out: int = 0
-    running: int = 0
-    waiting: int = 0
-    max_batch_seen: int = 0
-    step_seconds: float = 0.0
-    active_memory: int = 0
-    cache_memory: int = 0
-    peak_memory: int = 0
 
 
 @dataclass
@@ -209,7 +92,7 @@ class Scheduler:
     prefix cache (None disables reuse). At most ``max_batch_size``
     sequences decode together (``prefill_batch_size`` is capped by it).
     ``host_sampling`` picks where
-    sampling and log-probabilities are computed (see :mod:`worker.decode`;
+    sampling and log-probabilities are computed (see :mod:`worker.batch_engine`;
     None: NumPy on the CPU backend, MLX on a GPU). ``checkpoints``: keep
     prompt-end and message-boundary snapshots (for caches that cannot be
     trimmed; see the module docstring). ``speculation``: a
@@ -235,14 +118,12 @@ class Scheduler:
         self._eos = sorted(eos_token_ids)
         self._emit = emit
         self.cache = cache
-        self._prefill_step = prefill_step_size
         self._host_sampling = host_sampling
         self.speculation = speculation
         # mlx-lm decodes max(completion, prefill) batch sizes together: keep
         # the prefill batch within max_batch_size so that one is the limit
         self._prefill_batch = min(prefill_batch_size, max_batch_size)
-        self._checkpoints = checkpoints and cache is not None
-        self._marks: dict[int, tuple[list[int], int, set[int]]] = {}
+        self._checkpoints = PromptCheckpoints(checkpoints and cache is not None)
         self._batch_kwargs = dict(
             completion_batch_size=max_batch_size,
             prefill_batch_size=self._prefill_batch,
@@ -254,7 +135,7 @@ class Scheduler:
         self._uids: dict[str, list[int]] = {}
         self._deadlines: dict[str, float] = {}
         self._waiting_since: dict[str, float] = {}
-        self._engine: Any = None
+        self._engine: BatchEngine | None = None
         self._step = 0
         self._idle_since: float | None = None
         self._cache_cleared = False
@@ -341,15 +222,11 @@ class Scheduler:
 
     # -- engine -------------------------------------------------------------
 
-    def _new_engine(self) -> Any:
-        from mlx_lm.generate import StopSequences
-
-        from worker.decode import Engine
+    def _new_engine(self) -> BatchEngine:
+        from worker.batch_engine import BatchEngine
         from worker.sampling import greedy
 
-        self._eos_stops = StopSequences([[t] for t in self._eos])
-        self._no_stops = StopSequences(None)
-        return Engine(
+        return BatchEngine(
             self._model,
             host_sampling=self._host_sampling,
             speculation=self.speculation,
@@ -443,13 +320,14 @@ class Scheduler:
         done = len(prompt) - len(remaining)
         self.counters.prompt_tokens += len(remaining)
         params = adm.params
-        stops = self._no_stops if params.ignore_eos else self._eos_stops
-        marks = self._marks_for(adm, done) if adm.n == 1 else set()
+        engine = self._engine
+        stops = engine.stop_sequences(params.ignore_eos)
+        marks = self._checkpoints.marks_for(adm, done) if adm.n == 1 else set()
         uids = []
         for i in range(adm.n):
             cache = copy.deepcopy(base) if base is not None and adm.n > 1 else base
-            (uid,) = self._engine.insert_segments(
-                [self._segments(remaining, done, marks)],
+            (uid,) = engine.insert_segments(
+                [self._checkpoints.segments(remaining, done, marks)],
                 max_tokens=[adm.max_tokens],
                 caches=[cache] if cache is not None else None,
                 all_tokens=[list(prompt[:done])],
@@ -462,55 +340,13 @@ class Scheduler:
             top = params.top_logprobs if params.logprobs else None
             self._seqs[uid] = _Seq(adm.request_id, i, top)
             uids.append(uid)
-            if marks:
-                self._marks[uid] = (prompt, done, marks)
+            self._checkpoints.track(uid, prompt, done, marks)
         return uids, found.cached, found.from_disk
-
-    def _marks_for(self, adm: Admission, done: int) -> set[int]:
-        """Prompt positions (beyond the reused ``done`` tokens) whose state
-        becomes a checkpoint: the message boundaries and the prompt's
-        last-but-one token (empty when checkpoints are off)."""
-        if not self._checkpoints:
-            return set()
-        end = len(adm.prompt) - 1
-        return {b for b in (*adm.boundaries, end) if done < b <= end}
-
-    @staticmethod
-    def _segments(remaining: list[int], done: int, marks: set[int]) -> list[list[int]]:
-        """``remaining`` (the prompt from position ``done``) cut at every
-        mark, so the engine stops at each one (mlx-lm then splits off the
-        last token as a segment of its own)."""
-        segments, start = [], 0
-        for mark in sorted(marks):
-            cut = mark - done
-            if start < cut < len(remaining):
-                segments.append(remaining[start:cut])
-                start = cut
-        segments.append(remaining[start:])
-        return segments
-
-    def _take_checkpoints(self, progress: list[Any]) -> None:
-        """Copy into the prefix cache the state of every sequence whose
-        prefill reached one of its marks in the step just run."""
-        for r in progress:
-            entry = self._marks.get(r.uid)
-            if entry is None:
-                continue
-            if r.end_of_prompt or r.uid not in self._seqs:
-                del self._marks[r.uid]
-                continue
-            prompt, done, marks = entry
-            position = done + r.progress[0]
-            if not r.end_of_segment or position not in marks:
-                continue
-            found = self._engine.extract_cache([r.uid]).get(r.uid)
-            if found is not None:
-                self.cache.insert(prompt[:position], found[0])  # type: ignore[union-attr]
 
     def _processors(self, adm: Admission, choice: int) -> list[Any]:
         """The logits processors of one choice: sampling penalties and biases,
         then its grammar (last, so nothing can re-allow a masked token)."""
-        from worker.grammar import after_marker, grammar_processor
+        from worker.constrained_decoding import after_marker, grammar_processor
         from worker.sampling import make_processors, thinking_budget_processor
 
         processors = make_processors(adm.params, len(adm.prompt), self._eos)
@@ -530,16 +366,7 @@ class Scheduler:
         """Feed ``prompt[start:-1]`` into ``cache`` (a fresh one when None) so
         it covers all but the last prompt token; keep a copy in the prefix
         cache. Used to prefill once for all choices of an ``n`` > 1 request."""
-        import mlx.core as mx
-        from mlx_lm.models.cache import make_prompt_cache
-
-        cache = cache if cache is not None else make_prompt_cache(self._model)
-        todo = prompt[start:-1]
-        with mx.stream(self._engine.stream):
-            for i in range(0, len(todo), self._prefill_step):
-                self._model(mx.array(todo[i : i + self._prefill_step])[None], cache=cache)
-                mx.eval([c.state for c in cache])
-                mx.clear_cache()  # as mlx-lm's prefill: free each chunk's temporaries
+        cache = self._engine.prefill(cache, prompt[start:-1])  # type: ignore[union-attr]
         if self.cache is not None:
             self.cache.insert(prompt[:-1], copy.deepcopy(cache))
         return cache
@@ -553,7 +380,7 @@ class Scheduler:
         self._waiting_since.pop(request_id, None)
         for uid in uids:
             self._seqs.pop(uid, None)
-            self._marks.pop(uid, None)
+            self._checkpoints.forget(uid)
             if self.speculation is not None:
                 self.speculation.forget(uid)
         return uids
@@ -590,7 +417,7 @@ class Scheduler:
 
     def _finish_seq(self, uid: int) -> None:
         seq = self._seqs.pop(uid)
-        self._marks.pop(uid, None)
+        self._checkpoints.forget(uid)
         if self.speculation is not None:
             self.speculation.forget(uid)
         uids = self._uids[seq.request_id]
@@ -614,14 +441,10 @@ class Scheduler:
     def _run_step(self) -> None:
         started = time.perf_counter()
         engine = self._engine
-        # Nothing decoding: prefill every waiting prompt at once. Otherwise
-        # in chunks, so the running sequences keep producing tokens.
-        decoding = len(engine._generation_batch) > 0
-        engine.prefill_batch_size = self._prefill_batch if decoding else engine.completion_batch_size
-        progress, responses = self._engine.next()
+        progress, responses = engine.step()
         self._step += 1
-        if self._marks:
-            self._take_checkpoints(progress)
+        if self._checkpoints:
+            self._checkpoints.take(progress, self._seqs, engine, self.cache)
         scheduled = self._scheduled(progress, responses)
         events = self._events(responses)
         c = self.counters
@@ -665,32 +488,16 @@ class Scheduler:
         return self._seqs[r.uid].top_logprobs is not None and r.finish_reason != "stop"
 
     def _logprobs(self, responses: list[Any]) -> dict[int, TokenLogprobs]:
-        """Each response's token log-probability and its top alternatives,
-        computed with NumPy from the rows the engine normalized (float32
-        whatever the model's dtype; MLX rows are already evaluated: the
-        engine returns a step's tokens only after evaluating their rows)."""
-        import numpy as np
+        """Each response's token log-probability and its top alternatives
+        (see :func:`worker.batch_engine.response_logprobs`), by uid."""
+        from worker.batch_engine import response_logprobs
 
-        rows = np.stack([np.asarray(r.logprobs, dtype=np.float32) for r in responses])
-        ids = np.array([r.token for r in responses])
-        chosen = rows[np.arange(len(responses)), ids].tolist()
-        k = max(self._seqs[r.uid].top_logprobs or 0 for r in responses)
-        result: dict[int, TokenLogprobs] = {}
-        if k > 0:
-            top_ids = np.argpartition(-rows, k - 1, axis=-1)[:, :k]
-            top_vals = np.take_along_axis(rows, top_ids, axis=-1)
-        for j, r in enumerate(responses):
-            want = self._seqs[r.uid].top_logprobs or 0
-            top: list[tuple[int, float]] = []
-            if want:
-                pairs = zip(top_ids[j].tolist(), top_vals[j].tolist())
-                top = sorted(pairs, key=lambda p: -p[1])[:want]
-            result[r.uid] = (chosen[j], top)
-        return result
+        wants = [self._seqs[r.uid].top_logprobs or 0 for r in responses]
+        return {r.uid: found for r, found in zip(responses, response_logprobs(responses, wants))}
 
     def _update_gauges(self) -> None:
         engine = self._engine
-        running = len(engine._generation_batch) if engine is not None else 0
+        running = engine.running if engine is not None else 0
         self.counters.running = running
         self.counters.waiting = max(0, len(self._seqs) - running)
         memory = mlx_memory.sample()

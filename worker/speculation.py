@@ -3,7 +3,7 @@
 A row's draft is the continuation of the most recent earlier occurrence of
 its last ``ngram`` tokens in its own history (prompt and output so far):
 coding agents re-emit large parts of what they were shown, and such a
-draft costs no second model. The engine (see :mod:`worker.decode`)
+draft costs no second model. The engine (see :mod:`worker.batch_engine`)
 verifies a draft with one forward pass and keeps the longest prefix that
 matches what greedy decoding would have produced, so output is unchanged.
 

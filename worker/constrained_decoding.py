@@ -248,7 +248,7 @@ def after_marker(
     first token after the marker). ``prompt_len``: tokens of the prompt in
     the engine's context. Stateful: one per choice; scheduler thread only.
     """
-    from worker.reasoning_block import ReasoningBlock
+    from worker.reasoning_tokens import ReasoningBlock
 
     block = ReasoningBlock((), marker, open_at_start=True)
     state: dict[str, Any] = {"seen": prompt_len, "inner": None}

@@ -1,10 +1,18 @@
-"""The decode step mlxd runs inside mlx-lm's ``BatchGenerator``.
+"""The batch engine: mlx-lm's ``BatchGenerator`` with mlxd's decode step.
+
+:class:`BatchEngine` is the only place where mlx-lm's batching internals
+(``BatchGenerator`` fields, generation batches, direct model calls, stop
+sequences) are touched: the scheduler drives it through its public methods
+(``insert_segments``, :meth:`BatchEngine.step`, ``remove``,
+``extract_cache``, :meth:`BatchEngine.prefill`, :attr:`BatchEngine.running`,
+:meth:`BatchEngine.stop_sequences`) and reads a step's log-probabilities
+with :func:`response_logprobs`.
 
 mlx-lm's ``GenerationBatch`` normalizes every row's logits to
 log-probabilities at every step (a log-softmax over the whole vocabulary)
 and then samples from them, whether or not any request asked for
 log-probabilities. On the CPU backend that log-softmax costs more than the
-forward pass of a small model (see ``bench/NOTES.md``). :class:`Engine` is a
+forward pass of a small model (see ``bench/NOTES.md``). :class:`BatchEngine` is a
 ``BatchGenerator`` whose generation batches step differently:
 
 * rows without a sampler (plain greedy, no log-probabilities) take the
@@ -31,12 +39,14 @@ why ``pyproject.toml`` pins mlx-lm to one minor version.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Sequence
 
 import mlx.core as mx
 import numpy as np
-from mlx_lm.generate import BatchGenerator, GenerationBatch, PromptProcessingBatch
+from mlx_lm.generate import BatchGenerator, GenerationBatch, PromptProcessingBatch, StopSequences
+from mlx_lm.models.cache import make_prompt_cache
 
+from worker.messages import TokenLogprobs
 from worker.sampling import TokenSampler
 from worker.speculation import Speculation, find_draft
 
@@ -223,7 +233,7 @@ class LeanGenerationBatch(GenerationBatch):
 class LeanPromptBatch(PromptProcessingBatch):
     """A ``PromptProcessingBatch`` that hands its finished prompts to a
     :class:`LeanGenerationBatch` (the class attribute ``host_sampling`` is
-    passed on; :class:`Engine` sets it on the subclass it uses)."""
+    passed on; :class:`BatchEngine` sets it on the subclass it uses)."""
 
     host_sampling = False
 
@@ -256,15 +266,18 @@ class _HostPromptBatch(LeanPromptBatch):
     host_sampling = True
 
 
-class Engine(BatchGenerator):
+class BatchEngine(BatchGenerator):
     """mlx-lm's ``BatchGenerator`` with :class:`LeanGenerationBatch` steps.
 
     ``host_sampling`` (None: :func:`default_host_sampling`) picks where
-    normalized rows are computed; every other argument is
-    ``BatchGenerator``'s. Insert plain greedy rows with sampler None and
-    every other row with a :class:`~worker.sampling.TokenSampler`.
-    ``speculation`` (None: off) turns on prompt-lookup drafting for a
-    lone plain greedy row (see :meth:`LeanGenerationBatch._speculate`).
+    normalized rows are computed; ``stop_tokens`` are the end-of-sequence
+    token sequences (see :meth:`stop_sequences`); every other argument is
+    ``BatchGenerator``'s, and ``prefill_batch_size`` is the size of the
+    chunks in which new prompts join while others decode (see
+    :meth:`step`). Insert plain greedy rows with sampler None and every
+    other row with a :class:`~worker.sampling.TokenSampler`.
+    ``speculation`` (None: off) turns on prompt-lookup drafting for a lone
+    plain greedy row (see :meth:`LeanGenerationBatch._speculate`).
     Construct and use it on the scheduler thread only.
     """
 
@@ -274,9 +287,10 @@ class Engine(BatchGenerator):
         *,
         host_sampling: bool | None = None,
         speculation: Speculation | None = None,
+        stop_tokens: Sequence[Sequence[int]] | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(model, **kwargs)
+        super().__init__(model, stop_tokens=stop_tokens, **kwargs)
         self.host_sampling = default_host_sampling() if host_sampling is None else host_sampling
         prompt_class = _HostPromptBatch if self.host_sampling else LeanPromptBatch
         self._prompt_batch = prompt_class.empty(self.model, self.sampler, prefill_step_size=self.prefill_step_size)
@@ -284,3 +298,68 @@ class Engine(BatchGenerator):
         generation.host_sampling = self.host_sampling
         generation.speculation = speculation
         self._generation_batch = generation
+        self._prefill_chunk = self.prefill_batch_size
+        self._eos_stops = StopSequences(stop_tokens)
+        self._no_stops = StopSequences(None)
+
+    @property
+    def running(self) -> int:
+        """How many sequences are decoding (prompts still waiting for their
+        prefill not counted)."""
+        return len(self._generation_batch)
+
+    def stop_sequences(self, ignore_eos: bool) -> StopSequences:
+        """The stop sequences to insert a row with: the engine's
+        ``stop_tokens``, or none when the row ignores end-of-sequence."""
+        return self._no_stops if ignore_eos else self._eos_stops
+
+    def step(self) -> tuple[list[Any], list[Any]]:
+        """Run one engine step; return ``BatchGenerator.next``'s prompt
+        progress and token responses.
+
+        When nothing is decoding, every waiting prompt is prefilled at once
+        (up to ``completion_batch_size``); otherwise new prompts join in
+        chunks of the ``prefill_batch_size`` given at construction, so the
+        running sequences keep producing tokens.
+        """
+        decoding = len(self._generation_batch) > 0
+        self.prefill_batch_size = self._prefill_chunk if decoding else self.completion_batch_size
+        return self.next()
+
+    def prefill(self, cache: list[Any] | None, tokens: list[int]) -> list[Any]:
+        """Feed ``tokens`` into ``cache`` (a fresh prompt cache for the model
+        when None) outside any batch, in chunks of ``prefill_step_size`` on
+        the engine's stream, evaluating each chunk (a host sync per chunk,
+        as mlx-lm's own prefill); return the cache."""
+        cache = cache if cache is not None else make_prompt_cache(self.model)
+        step = self.prefill_step_size
+        with mx.stream(self.stream):
+            for i in range(0, len(tokens), step):
+                self.model(mx.array(tokens[i : i + step])[None], cache=cache)
+                mx.eval([c.state for c in cache])
+                mx.clear_cache()  # as mlx-lm's prefill: free each chunk's temporaries
+        return cache
+
+
+def response_logprobs(responses: list[Any], wants: list[int]) -> list[TokenLogprobs]:
+    """Each response's token log-probability and its ``wants[i]`` top
+    alternatives (highest first), computed with NumPy from the rows the
+    engine normalized (float32 whatever the model's dtype; MLX rows are
+    already evaluated: the engine returns a step's tokens only after
+    evaluating their rows). Every response must carry a row (a sampled or
+    log-probability row, see :class:`LeanGenerationBatch`)."""
+    rows = np.stack([np.asarray(r.logprobs, dtype=np.float32) for r in responses])
+    ids = np.array([r.token for r in responses])
+    chosen = rows[np.arange(len(responses)), ids].tolist()
+    k = max(wants)
+    if k > 0:
+        top_ids = np.argpartition(-rows, k - 1, axis=-1)[:, :k]
+        top_vals = np.take_along_axis(rows, top_ids, axis=-1)
+    result: list[TokenLogprobs] = []
+    for j, want in enumerate(wants):
+        top: list[tuple[int, float]] = []
+        if want:
+            pairs = zip(top_ids[j].tolist(), top_vals[j].tolist())
+            top = sorted(pairs, key=lambda p: -p[1])[:want]
+        result.append((chosen[j], top))
+    return result

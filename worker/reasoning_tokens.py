@@ -3,7 +3,7 @@
 A reasoning block is opened by one token sequence (``<think>``) and closed
 by another (``</think>``); either may be several tokens. The thinking
 budget (:func:`worker.sampling.thinking_budget_processor`) and grammars that
-wait for reasoning to end (:func:`worker.grammar.after_marker`) both need to
+wait for reasoning to end (:func:`worker.constrained_decoding.after_marker`) both need to
 know, token by token, whether a block is open, how long it has run and
 where it closed: :class:`ReasoningBlock` is that one piece of state. No MLX;
 used on the scheduler thread, one instance per choice.

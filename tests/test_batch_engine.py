@@ -1,8 +1,8 @@
-"""The worker's decode step (worker/decode.py) against mlx-lm's own engine,
+"""The worker's decode step (worker/batch_engine.py) against mlx-lm's own engine,
 and host sampling (worker/sampling.py ``TokenSampler.sample_host``).
 
 Runs the tiny random-weight model in this process: greedy tokens and
-log-probabilities from :class:`worker.decode.Engine`, on its host (NumPy)
+log-probabilities from :class:`worker.batch_engine.BatchEngine`, on its host (NumPy)
 and device (MLX) paths, must equal what mlx-lm's stock ``BatchGenerator``
 produces for the same prompts.
 """
@@ -48,10 +48,10 @@ def stock(model):
 
 
 def lean(model, host: bool, samplers=None):
-    from worker.decode import Engine
+    from worker.batch_engine import BatchEngine
     from worker.sampling import greedy
 
-    engine = Engine(model, host_sampling=host, stop_tokens=None, sampler=greedy, prefill_step_size=4)
+    engine = BatchEngine(model, host_sampling=host, stop_tokens=None, sampler=greedy, prefill_step_size=4)
     return run(engine, samplers)
 
 
@@ -118,7 +118,7 @@ def test_host_sampler_filters():
 def test_host_log_softmax_matches_mlx():
     import mlx.core as mx
 
-    from worker.decode import host_log_softmax
+    from worker.batch_engine import host_log_softmax
 
     logits = np.random.default_rng(0).normal(scale=5.0, size=(3, 1000)).astype(np.float32)
     ref = mx.array(logits) - mx.logsumexp(mx.array(logits), axis=-1, keepdims=True)

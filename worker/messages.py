@@ -1,0 +1,177 @@
+"""The worker's inter-thread contract: what its threads hand each other.
+
+The input thread builds an :class:`Admission` (and sends :class:`Abort`)
+for the scheduler thread; the output thread sends :class:`Release` back;
+:class:`Stop` ends the scheduler loop. The scheduler thread reports
+:class:`Started`, :class:`TokenStep` and :class:`Terminal` items, in the
+order they happen, to the output thread, and keeps :class:`Counters` that
+the output thread reads for heartbeats. :class:`OutputSpec` travels
+untouched from the input thread (which fixes it) to the output thread
+(which parses text with it).
+
+Declarative: plain data classes only. Nothing here imports MLX (directly
+or through another module), so the input and output threads' modules can
+use these types without loading it; ``tests/test_worker_messages.py``
+checks that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from shared.protocol import SamplingParams, Tool
+
+if TYPE_CHECKING:  # the matcher's type only; llguidance loads on the input thread
+    from llguidance import LLMatcher
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """How the output thread splits a request's text: the tool-call format
+    (None: no tool parsing), the reasoning format (None: no split), the
+    offered tools, whether the prompt already opened a reasoning block, and
+    the most tool calls kept (None: no limit; see
+    :meth:`worker.prompt.PromptBuilder.max_tool_calls`); ``end_on_repeat``:
+    a forced (``required``) turn ends at the first call that repeats an
+    earlier one."""
+
+    tool_format: str | None
+    reasoning_format: str | None
+    tools: list[Tool] | None
+    thinking_open: bool
+    max_tool_calls: int | None
+    end_on_repeat: bool = False
+
+
+@dataclass(frozen=True)
+class ThinkingBudget:
+    """At most ``budget`` generated tokens inside a reasoning block that
+    ``open_ids`` opens and ``close_ids`` closes; ``open_at_start``: the
+    prompt already opened it."""
+
+    budget: int
+    open_ids: tuple[int, ...]
+    close_ids: tuple[int, ...]
+    open_at_start: bool
+
+
+@dataclass
+class Admission:
+    """A tokenized request ready for the engine (built on the input thread).
+
+    ``max_tokens`` is already resolved against the context limit;
+    ``params`` has every sampling setting filled in (the model's defaults
+    where the request set none, see :mod:`worker.sampling_defaults`);
+    ``deadline`` is a ``time.monotonic()`` instant or None; ``matchers``
+    holds one grammar matcher per choice for constrained decoding;
+    ``output`` is passed through to the output thread untouched (how to
+    parse the text; None: plain text); ``received`` is when the worker got
+    the request (``time.monotonic()``); ``thinking_budget`` caps each
+    choice's reasoning block (None: no cap). ``reasoning_close``: the prompt
+    opened a reasoning block that these tokens close; the grammar
+    (``matchers``) then applies only from the end of that block, so the
+    model reasons first and the constrained answer follows. ``boundaries``:
+    prompt positions where a chat message starts (the last message's
+    start), where a model whose cache cannot be trimmed keeps a checkpoint.
+    """
+
+    request_id: str
+    prompt: list[int]
+    max_tokens: int
+    params: SamplingParams
+    n: int = 1
+    deadline: float | None = None
+    matchers: list[LLMatcher] | None = None
+    output: OutputSpec | None = None
+    received: float = 0.0
+    thinking_budget: ThinkingBudget | None = None
+    reasoning_close: tuple[int, ...] | None = None
+    boundaries: tuple[int, ...] = ()
+
+
+@dataclass
+class Abort:
+    """Drop these requests and report each one's terminal ``abort``."""
+
+    request_ids: list[str]
+
+
+@dataclass
+class Release:
+    """Drop one choice the output thread already finished (stop string)."""
+
+    request_id: str
+    index: int
+
+
+@dataclass
+class Stop:
+    """Abort everything in flight and leave the loop."""
+
+
+@dataclass
+class Started:
+    """A request entered the engine: ``cached_tokens`` of its
+    ``prompt_tokens`` were reused from the prefix cache
+    (``disk_cached_tokens`` of them loaded from its disk tier). ``output`` is
+    the admission's output settings."""
+
+    request_id: str
+    n: int
+    prompt_tokens: int
+    cached_tokens: int
+    stop: list[str]
+    output: OutputSpec | None = None
+    disk_cached_tokens: int = 0
+
+
+TokenLogprobs = tuple[float, list[tuple[int, float]]]
+"""A sampled token's log-probability and its top alternatives (id, logprob)."""
+
+TokenEvent = tuple[str, int, int, "str | None", "TokenLogprobs | None"]
+"""``(request_id, choice index, token id, finish, logprobs)``; ``finish`` is
+None, ``"stop"`` (the token is an end-of-sequence token) or ``"length"``."""
+
+
+@dataclass
+class TokenStep:
+    """Every token one engine step produced, and the requests the engine
+    took up in this step with the seconds each had waited."""
+
+    step: int
+    tokens: list[TokenEvent]
+    scheduled: list[tuple[str, float]] = field(default_factory=list)
+
+
+@dataclass
+class Terminal:
+    """A whole request ended without a token: ``reason`` is ``abort`` or
+    ``error`` (then ``error_kind`` and ``message`` say why)."""
+
+    request_id: str
+    reason: str
+    error_kind: str | None = None
+    message: str | None = None
+
+
+@dataclass
+class Counters:
+    """Live counters reported with each heartbeat, written only by the
+    scheduler thread and read by the output thread (plain numbers, each
+    update atomic under the GIL; the ``*_memory`` ones are MLX's byte
+    counts, sampled on every scheduler loop turn)."""
+
+    steps: int = 0
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    requests_finished: int = 0
+    requests_aborted: int = 0
+    requests_timed_out: int = 0
+    running: int = 0
+    waiting: int = 0
+    max_batch_seen: int = 0
+    step_seconds: float = 0.0
+    active_memory: int = 0
+    cache_memory: int = 0
+    peak_memory: int = 0

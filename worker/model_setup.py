@@ -1,0 +1,116 @@
+"""What a worker builds around its model, from its config.
+
+The prefix cache (with its disk tier), speculative decoding, whether the
+model is an embedding model, and which BLAS runs the matrix products (for
+the ``Loaded`` report). Called on the scheduler thread while the model
+loads (:func:`serves_embeddings` first); nothing here touches the engine.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from shared.config import ModelConfig
+from worker.speculation import Speculation
+
+if TYPE_CHECKING:  # load MLX; imported where they are used
+    from worker.loader import LoadedModel
+    from worker.prefix_cache import PrefixCache
+
+log = logging.getLogger("mlxd.worker")
+
+
+def prefix_cache_for(config: ModelConfig, loaded: LoadedModel, trimmable: bool) -> PrefixCache | None:
+    """The prefix cache for ``config``'s model ``loaded`` (None when its
+    budget is 0), with a disk tier when ``disk_cache_bytes`` is set (its
+    writer thread is started here; a directory that cannot be created is
+    logged and the tier left out). The disk tier's identity is the weights'
+    content hash (:mod:`worker.weights_digest`, memoized next to the tiers),
+    dtype and KV settings; the first load of new weights reads them once."""
+    from shared.config import parse_size
+    from shared.paths import state_dir
+    from worker.disk_cache import DiskTier
+    from worker.prefix_cache import PrefixCache
+    from worker.weights_digest import weights_digest
+
+    if config.prefix_cache_bytes <= 0:
+        return None
+    disk = None
+    disk_budget = parse_size(config.disk_cache_bytes, 0)
+    if disk_budget > 0:
+        directory = Path(config.disk_cache_dir).expanduser() if config.disk_cache_dir else state_dir() / "prefix-cache"
+        try:
+            weights = weights_digest(loaded.path, directory / "weights-digests.json")
+            identity = f"{weights}:{loaded.dtype}|kv_bits={config.kv_bits}|kv_group_size={config.kv_group_size}"
+            disk = DiskTier(directory, identity, disk_budget)
+            disk.start()
+            log.info("prefix cache disk tier at %s (%d entries on disk)", disk.directory, disk.entries)
+        except OSError as exc:
+            log.warning("prefix cache disk tier disabled: %s", exc)
+    return PrefixCache(
+        loaded.model_id,
+        config.prefix_cache_bytes,
+        disk=disk,
+        trimmable=trimmable,
+        kv_bits=config.kv_bits,
+        kv_group_size=config.kv_group_size,
+    )
+
+
+def serves_embeddings(config: ModelConfig) -> bool:
+    """Whether ``config``'s model is an embedding model (config
+    ``kind``, else detected; an unresolvable source counts as a
+    generator, whose loader then reports why)."""
+    from shared.model_kind import model_kind
+    from worker.loader import ModelLoadError, resolve_source
+
+    if config.kind != "auto":
+        return config.kind == "embedding"
+    try:
+        return model_kind(resolve_source(config.source)) == "embedding"
+    except ModelLoadError:
+        return False
+
+
+def speculation_for(config: ModelConfig, trimmable: bool) -> Speculation | None:
+    """``config``'s :class:`~worker.speculation.Speculation` (None when
+    ``speculative`` is ``none``, or when the cache cannot be trimmed
+    back after a rejected draft: then it is turned off, with a log
+    line)."""
+    from worker.speculation import Speculation
+
+    if config.speculative == "none":
+        return None
+    if not trimmable:
+        log.warning(
+            "model %s: speculative decoding turned off: its cache cannot be trimmed after a rejected draft",
+            config.name,
+        )
+        return None
+    log.info(
+        "model %s: speculative decoding %s (k=%d, ngram=%d)",
+        config.name,
+        config.speculative,
+        config.speculative_tokens,
+        config.speculative_ngram,
+    )
+    return Speculation(tokens=config.speculative_tokens, ngram=config.speculative_ngram)
+
+
+def blas_in_use(on_gpu: bool) -> str:
+    """Name what runs this worker's matrix products: ``metal`` when MLX's
+    default device is the GPU on macOS (``gpu`` elsewhere), ``accelerate``
+    for the CPU on macOS, else the BLAS library mapped into this process
+    (``openblas`` or ``builtin``)."""
+    if on_gpu:
+        return "metal" if sys.platform == "darwin" else "gpu"
+    if sys.platform == "darwin":
+        return "accelerate"
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            return "openblas" if "libopenblas" in maps.read() else "builtin"
+    except OSError:
+        return "unknown"
