@@ -188,6 +188,7 @@ QUEUE_BUCKETS: tuple[float, ...] = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1) + E2E_
 """Queue-time buckets: vLLM's request-latency buckets plus six below 0.3 s
 (an idle worker admits a request within milliseconds)."""
 
+
 @dataclass(frozen=True)
 class ModelSnapshot:
     """What the pool reports about one model at scrape time.

@@ -4,7 +4,8 @@ They reuse the default model's tokenizer (so text round-trips like the real
 model) with a few-layer, 64-wide network whose forward pass costs almost
 nothing. The default family is llama; :data:`FAMILIES` lists the others
 (one per kind of cache mlx-lm has: plain KV, sliding window, linear
-attention and state-space hybrids, attention sinks, MLA). Built once per
+attention and state-space hybrids, attention sinks, MLA, and chunked
+attention, which mlx-lm cannot batch). Built once per
 directory; deterministic for a given seed.
 """
 
@@ -113,8 +114,30 @@ FAMILIES: dict[str, dict] = {
         "n_group": 1,
         "topk_group": 1,
     },
+    "llama4": {
+        "num_hidden_layers": 4,
+        "head_dim": 16,
+        "attention_bias": False,
+        "attention_chunk_size": SLIDING_WINDOW,
+        "interleave_moe_layer_step": 2,
+        "intermediate_size": 64,
+        "intermediate_size_mlp": 128,
+        "num_experts_per_tok": 1,
+        "num_local_experts": 2,
+        "rope_scaling": None,
+        "use_qk_norm": True,
+    },
 }
 """Each tiny family's config keys on top of the shared small dimensions."""
+
+SOLO_FAMILIES = ("llama4",)
+"""Families whose cache mlx-lm cannot batch (chunked attention): served one
+sequence at a time."""
+
+_NESTED_TEXT_CONFIG = ("llama4",)
+"""Families whose config keeps the language model's keys in ``text_config``
+(as multimodal checkpoints do); their text ``model_type`` is
+``<family>_text``."""
 
 
 def build_tiny_model(out_dir: Path, seed: int = 0, dtype: str = "float32", family: str = "llama") -> Path:
@@ -153,6 +176,13 @@ def build_tiny_model(out_dir: Path, seed: int = 0, dtype: str = "float32", famil
         "vocab_size": real_config["vocab_size"],
         "eos_token_id": real_config.get("eos_token_id"),
     }
+    if family in _NESTED_TEXT_CONFIG:
+        text = {key: value for key, value in config.items() if key not in ("eos_token_id", "tie_word_embeddings")}
+        config = {
+            "model_type": family,
+            "text_config": {**text, "model_type": f"{family}_text"},
+            "eos_token_id": config["eos_token_id"],
+        }
     module = importlib.import_module(f"mlx_lm.models.{family}")
     mx.random.seed(seed)
     model = module.Model(module.ModelArgs.from_dict(config))

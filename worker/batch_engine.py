@@ -48,6 +48,7 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from worker.messages import TokenLogprobs
 from worker.sampling import TokenSampler
+from worker.solo_cache import SoloBatch, solo_caches
 from worker.speculation import Speculation, find_draft
 
 HOST_SAMPLING_ENV = "MLXD_HOST_SAMPLING"
@@ -278,6 +279,10 @@ class BatchEngine(BatchGenerator):
     other row with a :class:`~worker.sampling.TokenSampler`.
     ``speculation`` (None: off) turns on prompt-lookup drafting for a lone
     plain greedy row (see :meth:`LeanGenerationBatch._speculate`).
+    ``solo``: the model's cache cannot be batched (see
+    :mod:`worker.solo_cache`); every sequence runs on its model's own
+    caches, one at a time (``completion_batch_size`` and
+    ``prefill_batch_size`` are forced to 1).
     Construct and use it on the scheduler thread only.
     """
 
@@ -288,9 +293,13 @@ class BatchEngine(BatchGenerator):
         host_sampling: bool | None = None,
         speculation: Speculation | None = None,
         stop_tokens: Sequence[Sequence[int]] | None = None,
+        solo: bool = False,
         **kwargs: Any,
     ) -> None:
+        if solo:
+            kwargs.update(completion_batch_size=1, prefill_batch_size=1)
         super().__init__(model, stop_tokens=stop_tokens, **kwargs)
+        self.solo = solo
         self.host_sampling = default_host_sampling() if host_sampling is None else host_sampling
         prompt_class = _HostPromptBatch if self.host_sampling else LeanPromptBatch
         self._prompt_batch = prompt_class.empty(self.model, self.sampler, prefill_step_size=self.prefill_step_size)
@@ -301,6 +310,36 @@ class BatchEngine(BatchGenerator):
         self._prefill_chunk = self.prefill_batch_size
         self._eos_stops = StopSequences(stop_tokens)
         self._no_stops = StopSequences(None)
+
+    def insert_segments(
+        self,
+        segments: list[list[list[int]]],
+        max_tokens: list[int] | None = None,
+        caches: list[list[Any] | None] | None = None,
+        *rest: Any,
+        **kwargs: Any,
+    ) -> list[int]:
+        """``BatchGenerator.insert_segments``; for a solo engine each
+        sequence's caches (given, or fresh from the model) are first given
+        the batch-of-one operations (:func:`worker.solo_cache.solo_caches`)."""
+        if self.solo:
+            caches = [
+                solo_caches(c if c is not None else make_prompt_cache(self.model, self.max_kv_size))
+                for c in (caches or [None] * len(segments))
+            ]
+        return super().insert_segments(segments, max_tokens, caches, *rest, **kwargs)
+
+    def extract_cache(self, uids: list[int]) -> dict[int, tuple[list[Any], list[int]]]:
+        """``BatchGenerator.extract_cache``: each sequence's cache state and
+        tokens. A solo engine returns plain cache classes also for a
+        sequence not yet prefilled (whose caches mlx-lm hands back as they
+        were inserted), so a stored state never carries the batch-of-one
+        operations."""
+        results = super().extract_cache(uids)
+        if self.solo:
+            for uid, (cache, tokens) in results.items():
+                results[uid] = ([c.extract(0) if isinstance(c, SoloBatch) else c for c in cache], tokens)
+        return results
 
     @property
     def running(self) -> int:

@@ -10,15 +10,21 @@ two ways that matter for serving:
 * batching: mlx-lm's ``BatchGenerator`` joins caches of different
   sequences with the cache class's ``merge``; a class without one (chunked,
   quantized) or a rotating cache that keeps its first tokens (``keep`` > 0)
-  cannot join a batch;
+  cannot join a batch. Such a model is served one sequence at a time
+  through the same engine (:mod:`worker.solo_cache`), never refused and
+  never batched wrongly;
 * trimming: a KV cache can be cut back to any shorter prefix, so one
   stored entry serves every prompt that shares part of it; a state-space
-  state, or a sliding window that has already wrapped, cannot, so reuse
-  needs a snapshot taken exactly where a later prompt continues (see
+  state, a sliding window that has already wrapped, or a chunked-attention
+  cache that has dropped its front (it says it can be trimmed, but the
+  tokens it dropped do not come back) cannot, so reuse needs a snapshot
+  taken exactly where a later prompt continues (see
   :mod:`worker.scheduler`'s prompt-end checkpoints).
 
-:func:`profile_model` inspects a fresh cache once at load. Pure Python
-over mlx-lm objects; call it on the scheduler thread (it builds caches).
+:func:`profile_model` inspects a fresh cache once at load;
+:func:`pin_untrimmable` keeps a stored chunked cache from being cut back.
+Pure Python over mlx-lm objects; call them on the scheduler thread (they
+build or touch caches).
 """
 
 from __future__ import annotations
@@ -27,10 +33,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-
-class UnbatchableCacheError(RuntimeError):
-    """The model's cache cannot join mlx-lm's batch engine; the message
-    names the cache type and why."""
+_UNTRIMMABLE_KINDS = frozenset(("RotatingKVCache", "ChunkedKVCache"))
+"""Cache classes whose stored states cannot be cut back to any prefix
+(a wrapped window; a chunked cache past its first chunk)."""
 
 
 @dataclass(frozen=True)
@@ -40,18 +45,29 @@ class CacheProfile:
     ``kinds`` counts the layers per cache class name (``CacheList`` is
     counted by its members); ``trimmable``: every layer's cache can be cut
     back to a shorter prefix (so prefix reuse needs no checkpoints);
-    ``unbatchable``: why the batch engine cannot take it (None: it can).
+    ``unbatchable``: why the batch engine cannot join it with other
+    sequences (None: it can); the model is then served one sequence at a
+    time (:attr:`solo`).
     """
 
     kinds: dict[str, int]
     trimmable: bool
     unbatchable: str | None
 
+    @property
+    def solo(self) -> bool:
+        """Whether the model must run one sequence at a time."""
+        return self.unbatchable is not None
+
     def describe(self) -> str:
-        """One log line: the layer kinds and how prefixes are reused."""
+        """One log line: the layer kinds, how prefixes are reused and, for a
+        model that cannot be batched, why it runs one sequence at a time."""
         layers = ", ".join(f"{n}x {k}" for k, n in sorted(self.kinds.items()))
         reuse = "trim any cached prefix" if self.trimmable else "prompt-end and message-boundary checkpoints"
-        return f"cache layers: {layers}; prefix reuse: {reuse}"
+        line = f"cache layers: {layers}; prefix reuse: {reuse}"
+        if self.unbatchable:
+            line += f"; batching: none, one sequence at a time ({self.unbatchable})"
+        return line
 
 
 def _leaves(cache: Any) -> list[Any]:
@@ -83,18 +99,30 @@ def profile_model(model: Any) -> CacheProfile:
 
     cache = make_prompt_cache(model)
     kinds = Counter(type(leaf).__name__ for c in cache for leaf in _leaves(c))
-    # a fresh rotating cache is trimmable until it wraps: judge by class
-    trimmable = can_trim_prompt_cache(cache) and "RotatingKVCache" not in kinds
+    # a fresh rotating or chunked cache is trimmable until it wraps or
+    # drops its front: judge by class
+    trimmable = can_trim_prompt_cache(cache) and not _UNTRIMMABLE_KINDS & kinds.keys()
     reason = next((r for r in map(_why_unbatchable, cache) if r), None)
     return CacheProfile(dict(kinds), trimmable, reason)
 
 
-def require_batchable(profile: CacheProfile, model_name: str) -> None:
-    """Raise :class:`UnbatchableCacheError` when ``profile`` cannot be
-    served by the batch engine (mlxd serves every model through it: a
-    model that would need a different engine is refused at load, with the
-    reason, rather than served wrongly)."""
-    if profile.unbatchable:
-        raise UnbatchableCacheError(
-            f"model {model_name}: {profile.unbatchable}; mlxd's continuous batching cannot serve it"
-        )
+def _never_trimmable() -> bool:
+    """``is_trimmable`` of a pinned cache layer."""
+    return False
+
+
+def pin_untrimmable(cache: list[Any]) -> list[Any]:
+    """Make each chunked-attention layer of ``cache`` (a stored prefix state)
+    report that it cannot be trimmed, in place; return ``cache``.
+
+    mlx-lm's ``ChunkedKVCache`` always says it can be trimmed, but once it
+    has dropped its front, cutting it back leaves out tokens a later prompt
+    attends to; the prefix cache's lookup would then trim a longer entry
+    and give a wrong state. Pinned layers make the lookup use only entries
+    that end exactly where a prompt continues (the checkpoints).
+    """
+    for layer in cache:
+        for leaf in _leaves(layer):
+            if type(leaf).__name__ == "ChunkedKVCache":
+                leaf.is_trimmable = _never_trimmable
+    return cache

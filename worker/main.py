@@ -193,7 +193,7 @@ class Worker:
             import mlx.core as mx
 
             from worker.batch_engine import default_host_sampling
-            from worker.cache_profile import profile_model, require_batchable
+            from worker.cache_profile import profile_model
             from worker.constrained_decoding import GrammarCompiler
             from worker.detok import TokenDecoder
             from worker.loader import load_model
@@ -209,7 +209,12 @@ class Worker:
             vocab = len(loaded.tokenizer)
             cache_profile = profile_model(loaded.model)
             log.info("model %s %s", self.config.name, cache_profile.describe())
-            require_batchable(cache_profile, self.config.name)
+            if cache_profile.solo:
+                log.warning(
+                    "model %s: mlx-lm cannot batch its cache (%s); serving one sequence at a time",
+                    self.config.name,
+                    cache_profile.unbatchable,
+                )
             self.output.decoder = TokenDecoder(loaded.tokenizer, loaded.path)
             self._prompts = PromptBuilder(
                 loaded.tokenizer,
@@ -238,6 +243,7 @@ class Worker:
                 host_sampling=host_sampling,
                 checkpoints=not cache_profile.trimmable,
                 speculation=speculation_for(self.config, cache_profile.trimmable),
+                solo=cache_profile.solo,
             )
             memory = mlx_memory.sample()
             self.output.queue.put(

@@ -5,7 +5,9 @@ A thin layer over mlx-lm's ``LRUPromptCache`` (a token trie with LRU
 eviction under a byte budget) that adds what the scheduler needs: entries
 keyed by the model's identity, a lookup that always leaves at least one
 prompt token to feed, forced evaluation of inserted state (so no entry keeps
-a whole batch's buffers alive through a lazy slice), and hit statistics.
+a whole batch's buffers alive through a lazy slice), stored chunked-attention
+states pinned against trimming (:func:`worker.cache_profile.pin_untrimmable`),
+and hit statistics.
 
 Scheduler thread only: every method evaluates or copies MLX arrays.
 """
@@ -19,6 +21,8 @@ from typing import Any
 
 import mlx.core as mx
 from mlx_lm.models.cache import LRUPromptCache, can_trim_prompt_cache, trim_prompt_cache
+
+from worker.cache_profile import pin_untrimmable
 
 MAX_ENTRIES = 4096
 """Upper bound on cached sequences, whatever their size."""
@@ -146,6 +150,7 @@ class PrefixCache:
         cache = self.disk.load(key, tokens)
         if cache is None:
             return None
+        pin_untrimmable(cache)
         mx.eval([c.state for c in cache])
         self._lru.insert_cache(self.model_key, tokens, copy.deepcopy(cache))
         if len(tokens) > usable:
@@ -176,6 +181,7 @@ class PrefixCache:
             return
         if self.kv_bits:
             cache = _quantized(cache, self.kv_bits, self.kv_group_size)
+        pin_untrimmable(cache)
         mx.eval([c.state for c in cache])
         self._lru.insert_cache(self.model_key, list(tokens), cache)
         if self.disk is not None and len(tokens) >= self.disk_min_tokens:

@@ -98,6 +98,8 @@ class Scheduler:
     trimmed; see the module docstring). ``speculation``: a
     :class:`~worker.speculation.Speculation` turns on prompt-lookup
     drafting (None: off; only for models whose cache can be trimmed).
+    ``solo``: the model's cache cannot be batched; sequences run one at a
+    time (the engine's batch sizes are then 1; see :mod:`worker.solo_cache`).
     """
 
     def __init__(
@@ -113,6 +115,7 @@ class Scheduler:
         host_sampling: bool | None = None,
         checkpoints: bool = False,
         speculation: Any = None,
+        solo: bool = False,
     ) -> None:
         self._model = model
         self._eos = sorted(eos_token_ids)
@@ -125,6 +128,7 @@ class Scheduler:
         self._prefill_batch = min(prefill_batch_size, max_batch_size)
         self._checkpoints = PromptCheckpoints(checkpoints and cache is not None)
         self._batch_kwargs = dict(
+            solo=solo,
             completion_batch_size=max_batch_size,
             prefill_batch_size=self._prefill_batch,
             prefill_step_size=prefill_step_size,
