@@ -52,6 +52,7 @@ from worker.messages import (
 )
 from worker.prefix_cache import Lookup, PrefixCache
 from worker.prompt_checkpoints import PromptCheckpoints
+from worker.speculation import Speculation
 
 if TYPE_CHECKING:  # loads MLX; imported on the scheduler thread
     from worker.batch_engine import BatchEngine
@@ -112,7 +113,7 @@ class Scheduler:
         prefill_step_size: int,
         host_sampling: bool | None = None,
         checkpoints: bool = False,
-        speculation: Any = None,
+        speculation: Speculation | None = None,
     ) -> None:
         self._model = model
         self._eos = sorted(eos_token_ids)
