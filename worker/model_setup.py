@@ -80,8 +80,6 @@ def speculation_for(config: ModelConfig, trimmable: bool) -> Speculation | None:
     ``speculative`` is ``none``, or when the cache cannot be trimmed
     back after a rejected draft: then it is turned off, with a log
     line)."""
-    from worker.speculation import Speculation
-
     if config.speculative == "none":
         return None
     if not trimmable:

@@ -52,6 +52,7 @@ from worker.messages import (
 )
 from worker.prefix_cache import Lookup, PrefixCache
 from worker.prompt_checkpoints import PromptCheckpoints
+from worker.speculation import Speculation
 
 if TYPE_CHECKING:  # loads MLX; imported on the scheduler thread
     from worker.batch_engine import BatchEngine
@@ -114,7 +115,7 @@ class Scheduler:
         prefill_step_size: int,
         host_sampling: bool | None = None,
         checkpoints: bool = False,
-        speculation: Any = None,
+        speculation: Speculation | None = None,
         solo: bool = False,
     ) -> None:
         self._model = model
