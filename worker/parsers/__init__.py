@@ -42,7 +42,7 @@ Conventions (all families):
 Formats: tool calls — see :data:`TOOL_FORMATS` (one module each:
 ``hermes``, ``qwen3_coder``, ``llama3_json``, ``mistral``, ``deepseek_v3``,
 ``glm45``, ``harmony``, ``json_format``); reasoning — see
-:data:`REASONING_FORMATS` (:mod:`~worker.parsers.reasoning`, and
+:data:`REASONING_FORMATS` (:mod:`~worker.parsers.reasoning_splitter`, and
 :mod:`~worker.parsers.harmony` for gpt-oss channels).
 """
 
@@ -55,7 +55,7 @@ from worker.parsers.compose import (
     make_parser,
 )
 from worker.parsers.detect import detect_reasoning_format, detect_tool_format
-from worker.parsers.grammar import grammar_markers, special_token_ids, tool_call_grammar
+from worker.parsers.tool_grammar import grammar_markers, special_token_ids, tool_call_grammar
 
 __all__ = [
     "GENERIC_TOOL_FORMAT",

@@ -14,7 +14,7 @@ from worker.parsers.json_format import JsonToolParser
 from worker.parsers.llama3_json import Llama3JsonParser
 from worker.parsers.mistral import MistralParser
 from worker.parsers.qwen3_coder import Qwen3CoderParser
-from worker.parsers.reasoning import MARKERS, ReasoningSplitter
+from worker.parsers.reasoning_splitter import MARKERS, ReasoningSplitter
 
 TOOL_FORMATS: tuple[str, ...] = (
     "hermes",

@@ -23,8 +23,8 @@ from __future__ import annotations
 import re
 
 from worker.parsers.base import ToolCallSink, find_first, held_suffix, is_marker_prefix
-from worker.parsers.jsonstream import ArgStream
-from worker.parsers.lark import args_schema, json_rule, lark_str, more_calls
+from worker.parsers.json_args import ArgStream
+from worker.parsers.lark_rules import args_schema, json_rule, lark_str, more_calls
 from worker.parsers.machine import ToolTextParser
 
 CALLS_BEGIN = "<｜tool▁calls▁begin｜>"

@@ -24,7 +24,7 @@ from worker.parsers.base import (
     is_marker_prefix,
     tool_params,
 )
-from worker.parsers.lark import lark_str, more_calls, value_rules
+from worker.parsers.lark_rules import lark_str, more_calls, value_rules
 from worker.parsers.machine import ToolTextParser
 from worker.parsers.xmlargs import XmlCall
 

@@ -27,8 +27,8 @@ from __future__ import annotations
 import re
 
 from worker.parsers.base import ToolCallSink, find_first, held_suffix
-from worker.parsers.jsonstream import ArgStream
-from worker.parsers.lark import args_schema, json_rule, lark_str
+from worker.parsers.json_args import ArgStream
+from worker.parsers.lark_rules import args_schema, json_rule, lark_str
 from worker.parsers.machine import ToolTextParser
 
 START, CHANNEL, MESSAGE = "<|start|>", "<|channel|>", "<|message|>"

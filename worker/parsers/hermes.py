@@ -20,8 +20,8 @@ emitted is closed with what was read and the rest of the block is dropped.
 from __future__ import annotations
 
 from worker.parsers.base import ToolCallSink
-from worker.parsers.jsonstream import CallObject
-from worker.parsers.lark import call_schema, json_rule, more_calls
+from worker.parsers.json_calls import CallObject
+from worker.parsers.lark_rules import call_schema, json_rule, more_calls
 from worker.parsers.machine import ToolTextParser
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"

@@ -15,8 +15,8 @@ from __future__ import annotations
 import re
 
 from worker.parsers.base import ToolCallSink
-from worker.parsers.jsonstream import CallList, CallObject
-from worker.parsers.lark import call_schema, json_rule
+from worker.parsers.json_calls import CallList, CallObject
+from worker.parsers.lark_rules import call_schema, json_rule
 from worker.parsers.machine import ToolTextParser
 
 _FENCE = re.compile(r"```(?:json|JSON)?[ \t]*\n")

@@ -12,8 +12,8 @@ content, except ``<|eom_id|>``/``<|eot_id|>`` markers, which are dropped.
 from __future__ import annotations
 
 from worker.parsers.base import ToolCallSink, is_marker_prefix
-from worker.parsers.jsonstream import CallObject
-from worker.parsers.lark import call_schema, json_rule, more_calls
+from worker.parsers.json_calls import CallObject
+from worker.parsers.lark_rules import call_schema, json_rule, more_calls
 from worker.parsers.machine import ToolTextParser
 
 TAG = "<|python_tag|>"

@@ -15,8 +15,9 @@ goes out as content.
 from __future__ import annotations
 
 from worker.parsers.base import ToolCallSink, find_first, held_suffix
-from worker.parsers.jsonstream import ArgStream, CallList, CallObject
-from worker.parsers.lark import args_schema, call_schema, json_rule, lark_str, more_calls
+from worker.parsers.json_args import ArgStream
+from worker.parsers.json_calls import CallList, CallObject
+from worker.parsers.lark_rules import args_schema, call_schema, json_rule, lark_str, more_calls
 from worker.parsers.machine import ToolTextParser
 
 TOOL_CALLS, ARGS, CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"

@@ -26,7 +26,7 @@ newline before the opening tag is dropped.
 from __future__ import annotations
 
 from worker.parsers.base import ToolCallSink, find_first, is_marker_prefix, tool_params
-from worker.parsers.lark import lark_str, more_calls, value_rules
+from worker.parsers.lark_rules import lark_str, more_calls, value_rules
 from worker.parsers.machine import ToolTextParser
 from worker.parsers.xmlargs import XmlCall
 
