@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 
 from worker.parsers.base import ToolCallSink, find_first, held_suffix, is_marker_prefix
+from worker.parsers.family import ToolFamily
 from worker.parsers.json_args import ArgStream
 from worker.parsers.lark_rules import args_schema, json_rule, lark_str, more_calls
 from worker.parsers.machine import ToolTextParser
@@ -197,3 +198,15 @@ def grammar(tools, *, max_calls: int, lit) -> str:
     return (
         f"start: {lit(CALLS_BEGIN)} call{rep} {lit(CALLS_END)}\ncall: {' | '.join(calls)}\n" + "\n".join(rules) + "\n"
     )
+
+
+FAMILY = ToolFamily(
+    name="deepseek_v3",
+    parser=lambda sink, tools, thinking_open: DeepSeekV3Parser(sink),
+    grammar=grammar,
+    grammar_markers=(CALLS_BEGIN, CALLS_END, CALL_BEGIN, CALL_END, SEP),
+    detect=lambda text: CALLS_BEGIN in text,
+    detect_rank=50,
+    vocab_markers=(CALLS_BEGIN,),
+)
+"""DeepSeek's declaration (see :class:`~worker.parsers.family.ToolFamily`)."""

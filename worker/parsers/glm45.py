@@ -24,6 +24,7 @@ from worker.parsers.base import (
     is_marker_prefix,
     tool_params,
 )
+from worker.parsers.family import ToolFamily
 from worker.parsers.lark_rules import lark_str, more_calls, value_rules
 from worker.parsers.machine import ToolTextParser
 from worker.parsers.xmlargs import XmlCall
@@ -180,3 +181,15 @@ def grammar(tools, *, max_calls: int, lit) -> str:
         fns.append(f"fn{i}")
     rules.append(f"call: {' | '.join(fns)}")
     return "\n".join(rules) + "\n"
+
+
+FAMILY = ToolFamily(
+    name="glm45",
+    parser=lambda sink, tools, thinking_open: Glm45Parser(sink, tools),
+    grammar=grammar,
+    grammar_markers=(OPEN, CLOSE, KEY, KEY_END, VALUE, VALUE_END),
+    detect=lambda text: OPEN in text and KEY in text,
+    detect_rank=10,
+    vocab_markers=(OPEN, KEY),
+)
+"""GLM-4.5's declaration (see :class:`~worker.parsers.family.ToolFamily`)."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 
 from worker.parsers.base import ToolCallSink, find_first, held_suffix
+from worker.parsers.family import ToolFamily
 from worker.parsers.json_args import ArgStream
 from worker.parsers.lark_rules import args_schema, json_rule, lark_str
 from worker.parsers.machine import ToolTextParser
@@ -179,3 +180,16 @@ def grammar(tools, *, max_calls: int, lit) -> str:
         "THOUGHT: /(?s:.*)/\n"
         f"call: {' | '.join(calls)}\n" + "\n".join(rules) + "\n"
     )
+
+
+FAMILY = ToolFamily(
+    name="harmony",
+    parser=lambda sink, tools, thinking_open: HarmonyParser(sink, tools_enabled=True, thinking_open=thinking_open),
+    grammar=grammar,
+    grammar_markers=(START, CHANNEL, MESSAGE, END, CALL, CONSTRAIN),
+    special_markers=SPECIAL,
+    detect=lambda text: CHANNEL in text,
+    detect_rank=60,
+    vocab_markers=(CHANNEL,),
+)
+"""Harmony's declaration (see :class:`~worker.parsers.family.ToolFamily`)."""

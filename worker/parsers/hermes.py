@@ -20,6 +20,7 @@ emitted is closed with what was read and the rest of the block is dropped.
 from __future__ import annotations
 
 from worker.parsers.base import ToolCallSink
+from worker.parsers.family import ToolFamily
 from worker.parsers.json_calls import CallObject
 from worker.parsers.lark_rules import call_schema, json_rule, more_calls
 from worker.parsers.machine import ToolTextParser
@@ -102,3 +103,15 @@ def grammar(tools, *, max_calls: int, lit) -> str:
     ``tools``; ``lit`` renders a marker."""
     rep = more_calls('"\\n" call', max_calls)
     return f'start: call{rep}\ncall: {lit(OPEN)} "\\n" body "\\n" {lit(CLOSE)}\nbody: {json_rule(call_schema(tools))}\n'
+
+
+FAMILY = ToolFamily(
+    name="hermes",
+    parser=lambda sink, tools, thinking_open: HermesParser(sink),
+    grammar=grammar,
+    grammar_markers=(OPEN, CLOSE),
+    detect=lambda text: OPEN in text,
+    detect_rank=30,
+    vocab_markers=(OPEN,),
+)
+"""Hermes' declaration (see :class:`~worker.parsers.family.ToolFamily`)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 
 from worker.parsers.base import ToolCallSink
+from worker.parsers.family import ToolFamily
 from worker.parsers.json_calls import CallList, CallObject
 from worker.parsers.lark_rules import call_schema, json_rule
 from worker.parsers.machine import ToolTextParser
@@ -132,3 +133,12 @@ def grammar(tools, *, max_calls: int, lit) -> str:
     array = {"type": "array", "items": one, "minItems": 1, "maxItems": max_calls}
     schema = {"anyOf": [one, array]} if max_calls > 1 else one
     return f"start: {json_rule(schema)}\n"
+
+
+FAMILY = ToolFamily(
+    name="json",
+    parser=lambda sink, tools, thinking_open: JsonToolParser(sink, {t.name for t in tools}),
+    grammar=grammar,
+)
+"""The generic JSON format's declaration (never detected; see
+:class:`~worker.parsers.family.ToolFamily`)."""

@@ -11,12 +11,17 @@ content, except ``<|eom_id|>``/``<|eot_id|>`` markers, which are dropped.
 
 from __future__ import annotations
 
+import re
+
 from worker.parsers.base import ToolCallSink, is_marker_prefix
+from worker.parsers.family import ToolFamily
 from worker.parsers.json_calls import CallObject
 from worker.parsers.lark_rules import call_schema, json_rule, more_calls
 from worker.parsers.machine import ToolTextParser
 
 TAG = "<|python_tag|>"
+_HEADER = "<|start_header_id|>"
+_IPYTHON_ROLE = re.compile(r"""['"]ipython['"]|<\|start_header_id\|>ipython""")
 _ENDS = ("<|eom_id|>", "<|eot_id|>")
 
 
@@ -140,3 +145,19 @@ def grammar(tools, *, max_calls: int, lit) -> str:
     calls of ``tools``."""
     rep = more_calls('"; " call', max_calls)
     return f"start: call{rep}\ncall: {json_rule(call_schema(tools, 'parameters'))}\n"
+
+
+def _detect(text: str) -> bool:
+    """The Llama 3 tool markup: ``<|python_tag|>`` or an ``ipython`` role."""
+    return TAG in text or (_HEADER in text and bool(_IPYTHON_ROLE.search(text)))
+
+
+FAMILY = ToolFamily(
+    name="llama3_json",
+    parser=lambda sink, tools, thinking_open: Llama3JsonParser(sink, {t.name for t in tools}),
+    grammar=grammar,
+    detect=_detect,
+    detect_rank=70,
+    vocab_markers=(TAG, _HEADER),
+)
+"""Llama 3 JSON's declaration (see :class:`~worker.parsers.family.ToolFamily`)."""

@@ -15,6 +15,7 @@ goes out as content.
 from __future__ import annotations
 
 from worker.parsers.base import ToolCallSink, find_first, held_suffix
+from worker.parsers.family import ToolFamily
 from worker.parsers.json_args import ArgStream
 from worker.parsers.json_calls import CallList, CallObject
 from worker.parsers.lark_rules import args_schema, call_schema, json_rule, lark_str, more_calls
@@ -149,3 +150,15 @@ def grammar(tools, *, max_calls: int, lit) -> str:
         f"tc: {lit(TOOL_CALLS)}\n"
         f"named: {' | '.join(named)}\n" + "\n".join(rules) + "\n"
     )
+
+
+FAMILY = ToolFamily(
+    name="mistral",
+    parser=lambda sink, tools, thinking_open: MistralParser(sink),
+    grammar=grammar,
+    grammar_markers=(TOOL_CALLS, ARGS),
+    detect=lambda text: TOOL_CALLS in text,
+    detect_rank=40,
+    vocab_markers=(TOOL_CALLS,),
+)
+"""Mistral's declaration (see :class:`~worker.parsers.family.ToolFamily`)."""

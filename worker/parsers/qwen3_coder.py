@@ -26,6 +26,7 @@ newline before the opening tag is dropped.
 from __future__ import annotations
 
 from worker.parsers.base import ToolCallSink, find_first, is_marker_prefix, tool_params
+from worker.parsers.family import ToolFamily
 from worker.parsers.lark_rules import lark_str, more_calls, value_rules
 from worker.parsers.machine import ToolTextParser
 from worker.parsers.xmlargs import XmlCall
@@ -208,3 +209,15 @@ def grammar(tools, *, max_calls: int, lit) -> str:
         fns.append(f"fn{i}")
     rules.append(f'call: {lit(OPEN)} "\\n" ({" | ".join(fns)}) {lit(CLOSE)}')
     return "\n".join(rules) + "\n"
+
+
+FAMILY = ToolFamily(
+    name="qwen3_coder",
+    parser=lambda sink, tools, thinking_open: Qwen3CoderParser(sink, tools),
+    grammar=grammar,
+    grammar_markers=(OPEN, CLOSE),
+    detect=lambda text: FUNC in text,
+    detect_rank=20,
+    vocab_markers=(FUNC,),
+)
+"""Qwen3-Coder's declaration (see :class:`~worker.parsers.family.ToolFamily`)."""
