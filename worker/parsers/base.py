@@ -6,8 +6,9 @@ tool-call deltas (:class:`shared.protocol.ToolCallDelta`). Every parser is
 per request (per choice) and keeps only that choice's state.
 
 This module holds what every family shares: :class:`ParsedDelta`, the
-:class:`OutputParser` protocol, the :class:`ToolCallSink` that numbers calls
-and gives them ids, the marker search and hold-back helpers, and
+:class:`OutputParser` protocol (with :class:`SinkStatus`, its status read
+from the sink), the :class:`ToolCallSink` that numbers calls and gives them
+ids, the marker search and hold-back helpers, and
 :func:`coerce_value`, which types a textual parameter value by its JSON
 schema (used by the XML-like families).
 """
@@ -39,6 +40,20 @@ class ParsedDelta:
     def empty(self) -> bool:
         """True when the delta carries nothing."""
         return not (self.content or self.reasoning or self.tool_calls)
+
+    @classmethod
+    def from_segments(
+        cls, segments: Iterable[tuple[str, str]], tool_calls: list[ToolCallDelta] | None = None
+    ) -> ParsedDelta:
+        """A delta of ordered ``(kind, text)`` segments (kind ``reasoning``,
+        anything else content) and ``tool_calls``."""
+        out = cls(tool_calls=tool_calls if tool_calls is not None else [])
+        for kind, text in segments:
+            if kind == "reasoning":
+                out.reasoning += text
+            else:
+                out.content += text
+        return out
 
     def extend(self, other: ParsedDelta) -> ParsedDelta:
         """Append ``other`` (which came later) to this delta in place; returns self."""
@@ -80,6 +95,23 @@ class OutputParser(Protocol):
     def done(self) -> bool:
         """Nothing more will be emitted (the worker may stop generating)."""
         ...
+
+
+class SinkStatus:
+    """``saw_tool_call`` and ``done`` of an :class:`OutputParser`, read from
+    its :class:`ToolCallSink` (attribute ``sink``)."""
+
+    sink: ToolCallSink
+
+    @property
+    def saw_tool_call(self) -> bool:
+        """True once any tool call was emitted."""
+        return self.sink.saw
+
+    @property
+    def done(self) -> bool:
+        """True once nothing more will be emitted (the call limit was reached)."""
+        return self.sink.done
 
 
 def new_call_id() -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker.parsers.base import OutputParser, ParsedDelta, ToolCallSink
+from worker.parsers.base import OutputParser, ParsedDelta, SinkStatus, ToolCallSink
 from worker.parsers.harmony import HarmonyParser
 from worker.parsers.reasoning_splitter import MARKERS, ReasoningSplitter
 from worker.parsers.registry import tool_family
@@ -19,7 +19,7 @@ GENERIC_TOOL_FORMAT = "hermes"
 when a model's template shows no tool-call format of its own."""
 
 
-class ComposedParser:
+class ComposedParser(SinkStatus):
     """An :class:`~worker.parsers.base.OutputParser` made of an optional
     reasoning stage and an optional tool-call stage.
 
@@ -33,16 +33,6 @@ class ComposedParser:
         self.first = first
         self.second = second
         self.sink = sink
-
-    @property
-    def saw_tool_call(self) -> bool:
-        """True once any tool call was emitted."""
-        return self.sink.saw
-
-    @property
-    def done(self) -> bool:
-        """True once nothing more will be emitted."""
-        return self.sink.done
 
     def feed(self, text: str) -> ParsedDelta:
         """Take the next raw text; return what is safe to emit."""

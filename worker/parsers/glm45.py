@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from worker.parsers.base import find_first, held_suffix, is_marker_prefix
 from worker.parsers.family import ToolFamily
-from worker.parsers.lark_rules import lark_str, more_calls, value_rules
+from worker.parsers.lark_rules import argument_rules, lark_str, more_calls, value_rules
 from worker.parsers.xml_machine import XmlToolParser
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
@@ -84,17 +84,16 @@ def grammar(tools, *, max_calls: int, lit) -> str:
     rep = more_calls('"\\n" call', max_calls)
     rules = [f"start: call{rep}"]
     fns = []
+
+    def member(rule: str, value: str, key: str, schema) -> list[str]:
+        """One ``<arg_key>`` and its typed ``<arg_value>``."""
+        head = f'"\\n" {lit(KEY)} {lark_str(key)} {lit(KEY_END)} "\\n" {lit(VALUE)}'
+        return [f"{rule}: {head} {value}", *value_rules(value, schema, VALUE_END, lit)]
+
     for i, tool in enumerate(tools):
-        schema = tool.parameters or {}
-        props = schema.get("properties") or {}
-        required = set(schema.get("required") or ())
-        seq = []
-        for j, (key, sub) in enumerate(props.items()):
-            rule = f"a{i}_{j}"
-            rules.append(f'{rule}: "\\n" {lit(KEY)} {lark_str(key)} {lit(KEY_END)} "\\n" {lit(VALUE)} v{i}_{j}')
-            rules += value_rules(f"v{i}_{j}", sub, VALUE_END, lit)
-            seq.append(rule if key in required else f"{rule}?")
-        rules.append(f'fn{i}: {lit(OPEN)} {lark_str(tool.name)} {" ".join(seq)} "\\n" {lit(CLOSE)}')
+        seq, arg_rules = argument_rules(tool, i, "a", member)
+        rules += arg_rules
+        rules.append(f'fn{i}: {lit(OPEN)} {lark_str(tool.name)} {seq} "\\n" {lit(CLOSE)}')
         fns.append(f"fn{i}")
     rules.append(f"call: {' | '.join(fns)}")
     return "\n".join(rules) + "\n"

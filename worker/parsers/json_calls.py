@@ -15,7 +15,30 @@ from worker.parsers.json_args import ArgStream, arguments_text
 from worker.parsers.json_scanner import WHITESPACE, JsonScanner
 
 
-class CallObject:
+class _CallReader:
+    """What :class:`CallObject` and :class:`CallList` share: :attr:`status`
+    (``parsing``, ``done`` or ``invalid``), :attr:`raw` (every character
+    consumed) and :meth:`push` around the subclass's ``_step``."""
+
+    def __init__(self) -> None:
+        self.raw: list[str] = []
+        self.status = "parsing"
+
+    def push(self, ch: str) -> bool:
+        """Read one character; False when it is not consumed."""
+        if self.status != "parsing":
+            return False
+        ok = self._step(ch)
+        if ok:
+            self.raw.append(ch)
+        return ok
+
+    def _step(self, ch: str) -> bool:
+        """The subclass's state machine; returns whether ``ch`` was consumed."""
+        raise NotImplementedError
+
+
+class CallObject(_CallReader):
     """Parses one ``{"name": "f", "arguments": {...}}`` object incrementally.
 
     ``arg_keys`` name the arguments member (``arguments``/``parameters``).
@@ -42,12 +65,11 @@ class CallObject:
         strict: bool = False,
         names: set[str] | None = None,
     ) -> None:
+        super().__init__()
         self.sink = sink
         self.arg_keys = arg_keys
         self.strict = strict
         self.names = names
-        self.raw: list[str] = []
-        self.status = "parsing"  # parsing | done | invalid
         self.state = "open"
         self.members = 0
         self.key = ""
@@ -62,15 +84,6 @@ class CallObject:
     def committed(self) -> bool:
         """True once the call was opened in the sink."""
         return self.index >= 0
-
-    def push(self, ch: str) -> bool:
-        """Read one character; False when it is not consumed."""
-        if self.status != "parsing":
-            return False
-        ok = self._step(ch)
-        if ok:
-            self.raw.append(ch)
-        return ok
 
     def _invalid(self) -> bool:
         """Mark the object invalid; a committed call is closed as it is."""
@@ -215,7 +228,7 @@ class CallObject:
         return self.committed
 
 
-class CallList:
+class CallList(_CallReader):
     """Parses a JSON array of call objects, ``[{...}, {...}]``, from its ``[``.
 
     Each element is a :class:`CallObject` (same ``strict``/``names`` rules).
@@ -225,10 +238,9 @@ class CallList:
     """
 
     def __init__(self, sink: ToolCallSink, **call_kw: Any) -> None:
+        super().__init__()
         self.sink = sink
         self.call_kw = call_kw
-        self.raw: list[str] = []
-        self.status = "parsing"
         self.state = "open"
         self.obj: CallObject | None = None
         self.calls = 0
@@ -237,15 +249,6 @@ class CallList:
     def committed(self) -> bool:
         """True once any element was emitted as a call."""
         return self.calls > 0 or (self.obj is not None and self.obj.committed)
-
-    def push(self, ch: str) -> bool:
-        """Read one character; False when it is not consumed."""
-        if self.status != "parsing":
-            return False
-        ok = self._step(ch)
-        if ok:
-            self.raw.append(ch)
-        return ok
 
     def _step(self, ch: str) -> bool:
         """The state machine; returns whether ``ch`` was consumed."""

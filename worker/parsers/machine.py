@@ -42,12 +42,12 @@ from __future__ import annotations
 
 from typing import Callable, Mapping
 
-from worker.parsers.base import ParsedDelta, ToolCallSink, find_first, held_suffix
+from worker.parsers.base import ParsedDelta, SinkStatus, ToolCallSink, find_first, held_suffix
 from worker.parsers.json_args import ArgStream
 from worker.parsers.json_calls import CallList, CallObject
 
 
-class ToolTextParser:
+class ToolTextParser(SinkStatus):
     """Base of the family tool parsers (see the module docstring).
 
     Subclasses set :attr:`OPENERS` (markers that start tool markup inside
@@ -82,16 +82,6 @@ class ToolTextParser:
         if self.STRIP_NEWLINE:
             holds += ["\n" + o for o in self.OPENERS]
         self._holds = tuple(holds)
-
-    @property
-    def saw_tool_call(self) -> bool:
-        """True once any tool call was emitted."""
-        return self.sink.saw
-
-    @property
-    def done(self) -> bool:
-        """True when nothing more will be emitted (single call complete)."""
-        return self.sink.done
 
     def feed(self, text: str) -> ParsedDelta:
         """Take the next raw text; return what is safe to emit."""
@@ -135,13 +125,7 @@ class ToolTextParser:
 
     def _take(self, segments: list[tuple[str, str]]) -> ParsedDelta:
         """``segments`` and the sink's pending pieces as one delta."""
-        out = ParsedDelta(tool_calls=self.sink.take())
-        for kind, text in segments:
-            if kind == "reasoning":
-                out.reasoning += text
-            else:
-                out.content += text
-        return out
+        return ParsedDelta.from_segments(segments, self.sink.take())
 
     def _segment(self, kind: str, text: str) -> None:
         """Append output text of ``kind`` (dropped once the sink is done)."""

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from worker.parsers.base import is_marker_prefix
 from worker.parsers.family import ToolFamily
-from worker.parsers.lark_rules import lark_str, more_calls, value_rules
+from worker.parsers.lark_rules import argument_rules, lark_str, more_calls, value_rules
 from worker.parsers.xml_machine import XmlToolParser
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
@@ -98,18 +98,15 @@ def grammar(tools, *, max_calls: int, lit) -> str:
     rep = more_calls('"\\n" call', max_calls)
     rules = [f"start: call{rep}"]
     fns = []
+
+    def member(rule: str, value: str, name: str, schema) -> list[str]:
+        """One ``<parameter=name>`` and its typed value."""
+        head = lark_str(name + ">\n")
+        return [f"{rule}: {lit(PARAM)} {head} {value}", *value_rules(value, schema, "\n" + PARAM_END + "\n", lit)]
+
     for i, tool in enumerate(tools):
-        schema = tool.parameters or {}
-        props = schema.get("properties") or {}
-        required = set(schema.get("required") or ())
-        seq = []
-        for j, (pname, psub) in enumerate(props.items()):
-            rule = f"p{i}_{j}"
-            head = lark_str(pname + ">\n")
-            rules.append(f"{rule}: {lit(PARAM)} {head} v{i}_{j}")
-            rules += value_rules(f"v{i}_{j}", psub, "\n" + PARAM_END + "\n", lit)
-            seq.append(rule if pname in required else f"{rule}?")
-        body = " ".join(seq)
+        body, arg_rules = argument_rules(tool, i, "p", member)
+        rules += arg_rules
         head = lark_str(tool.name + ">\n")
         rules.append(f'fn{i}: {lit(FUNC)} {head} {body} {lit(FUNC_END)} "\\n"')
         fns.append(f"fn{i}")
