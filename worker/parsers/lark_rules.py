@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-from worker.parsers.base import schema_types
+from worker.parsers.schema_values import schema_types
 
 
 def args_schema(tool) -> dict:

@@ -15,8 +15,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from worker.parsers.base import ToolCallSink, coerce_value, is_marker_prefix, tool_params
+from worker.parsers.base import ToolCallSink, is_marker_prefix
 from worker.parsers.machine import ToolTextParser
+from worker.parsers.schema_values import coerce_value, tool_params
 
 
 class XmlCall:
