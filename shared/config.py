@@ -302,7 +302,10 @@ class NodeConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
 TOOL_PARSERS = ("auto", "hermes", "qwen3_coder", "llama3_json", "mistral", "deepseek_v3", "glm45", "harmony", "json")
-"""Accepted ``tool_parser`` values (the worker's parser families plus auto)."""
+"""Accepted ``tool_parser`` values: ``auto`` and the name of every tool-call
+family the worker declares (``worker.parsers.registry.FAMILIES``; shared/
+cannot import the worker, so the names are listed here and
+``tests/test_config.py`` keeps the two equal)."""
 
 REASONING_PARSERS = ("auto", "none", "think", "think_mistral", "harmony")
 """Accepted ``reasoning_parser`` values."""

@@ -88,6 +88,18 @@ def test_parser_names_match_the_worker():
     assert set(REASONING_PARSERS) == {"auto", "none", *REASONING_FORMATS}
 
 
+def test_tool_parser_names_match_the_family_registry():
+    """The config accepts exactly ``auto`` and the name of every declared
+    tool-call family: adding a family to the registry without listing it in
+    ``TOOL_PARSERS`` (or the reverse) fails here."""
+    from shared.config import TOOL_PARSERS
+    from worker.parsers.registry import FAMILIES
+
+    names = [family.name for family in FAMILIES]
+    assert len(names) == len(set(names)), "two families declare the same name"
+    assert sorted(TOOL_PARSERS) == sorted(["auto", *names])
+
+
 def test_unknown_tool_parser(tmp_path):
     with pytest.raises(ConfigError, match="tool_parser must be one of"):
         load_config(write(tmp_path, '[[models]]\nname = "a"\ntool_parser = "xml"\n'))

@@ -41,23 +41,22 @@ Conventions (all families):
 
 Formats: tool calls — see :data:`TOOL_FORMATS` (one module each:
 ``hermes``, ``qwen3_coder``, ``llama3_json``, ``mistral``, ``deepseek_v3``,
-``glm45``, ``harmony``, ``json_format``); reasoning — see
-:data:`REASONING_FORMATS` (:mod:`~worker.parsers.reasoning`, and
+``glm45``, ``harmony``, ``json_format``; each declares itself once as a
+:class:`ToolFamily` that :mod:`~worker.parsers.registry` collects in
+:data:`FAMILIES`); reasoning — see
+:data:`REASONING_FORMATS` (:mod:`~worker.parsers.reasoning_splitter`, and
 :mod:`~worker.parsers.harmony` for gpt-oss channels).
 """
 
 from worker.parsers.base import OutputParser, ParsedDelta, ToolCallSink, new_call_id
-from worker.parsers.compose import (
-    GENERIC_TOOL_FORMAT,
-    REASONING_FORMATS,
-    TOOL_FORMATS,
-    ComposedParser,
-    make_parser,
-)
+from worker.parsers.compose import GENERIC_TOOL_FORMAT, REASONING_FORMATS, ComposedParser, make_parser
 from worker.parsers.detect import detect_reasoning_format, detect_tool_format
-from worker.parsers.grammar import grammar_markers, special_token_ids, tool_call_grammar
+from worker.parsers.family import ToolFamily
+from worker.parsers.registry import FAMILIES, TOOL_FORMATS, tool_family
+from worker.parsers.tool_grammar import grammar_markers, special_token_ids, tool_call_grammar
 
 __all__ = [
+    "FAMILIES",
     "GENERIC_TOOL_FORMAT",
     "REASONING_FORMATS",
     "TOOL_FORMATS",
@@ -65,6 +64,7 @@ __all__ = [
     "OutputParser",
     "ParsedDelta",
     "ToolCallSink",
+    "ToolFamily",
     "detect_reasoning_format",
     "detect_tool_format",
     "grammar_markers",
@@ -72,4 +72,5 @@ __all__ = [
     "new_call_id",
     "special_token_ids",
     "tool_call_grammar",
+    "tool_family",
 ]

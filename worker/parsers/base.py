@@ -6,10 +6,9 @@ tool-call deltas (:class:`shared.protocol.ToolCallDelta`). Every parser is
 per request (per choice) and keeps only that choice's state.
 
 This module holds what every family shares: :class:`ParsedDelta`, the
-:class:`OutputParser` protocol, the :class:`ToolCallSink` that numbers calls
-and gives them ids, the marker search and hold-back helpers, and
-:func:`coerce_value`, which types a textual parameter value by its JSON
-schema (used by the XML-like families).
+:class:`OutputParser` protocol (with :class:`SinkStatus`, its status read
+from the sink), the :class:`ToolCallSink` that numbers calls and gives them
+ids, and the marker search and hold-back helpers.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from __future__ import annotations
 import json
 import secrets
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Protocol, runtime_checkable
+from typing import Iterable, Protocol, runtime_checkable
 
 from shared.protocol import ToolCallDelta
 
@@ -39,6 +38,20 @@ class ParsedDelta:
     def empty(self) -> bool:
         """True when the delta carries nothing."""
         return not (self.content or self.reasoning or self.tool_calls)
+
+    @classmethod
+    def from_segments(
+        cls, segments: Iterable[tuple[str, str]], tool_calls: list[ToolCallDelta] | None = None
+    ) -> ParsedDelta:
+        """A delta of ordered ``(kind, text)`` segments (kind ``reasoning``,
+        anything else content) and ``tool_calls``."""
+        out = cls(tool_calls=tool_calls if tool_calls is not None else [])
+        for kind, text in segments:
+            if kind == "reasoning":
+                out.reasoning += text
+            else:
+                out.content += text
+        return out
 
     def extend(self, other: ParsedDelta) -> ParsedDelta:
         """Append ``other`` (which came later) to this delta in place; returns self."""
@@ -80,6 +93,23 @@ class OutputParser(Protocol):
     def done(self) -> bool:
         """Nothing more will be emitted (the worker may stop generating)."""
         ...
+
+
+class SinkStatus:
+    """``saw_tool_call`` and ``done`` of an :class:`OutputParser`, read from
+    its :class:`ToolCallSink` (attribute ``sink``)."""
+
+    sink: ToolCallSink
+
+    @property
+    def saw_tool_call(self) -> bool:
+        """True once any tool call was emitted."""
+        return self.sink.saw
+
+    @property
+    def done(self) -> bool:
+        """True once nothing more will be emitted (the call limit was reached)."""
+        return self.sink.done
 
 
 def new_call_id() -> str:
@@ -229,73 +259,3 @@ def held_suffix(text: str, markers: Iterable[str]) -> int:
 def is_marker_prefix(text: str, markers: Iterable[str]) -> bool:
     """True when ``text`` is a (possibly empty or complete) prefix of one of ``markers``."""
     return any(m.startswith(text) for m in markers)
-
-
-def tool_params(tools: Iterable[Any] | None) -> dict[str, dict[str, Any]]:
-    """Map each tool's name to its parameters' ``properties`` schemas."""
-    out: dict[str, dict[str, Any]] = {}
-    for t in tools or ():
-        props = (t.parameters or {}).get("properties")
-        out[t.name] = props if isinstance(props, dict) else {}
-    return out
-
-
-def schema_types(schema: Any) -> set[str]:
-    """The JSON types a (sub)schema allows, looking through ``type``,
-    ``anyOf``/``oneOf``, ``enum`` and ``const``; empty when unknown."""
-    if not isinstance(schema, dict):
-        return set()
-    types: set[str] = set()
-    t = schema.get("type")
-    if isinstance(t, str):
-        types.add(t)
-    elif isinstance(t, list):
-        types.update(x for x in t if isinstance(x, str))
-    for key in ("anyOf", "oneOf"):
-        for sub in schema.get(key) or ():
-            types |= schema_types(sub)
-    values = list(schema.get("enum") or ())
-    if "const" in schema:
-        values.append(schema["const"])
-    for v in values:
-        types.add(_json_type(v))
-    return types
-
-
-def _json_type(value: Any) -> str:
-    """The JSON schema type name of a Python value."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object"
-
-
-def coerce_value(text: str, schema: Any) -> Any:
-    """Type a parameter value written as plain text, by its JSON schema.
-
-    Strings (and parameters with no known type) stay text, except that
-    ``null`` becomes None when the schema allows null. Other types
-    (number, integer, boolean, object, array) are parsed as JSON; a value
-    that does not parse stays text.
-    """
-    types = schema_types(schema)
-    if "null" in types and text.strip() == "null":
-        return None
-    if not types or "string" in types:
-        return text
-    try:
-        return json.loads(text)
-    except ValueError:
-        low = text.strip().lower()
-        if "boolean" in types and low in ("true", "false"):
-            return low == "true"
-        return text

@@ -1,32 +1,15 @@
 """Building a request's parser: reasoning split first, then tool parsing of
-the content stream (see :func:`make_parser`)."""
+the content stream (see :func:`make_parser`). The tool stage is the parser
+of the family declared in :mod:`worker.parsers.registry`."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from worker.parsers.base import OutputParser, ParsedDelta, ToolCallSink
-from worker.parsers.deepseek_v3 import DeepSeekV3Parser
-from worker.parsers.glm45 import Glm45Parser
+from worker.parsers.base import OutputParser, ParsedDelta, SinkStatus, ToolCallSink
 from worker.parsers.harmony import HarmonyParser
-from worker.parsers.hermes import HermesParser
-from worker.parsers.json_format import JsonToolParser
-from worker.parsers.llama3_json import Llama3JsonParser
-from worker.parsers.mistral import MistralParser
-from worker.parsers.qwen3_coder import Qwen3CoderParser
-from worker.parsers.reasoning import MARKERS, ReasoningSplitter
-
-TOOL_FORMATS: tuple[str, ...] = (
-    "hermes",
-    "qwen3_coder",
-    "llama3_json",
-    "mistral",
-    "deepseek_v3",
-    "glm45",
-    "harmony",
-    "json",
-)
-"""Tool-call formats :func:`make_parser` accepts (also valid config overrides)."""
+from worker.parsers.reasoning_splitter import MARKERS, ReasoningSplitter
+from worker.parsers.registry import tool_family
 
 REASONING_FORMATS: tuple[str, ...] = ("think", "think_mistral", "harmony")
 """Reasoning formats :func:`make_parser` accepts (also valid config overrides)."""
@@ -36,29 +19,7 @@ GENERIC_TOOL_FORMAT = "hermes"
 when a model's template shows no tool-call format of its own."""
 
 
-def _tool_parser(tool_format: str, tools: list[Any], sink: ToolCallSink, thinking_open: bool):
-    """The tool-call parser of ``tool_format`` writing into ``sink``."""
-    names = {t.name for t in tools}
-    if tool_format == "hermes":
-        return HermesParser(sink)
-    if tool_format == "qwen3_coder":
-        return Qwen3CoderParser(sink, tools)
-    if tool_format == "llama3_json":
-        return Llama3JsonParser(sink, names)
-    if tool_format == "mistral":
-        return MistralParser(sink)
-    if tool_format == "deepseek_v3":
-        return DeepSeekV3Parser(sink)
-    if tool_format == "glm45":
-        return Glm45Parser(sink, tools)
-    if tool_format == "harmony":
-        return HarmonyParser(sink, tools_enabled=True, thinking_open=thinking_open)
-    if tool_format == "json":
-        return JsonToolParser(sink, names)
-    raise ValueError(f"unknown tool format {tool_format!r}; expected one of {TOOL_FORMATS}")
-
-
-class ComposedParser:
+class ComposedParser(SinkStatus):
     """An :class:`~worker.parsers.base.OutputParser` made of an optional
     reasoning stage and an optional tool-call stage.
 
@@ -72,16 +33,6 @@ class ComposedParser:
         self.first = first
         self.second = second
         self.sink = sink
-
-    @property
-    def saw_tool_call(self) -> bool:
-        """True once any tool call was emitted."""
-        return self.sink.saw
-
-    @property
-    def done(self) -> bool:
-        """True once nothing more will be emitted."""
-        return self.sink.done
 
     def feed(self, text: str) -> ParsedDelta:
         """Take the next raw text; return what is safe to emit."""
@@ -140,8 +91,7 @@ def make_parser(
     Harmony as either format yields one parser handling channels and calls.
     Unknown format names raise ValueError.
     """
-    if tool_format is not None and tool_format not in TOOL_FORMATS:
-        raise ValueError(f"unknown tool format {tool_format!r}; expected one of {TOOL_FORMATS}")
+    family = tool_family(tool_format) if tool_format is not None else None
     if reasoning_format is not None and reasoning_format not in REASONING_FORMATS:
         raise ValueError(f"unknown reasoning format {reasoning_format!r}; expected one of {REASONING_FORMATS}")
     sink = ToolCallSink(max_calls=max_tool_calls, end_on_repeat=end_on_repeat)
@@ -153,6 +103,6 @@ def make_parser(
     elif reasoning_format in MARKERS:
         first = ReasoningSplitter(reasoning_format, thinking_open=thinking_open)
     if use_tools and not (tool_format == "harmony" and reasoning_format == "harmony"):
-        assert tool_format is not None and tools
-        second = _tool_parser(tool_format, list(tools), sink, thinking_open and reasoning_format is None)
+        assert family is not None and tools
+        second = family.parser(sink, list(tools), thinking_open and reasoning_format is None)
     return ComposedParser(first, second, sink)

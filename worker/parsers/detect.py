@@ -5,34 +5,25 @@ The chat template is checked first and the vocabulary only if the template
 shows nothing: a template names the format the model was tuned on, while a
 vocabulary may carry tokens from a base model (DeepSeek-R1 distills of
 Qwen keep Qwen's ``<tool_call>`` token but use DeepSeek's format).
+Tool-call families declare their own detection
+(:class:`~worker.parsers.family.ToolFamily`); this module applies them in
+:data:`~worker.parsers.registry.DETECTION_ORDER`.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Iterable
 
-from worker.parsers.deepseek_v3 import CALLS_BEGIN
-
-_IPYTHON_ROLE = re.compile(r"""['"]ipython['"]|<\|start_header_id\|>ipython""")
+from worker.parsers.registry import DETECTION_ORDER
 
 
 def _tool_format_in(text: str) -> str | None:
-    """The tool format whose markers occur in ``text`` (None if none)."""
-    if "<tool_call>" in text and "<arg_key>" in text:
-        return "glm45"
-    if "<function=" in text:
-        return "qwen3_coder"
-    if "<tool_call>" in text:
-        return "hermes"
-    if "[TOOL_CALLS]" in text:
-        return "mistral"
-    if CALLS_BEGIN in text:
-        return "deepseek_v3"
-    if "<|channel|>" in text:
-        return "harmony"
-    if "<|python_tag|>" in text or ("<|start_header_id|>" in text and _IPYTHON_ROLE.search(text)):
-        return "llama3_json"
+    """The first family, in detection order, whose markup occurs in
+    ``text`` (None if none)."""
+    for family in DETECTION_ORDER:
+        assert family.detect is not None
+        if family.detect(text):
+            return family.name
     return None
 
 
@@ -47,36 +38,26 @@ def _reasoning_format_in(text: str) -> str | None:
     return None
 
 
-_VOCAB_MARKERS = (
-    "<tool_call>",
-    "<arg_key>",
-    "<function=",
-    "[TOOL_CALLS]",
-    CALLS_BEGIN,
-    "<|channel|>",
-    "<|python_tag|>",
-    "<|start_header_id|>",
-    "<think>",
-    "</think>",
-    "[THINK]",
-)
+_REASONING_VOCAB_MARKERS = ("<think>", "</think>", "[THINK]", "<|channel|>")
+
+_VOCAB_MARKERS = frozenset(_REASONING_VOCAB_MARKERS).union(*(f.vocab_markers for f in DETECTION_ORDER))
 
 
 def _vocab_text(vocab: Iterable[str]) -> str:
     """The marker tokens present in ``vocab``, joined, for the same checks."""
-    wanted = set(_VOCAB_MARKERS)
-    return " ".join(t for t in vocab if t in wanted)
+    return " ".join(t for t in vocab if t in _VOCAB_MARKERS)
 
 
 def detect_tool_format(chat_template: str | None, vocab: Iterable[str]) -> str | None:
     """The tool-call format a model uses, from markers in its chat template
-    (checked first) or, failing that, its vocabulary (token strings):
-    ``<tool_call>`` with ``<arg_key>`` → glm45; ``<function=`` →
-    qwen3_coder; ``<tool_call>`` → hermes; ``[TOOL_CALLS]`` → mistral;
-    ``<｜tool▁calls▁begin｜>`` → deepseek_v3; ``<|channel|>`` → harmony;
-    ``<|python_tag|>`` or a Llama 3 ``ipython`` role → llama3_json; else
-    None (the worker then uses :data:`GENERIC_TOOL_FORMAT` with its own
-    instructions)."""
+    (checked first) or, failing that, its vocabulary (token strings): the
+    first family of :data:`~worker.parsers.registry.DETECTION_ORDER` whose
+    ``detect`` accepts it (``<tool_call>`` with ``<arg_key>`` → glm45;
+    ``<function=`` → qwen3_coder; ``<tool_call>`` → hermes;
+    ``[TOOL_CALLS]`` → mistral; ``<｜tool▁calls▁begin｜>`` → deepseek_v3;
+    ``<|channel|>`` → harmony; ``<|python_tag|>`` or a Llama 3 ``ipython``
+    role → llama3_json); else None (the worker then uses
+    :data:`GENERIC_TOOL_FORMAT` with its own instructions)."""
     found = _tool_format_in(chat_template or "")
     if found is None:
         found = _tool_format_in(_vocab_text(vocab))

@@ -27,8 +27,9 @@ from __future__ import annotations
 import re
 
 from worker.parsers.base import ToolCallSink, find_first, held_suffix
-from worker.parsers.jsonstream import ArgStream
-from worker.parsers.lark import args_schema, json_rule, lark_str
+from worker.parsers.family import ToolFamily
+from worker.parsers.json_args import ArgStream
+from worker.parsers.lark_rules import args_schema, json_rule, lark_str
 from worker.parsers.machine import ToolTextParser
 
 START, CHANNEL, MESSAGE = "<|start|>", "<|channel|>", "<|message|>"
@@ -44,10 +45,14 @@ _RECIPIENT_RE = re.compile(r"(?:^|\s|>)to=([^\s<]+)")
 
 
 class HarmonyParser(ToolTextParser):
-    """Streaming Harmony parser (see the module docstring).
+    """Streaming Harmony parser (see the module docstring): headers and
+    bodies are its own states; output that is not Harmony is the machine's
+    ``content`` state, with the header markers as its openers.
 
     ``tools_enabled`` turns recipient bodies into tool calls.
     """
+
+    OPENERS = (START, CHANNEL)
 
     def __init__(self, sink: ToolCallSink, *, tools_enabled: bool, thinking_open: bool) -> None:
         super().__init__(sink)
@@ -55,31 +60,17 @@ class HarmonyParser(ToolTextParser):
         self.header = ""
         self.kind = "reasoning" if thinking_open else ""
         self.state = "body" if thinking_open else "header"
-        self.args: ArgStream | None = None
 
-    def _step(self, final: bool) -> bool:
-        """Advance one state (see the module docstring)."""
-        st = self.state
-        if st == "header":
-            return self._header(final)
-        if st == "body":
-            return self._body(final)
-        if st == "plain":
-            i, m = find_first(self.buf, (START, CHANNEL))
-            if i >= 0:
-                self.emit(self.buf[:i])
-                self.buf = self.buf[i:]
-                self.state = "header"
-                return True
-            keep = 0 if final else held_suffix(self.buf, (START, CHANNEL))
-            self.emit(self.buf[: len(self.buf) - keep])
-            self.buf = self.buf[len(self.buf) - keep :]
-            return False
-        return False
+    def _open(self, marker: str, raw: str) -> None:
+        """Content reached ``<|start|>`` or ``<|channel|>``: the marker
+        belongs to the header that follows, so it goes back to the buffer."""
+        self.buf = marker + self.buf
+        self.state = "header"
 
-    def _header(self, final: bool) -> bool:
+    def _state_header(self, final: bool) -> bool:
         """Gather a message header up to ``<|message|>``; text that cannot
-        be a header (or is too long for one) is plain content."""
+        be a header (or is too long for one) is content (the machine's
+        ``content`` state, which returns here at the next header marker)."""
         i = self.buf.find(MESSAGE)
         keep = 0 if i >= 0 else held_suffix(self.buf, (MESSAGE,))
         text = self.header + self.buf[: i if i >= 0 else len(self.buf) - keep]
@@ -88,7 +79,7 @@ class HarmonyParser(ToolTextParser):
         if not plausible or len(text) > _HEADER_LIMIT:
             self.buf = self.header + self.buf
             self.header = ""
-            self.state = "plain"
+            self.state = "content"
             return True
         if i >= 0:
             self.header = text
@@ -116,7 +107,7 @@ class HarmonyParser(ToolTextParser):
         else:
             self.kind = "content"
 
-    def _body(self, final: bool) -> bool:
+    def _state_body(self, final: bool) -> bool:
         """Stream a body up to its end marker."""
         stops = _BODY_END + (START, CHANNEL)
         i, m = find_first(self.buf, stops)
@@ -179,3 +170,16 @@ def grammar(tools, *, max_calls: int, lit) -> str:
         "THOUGHT: /(?s:.*)/\n"
         f"call: {' | '.join(calls)}\n" + "\n".join(rules) + "\n"
     )
+
+
+FAMILY = ToolFamily(
+    name="harmony",
+    parser=lambda sink, tools, thinking_open: HarmonyParser(sink, tools_enabled=True, thinking_open=thinking_open),
+    grammar=grammar,
+    grammar_markers=(START, CHANNEL, MESSAGE, END, CALL, CONSTRAIN),
+    special_markers=SPECIAL,
+    detect=lambda text: CHANNEL in text,
+    detect_rank=60,
+    vocab_markers=(CHANNEL,),
+)
+"""Harmony's declaration (see :class:`~worker.parsers.family.ToolFamily`)."""

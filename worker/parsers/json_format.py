@@ -15,8 +15,9 @@ from __future__ import annotations
 import re
 
 from worker.parsers.base import ToolCallSink
-from worker.parsers.jsonstream import CallList, CallObject
-from worker.parsers.lark import call_schema, json_rule
+from worker.parsers.family import ToolFamily
+from worker.parsers.json_calls import CallList, CallObject
+from worker.parsers.lark_rules import call_schema, json_rule
 from worker.parsers.machine import ToolTextParser
 
 _FENCE = re.compile(r"```(?:json|JSON)?[ \t]*\n")
@@ -24,104 +25,56 @@ _FENCE_START = re.compile(r"`{1,2}|```(?:[jJ](?:[sS](?:[oO][nN]?)?)?)?[ \t]*")
 
 
 class JsonToolParser(ToolTextParser):
-    """Streaming parser of a whole-output JSON tool call (see the module)."""
+    """Streaming parser of a whole-output JSON tool call (see the module):
+    reads an optional fence; the call object or array is the machine's
+    ``json`` state, text after it its ``text`` state."""
+
+    HEAD_STATES = ("start",)
 
     def __init__(self, sink: ToolCallSink, names: set[str] | None) -> None:
         super().__init__(sink)
         self.names = names
         self.state = "start"
-        self.lead = ""
         self.fenced = False
-        self.parser: CallObject | CallList | None = None
 
-    def _fallback(self) -> None:
+    def _not_a_call(self, text: str) -> bool:
         """Not a call after all: everything read so far is content."""
-        raw = "".join(self.parser.raw) if self.parser is not None else ""
-        self.emit(self.lead + raw)
-        self.lead = ""
-        self.parser = None
-        self.state = "text"
+        return self.give_back(text, "text")
 
-    def _begin(self, final: bool) -> bool:
+    def _json_ended(self, complete: bool) -> None:
+        """The call(s) were read: a closing fence may follow."""
+        self.state = "fence_end" if self.fenced else "text"
+
+    def _state_start(self, final: bool) -> bool:
         """Look at the first non-space character and pick a state."""
         stripped = self.buf.lstrip()
         if not stripped:
             if final:
-                self.emit(self.lead + self.buf)
-                self.lead = self.buf = ""
+                self.emit(self.raw + self.buf)
+                self.raw = self.buf = ""
             return False
         c = stripped[0]
         if c == "`" and not self.fenced:
             m = _FENCE.match(stripped)
             if m:
-                self.lead += self.buf[: len(self.buf) - len(stripped)] + m.group(0)
+                self.raw += self.buf[: len(self.buf) - len(stripped)] + m.group(0)
                 self.buf = stripped[m.end() :]
                 self.fenced = True
                 return True
             if not final and _FENCE_START.fullmatch(stripped):
                 return False
         elif c in "{[":
-            self.lead += self.buf[: len(self.buf) - len(stripped)]
+            self.raw += self.buf[: len(self.buf) - len(stripped)]
             self.buf = stripped
             kw = {"strict": True, "names": self.names}
-            self.parser = CallObject(self.sink, **kw) if c == "{" else CallList(self.sink, **kw)
+            self.obj = CallObject(self.sink, **kw) if c == "{" else CallList(self.sink, **kw)
             self.state = "json"
             return True
-        self.emit(self.lead)
-        self.lead = ""
-        self.state = "text"
-        return True
+        return self.give_back(self.raw, "text")
 
-    def _step(self, final: bool) -> bool:
-        """Advance one state (see the module docstring)."""
-        st = self.state
-        if st == "start":
-            return self._begin(final)
-        if st == "json":
-            assert self.parser is not None
-            self.pump(self.parser.push)
-            status = self.parser.status
-            if status == "parsing":
-                return False
-            if status == "invalid" and not self.parser.committed:
-                self._fallback()
-                return True
-            self.parser = None
-            self.lead = ""
-            self.state = "fence_end" if self.fenced else "text"
-            return True
-        if st == "fence_end":
-            stripped = self.buf.lstrip()
-            if stripped.startswith("```"):
-                self.buf = stripped[3:]
-                self.state = "text"
-                return True
-            if stripped and not "```".startswith(stripped):
-                self.buf = stripped
-                self.state = "text"
-                return True
-            if final:
-                self.buf = ""
-            return False
-        if st == "text":
-            if self.sink.saw and not self.buf.strip():
-                # whitespace after the calls: held, and dropped at the end
-                if final:
-                    self.buf = ""
-                return False
-            self.emit(self.buf)
-            self.buf = ""
-            return False
-        return False
-
-    def _end(self) -> None:
-        """Input ended inside the JSON: close a named call, else content."""
-        if self.state == "json" and self.parser is not None:
-            if not self.parser.close():
-                self._fallback()
-                self.emit(self.buf)
-        elif self.state == "start":
-            self.emit(self.lead + self.buf)
+    def _state_fence_end(self, final: bool) -> bool:
+        """After fenced calls: drop the closing fence."""
+        return self.skip_marker(final, "```", "text")
 
 
 def grammar(tools, *, max_calls: int, lit) -> str:
@@ -132,3 +85,12 @@ def grammar(tools, *, max_calls: int, lit) -> str:
     array = {"type": "array", "items": one, "minItems": 1, "maxItems": max_calls}
     schema = {"anyOf": [one, array]} if max_calls > 1 else one
     return f"start: {json_rule(schema)}\n"
+
+
+FAMILY = ToolFamily(
+    name="json",
+    parser=lambda sink, tools, thinking_open: JsonToolParser(sink, {t.name for t in tools}),
+    grammar=grammar,
+)
+"""The generic JSON format's declaration (never detected; see
+:class:`~worker.parsers.family.ToolFamily`)."""

@@ -25,136 +25,63 @@ newline before the opening tag is dropped.
 
 from __future__ import annotations
 
-from worker.parsers.base import ToolCallSink, find_first, is_marker_prefix, tool_params
-from worker.parsers.lark import lark_str, more_calls, value_rules
-from worker.parsers.machine import ToolTextParser
-from worker.parsers.xmlargs import XmlCall
+from worker.parsers.base import is_marker_prefix
+from worker.parsers.family import ToolFamily
+from worker.parsers.lark_rules import argument_rules, lark_str, more_calls, value_rules
+from worker.parsers.xml_machine import XmlToolParser
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 FUNC, FUNC_END = "<function=", "</function>"
 PARAM, PARAM_END = "<parameter=", "</parameter>"
 _NAME_LIMIT = 256
-_VALUE_ENDS = (PARAM_END, PARAM, FUNC_END, CLOSE)
-_LONGEST_END = max(map(len, _VALUE_ENDS))
 
 
-class Qwen3CoderParser(ToolTextParser):
-    """Streaming parser of Qwen3-Coder ``<function=...>`` calls."""
+class Qwen3CoderParser(XmlToolParser):
+    """Streaming parser of Qwen3-Coder ``<function=...>`` calls: reads the
+    block and function name; the arguments are the XML machine's
+    (:class:`~worker.parsers.xml_machine.XmlToolParser`)."""
 
     OPENERS = (OPEN, FUNC)
-    STRIP_NEWLINE = True
-
-    def __init__(self, sink: ToolCallSink, tools) -> None:
-        super().__init__(sink)
-        self.params = tool_params(tools)
-        self.call: XmlCall | None = None
-        self.raw = ""
-        self.pname = ""
-        self.scanned = 0
+    CLOSERS = (CLOSE,)
+    HEAD_STATES = ("block", "fname")
+    MEMBER_TAGS = ((PARAM, "key", False), (FUNC_END, "after", True), (CLOSE, "content", True))
+    KEY_END = ">"
+    VALUE_ENDS = (PARAM_END, PARAM, FUNC_END, CLOSE)
 
     def _open(self, marker: str, raw: str) -> None:
         """Start a call at ``<tool_call>`` or directly at ``<function=``."""
         self.raw = raw
         self.state = "block" if marker == OPEN else "fname"
 
-    def _give_back(self) -> bool:
-        """Not a call: the markup read so far goes back to content."""
-        self.broken = self.raw
-        self.raw = ""
-        self.state = "broken"
-        return True
-
-    def _step(self, final: bool) -> bool:
-        """Advance one state (see the module docstring)."""
-        st = self.state
-        if st == "content":
-            return self.content_step(final)
-        if st == "block":
-            stripped = self.buf.lstrip()
-            if stripped.startswith(FUNC):
-                self.raw += self.buf[: len(self.buf) - len(stripped) + len(FUNC)]
-                self.buf = stripped[len(FUNC) :]
-                self.state = "fname"
-                return True
-            if not stripped or is_marker_prefix(stripped, (FUNC,)):
-                return False
-            return self._give_back()
-        if st == "fname":
-            i = self.buf.find(">")
-            written = self.buf[:i] if i >= 0 else self.buf
-            name = written.strip()
-            bad = "\n" in written or "<" in written or len(written) > _NAME_LIMIT
-            if bad or (i >= 0 and not name):
-                return self._give_back()
-            if i < 0:
-                return False
-            self.buf = self.buf[i + 1 :]
-            self.call = XmlCall(self.sink, name, self.params.get(name, {}))
-            self.raw = ""
-            self.state = "params"
-            return True
-        if st == "params":
-            return self._params(final)
-        if st == "pname":
-            i = self.buf.find(">")
-            if i < 0:
-                return False
-            self.pname = self.buf[:i].strip()
-            self.buf = self.buf[i + 1 :]
-            self.state = "pvalue"
-            return True
-        if st == "pvalue":
-            i, m = find_first(self.buf, _VALUE_ENDS, self.scanned)
-            if i < 0:
-                # a marker may start in the last few characters only
-                self.scanned = max(0, len(self.buf) - _LONGEST_END + 1)
-                return False
-            self.scanned = 0
-            self._member(self.buf[:i])
-            self.buf = self.buf[i + len(m) :] if m == PARAM_END else self.buf[i:]
-            self.state = "params"
-            return True
-        if st == "after":
-            # after </function>: an optional </tool_call> (even when the call
-            # started at <function=)
-            stripped = self.buf.lstrip()
-            if stripped.startswith(CLOSE):
-                self.buf = stripped[len(CLOSE) :]
-                self.state = "content"
-                return True
-            if not stripped or is_marker_prefix(stripped, (CLOSE,)):
-                if final:
-                    self.buf = ""
-                return False
-            self.state = "content"
-            return True
-        if st == "broken":
-            return self.give_back_until(final, (CLOSE,), (OPEN, FUNC))
-        return False
-
-    def _params(self, final: bool) -> bool:
-        """Between parameters: the next tag, or the end of the function."""
+    def _state_block(self, final: bool) -> bool:
+        """After ``<tool_call>``: expect ``<function=``."""
         stripped = self.buf.lstrip()
-        assert self.call is not None
-        if stripped.startswith(PARAM):
-            self.buf = stripped[len(PARAM) :]
-            self.state = "pname"
+        if stripped.startswith(FUNC):
+            self.raw += self.buf[: len(self.buf) - len(stripped) + len(FUNC)]
+            self.buf = stripped[len(FUNC) :]
+            self.state = "fname"
             return True
-        if stripped.startswith(FUNC_END):
-            self.buf = stripped[len(FUNC_END) :]
-            self._close()
-            self.state = "after"
-            return True
-        if stripped.startswith(CLOSE):
-            self.buf = stripped[len(CLOSE) :]
-            self._close()
-            self.state = "content"
-            return True
-        if not stripped or is_marker_prefix(stripped, (PARAM, FUNC_END, CLOSE)):
+        if not stripped or is_marker_prefix(stripped, (FUNC,)):
             return False
-        j = stripped.find("<", 1)
-        self.buf = stripped[j:] if j >= 0 else ""
-        return j >= 0
+        return self.give_back_block(self.raw)
+
+    def _state_fname(self, final: bool) -> bool:
+        """The function name, up to ``>``."""
+        i = self.buf.find(">")
+        written = self.buf[:i] if i >= 0 else self.buf
+        name = written.strip()
+        bad = "\n" in written or "<" in written or len(written) > _NAME_LIMIT
+        if bad or (i >= 0 and not name):
+            return self.give_back_block(self.raw)
+        if i < 0:
+            return False
+        self.buf = self.buf[i + 1 :]
+        return self.start_call(name)
+
+    def _state_after(self, final: bool) -> bool:
+        """After ``</function>``: an optional ``</tool_call>`` (even when
+        the call started at ``<function=``)."""
+        return self.skip_marker(final, CLOSE, "content", keep_space=True)
 
     def _member(self, text: str) -> None:
         """Send one parameter, dropping the newline after and before its tags."""
@@ -162,27 +89,7 @@ class Qwen3CoderParser(ToolTextParser):
             text = text[1:]
         if text.endswith("\n"):
             text = text[:-1]
-        assert self.call is not None
-        self.call.member(self.pname, text)
-
-    def _close(self) -> None:
-        """Close the current call."""
-        assert self.call is not None
-        self.call.close()
-        self.call = None
-
-    def _end(self) -> None:
-        """Input ended inside a call: finish a named one, else content."""
-        st = self.state
-        if self.call is not None:
-            if st == "pvalue":
-                self._member(self.buf)
-            self._close()
-        elif st in ("block", "fname"):
-            self.emit(self.raw + self.buf)
-        elif st == "broken":
-            self.emit(self.broken + self.buf)
-        self.raw = self.broken = ""
+        super()._member(text)
 
 
 def grammar(tools, *, max_calls: int, lit) -> str:
@@ -191,20 +98,29 @@ def grammar(tools, *, max_calls: int, lit) -> str:
     rep = more_calls('"\\n" call', max_calls)
     rules = [f"start: call{rep}"]
     fns = []
+
+    def member(rule: str, value: str, name: str, schema) -> list[str]:
+        """One ``<parameter=name>`` and its typed value."""
+        head = lark_str(name + ">\n")
+        return [f"{rule}: {lit(PARAM)} {head} {value}", *value_rules(value, schema, "\n" + PARAM_END + "\n", lit)]
+
     for i, tool in enumerate(tools):
-        schema = tool.parameters or {}
-        props = schema.get("properties") or {}
-        required = set(schema.get("required") or ())
-        seq = []
-        for j, (pname, psub) in enumerate(props.items()):
-            rule = f"p{i}_{j}"
-            head = lark_str(pname + ">\n")
-            rules.append(f"{rule}: {lit(PARAM)} {head} v{i}_{j}")
-            rules += value_rules(f"v{i}_{j}", psub, "\n" + PARAM_END + "\n", lit)
-            seq.append(rule if pname in required else f"{rule}?")
-        body = " ".join(seq)
+        body, arg_rules = argument_rules(tool, i, "p", member)
+        rules += arg_rules
         head = lark_str(tool.name + ">\n")
         rules.append(f'fn{i}: {lit(FUNC)} {head} {body} {lit(FUNC_END)} "\\n"')
         fns.append(f"fn{i}")
     rules.append(f'call: {lit(OPEN)} "\\n" ({" | ".join(fns)}) {lit(CLOSE)}')
     return "\n".join(rules) + "\n"
+
+
+FAMILY = ToolFamily(
+    name="qwen3_coder",
+    parser=lambda sink, tools, thinking_open: Qwen3CoderParser(sink, tools),
+    grammar=grammar,
+    grammar_markers=(OPEN, CLOSE),
+    detect=lambda text: FUNC in text,
+    detect_rank=20,
+    vocab_markers=(FUNC,),
+)
+"""Qwen3-Coder's declaration (see :class:`~worker.parsers.family.ToolFamily`)."""

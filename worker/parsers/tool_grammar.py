@@ -1,8 +1,10 @@
 """llguidance Lark grammars that force tool calls in a family's markup
 (``tool_choice`` ``required`` or a named function).
 
-Each family module has a ``grammar(tools, max_calls=..., lit=...)``; this
-module picks the tools, bounds the number of calls and renders markers.
+Each family declares a ``grammar(tools, max_calls=..., lit=...)`` and its
+markers (:class:`~worker.parsers.family.ToolFamily`, collected in
+:mod:`worker.parsers.registry`); this module picks the tools, bounds the
+number of calls and renders markers.
 The bound is what ends a forced turn: once the last allowed call is
 written, the grammar admits only end-of-sequence, so a model that would
 repeat calls until its token limit stops instead. Arguments are embedded as
@@ -13,8 +15,9 @@ by grammar text (llguidance keeps special tokens out of terminals), so a
 caller may pass ``special_tokens`` (marker text → token id, for markers of
 :func:`grammar_markers` that are special tokens in its tokenizer, as
 :func:`special_token_ids` computes); those are written as ``<[id]>``.
-Without it, Harmony markers are written as ``<|name|>`` token references
-(they are special tokens in every gpt-oss tokenizer) and every other marker
+Without it, a family's ``special_markers`` (Harmony's) are written as
+``<|name|>`` token references (they are special tokens in every gpt-oss
+tokenizer) and every other marker
 as plain text, which is right for tokenizers where they are ordinary
 (possibly added, non-special) tokens.
 
@@ -29,51 +32,14 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-from worker.parsers import deepseek_v3, glm45, harmony, hermes, json_format, llama3_json, mistral, qwen3_coder
-from worker.parsers.compose import TOOL_FORMATS
-
-_MODULES = {
-    "hermes": hermes,
-    "json": json_format,
-    "llama3_json": llama3_json,
-    "mistral": mistral,
-    "deepseek_v3": deepseek_v3,
-    "qwen3_coder": qwen3_coder,
-    "glm45": glm45,
-    "harmony": harmony,
-}
-
-_MARKERS: dict[str, tuple[str, ...]] = {
-    "hermes": (hermes.OPEN, hermes.CLOSE),
-    "json": (),
-    "llama3_json": (),
-    "mistral": (mistral.TOOL_CALLS, mistral.ARGS),
-    "deepseek_v3": (
-        deepseek_v3.CALLS_BEGIN,
-        deepseek_v3.CALLS_END,
-        deepseek_v3.CALL_BEGIN,
-        deepseek_v3.CALL_END,
-        deepseek_v3.SEP,
-    ),
-    "qwen3_coder": (qwen3_coder.OPEN, qwen3_coder.CLOSE),
-    "glm45": (glm45.OPEN, glm45.CLOSE, glm45.KEY, glm45.KEY_END, glm45.VALUE, glm45.VALUE_END),
-    "harmony": (
-        harmony.START,
-        harmony.CHANNEL,
-        harmony.MESSAGE,
-        harmony.END,
-        harmony.CALL,
-        harmony.CONSTRAIN,
-    ),
-}
+from worker.parsers.family import ToolFamily
+from worker.parsers.registry import tool_family
 
 
 def grammar_markers(tool_format: str) -> tuple[str, ...]:
     """The markers :func:`tool_call_grammar` writes for ``tool_format`` that
     may be single special tokens (keys for its ``special_tokens``)."""
-    if tool_format not in _MARKERS:
-        raise ValueError(f"unknown tool format {tool_format!r}; expected one of {TOOL_FORMATS}")
-    return _MARKERS[tool_format]
+    return tool_family(tool_format).grammar_markers
 
 
 def special_token_ids(tool_format: str, tokenizer: Any) -> dict[str, int]:
@@ -95,15 +61,15 @@ def special_token_ids(tool_format: str, tokenizer: Any) -> dict[str, int]:
 class _Markers:
     """Renders a marker as a Lark literal or a special-token reference."""
 
-    def __init__(self, tool_format: str, special_tokens: Mapping[str, int] | None) -> None:
-        self.tool_format = tool_format
+    def __init__(self, family: ToolFamily, special_tokens: Mapping[str, int] | None) -> None:
+        self.family = family
         self.special_tokens = special_tokens
 
     def special(self, marker: str) -> bool:
         """True when ``marker`` is written as a token reference."""
         if self.special_tokens is not None:
             return marker in self.special_tokens
-        return self.tool_format == "harmony" and marker in harmony.SPECIAL
+        return marker in self.family.special_markers
 
     def __call__(self, marker: str) -> str:
         """Lark for ``marker``."""
@@ -134,8 +100,7 @@ def tool_call_grammar(
     ValueError for an unknown format or choice, no tools, an unknown
     ``name``, or ``max_calls`` below 1. Compile the result with ``llguidance.grammar_from("lark", g)``.
     """
-    if tool_format not in _MODULES:
-        raise ValueError(f"unknown tool format {tool_format!r}; expected one of {TOOL_FORMATS}")
+    family = tool_family(tool_format)
     if choice == "function":
         chosen = [t for t in tools or () if t.name == name]
         if not chosen:
@@ -149,5 +114,4 @@ def tool_call_grammar(
         raise ValueError(f"a tool-call grammar needs choice 'required' or 'function', not {choice!r}")
     if max_calls < 1:
         raise ValueError(f"max_calls must be at least 1, not {max_calls}")
-    lit = _Markers(tool_format, special_tokens)
-    return _MODULES[tool_format].grammar(chosen, max_calls=max_calls, lit=lit)
+    return family.grammar(chosen, max_calls=max_calls, lit=_Markers(family, special_tokens))

@@ -37,11 +37,11 @@ class ReasoningSplitter:
 
     def feed(self, text: str) -> ParsedDelta:
         """Split the next raw text."""
-        return _delta(self.feed_segments(text))
+        return ParsedDelta.from_segments(self.feed_segments(text))
 
     def finish(self) -> ParsedDelta:
         """End of input: everything held goes to the current stream."""
-        return _delta(self.finish_segments())
+        return ParsedDelta.from_segments(self.finish_segments())
 
     def feed_segments(self, text: str) -> list[tuple[str, str]]:
         """Like :meth:`feed`, as ordered ``(kind, text)`` segments (kind
@@ -91,14 +91,3 @@ class ReasoningSplitter:
                 add("content", self.buf[: len(self.buf) - keep])
             self.buf = self.buf[len(self.buf) - keep :]
             return out
-
-
-def _delta(segments: list[tuple[str, str]]) -> ParsedDelta:
-    """Ordered segments as one delta."""
-    out = ParsedDelta()
-    for kind, text in segments:
-        if kind == "reasoning":
-            out.reasoning += text
-        else:
-            out.content += text
-    return out

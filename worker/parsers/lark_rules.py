@@ -8,9 +8,9 @@ literals, and typed values of the tag-based families.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Callable
 
-from worker.parsers.base import schema_types
+from worker.parsers.schema_values import schema_types
 
 
 def args_schema(tool) -> dict:
@@ -102,6 +102,30 @@ def value_rules(rule: str, schema: Any, end: str, lit) -> list[str]:
             return [f"{rule}: /(?s:.*)/ {_end(end, lit)}"]
         return [f"{rule}[lazy]: /(?s:.*){regex_literal(end)}/"]
     return [f"{rule}: {json_rule(sub)} {_end(end, lit)}"]
+
+
+def argument_rules(
+    tool, i: int, prefix: str, member: Callable[[str, str, str, Any], list[str]]
+) -> tuple[str, list[str]]:
+    """The arguments of the tag-based families, for the ``i``-th tool: the
+    Lark sequence of ``tool``'s parameters in schema order (required ones
+    mandatory, the others optional) and the rules defining them.
+
+    Parameter ``j`` is rule ``{prefix}{i}_{j}`` and its value rule
+    ``v{i}_{j}``; ``member(rule, value_rule, name, schema)`` returns the
+    rules of one parameter (its markup, and :func:`value_rules` for the
+    value).
+    """
+    schema = tool.parameters or {}
+    props = schema.get("properties") or {}
+    required = set(schema.get("required") or ())
+    rules: list[str] = []
+    seq = []
+    for j, (name, sub) in enumerate(props.items()):
+        rule = f"{prefix}{i}_{j}"
+        rules += member(rule, f"v{i}_{j}", name, sub)
+        seq.append(rule if name in required else f"{rule}?")
+    return " ".join(seq), rules
 
 
 def _leading_marker(end: str) -> str:
