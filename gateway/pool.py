@@ -19,9 +19,10 @@ import psutil
 
 from gateway.engine_api import ModelInfo, ModelLimits, Residency
 from gateway.errors import APIError, bad_request, model_not_found, unavailable
+from gateway.inflight import WorkerRequestStream
 from gateway.model_paths import SourceOutsideRoot, check_inside_root, source_bytes, source_kind
 from gateway.node_link import NodeLink
-from gateway.worker_handle import WorkerHandle, WorkerRequestStream
+from gateway.worker_handle import WorkerHandle
 from shared.config import Config, ModelConfig, parse_size
 from shared.model_kind import ModelKind, wrong_kind_message
 from shared.protocol import EmbedRequest, GenerateRequest

@@ -40,8 +40,8 @@ def test_estimate_is_the_largest_of_files_peak_and_configured(tmp_path):
     assert p.estimate(handle) == by_files
     handle.status.memory_bytes = 100 * GIB  # RSS at ready no longer counts
     assert p.estimate(handle) == by_files
-    handle._observe_peak(by_files + 5)
-    handle._observe_peak(7)  # a later, smaller report does not lower it
+    handle.status.observe_peak(by_files + 5)
+    handle.status.observe_peak(7)  # a later, smaller report does not lower it
     assert p.estimate(handle) == by_files + 5
     handle.model = ModelConfig(name="m", source=str(source), memory_estimate=10 * GIB)
     assert p.estimate(handle) == 10 * GIB
