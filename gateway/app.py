@@ -26,7 +26,8 @@ from gateway import anthropic_routes, embeddings_routes, mcp_routes, ollama_rout
 from gateway.error_responses import error_response_for
 from gateway.errors import APIError
 from gateway.mcp_client import McpHub
-from gateway.metrics import Metrics, ModelSnapshot
+from gateway.metrics import Metrics
+from gateway.metrics_snapshot import ModelSnapshot
 from gateway.middleware import APIKeyMiddleware, BodyLimitMiddleware, HostCheckMiddleware, ProtocolCORSMiddleware
 from gateway.openapi import openapi_response
 from gateway.pool import WorkerPool

@@ -436,7 +436,6 @@ class RequestOutput(msgspec.Struct, frozen=True, kw_only=True):
     embeddings: bytes | None = None
     embedding_dim: int = 0
 
-
     @property
     def ends_choice(self) -> bool:
         """Whether this output ends its own choice only (finish reason in

@@ -1,4 +1,4 @@
-"""Tests of gateway.metrics: exact exposition values from explicit timings and snapshots."""
+"""Tests of gateway.metrics, gateway.request_timer and gateway.metrics_snapshot: exact exposition values from explicit timings and snapshots."""
 
 from __future__ import annotations
 
@@ -10,12 +10,8 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.metrics import (
-    FINISHED_REASONS,
-    MODEL_STATES,
-    Metrics,
-    ModelSnapshot,
-)
+from gateway.metrics import FINISHED_REASONS, Metrics
+from gateway.metrics_snapshot import MODEL_STATES, ModelSnapshot
 from shared.protocol import RequestOutput, WorkerStats
 
 M = "m1"
