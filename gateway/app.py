@@ -31,7 +31,8 @@ from gateway.metrics_snapshot import ModelSnapshot
 from gateway.middleware import APIKeyMiddleware, BodyLimitMiddleware, HostCheckMiddleware, ProtocolCORSMiddleware
 from gateway.openapi import openapi_response
 from gateway.pool import WorkerPool
-from shared.config import Config, ServerConfig, is_loopback
+from shared.config import Config, ServerConfig
+from shared.config_values import is_loopback
 
 log = logging.getLogger("mlxd.gateway")
 

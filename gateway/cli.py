@@ -29,7 +29,9 @@ from pathlib import Path
 
 import msgspec
 
-from shared.config import DEFAULT_CONFIG_PATH, Config, ConfigError, load_config, parse_size, validate
+from shared.config import DEFAULT_CONFIG_PATH, Config, ConfigError
+from shared.config_loader import load_config, validate
+from shared.config_values import parse_size
 from shared.logging import setup_logging
 
 SERVICE_CONFIG_ERROR_EXIT = 0
@@ -96,7 +98,7 @@ def node(config_path: str) -> int:
     """``mlxd node``: load the node config and run the node until stopped
     (see :mod:`gateway.node_main`); 2 on a config error."""
     from gateway.node_main import run_node
-    from shared.config import load_node_config
+    from shared.config_loader import load_node_config
 
     try:
         config = load_node_config(config_path)

@@ -23,7 +23,8 @@ from gateway.inflight import WorkerRequestStream
 from gateway.model_paths import SourceOutsideRoot, check_inside_root, source_bytes, source_kind
 from gateway.node_link import NodeLink
 from gateway.worker_handle import WorkerHandle
-from shared.config import Config, ModelConfig, parse_size
+from shared.config import Config, ModelConfig
+from shared.config_values import parse_size
 from shared.model_kind import ModelKind, wrong_kind_message
 from shared.protocol import EmbedRequest, GenerateRequest
 from shared.sockets import make_socket_dir, read_key_pair, remove_socket_dir

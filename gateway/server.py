@@ -37,7 +37,8 @@ from gateway.app import build_app
 from gateway.error_responses import error_response_for
 from gateway.errors import APIError
 from gateway.mcp_client import McpUnavailable
-from shared.config import Config, ConfigError, load_config
+from shared.config import Config, ConfigError
+from shared.config_loader import load_config
 from shared.paths import default_pid_file
 
 log = logging.getLogger("mlxd")

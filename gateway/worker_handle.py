@@ -36,7 +36,8 @@ from gateway.errors import APIError, unavailable
 from gateway.inflight import InflightRequests, PendingRequest, WorkerRequestStream
 from gateway.worker_process import Incarnation, run_incarnation
 from gateway.worker_status import WorkerStatus, resident_bytes
-from shared.config import ModelConfig, ServerConfig, parse_duration
+from shared.config import ModelConfig, ServerConfig
+from shared.config_values import parse_duration
 from shared.protocol import (
     PROTOCOL_VERSION,
     AbortRequest,

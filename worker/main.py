@@ -271,7 +271,7 @@ class Worker:
         with a disk tier when ``disk_cache_bytes`` is set (its writer
         thread is started here; a directory that cannot be created is
         logged and the tier left out)."""
-        from shared.config import parse_size
+        from shared.config_values import parse_size
         from shared.paths import state_dir
         from worker.disk_cache import DiskTier
         from worker.prefix_cache import PrefixCache
