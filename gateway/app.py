@@ -69,7 +69,7 @@ def snapshots(pool: WorkerPool) -> Callable[[], list[ModelSnapshot]]:
                 load_seconds=h.status.load_seconds,
                 stats=h.status.stats if h.status.pid else None,
                 working_set_bytes=h.status.working_set_bytes,
-                memory_estimate=pool.estimate(h),
+                memory_estimate=pool.memory.estimate(h),
                 node=h.status.node,
             )
             for name, h in list(pool.handles.items())

@@ -131,7 +131,7 @@ def test_memory_budget_forms_reach_the_pool(tmp_path, value, expected):
     from gateway.pool import WorkerPool
 
     config = load_config(write(tmp_path, f'[server]\nmemory_budget = {value}\n[[models]]\nname = "a"\n'))
-    assert WorkerPool(config).budget() == expected(psutil.virtual_memory().total)
+    assert WorkerPool(config).memory.budget() == expected(psutil.virtual_memory().total)
 
 
 @pytest.mark.parametrize("value", ['"12 parsecs"', '"0%"', '"150%"', '"-5%"', "-1", '"GiB"', '""'])
