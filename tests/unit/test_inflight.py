@@ -6,7 +6,6 @@ incarnation is a recording fake."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 import pytest
@@ -40,6 +39,15 @@ def table() -> tuple[InflightRequests, list[int]]:
     return requests, retired
 
 
+def one_request(n: int) -> tuple[InflightRequests, list[int], Incarnation, PendingRequest]:
+    """A table holding request ``r`` of ``n`` choices, sent to incarnation 1."""
+    requests, retired = table()
+    worker = Incarnation()
+    pending = PendingRequest(worker.number, n, None, "m")
+    requests.add("r", pending)
+    return requests, retired, worker, pending
+
+
 def out(index: int = 0, tokens: int = 0, reason: str | None = None, prompt: int = 0, rid: str = "r") -> RequestOutput:
     return RequestOutput(
         request_id=rid, index=index, completion_tokens=tokens, finish_reason=reason, prompt_tokens=prompt
@@ -52,10 +60,7 @@ def log_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 async def test_a_two_choice_request_holds_two_slots_until_each_choice_ends(caplog):
     caplog.set_level(logging.INFO, logger="mlxd.requests")
-    requests, retired = table()
-    worker = Incarnation()
-    pending = PendingRequest(worker.number, 2, None, "m")
-    requests.add("r", pending)
+    requests, retired, worker, pending = one_request(2)
     assert (len(requests), requests.sequences) == (1, 2)
     requests.route(out(0, 1, prompt=7), worker)
     requests.route(out(0, 2, "stop"), worker)
@@ -70,19 +75,14 @@ async def test_a_two_choice_request_holds_two_slots_until_each_choice_ends(caplo
 
 
 async def test_an_error_ends_every_choice_at_once():
-    requests, retired = table()
-    pending = PendingRequest(1, 3, None, "m")
-    requests.add("r", pending)
-    requests.route(RequestOutput(request_id="r", finish_reason="error", error="boom"), Incarnation())
+    requests, retired, worker, _ = one_request(3)
+    requests.route(RequestOutput(request_id="r", finish_reason="error", error="boom"), worker)
     assert (len(requests), requests.sequences, retired) == (0, 0, [1])
 
 
 async def test_an_abort_frees_the_slot_now_and_logs_when_the_worker_ends_it(caplog):
     caplog.set_level(logging.INFO, logger="mlxd.requests")
-    requests, retired = table()
-    worker = Incarnation()
-    pending = PendingRequest(worker.number, 1, None, "m")
-    requests.add("r", pending)
+    requests, retired, worker, pending = one_request(1)
     stream = WorkerRequestStream("r", pending, lambda rid, p: requests.abort(rid, p, worker))
     await stream.aclose()
     assert worker.sent == [AbortRequest(["r"])]
@@ -95,9 +95,7 @@ async def test_an_abort_frees_the_slot_now_and_logs_when_the_worker_ends_it(capl
 
 async def test_an_abort_for_a_dead_incarnation_logs_at_once(caplog):
     caplog.set_level(logging.INFO, logger="mlxd.requests")
-    requests, _ = table()
-    pending = PendingRequest(1, 1, None, "m")
-    requests.add("r", pending)
+    requests, _, _, pending = one_request(1)
     later = Incarnation(number=2)
     requests.abort("r", pending, later)
     assert later.sent == [] and len(log_lines(caplog)) == 1
@@ -120,10 +118,7 @@ async def test_fail_all_ends_what_runs_and_settles_what_waits(caplog):
 
 
 async def test_a_client_that_stops_reading_is_aborted():
-    requests, _ = table()
-    worker = Incarnation()
-    pending = PendingRequest(1, 1, None, "m")
-    requests.add("r", pending)
+    requests, _, worker, pending = one_request(1)
     for i in range(MAX_BUFFERED_OUTPUTS):
         requests.route(out(0, i + 1), worker)
     requests.route(out(0, MAX_BUFFERED_OUTPUTS + 1), worker)
@@ -132,4 +127,3 @@ async def test_a_client_that_stops_reading_is_aborted():
     while not pending.queue.empty():
         last = pending.queue.get_nowait()
     assert last is not None and last.finish_reason == "abort"
-    await asyncio.sleep(0)
