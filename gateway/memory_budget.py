@@ -25,7 +25,7 @@ from gateway.worker_handle import WorkerHandle
 from shared.config import ServerConfig
 from shared.config_values import parse_size
 
-log = logging.getLogger("mlxd.gateway.pool")
+log = logging.getLogger("mlxd.gateway.pool")  # eviction lines keep the logger they had in the pool
 
 UNKNOWN_MODEL_BYTES = 1 << 30
 """Memory assumed for a model whose files cannot be measured."""
