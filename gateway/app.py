@@ -26,11 +26,13 @@ from gateway import anthropic_routes, embeddings_routes, mcp_routes, ollama_rout
 from gateway.error_responses import error_response_for
 from gateway.errors import APIError
 from gateway.mcp_client import McpHub
-from gateway.metrics import Metrics, ModelSnapshot
+from gateway.metrics import Metrics
+from gateway.metrics_snapshot import ModelSnapshot
 from gateway.middleware import APIKeyMiddleware, BodyLimitMiddleware, HostCheckMiddleware, ProtocolCORSMiddleware
 from gateway.openapi import openapi_response
 from gateway.pool import WorkerPool
-from shared.config import Config, ServerConfig, is_loopback
+from shared.config import Config, ServerConfig
+from shared.config_values import is_loopback
 
 log = logging.getLogger("mlxd.gateway")
 
@@ -67,7 +69,7 @@ def snapshots(pool: WorkerPool) -> Callable[[], list[ModelSnapshot]]:
                 load_seconds=h.status.load_seconds,
                 stats=h.status.stats if h.status.pid else None,
                 working_set_bytes=h.status.working_set_bytes,
-                memory_estimate=pool.estimate(h),
+                memory_estimate=pool.memory.estimate(h),
                 node=h.status.node,
             )
             for name, h in list(pool.handles.items())

@@ -29,7 +29,9 @@ from pathlib import Path
 
 import msgspec
 
-from shared.config import DEFAULT_CONFIG_PATH, Config, ConfigError, load_config, parse_size, validate
+from shared.config import DEFAULT_CONFIG_PATH, Config, ConfigError
+from shared.config_loader import load_config, validate
+from shared.config_values import parse_size
 from shared.logging import setup_logging
 
 SERVICE_CONFIG_ERROR_EXIT = 0
@@ -96,7 +98,7 @@ def node(config_path: str) -> int:
     """``mlxd node``: load the node config and run the node until stopped
     (see :mod:`gateway.node_main`); 2 on a config error."""
     from gateway.node_main import run_node
-    from shared.config import load_node_config
+    from shared.config_loader import load_node_config
 
     try:
         config = load_node_config(config_path)
@@ -116,7 +118,7 @@ def _load(path: str, host: str | None = None, port: int | None = None, service: 
     config = load_config(path)
     log_file = config.server.log_file
     if service and not log_file:
-        from gateway.launchd import SERVICE_LOG, default_log_dir
+        from gateway.service_logs import SERVICE_LOG, default_log_dir
 
         log_file = str(default_log_dir() / SERVICE_LOG)
     if host is None and port is None and log_file == config.server.log_file:
@@ -139,14 +141,14 @@ def serve(
     without command-line overrides). Raises the open-file limit first
     (see :mod:`gateway.file_limit`). ``as_service`` (launchd): first roll
     over launchd's own stdout/stderr files when they are over
-    ``log_max_bytes`` (see :func:`gateway.launchd.rotate_service_streams`).
+    ``log_max_bytes`` (see :func:`gateway.service_logs.rotate_service_streams`).
     """
     from gateway.file_limit import files_needed, raise_file_limit
     from gateway.server import run
 
     server = config.server
     if as_service:
-        from gateway.launchd import default_log_dir, rotate_service_streams
+        from gateway.service_logs import default_log_dir, rotate_service_streams
 
         rotate_service_streams(default_log_dir(), parse_size(server.log_max_bytes, 0), server.log_backups)
     if server.log_file:
@@ -200,14 +202,14 @@ def _config_error(exc: Exception, as_service: bool) -> int:
 def service(command: str, config_path: str, config: Config | None, dry_run: bool, env: Sequence[str] = ()) -> int:
     """Run one launchd command; return the exit code. ``env`` holds the
     ``--env NAME=VALUE`` items of ``install``."""
-    from gateway import launchd
+    from gateway import launchd, launchd_plist
 
     try:
         if command == "install":
             assert config is not None
-            for warning in launchd.privacy_warnings(_install_paths(config_path, config)):
+            for warning in launchd_plist.privacy_warnings(_install_paths(config_path, config)):
                 print(f"mlxd: {warning}", file=sys.stderr)
-            environment = launchd.service_environment(os.environ, env)
+            environment = launchd_plist.service_environment(os.environ, env)
             print(
                 launchd.install(
                     config=Path(config_path),
@@ -225,7 +227,7 @@ def service(command: str, config_path: str, config: Config | None, dry_run: bool
         st = launchd.status(health_url=launchd.health_url_for(config.server.host, config.server.port))
         print(launchd.format_status(st))
         return 0 if st.healthy else 1
-    except launchd.ServiceError as exc:
+    except launchd_plist.ServiceError as exc:
         print(f"mlxd: {exc}", file=sys.stderr)
         return 1
 
@@ -233,8 +235,8 @@ def service(command: str, config_path: str, config: Config | None, dry_run: bool
 def _install_paths(config_path: str, config: Config) -> dict[str, str]:
     """What the agent will read, by what it is: the checkout, the Python
     interpreter, the config, the log file, the Hugging Face cache and every
-    local model source (for :func:`gateway.launchd.privacy_warnings`)."""
-    from gateway.launchd import PROJECT_ROOT
+    local model source (for :func:`gateway.launchd_plist.privacy_warnings`)."""
+    from gateway.launchd_plist import PROJECT_ROOT
     from gateway.model_paths import local_path
 
     paths = {"mlxd checkout": str(PROJECT_ROOT), "Python interpreter": sys.executable, "config": config_path}

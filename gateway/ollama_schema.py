@@ -35,7 +35,7 @@ import msgspec
 
 from gateway.errors import bad_request
 from gateway.openai_schema import decode_body
-from shared.config import parse_duration
+from shared.config_values import parse_duration
 from shared.protocol import (
     ChatMessage,
     EmbedRequest,

@@ -71,7 +71,7 @@ from gateway.ollama_format import NDJSON_MEDIA_TYPE
 from gateway.openai_schema import ChatCompletionRequest, CompletionRequest
 from gateway.responses_schema import ResponsesRequest
 from gateway.sse import MEDIA_TYPE as SSE_MEDIA_TYPE
-from gateway.worker_handle import WorkerStatus
+from gateway.worker_status import WorkerStatus
 
 OPENAPI_VERSION = "3.1.0"
 """The OpenAPI version the document follows."""

@@ -1,7 +1,8 @@
 """The :class:`gateway.engine_api.Engine` backed by worker processes.
 
 Maps configured model names and aliases to their :class:`WorkerHandle`,
-starts workers on first use within the memory budget (evicting the least
+starts workers on first use within the memory budget
+(:class:`gateway.memory_budget.MemoryBudget`, which evicts the least
 recently used idle worker when needed), applies config reloads without
 dropping work, and drains everything at shutdown. Owns the gateway's private
 socket directory. Runs on the event loop only.
@@ -11,34 +12,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 import time
 
 import msgspec
-import psutil
 
 from gateway.engine_api import ModelInfo, ModelLimits, Residency
 from gateway.errors import APIError, bad_request, model_not_found, unavailable
-from gateway.model_paths import SourceOutsideRoot, check_inside_root, source_bytes, source_kind
+from gateway.inflight import WorkerRequestStream
+from gateway.memory_budget import MemoryBudget
+from gateway.model_paths import SourceOutsideRoot, check_inside_root, source_kind
 from gateway.node_link import NodeLink
-from gateway.worker_handle import WorkerHandle, WorkerRequestStream
-from shared.config import Config, ModelConfig, parse_size
+from gateway.worker_handle import WorkerHandle
+from shared.config import Config, ModelConfig
 from shared.model_kind import ModelKind, wrong_kind_message
 from shared.protocol import EmbedRequest, GenerateRequest
 from shared.sockets import make_socket_dir, read_key_pair, remove_socket_dir
 
 log = logging.getLogger("mlxd.gateway.pool")
-
-UNKNOWN_MODEL_BYTES = 1 << 30
-"""Memory assumed for a model whose files cannot be measured."""
-
-EXPANSION = 1.5 if sys.platform == "darwin" else 4.0
-"""Worker memory per byte of model files: on a CPU backend quantized
-weights are expanded to float32."""
-
-CACHE_SHARE = 0.25
-"""Share of a worker's MLX memory limit its buffer cache (freed buffers
-kept for reuse) may hold; the rest of the cache is given back at once."""
 
 
 class WorkerPool:
@@ -46,7 +36,8 @@ class WorkerPool:
 
     Construct it anywhere; call :meth:`start` on the running loop (it starts
     the ``preload`` models without waiting) and :meth:`stop` at shutdown.
-    ``metrics`` (optional) is handed to every handle.
+    ``metrics`` (optional) is handed to every handle. ``memory`` is the
+    :class:`gateway.memory_budget.MemoryBudget` over its workers.
     """
 
     def __init__(self, config: Config, metrics: object = None) -> None:
@@ -61,6 +52,7 @@ class WorkerPool:
         self._retiring: set[asyncio.Task[None]] = set()
         self._kinds: dict[str, ModelKind | None] = {}
         self._links: dict[str, NodeLink] = {}
+        self.memory = MemoryBudget(lambda: self.config.server, lambda: list(self.handles.values()))
 
     # -- lifecycle --------------------------------------------------------------
 
@@ -291,7 +283,7 @@ class WorkerPool:
                 Residency(
                     name=m.name,
                     memory_bytes=max(stats.active_memory_bytes, handle.status.memory_bytes or 0)
-                    or self.estimate(handle),
+                    or self.memory.estimate(handle),
                     expires_at=handle.expires_at(),
                     context_length=handle.status.context_length,
                 )
@@ -305,8 +297,8 @@ class WorkerPool:
                 if not handle.resident:
                     if not handle.model.node:
                         self._check_path(handle)
-                    await self._make_room(handle)
-                    handle.mlx_limits = self.mlx_limits(handle)
+                    await self.memory.make_room(handle)
+                    handle.mlx_limits = self.memory.mlx_limits(handle)
                     handle.start()
         await handle.acquire(self.config.server.worker_start_timeout)
 
@@ -315,87 +307,6 @@ class WorkerPool:
             check_inside_root(handle.model.source, self.config.server.models_root)
         except SourceOutsideRoot as exc:
             raise APIError(503, str(exc), code="model_unavailable") from None
-
-    # -- memory budget ---------------------------------------------------------------
-
-    def budget(self) -> int:
-        """The memory budget in bytes (0: unlimited).
-
-        A percentage is a share of the GPU's recommended working set once
-        a worker has reported one (Metal), else of physical RAM (the CPU
-        backend, or on a Mac before the first worker has loaded).
-        """
-        value = self.config.server.memory_budget
-        whole = psutil.virtual_memory().total
-        if isinstance(value, str) and value.strip().endswith("%"):
-            whole = self.working_set() or whole
-        return parse_size(value, whole)
-
-    def working_set(self) -> int:
-        """The GPU's recommended working set in bytes, as workers reported
-        it (0 when none has, or off Metal)."""
-        return max((h.status.working_set_bytes or 0 for h in self.handles.values()), default=0)
-
-    def estimate(self, handle: WorkerHandle) -> int:
-        """Bytes ``handle``'s worker is expected to use once loaded: the
-        largest of a guess from the size of the model's weight files, the
-        peak MLX memory its workers reported, and the configured
-        ``memory_estimate``; when none is known, :data:`UNKNOWN_MODEL_BYTES`."""
-        size = source_bytes(handle.model.source)
-        known = max(
-            int(size * EXPANSION) if size else 0,
-            handle.status.peak_memory_bytes or 0,
-            handle.model.memory_estimate,
-        )
-        return known or UNKNOWN_MODEL_BYTES
-
-    def mlx_limits(self, handle: WorkerHandle) -> tuple[int, int | None]:
-        """The MLX memory and cache limits for ``handle``'s next worker:
-        the budget left by the other resident workers (at least its own
-        estimate) and :data:`CACHE_SHARE` of that for MLX's buffer cache;
-        ``(0, None)`` (MLX's defaults) without a budget."""
-        budget = self.budget()
-        if not budget:
-            return 0, None
-        room = max(self.estimate(handle), budget - self._resident_bytes(handle))
-        return room, int(room * CACHE_SHARE)
-
-    def _resident_bytes(self, skip: WorkerHandle) -> int:
-        """Estimated bytes of the resident workers on the same machine as
-        ``skip`` (this one, or the same node), ``skip`` itself excepted."""
-        return sum(
-            self.estimate(h)
-            for h in self.handles.values()
-            if h is not skip and h.resident and h.model.node == skip.model.node
-        )
-
-    async def _make_room(self, handle: WorkerHandle) -> None:
-        """Evict least recently used idle workers until ``handle`` fits.
-
-        Raises:
-            gateway.errors.APIError: 503 when not enough idle workers can go.
-        """
-        budget = self.budget()
-        if not budget:
-            return
-        needed = self.estimate(handle)
-        while self._resident_bytes(handle) + needed > budget:
-            idle = [
-                h
-                for h in self.handles.values()
-                if h is not handle and h.resident and h.idle and h.model.node == handle.model.node
-            ]
-            if not idle:
-                raise APIError(
-                    503,
-                    f"not enough memory to load model '{handle.model.name}' "
-                    f"(needs ~{needed >> 20} MiB of a {budget >> 20} MiB budget); retry later",
-                    code="insufficient_memory",
-                    retry_after=10,
-                )
-            victim = min(idle, key=lambda h: h.last_used)
-            log.info("evicting %s to make room for %s", victim.model.name, handle.model.name)
-            await victim.unload(f"evicted for {handle.model.name}")
 
     # -- health ------------------------------------------------------------------------
 

@@ -7,12 +7,9 @@ seconds idle, drains it before a stop or a config change, and restarts it
 with back-off when it dies or hangs. When a worker dies every request in
 flight on it ends at once with a terminal ``unavailable`` error.
 
-Each request ends with one line on the ``mlxd.requests`` log (and one
-metrics observation) carrying the prompt token count the worker computed.
-A request the gateway aborts (client gone, slow reader) frees its slot at
-once, but its line waits for the worker's own end of that request, which
-carries the count even when no output had arrived yet; it is written
-anyway when that worker dies, or after :data:`ABORT_LOG_WAIT` seconds.
+The requests in flight on it, their accounting and their log lines are
+kept by :class:`gateway.inflight.InflightRequests`; what is known about the
+worker by :class:`gateway.worker_status.WorkerStatus`.
 
 States: ``unloaded`` (no process), ``starting`` and ``loading`` (process up,
 model loading), ``ready``, ``draining`` (finishing in-flight work, taking no
@@ -31,14 +28,16 @@ import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
 from gateway.errors import APIError, unavailable
+from gateway.inflight import InflightRequests, PendingRequest, WorkerRequestStream
 from gateway.worker_process import Incarnation, run_incarnation
-from shared.config import ModelConfig, ServerConfig, parse_duration
+from gateway.worker_status import WorkerStatus, resident_bytes
+from shared.config import ModelConfig, ServerConfig
+from shared.config_values import parse_duration
 from shared.protocol import (
     PROTOCOL_VERSION,
     AbortRequest,
@@ -47,10 +46,7 @@ from shared.protocol import (
     Heartbeat,
     Hello,
     Loaded,
-    OpenChoices,
     Ready,
-    RequestOutput,
-    SamplingDefaults,
     Shutdown,
     StepOutputs,
     WorkerMessage,
@@ -58,164 +54,9 @@ from shared.protocol import (
 )
 
 log = logging.getLogger("mlxd.gateway.worker")
-requests_log = logging.getLogger("mlxd.requests")
 
 MAX_BACKOFF = 30.0
-
-ABORT_LOG_WAIT = 60.0
-"""Seconds the log line of a request the gateway aborted waits for the
-worker's end of it (which carries the prompt token count)."""
-
-MAX_BUFFERED_OUTPUTS = 512
-"""Outputs a request may have waiting for its client; a client that reads
-slower than that is dropped (its request aborted) so it cannot hold memory
-and a batch slot indefinitely."""
-
-
-@dataclass
-class WorkerStatus:
-    """What the gateway knows about a model's worker (for /health and
-    /metrics). ``memory_bytes`` is the worker's resident memory measured
-    when it became ready (informational: on macOS it misses Metal buffers);
-    ``sampling_defaults`` the settings its model uses where a request sets
-    none (None until it has loaded).
-    ``peak_memory_bytes`` is the most memory MLX reported in use by any
-    worker of this model configuration (from ``Loaded`` and heartbeats;
-    kept after an unload, so the memory budget remembers it).
-    ``working_set_bytes`` is the device's recommended working set (0 off
-    Metal) and ``memory_limit_bytes`` the worker's MLX memory limit, both
-    as the worker reported them in ``Loaded``. ``node`` names the
-    ``[[nodes]]`` entry whose machine runs the worker (None: this one);
-    ``pid`` is then a pid on that machine."""
-
-    state: str = "unloaded"
-    pid: int | None = None
-    incarnation: int = 0
-    restarts: int = 0
-    context_length: int | None = None
-    load_seconds: float | None = None
-    blas: str | None = None
-    sampling: str | None = None
-    last_error: str | None = None
-    memory_bytes: int | None = None
-    stats: WorkerStats = field(default_factory=WorkerStats)
-    sampling_defaults: SamplingDefaults | None = None
-    peak_memory_bytes: int | None = None
-    working_set_bytes: int | None = None
-    memory_limit_bytes: int | None = None
-    node: str | None = None
-
-
-class _Pending:
-    """One in-flight request: its output queue and accounting.
-
-    ``choices`` counts the choices still expecting a terminal output;
-    ``tokens`` the last completion count seen per choice; ``prompt_tokens``
-    and ``cached_tokens`` the worker's counts from its latest output.
-    After a gateway abort, ``unsettled`` counts the choices whose end the
-    worker has still to report and ``wait`` is the timer that writes the
-    log line if it never does.
-    """
-
-    __slots__ = (
-        "queue",
-        "incarnation",
-        "n",
-        "choices",
-        "tokens",
-        "timer",
-        "started",
-        "model",
-        "prompt_tokens",
-        "cached_tokens",
-        "unsettled",
-        "wait",
-    )
-
-    def __init__(self, incarnation: int, n: int, timer: Any, model: str) -> None:
-        self.queue: asyncio.Queue[RequestOutput] = asyncio.Queue()
-        self.incarnation = incarnation
-        self.n = n
-        self.choices = OpenChoices(n)
-        self.tokens: dict[int, int] = {}
-        self.timer = timer
-        self.started = time.monotonic()
-        self.model = model
-        self.prompt_tokens = 0
-        self.cached_tokens = 0
-        self.unsettled: OpenChoices | None = None
-        self.wait: asyncio.TimerHandle | None = None
-
-    def record(self, output: RequestOutput) -> None:
-        """Count ``output``'s new tokens for metrics and keep the worker's
-        prompt counts."""
-        if output.prompt_tokens:
-            self.prompt_tokens = output.prompt_tokens
-            self.cached_tokens = output.cached_tokens
-        before = self.tokens.get(output.index, 0)
-        self.tokens[output.index] = max(before, output.completion_tokens)
-        if self.timer is not None:
-            if output.queue_seconds is not None:
-                self.timer.queued(output.queue_seconds)
-            self.timer.output(tokens=self.tokens[output.index] - before, index=output.index)
-
-    def finish(self, request_id: str, last: RequestOutput) -> None:
-        """Observe the end of the request and write its log line (prompt
-        counts from ``last``, else from the latest output that had them)."""
-        reason = last.finish_reason or "error"
-        completion = sum(self.tokens.values())
-        prompt = last.prompt_tokens or self.prompt_tokens
-        cached = last.cached_tokens if last.prompt_tokens else self.cached_tokens
-        if self.timer is not None:
-            self.timer.finished(
-                reason=reason,
-                prompt_tokens=prompt,
-                cached_tokens=cached,
-                completion_tokens=completion,
-            )
-        requests_log.info(
-            "request %s model=%s status=%s prompt_tokens=%d cached_tokens=%d completion_tokens=%d seconds=%.3f",
-            request_id,
-            self.model,
-            reason,
-            prompt,
-            cached,
-            completion,
-            time.monotonic() - self.started,
-        )
-
-
-class WorkerRequestStream:
-    """The :class:`gateway.engine_api.RequestStream` of one request.
-
-    Yields the request's outputs and stops after its end (every choice
-    finished, or an error/abort). ``aclose`` before the end aborts it.
-    """
-
-    def __init__(self, handle: WorkerHandle, request_id: str, pending: _Pending) -> None:
-        self._handle = handle
-        self._request_id = request_id
-        self._pending = pending
-        self._choices = OpenChoices(pending.n)
-        self._done = False
-
-    def __aiter__(self) -> WorkerRequestStream:
-        return self
-
-    async def __anext__(self) -> RequestOutput:
-        if self._done:
-            raise StopAsyncIteration
-        output = await self._pending.queue.get()
-        self._choices.close(output)
-        self._done = self._choices.done
-        return output
-
-    async def aclose(self) -> None:
-        """Abort the request in the worker unless it already finished."""
-        if self._done:
-            return
-        self._done = True
-        self._handle.abort(self._request_id, self._pending)
+"""Longest wait (seconds) between restarts of a worker that keeps dying."""
 
 
 class WorkerHandle:
@@ -246,9 +87,7 @@ class WorkerHandle:
         self.last_used = 0.0
         self._socket_dir = socket_dir
         self._metrics = metrics
-        self._inflight: dict[str, _Pending] = {}
-        self._settling: dict[str, _Pending] = {}  # aborted here; log line waits for the worker
-        self._sequences = 0  # open choices of all in-flight requests
+        self._requests = InflightRequests(on_retired=self._retired)
         self._incarnation: Incarnation | None = None
         self._task: asyncio.Task[None] | None = None
         self._wanted = False
@@ -272,12 +111,12 @@ class WorkerHandle:
     @property
     def idle(self) -> bool:
         """Ready with nothing in flight."""
-        return self.status.state == "ready" and not self._inflight
+        return self.status.state == "ready" and not self._requests
 
     @property
     def inflight(self) -> int:
         """Requests in flight."""
-        return len(self._inflight)
+        return len(self._requests)
 
     def start(self) -> None:
         """Start the worker if it is not running (no-op otherwise)."""
@@ -357,7 +196,7 @@ class WorkerHandle:
         worker (killed after ``timeout`` s) and never start again."""
         self._cancel_idle_timer()
         self._wanted = False
-        self._fail_inflight("the server is shutting down")
+        self._requests.fail_all("the server is shutting down")
         await self._stop_process(timeout)
         self._set_state("stopped")
 
@@ -366,9 +205,9 @@ class WorkerHandle:
         self._set_state("draining")
         limit = self.server.drain_timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
-        while self._inflight and time.monotonic() < deadline:
+        while self._requests and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        self._fail_inflight(f"model '{self.model.name}' was stopped ({why})")
+        self._requests.fail_all(f"model '{self.model.name}' was stopped ({why})")
         self._wanted = False
         await self._stop_process(5.0)
         self._keep_alive = None  # a request's keep_alive lasts while its worker does
@@ -405,31 +244,25 @@ class WorkerHandle:
         if self.status.state != "ready" or incarnation is None:
             detail = f": {self.status.last_error}" if self.status.last_error else ""
             raise unavailable(f"model '{self.model.name}' is {self.status.state}{detail}")
-        if self._sequences + request.n > self.model.max_batch_size + self.model.max_queued:
+        if self._requests.sequences + request.n > self.model.max_batch_size + self.model.max_queued:
             raise APIError(
                 503, f"model '{self.model.name}' is at capacity; retry shortly", code="overloaded", retry_after=1
             )
         if self.model.request_timeout and request.timeout is None:
             request = msgspec.structs.replace(request, timeout=self.model.request_timeout)
         timer = self._metrics.request_started(self.model.name) if self._metrics is not None else None
-        pending = _Pending(incarnation.number, request.n, timer, self.model.name)
-        self._inflight[request.request_id] = pending
-        self._sequences += pending.choices.open
+        pending = PendingRequest(incarnation.number, request.n, timer, self.model.name)
+        self._requests.add(request.request_id, pending)
         self._keep_alive = keep_alive
         self._cancel_idle_timer()
         self.last_used = time.monotonic()
         incarnation.send(request)
-        return WorkerRequestStream(self, request.request_id, pending)
+        return WorkerRequestStream(request.request_id, pending, self.abort)
 
-    def abort(self, request_id: str, pending: _Pending) -> None:
+    def abort(self, request_id: str, pending: PendingRequest) -> None:
         """Forget ``request_id`` and ask its worker to drop it (if it is still
         the same incarnation)."""
-        if self._inflight.get(request_id) is pending:
-            incarnation = self._incarnation
-            alive = incarnation is not None and pending.incarnation == incarnation.number
-            self._retire(request_id, pending, None, settle_later=alive)
-            if alive:
-                incarnation.send(AbortRequest([request_id]))  # type: ignore[union-attr]
+        self._requests.abort(request_id, pending, self._incarnation)
 
     # -- supervision ----------------------------------------------------------
 
@@ -454,7 +287,7 @@ class WorkerHandle:
             self._incarnation = None
             self.status.pid = None
             self._ready.clear()
-            self._fail_inflight("the model worker stopped unexpectedly; retry the request")
+            self._requests.fail_all("the model worker stopped unexpectedly; retry the request")
             if not self._wanted:
                 return
             failed = self.status.state == "failed"
@@ -481,30 +314,16 @@ class WorkerHandle:
             return  # nothing a refused worker says is trusted
         if isinstance(message, StepOutputs):
             for output in message.outputs:
-                self._route(output)
+                self._requests.route(output, self._incarnation)
         elif isinstance(message, Heartbeat):
-            self.status.stats = message.stats
-            self._observe_peak(message.stats.peak_memory_bytes)
+            self.status.heartbeat(message.stats)
         elif isinstance(message, Hello):
             if message.protocol != PROTOCOL_VERSION:
                 self._refuse_protocol(message)
                 return
             self._set_state("loading")
         elif isinstance(message, Loaded):
-            self.status.context_length = message.context_length
-            self.status.load_seconds = message.load_seconds
-            self.status.blas = message.blas
-            self.status.sampling = message.sampling
-            self.status.sampling_defaults = message.sampling_defaults
-            self.status.working_set_bytes = message.working_set_bytes
-            self.status.memory_limit_bytes = message.memory_limit_bytes
-            self.status.stats = msgspec.structs.replace(
-                self.status.stats,
-                active_memory_bytes=message.active_memory_bytes,
-                cache_memory_bytes=message.cache_memory_bytes,
-                peak_memory_bytes=message.peak_memory_bytes,
-            )
-            self._observe_peak(message.peak_memory_bytes)
+            self.status.loaded(message)
             log.info(
                 "model %s loaded in %.1fs from %s (BLAS: %s, sampling: %s, MLX memory: %d MiB, limit %d MiB)",
                 self.model.name,
@@ -517,7 +336,7 @@ class WorkerHandle:
             )
         elif isinstance(message, Ready):
             self.status.last_error = None
-            self.status.memory_bytes = _rss(self.status.pid) if self.node is None else None
+            self.status.memory_bytes = resident_bytes(self.status.pid) if self.node is None else None
             self.last_used = time.monotonic()
             self._set_state("ready")
             self._ready.set()
@@ -546,94 +365,21 @@ class WorkerHandle:
         if self._incarnation is not None:
             self._incarnation.kill()
 
-    def _observe_peak(self, peak: int) -> None:
-        """Remember the largest MLX peak any worker of this model reported."""
-        if peak > (self.status.peak_memory_bytes or 0):
-            self.status.peak_memory_bytes = peak
-
-    def _route(self, output: RequestOutput) -> None:
-        pending = self._inflight.get(output.request_id)
-        if pending is None:
-            settling = self._settling.get(output.request_id)
-            if settling is not None:
-                self._settling_output(output.request_id, settling, output)
-            return
-        if pending.queue.qsize() >= MAX_BUFFERED_OUTPUTS and output.finish_reason is None:
-            self._drop_slow_reader(output.request_id, pending)
-            return
-        pending.record(output)
-        pending.queue.put_nowait(output)
-        if output.ends_request:
-            self._retire(output.request_id, pending, output)
-        elif pending.choices.close(output):
-            self._sequences -= 1
-            if pending.choices.done:
-                self._retire(output.request_id, pending, output)
-
-    def _drop_slow_reader(self, request_id: str, pending: _Pending) -> None:
-        """Abort a request whose client stopped reading."""
-        log.warning("request %s: client is not reading its stream; aborting it", request_id)
-        output = RequestOutput(
-            request_id=request_id, finish_reason="abort", error="the client did not read the stream fast enough"
-        )
-        pending.queue.put_nowait(output)
-        self.abort(request_id, pending)
-
-    def _retire(
-        self, request_id: str, pending: _Pending, last: RequestOutput | None, *, settle_later: bool = False
-    ) -> None:
-        """Stop tracking a request; observe how it ended. ``settle_later``
-        (a gateway abort the worker will answer): its slot is freed now,
-        its log line written when the worker reports the end."""
-        del self._inflight[request_id]
-        still_open = pending.choices.close_all()
-        self._sequences -= still_open
-        if settle_later:
-            pending.unsettled = OpenChoices(still_open)
-            self._settling[request_id] = pending
-            pending.wait = asyncio.get_running_loop().call_later(ABORT_LOG_WAIT, self._settle, request_id)
-        else:
-            pending.finish(request_id, last or RequestOutput(request_id=request_id, finish_reason="abort"))
+    def _retired(self) -> None:
+        """A request stopped being tracked: mark the worker used, and start
+        the idle timer once nothing is in flight."""
         self.last_used = time.monotonic()
-        if not self._inflight:
+        if not self._requests:
             self._schedule_idle()
-
-    def _settling_output(self, request_id: str, pending: _Pending, output: RequestOutput) -> None:
-        """An output of a request the gateway aborted: keep its counts and
-        write its log line once the worker has ended every choice."""
-        pending.record(output)
-        unsettled = pending.unsettled
-        if unsettled is not None and unsettled.close(output) and unsettled.done:
-            self._settle(request_id)
-
-    def _settle(self, request_id: str) -> None:
-        """Write the log line of a request the gateway aborted."""
-        pending = self._settling.pop(request_id, None)
-        if pending is None:
-            return
-        if pending.wait is not None:
-            pending.wait.cancel()
-        pending.finish(request_id, RequestOutput(request_id=request_id, finish_reason="abort"))
 
     def end_inflight(self, message: str) -> None:
         """End every request in flight at once with an ``unavailable`` error
         terminal carrying ``message`` (the drain timeout uses it) and ask the
         worker to drop them. Event loop only."""
-        ids = list(self._inflight)
-        self._fail_inflight(message)
+        ids = self._requests.ids()
+        self._requests.fail_all(message)
         if ids and self._incarnation is not None:
             self._incarnation.send(AbortRequest(ids))
-
-    def _fail_inflight(self, message: str) -> None:
-        for request_id, pending in list(self._inflight.items()):
-            output = RequestOutput(
-                request_id=request_id, finish_reason="error", error=message, error_kind="unavailable"
-            )
-            pending.queue.put_nowait(output)
-            self._retire(request_id, pending, output)
-        for request_id in list(self._settling):
-            self._settle(request_id)  # the worker is gone: its answer will not come
-        self._sequences = 0
 
     # -- idle unload ------------------------------------------------------------
 
@@ -665,7 +411,7 @@ class WorkerHandle:
 
     def _schedule_idle(self) -> None:
         ttl = self.idle_seconds()
-        if ttl < 0 or self.status.state != "ready" or self._inflight:
+        if ttl < 0 or self.status.state != "ready" or self._requests:
             return
         self._cancel_idle_timer()
         loop = asyncio.get_running_loop()
@@ -691,15 +437,3 @@ class WorkerHandle:
     def _set_state(self, state: str) -> None:
         self.status.state = state
         self._state_changed.set()
-
-
-def _rss(pid: int | None) -> int | None:
-    """Resident memory of ``pid`` in bytes (None when unknown)."""
-    if pid is None:
-        return None
-    try:
-        import psutil
-
-        return psutil.Process(pid).memory_info().rss
-    except Exception:
-        return None

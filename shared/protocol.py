@@ -5,6 +5,14 @@ this module, encoded with MessagePack by :mod:`shared.codec`. Nothing else is
 ever sent and nothing is ever pickled. Each message type carries a ``type``
 tag so a decoder can reject anything it does not know.
 
+Declarative, and one file on purpose (so longer than the ~500 lines other
+modules keep to): it holds only message shapes and the few rules that read
+them (when an output ends a choice or the request,
+:class:`OpenChoices`), no I/O and no threads. The contract is versioned as
+a whole by :data:`PROTOCOL_VERSION`, so every shape that version covers
+lives here, where a change to any of them is seen next to the version it
+may need to bump; splitting it would let one side's copy drift.
+
 Direction gateway -> worker (``GatewayMessage``):
     :class:`GenerateRequest`, :class:`AbortRequest`, :class:`Shutdown`,
     :class:`EmbedRequest` (embedding workers).

@@ -2,7 +2,8 @@
 
 import pytest
 
-from shared.config import DEFAULT_CONFIG_PATH, ConfigError, load_config
+from shared.config import DEFAULT_CONFIG_PATH, ConfigError
+from shared.config_loader import load_config
 
 
 def write(tmp_path, text):
@@ -142,7 +143,7 @@ def test_memory_budget_forms_reach_the_pool(tmp_path, value, expected):
     from gateway.pool import WorkerPool
 
     config = load_config(write(tmp_path, f'[server]\nmemory_budget = {value}\n[[models]]\nname = "a"\n'))
-    assert WorkerPool(config).budget() == expected(psutil.virtual_memory().total)
+    assert WorkerPool(config).memory.budget() == expected(psutil.virtual_memory().total)
 
 
 @pytest.mark.parametrize("value", ['"12 parsecs"', '"0%"', '"150%"', '"-5%"', "-1", '"GiB"', '""'])
@@ -155,7 +156,7 @@ def test_bad_memory_budget_fails_with_one_line(tmp_path, value):
 
 @pytest.mark.parametrize("ttl, seconds", [("0", 0.0), ("-1", -1.0), ('"1h30m"', 5400.0), ('"1500ms"', 1.5)])
 def test_ttl_forms(tmp_path, ttl, seconds):
-    from shared.config import parse_duration
+    from shared.config_values import parse_duration
 
     config = load_config(write(tmp_path, f'[[models]]\nname = "a"\nttl = {ttl}\n'))
     assert parse_duration(config.models[0].ttl) == seconds

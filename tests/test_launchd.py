@@ -1,5 +1,7 @@
-"""gateway.launchd: the rendered plist, and the macOS install / uninstall /
-status paths driven by a fake launchctl runner under a temporary HOME."""
+"""gateway.launchd, gateway.launchd_plist and gateway.service_logs: the
+rendered plist, the macOS install / uninstall / status paths driven by a
+fake launchctl runner under a temporary HOME, and the service's log
+rotation."""
 
 from __future__ import annotations
 
@@ -15,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway import launchd
-from gateway.launchd import LABEL, LAUNCHCTL, ServiceError, ServiceStatus
+from gateway import launchd, launchd_plist, service_logs
+from gateway.launchd import LAUNCHCTL, ServiceStatus
+from gateway.launchd_plist import LABEL, ServiceError
 
 PYTHON = "/opt/venv/bin/python"
 DRAIN = 30.5
@@ -213,7 +216,7 @@ def test_dry_run_plist_has_every_key(home, config, platform):
     assert isinstance(data["ExitTimeOut"], int) and data["ExitTimeOut"] > DRAIN
     assert data["StandardOutPath"] == str(log_dir / "mlxd.out.log")
     assert data["StandardErrorPath"] == str(log_dir / "mlxd.err.log")
-    assert data["WorkingDirectory"] == str(launchd.PROJECT_ROOT)
+    assert data["WorkingDirectory"] == str(launchd_plist.PROJECT_ROOT)
     env = data["EnvironmentVariables"]
     assert set(env) == {"PATH", "PYTHONUNBUFFERED"}
     assert env["PATH"].split(":")[:2] == ["/opt/venv/bin", "/opt/homebrew/bin"]
@@ -221,8 +224,8 @@ def test_dry_run_plist_has_every_key(home, config, platform):
     assert env["PYTHONUNBUFFERED"] == "1"
     assert data["ProcessType"] == "Interactive"
     assert data["ThrottleInterval"] == 10
-    assert data["SoftResourceLimits"] == {"NumberOfFiles": launchd.FILE_LIMIT}
-    assert data["HardResourceLimits"] == {"NumberOfFiles": launchd.FILE_LIMIT}
+    assert data["SoftResourceLimits"] == {"NumberOfFiles": launchd_plist.FILE_LIMIT}
+    assert data["HardResourceLimits"] == {"NumberOfFiles": launchd_plist.FILE_LIMIT}
     # nothing touched
     assert runner.calls == []
     assert list(home.iterdir()) == []
@@ -244,7 +247,7 @@ def test_config_path_with_xml_specials_round_trips(home, tmp_path):
 
 def test_render_escapes_every_value():
     odd = "x & y < z > w \"q\" 'a' \r\n\t é $label"
-    plist = launchd.render_plist(
+    plist = launchd_plist.render_plist(
         python=f"/p{odd}/python",
         config=f"/c{odd}",
         log_dir=f"/l{odd}",
@@ -271,27 +274,27 @@ def test_render_escapes_every_value():
 
 def test_render_rejects_what_xml_cannot_carry():
     with pytest.raises(ServiceError, match="cannot carry"):
-        launchd.render_plist(python=PYTHON, config="/a\x00b", log_dir="/l", exit_timeout=5, working_dir="/w")
+        launchd_plist.render_plist(python=PYTHON, config="/a\x00b", log_dir="/l", exit_timeout=5, working_dir="/w")
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, True])
 def test_render_rejects_bad_exit_timeout(bad):
     with pytest.raises(ValueError):
-        launchd.render_plist(python=PYTHON, config="/c", log_dir="/l", exit_timeout=bad, working_dir="/w")
+        launchd_plist.render_plist(python=PYTHON, config="/c", log_dir="/l", exit_timeout=bad, working_dir="/w")
 
 
 def test_missing_template_is_a_clear_error(monkeypatch, tmp_path):
-    monkeypatch.setattr(launchd, "TEMPLATE_PATH", tmp_path / "nope.plist.in")
+    monkeypatch.setattr(launchd_plist, "TEMPLATE_PATH", tmp_path / "nope.plist.in")
     with pytest.raises(ServiceError, match="plist template not found"):
-        launchd.render_plist(python=PYTHON, config="/c", log_dir="/l", exit_timeout=5, working_dir="/w")
+        launchd_plist.render_plist(python=PYTHON, config="/c", log_dir="/l", exit_timeout=5, working_dir="/w")
 
 
 def test_exit_timeout_exceeds_drain_timeout():
-    assert launchd.exit_timeout_for(0) > 0
-    assert launchd.exit_timeout_for(30) > 30
-    assert launchd.exit_timeout_for(30.1) > 31
+    assert launchd_plist.exit_timeout_for(0) > 0
+    assert launchd_plist.exit_timeout_for(30) > 30
+    assert launchd_plist.exit_timeout_for(30.1) > 31
     with pytest.raises(ValueError):
-        launchd.exit_timeout_for(-1)
+        launchd_plist.exit_timeout_for(-1)
 
 
 def test_install_needs_an_existing_config_and_absolute_python(home, tmp_path, config):
@@ -303,7 +306,7 @@ def test_install_needs_an_existing_config_and_absolute_python(home, tmp_path, co
 
 def test_paths_follow_home(home):
     assert launchd.plist_path() == home / "Library" / "LaunchAgents" / "com.mlxd.server.plist"
-    assert launchd.default_log_dir() == home / "Library" / "Logs" / "mlxd"
+    assert service_logs.default_log_dir() == home / "Library" / "Logs" / "mlxd"
 
 
 # --- not macOS ----------------------------------------------------------------
@@ -459,7 +462,7 @@ def test_install_reports_launchctl_error(home, config):
 
 
 def test_install_puts_the_environment_in_the_plist(home, config):
-    env = launchd.service_environment(
+    env = launchd_plist.service_environment(
         {"HF_HOME": "/data/hf", "MLXD_HOST_SAMPLING": "0", "HF_TOKEN": "hf_secret", "HOME": "/Users/me"},
         ["HF_HUB_CACHE=/data/hub", "MLXD_HOST_SAMPLING=1", "EMPTY="],
     )
@@ -472,14 +475,14 @@ def test_install_puts_the_environment_in_the_plist(home, config):
 @pytest.mark.parametrize("bad", ["NOEQUALS", "=x", "1X=y", "A B=c"])
 def test_service_environment_refuses_bad_items(bad):
     with pytest.raises(ServiceError, match="NAME=value"):
-        launchd.service_environment({}, [bad])
+        launchd_plist.service_environment({}, [bad])
 
 
 def test_privacy_warnings_name_guarded_folders(home, tmp_path):
     (home / "Documents" / "mlxd").mkdir(parents=True)
     link = tmp_path / "models"
     link.symlink_to(home / "Documents" / "mlxd")  # a link into a guarded folder counts
-    warnings = launchd.privacy_warnings(
+    warnings = launchd_plist.privacy_warnings(
         {
             "mlxd checkout": str(home / "Documents" / "mlxd"),
             "config": "~/Desktop/mlxd.toml",
@@ -608,19 +611,23 @@ def test_service_start_rolls_over_launchds_own_log_files(tmp_path):
     agent: a service start rolls one over when it is past the size limit
     and points the descriptor at a fresh file; a small one and a
     descriptor that is not that file are left alone."""
-    big, small = tmp_path / launchd.OUT_LOG, tmp_path / launchd.ERR_LOG
+    big, small = tmp_path / service_logs.OUT_LOG, tmp_path / service_logs.ERR_LOG
     big.write_text("x" * 200)
     small.write_text("y" * 10)
-    (tmp_path / f"{launchd.OUT_LOG}.1").write_text("older")
+    (tmp_path / f"{service_logs.OUT_LOG}.1").write_text("older")
     elsewhere = tmp_path / "terminal"
     with open(big, "a") as out, open(small, "a") as err, open(elsewhere, "a") as other:
-        streams = ((out.fileno(), launchd.OUT_LOG), (err.fileno(), launchd.ERR_LOG), (other.fileno(), "mlxd.other.log"))
-        rolled = launchd.rotate_service_streams(tmp_path, 100, backups=3, streams=streams)
+        streams = (
+            (out.fileno(), service_logs.OUT_LOG),
+            (err.fileno(), service_logs.ERR_LOG),
+            (other.fileno(), "mlxd.other.log"),
+        )
+        rolled = service_logs.rotate_service_streams(tmp_path, 100, backups=3, streams=streams)
         assert rolled == [big]
         os.write(out.fileno(), b"after")
         os.write(err.fileno(), b"more")
     assert big.read_text() == "after"
-    assert (tmp_path / f"{launchd.OUT_LOG}.1").read_text() == "x" * 200
-    assert (tmp_path / f"{launchd.OUT_LOG}.2").read_text() == "older"
+    assert (tmp_path / f"{service_logs.OUT_LOG}.1").read_text() == "x" * 200
+    assert (tmp_path / f"{service_logs.OUT_LOG}.2").read_text() == "older"
     assert small.read_text() == "y" * 10 + "more"
-    assert launchd.rotate_service_streams(tmp_path, 0, backups=3, streams=streams[:1]) == []
+    assert service_logs.rotate_service_streams(tmp_path, 0, backups=3, streams=streams[:1]) == []

@@ -1,4 +1,4 @@
-"""Tests of gateway.metrics: exact exposition values from explicit timings and snapshots."""
+"""Tests of gateway.metrics, gateway.request_timer and gateway.metrics_snapshot: exact exposition values from explicit timings and snapshots."""
 
 from __future__ import annotations
 
@@ -10,12 +10,8 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.metrics import (
-    FINISHED_REASONS,
-    MODEL_STATES,
-    Metrics,
-    ModelSnapshot,
-)
+from gateway.metrics import FINISHED_REASONS, Metrics
+from gateway.metrics_snapshot import MODEL_STATES, ModelSnapshot
 from shared.protocol import RequestOutput, WorkerStats
 
 M = "m1"
@@ -383,14 +379,14 @@ def ro(
 
 def test_worker_handle_accounting_meters_a_two_choice_request():
     """The path production uses: the worker handle's per-request record
-    (``_Pending``) feeds the timer each output and finishes it once with the
+    (``PendingRequest``) feeds the timer each output and finishes it once with the
     counts and the reason of the output that ended the request."""
-    from gateway.worker_handle import _Pending
+    from gateway.inflight import PendingRequest
 
     clock = Clock()
     metrics = Metrics(Pool(), clock=clock)
     clock.t = 0.0
-    pending = _Pending(incarnation=1, n=2, timer=metrics.request_started(M), model=M)
+    pending = PendingRequest(incarnation=1, n=2, timer=metrics.request_started(M), model=M)
     outputs = [
         (1.0, ro(0, 1, cached=4)),
         (1.0, ro(1, 1, cached=4)),

@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from shared.config import ConfigError, SamplingDefaultsConfig, load_config
+from shared.config import ConfigError, SamplingDefaultsConfig
+from shared.config_loader import load_config
 from shared.protocol import SamplingDefaults, SamplingParams
 from worker.sampling_defaults import generation_config_defaults, model_sampling_defaults, with_defaults
 

@@ -30,7 +30,7 @@ def prefix_cache_for(config: ModelConfig, loaded: LoadedModel, trimmable: bool) 
     logged and the tier left out). The disk tier's identity is the weights'
     content hash (:mod:`worker.weights_digest`, memoized next to the tiers),
     dtype and KV settings; the first load of new weights reads them once."""
-    from shared.config import parse_size
+    from shared.config_values import parse_size
     from shared.paths import state_dir
     from worker.disk_cache import DiskTier
     from worker.prefix_cache import PrefixCache

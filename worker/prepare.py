@@ -12,7 +12,8 @@ import argparse
 import sys
 import time
 
-from shared.config import DEFAULT_CONFIG_PATH, ConfigError, load_config
+from shared.config import DEFAULT_CONFIG_PATH, ConfigError
+from shared.config_loader import load_config
 
 
 def main(argv: list[str] | None = None) -> int:

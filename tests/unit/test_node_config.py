@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import zmq
 
-from shared.config import ConfigError, load_config, load_node_config
+from shared.config import ConfigError
+from shared.config_loader import load_config, load_node_config
 from shared.sockets import CurveKeyError, parse_key, read_key, read_key_pair, write_key_pair
 
 KEY = zmq.curve_keypair()[0].decode()

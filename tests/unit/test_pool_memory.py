@@ -1,4 +1,4 @@
-"""The memory budget's arithmetic (gateway/pool.py, gateway/model_paths.py):
+"""The memory budget's arithmetic (gateway/memory_budget.py, gateway/model_paths.py):
 what a model is estimated to use, what a percentage budget is a share of,
 the MLX limits a worker gets, and Hugging Face snapshots sized from the
 local cache. No processes: handles are never started."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import psutil
 import pytest
 
-from gateway import model_paths, pool
+from gateway import memory_budget, model_paths
 from gateway.model_paths import source_bytes
 from gateway.pool import WorkerPool
 from shared.config import Config, ModelConfig, ServerConfig
@@ -36,46 +36,46 @@ def test_estimate_is_the_largest_of_files_peak_and_configured(tmp_path):
     source = weights(tmp_path, "m", 1 * MIB)
     p = make_pool(tmp_path, 0, ModelConfig(name="m", source=str(source)))
     handle = p.handles["m"]
-    by_files = int(1 * MIB * pool.EXPANSION)
-    assert p.estimate(handle) == by_files
+    by_files = int(1 * MIB * memory_budget.EXPANSION)
+    assert p.memory.estimate(handle) == by_files
     handle.status.memory_bytes = 100 * GIB  # RSS at ready no longer counts
-    assert p.estimate(handle) == by_files
-    handle._observe_peak(by_files + 5)
-    handle._observe_peak(7)  # a later, smaller report does not lower it
-    assert p.estimate(handle) == by_files + 5
+    assert p.memory.estimate(handle) == by_files
+    handle.status.observe_peak(by_files + 5)
+    handle.status.observe_peak(7)  # a later, smaller report does not lower it
+    assert p.memory.estimate(handle) == by_files + 5
     handle.model = ModelConfig(name="m", source=str(source), memory_estimate=10 * GIB)
-    assert p.estimate(handle) == 10 * GIB
+    assert p.memory.estimate(handle) == 10 * GIB
 
 
 def test_estimate_without_anything_known(tmp_path):
     p = make_pool(tmp_path, 0, ModelConfig(name="m", source=str(tmp_path / "missing")))
-    assert p.estimate(p.handles["m"]) == pool.UNKNOWN_MODEL_BYTES
+    assert p.memory.estimate(p.handles["m"]) == memory_budget.UNKNOWN_MODEL_BYTES
 
 
 def test_percentage_budget_is_of_the_working_set_once_reported(tmp_path):
     p = make_pool(tmp_path, "75%", ModelConfig(name="a"), ModelConfig(name="b"))
     ram = psutil.virtual_memory().total
-    assert p.budget() == int(ram * 0.75)  # nothing reported yet (and always off Metal)
+    assert p.memory.budget() == int(ram * 0.75)  # nothing reported yet (and always off Metal)
     p.handles["b"].status.working_set_bytes = 16 * GIB
-    assert p.budget() == 12 * GIB
+    assert p.memory.budget() == 12 * GIB
     p.config.server.memory_budget = "12GiB"  # absolute sizes ignore the working set
-    assert p.budget() == 12 * GIB
+    assert p.memory.budget() == 12 * GIB
     p.config.server.memory_budget = 0
-    assert p.budget() == 0
+    assert p.memory.budget() == 0
 
 
 def test_mlx_limits_from_the_budget(tmp_path):
     a = weights(tmp_path, "a", 100 * MIB)
     b = weights(tmp_path, "b", 10 * MIB)
     p = make_pool(tmp_path, 0, ModelConfig(name="a", source=str(a)), ModelConfig(name="b", source=str(b)))
-    assert p.mlx_limits(p.handles["a"]) == (0, None)  # no budget: MLX's defaults
+    assert p.memory.mlx_limits(p.handles["a"]) == (0, None)  # no budget: MLX's defaults
     p.config.server.memory_budget = 2 * GIB
-    assert p.mlx_limits(p.handles["a"]) == (2 * GIB, int(2 * GIB * pool.CACHE_SHARE))
+    assert p.memory.mlx_limits(p.handles["a"]) == (2 * GIB, int(2 * GIB * memory_budget.CACHE_SHARE))
     p.handles["b"].status.peak_memory_bytes = GIB  # b is resident and peaked at 1 GiB
     p.handles["b"]._task = _Running()
-    assert p.mlx_limits(p.handles["a"]) == (GIB, int(GIB * pool.CACHE_SHARE))
+    assert p.memory.mlx_limits(p.handles["a"]) == (GIB, int(GIB * memory_budget.CACHE_SHARE))
     p.handles["b"].status.peak_memory_bytes = 2 * GIB  # a still gets at least its own estimate
-    assert p.mlx_limits(p.handles["a"])[0] == p.estimate(p.handles["a"])
+    assert p.memory.mlx_limits(p.handles["a"])[0] == p.memory.estimate(p.handles["a"])
 
 
 class _Running:

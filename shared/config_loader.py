@@ -1,0 +1,207 @@
+"""Reading a configuration file and checking the rules msgspec cannot express.
+
+:func:`load_config` (the gateway's file) and :func:`load_node_config` (an
+``mlxd node``'s) read TOML into the Structs of :mod:`shared.config` and
+apply :func:`validate`; every failure is a :class:`shared.config.ConfigError`
+whose message is one line naming the file and the key. Runs on the
+caller's thread; the only I/O is reading the file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import TypeVar
+
+import msgspec
+
+from shared.config import (
+    MODEL_KINDS,
+    REASONING_PARSERS,
+    SPECULATIVE_MODES,
+    TOOL_PARSERS,
+    Config,
+    ConfigError,
+    McpServerConfig,
+    NodeConfig,
+    ServerConfig,
+)
+from shared.config_values import is_loopback, parse_duration, parse_size
+
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
+_DTYPES = {"auto", "float32", "float16", "bfloat16", "quantized"}
+_LOG_LEVELS = {"debug", "info", "warning", "error"}
+
+
+def validate(config: Config, origin: str = "config") -> Config:
+    """Check cross-field rules msgspec cannot express; return ``config``.
+
+    Raises:
+        ConfigError: no models, duplicate names or aliases, a bad dtype or
+            log level, or a non-loopback bind without API keys (unless
+            ``allow_insecure_bind``).
+    """
+    if not config.models:
+        raise ConfigError(f"{origin}: at least one [[models]] entry is required")
+    seen: set[str] = set()
+    for model in config.models:
+        for name in (model.name, *model.aliases):
+            if not _MODEL_NAME.fullmatch(name):
+                raise ConfigError(f"{origin}: invalid model name {name!r} (letters, digits, . _ : / - only)")
+            if name in seen:
+                raise ConfigError(f"{origin}: model name {name!r} is used twice")
+            seen.add(name)
+        if model.tool_parser not in TOOL_PARSERS:
+            raise ConfigError(f"{origin}: model {model.name!r}: tool_parser must be one of {list(TOOL_PARSERS)}")
+        if model.reasoning_parser not in REASONING_PARSERS:
+            raise ConfigError(
+                f"{origin}: model {model.name!r}: reasoning_parser must be one of {list(REASONING_PARSERS)}"
+            )
+        try:
+            parse_duration(model.ttl)
+        except ValueError as exc:
+            raise ConfigError(f"{origin}: model {model.name!r}: ttl: {exc}") from None
+        if model.kind not in MODEL_KINDS:
+            raise ConfigError(f"{origin}: model {model.name!r}: kind must be one of {list(MODEL_KINDS)}")
+        try:
+            parse_size(model.disk_cache_bytes, 0)
+        except ValueError as exc:
+            raise ConfigError(f"{origin}: model {model.name!r}: disk_cache_bytes: {exc}") from None
+        if model.speculative not in SPECULATIVE_MODES:
+            raise ConfigError(
+                f"{origin}: model {model.name!r}: speculative must be one of {', '.join(SPECULATIVE_MODES)}"
+            )
+        if model.kv_bits not in (0, 4, 8):
+            raise ConfigError(f"{origin}: model {model.name!r}: kv_bits must be 0, 4 or 8")
+        if model.kv_group_size not in (32, 64, 128):
+            raise ConfigError(f"{origin}: model {model.name!r}: kv_group_size must be 32, 64 or 128")
+        if model.dtype not in _DTYPES:
+            raise ConfigError(f"{origin}: model {model.name!r}: dtype must be one of {sorted(_DTYPES)}")
+    _validate_mcp(config.mcp_servers, origin)
+    _validate_nodes(config, origin)
+    if config.server.reasoning_field not in ("reasoning_content", "reasoning"):
+        raise ConfigError(f"{origin}: server.reasoning_field must be reasoning_content or reasoning")
+    try:
+        parse_size(config.server.memory_budget, 1 << 40)
+    except ValueError as exc:
+        raise ConfigError(f"{origin}: server.memory_budget: {exc}") from None
+    try:
+        parse_size(config.server.log_max_bytes, 0)
+    except ValueError as exc:
+        raise ConfigError(f"{origin}: server.log_max_bytes: {exc}") from None
+    if isinstance(config.server.log_max_bytes, str) and config.server.log_max_bytes.strip().endswith("%"):
+        raise ConfigError(f"{origin}: server.log_max_bytes: a size, not a share")
+    if config.server.log_level not in _LOG_LEVELS:
+        raise ConfigError(f"{origin}: server.log_level must be one of {sorted(_LOG_LEVELS)}")
+    if not is_loopback(config.server.host) and not config.server.api_keys:
+        if not config.server.allow_insecure_bind:
+            raise ConfigError(
+                f"{origin}: refusing to listen on {config.server.host} without api_keys "
+                "(set server.allow_insecure_bind = true to override)"
+            )
+    return config
+
+
+_MCP_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
+
+
+def _validate_mcp(servers: list[McpServerConfig], origin: str) -> None:
+    """Check the ``[[mcp_servers]]`` entries: valid unique names, exactly
+    one transport, an ``http(s)`` URL.
+
+    Raises:
+        ConfigError: naming the entry and the rule it breaks.
+    """
+    seen: set[str] = set()
+    for entry in servers:
+        where = f"{origin}: mcp_servers {entry.name!r}"
+        if not _MCP_NAME.fullmatch(entry.name):
+            raise ConfigError(f"{where}: name must be a letter then letters, digits, _ or - (at most 64)")
+        if entry.name in seen:
+            raise ConfigError(f"{where}: name is used twice")
+        seen.add(entry.name)
+        if bool(entry.command) == bool(entry.url):
+            raise ConfigError(f"{where}: set exactly one of command (stdio) or url (streamable HTTP)")
+        if entry.url and not re.match(r"https?://[^/\s]+", entry.url):
+            raise ConfigError(f"{where}: url must be http:// or https://")
+        if entry.command and entry.headers:
+            raise ConfigError(f"{where}: headers apply to a url server only")
+        if entry.url and (entry.args or entry.env or entry.cwd):
+            raise ConfigError(f"{where}: args, env and cwd apply to a command server only")
+
+
+def _validate_nodes(config: Config, origin: str) -> None:
+    """Check ``[[nodes]]`` and the models placed on them (ConfigError)."""
+    names = set()
+    for node in config.nodes:
+        if node.name in names:
+            raise ConfigError(f"{origin}: node name {node.name!r} is used twice")
+        names.add(node.name)
+        if not node.address.startswith("tcp://"):
+            raise ConfigError(f"{origin}: node {node.name!r}: address must be tcp://host:port")
+        if len(node.public_key.strip()) != 40:
+            raise ConfigError(f"{origin}: node {node.name!r}: public_key must be a 40-character Z85 key")
+    for model in config.models:
+        if model.node and model.node not in names:
+            raise ConfigError(f"{origin}: model {model.name!r}: no [[nodes]] entry named {model.node!r}")
+    if config.nodes and not (config.server.curve_public_key_file and config.server.curve_secret_key_file):
+        raise ConfigError(
+            f"{origin}: [[nodes]] needs server.curve_public_key_file and server.curve_secret_key_file (mlxd keys)"
+        )
+
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    """Read, decode and validate the TOML file at ``path``.
+
+    Raises:
+        ConfigError: the file is missing, is not TOML, has unknown keys or
+            wrong types, or breaks a rule of :func:`validate`.
+    """
+    origin = str(path)
+    config = _decode_file(path, Config)
+    return validate(config, origin)
+
+
+_T = TypeVar("_T")
+
+
+def _decode_file(path: str | os.PathLike[str], kind: type[_T]) -> _T:
+    """The TOML file at ``path`` decoded as ``kind`` (no rules checked).
+
+    Raises:
+        ConfigError: the file is unreadable, not TOML, or has unknown keys
+            or wrong types (named by path).
+    """
+    origin = str(path)
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{origin}: cannot read: {exc.strerror}") from exc
+    try:
+        return msgspec.toml.decode(data, type=kind)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{origin}: {exc}") from exc
+    except msgspec.DecodeError as exc:
+        raise ConfigError(f"{origin}: not valid TOML: {exc}") from exc
+
+
+def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
+    """Read, decode and validate an ``mlxd node`` config at ``path``.
+
+    Raises:
+        ConfigError: unreadable, not TOML, unknown keys or wrong types, no
+            models, a ``listen`` that is not ``tcp://``, no allowed
+            clients, or a model entry breaking :func:`validate`'s rules.
+    """
+    origin = str(path)
+    config = _decode_file(path, NodeConfig)
+    if not config.node.listen.startswith("tcp://"):
+        raise ConfigError(f"{origin}: node.listen must be tcp://host:port")
+    if not config.node.allowed_clients:
+        raise ConfigError(f"{origin}: node.allowed_clients must list at least one gateway public key")
+    if any(m.node for m in config.models):
+        raise ConfigError(f"{origin}: a node's models run on the node itself; remove their `node` key")
+    log_level = config.node.log_level
+    validate(Config(server=ServerConfig(log_level=log_level), models=config.models), origin)
+    return config
