@@ -12,7 +12,7 @@ validate, resolve the model, submit one choice, then await the first output
 *before* any header is sent, so a refused request (e.g. an input longer
 than the context: 400 ``context_length_exceeded`` naming ``input``) gets a
 proper status even when ``stream`` is true. Errors use the OpenAI error
-shape and the statuses of :func:`gateway.openai_routes.output_error`.
+shape and the statuses of :func:`gateway.errors.worker_error`.
 
 Without ``stream`` the outputs are collected into one ``response`` object
 (status ``completed``, or ``incomplete`` when the token limit was hit); an
@@ -38,9 +38,9 @@ from starlette.responses import Response
 
 from gateway.dropped_tools import dropped_headers
 from gateway.engine_api import Engine, RequestStream
-from gateway.errors import APIError
+from gateway.error_shapes import openai_error_response
+from gateway.errors import APIError, stream_error_code, worker_error
 from gateway.openai_format import UsageTally
-from gateway.openai_routes import error_response, output_error
 from gateway.request_flow import (
     FINAL_REASONS,
     JSON_MEDIA_TYPE,
@@ -75,7 +75,7 @@ PROMPT_PARAM = "input"
 
 PARAMS = {"response_format": "text.format"}
 """Worker field names that this endpoint spells differently (see
-:func:`gateway.openai_routes.output_error`)."""
+:func:`gateway.errors.worker_error`)."""
 
 
 @dataclass(frozen=True)
@@ -102,12 +102,12 @@ async def create_response(request: Request) -> Response:
             return await responses_mcp.create_mcp_response(request, body)
         job = await _submit(request, body)
     except APIError as err:
-        return error_response(err)
+        return openai_error_response(err)
     return await respond_after_first_output(
         request,
         job.stream,
         job.request_id,
-        refuse=lambda output: error_response(output_error(output, PROMPT_PARAM, PARAMS)),
+        refuse=lambda output: openai_error_response(worker_error(output, PROMPT_PARAM, PARAMS)),
         streamed=(lambda first: _stream_frames(job, first)) if job.request.stream else None,
         collect=lambda first: _collect(job, first),
         answer=lambda builder: Response(encode(builder.final), media_type=JSON_MEDIA_TYPE, headers=job.headers),
@@ -182,11 +182,12 @@ class _Run:
         """The events ending the response with the error of ``last`` (after
         any content ``last`` still carries)."""
         self.failed = last
-        err = output_error(last, PROMPT_PARAM, PARAMS)
+        err = worker_error(last, PROMPT_PARAM, PARAMS)
         builder = self._job.builder
         events = builder.add(last) if last.index == 0 else []
-        code = err.code or last.error_kind or "internal_error"
-        return events + builder.fail(err.message, code, err.param, err.status, self._tally.usage())
+        return events + builder.fail(
+            err.message, stream_error_code(err, last), err.param, err.status, self._tally.usage()
+        )
 
 
 # --- non-streaming ------------------------------------------------------------------------

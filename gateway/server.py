@@ -34,7 +34,7 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import STATUS_PHRASES, H11Protocol
 
 from gateway.app import build_app
-from gateway.error_responses import error_response_for
+from gateway.error_shapes import error_response_for
 from gateway.errors import APIError
 from gateway.mcp_client import McpUnavailable
 from shared.config import Config, ConfigError, load_config

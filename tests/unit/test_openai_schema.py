@@ -7,6 +7,7 @@ import json
 import pytest
 
 from gateway.engine_api import ModelLimits
+from gateway.error_shapes import openai_error_type
 from gateway.errors import APIError
 from gateway.openai_schema import (
     check_limits,
@@ -37,7 +38,7 @@ def refused(decode, body: bytes, param: str | None) -> APIError:
         decode(body)
     err = info.value
     assert err.status == 400
-    assert err.type == "invalid_request_error"
+    assert openai_error_type(err.status) == "invalid_request_error"
     assert err.param == param, err.message
     return err
 
@@ -532,7 +533,7 @@ def test_n_limit():
         with pytest.raises(APIError) as info:
             check_limits(decode(body(n=5)), "org/m", ModelLimits(max_n=4))
         err = info.value
-        assert err.status == 400 and err.param == "n" and err.type == "invalid_request_error"
+        assert err.status == 400 and err.param == "n" and openai_error_type(err.status) == "invalid_request_error"
         assert "at most 4" in err.message and "org/m" in err.message
 
 

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from gateway.error_shapes import openai_error_type
 from gateway.errors import APIError
 from gateway.responses_format import TextFormatEcho
 from gateway.responses_schema import decode_responses_request, response_settings, to_generate_request
@@ -28,7 +29,7 @@ def refused(param: str | None, **fields) -> APIError:
     with pytest.raises(APIError) as info:
         decode(**fields)
     err = info.value
-    assert err.status == 400 and err.type == "invalid_request_error"
+    assert err.status == 400 and openai_error_type(err.status) == "invalid_request_error"
     assert err.param == param, err.message
     return err
 
