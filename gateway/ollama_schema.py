@@ -34,7 +34,7 @@ from typing import Any, Literal, Union
 import msgspec
 
 from gateway.errors import bad_request
-from gateway.openai_schema import decode_body
+from gateway.validation import decode_body
 from shared.config import parse_duration
 from shared.protocol import (
     ChatMessage,

@@ -75,19 +75,17 @@ Chat only (the completions endpoint refuses these fields as unknown):
 :func:`to_generate_request` turns a decoded request into the worker's
 :class:`~shared.protocol.GenerateRequest`.
 
-The Responses (:mod:`gateway.responses_schema`) and Anthropic
-(:mod:`gateway.anthropic_schema`) bodies reuse what applies to them too
-from here rather than repeating it: the bounded field types and tool limits,
-:func:`decode_body`, :func:`check_finite`, :func:`check_tool_choice`,
-:func:`one_of`, :func:`check_service_fields`, :func:`check_cache_control`,
-:data:`Metadata` and :data:`THINKING_BY_EFFORT`.
+The bounded field types, body decoding and the wording of refusals are
+shared by every protocol (:mod:`gateway.validation`). The Responses body
+(:mod:`gateway.responses_schema`) also reuses what applies to it from here:
+:class:`CacheControl`, :class:`PromptCacheOptions`,
+:func:`check_tool_choice`, :func:`check_service_fields`,
+:func:`check_cache_control` and :data:`THINKING_BY_EFFORT`.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import re
 from typing import Annotated, Any, Callable, Collection, Mapping, TypeVar, Union
 
 import msgspec
@@ -95,7 +93,40 @@ from msgspec import Meta, Raw
 
 from gateway.custom_tools import custom_arguments, custom_tool
 from gateway.engine_api import ModelLimits
-from gateway.errors import APIError, bad_request
+from gateway.errors import bad_request
+from gateway.validation import (
+    MAX_CONTENT_PARTS,
+    MAX_MESSAGES,
+    MAX_TOOLS,
+    NULL,
+    Choices,
+    Identifier,
+    JSONObject,
+    LogitBias,
+    MaxTokens,
+    Metadata,
+    MinP,
+    MinTokens,
+    ModelName,
+    Penalty,
+    Prompt,
+    RepetitionPenalty,
+    SchemaName,
+    Seed,
+    ShortText,
+    Stop,
+    Temperature,
+    Text,
+    ToolName,
+    TopK,
+    TopLogprobs,
+    TopP,
+    check_finite,
+    decode_body,
+    is_null,
+    not_supported,
+    one_of,
+)
 from shared.protocol import (
     ChatMessage,
     GenerateRequest,
@@ -105,73 +136,6 @@ from shared.protocol import (
     ToolCall,
     ToolChoice,
 )
-
-MAX_MESSAGES = 2048
-"""Most chat messages in one request."""
-MAX_TEXT_CHARS = 8 * 1024 * 1024
-"""Longest single text (message content, part text, prompt) in characters."""
-MAX_CONTENT_PARTS = 1024
-"""Most content parts in one message."""
-MAX_NAME_CHARS = 256
-"""Longest ``model``, ``user`` or message ``name``."""
-MAX_STOP = 16
-"""Most stop strings."""
-MAX_STOP_CHARS = 512
-"""Longest stop string."""
-MAX_LOGIT_BIAS = 1024
-"""Most ``logit_bias`` entries."""
-MAX_PROMPT_TOKENS = 1_048_576
-"""Most token ids in a completions ``prompt``."""
-MAX_TOKEN_ID = 2**31 - 1
-"""Largest token id accepted in ``prompt`` or ``logit_bias``."""
-MAX_GENERATED_TOKENS = 1_000_000
-"""Largest ``max_tokens`` / ``max_completion_tokens`` / ``min_tokens`` / ``top_k``."""
-MAX_TOP_LOGPROBS = 20
-"""Most log-probability alternatives per token (chat ``top_logprobs``,
-completions ``logprobs``)."""
-MAX_CHOICES = 2**31 - 1
-"""Type bound of ``n``; the real limit is the model's ``max_n``."""
-MAX_TOOLS = 128
-"""Most ``tools`` in one request, and most ``tool_calls`` in one message
-(chat and Responses)."""
-MAX_TOOL_NAME_CHARS = 64
-"""Longest tool (function) name and ``json_schema`` name (chat and
-Responses)."""
-TOOL_NAME_PATTERN = r"^[A-Za-z0-9_-]+$"
-"""What a tool name may consist of (chat and Responses)."""
-
-_NULL = Raw(b"null")
-
-# --- field types (bounds live in the types) ---------------------------------
-
-ModelName = Annotated[str, Meta(min_length=1, max_length=MAX_NAME_CHARS)]
-ShortText = Annotated[str, Meta(max_length=MAX_NAME_CHARS)]
-Text = Annotated[str, Meta(max_length=MAX_TEXT_CHARS)]
-MaxTokens = Annotated[int, Meta(ge=1, le=MAX_GENERATED_TOKENS)]
-MinTokens = Annotated[int, Meta(ge=0, le=MAX_GENERATED_TOKENS)]
-Choices = Annotated[int, Meta(ge=1, le=MAX_CHOICES)]
-TopLogprobs = Annotated[int, Meta(ge=0, le=MAX_TOP_LOGPROBS)]
-Temperature = Annotated[float, Meta(ge=0.0, le=2.0)]
-TopP = Annotated[float, Meta(gt=0.0, le=1.0)]
-TopK = Annotated[int, Meta(ge=-1, le=MAX_GENERATED_TOKENS)]
-MinP = Annotated[float, Meta(ge=0.0, le=1.0)]
-Penalty = Annotated[float, Meta(ge=-2.0, le=2.0)]
-RepetitionPenalty = Annotated[float, Meta(gt=0.0, le=10.0)]
-Seed = Annotated[int, Meta(ge=-(2**63), le=2**63 - 1)]
-TokenId = Annotated[int, Meta(ge=0, le=MAX_TOKEN_ID)]
-StopString = Annotated[str, Meta(min_length=1, max_length=MAX_STOP_CHARS)]
-Stop = Union[StopString, Annotated[list[StopString], Meta(max_length=MAX_STOP)], None]
-LogitBias = Annotated[
-    dict[TokenId, Annotated[float, Meta(ge=-100.0, le=100.0)]],
-    Meta(max_length=MAX_LOGIT_BIAS),
-]
-TokenIds = Annotated[list[TokenId], Meta(max_length=MAX_PROMPT_TOKENS)]
-PromptItem = Union[Text, TokenId, TokenIds]
-Prompt = Union[Text, Annotated[list[PromptItem], Meta(max_length=MAX_PROMPT_TOKENS)]]
-ToolName = Annotated[str, Meta(min_length=1, max_length=MAX_TOOL_NAME_CHARS, pattern=TOOL_NAME_PATTERN)]
-SchemaName = Annotated[str, Meta(min_length=1, max_length=MAX_TOOL_NAME_CHARS)]
-Identifier = Annotated[str, Meta(min_length=1, max_length=MAX_NAME_CHARS)]
-JSONObject = dict[str, Any]
 
 
 class StreamOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -214,9 +178,9 @@ class ContentPart(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     text: Text | None = None
     prompt_cache_breakpoint: PromptCacheBreakpoint | None = None
     cache_control: CacheControl | None = None
-    image_url: Raw = _NULL
-    input_audio: Raw = _NULL
-    file: Raw = _NULL
+    image_url: Raw = NULL
+    input_audio: Raw = NULL
+    file: Raw = NULL
     refusal: Text | None = None
 
 
@@ -267,13 +231,13 @@ class ChatMessageParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     role: ShortText
     content: Union[Text, Annotated[list[ContentPart], Meta(min_length=1, max_length=MAX_CONTENT_PARTS)], None] = None
     name: ShortText | None = None
-    refusal: Raw = _NULL
+    refusal: Raw = NULL
     tool_calls: Annotated[list[ToolCallParam], Meta(max_length=MAX_TOOLS)] | None = None
     function_call: CalledFunction | None = None
     tool_call_id: Identifier | None = None
     reasoning_content: Text | None = None
     reasoning: Text | None = None
-    audio: Raw = _NULL
+    audio: Raw = NULL
 
 
 class FunctionParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -371,23 +335,8 @@ class ResponseFormatParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tr
     json_schema: JSONSchemaParam | None = None
 
 
-MAX_METADATA = 16
-"""Most ``metadata`` pairs (chat and Responses)."""
-MAX_METADATA_KEY_CHARS = 64
-"""Longest ``metadata`` key."""
-MAX_METADATA_VALUE_CHARS = 512
-"""Longest ``metadata`` value."""
 MAX_MODALITIES = 2
 """Most ``modalities`` entries."""
-
-Metadata = Annotated[
-    dict[
-        Annotated[str, Meta(max_length=MAX_METADATA_KEY_CHARS)],
-        Annotated[str, Meta(max_length=MAX_METADATA_VALUE_CHARS)],
-    ],
-    Meta(max_length=MAX_METADATA),
-]
-"""``metadata``: up to 16 string pairs (chat and Responses)."""
 
 
 class PromptCacheOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -417,7 +366,7 @@ class WebSearchOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     :mod:`gateway.dropped_tools`)."""
 
     search_context_size: ShortText | None = None
-    user_location: Raw = _NULL
+    user_location: Raw = NULL
 
 
 class ChatTemplateKwargs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -483,9 +432,9 @@ class ChatCompletionRequest(_SamplingFields, forbid_unknown_fields=True, kw_only
     verbosity: ShortText | None = None
     prediction: PredictionParam | None = None
     modalities: Annotated[list[ShortText], Meta(max_length=MAX_MODALITIES)] | None = None
-    audio: Raw = _NULL
+    audio: Raw = NULL
     web_search_options: WebSearchOptions | None = None
-    moderation: Raw = _NULL
+    moderation: Raw = NULL
 
 
 class CompletionRequest(_SamplingFields, forbid_unknown_fields=True, kw_only=True):
@@ -507,81 +456,6 @@ class CompletionRequest(_SamplingFields, forbid_unknown_fields=True, kw_only=Tru
 
 _chat_decoder = msgspec.json.Decoder(ChatCompletionRequest)
 _completion_decoder = msgspec.json.Decoder(CompletionRequest)
-
-_AT = re.compile(r"^(?P<msg>.*?) - at (?P<key>`key` in )?`\$(?P<path>[^`]*)`$", re.DOTALL)
-_FIELD = re.compile(r"^Object (?P<what>contains unknown|missing required) field `(?P<name>[^`]*)`$")
-
-
-def _join_path(base: str, name: str) -> str:
-    """Return ``base.name`` (or ``name`` when ``base`` is the root)."""
-    return f"{base}.{name}" if base else name
-
-
-def _validation_error(exc: msgspec.ValidationError) -> APIError:
-    """Translate a msgspec validation error into a 400 naming its field.
-
-    msgspec reports ``"<problem> - at `$.a[0].b`"``; the path becomes
-    ``param`` (``a[0].b``), with ``[...]`` dict-value markers dropped.
-    """
-    text = str(exc)
-    match = _AT.match(text)
-    problem, path = (match["msg"], match["path"]) if match else (text, "")
-    path = path.replace("[...]", "").lstrip(".")
-    if match and match["key"]:
-        problem = f"keys must be token ids (non-negative integers, as strings); {problem}"
-    field = _FIELD.match(problem)
-    if field is not None:
-        param = _join_path(path, field["name"])
-        if field["what"] == "contains unknown":
-            return bad_request(f"Unrecognized request argument supplied: {param}", param)
-        return bad_request(f"Missing required parameter: '{param}'", param)
-    if not path and problem.startswith("Expected `object`"):
-        return bad_request("The request body must be a JSON object")
-    return bad_request(f"Invalid value for '{path}': {problem}", path or None)
-
-
-def decode_body(
-    decoder: msgspec.json.Decoder,
-    body: bytes,
-    validation_error: Callable[[msgspec.ValidationError], APIError] | None = None,
-) -> Any:
-    """Decode a JSON request body (or one piece of it) with ``decoder``.
-
-    ``validation_error`` turns a msgspec validation error (a value of the
-    wrong type or out of bounds, an unknown or missing field, a body that
-    is not an object) into the 400 to raise; by default it is this
-    module's OpenAI wording: ``param`` is the field path (``a[0].b``),
-    unknown fields are "Unrecognized request argument supplied", missing
-    ones "Missing required parameter".
-
-    Raises:
-        APIError: 400 "The request body is empty; expected a JSON object"
-        for an empty or blank ``body``, 400 "The request body is not valid
-        JSON (...)" for malformed JSON, and the 400 of
-        ``validation_error`` for invalid fields.
-    """
-    if not body.strip():
-        raise bad_request("The request body is empty; expected a JSON object")
-    try:
-        return decoder.decode(body)
-    except msgspec.ValidationError as exc:
-        raise (validation_error or _validation_error)(exc) from None
-    except msgspec.DecodeError as exc:
-        raise bad_request(f"The request body is not valid JSON ({_decode_cause(body, exc)})") from None
-
-
-def _decode_cause(body: bytes, exc: msgspec.DecodeError) -> str:
-    """Why ``body`` is not JSON, in words: msgspec's message, except where
-    it misleads (an unpaired UTF-16 surrogate escape such as ``\\ud800``,
-    which Python's lenient parser accepts, is reported as "truncated")."""
-    if "truncated" in str(exc):
-        try:
-            json.loads(body)
-        except ValueError:
-            pass
-        else:
-            return "a string holds an unpaired UTF-16 surrogate escape"
-    return str(exc)
 
 
 def decode_chat_request(body: bytes) -> ChatCompletionRequest:
@@ -618,40 +492,6 @@ _FLOAT_FIELDS = (
     "frequency_penalty",
     "repetition_penalty",
 )
-
-
-def _not_supported(param: str, what: str) -> APIError:
-    """A 400 saying ``what`` is not supported yet."""
-    return bad_request(f"{what} is not supported yet", param)
-
-
-def _is_null(raw: Raw) -> bool:
-    """Whether ``raw`` is the JSON ``null``."""
-    return len(raw) == 4 and bytes(raw) == b"null"
-
-
-def check_finite(req: object, names: Collection[str]) -> None:
-    """Refuse a non-finite value (NaN or infinite) in any of the float
-    fields ``names`` of ``req`` (an unset field, None, is fine).
-
-    Raises:
-        APIError: 400 "'<name>' must be a finite number", param ``<name>``,
-        for the first such field in the order of ``names``.
-    """
-    for name in names:
-        value = getattr(req, name)
-        if value is not None and not math.isfinite(value):
-            raise bad_request(f"'{name}' must be a finite number", name)
-
-
-def one_of(value: str | None, allowed: Collection[str], param: str) -> None:
-    """Refuse ``value`` unless it is None or one of ``allowed``.
-
-    Raises:
-        APIError: 400 "Invalid value for '<param>' ..." naming ``param``.
-    """
-    if value is not None and value not in allowed:
-        raise bad_request(f"Invalid value for '{param}': '{value}'; expected one of {', '.join(allowed)}", param)
 
 
 SERVICE_TIERS = ("auto", "default", "flex", "scale", "priority", "fast")
@@ -755,10 +595,10 @@ def _check_services(req: ChatCompletionRequest) -> None:
     for index, modality in enumerate(req.modalities or ()):
         one_of(modality, ("text", "audio"), f"modalities[{index}]")
         if modality == "audio":
-            raise _not_supported(f"modalities[{index}]", "audio output (mlxd generates text only)")
-    if not _is_null(req.audio):
-        raise _not_supported("audio", "audio output (mlxd generates text only)")
-    if not _is_null(req.moderation):
+            raise not_supported(f"modalities[{index}]", "audio output (mlxd generates text only)", yet=True)
+    if not is_null(req.audio):
+        raise not_supported("audio", "audio output (mlxd generates text only)", yet=True)
+    if not is_null(req.moderation):
         raise bad_request("'moderation' is not supported (mlxd runs no moderation model)", "moderation")
     if req.prediction is not None:
         one_of(req.prediction.type, ("content",), "prediction.type")
@@ -784,7 +624,9 @@ def _check_continuation(req: ChatCompletionRequest) -> None:
         APIError: 400 naming the field.
     """
     if req.add_generation_prompt is False and not req.continue_final_message:
-        raise _not_supported("add_generation_prompt", "'add_generation_prompt': false without 'continue_final_message'")
+        raise not_supported(
+            "add_generation_prompt", "'add_generation_prompt': false without 'continue_final_message'", yet=True
+        )
     if not req.continue_final_message:
         return
     if req.add_generation_prompt is True:
@@ -796,13 +638,13 @@ def _check_continuation(req: ChatCompletionRequest) -> None:
     if last.role != "assistant":
         raise bad_request("'continue_final_message' needs a final assistant message", f"{path}.role")
     if last.tool_calls is not None:
-        raise _not_supported(f"{path}.tool_calls", "continuing a final message with tool calls")
+        raise not_supported(f"{path}.tool_calls", "continuing a final message with tool calls", yet=True)
     if (req.n or 1) > 1:
-        raise _not_supported("n", "'n' > 1 with 'continue_final_message'")
+        raise not_supported("n", "'n' > 1 with 'continue_final_message'", yet=True)
     if req.tool_choice is not None and req.tool_choice not in ("auto", "none"):
-        raise _not_supported("tool_choice", "a forced tool call with 'continue_final_message'")
+        raise not_supported("tool_choice", "a forced tool call with 'continue_final_message'", yet=True)
     if req.response_format is not None and req.response_format.type != "text":
-        raise _not_supported("response_format", "a structured response_format with 'continue_final_message'")
+        raise not_supported("response_format", "a structured response_format with 'continue_final_message'", yet=True)
 
 
 def _check_response_format(fmt: ResponseFormatParam | None) -> None:
@@ -987,7 +829,7 @@ def _check_function_type(kind: str, function: object, path: str, what: str) -> N
         APIError: 400 param ``path.type`` or ``path.function``.
     """
     if kind != "function":
-        raise _not_supported(f"{path}.type", f"{what} type '{kind}'")
+        raise not_supported(f"{path}.type", f"{what} type '{kind}'", yet=True)
     if function is None:
         raise bad_request(f"Missing required parameter: '{path}.function'", f"{path}.function")
 
@@ -1108,16 +950,16 @@ def _check_message(message: ChatMessageParam, path: str) -> None:
             f"Invalid role '{message.role}'; expected one of {', '.join(_ROLES)}",
             f"{path}.role",
         )
-    if not _is_null(message.refusal):
-        raise _not_supported(f"{path}.refusal", "a non-null message 'refusal'")
+    if not is_null(message.refusal):
+        raise not_supported(f"{path}.refusal", "a non-null message 'refusal'", yet=True)
     if message.function_call is not None and message.role != "assistant":
         raise bad_request("Only assistant messages may have 'function_call'", f"{path}.function_call")
     if message.function_call is not None and message.tool_calls:
         raise bad_request("Send either 'tool_calls' or the legacy 'function_call'", f"{path}.function_call")
     if message.role == "function" and message.name is None:
         raise bad_request("Missing required parameter: 'name' (role 'function')", f"{path}.name")
-    if not _is_null(message.audio):
-        raise _not_supported(f"{path}.audio", "a message 'audio' (mlxd never produces audio)")
+    if not is_null(message.audio):
+        raise not_supported(f"{path}.audio", "a message 'audio' (mlxd never produces audio)", yet=True)
     _check_tool_fields(message, path)
     _check_reasoning(message, path)
     if message.content is None and message.role != "assistant":
@@ -1178,12 +1020,12 @@ def _check_part(part: ContentPart, path: str, kinds: tuple[str, ...]) -> None:
     """
     if part.type not in kinds:
         if part.type in ("image_url", "input_audio", "file"):
-            raise _not_supported(f"{path}.type", f"content part type '{part.type}' (mlxd is text-only)")
+            raise not_supported(f"{path}.type", f"content part type '{part.type}' (mlxd is text-only)", yet=True)
         raise bad_request(f"Invalid content part type '{part.type}' here; expected {', '.join(kinds)}", f"{path}.type")
     fields = _PART_FIELDS[part.type]
     for name in part.__struct_fields__:
         value = getattr(part, name)
-        given = not _is_null(value) if isinstance(value, Raw) else value is not None
+        given = not is_null(value) if isinstance(value, Raw) else value is not None
         if name != "type" and name not in fields and given:
             raise bad_request(f"Unrecognized field '{name}' in a {part.type} part", f"{path}.{name}")
     if getattr(part, fields[0]) is None:
@@ -1198,9 +1040,9 @@ def _check_completion(req: CompletionRequest) -> None:
         APIError: 400 naming the field.
     """
     if req.echo and req.logprobs is not None:
-        raise _not_supported("echo", "'echo' with 'logprobs' (log-probabilities of prompt tokens)")
+        raise not_supported("echo", "'echo' with 'logprobs' (log-probabilities of prompt tokens)", yet=True)
     if req.suffix is not None:
-        raise _not_supported("suffix", "suffix")
+        raise not_supported("suffix", "suffix", yet=True)
     if req.best_of is not None and (req.n or 1) > req.best_of:
         raise bad_request("'best_of' must be at least 'n'; leave 'best_of' out", "best_of")
     if candidates(req) > (req.n or 1) and req.stream:
@@ -1208,7 +1050,7 @@ def _check_completion(req: CompletionRequest) -> None:
     _check_min_tokens(req.min_tokens, req.max_tokens)
     text, _ = prompt_input(req)
     if req.echo and text is None:
-        raise _not_supported("echo", "'echo' with a token-id prompt (the gateway does not detokenize)")
+        raise not_supported("echo", "'echo' with a token-id prompt (the gateway does not detokenize)", yet=True)
 
 
 def echoed_prompt(req: CompletionRequest) -> str:

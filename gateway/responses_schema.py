@@ -78,32 +78,14 @@ from msgspec import UNSET, Meta, Raw, UnsetType
 from gateway.custom_tools import custom_arguments
 from gateway.encrypted_reasoning import SealError, unseal
 from gateway.errors import APIError, bad_request
+from gateway.openai_schema import THINKING_BY_EFFORT as _CHAT_THINKING_BY_EFFORT
 from gateway.openai_schema import (
-    MAX_CONTENT_PARTS,
-    MAX_METADATA_VALUE_CHARS,
-    MAX_TEXT_CHARS,
-    MAX_TOOLS,
-    MAX_TOP_LOGPROBS,
     CacheControl,
-    Identifier,
-    JSONObject,
-    MaxTokens,
-    Metadata,
-    ModelName,
     PromptCacheOptions,
-    SchemaName,
-    ShortText,
-    Temperature,
-    Text,
-    TopP,
     check_cache_control,
-    check_finite,
     check_service_fields,
     check_tool_choice,
-    decode_body,
-    one_of,
 )
-from gateway.openai_schema import THINKING_BY_EFFORT as _CHAT_THINKING_BY_EFFORT
 from gateway.responses_format import (
     OutputOptions,
     ReasoningEcho,
@@ -112,6 +94,27 @@ from gateway.responses_format import (
     TextFormatEcho,
 )
 from gateway.responses_tools import ToolCatalog, ToolParam, catalog
+from gateway.validation import (
+    MAX_CONTENT_PARTS,
+    MAX_METADATA_VALUE_CHARS,
+    MAX_TEXT_CHARS,
+    MAX_TOOLS,
+    MAX_TOP_LOGPROBS,
+    Identifier,
+    JSONObject,
+    MaxTokens,
+    Metadata,
+    ModelName,
+    SchemaName,
+    ShortText,
+    Temperature,
+    Text,
+    TopP,
+    check_finite,
+    decode_body,
+    not_supported,
+    one_of,
+)
 from shared.protocol import (
     ChatMessage,
     GenerateRequest,
@@ -131,7 +134,7 @@ MAX_INCLUDE = 64
 MAX_CLIENT_METADATA = 64
 """Most ``client_metadata`` pairs."""
 
-# --- field types (the rest as for chat, from gateway.openai_schema) -------------------
+# --- field types (the rest from gateway.validation) -------------------
 
 ClientMetadata = Annotated[
     dict[Annotated[str, Meta(max_length=MAX_METADATA_VALUE_CHARS)], Annotated[str, Meta(max_length=MAX_TEXT_CHARS)]],
@@ -316,11 +319,6 @@ def decode_responses_request(body: bytes) -> ResponsesRequest:
 # --- checks -----------------------------------------------------------------------------
 
 
-def _not_supported(param: str, what: str) -> APIError:
-    """A 400 saying ``what`` is not supported."""
-    return bad_request(f"{what} is not supported", param)
-
-
 def _given(value: object) -> bool:
     """Whether an optional field was sent with a value (null counts as not)."""
     if value is UNSET or value is None:
@@ -346,13 +344,13 @@ def _check_settings(req: ResponsesRequest) -> None:
     if _given(req.conversation):
         raise _stateless("conversation")
     if req.background:
-        raise _not_supported("background", "background mode (mlxd is stateless)")
+        raise not_supported("background", "background mode (mlxd is stateless)")
     if _given(req.background_options):
-        raise _not_supported("background_options", "'background_options' (there is no background mode)")
+        raise not_supported("background_options", "'background_options' (there is no background mode)")
     if _given(req.prompt):
-        raise _not_supported("prompt", "'prompt' (stored prompt templates)")
+        raise not_supported("prompt", "'prompt' (stored prompt templates)")
     if _given(req.moderation):
-        raise _not_supported("moderation", "'moderation' (mlxd runs no moderation model)")
+        raise not_supported("moderation", "'moderation' (mlxd runs no moderation model)")
     if req.stream_options is not None and req.stream is not True:
         raise bad_request("'stream_options' is only allowed when 'stream' is true", "stream_options")
     _check_enums(req)
@@ -397,7 +395,7 @@ def _check_neutral(req: ResponsesRequest) -> None:
         not drop input to fit; a too-long input is a 400).
     """
     if req.truncation == "auto":
-        raise _not_supported(
+        raise not_supported(
             "truncation", "truncation 'auto' (mlxd never drops input to fit; a too-long input is a 400)"
         )
 
@@ -655,7 +653,7 @@ def _unsupported_item(kind: str, param: str) -> APIError:
     """The 400 refusing an input item of type ``kind``, with its reason."""
     reason = _REFUSED_ITEMS.get(kind)
     if reason is None:
-        return _not_supported(param, f"input item type '{kind}'")
+        return not_supported(param, f"input item type '{kind}'")
     return bad_request(f"input item type '{kind}' is not supported: {reason}", param)
 
 
@@ -780,7 +778,7 @@ def _check_parts(content: str | list[ContentPartParam], allowed: tuple[str, ...]
     for index, part in enumerate(content):
         where = f"{path}[{index}]"
         if part.type in _MEDIA_PARTS and part.type not in allowed:
-            raise _not_supported(f"{where}.type", f"content part type '{part.type}' (mlxd is text-only)")
+            raise not_supported(f"{where}.type", f"content part type '{part.type}' (mlxd is text-only)")
         if part.type not in allowed:
             raise bad_request(
                 f"Invalid content part type '{part.type}' here; expected {', '.join(allowed)}", f"{where}.type"
