@@ -42,19 +42,16 @@ from gateway.dropped_tools import dropped_headers
 from gateway.engine_api import RequestStream
 from gateway.error_shapes import openai_error_frame, openai_error_response
 from gateway.errors import APIError, model_not_found, stream_error_code, worker_error
-from gateway.openai_schema import (
-    ChatCompletionRequest,
-    CompletionRequest,
+from gateway.openai_checks import (
     check_limits,
-    custom_tool_names,
     decode_chat_request,
     decode_completion_request,
     dropped_tools,
     echoed_prompt,
-    include_usage,
-    legacy_functions,
-    to_generate_request,
 )
+from gateway.openai_schema import ChatCompletionRequest, CompletionRequest
+from gateway.openai_tool_checks import custom_tool_names, legacy_functions
+from gateway.openai_translate import include_usage, to_generate_request
 from gateway.request_flow import (
     JSON_MEDIA_TYPE,
     ends_request,

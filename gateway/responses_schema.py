@@ -78,14 +78,10 @@ from msgspec import UNSET, Meta, Raw, UnsetType
 from gateway.custom_tools import custom_arguments
 from gateway.encrypted_reasoning import SealError, unseal
 from gateway.errors import APIError, bad_request
-from gateway.openai_schema import THINKING_BY_EFFORT as _CHAT_THINKING_BY_EFFORT
-from gateway.openai_schema import (
-    CacheControl,
-    PromptCacheOptions,
-    check_cache_control,
-    check_service_fields,
-    check_tool_choice,
-)
+from gateway.openai_checks import THINKING_BY_EFFORT as _CHAT_THINKING_BY_EFFORT
+from gateway.openai_checks import check_cache_control, check_service_fields
+from gateway.openai_schema import CacheControl, PromptCacheOptions
+from gateway.openai_tool_checks import check_tool_choice
 from gateway.responses_format import (
     OutputOptions,
     ReasoningEcho,

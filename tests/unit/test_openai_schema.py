@@ -9,13 +9,8 @@ import pytest
 from gateway.engine_api import ModelLimits
 from gateway.error_shapes import openai_error_type
 from gateway.errors import APIError
-from gateway.openai_schema import (
-    check_limits,
-    decode_chat_request,
-    decode_completion_request,
-    include_usage,
-    to_generate_request,
-)
+from gateway.openai_checks import check_limits, decode_chat_request, decode_completion_request
+from gateway.openai_translate import include_usage, to_generate_request
 from shared.protocol import ChatMessage, GenerateRequest, ResponseFormat, SamplingParams, Tool, ToolCall
 
 USER = [{"role": "user", "content": "hi"}]
@@ -493,7 +488,7 @@ def test_completion_unsupported(field, value):
 
 
 def test_completion_echo():
-    from gateway.openai_schema import echoed_prompt
+    from gateway.openai_checks import echoed_prompt
 
     assert echoed_prompt(decode_completion_request(completion_body(echo=True))) == "Once"
     assert echoed_prompt(decode_completion_request(completion_body(echo=False))) == ""
@@ -538,7 +533,7 @@ def test_n_limit():
 
 
 def test_best_of_generates_candidates():
-    from gateway.openai_schema import check_limits
+    from gateway.openai_checks import check_limits
 
     gen = to_generate_request(decode_completion_request(completion_body(best_of=3)), "r")
     assert gen.n == 3 and gen.sampling.logprobs is True and gen.sampling.top_logprobs == 0
@@ -1049,7 +1044,7 @@ def test_refusal_parts_become_assistant_text():
 
 
 def test_web_search_options_is_a_dropped_tool():
-    from gateway.openai_schema import dropped_tools
+    from gateway.openai_checks import dropped_tools
 
     assert dropped_tools(decode_chat_request(chat_body(web_search_options={}))) == ["web_search"]
     assert dropped_tools(decode_chat_request(chat_body())) == []
