@@ -47,8 +47,8 @@ from starlette.responses import Response
 
 from gateway import anthropic_format as fmt
 from gateway import sse
+from gateway.anthropic_checks import decode_messages_request, tool_set
 from gateway.anthropic_routes import _collect, _edited, _images, _Job, _json_response
-from gateway.anthropic_schema import decode_messages_request, tool_set
 from gateway.anthropic_translate import omit_thinking, to_generate_request
 from gateway.dropped_tools import dropped_headers
 from gateway.error_shapes import REQUEST_ID_HEADER, anthropic_error_frame, anthropic_error_response

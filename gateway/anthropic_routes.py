@@ -41,8 +41,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway import anthropic_format as fmt
+from gateway.anthropic_checks import decode_count_tokens_request, decode_messages_request, tool_set
 from gateway.anthropic_context import apply_edits
-from gateway.anthropic_schema import decode_count_tokens_request, decode_messages_request, tool_set
 from gateway.anthropic_translate import context_edits, omit_thinking, to_count_request, to_generate_request
 from gateway.dropped_tools import dropped_headers
 from gateway.engine_api import Engine, RequestStream
