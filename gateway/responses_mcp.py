@@ -50,9 +50,9 @@ from gateway.error_shapes import openai_error_response
 from gateway.errors import APIError, bad_request, worker_error
 from gateway.mcp_client import CallOutcome, McpHub, McpTool
 from gateway.request_flow import JSON_MEDIA_TYPE, engine_of, next_output, respond_after_first_output
+from gateway.responses_checks import decode_responses_request
 from gateway.responses_format import new_id
 from gateway.responses_routes import PARAMS, PROMPT_PARAM, _Job, _Run, submit_decoded
-from gateway.responses_schema import decode_responses_request
 from shared.protocol import RequestOutput
 
 _MCP_FIELDS = {

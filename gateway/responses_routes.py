@@ -49,6 +49,7 @@ from gateway.request_flow import (
     next_output,
     respond_after_first_output,
 )
+from gateway.responses_checks import decode_responses_request
 from gateway.responses_format import (
     Event,
     FinishReason,
@@ -58,14 +59,8 @@ from gateway.responses_format import (
     frames,
     new_id,
 )
-from gateway.responses_schema import (
-    ResponsesRequest,
-    decode_responses_request,
-    dropped_tools,
-    output_options,
-    response_settings,
-    to_generate_request,
-)
+from gateway.responses_schema import ResponsesRequest
+from gateway.responses_translate import dropped_tools, output_options, response_settings, to_generate_request
 from shared.protocol import RequestOutput
 
 log = logging.getLogger("mlxd.gateway.responses")
