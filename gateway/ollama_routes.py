@@ -1,7 +1,7 @@
 """Starlette endpoints of the Ollama-compatible API (``/api/...`` and ``/``).
 
 ``POST /api/chat`` and ``POST /api/generate`` decode and check their body
-(:mod:`gateway.ollama_schema`), resolve the model and submit one
+(:mod:`gateway.ollama_translate`), resolve the model and submit one
 :class:`~shared.protocol.GenerateRequest` through the
 :class:`~gateway.engine_api.Engine` with the request's ``keep_alive``
 (which sets the worker's idle timer, see
@@ -65,6 +65,8 @@ from gateway.ollama_schema import (
     OllamaEmbedRequest,
     OllamaGenerateRequest,
     OllamaShowRequest,
+)
+from gateway.ollama_translate import (
     chat_request,
     check_generate,
     decode,
