@@ -46,12 +46,7 @@ from gateway.anthropic_schema import (
 )
 from gateway.anthropic_tools import ToolSet, offered_tools
 from gateway.errors import APIError
-from gateway.validation import (
-    decode_body,
-    field_error,
-    is_null,
-    not_supported,
-)
+from gateway.validation import decode_body, field_error, is_null, not_supported
 
 _USER_BLOCKS = (TextBlock, ImageBlock, DocumentBlock, SearchResultBlock, ToolResultBlock, CompactionBlock)
 _ASSISTANT_BLOCKS = (TextBlock, ToolUseBlock, ThinkingBlock, RedactedThinkingBlock, CompactionBlock)

@@ -35,15 +35,7 @@ from gateway.ollama_schema import (
 )
 from gateway.validation import decode_body
 from shared.config import parse_duration
-from shared.protocol import (
-    ChatMessage,
-    EmbedRequest,
-    GenerateRequest,
-    ResponseFormat,
-    SamplingParams,
-    Tool,
-    ToolCall,
-)
+from shared.protocol import ChatMessage, EmbedRequest, GenerateRequest, ResponseFormat, SamplingParams, Tool, ToolCall
 
 _NO_VALUE_REFUSED = ("mirostat_tau", "mirostat_eta")
 """Mirostat settings: refused whenever set (mirostat itself is refused)."""

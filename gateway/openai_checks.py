@@ -32,17 +32,8 @@ from gateway.openai_schema import (
     ResponseFormatParam,
     SamplingFields,
 )
-from gateway.openai_tool_checks import (
-    check_tools,
-    tool_ref,
-)
-from gateway.validation import (
-    check_finite,
-    decode_body,
-    is_null,
-    not_supported,
-    one_of,
-)
+from gateway.openai_tool_checks import check_tools, tool_ref
+from gateway.validation import check_finite, decode_body, is_null, not_supported, one_of
 
 # --- decoding ----------------------------------------------------------------
 

@@ -9,16 +9,8 @@ from __future__ import annotations
 from typing import Any, Callable, Collection, Mapping, TypeVar
 
 from gateway.errors import bad_request
-from gateway.openai_schema import (
-    ChatCompletionRequest,
-    ChosenFunction,
-    CustomToolParam,
-    ToolChoiceParam,
-)
-from gateway.validation import (
-    not_supported,
-    one_of,
-)
+from gateway.openai_schema import ChatCompletionRequest, ChosenFunction, CustomToolParam, ToolChoiceParam
+from gateway.validation import not_supported, one_of
 
 _Choice = TypeVar("_Choice")
 

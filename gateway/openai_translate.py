@@ -6,13 +6,7 @@ the worker's :class:`~shared.protocol.GenerateRequest`
 from __future__ import annotations
 
 from gateway.custom_tools import custom_arguments, custom_tool
-from gateway.openai_checks import (
-    ROLES,
-    THINKING_BY_EFFORT,
-    candidates,
-    chat_max_tokens,
-    prompt_input,
-)
+from gateway.openai_checks import ROLES, THINKING_BY_EFFORT, candidates, chat_max_tokens, prompt_input
 from gateway.openai_schema import (
     ChatCompletionRequest,
     ChatMessageParam,
@@ -22,18 +16,8 @@ from gateway.openai_schema import (
     ToolChoiceParam,
     ToolParam,
 )
-from gateway.openai_tool_checks import (
-    legacy_functions,
-)
-from shared.protocol import (
-    ChatMessage,
-    GenerateRequest,
-    ResponseFormat,
-    SamplingParams,
-    Tool,
-    ToolCall,
-    ToolChoice,
-)
+from gateway.openai_tool_checks import legacy_functions
+from shared.protocol import ChatMessage, GenerateRequest, ResponseFormat, SamplingParams, Tool, ToolCall, ToolChoice
 
 
 def _stop_list(stop: str | list[str] | None) -> list[str]:

@@ -35,14 +35,7 @@ from gateway.responses_schema import (
     ToolChoiceParam,
 )
 from gateway.responses_tools import ToolCatalog, catalog
-from gateway.validation import (
-    ShortText,
-    check_finite,
-    decode_body,
-    is_null,
-    not_supported,
-    one_of,
-)
+from gateway.validation import ShortText, check_finite, decode_body, is_null, not_supported, one_of
 
 _decoder = msgspec.json.Decoder(ResponsesRequest)
 

@@ -24,29 +24,10 @@ from gateway.responses_checks import (
     resolve_tool_name,
     tool_catalog,
 )
-from gateway.responses_format import (
-    OutputOptions,
-    ReasoningEcho,
-    ResponseSettings,
-    TextEcho,
-    TextFormatEcho,
-)
-from gateway.responses_schema import (
-    ContentPartParam,
-    InputItemParam,
-    ResponsesRequest,
-    ToolChoiceParam,
-)
+from gateway.responses_format import OutputOptions, ReasoningEcho, ResponseSettings, TextEcho, TextFormatEcho
+from gateway.responses_schema import ContentPartParam, InputItemParam, ResponsesRequest, ToolChoiceParam
 from gateway.responses_tools import ToolCatalog
-from shared.protocol import (
-    ChatMessage,
-    GenerateRequest,
-    ResponseFormat,
-    SamplingParams,
-    Tool,
-    ToolCall,
-    ToolChoice,
-)
+from shared.protocol import ChatMessage, GenerateRequest, ResponseFormat, SamplingParams, Tool, ToolCall, ToolChoice
 
 # --- translation ---------------------------------------------------------------------------
 
