@@ -27,7 +27,7 @@ short:
   the ``summary_text`` summary) and ``additional_tools`` items (their
   tools join ``tools``). Images and files elsewhere are refused; so is
   every other official item type, by type and with a reason
-  (``responses_checks._REFUSED_ITEMS``: ``item_reference``, the hosted and dropped built-in
+  (``responses_input_checks._REFUSED_ITEMS``: ``item_reference``, the hosted and dropped built-in
   tools' call items, compaction, ``configuration_update``, MCP items
   outside :mod:`gateway.responses_mcp`).
 - ``tools`` and ``tool_choice``: see :mod:`gateway.responses_tools`
@@ -144,7 +144,7 @@ Parts = Annotated[list[ContentPartParam], Meta(max_length=MAX_CONTENT_PARTS)]
 class InputItemParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """One element of ``input``: the union of the fields of the supported
     item types, judged by ``type`` (absent: a message) against
-    :data:`_ITEM_FIELDS`; a null field counts as absent."""
+    ``responses_input_checks._ITEM_FIELDS``; a null field counts as absent."""
 
     type: ShortText | UnsetType = UNSET
     role: ShortText | UnsetType = UNSET

@@ -15,18 +15,12 @@ from msgspec import UNSET
 
 from gateway.custom_tools import custom_arguments
 from gateway.encrypted_reasoning import unseal
-from gateway.responses_checks import (
-    ROLES,
-    THINKING_BY_EFFORT,
-    allowed_tool_names,
-    is_given,
-    item_type,
-    resolve_tool_name,
-    tool_catalog,
-)
+from gateway.responses_checks import THINKING_BY_EFFORT, allowed_tool_names, resolve_tool_name, tool_catalog
 from gateway.responses_format import OutputOptions, ReasoningEcho, ResponseSettings, TextEcho, TextFormatEcho
+from gateway.responses_input_checks import ROLES, item_type
 from gateway.responses_schema import ContentPartParam, InputItemParam, ResponsesRequest, ToolChoiceParam
 from gateway.responses_tools import ToolCatalog
+from gateway.validation import is_given
 from shared.protocol import ChatMessage, GenerateRequest, ResponseFormat, SamplingParams, Tool, ToolCall, ToolChoice
 
 # --- translation ---------------------------------------------------------------------------

@@ -11,7 +11,7 @@ Anthropic Messages, Ollama, embeddings) uses rather than repeating it:
   msgspec's validation errors, :func:`validation_error`, in the wording of
   the protocol (``"openai"`` or ``"anthropic"``, see :data:`Wording`);
 * the refusals every schema words the same way: :func:`not_supported`,
-  :func:`field_error`, :func:`is_null`, :func:`check_finite` and
+  :func:`field_error`, :func:`is_null`, :func:`is_given`, :func:`check_finite` and
   :func:`one_of`.
 
 Every refusal is an :class:`~gateway.errors.APIError` 400 whose ``param``
@@ -27,7 +27,7 @@ import re
 from typing import Annotated, Any, Collection, Literal, Union
 
 import msgspec
-from msgspec import Meta, Raw
+from msgspec import UNSET, Meta, Raw
 
 from gateway.errors import APIError, bad_request
 
@@ -236,6 +236,13 @@ def is_null(raw: Raw) -> bool:
     """Whether ``raw`` is the JSON ``null`` (a ``Raw`` field left at
     :data:`NULL` or sent as null)."""
     return bytes(raw).strip() == b"null"
+
+
+def is_given(value: object) -> bool:
+    """Whether an optional field was sent with a value (null counts as not)."""
+    if value is UNSET or value is None:
+        return False
+    return not (isinstance(value, Raw) and is_null(value))
 
 
 def check_finite(req: object, names: Collection[str]) -> None:

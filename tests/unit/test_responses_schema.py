@@ -595,7 +595,7 @@ def test_every_official_input_item_type_is_taken_or_refused_and_documented():
 
     from openai.types.responses import response_input_item_param as sdk
 
-    from gateway import responses_checks as schema
+    from gateway import responses_input_checks as schema
 
     kinds = set()
     for member in typing.get_args(sdk.ResponseInputItemParam):
