@@ -1,11 +1,8 @@
-"""Anthropic Messages responses, stream events and errors, as bytes.
+"""Anthropic Messages responses and stream events, as bytes.
 
-Statuses and error types: Anthropic's clients expect ``529
-overloaded_error`` where mlxd's engine says 503 (a full queue, a worker not
-ready or gone, an aborted request); the SDK retries it, honouring
-``Retry-After``. :func:`anthropic_status` and :func:`error_type` apply that
-mapping; :func:`error_body` builds ``{"type": "error", "error": {"type",
-"message"}, "request_id"}``.
+Errors are rendered by :mod:`gateway.error_shapes` (Anthropic's 529
+``overloaded_error`` for mlxd's 503s included); a stream's error event is
+:meth:`MessageEventStream.error`.
 
 Content: a turn's output becomes content blocks in the order the model
 produces them: reasoning becomes a ``thinking`` block (``signature`` is
@@ -38,28 +35,11 @@ from typing import Any, Literal, Union
 import msgspec
 
 from gateway import sse
+from gateway.error_shapes import anthropic_error_frame
 from gateway.errors import APIError
 from shared.protocol import RequestOutput, ToolCallDelta
 
 log = logging.getLogger("mlxd.gateway.anthropic")
-
-OVERLOADED_STATUS = 529
-"""Anthropic's "overloaded" status; mlxd's engine 503s are answered with it."""
-
-OVERLOADED_RETRY_AFTER = 1
-"""``Retry-After`` (seconds) of an overloaded answer that set none."""
-
-_ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    500: "api_error",
-    504: "timeout_error",
-    529: "overloaded_error",
-}
 
 _encoder = msgspec.json.Encoder()
 
@@ -72,64 +52,6 @@ def encode(obj: object) -> bytes:
 def new_id(prefix: str) -> str:
     """A fresh random id such as ``msg_<32 hex>`` or ``req_<32 hex>``."""
     return prefix + uuid.uuid4().hex
-
-
-# --- errors ------------------------------------------------------------------------
-
-
-def anthropic_status(status: int) -> int:
-    """The status Anthropic clients expect for mlxd status ``status``:
-    503 becomes 529, everything else is kept."""
-    return OVERLOADED_STATUS if status == 503 else status
-
-
-def error_type(status: int) -> str:
-    """Anthropic's error ``type`` for an (already mapped) ``status``: the
-    documented table; other 5xx are ``api_error``, other 4xx
-    ``invalid_request_error``."""
-    default = "api_error" if status >= 500 else "invalid_request_error"
-    return _ERROR_TYPES.get(status, default)
-
-
-def error_object(status: int, message: str) -> dict[str, str]:
-    """The ``{"type", "message"}`` error object for ``status``."""
-    return {"type": error_type(status), "message": message}
-
-
-def error_body(status: int, message: str, request_id: str) -> bytes:
-    """The JSON of a non-streamed error answer with status ``status``."""
-    return encode({"type": "error", "error": error_object(status, message), "request_id": request_id})
-
-
-def error_frame(status: int, message: str) -> bytes:
-    """The ``event: error`` frame of a mid-stream error (the SDK raises
-    ``APIStatusError`` when it reads it)."""
-    return sse.json_frame({"type": "error", "error": error_object(status, message)}, event="error")
-
-
-# error_kind -> (status, default message)
-_KINDS: dict[str, tuple[int, str]] = {
-    "invalid_request": (400, "The model worker rejected the request"),
-    "context_length_exceeded": (400, "The request exceeds the model's context length"),
-    "overloaded": (OVERLOADED_STATUS, "Overloaded"),
-    "unavailable": (OVERLOADED_STATUS, "The model is unavailable; retry shortly"),
-    "internal": (500, "The model worker failed while generating"),
-    "timeout": (504, "The request ran past its deadline and was stopped"),
-}
-
-
-def output_error(output: RequestOutput) -> APIError:
-    """The client error for a terminal ``error`` or ``abort`` output, with an
-    Anthropic status: invalid_request / context_length_exceeded 400,
-    overloaded / unavailable 529 (``Retry-After: 1``), internal (or an
-    unknown kind) 500, timeout 504. An abort (server shutting down) is a 529
-    so clients retry elsewhere or later."""
-    if output.finish_reason == "abort":
-        return APIError(OVERLOADED_STATUS, "The request was aborted before it finished", code="aborted", retry_after=1)
-    kind = output.error_kind if output.error_kind in _KINDS else "internal"
-    status, default = _KINDS[kind]
-    retry_after = OVERLOADED_RETRY_AFTER if status == OVERLOADED_STATUS else None
-    return APIError(status, output.error or default, code=kind, retry_after=retry_after)
 
 
 # --- stop reasons and usage --------------------------------------------------------
@@ -517,8 +439,8 @@ class MessageEventStream:
 
     def error(self, err: APIError) -> bytes:
         """The ``event: error`` frame for ``err`` (status mapped as for
-        non-streamed errors)."""
-        return error_frame(anthropic_status(err.status), err.message)
+        non-streamed errors, :func:`gateway.error_shapes.anthropic_error_frame`)."""
+        return anthropic_error_frame(err)
 
     def _tool_piece(self, piece: ToolCallDelta) -> bytes:
         """Frames for one piece of tool call ``piece.index``: a new call

@@ -47,19 +47,12 @@ from starlette.responses import Response
 
 from gateway import anthropic_format as fmt
 from gateway import sse
-from gateway.anthropic_routes import (
-    REQUEST_ID_HEADER,
-    _collect,
-    _edited,
-    _images,
-    _Job,
-    _json_response,
-    anthropic_error_response,
-)
-from gateway.anthropic_schema import decode_messages_request, tool_set
+from gateway.anthropic_checks import decode_messages_request, tool_set
+from gateway.anthropic_routes import _collect, _edited, _images, _Job, _json_response
 from gateway.anthropic_translate import omit_thinking, to_generate_request
 from gateway.dropped_tools import dropped_headers
-from gateway.errors import APIError, bad_request
+from gateway.error_shapes import REQUEST_ID_HEADER, anthropic_error_frame, anthropic_error_response
+from gateway.errors import APIError, bad_request, worker_error
 from gateway.mcp_client import CallOutcome, McpHub, McpTool
 from gateway.request_flow import engine_of, next_output, respond_after_first_output
 from shared.protocol import RequestOutput
@@ -483,11 +476,10 @@ async def create_mcp_message(request: Request, raw: bytes) -> Response:
                     index += 1
                 yield frames
         except APIError as err:
-            yield fmt.error_frame(fmt.anthropic_status(err.status), err.message)
+            yield anthropic_error_frame(err)
             return
         if rounds.failed is not None:
-            err = fmt.output_error(rounds.failed)
-            yield fmt.error_frame(fmt.anthropic_status(err.status), err.message)
+            yield anthropic_error_frame(worker_error(rounds.failed))
             return
         final = rounds.message or {}
         delta = {
@@ -508,7 +500,7 @@ async def create_mcp_message(request: Request, raw: bytes) -> Response:
         request,
         job.stream,
         rounds.id,
-        refuse=lambda output: anthropic_error_response(fmt.output_error(output)),
+        refuse=lambda output: anthropic_error_response(worker_error(output)),
         streamed=streamed if data.get("stream") else None,
         stream_headers={**job.headers, REQUEST_ID_HEADER: fmt.new_id("req_")},
         collect=collect,

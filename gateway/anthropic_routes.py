@@ -25,7 +25,7 @@ named in the ``x-mlxd-dropped-tools`` header of the answer
 (:mod:`gateway.dropped_tools`). Images inside
 tool results follow ``server.tool_result_images``.
 
-Errors are Anthropic-shaped (see :func:`anthropic_error_response`); every
+Errors are Anthropic-shaped (:func:`gateway.error_shapes.anthropic_error_response`); every
 answer a client can see carries a ``request-id`` header (``req_…``), which
 the SDK exposes as ``_request_id``.
 """
@@ -41,12 +41,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway import anthropic_format as fmt
+from gateway.anthropic_checks import decode_count_tokens_request, decode_messages_request, tool_set
 from gateway.anthropic_context import apply_edits
-from gateway.anthropic_schema import decode_count_tokens_request, decode_messages_request, tool_set
 from gateway.anthropic_translate import context_edits, omit_thinking, to_count_request, to_generate_request
 from gateway.dropped_tools import dropped_headers
 from gateway.engine_api import Engine, RequestStream
-from gateway.errors import APIError
+from gateway.error_shapes import REQUEST_ID_HEADER, anthropic_error_response
+from gateway.errors import APIError, worker_error
 from gateway.request_flow import (
     JSON_MEDIA_TYPE,
     engine_of,
@@ -56,28 +57,6 @@ from gateway.request_flow import (
 from shared.protocol import ChatMessage, GenerateRequest, RequestOutput, SamplingParams
 
 log = logging.getLogger("mlxd.gateway.anthropic")
-
-REQUEST_ID_HEADER = "request-id"
-"""The header carrying the ``req_…`` id of every answer."""
-
-
-def anthropic_error_response(err: APIError) -> Response:
-    """Return the Anthropic-shaped JSON response for ``err``.
-
-    The status is mapped by :func:`~gateway.anthropic_format.anthropic_status`
-    (503 becomes 529); the body is ``{"type": "error", "error": {"type",
-    "message"}, "request_id": "req_…"}`` with the type for that status;
-    ``Retry-After`` is kept, and a 529 always has one. Usable for any
-    failure on a ``/v1/messages`` path (auth, body limit, routing).
-    """
-    status = fmt.anthropic_status(err.status)
-    request_id = fmt.new_id("req_")
-    headers = err.headers()
-    if status == fmt.OVERLOADED_STATUS:
-        headers.setdefault("Retry-After", str(fmt.OVERLOADED_RETRY_AFTER))
-    headers[REQUEST_ID_HEADER] = request_id
-    body = fmt.error_body(status, err.message, request_id)
-    return Response(body, status_code=status, media_type=JSON_MEDIA_TYPE, headers=headers)
 
 
 def _json_response(body: bytes, headers: dict[str, str] | None = None) -> Response:
@@ -99,7 +78,7 @@ async def _count_prompt(engine: Engine, model: str, generate: GenerateRequest, m
     counted by the worker (a ``count_only`` request).
 
     Raises:
-        APIError: as the worker's error output says (Anthropic status).
+        APIError: as the worker's error output says (:func:`~gateway.errors.worker_error`).
     """
     count = msgspec.structs.replace(
         generate,
@@ -116,7 +95,7 @@ async def _count_prompt(engine: Engine, model: str, generate: GenerateRequest, m
     finally:
         await stream.aclose()
     if isinstance(result, RequestOutput):
-        raise fmt.output_error(result)
+        raise worker_error(result)
     return result
 
 
@@ -192,7 +171,7 @@ async def messages(request: Request) -> Response:
         request,
         job.stream,
         job.request_id,
-        refuse=lambda output: anthropic_error_response(fmt.output_error(output)),
+        refuse=lambda output: anthropic_error_response(worker_error(output)),
         streamed=(lambda first: _events(job, first)) if job.stream_requested else None,
         stream_headers={**job.headers, REQUEST_ID_HEADER: fmt.new_id("req_")},
         collect=lambda first: _collect(job, first),
@@ -265,7 +244,7 @@ async def _events(job: _Job, first: RequestOutput) -> AsyncIterator[bytes]:
                 frames = b""
             output = await next_output(job.stream, job.request_id)
         content = events.output(output) if output.index == 0 else b""
-        yield frames + content + events.error(fmt.output_error(output))
+        yield frames + content + events.error(worker_error(output))
     finally:
         await job.stream.aclose()
 
@@ -302,7 +281,7 @@ async def count_tokens(request: Request) -> Response:
         request,
         stream,
         generate.request_id,
-        refuse=lambda output: anthropic_error_response(fmt.output_error(output)),
+        refuse=lambda output: anthropic_error_response(worker_error(output)),
         streamed=None,
         collect=lambda first: _prompt_tokens(stream, generate.request_id, first),
         answer=lambda tokens: _json_response(

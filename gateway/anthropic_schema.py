@@ -1,4 +1,6 @@
-"""Request bodies of ``POST /v1/messages`` and ``POST /v1/messages/count_tokens``.
+"""Request bodies of ``POST /v1/messages`` and ``POST /v1/messages/count_tokens``:
+the msgspec Struct shapes (declarative; decoding and the checks beyond
+the types are in :mod:`gateway.anthropic_checks`).
 
 Decoding is strict, as for the OpenAI endpoints: the body must be one JSON
 object, no value is coerced, every number has bounds, every string and list
@@ -49,27 +51,25 @@ worker's :class:`~shared.protocol.GenerateRequest`.
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal, Union
 
 import msgspec
 from msgspec import Meta, Raw
 
-from gateway.anthropic_tools import CacheControl, ToolName, ToolSet, offered_tools
-from gateway.errors import APIError, bad_request
-from gateway.openai_schema import (
+from gateway.anthropic_tools import CacheControl, ToolName
+from gateway.validation import (
     MAX_CONTENT_PARTS,
     MAX_GENERATED_TOKENS,
     MAX_MESSAGES,
     MAX_STOP,
     MAX_STOP_CHARS,
+    NULL,
     Identifier,
     MaxTokens,
     ModelName,
     ShortText,
     Text,
     TopP,
-    decode_body,
 )
 
 MAX_TOOLS = 512
@@ -82,7 +82,6 @@ Code with ``CLAUDE_CODE_MAX_OUTPUT_TOKENS`` below 1025 sends
 
 Effort = Literal["low", "medium", "high", "xhigh", "max"]
 
-_NULL = Raw(b"null")
 
 # --- field types (bounds live in the types; the rest as for OpenAI) ----------
 
@@ -110,7 +109,7 @@ class TextBlock(msgspec.Struct, tag_field="type", tag="text", forbid_unknown_fie
 
     text: Text
     cache_control: CacheControl | None = None
-    citations: Raw = _NULL
+    citations: Raw = NULL
 
 
 class ImageBlock(msgspec.Struct, tag_field="type", tag="image", forbid_unknown_fields=True, kw_only=True):
@@ -172,8 +171,8 @@ class ToolUseBlock(msgspec.Struct, tag_field="type", tag="tool_use", forbid_unkn
     name: ToolName
     input: dict[str, Any]
     cache_control: CacheControl | None = None
-    caller: Raw = _NULL
-    toolset_name: Raw = _NULL
+    caller: Raw = NULL
+    toolset_name: Raw = NULL
 
 
 class ToolReferenceBlock(
@@ -199,7 +198,7 @@ class ToolResultBlock(msgspec.Struct, tag_field="type", tag="tool_result", forbi
     content: Union[Text, Annotated[list[ToolResultContent], Blocks], None] = None
     is_error: bool | None = None
     cache_control: CacheControl | None = None
-    toolset_name: Raw = _NULL
+    toolset_name: Raw = NULL
 
 
 class ThinkingBlock(msgspec.Struct, tag_field="type", tag="thinking", forbid_unknown_fields=True, kw_only=True):
@@ -224,7 +223,7 @@ class CompactionBlock(msgspec.Struct, tag_field="type", tag="compaction", forbid
     content: Text | None = None
     encrypted_content: Text | None = None
     signature: Text | None = None
-    tool_changes: Raw = _NULL
+    tool_changes: Raw = NULL
     cache_control: CacheControl | None = None
 
 
@@ -238,7 +237,7 @@ _SERVER_BLOCKS = (
     "text_editor_code_execution_tool_result",
     "tool_search_tool_result",
 )
-_REFUSED_BLOCKS: dict[str, str] = {
+REFUSED_BLOCKS: dict[str, str] = {
     **{tag: "mlxd runs no server tools" for tag in _SERVER_BLOCKS},
     "mcp_tool_use": "MCP blocks without mcp_servers are not supported",
     "mcp_tool_result": "MCP blocks without mcp_servers are not supported",
@@ -251,7 +250,7 @@ _REFUSED_BLOCKS: dict[str, str] = {
 }
 """Block types recognised only to be refused, with the reason."""
 
-_REFUSED_TYPES = tuple(_recognised(tag) for tag in _REFUSED_BLOCKS if tag != "browser_state")
+_REFUSED_TYPES = tuple(_recognised(tag) for tag in REFUSED_BLOCKS if tag != "browser_state")
 
 ContentBlock = Union[
     TextBlock,
@@ -266,14 +265,6 @@ ContentBlock = Union[
     *_REFUSED_TYPES,  # type: ignore[misc]
 ]
 """Any block a message's content list may hold (the type decides)."""
-
-_USER_BLOCKS = (TextBlock, ImageBlock, DocumentBlock, SearchResultBlock, ToolResultBlock, CompactionBlock)
-_ASSISTANT_BLOCKS = (TextBlock, ToolUseBlock, ThinkingBlock, RedactedThinkingBlock, CompactionBlock)
-
-
-def _tag(block: Any) -> str:
-    """The ``type`` tag of a decoded block."""
-    return type(block).__struct_config__.tag
 
 
 class SystemOutputConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -361,7 +352,6 @@ class ThinkingDisabled(msgspec.Struct, tag_field="type", tag="disabled", forbid_
 
 ThinkingParam = Union[ThinkingEnabled, ThinkingAdaptive, ThinkingBetweenTools, ThinkingDisabled]
 """``thinking`` (its ``type`` decides)."""
-_REASONING_ON = (ThinkingEnabled, ThinkingAdaptive, ThinkingBetweenTools)
 
 
 class JsonOutputFormat(msgspec.Struct, tag_field="type", tag="json_schema", forbid_unknown_fields=True, kw_only=True):
@@ -523,7 +513,7 @@ class PromptFields(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     user_profile_id: ShortText | None = None
     workspace_id: ShortText | None = None
     billing_policy: BillingPolicy | None = None
-    compaction: Raw = _NULL
+    compaction: Raw = NULL
     mcp_servers: Annotated[list[Raw], Meta(max_length=64)] | None = None
 
 
@@ -548,7 +538,7 @@ class MessagesRequest(PromptFields, forbid_unknown_fields=True, kw_only=True):
     diagnostics: Diagnostics | None = None
     fallbacks: Union[Literal["default"], Annotated[list[dict[str, Any]], Meta(max_length=16)], None] = None
     fallback_credit_token: Union[ShortText, FallbackCreditToken, None] = None
-    thread: Raw = _NULL
+    thread: Raw = NULL
 
 
 class CountTokensRequest(PromptFields, forbid_unknown_fields=True, kw_only=True):
@@ -556,328 +546,3 @@ class CountTokensRequest(PromptFields, forbid_unknown_fields=True, kw_only=True)
 
     Produced only by :func:`decode_count_tokens_request`.
     """
-
-
-# --- decoding ------------------------------------------------------------------
-
-_messages_decoder = msgspec.json.Decoder(MessagesRequest)
-_count_decoder = msgspec.json.Decoder(CountTokensRequest)
-_encoder = msgspec.json.Encoder()
-
-_AT = re.compile(r"^(?P<msg>.*?) - at `\$(?P<path>[^`]*)`$", re.DOTALL)
-_FIELD = re.compile(r"^Object (?P<what>contains unknown|missing required) field `(?P<name>[^`]*)`$")
-
-
-def _join(base: str, name: str) -> str:
-    """Return ``base.name`` (``name`` when ``base`` is the root; ``base[i]``
-    for an index ``name`` that starts with ``[``)."""
-    if not base:
-        return name
-    return base + name if name.startswith("[") else f"{base}.{name}"
-
-
-def _invalid(param: str, problem: str) -> APIError:
-    """A 400 about ``param`` whose message starts with the field path."""
-    return bad_request(f"{param}: {problem}" if param else problem, param or None)
-
-
-def _validation_error(exc: msgspec.ValidationError, base: str = "") -> APIError:
-    """Translate a msgspec validation error into a 400 naming its field.
-
-    msgspec reports ``"<problem> - at `$.a[0].b`"``; the path, prefixed by
-    ``base``, becomes ``param``. Unknown and missing fields get Anthropic's
-    wording ("Extra inputs are not permitted", "Field required").
-    """
-    text = str(exc)
-    match = _AT.match(text)
-    problem, path = (match["msg"], match["path"]) if match else (text, "")
-    path = _join(base, path.lstrip(".")) if path else base
-    field = _FIELD.match(problem)
-    if field is not None:
-        param = _join(path, field["name"])
-        if field["what"] == "contains unknown":
-            return _invalid(param, "Extra inputs are not permitted")
-        return _invalid(param, "Field required")
-    if not path and problem.startswith("Expected `object`"):
-        return bad_request("The request body must be a JSON object")
-    return _invalid(path, problem)
-
-
-def _decode(decoder: msgspec.json.Decoder, data: bytes, base: str = "") -> Any:
-    """Decode ``data`` with ``decoder`` (see
-    :func:`~gateway.openai_schema.decode_body`), reporting invalid fields in
-    Anthropic's wording with ``base`` prefixing their paths.
-
-    Raises:
-        APIError: 400 for an empty body, malformed JSON, a non-object, or
-        invalid fields.
-    """
-    return decode_body(decoder, data, lambda exc: _validation_error(exc, base))
-
-
-def decode_messages_request(body: bytes) -> MessagesRequest:
-    """Decode and fully validate a ``POST /v1/messages`` body.
-
-    Raises:
-        APIError: 400 with ``param`` naming the first offending field.
-    """
-    req: MessagesRequest = _decode(_messages_decoder, body)
-    _check_prompt(req)
-    if not _is_null(req.compaction):
-        raise _not_supported("compaction", "server-side compaction (mlxd does not summarise conversations)")
-    if not _is_null(req.thread):
-        raise _not_supported("thread", "server-held conversation threads (mlxd keeps no conversation state)")
-    if req.output_format is not None and req.output_config is not None and req.output_config.format is not None:
-        raise _invalid("output_format", "give the format once, in output_config.format")
-    thinking = req.thinking
-    if isinstance(thinking, ThinkingEnabled) and isinstance(req.tool_choice, (ToolChoiceAny, ToolChoiceTool)):
-        raise _invalid(
-            "tool_choice",
-            f"tool_choice '{_tag(req.tool_choice)}' forces tool use, which cannot be combined with thinking "
-            "(use 'auto' or 'none')",
-        )
-    if isinstance(thinking, ThinkingEnabled) and thinking.budget_tokens >= req.max_tokens:
-        raise _invalid(
-            "thinking.budget_tokens",
-            f"must be less than max_tokens ({req.max_tokens}), got {thinking.budget_tokens}",
-        )
-    return req
-
-
-def decode_count_tokens_request(body: bytes) -> CountTokensRequest:
-    """Decode and fully validate a ``POST /v1/messages/count_tokens`` body
-    (``compaction`` is accepted and ignored there, as documented upstream).
-
-    Raises:
-        APIError: 400 with ``param`` naming the first offending field.
-    """
-    req: CountTokensRequest = _decode(_count_decoder, body)
-    _check_prompt(req)
-    return req
-
-
-# --- checks beyond what the types express ----------------------------------------
-
-
-def _not_supported(param: str, what: str) -> APIError:
-    """A 400 saying ``what`` is not supported."""
-    return _invalid(param, f"{what} is not supported")
-
-
-def _is_null(raw: Raw) -> bool:
-    """Whether ``raw`` is the JSON ``null``."""
-    return bytes(raw).strip() == b"null"
-
-
-def _check_prompt(req: PromptFields) -> None:
-    """Checks shared by both endpoints: system, tools, tool choice, messages,
-    context management, MCP servers.
-
-    Raises:
-        APIError: 400 naming the field.
-    """
-    if req.mcp_servers:
-        # answered by gateway.anthropic_mcp before decoding; never translated here
-        raise _not_supported("mcp_servers", "MCP servers outside the MCP tool loop")
-    toolset = tool_set(req)
-    _check_tool_choice(req.tool_choice, [tool.name for tool in toolset.tools], toolset.dropped_names)
-    _check_messages(req.messages)
-    for index, edit in enumerate(edits_of(req)):
-        if isinstance(edit, CompactEdit):
-            raise _not_supported(
-                f"context_management.edits[{index}].type",
-                "'compact_20260112' (server-side compaction: mlxd does not summarise conversations)",
-            )
-    if prefilled(req):
-        _check_prefill(req)
-
-
-def edits_of(req: PromptFields) -> list[Any]:
-    """The request's context-management edits (empty when none)."""
-    return list(req.context_management.edits or ()) if req.context_management else []
-
-
-def prefilled(req: PromptFields) -> bool:
-    """Whether the request ends with an assistant turn to continue."""
-    return req.messages[-1].role == "assistant"
-
-
-def reasoning_on(req: PromptFields) -> bool:
-    """Whether ``thinking`` turns reasoning on (enabled, adaptive,
-    between_tools)."""
-    return isinstance(req.thinking, _REASONING_ON)
-
-
-def _check_prefill(req: PromptFields) -> None:
-    """A final assistant turn must be text only, not end with whitespace,
-    and come without reasoning turned on or a forced tool choice.
-
-    Raises:
-        APIError: 400 naming the field.
-    """
-    last = len(req.messages) - 1
-    message = req.messages[last]
-    for number, block in enumerate(blocks_of(message)):
-        if not isinstance(block, TextBlock):
-            raise _not_supported(
-                f"messages[{last}].content[{number}].type",
-                f"'{_tag(block)}' blocks in a final (pre-filled) assistant turn",
-            )
-    text = message.content if isinstance(message.content, str) else text_of(message.content)  # type: ignore[arg-type]
-    if text != text.rstrip():
-        raise _invalid(f"messages[{last}].content", "final assistant content cannot end with trailing whitespace")
-    if isinstance(req.thinking, _REASONING_ON):
-        raise _invalid("thinking", "a final assistant turn (pre-filled response) cannot be used with thinking on")
-    if isinstance(req.tool_choice, (ToolChoiceAny, ToolChoiceTool)):
-        raise _not_supported("tool_choice", f"tool_choice '{_tag(req.tool_choice)}' with a pre-filled response")
-
-
-def tool_set(req: PromptFields) -> ToolSet:
-    """The request's tools sorted into offered and dropped
-    (:func:`gateway.anthropic_tools.offered_tools`).
-
-    Raises:
-        APIError: 400 for an unknown tool type or an invalid tool.
-    """
-    return offered_tools(list(req.tools or ()), _decode)
-
-
-def _check_tool_choice(choice: ToolChoiceParam | None, names: list[str], dropped: set[str]) -> None:
-    """``any`` and ``tool`` need tools; ``tool`` must name an offered one.
-
-    Raises:
-        APIError: 400 param ``tool_choice`` / ``tool_choice.name``.
-    """
-    if isinstance(choice, (ToolChoiceAny, ToolChoiceTool)) and not names:
-        raise _invalid("tool_choice", f"tool_choice type '{_tag(choice)}' requires 'tools' that mlxd can offer")
-    if isinstance(choice, ToolChoiceTool) and choice.name not in names:
-        if choice.name in dropped:
-            raise _invalid("tool_choice.name", f"'{choice.name}' is a server tool mlxd cannot run, so it was dropped")
-        raise _invalid("tool_choice.name", f"no tool named '{choice.name}' in 'tools'")
-
-
-def _check_messages(messages: list[MessageParam]) -> None:
-    """Roles, per-role fields and blocks, and tool-result ids.
-
-    Raises:
-        APIError: 400 naming e.g. ``messages[2].content[0].type``.
-    """
-    tool_use_ids: set[str] = set()
-    for index, message in enumerate(messages):
-        path = f"messages[{index}]"
-        if message.role not in ("user", "assistant", "system"):
-            raise _invalid(f"{path}.role", f"role must be 'user', 'assistant' or 'system', got '{message.role}'")
-        if message.role != "system":
-            for name in ("clear_at", "output_config"):
-                if getattr(message, name) is not None:
-                    raise _invalid(f"{path}.{name}", "Extra inputs are not permitted (only system turns have it)")
-            if message.content is None:
-                raise _invalid(f"{path}.content", "Field required")
-        elif message.content is None and message.output_config is None:
-            raise _invalid(f"{path}.content", "a system turn needs content or output_config")
-        for number, block in enumerate(blocks_of(message)):
-            _check_block(block, message.role, f"{path}.content[{number}]", tool_use_ids)
-
-
-def blocks_of(message: MessageParam) -> list[Any]:
-    """The message's blocks (none for string or absent content)."""
-    return message.content if isinstance(message.content, list) else []
-
-
-def _check_block(block: Any, role: str, path: str, tool_use_ids: set[str]) -> None:
-    """Check one block of a ``role`` turn; record tool_use ids, check tool
-    results against them.
-
-    Raises:
-        APIError: 400 for a refused block, a block the role may not send, an
-        unreadable document, or a tool result without its tool use.
-    """
-    tag = _tag(block)
-    if tag in _REFUSED_BLOCKS:
-        raise _not_supported(f"{path}.type", f"content block type '{tag}' ({_REFUSED_BLOCKS[tag]})")
-    if isinstance(block, ImageBlock):
-        raise no_vision(f"{path}.type")
-    allowed = {"user": _USER_BLOCKS, "assistant": _ASSISTANT_BLOCKS, "system": (TextBlock,)}[role]
-    if not isinstance(block, allowed):
-        raise _invalid(f"{path}.type", f"'{tag}' blocks are not allowed in {role} turns")
-    if isinstance(block, DocumentBlock):
-        _check_document(block, path)
-    elif isinstance(block, ToolUseBlock):
-        _check_tool_use(block, path)
-        tool_use_ids.add(block.id)
-    elif isinstance(block, ToolResultBlock):
-        _check_tool_result(block, path, tool_use_ids)
-    elif isinstance(block, CompactionBlock) and block.content is None:
-        raise _not_supported(f"{path}.content", "a compaction block without readable 'content'")
-
-
-def no_vision(param: str) -> APIError:
-    """The 400 for an image the model cannot see."""
-    return _invalid(param, "this model has no vision support, so 'image' blocks cannot be read")
-
-
-def _check_document(block: DocumentBlock, path: str) -> None:
-    """Only text documents can be read (no PDF, URL or file sources; no
-    images inside a content source).
-
-    Raises:
-        APIError: 400 naming the source.
-    """
-    source = block.source
-    if not isinstance(source, (PlainTextSource, ContentSource)):
-        raise _not_supported(
-            f"{path}.source.type",
-            f"document source type '{_tag(source)}' (only 'text' and 'content' documents can be read)",
-        )
-    if isinstance(source, ContentSource) and isinstance(source.content, list):
-        for number, item in enumerate(source.content):
-            if isinstance(item, ImageBlock):
-                raise no_vision(f"{path}.source.content[{number}].type")
-
-
-def _check_tool_use(block: ToolUseBlock, path: str) -> None:
-    """Accept only a direct ``caller`` and no ``toolset_name``.
-
-    Raises:
-        APIError: 400 naming the field.
-    """
-    if not _is_null(block.caller) and msgspec.json.decode(block.caller) != {"type": "direct"}:
-        raise _not_supported(f"{path}.caller", "a tool_use 'caller' other than direct (mlxd runs no code execution)")
-    if not _is_null(block.toolset_name):
-        raise _not_supported(f"{path}.toolset_name", "toolsets (MCP)")
-
-
-def _check_tool_result(block: ToolResultBlock, path: str, tool_use_ids: set[str]) -> None:
-    """The result must answer an earlier tool use; its content blocks must
-    be readable (images are handled at translation).
-
-    Raises:
-        APIError: 400 naming ``tool_use_id`` or the offending content block.
-    """
-    if block.tool_use_id not in tool_use_ids:
-        raise _invalid(
-            f"{path}.tool_use_id",
-            f"no tool_use block with id '{block.tool_use_id}' in an earlier assistant turn",
-        )
-    if not _is_null(block.toolset_name):
-        raise _not_supported(f"{path}.toolset_name", "toolsets (MCP)")
-    if isinstance(block.content, list):
-        for number, item in enumerate(block.content):
-            item_path = f"{path}.content[{number}]"
-            tag = _tag(item)
-            if tag in _REFUSED_BLOCKS:
-                raise _not_supported(f"{item_path}.type", f"content block type '{tag}' ({_REFUSED_BLOCKS[tag]})")
-            if isinstance(item, DocumentBlock):
-                _check_document(item, item_path)
-
-
-# --- shared with the translation -----------------------------------------------
-
-
-def text_of(content: str | list[TextBlock] | None) -> str:
-    """Text content as one string (text blocks concatenated)."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    return "".join(block.text for block in content)

@@ -33,7 +33,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from gateway.errors import APIError, bad_request
+from gateway.validation import decode_body, field_error
 from shared.protocol import Tool
 
 ToolName = Annotated[str, Meta(pattern=r"^[a-zA-Z0-9_-]{1,128}$")]
@@ -208,11 +208,10 @@ def _described(description: str, examples: list[dict[str, Any]] | None) -> str:
     return f"{description}\n\nExample inputs:\n{lines}".strip()
 
 
-def offered_tools(raw_tools: list[msgspec.Raw], decode: Any) -> ToolSet:
-    """Sort the request's ``tools`` (see the module docstring).
-
-    ``decode(decoder, data, path)`` decodes one tool, reporting errors with
-    the tool's path (the schema module's decoder).
+def offered_tools(raw_tools: list[msgspec.Raw]) -> ToolSet:
+    """Sort the request's ``tools`` (see the module docstring); each tool
+    is decoded on its own, its errors in Anthropic's wording with the
+    tool's path (``tools[i]...``).
 
     Raises:
         APIError: 400 for an unknown tool type, an invalid tool, a custom
@@ -223,42 +222,37 @@ def offered_tools(raw_tools: list[msgspec.Raw], decode: Any) -> ToolSet:
     for index, raw in enumerate(raw_tools):
         path = f"tools[{index}]"
         data = bytes(raw)
-        kind = decode(_kind_decoder, data, path)
+        kind = decode_body(_kind_decoder, data, "anthropic", path)
         if kind.type in DROPPED_TOOL_TYPES:
             result.dropped.append(kind.type)
             if isinstance(kind.name, str):
                 result.dropped_names.add(kind.name)
             continue
-        tool = _offered(kind.type, data, path, decode)
+        tool = _offered(kind.type, data, path)
         if tool.name in seen:
-            raise _invalid(f"{path}.name", f"tool name '{tool.name}' is used more than once")
+            raise field_error(f"{path}.name", f"tool name '{tool.name}' is used more than once")
         seen.add(tool.name)
         result.tools.append(tool)
     return result
 
 
-def _offered(kind: Any, data: bytes, path: str, decode: Any) -> Tool:
+def _offered(kind: Any, data: bytes, path: str) -> Tool:
     """One tool mlxd offers: a custom tool or an Anthropic-defined client tool.
 
     Raises:
         APIError: 400 as :func:`offered_tools`.
     """
     if kind in (None, "custom"):
-        custom: CustomTool = decode(_custom_decoder, data, path)
+        custom: CustomTool = decode_body(_custom_decoder, data, "anthropic", path)
         if custom.input_schema.get("type") != "object":
-            raise _invalid(f"{path}.input_schema.type", "must be 'object'")
+            raise field_error(f"{path}.input_schema.type", "must be 'object'")
         description = _described(custom.description or "", custom.input_examples)
         return Tool(name=custom.name, description=description, parameters=custom.input_schema)
     if kind in CLIENT_TOOL_SCHEMAS:
         name, description, schema = CLIENT_TOOL_SCHEMAS[kind]
-        client: ClientTool = decode(_client_decoder, data, path)
+        client: ClientTool = decode_body(_client_decoder, data, "anthropic", path)
         if client.name != name:
-            raise _invalid(f"{path}.name", f"a '{kind}' tool must be named '{name}', got '{client.name}'")
+            raise field_error(f"{path}.name", f"a '{kind}' tool must be named '{name}', got '{client.name}'")
         return Tool(name=name, description=_described(description, client.input_examples), parameters=schema)
     shown = kind if isinstance(kind, str) else _encoder.encode(kind).decode()
-    raise _invalid(f"{path}.type", f"unknown tool type '{shown}'")
-
-
-def _invalid(param: str, problem: str) -> APIError:
-    """A 400 about ``param`` whose message starts with the field path."""
-    return bad_request(f"{param}: {problem}", param)
+    raise field_error(f"{path}.type", f"unknown tool type '{shown}'")

@@ -8,7 +8,7 @@ turns with their reasoning and tool calls; readable blocks (documents,
 search results, tool references, compaction summaries) become text, an image
 in a tool result :data:`IMAGE_PLACEHOLDER` (or a 400, per
 ``server.tool_result_images``), redacted thinking is left out. The rest:
-sampling, tools (:func:`gateway.anthropic_schema.tool_set`), reasoning on or
+sampling, tools (:func:`gateway.anthropic_checks.tool_set`), reasoning on or
 off with a budget (``budget_tokens``, or the effort's share of
 ``max_tokens``: :data:`EFFORT_BUDGET_SHARE`), a JSON-schema response format
 from ``output_config.format``, and the context-management edits
@@ -21,6 +21,7 @@ from typing import Any
 
 import msgspec
 
+from gateway.anthropic_checks import blocks_of, edits_of, no_vision, prefilled, reasoning_on, text_of, tool_set
 from gateway.anthropic_context import (
     DEFAULT_KEPT_THINKING_TURNS,
     DEFAULT_KEPT_TOOL_USES,
@@ -54,13 +55,6 @@ from gateway.anthropic_schema import (
     ToolResultBlock,
     ToolUseBlock,
     ToolUsesTrigger,
-    blocks_of,
-    edits_of,
-    no_vision,
-    prefilled,
-    reasoning_on,
-    text_of,
-    tool_set,
 )
 from shared.protocol import ChatMessage, GenerateRequest, ResponseFormat, SamplingParams, ToolCall, ToolChoice
 

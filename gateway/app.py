@@ -3,7 +3,7 @@
 Routes, middleware (from the outside in: Host check, CORS when configured,
 API keys, body cap) and error handlers
 that answer every failure in the shape of the route's protocol (see
-:mod:`gateway.error_responses`: Anthropic's under ``/v1/messages``,
+:mod:`gateway.error_shapes`: Anthropic's under ``/v1/messages``,
 Ollama's under ``/api/`` and at ``/``, else OpenAI's). The worker pool is
 started in the app's lifespan and stopped (workers asked to exit, then
 killed) when the server shuts down.
@@ -23,7 +23,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gateway import anthropic_routes, embeddings_routes, mcp_routes, ollama_routes, openai_routes, responses_routes
-from gateway.error_responses import error_response_for
+from gateway.error_shapes import error_response_for
 from gateway.errors import APIError
 from gateway.mcp_client import McpHub
 from gateway.metrics import Metrics

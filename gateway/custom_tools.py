@@ -10,7 +10,7 @@ model makes is turned back into the tool's input with :func:`custom_input`,
 and an earlier call in the history into arguments with
 :func:`custom_arguments`. Used by the Responses API
 (:mod:`gateway.responses_tools`) and chat completions
-(:mod:`gateway.openai_schema`).
+(:mod:`gateway.openai_translate`).
 """
 
 from __future__ import annotations

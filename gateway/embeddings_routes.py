@@ -29,8 +29,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.embeddings_schema import EmbeddingRequest, decode_embedding_request, to_embed_request
-from gateway.errors import APIError
-from gateway.openai_routes import error_response, output_error
+from gateway.error_shapes import openai_error_response
+from gateway.errors import APIError, worker_error
 from gateway.request_flow import JSON_MEDIA_TYPE, engine_of, respond_after_first_output
 from shared.protocol import RequestOutput
 
@@ -75,7 +75,7 @@ async def create_embeddings(request: Request) -> Response:
         embed = to_embed_request(body, f"embd-{uuid.uuid4().hex}")
         stream = await engine.submit(model, embed)
     except APIError as err:
-        return error_response(err)
+        return openai_error_response(err)
 
     async def collect(first: RequestOutput) -> tuple[RequestOutput]:
         return (first,)  # its one output (a bare RequestOutput would mean "ended early")
@@ -84,7 +84,7 @@ async def create_embeddings(request: Request) -> Response:
         request,
         stream,
         embed.request_id,
-        refuse=lambda output: error_response(output_error(output, "input")),
+        refuse=lambda output: openai_error_response(worker_error(output, "input")),
         streamed=None,
         collect=collect,
         answer=lambda result: _answer(body, model, result[0]),
@@ -96,7 +96,9 @@ def _answer(body: EmbeddingRequest, model: str, output: RequestOutput) -> Respon
     count = len(body.input) if isinstance(body.input, list) and not isinstance(body.input[0], int) else 1
     rows = embedding_rows(output, count)
     if rows is None:
-        return error_response(APIError(500, "The model worker returned malformed embeddings", code="internal_error"))
+        return openai_error_response(
+            APIError(500, "The model worker returned malformed embeddings", code="internal_error")
+        )
     return Response(
         embeddings_body(rows, body.encoding_format, model, output.prompt_tokens), media_type=JSON_MEDIA_TYPE
     )

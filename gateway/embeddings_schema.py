@@ -1,7 +1,7 @@
 """Request body of ``POST /v1/embeddings`` (OpenAI's embeddings API).
 
 Decoding is strict, as for the other OpenAI bodies
-(:func:`gateway.openai_schema.decode_body`): unknown fields are refused by
+(:func:`gateway.validation.decode_body`): unknown fields are refused by
 name, nothing is coerced. Fields:
 
 - ``model`` (required): a configured embedding model or alias.
@@ -33,7 +33,7 @@ import msgspec
 from msgspec import Meta
 
 from gateway.errors import bad_request
-from gateway.openai_schema import MAX_TEXT_CHARS, MAX_TOKEN_ID, ModelName, ShortText, decode_body
+from gateway.validation import MAX_TEXT_CHARS, MAX_TOKEN_ID, ModelName, ShortText, decode_body
 from shared.protocol import EmbedRequest
 
 MAX_INPUTS = 65536

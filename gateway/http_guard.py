@@ -5,7 +5,7 @@ uvicorn as its ``http`` protocol: a request head must arrive complete
 within ``server.header_timeout`` seconds (slowloris: 408, or a close), and
 may be at most :data:`MAX_HEAD_BYTES` long (431). Its own error answers
 are JSON in the protocol shape of the requested path
-(:func:`gateway.error_responses.error_response_for`).
+(:func:`gateway.error_shapes.error_response_for`).
 
 Runs on the main thread's event loop, one protocol object per connection;
 the header timer is an event-loop timer.
@@ -19,7 +19,7 @@ from typing import Any
 import h11
 from uvicorn.protocols.http.h11_impl import STATUS_PHRASES, H11Protocol
 
-from gateway.error_responses import error_response_for
+from gateway.error_shapes import error_response_for
 from gateway.errors import APIError
 
 MAX_HEAD_BYTES = 64 * 1024

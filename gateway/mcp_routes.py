@@ -25,9 +25,9 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from gateway.error_shapes import openai_error_response
 from gateway.errors import APIError
 from gateway.mcp_client import McpHub, audit
-from gateway.openai_routes import error_response
 
 _STATUS = {"invalid_arguments": 400, "unknown_tool": 400, "unavailable": 502, "protocol_error": 502, "timeout": 504}
 
@@ -77,14 +77,14 @@ async def execute(request: Request) -> Response:
     try:
         body = msgspec.json.decode(await request.body(), type=ExecuteRequest)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        return error_response(APIError(400, f"Invalid request body: {exc}", code="invalid_request_error"))
+        return openai_error_response(APIError(400, f"Invalid request body: {exc}", code="invalid_request_error"))
     outcome = await hub_of(request).call(body.server, body.tool, body.arguments, origin="execute")
     if outcome.outcome in _STATUS:
         status = _STATUS[outcome.outcome]
         param = "arguments" if outcome.outcome == "invalid_arguments" else None
         if outcome.outcome == "protocol_error" and outcome.code == INVALID_PARAMS:
             status = 400
-        return error_response(APIError(status, outcome.text, param=param, code=outcome.outcome))
+        return openai_error_response(APIError(status, outcome.text, param=param, code=outcome.outcome))
     return JSONResponse(
         {
             "object": "mcp.tool_result",

@@ -18,6 +18,7 @@ from starlette.datastructures import Headers
 from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
 
+from gateway.error_shapes import error_response_for
 from gateway.errors import APIError
 
 Scope = dict[str, Any]
@@ -39,8 +40,6 @@ async def send_error(scope: Scope, receive: Receive, send: Send, err: APIError) 
     """Send ``err`` as a complete JSON response in the protocol of the
     requested route (Anthropic's under ``/v1/messages``, Ollama's under
     ``/api/`` and at ``/``, else OpenAI's)."""
-    from gateway.error_responses import error_response_for
-
     response = error_response_for(scope.get("path", ""), err)
     if err.status == 401:
         response.headers["www-authenticate"] = "Bearer"
@@ -147,8 +146,6 @@ class ProtocolCORSMiddleware(CORSMiddleware):
 def _refused_preflight(path: str, refusal: Response) -> Response:
     """Starlette's plain-text preflight refusal as a protocol-shaped 400
     with the same CORS headers."""
-    from gateway.error_responses import error_response_for
-
     message = bytes(refusal.body).decode()
     response = error_response_for(path, APIError(400, message, code="cors_refused"))
     for name, value in refusal.headers.items():

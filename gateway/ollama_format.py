@@ -55,11 +55,6 @@ def encode(obj: Any) -> bytes:
     return _encoder.encode(obj)
 
 
-def error_body(message: str) -> dict[str, str]:
-    """Ollama's error object."""
-    return {"error": message}
-
-
 def timestamp(seconds: float | None = None) -> str:
     """``seconds`` (default now) as Ollama's RFC 3339 UTC time with
     microseconds and ``Z``."""

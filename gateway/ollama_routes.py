@@ -1,7 +1,7 @@
 """Starlette endpoints of the Ollama-compatible API (``/api/...`` and ``/``).
 
 ``POST /api/chat`` and ``POST /api/generate`` decode and check their body
-(:mod:`gateway.ollama_schema`), resolve the model and submit one
+(:mod:`gateway.ollama_translate`), resolve the model and submit one
 :class:`~shared.protocol.GenerateRequest` through the
 :class:`~gateway.engine_api.Engine` with the request's ``keep_alive``
 (which sets the worker's idle timer, see
@@ -42,7 +42,8 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from gateway.embeddings_routes import embedding_rows, floats_of
 from gateway.engine_api import Engine, ModelInfo, RequestStream
-from gateway.errors import APIError, bad_request
+from gateway.error_shapes import ollama_error_body, ollama_error_response
+from gateway.errors import APIError, bad_request, worker_error
 from gateway.model_paths import cached_snapshot, local_path, source_bytes
 from gateway.ollama_format import (
     NDJSON_MEDIA_TYPE,
@@ -51,7 +52,6 @@ from gateway.ollama_format import (
     ReplyBuilder,
     Timing,
     encode,
-    error_body,
     expiry,
     line,
     load_reply,
@@ -65,6 +65,8 @@ from gateway.ollama_schema import (
     OllamaEmbedRequest,
     OllamaGenerateRequest,
     OllamaShowRequest,
+)
+from gateway.ollama_translate import (
     chat_request,
     check_generate,
     decode,
@@ -74,7 +76,6 @@ from gateway.ollama_schema import (
     keep_alive_seconds,
     show_model_name,
 )
-from gateway.openai_routes import output_error
 from gateway.request_flow import (
     JSON_MEDIA_TYPE,
     engine_of,
@@ -89,12 +90,6 @@ log = logging.getLogger("mlxd.gateway.ollama")
 RUNNING = "Ollama is running"
 """The body of ``GET /``: what Ollama clients look for when they probe a
 server."""
-
-
-def ollama_error_response(err: APIError) -> JSONResponse:
-    """``err`` in Ollama's shape: ``{"error": message}`` with its status
-    (and ``Retry-After`` when set)."""
-    return JSONResponse(error_body(err.message), status_code=err.status, headers=err.headers())
 
 
 def _resolve(engine: Engine, name: str) -> str:
@@ -146,7 +141,7 @@ async def _generation(request: Request, kind: Kind) -> Response:
         request,
         job.stream,
         job.request_id,
-        refuse=lambda output: ollama_error_response(output_error(output, job.prompt_param)),
+        refuse=lambda output: ollama_error_response(worker_error(output, job.prompt_param)),
         streamed=(lambda first: _lines(job, first)) if job.streaming else None,
         collect=lambda first: _collect(job, first),
         answer=lambda builder: Response(encode(builder.final), media_type=JSON_MEDIA_TYPE),
@@ -251,7 +246,7 @@ async def _lines(job: _Job, first: RequestOutput) -> AsyncIterator[bytes]:
     try:
         async for batch in _objects(job, first):
             if isinstance(batch, RequestOutput):
-                yield line(error_body(output_error(batch, job.prompt_param).message))
+                yield line(ollama_error_body(worker_error(batch, job.prompt_param).message))
                 return
             yield b"".join(line(obj) for obj in batch)
     finally:
@@ -319,7 +314,7 @@ async def _embedding(request: Request, kind: type) -> Response:
         request,
         stream,
         work.request_id,
-        refuse=lambda output: ollama_error_response(output_error(output, "input")),
+        refuse=lambda output: ollama_error_response(worker_error(output, "input")),
         streamed=None,
         collect=collect,
         answer=answer,

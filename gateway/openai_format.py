@@ -580,16 +580,6 @@ def model_list_body(infos: Iterable[ModelInfo]) -> bytes:
     return encode(ModelList(data=[model_card(info) for info in infos]))
 
 
-def error_frame(message: str, code: str | None, param: str | None = None) -> bytes:
-    """Return an SSE frame carrying an OpenAI mid-stream error.
-
-    The payload is ``{"error": {"message", "type": "server_error", "param",
-    "code"}}``; the OpenAI SDKs raise ``APIError`` when they read it.
-    """
-    body = {"error": {"message": message, "type": "server_error", "param": param, "code": code}}
-    return DATA_PREFIX + encode(body) + FRAME_END
-
-
 # --- stream chunks -----------------------------------------------------------------
 
 

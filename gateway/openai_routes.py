@@ -34,26 +34,24 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable, Union
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from gateway import openai_format as fmt
 from gateway import sse
 from gateway.dropped_tools import dropped_headers
 from gateway.engine_api import RequestStream
-from gateway.errors import APIError, model_not_found
-from gateway.openai_schema import (
-    ChatCompletionRequest,
-    CompletionRequest,
+from gateway.error_shapes import openai_error_frame, openai_error_response
+from gateway.errors import APIError, model_not_found, stream_error_code, worker_error
+from gateway.openai_checks import (
     check_limits,
-    custom_tool_names,
     decode_chat_request,
     decode_completion_request,
     dropped_tools,
     echoed_prompt,
-    include_usage,
-    legacy_functions,
-    to_generate_request,
 )
+from gateway.openai_schema import ChatCompletionRequest, CompletionRequest
+from gateway.openai_tool_checks import custom_tool_names, legacy_functions
+from gateway.openai_translate import include_usage, to_generate_request
 from gateway.request_flow import (
     JSON_MEDIA_TYPE,
     engine_of,
@@ -69,60 +67,6 @@ ChunkStream = Union[fmt.ChatChunkStream, fmt.CompletionChunkStream]
 
 OpenAIRequest = Union[ChatCompletionRequest, CompletionRequest]
 """Either endpoint's decoded request."""
-
-
-OVERLOADED_RETRY_AFTER = 1
-"""``Retry-After`` (seconds) of an ``overloaded`` error that set none."""
-
-
-def error_response(err: APIError) -> JSONResponse:
-    """Return the OpenAI-shaped JSON response for ``err`` (its status, body
-    ``{"error": {...}}`` and ``Retry-After`` when set). An ``overloaded``
-    error always carries ``Retry-After`` so clients back off and retry."""
-    headers = err.headers()
-    if err.code == "overloaded":
-        headers.setdefault("Retry-After", str(OVERLOADED_RETRY_AFTER))
-    return JSONResponse(err.openai_body(), status_code=err.status, headers=headers)
-
-
-# --- worker errors -------------------------------------------------------------
-
-# error_kind -> (status, code, retry_after, default message)
-_KINDS: dict[str, tuple[int, str | None, int | None, str]] = {
-    "invalid_request": (400, None, None, "The model worker rejected the request"),
-    "context_length_exceeded": (
-        400,
-        "context_length_exceeded",
-        None,
-        "The request exceeds the model's context length",
-    ),
-    "overloaded": (503, "overloaded", 1, "The model is overloaded; retry shortly"),
-    "unavailable": (503, "model_unavailable", 1, "The model is unavailable; retry shortly"),
-    "internal": (500, "internal_error", None, "The model worker failed while generating"),
-    "timeout": (504, "timeout", None, "The request ran past its deadline and was stopped"),
-}
-
-
-def output_error(output: RequestOutput, prompt_param: str, params: dict[str, str] | None = None) -> APIError:
-    """Return the client error for a terminal ``"error"`` or ``"abort"`` output.
-
-    ``error_kind`` picks the status (invalid_request/context_length_exceeded
-    400, overloaded/unavailable 503 with ``Retry-After: 1``, internal 500,
-    timeout 504 with code ``timeout``; an unknown kind is treated as
-    internal). ``param`` is the worker's ``error_param`` in this endpoint's
-    terms: ``prompt`` becomes ``prompt_param`` (``messages``, ``prompt`` or
-    ``input``), other names go through ``params`` (e.g. ``response_format``
-    -> ``text.format``) or stay as they are. An abort is a 503.
-    """
-    if output.finish_reason == "abort":
-        return APIError(503, "The request was aborted before it finished", code="aborted", retry_after=1)
-    status, code, retry_after, default = _KINDS.get(output.error_kind or "internal", _KINDS["internal"])
-    field = output.error_param
-    if output.error_kind == "context_length_exceeded" or field == "prompt":
-        param: str | None = prompt_param
-    else:
-        param = (params or {}).get(field, field) if field else None
-    return APIError(status, output.error or default, param=param, code=code, retry_after=retry_after)
 
 
 class _Progress:
@@ -323,12 +267,12 @@ async def _generate(request: Request, endpoint: _Endpoint) -> Response:
     try:
         job = await _submit(request, endpoint)
     except APIError as err:
-        return error_response(err)
+        return openai_error_response(err)
     return await respond_after_first_output(
         request,
         job.stream,
         job.request_id,
-        refuse=lambda output: error_response(output_error(output, endpoint.prompt_param)),
+        refuse=lambda output: openai_error_response(worker_error(output, endpoint.prompt_param)),
         streamed=(lambda first: _events(job, job.endpoint.chunks(job), first)) if job.request.stream else None,
         collect=lambda first: _collect(job, first),
         answer=lambda collector: _answer(job, collector),
@@ -454,10 +398,9 @@ async def _events(job: _Job, chunks: ChunkStream, first: RequestOutput) -> Async
 def _error_frames(job: _Job, chunks: ChunkStream, last: RequestOutput) -> bytes:
     """Frames for an ``error``/``abort`` output: whatever it still carries
     (text, reasoning, tool-call pieces), then the error frame."""
-    err = output_error(last, job.endpoint.prompt_param)
-    code = err.code or last.error_kind or "internal_error"
+    err = worker_error(last, job.endpoint.prompt_param)
     deltas = chunks.deltas(last) if 0 <= last.index < job.n else b""
-    return deltas + fmt.error_frame(err.message, code)
+    return deltas + openai_error_frame(err.message, stream_error_code(err, last))
 
 
 # --- models ---------------------------------------------------------------------------
@@ -479,5 +422,5 @@ async def retrieve_model(request: Request) -> Response:
         if info is None:
             raise model_not_found(name)
     except APIError as err:
-        return error_response(err)
+        return openai_error_response(err)
     return Response(fmt.model_body(info), media_type=JSON_MEDIA_TYPE)

@@ -28,7 +28,7 @@ The non-streamed path feeds the same builder and answers the final
 response object, so both paths produce identical output.
 
 Every response object echoes the request's settings
-(:class:`ResponseSettings`, built by :mod:`gateway.responses_schema`) with
+(:class:`ResponseSettings`, built by :mod:`gateway.responses_translate`) with
 null/defaults where unset. Nothing is stored: ``store`` is always false.
 """
 
@@ -103,7 +103,7 @@ class ResponseSettings(msgspec.Struct, kw_only=True):
 
     Defaults are what mlxd applies when the request left a field unset
     (``temperature`` and ``top_p`` 1 for a model without sampling defaults,
-    see :func:`gateway.responses_schema.response_settings`; no penalties,
+    see :func:`gateway.responses_translate.response_settings`; no penalties,
     ``tool_choice`` ``auto`` with tools else ``none``, parallel tool calls
     allowed, plain text, no truncation). ``tools`` and an object
     ``tool_choice`` are echoed as sent (dropped tools left out);

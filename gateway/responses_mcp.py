@@ -46,13 +46,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway import sse
-from gateway.errors import APIError, bad_request
+from gateway.error_shapes import openai_error_response
+from gateway.errors import APIError, bad_request, worker_error
 from gateway.mcp_client import CallOutcome, McpHub, McpTool
-from gateway.openai_routes import error_response, output_error
 from gateway.request_flow import JSON_MEDIA_TYPE, engine_of, next_output, respond_after_first_output
+from gateway.responses_checks import decode_responses_request
 from gateway.responses_format import new_id
 from gateway.responses_routes import PARAMS, PROMPT_PARAM, _Job, _Run, submit_decoded
-from gateway.responses_schema import decode_responses_request
 from shared.protocol import RequestOutput
 
 _MCP_FIELDS = {
@@ -627,7 +627,7 @@ async def create_mcp_response(request: Request, raw: bytes) -> Response:
         request,
         job.stream,
         loop._id,
-        refuse=lambda output: error_response(output_error(output, PROMPT_PARAM, PARAMS)),
+        refuse=lambda output: openai_error_response(worker_error(output, PROMPT_PARAM, PARAMS)),
         streamed=streamed if data.get("stream") else None,
         collect=collect,
         answer=lambda final: Response(msgspec.json.encode(final), media_type=JSON_MEDIA_TYPE, headers=headers),

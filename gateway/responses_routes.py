@@ -12,7 +12,7 @@ validate, resolve the model, submit one choice, then await the first output
 *before* any header is sent, so a refused request (e.g. an input longer
 than the context: 400 ``context_length_exceeded`` naming ``input``) gets a
 proper status even when ``stream`` is true. Errors use the OpenAI error
-shape and the statuses of :func:`gateway.openai_routes.output_error`.
+shape and the statuses of :func:`gateway.errors.worker_error`.
 
 Without ``stream`` the outputs are collected into one ``response`` object
 (status ``completed``, or ``incomplete`` when the token limit was hit); an
@@ -38,15 +38,16 @@ from starlette.responses import Response
 
 from gateway.dropped_tools import dropped_headers
 from gateway.engine_api import Engine, RequestStream
-from gateway.errors import APIError
+from gateway.error_shapes import openai_error_response
+from gateway.errors import APIError, stream_error_code, worker_error
 from gateway.openai_format import UsageTally
-from gateway.openai_routes import error_response, output_error
 from gateway.request_flow import (
     JSON_MEDIA_TYPE,
     engine_of,
     next_output,
     respond_after_first_output,
 )
+from gateway.responses_checks import decode_responses_request
 from gateway.responses_format import (
     Event,
     FinishReason,
@@ -56,14 +57,8 @@ from gateway.responses_format import (
     frames,
     new_id,
 )
-from gateway.responses_schema import (
-    ResponsesRequest,
-    decode_responses_request,
-    dropped_tools,
-    output_options,
-    response_settings,
-    to_generate_request,
-)
+from gateway.responses_schema import ResponsesRequest
+from gateway.responses_translate import dropped_tools, output_options, response_settings, to_generate_request
 from shared.protocol import RequestOutput
 
 log = logging.getLogger("mlxd.gateway.responses")
@@ -73,7 +68,7 @@ PROMPT_PARAM = "input"
 
 PARAMS = {"response_format": "text.format"}
 """Worker field names that this endpoint spells differently (see
-:func:`gateway.openai_routes.output_error`)."""
+:func:`gateway.errors.worker_error`)."""
 
 
 @dataclass(frozen=True)
@@ -100,12 +95,12 @@ async def create_response(request: Request) -> Response:
             return await responses_mcp.create_mcp_response(request, body)
         job = await _submit(request, body)
     except APIError as err:
-        return error_response(err)
+        return openai_error_response(err)
     return await respond_after_first_output(
         request,
         job.stream,
         job.request_id,
-        refuse=lambda output: error_response(output_error(output, PROMPT_PARAM, PARAMS)),
+        refuse=lambda output: openai_error_response(worker_error(output, PROMPT_PARAM, PARAMS)),
         streamed=(lambda first: _stream_frames(job, first)) if job.request.stream else None,
         collect=lambda first: _collect(job, first),
         answer=lambda builder: Response(encode(builder.final), media_type=JSON_MEDIA_TYPE, headers=job.headers),
@@ -180,11 +175,12 @@ class _Run:
         """The events ending the response with the error of ``last`` (after
         any content ``last`` still carries)."""
         self.failed = last
-        err = output_error(last, PROMPT_PARAM, PARAMS)
+        err = worker_error(last, PROMPT_PARAM, PARAMS)
         builder = self._job.builder
         events = builder.add(last) if last.index == 0 else []
-        code = err.code or last.error_kind or "internal_error"
-        return events + builder.fail(err.message, code, err.param, err.status, self._tally.usage())
+        return events + builder.fail(
+            err.message, stream_error_code(err, last), err.param, err.status, self._tally.usage()
+        )
 
 
 # --- non-streaming ------------------------------------------------------------------------

@@ -43,7 +43,7 @@ from msgspec import UNSET, UnsetType
 
 from gateway.custom_tools import custom_tool
 from gateway.errors import bad_request
-from gateway.openai_schema import JSONObject, ShortText, Text, ToolName
+from gateway.validation import JSONObject, ShortText, Text, ToolName
 from shared.protocol import Tool
 
 MAX_NAMESPACE_TOOLS = 128

@@ -56,28 +56,6 @@ def test_usage_splits_cached_prompt_tokens():
     assert tally.usage() == fmt.Usage(input_tokens=6, output_tokens=3, cache_read_input_tokens=4)
 
 
-@pytest.mark.parametrize(
-    "status, mapped, error_type",
-    [
-        (503, 529, "overloaded_error"),
-        (418, 418, "invalid_request_error"),
-        (502, 502, "api_error"),
-        (413, 413, "request_too_large"),
-    ],
-)
-def test_status_and_type_mapping(status, mapped, error_type):
-    assert fmt.anthropic_status(status) == mapped
-    assert fmt.error_type(mapped) == error_type
-
-
-def test_output_error_kinds():
-    unknown = fmt.output_error(out(finish="error", error="x", error_kind=None))
-    assert (unknown.status, unknown.message, unknown.retry_after) == (500, "x", None)
-    overloaded = fmt.output_error(out(finish="error", error_kind="overloaded"))
-    assert (overloaded.status, overloaded.retry_after) == (529, 1)
-    assert fmt.output_error(out(finish="abort")).status == 529
-
-
 def test_tool_input():
     assert fmt.tool_input("") == {} and fmt.tool_input(' {"a": [1]} ') == {"a": [1]}
     for bad in ("[1]", "{", '"x"'):
@@ -149,11 +127,3 @@ def test_stream_late_piece_goes_to_its_own_block(caplog):
 def test_error_frame_shape():
     ((event, data),) = frames(fmt.MessageEventStream("msg_1", "m").error(APIError(503, "busy")))
     assert event == "error" and data == {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}
-
-
-def test_error_body():
-    assert json.loads(fmt.error_body(404, "gone", "req_1")) == {
-        "type": "error",
-        "error": {"type": "not_found_error", "message": "gone"},
-        "request_id": "req_1",
-    }

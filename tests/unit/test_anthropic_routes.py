@@ -16,7 +16,8 @@ import anthropic
 import pytest
 from starlette.routing import Route
 
-from gateway.anthropic_routes import anthropic_error_response, count_tokens, messages
+from gateway.anthropic_routes import count_tokens, messages
+from gateway.error_shapes import anthropic_error_response
 from gateway.errors import APIError, unavailable
 from tests.unit.support import HELLO, Client, Gateway, ScriptedEngine, call, out, sse_events
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gateway.anthropic_schema import decode_count_tokens_request, decode_messages_request
+from gateway.anthropic_checks import decode_count_tokens_request, decode_messages_request
 from gateway.anthropic_translate import IMAGE_PLACEHOLDER, TOOL_ERROR_PREFIX, to_count_request, to_generate_request
 from gateway.errors import APIError
 from shared.protocol import ChatMessage, SamplingParams, Tool, ToolCall

@@ -9,8 +9,8 @@ import json
 
 import pytest
 
+from gateway.anthropic_checks import decode_count_tokens_request, decode_messages_request, tool_set
 from gateway.anthropic_context import CLEARED_RESULT, ClearToolUses, apply_edits
-from gateway.anthropic_schema import decode_count_tokens_request, decode_messages_request, tool_set
 from gateway.anthropic_tools import CLIENT_TOOL_SCHEMAS
 from gateway.anthropic_translate import (
     context_edits,

@@ -1,4 +1,4 @@
-"""Ollama request decoding and translation (:mod:`gateway.ollama_schema`)
+"""Ollama request decoding and translation (:mod:`gateway.ollama_translate`)
 and reply building (:mod:`gateway.ollama_format`), without a worker."""
 
 from __future__ import annotations
@@ -9,15 +9,8 @@ import pytest
 
 from gateway.errors import APIError
 from gateway.ollama_format import ReplyBuilder, Timing, expiry, line
-from gateway.ollama_schema import (
-    OllamaChatRequest,
-    OllamaGenerateRequest,
-    chat_request,
-    check_generate,
-    decode,
-    generate_request,
-    keep_alive_seconds,
-)
+from gateway.ollama_schema import OllamaChatRequest, OllamaGenerateRequest
+from gateway.ollama_translate import chat_request, check_generate, decode, generate_request, keep_alive_seconds
 from shared.protocol import RequestOutput, ToolCallDelta
 
 

@@ -18,11 +18,11 @@ import pytest
 from starlette.routing import Route
 
 from gateway.engine_api import ModelInfo
+from gateway.error_shapes import openai_error_response
 from gateway.errors import APIError, unavailable
 from gateway.openai_routes import (
     chat_completions,
     completions,
-    error_response,
     list_models,
     retrieve_model,
 )
@@ -270,7 +270,7 @@ async def test_unknown_model_404_and_submit_503():
 
 
 def test_error_response_helper():
-    resp = error_response(APIError(503, "busy", code="overloaded", retry_after=2))
+    resp = openai_error_response(APIError(503, "busy", code="overloaded", retry_after=2))
     assert resp.status_code == 503
     assert resp.headers["retry-after"] == "2"
     assert json.loads(resp.body) == {

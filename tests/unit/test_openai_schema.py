@@ -7,14 +7,10 @@ import json
 import pytest
 
 from gateway.engine_api import ModelLimits
+from gateway.error_shapes import openai_error_type
 from gateway.errors import APIError
-from gateway.openai_schema import (
-    check_limits,
-    decode_chat_request,
-    decode_completion_request,
-    include_usage,
-    to_generate_request,
-)
+from gateway.openai_checks import check_limits, decode_chat_request, decode_completion_request
+from gateway.openai_translate import include_usage, to_generate_request
 from shared.protocol import ChatMessage, GenerateRequest, ResponseFormat, SamplingParams, Tool, ToolCall
 
 USER = [{"role": "user", "content": "hi"}]
@@ -37,7 +33,7 @@ def refused(decode, body: bytes, param: str | None) -> APIError:
         decode(body)
     err = info.value
     assert err.status == 400
-    assert err.type == "invalid_request_error"
+    assert openai_error_type(err.status) == "invalid_request_error"
     assert err.param == param, err.message
     return err
 
@@ -492,7 +488,7 @@ def test_completion_unsupported(field, value):
 
 
 def test_completion_echo():
-    from gateway.openai_schema import echoed_prompt
+    from gateway.openai_checks import echoed_prompt
 
     assert echoed_prompt(decode_completion_request(completion_body(echo=True))) == "Once"
     assert echoed_prompt(decode_completion_request(completion_body(echo=False))) == ""
@@ -532,12 +528,12 @@ def test_n_limit():
         with pytest.raises(APIError) as info:
             check_limits(decode(body(n=5)), "org/m", ModelLimits(max_n=4))
         err = info.value
-        assert err.status == 400 and err.param == "n" and err.type == "invalid_request_error"
+        assert err.status == 400 and err.param == "n" and openai_error_type(err.status) == "invalid_request_error"
         assert "at most 4" in err.message and "org/m" in err.message
 
 
 def test_best_of_generates_candidates():
-    from gateway.openai_schema import check_limits
+    from gateway.openai_checks import check_limits
 
     gen = to_generate_request(decode_completion_request(completion_body(best_of=3)), "r")
     assert gen.n == 3 and gen.sampling.logprobs is True and gen.sampling.top_logprobs == 0
@@ -1048,7 +1044,7 @@ def test_refusal_parts_become_assistant_text():
 
 
 def test_web_search_options_is_a_dropped_tool():
-    from gateway.openai_schema import dropped_tools
+    from gateway.openai_checks import dropped_tools
 
     assert dropped_tools(decode_chat_request(chat_body(web_search_options={}))) == ["web_search"]
     assert dropped_tools(decode_chat_request(chat_body())) == []

@@ -6,9 +6,11 @@ import json
 
 import pytest
 
+from gateway.error_shapes import openai_error_type
 from gateway.errors import APIError
+from gateway.responses_checks import decode_responses_request
 from gateway.responses_format import TextFormatEcho
-from gateway.responses_schema import decode_responses_request, response_settings, to_generate_request
+from gateway.responses_translate import response_settings, to_generate_request
 from shared.protocol import ChatMessage, ResponseFormat, SamplingParams, Tool, ToolCall
 
 FN = {"type": "function", "name": "f", "parameters": {"type": "object"}}
@@ -28,7 +30,7 @@ def refused(param: str | None, **fields) -> APIError:
     with pytest.raises(APIError) as info:
         decode(**fields)
     err = info.value
-    assert err.status == 400 and err.type == "invalid_request_error"
+    assert err.status == 400 and openai_error_type(err.status) == "invalid_request_error"
     assert err.param == param, err.message
     return err
 
@@ -434,7 +436,7 @@ def test_encrypted_reasoning_items_are_read_back():
 
 
 def test_namespace_and_custom_tools_are_flattened():
-    from gateway.responses_schema import output_options
+    from gateway.responses_translate import output_options
 
     req = decode(tools=[CUSTOM, NAMESPACE, {"type": "function", "name": "g"}, {"type": "web_search"}])
     tools = to_generate_request(req, "r").tools
@@ -448,7 +450,7 @@ def test_namespace_and_custom_tools_are_flattened():
 
 
 def test_dropped_tools_are_listed():
-    from gateway.responses_schema import dropped_tools
+    from gateway.responses_translate import dropped_tools
 
     req = decode(
         tools=[FN, {"type": "web_search"}, {"type": "file_search", "vector_store_ids": []}], tool_choice="auto"
@@ -593,7 +595,7 @@ def test_every_official_input_item_type_is_taken_or_refused_and_documented():
 
     from openai.types.responses import response_input_item_param as sdk
 
-    from gateway import responses_schema as schema
+    from gateway import responses_input_checks as schema
 
     kinds = set()
     for member in typing.get_args(sdk.ResponseInputItemParam):
