@@ -36,10 +36,11 @@ from typing import AsyncIterator
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway.answer_driver import TokenTally
 from gateway.dropped_tools import dropped_headers
 from gateway.engine_api import Engine, RequestStream
 from gateway.errors import APIError
-from gateway.openai_format import UsageTally
+from gateway.openai_format import usage_of
 from gateway.openai_routes import error_response, output_error
 from gateway.request_flow import (
     JSON_MEDIA_TYPE,
@@ -149,7 +150,7 @@ class _Run:
 
     def __init__(self, job: _Job) -> None:
         self._job = job
-        self._tally = UsageTally()
+        self._tally = TokenTally()
         self.failed: RequestOutput | None = None
 
     async def events(self, first: RequestOutput) -> AsyncIterator[list[Event]]:
@@ -169,7 +170,7 @@ class _Run:
                 pending += builder.add(output)
                 if output.ends_choice:
                     reason: FinishReason = output.finish_reason  # type: ignore[assignment]
-                    yield pending + builder.finish(reason, self._tally.usage())
+                    yield pending + builder.finish(reason, usage_of(self._tally))
                     return
             if pending:
                 yield pending
@@ -184,7 +185,7 @@ class _Run:
         builder = self._job.builder
         events = builder.add(last) if last.index == 0 else []
         code = err.code or last.error_kind or "internal_error"
-        return events + builder.fail(err.message, code, err.param, err.status, self._tally.usage())
+        return events + builder.fail(err.message, code, err.param, err.status, usage_of(self._tally))
 
 
 # --- non-streaming ------------------------------------------------------------------------
