@@ -49,7 +49,7 @@ from gateway import anthropic_format as fmt
 from gateway import sse
 from gateway.anthropic_routes import (
     REQUEST_ID_HEADER,
-    _collect,
+    collect,
     _edited,
     _images,
     _Job,
@@ -350,13 +350,13 @@ class McpRounds:
         round_ = 0
         while True:
             try:
-                collected = await _collect(job, first)
+                collected = await collect(job, first)
             finally:
                 await job.stream.aclose()
             if isinstance(collected, RequestOutput):
                 self.failed = collected
                 return
-            message = json.loads(collected.body(job.request_id, job.model))
+            message = json.loads(collected.body())
             _add_usage(usage, message["usage"])
             blocks = message["content"]
             calls = [b for b in blocks if b["type"] == "tool_use" and b["name"] in self._plan.owner]
