@@ -46,12 +46,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway import sse
+from gateway.answer_driver import AnswerRun
 from gateway.errors import APIError, bad_request
 from gateway.mcp_client import CallOutcome, McpHub, McpTool
 from gateway.openai_routes import error_response, output_error
 from gateway.request_flow import JSON_MEDIA_TYPE, engine_of, next_output, respond_after_first_output
 from gateway.responses_format import new_id
-from gateway.responses_routes import PARAMS, PROMPT_PARAM, _Job, _Run, submit_decoded
+from gateway.responses_routes import PARAMS, PROMPT_PARAM, _Job, submit_decoded
 from gateway.responses_schema import decode_responses_request
 from shared.protocol import RequestOutput
 
@@ -477,12 +478,12 @@ class McpLoop:
         started = False
         round_ = 0
         while True:
-            run = _Run(job)
+            run = AnswerRun(job.builder, job.stream, job.request_id)
             index_map: dict[int, int] = {}
             hidden: set[str] = set()
             terminal: dict[str, Any] | None = None
             try:
-                async for batch in run.events(first):
+                async for batch in run.batches(first):
                     out: list[dict[str, Any]] = []
                     for event in batch:
                         data = msgspec.to_builtins(event)
