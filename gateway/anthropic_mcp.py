@@ -49,12 +49,12 @@ from gateway import anthropic_format as fmt
 from gateway import sse
 from gateway.anthropic_routes import (
     REQUEST_ID_HEADER,
-    collect,
     _edited,
     _images,
     _Job,
     _json_response,
     anthropic_error_response,
+    collect,
 )
 from gateway.anthropic_schema import decode_messages_request, tool_set
 from gateway.anthropic_translate import omit_thinking, to_generate_request
