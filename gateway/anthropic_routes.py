@@ -45,6 +45,7 @@ from gateway import anthropic_format as fmt
 from gateway.answer_driver import AnswerRun, answer
 from gateway.anthropic_builder import MessageBuilder
 from gateway.anthropic_context import apply_edits
+from gateway.anthropic_mcp_plan import count_body, wants_mcp
 from gateway.anthropic_schema import decode_count_tokens_request, decode_messages_request, tool_set
 from gateway.anthropic_translate import context_edits, omit_thinking, to_count_request, to_generate_request
 from gateway.dropped_tools import dropped_headers
@@ -174,7 +175,7 @@ async def messages(request: Request) -> Response:
 
     try:
         body = await request.body()
-        if anthropic_mcp.wants_mcp(body):
+        if wants_mcp(body):
             return await anthropic_mcp.create_mcp_message(request, body)
         job = await _submit(request)
     except APIError as err:
@@ -240,12 +241,10 @@ async def count_tokens(request: Request) -> Response:
     ``{"context_management": {"original_input_tokens": M}}``, the count
     before the edits. ``mcp_servers`` count as the tools they offer. Errors
     as for :func:`messages`."""
-    from gateway import anthropic_mcp  # imports this module
-
     try:
         body = await request.body()
-        if anthropic_mcp.wants_mcp(body):
-            body = anthropic_mcp.count_body(request.app.state.mcp, body)
+        if wants_mcp(body):
+            body = count_body(request.app.state.mcp, body)
         req = decode_count_tokens_request(body)
         engine = engine_of(request)
         model = engine.resolve(req.model)

@@ -44,6 +44,7 @@ from gateway.openai_routes import error_response, output_error
 from gateway.request_flow import JSON_MEDIA_TYPE, engine_of
 from gateway.responses_builder import ResponseBuilder, ResponseHead
 from gateway.responses_format import encode, new_id
+from gateway.responses_mcp_plan import wants_mcp
 from gateway.responses_schema import (
     ResponsesRequest,
     decode_responses_request,
@@ -84,7 +85,7 @@ async def create_response(request: Request) -> Response:
     try:
         from gateway import responses_mcp  # imports this module
 
-        if responses_mcp.wants_mcp(body):
+        if wants_mcp(body):
             return await responses_mcp.create_mcp_response(request, body)
         job = await _submit(request, body)
     except APIError as err:
