@@ -1,9 +1,10 @@
 """How every protocol front-end reads an admitted request and watches its client.
 
-The OpenAI (:mod:`gateway.openai_routes`), Responses
-(:mod:`gateway.responses_routes`) and Anthropic
-(:mod:`gateway.anthropic_routes`) endpoints differ in their bodies and
-answers but read the worker the same way, with the pieces here:
+The OpenAI, Responses, Anthropic and Ollama endpoints differ in their
+bodies and answers but read the worker the same way, with the pieces here
+(a generation answer runs them through :mod:`gateway.answer_driver`, which
+drives the family's builder; embeddings and token counts use them
+directly):
 
 - Finish reasons are the contract's: ``RequestOutput.ends_choice`` (a
   ``stop``/``length``/``tool_calls`` output ends its choice) and
