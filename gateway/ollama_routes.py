@@ -76,7 +76,7 @@ from gateway.ollama_schema import (
     show_model_name,
 )
 from gateway.openai_routes import output_error
-from gateway.request_flow import JSON_MEDIA_TYPE, engine_of, respond_after_first_output
+from gateway.request_flow import JSON_MEDIA_TYPE, engine_of, respond_to_only_output
 from shared.model_kind import wrong_kind_message
 from shared.protocol import RequestOutput
 
@@ -256,11 +256,7 @@ async def _embedding(request: Request, kind: type) -> Response:
     except APIError as err:
         return ollama_error_response(err)
 
-    async def collect(first: RequestOutput) -> tuple[RequestOutput]:
-        return (first,)
-
-    def answer(result: tuple[RequestOutput]) -> Response:
-        output = result[0]
+    def answer(output: RequestOutput) -> Response:
         timing.mark_output()
         rows = embedding_rows(output, len(work.texts or ()))
         if rows is None:
@@ -278,13 +274,11 @@ async def _embedding(request: Request, kind: type) -> Response:
         }
         return Response(encode(reply), media_type=JSON_MEDIA_TYPE)
 
-    return await respond_after_first_output(
+    return await respond_to_only_output(
         request,
         stream,
         work.request_id,
         refuse=lambda output: ollama_error_response(output_error(output, "input")),
-        streamed=None,
-        collect=collect,
         answer=answer,
     )
 

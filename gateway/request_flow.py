@@ -34,6 +34,9 @@ directly):
   unless a streamed response took it over, which aborts the request in the
   worker.
 
+- One output: :func:`respond_to_only_output` answers a request whose first
+  output is its only one (embeddings) the same way, without a stream.
+
 Also shared: :func:`engine_of` (the app's Engine), :data:`JSON_MEDIA_TYPE`
 and :data:`CLIENT_CLOSED_STATUS`.
 """
@@ -265,3 +268,30 @@ async def respond_after_first_output(
             if not waiting.done():
                 waiting.cancel()
             await stream.aclose()
+
+
+async def respond_to_only_output(
+    request: Request,
+    stream: RequestStream,
+    request_id: str,
+    *,
+    refuse: Callable[[RequestOutput], Response],
+    answer: Callable[[RequestOutput], Response],
+) -> Response:
+    """Answer a request whose first output is its only one (an embedding
+    request): :func:`respond_after_first_output` without a stream, ``answer``
+    getting that output. ``refuse`` as there; the stream is closed before
+    this returns."""
+
+    async def collect(first: RequestOutput) -> tuple[RequestOutput]:
+        return (first,)  # a bare RequestOutput would mean "ended early"
+
+    return await respond_after_first_output(
+        request,
+        stream,
+        request_id,
+        refuse=refuse,
+        streamed=None,
+        collect=collect,
+        answer=lambda result: answer(result[0]),
+    )
