@@ -33,7 +33,6 @@ the SDK exposes as ``_request_id``.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,8 +57,6 @@ from gateway.request_flow import (
     respond_after_first_output,
 )
 from shared.protocol import ChatMessage, GenerateRequest, RequestOutput, SamplingParams
-
-log = logging.getLogger("mlxd.gateway.anthropic")
 
 REQUEST_ID_HEADER = "request-id"
 """The header carrying the ``req_…`` id of every answer."""

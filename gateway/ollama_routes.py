@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,8 +78,6 @@ from gateway.openai_routes import output_error
 from gateway.request_flow import JSON_MEDIA_TYPE, engine_of, respond_to_only_output
 from shared.model_kind import wrong_kind_message
 from shared.protocol import RequestOutput
-
-log = logging.getLogger("mlxd.gateway.ollama")
 
 OLLAMA_VERSION = "0.12.0"
 """The Ollama API version mlxd reports on ``GET /api/version``: clients

@@ -28,7 +28,6 @@ worker.
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 from dataclasses import dataclass
@@ -58,8 +57,6 @@ from gateway.openai_schema import (
 )
 from gateway.request_flow import JSON_MEDIA_TYPE, engine_of
 from shared.protocol import GenerateRequest, RequestOutput
-
-log = logging.getLogger("mlxd.gateway.openai")
 
 Builder = Union[ChatBuilder, CompletionBuilder]
 """Either endpoint's answer builder."""

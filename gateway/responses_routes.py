@@ -29,7 +29,6 @@ which aborts the request in the worker.
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass
 
@@ -54,8 +53,6 @@ from gateway.responses_schema import (
     to_generate_request,
 )
 from shared.protocol import RequestOutput
-
-log = logging.getLogger("mlxd.gateway.responses")
 
 PROMPT_PARAM = "input"
 """The request field a context-length error names."""
