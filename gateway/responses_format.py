@@ -36,8 +36,9 @@ _encoder = msgspec.json.Encoder()
 
 
 def new_id(prefix: str) -> str:
-    """Return a fresh identifier ``<prefix>_<32 hex digits>`` (``resp``,
-    ``msg``, ``rs``, ``fc``, ``call``)."""
+    """Return a fresh identifier ``<prefix>_<32 hex digits>`` for a response
+    or an item (``resp``, ``msg``, ``rs``, ``fc``, ``ctc``, ``mcp``...);
+    tool-call ids come from :mod:`gateway.tool_calls`."""
     return f"{prefix}_{uuid.uuid4().hex}"
 
 
