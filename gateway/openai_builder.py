@@ -35,7 +35,6 @@ from gateway.openai_format import (
     SERVICE_TIER,
     SYSTEM_FINGERPRINT,
     ChoiceResult,
-    FinalReason,
     Usage,
     chat_completion_body,
     encode,
@@ -45,6 +44,7 @@ from gateway.openai_format import (
     usage_of,
 )
 from gateway.openai_logprobs import chat_logprobs, completion_logprobs
+from gateway.request_flow import FinalReason
 from gateway.sse import DATA_PREFIX, FRAME_END
 from gateway.tool_calls import OPENAI_CALL_IDS, AssembledCall, ToolCallAssembler
 from shared.protocol import RequestOutput, TokenLogprob, ToolCallDelta
