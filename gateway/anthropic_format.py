@@ -8,10 +8,9 @@ Content: a turn's output becomes content blocks in the order the model
 produces them: reasoning becomes a ``thinking`` block (``signature`` is
 always empty: mlxd does not sign reasoning), text a ``text`` block, and each
 tool call a ``tool_use`` block whose ``input`` is the call's arguments
-parsed as a JSON object. The non-streamed message (:class:`MessageCollector`)
-holds at most one thinking block, then one text block, then the tool calls
-by index; a stream (:class:`MessageEventStream`) starts a new block whenever
-the kind of output changes.
+parsed as a JSON object. The answer is built by
+:class:`gateway.anthropic_builder.MessageBuilder`; this module holds the
+shapes, errors, stop reasons and usage it uses.
 
 Usage follows Anthropic's convention: ``input_tokens`` counts the prompt
 tokens that were computed, ``cache_read_input_tokens`` those reused from the
@@ -34,10 +33,8 @@ from typing import Any, Literal, Union
 
 import msgspec
 
-from gateway import sse
-from gateway.error_shapes import anthropic_error_frame
+from gateway.answer_driver import TokenTally
 from gateway.errors import APIError
-from shared.protocol import RequestOutput, ToolCallDelta
 
 log = logging.getLogger("mlxd.gateway.anthropic")
 
@@ -119,66 +116,25 @@ class DeltaUsage(msgspec.Struct, kw_only=True):
     output_tokens_details: None = None
 
 
-class UsageTally:
-    """Running token counts of one single-choice request: feed it every
-    output (:meth:`add`); the counts are the largest running totals seen."""
+def usage_of(tally: TokenTally) -> Usage:
+    """The ``usage`` of a single-choice request's counts: the computed
+    prompt tokens as ``input_tokens``, the reused ones as
+    ``cache_read_input_tokens``."""
+    cached = min(tally.cached, tally.prompt)
+    return Usage(input_tokens=tally.prompt - cached, output_tokens=tally.completion, cache_read_input_tokens=cached)
 
-    def __init__(self) -> None:
-        self.prompt = 0
-        self.cached = 0
-        self.completion = 0
 
-    def add(self, output: RequestOutput) -> None:
-        """Account for one output."""
-        self.prompt = max(self.prompt, output.prompt_tokens)
-        self.cached = max(self.cached, output.cached_tokens)
-        self.completion = max(self.completion, output.completion_tokens)
-
-    def usage(self) -> Usage:
-        """The usage object for everything added so far."""
-        cached = min(self.cached, self.prompt)
-        return Usage(
-            input_tokens=self.prompt - cached,
-            output_tokens=self.completion,
-            cache_read_input_tokens=cached,
-        )
-
-    def delta_usage(self) -> DeltaUsage:
-        """The ``message_delta`` usage for everything added so far."""
-        usage = self.usage()
-        return DeltaUsage(
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            cache_read_input_tokens=usage.cache_read_input_tokens,
-        )
+def delta_usage_of(tally: TokenTally) -> DeltaUsage:
+    """The ``message_delta`` usage of a single-choice request's counts."""
+    usage = usage_of(tally)
+    return DeltaUsage(
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cache_read_input_tokens=usage.cache_read_input_tokens,
+    )
 
 
 # --- tool calls ----------------------------------------------------------------------
-
-
-TOOL_USE_PREFIX = "toolu_"
-"""What every tool-use id in a response starts with."""
-
-
-def tool_use_id(worker_id: str | None) -> str:
-    """The response id of a tool call the worker named ``worker_id``: its
-    random part behind ``toolu_`` (a fresh id when the worker gave none)."""
-    if not worker_id:
-        return new_id(TOOL_USE_PREFIX)
-    if worker_id.startswith(TOOL_USE_PREFIX):
-        return worker_id
-    return TOOL_USE_PREFIX + worker_id.removeprefix("call_")
-
-
-class _Call:
-    """One tool call being assembled from its pieces."""
-
-    def __init__(self, piece: ToolCallDelta) -> None:
-        if piece.id is None or piece.name is None:
-            log.error("tool call %d started without its id or name", piece.index)
-        self.id = tool_use_id(piece.id)
-        self.name = piece.name or ""
-        self.arguments: list[str] = []
 
 
 def tool_input(arguments: str) -> dict[str, Any]:
@@ -261,81 +217,6 @@ def new_message(applied: list[dict[str, Any]] | None, **fields: Any) -> Message:
     return ManagedMessage(**fields, context_management={"applied_edits": applied})
 
 
-class MessageCollector:
-    """Collects a single-choice request's outputs into one ``message``.
-
-    :meth:`add` every output that does not end the request, until
-    :attr:`done`; then :meth:`body`. ``omit_thinking``: the thinking block
-    carries no text (``thinking.display: "omitted"``); ``applied_edits``
-    (None: the request had no context management) become the message's
-    ``context_management``.
-    """
-
-    def __init__(self, omit_thinking: bool = False, applied_edits: list[dict[str, Any]] | None = None) -> None:
-        self.tally = UsageTally()
-        self._omit_thinking = omit_thinking
-        self._applied_edits = applied_edits
-        self._reasoning: list[str] = []
-        self._text: list[str] = []
-        self._calls: dict[int, _Call] = {}
-        self._finish: RequestOutput | None = None
-
-    def add(self, output: RequestOutput) -> None:
-        """Take one output that does not end the request."""
-        self.tally.add(output)
-        if output.reasoning:
-            self._reasoning.append(output.reasoning)
-        if output.text:
-            self._text.append(output.text)
-        for piece in output.tool_calls or ():
-            call = self._calls.get(piece.index)
-            if call is None:
-                call = self._calls[piece.index] = _Call(piece)
-            call.arguments.append(piece.arguments)
-        if output.ends_choice:
-            self._finish = output
-
-    @property
-    def done(self) -> bool:
-        """Whether the choice has had its final output."""
-        return self._finish is not None
-
-    def content(self) -> list[ContentBlock]:
-        """The content blocks: thinking, text, then tool calls by index.
-
-        Raises:
-            APIError: 500 as :func:`tool_input`.
-        """
-        blocks: list[ContentBlock] = []
-        if self._reasoning:
-            blocks.append(ThinkingContent(thinking="" if self._omit_thinking else "".join(self._reasoning)))
-        if self._text:
-            blocks.append(TextContent(text="".join(self._text)))
-        for index in sorted(self._calls):
-            call = self._calls[index]
-            blocks.append(ToolUseContent(id=call.id, name=call.name, input=tool_input("".join(call.arguments))))
-        return blocks
-
-    def body(self, message_id: str, model: str) -> bytes:
-        """The JSON of the finished ``message`` (call once :attr:`done`).
-
-        Raises:
-            APIError: 500 as :func:`tool_input`.
-        """
-        finish = self._finish
-        reason, sequence = stop_reason(finish.finish_reason, finish.stop_sequence) if finish else ("end_turn", None)
-        message = new_message(
-            self._applied_edits,
-            id=message_id,
-            model=model,
-            content=self.content(),
-            stop_reason=reason,
-            stop_sequence=sequence,
-            usage=self.tally.usage(),
-        )
-        return encode(message)
-
-
 def count_tokens_body(input_tokens: int, original_input_tokens: int | None = None) -> bytes:
     """The JSON of a ``count_tokens`` answer; with ``original_input_tokens``
     (the count before context-management edits) also its
@@ -344,149 +225,3 @@ def count_tokens_body(input_tokens: int, original_input_tokens: int | None = Non
         return encode({"input_tokens": input_tokens})
     context = {"original_input_tokens": original_input_tokens}
     return encode({"input_tokens": input_tokens, "context_management": context})
-
-
-# --- the event stream --------------------------------------------------------------------
-
-_DELTA_HEAD = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
-_DELTA_KINDS = {
-    "thinking": b',"delta":{"type":"thinking_delta","thinking":',
-    "text": b',"delta":{"type":"text_delta","text":',
-    "tool": b',"delta":{"type":"input_json_delta","partial_json":',
-}
-_DELTA_TAIL = b"}}" + sse.FRAME_END
-
-BlockKey = tuple[str, int]
-"""Which block is open: ``("thinking", 0)``, ``("text", 0)`` or
-``("tool", call index)``."""
-
-
-class MessageEventStream:
-    """Builds the SSE frames of one streamed message, every frame with its
-    ``event:`` line.
-
-    Order of use: :meth:`start` with the first output (``message_start``
-    with the usage known so far, then ``ping``); :meth:`output` for every
-    output that does not end the request (``content_block_start`` /
-    ``content_block_delta`` / ``content_block_stop`` as the kind of output
-    changes: reasoning, text, tool call k); then either :meth:`finish` with
-    the final output (closes the open block, ``message_delta`` with stop
-    reason and cumulative usage, ``message_stop``) or :meth:`error`.
-    ``omit_thinking`` and ``applied_edits`` as for :class:`MessageCollector`
-    (an omitted thinking block has no ``thinking_delta``; the edits go into
-    ``message_start`` and ``message_delta``).
-    """
-
-    def __init__(
-        self,
-        message_id: str,
-        model: str,
-        omit_thinking: bool = False,
-        applied_edits: list[dict[str, Any]] | None = None,
-    ) -> None:
-        self._message_id = message_id
-        self._model = model
-        self._omit_thinking = omit_thinking
-        self._applied_edits = applied_edits
-        self.tally = UsageTally()
-        self._open: BlockKey | None = None
-        self._open_index = -1
-        self._blocks = 0
-        self._tool_blocks: dict[int, int] = {}
-
-    def start(self, first: RequestOutput) -> bytes:
-        """``message_start`` (usage from ``first``) and a ``ping``."""
-        self.tally.add(first)
-        message = new_message(
-            self._applied_edits, id=self._message_id, model=self._model, content=[], usage=self.tally.usage()
-        )
-        return sse.json_frame({"type": "message_start", "message": message}, event="message_start") + (
-            sse.json_frame({"type": "ping"}, event="ping")
-        )
-
-    def output(self, output: RequestOutput) -> bytes:
-        """The frames for ``output``'s reasoning, text and tool-call pieces,
-        in that order."""
-        self.tally.add(output)
-        frames = b""
-        if output.reasoning:
-            frames += self._enter(("thinking", 0), {"type": "thinking", "thinking": "", "signature": ""})
-            if not self._omit_thinking:
-                frames += self._delta("thinking", self._open_index, output.reasoning)
-        if output.text:
-            frames += self._enter(("text", 0), {"type": "text", "text": "", "citations": None})
-            frames += self._delta("text", self._open_index, output.text)
-        for piece in output.tool_calls or ():
-            frames += self._tool_piece(piece)
-        return frames
-
-    def finish(self, output: RequestOutput) -> bytes:
-        """Close the open block, then ``message_delta`` and ``message_stop``
-        for the final ``output`` (already passed to :meth:`output`)."""
-        reason, sequence = stop_reason(output.finish_reason, output.stop_sequence)
-        delta: dict[str, Any] = {
-            "type": "message_delta",
-            "delta": {"stop_reason": reason, "stop_sequence": sequence, "stop_details": None, "container": None},
-            "usage": self.tally.delta_usage(),
-        }
-        if self._applied_edits is not None:
-            delta["context_management"] = {"applied_edits": self._applied_edits}
-        return (
-            self._close()
-            + sse.json_frame(delta, event="message_delta")
-            + sse.json_frame({"type": "message_stop"}, event="message_stop")
-        )
-
-    def error(self, err: APIError) -> bytes:
-        """The ``event: error`` frame for ``err`` (status mapped as for
-        non-streamed errors, :func:`gateway.error_shapes.anthropic_error_frame`)."""
-        return anthropic_error_frame(err)
-
-    def _tool_piece(self, piece: ToolCallDelta) -> bytes:
-        """Frames for one piece of tool call ``piece.index``: a new call
-        closes the open block and starts a ``tool_use`` block; arguments
-        become ``input_json_delta`` fragments."""
-        block = self._tool_blocks.get(piece.index)
-        frames = b""
-        if block is None:
-            call = _Call(piece)
-            start = {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}
-            frames = self._enter(("tool", piece.index), start)
-            block = self._tool_blocks[piece.index] = self._open_index
-        elif self._open != ("tool", piece.index):
-            log.error("tool call %d continued after a later block started", piece.index)
-        if piece.arguments:
-            frames += self._delta("tool", block, piece.arguments)
-        return frames
-
-    def _enter(self, key: BlockKey, content_block: dict[str, Any]) -> bytes:
-        """Make ``key`` the open block: nothing if it already is, otherwise
-        close the open one and start a new block with ``content_block``."""
-        if self._open == key:
-            return b""
-        frames = self._close()
-        self._open, self._open_index = key, self._blocks
-        self._blocks += 1
-        start = {"type": "content_block_start", "index": self._open_index, "content_block": content_block}
-        return frames + sse.json_frame(start, event="content_block_start")
-
-    def _close(self) -> bytes:
-        """Close the open block, if any (a thinking block gets its empty
-        ``signature_delta`` first)."""
-        if self._open is None:
-            return b""
-        index = self._open_index
-        frames = b""
-        if self._open[0] == "thinking":
-            signature = {"type": "signature_delta", "signature": ""}
-            delta = {"type": "content_block_delta", "index": index, "delta": signature}
-            frames = sse.json_frame(delta, event="content_block_delta")
-        self._open = None
-        stop = {"type": "content_block_stop", "index": index}
-        return frames + sse.json_frame(stop, event="content_block_stop")
-
-    @staticmethod
-    def _delta(kind: str, index: int, text: str) -> bytes:
-        """One ``content_block_delta`` frame of ``kind`` carrying ``text``
-        (JSON-escaped, so it never breaks the single ``data:`` line)."""
-        return _DELTA_HEAD + b"%d" % index + _DELTA_KINDS[kind] + encode(text) + _DELTA_TAIL

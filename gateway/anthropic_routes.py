@@ -10,11 +10,12 @@ value; nothing depends on them.
 Generation flow: decode and validate the body, resolve the model, submit
 (always one choice), then await the first output *before* any header is
 sent, so a request the worker refuses is answered with a proper status even
-when ``stream`` is true (:func:`gateway.request_flow.respond_after_first_output`).
-After that a stream is sent as Anthropic SSE events
+when ``stream`` is true. The answer is built by
+:class:`~gateway.anthropic_builder.MessageBuilder` and driven by
+:func:`gateway.answer_driver.answer`: a stream is sent as Anthropic SSE events
 (``message_start``, ``ping``, content blocks, ``message_delta``,
 ``message_stop``; ``event: error`` if the request fails midway); otherwise
-the outputs are collected into one ``message`` object. Whatever happens
+the same builder is drained into one ``message`` object. Whatever happens
 (client gone, error, cancellation) the request stream is closed, which
 aborts the request in the worker.
 
@@ -32,17 +33,19 @@ the SDK exposes as ``_request_id``.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import Any
 
 import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway import anthropic_format as fmt
+from gateway.answer_driver import AnswerRun, answer
+from gateway.anthropic_builder import MessageBuilder
 from gateway.anthropic_checks import decode_count_tokens_request, decode_messages_request, tool_set
 from gateway.anthropic_context import apply_edits
+from gateway.anthropic_mcp_plan import count_body, wants_mcp
 from gateway.anthropic_translate import context_edits, omit_thinking, to_count_request, to_generate_request
 from gateway.dropped_tools import dropped_headers
 from gateway.engine_api import Engine, RequestStream
@@ -55,8 +58,6 @@ from gateway.request_flow import (
     respond_after_first_output,
 )
 from shared.protocol import ChatMessage, GenerateRequest, RequestOutput, SamplingParams
-
-log = logging.getLogger("mlxd.gateway.anthropic")
 
 
 def _json_response(body: bytes, headers: dict[str, str] | None = None) -> Response:
@@ -118,18 +119,6 @@ async def _edited(
     return msgspec.structs.replace(generate, messages=messages), applied
 
 
-# --- reading a request stream ---------------------------------------------------------
-
-
-def _ours(output: RequestOutput, request_id: str) -> bool:
-    """Whether ``output`` belongs to choice 0 (the only one); logs others,
-    which the caller ignores."""
-    if output.index == 0:
-        return True
-    log.error("request %s: output for choice %d of 1 ignored", request_id, output.index)
-    return False
-
-
 # --- POST /v1/messages ------------------------------------------------------------------
 
 
@@ -162,20 +151,20 @@ async def messages(request: Request) -> Response:
 
     try:
         body = await request.body()
-        if anthropic_mcp.wants_mcp(body):
+        if wants_mcp(body):
             return await anthropic_mcp.create_mcp_message(request, body)
         job = await _submit(request)
     except APIError as err:
         return anthropic_error_response(err)
-    return await respond_after_first_output(
+    return await answer(
         request,
         job.stream,
         job.request_id,
+        _builder(job),
+        streaming=job.stream_requested,
         refuse=lambda output: anthropic_error_response(worker_error(output)),
-        streamed=(lambda first: _events(job, first)) if job.stream_requested else None,
-        stream_headers={**job.headers, REQUEST_ID_HEADER: fmt.new_id("req_")},
-        collect=lambda first: _collect(job, first),
-        answer=lambda collector: _answer(job, collector),
+        body=lambda builder: _answer(job, builder),
+        headers={**job.headers, REQUEST_ID_HEADER: fmt.new_id("req_")},
     )
 
 
@@ -196,57 +185,26 @@ async def _submit(request: Request) -> _Job:
     return _Job(generate, model, bool(req.stream), stream, headers, omit_thinking(req), applied)
 
 
-async def _collect(job: _Job, first: RequestOutput) -> fmt.MessageCollector | RequestOutput:
-    """Read the request to its end; return the collected message, or the
-    ``error``/``abort`` output that ended it early."""
-    collector = fmt.MessageCollector(job.omit_thinking, job.applied_edits)
-    output = first
-    while not output.ends_request:
-        if _ours(output, job.request_id):
-            collector.add(output)
-            if collector.done:
-                return collector
-        output = await next_output(job.stream, job.request_id)
-    return output
+def _builder(job: _Job) -> MessageBuilder:
+    """The builder of ``job``'s message."""
+    return MessageBuilder(job.request_id, job.model, job.omit_thinking, job.applied_edits)
 
 
-def _answer(job: _Job, collector: fmt.MessageCollector) -> Response:
+async def collect(job: _Job, first: RequestOutput) -> MessageBuilder | RequestOutput:
+    """Read ``job`` to its end (from its ``first`` output) into its
+    message builder; return the builder, or the ``error``/``abort`` output
+    that ended the request early. Does not close the request stream."""
+    return await AnswerRun(_builder(job), job.stream, job.request_id).drain(first)  # type: ignore[return-value]
+
+
+def _answer(job: _Job, builder: MessageBuilder) -> Response:
     """The ``message`` object answering ``job``, or a 500 when a tool
     call's arguments are not a JSON object."""
     try:
-        body = collector.body(job.request_id, job.model)
+        body = builder.body()
     except APIError as err:
         return anthropic_error_response(err)
     return _json_response(body, job.headers)
-
-
-async def _events(job: _Job, first: RequestOutput) -> AsyncIterator[bytes]:
-    """Yield the SSE frames of one streamed message.
-
-    ``message_start`` and ``ping``, the content as outputs arrive, then
-    ``message_delta`` and ``message_stop``; if the request ends early, any
-    content the ending output carries and an ``event: error`` frame. Closes
-    the request stream in ``finally``, so a disconnect (which cancels or
-    closes this generator) aborts the request in the worker.
-    """
-    try:
-        events = fmt.MessageEventStream(job.request_id, job.model, job.omit_thinking, job.applied_edits)
-        frames = events.start(first)
-        output = first
-        while not output.ends_request:
-            if _ours(output, job.request_id):
-                frames += events.output(output)
-                if output.ends_choice:
-                    yield frames + events.finish(output)
-                    return
-            if frames:
-                yield frames
-                frames = b""
-            output = await next_output(job.stream, job.request_id)
-        content = events.output(output) if output.index == 0 else b""
-        yield frames + content + events.error(worker_error(output))
-    finally:
-        await job.stream.aclose()
 
 
 # --- POST /v1/messages/count_tokens ---------------------------------------------------------
@@ -259,12 +217,10 @@ async def count_tokens(request: Request) -> Response:
     ``{"context_management": {"original_input_tokens": M}}``, the count
     before the edits. ``mcp_servers`` count as the tools they offer. Errors
     as for :func:`messages`."""
-    from gateway import anthropic_mcp  # imports this module
-
     try:
         body = await request.body()
-        if anthropic_mcp.wants_mcp(body):
-            body = anthropic_mcp.count_body(request.app.state.mcp, body)
+        if wants_mcp(body):
+            body = count_body(request.app.state.mcp, body)
         req = decode_count_tokens_request(body)
         engine = engine_of(request)
         model = engine.resolve(req.model)

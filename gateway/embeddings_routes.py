@@ -4,7 +4,7 @@ Decodes the body (:mod:`gateway.embeddings_schema`), resolves the model,
 submits one :class:`~shared.protocol.EmbedRequest` to the model's worker
 through the :class:`~gateway.engine_api.Engine` (which refuses a
 generation model with a 400 naming its kind), waits for its single result
-while watching the client (:func:`gateway.request_flow.respond_after_first_output`;
+while watching the client (:func:`gateway.request_flow.respond_to_only_output`;
 a client that leaves aborts the request in the worker) and answers a
 ``list`` of ``embedding`` objects in input order with ``usage``. Vectors
 are JSON numbers (the float32 values exactly) or, with ``encoding_format``
@@ -31,7 +31,7 @@ from starlette.responses import Response
 from gateway.embeddings_schema import EmbeddingRequest, decode_embedding_request, to_embed_request
 from gateway.error_shapes import openai_error_response
 from gateway.errors import APIError, worker_error
-from gateway.request_flow import JSON_MEDIA_TYPE, engine_of, respond_after_first_output
+from gateway.request_flow import JSON_MEDIA_TYPE, engine_of, respond_to_only_output
 from shared.protocol import RequestOutput
 
 _encoder = msgspec.json.Encoder()
@@ -77,17 +77,12 @@ async def create_embeddings(request: Request) -> Response:
     except APIError as err:
         return openai_error_response(err)
 
-    async def collect(first: RequestOutput) -> tuple[RequestOutput]:
-        return (first,)  # its one output (a bare RequestOutput would mean "ended early")
-
-    return await respond_after_first_output(
+    return await respond_to_only_output(
         request,
         stream,
         embed.request_id,
         refuse=lambda output: openai_error_response(worker_error(output, "input")),
-        streamed=None,
-        collect=collect,
-        answer=lambda result: _answer(body, model, result[0]),
+        answer=lambda output: _answer(body, model, output),
     )
 
 

@@ -6,14 +6,16 @@
 :class:`~gateway.engine_api.Engine` with the request's ``keep_alive``
 (which sets the worker's idle timer, see
 :meth:`gateway.worker_handle.WorkerHandle.submit`), then answer with
-:func:`gateway.request_flow.respond_after_first_output`: the first output is
+:func:`gateway.answer_driver.answer` driving a
+:class:`gateway.ollama_builder.ReplyBuilder`: the first output is
 awaited before any header, so a refused request gets its status even when
 streaming. Streaming (``stream`` defaults to true, as in Ollama) is NDJSON:
-one object per line from :class:`gateway.ollama_format.ReplyBuilder`, an
+one object per line from the builder, an
 empty ``done: false`` object every ``server.stream_keepalive`` seconds
 while a long prompt is prefilled, and on a failure after the stream began
 an ``{"error": "..."}`` line (the ``ollama`` clients raise on it).
-Without ``stream`` the same builder's final object is the answer. A chat
+Without ``stream`` the same builder is drained and its final object is the
+answer. A chat
 without messages or a generate with an empty prompt only loads the model
 (``done_reason`` ``load``) or, with ``keep_alive`` 0, unloads it
 (``unload``).
@@ -30,33 +32,31 @@ Runs on the gateway's event loop; reads a model's small JSON files
 
 from __future__ import annotations
 
+import hashlib
 import json
-import logging
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
+from gateway.answer_driver import answer
 from gateway.embeddings_routes import embedding_rows, floats_of
 from gateway.engine_api import Engine, ModelInfo, RequestStream
-from gateway.error_shapes import ollama_error_body, ollama_error_response
+from gateway.error_shapes import ollama_error_response
 from gateway.errors import APIError, bad_request, worker_error
 from gateway.model_paths import cached_snapshot, local_path, source_bytes
-from gateway.ollama_format import (
+from gateway.ollama_builder import (
     NDJSON_MEDIA_TYPE,
-    OLLAMA_VERSION,
     Kind,
     ReplyBuilder,
     Timing,
     encode,
-    expiry,
     line,
     load_reply,
-    model_entry,
-    sampling_parameters,
+    timestamp,
 )
 from gateway.ollama_schema import (
     FROM_CONFIG,
@@ -76,16 +76,14 @@ from gateway.ollama_translate import (
     keep_alive_seconds,
     show_model_name,
 )
-from gateway.request_flow import (
-    JSON_MEDIA_TYPE,
-    engine_of,
-    next_output,
-    respond_after_first_output,
-)
+from gateway.request_flow import JSON_MEDIA_TYPE, engine_of, respond_to_only_output
 from shared.model_kind import wrong_kind_message
 from shared.protocol import RequestOutput
 
-log = logging.getLogger("mlxd.gateway.ollama")
+OLLAMA_VERSION = "0.12.0"
+"""The Ollama API version mlxd reports on ``GET /api/version``: clients
+gate features on it, and mlxd speaks that version's chat and generate
+fields (tools, thinking, structured outputs)."""
 
 RUNNING = "Ollama is running"
 """The body of ``GET /``: what Ollama clients look for when they probe a
@@ -137,14 +135,14 @@ async def _generation(request: Request, kind: Kind) -> Response:
         return ollama_error_response(err)
     if isinstance(job, Response):
         return job
-    return await respond_after_first_output(
+    return await answer(
         request,
         job.stream,
         job.request_id,
+        job.builder,
+        streaming=job.streaming,
         refuse=lambda output: ollama_error_response(worker_error(output, job.prompt_param)),
-        streamed=(lambda first: _lines(job, first)) if job.streaming else None,
-        collect=lambda first: _collect(job, first),
-        answer=lambda builder: Response(encode(builder.final), media_type=JSON_MEDIA_TYPE),
+        body=lambda builder: Response(encode(builder.final), media_type=JSON_MEDIA_TYPE),
         keepalive=line(job.builder.empty()),
         media_type=NDJSON_MEDIA_TYPE,
     )
@@ -191,7 +189,10 @@ async def _submit(request: Request, kind: Kind, timing: Timing) -> _Job | Respon
         except APIError:
             await stream.aclose()
             raise
-    builder = ReplyBuilder(kind, body.model, timing, with_logprobs=bool(body.logprobs or body.top_logprobs))
+    logprobs = bool(body.logprobs or body.top_logprobs)
+    builder = ReplyBuilder(
+        kind, body.model, timing, logprobs, error_of=lambda output: worker_error(output, prompt_param)
+    )
     return _Job(stream, builder, request_id, body.stream is not False, prompt_param)
 
 
@@ -210,47 +211,6 @@ def _check_num_ctx(engine: Engine, model: str, num_ctx: int | None) -> None:
 def _info(engine: Engine, model: str) -> ModelInfo:
     """The :class:`ModelInfo` of canonical ``model``."""
     return next(m for m in engine.models() if m.name == model)
-
-
-async def _objects(job: _Job, first: RequestOutput) -> AsyncIterator[list[dict[str, Any]] | RequestOutput]:
-    """The reply's objects, batch by batch, from ``first`` to the end; a
-    request that fails ends with its ``error``/``abort`` output instead."""
-    output = first
-    while True:
-        if output.ends_request:
-            yield output
-            return
-        if output.index == 0:
-            objects = job.builder.add(output)
-            if output.ends_choice:
-                yield objects + job.builder.finish(output.finish_reason or "stop")
-                return
-            if objects:
-                yield objects
-        output = await next_output(job.stream, job.request_id)
-
-
-async def _collect(job: _Job, first: RequestOutput) -> ReplyBuilder | RequestOutput:
-    """Run the request to its end; its builder (``final`` set) or the
-    output that ended it early."""
-    async for batch in _objects(job, first):
-        if isinstance(batch, RequestOutput):
-            return batch
-    return job.builder
-
-
-async def _lines(job: _Job, first: RequestOutput) -> AsyncIterator[bytes]:
-    """The NDJSON body of a streamed reply; an error after the start is an
-    ``{"error": ...}`` line. Closes the request stream in ``finally`` (a
-    client that leaves aborts the request in the worker)."""
-    try:
-        async for batch in _objects(job, first):
-            if isinstance(batch, RequestOutput):
-                yield line(ollama_error_body(worker_error(batch, job.prompt_param).message))
-                return
-            yield b"".join(line(obj) for obj in batch)
-    finally:
-        await job.stream.aclose()
 
 
 # --- embeddings ---------------------------------------------------------------------------
@@ -288,11 +248,7 @@ async def _embedding(request: Request, kind: type) -> Response:
     except APIError as err:
         return ollama_error_response(err)
 
-    async def collect(first: RequestOutput) -> tuple[RequestOutput]:
-        return (first,)
-
-    def answer(result: tuple[RequestOutput]) -> Response:
-        output = result[0]
+    def answer(output: RequestOutput) -> Response:
         timing.mark_output()
         rows = embedding_rows(output, len(work.texts or ()))
         if rows is None:
@@ -310,15 +266,73 @@ async def _embedding(request: Request, kind: type) -> Response:
         }
         return Response(encode(reply), media_type=JSON_MEDIA_TYPE)
 
-    return await respond_after_first_output(
+    return await respond_to_only_output(
         request,
         stream,
         work.request_id,
         refuse=lambda output: ollama_error_response(worker_error(output, "input")),
-        streamed=None,
-        collect=collect,
         answer=answer,
     )
+
+
+# --- model listings -----------------------------------------------------------------------
+
+
+def digest(name: str, source: str) -> str:
+    """A stable sha256 hex digest naming a configured model (Ollama lists
+    one per model; mlxd has no blobs, so it hashes the name and source)."""
+    return hashlib.sha256(f"{name}\0{source}".encode()).hexdigest()
+
+
+def details(config: dict[str, Any], source: str) -> dict[str, Any]:
+    """Ollama's ``details`` of a model from its ``config.json`` contents
+    (``{}`` when unknown): family from ``model_type``, quantization from
+    MLX's ``quantization.bits``, format ``gguf`` or ``safetensors``."""
+    family = str(config.get("model_type") or "")
+    quant = config.get("quantization") or config.get("quantization_config") or {}
+    bits = quant.get("bits") if isinstance(quant, dict) else None
+    return {
+        "parent_model": "",
+        "format": "gguf" if source.lower().endswith(".gguf") else "safetensors",
+        "family": family,
+        "families": [family] if family else None,
+        "parameter_size": "",
+        "quantization_level": f"Q{bits}" if bits else "",
+    }
+
+
+def model_entry(
+    name: str, source: str, created: float, size: int, config: dict[str, Any], **extra: Any
+) -> dict[str, Any]:
+    """One model of ``/api/tags`` (and, with ``extra``, of ``/api/ps``)."""
+    return {
+        "name": name,
+        "model": name,
+        "modified_at": timestamp(created),
+        "size": size,
+        "digest": digest(name, source),
+        "details": details(config, source),
+        **extra,
+    }
+
+
+NEVER = "2318-01-01T00:00:00Z"
+"""``expires_at`` of a model that is never unloaded for idleness (Ollama
+shows a far-future time too)."""
+
+
+def expiry(expires_at: float | None) -> str:
+    """``expires_at`` for ``/api/ps``."""
+    return NEVER if expires_at is None else timestamp(expires_at)
+
+
+def sampling_parameters(defaults: dict[str, float] | None) -> str:
+    """``/api/show``'s ``parameters``: the model's sampling defaults, one
+    ``name value`` per line in Ollama's option names."""
+    if not defaults:
+        return ""
+    names = {"repetition_penalty": "repeat_penalty"}
+    return "\n".join(f"{names.get(k, k)} {v}" for k, v in defaults.items())
 
 
 # --- models and server --------------------------------------------------------------------

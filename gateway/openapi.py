@@ -67,7 +67,7 @@ from gateway import anthropic_format, ollama_schema, openai_format, responses_fo
 from gateway.anthropic_schema import CountTokensRequest, MessagesRequest
 from gateway.embeddings_routes import EmbeddingList
 from gateway.embeddings_schema import EmbeddingRequest
-from gateway.ollama_format import NDJSON_MEDIA_TYPE
+from gateway.ollama_builder import NDJSON_MEDIA_TYPE
 from gateway.openai_schema import ChatCompletionRequest, CompletionRequest
 from gateway.responses_schema import ResponsesRequest
 from gateway.sse import MEDIA_TYPE as SSE_MEDIA_TYPE
@@ -481,7 +481,7 @@ OLLAMA_ERROR = {
 
 _OLLAMA_OBJECT = {"type": "object"}
 """The schema of Ollama's answers (plain dicts built by
-:mod:`gateway.ollama_format`; their fields are listed in
+:mod:`gateway.ollama_builder`; their fields are listed in
 ``docs/api/ollama.md``)."""
 
 

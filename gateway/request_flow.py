@@ -1,9 +1,10 @@
 """How every protocol front-end reads an admitted request and watches its client.
 
-The OpenAI (:mod:`gateway.openai_routes`), Responses
-(:mod:`gateway.responses_routes`) and Anthropic
-(:mod:`gateway.anthropic_routes`) endpoints differ in their bodies and
-answers but read the worker the same way, with the pieces here:
+The OpenAI, Responses, Anthropic and Ollama endpoints differ in their
+bodies and answers but read the worker the same way, with the pieces here
+(a generation answer runs them through :mod:`gateway.answer_driver`, which
+drives the family's builder; embeddings and token counts use them
+directly):
 
 - Finish reasons are the contract's: ``RequestOutput.ends_choice`` (a
   ``stop``/``length``/``tool_calls`` output ends its choice) and
@@ -32,6 +33,9 @@ answers but read the worker the same way, with the pieces here:
   happens (client gone, error, cancellation) the request stream is closed
   unless a streamed response took it over, which aborts the request in the
   worker.
+
+- One output: :func:`respond_to_only_output` answers a request whose first
+  output is its only one (embeddings) the same way, without a stream.
 
 Also shared: :func:`engine_of` (the app's Engine), :data:`JSON_MEDIA_TYPE`
 and :data:`CLIENT_CLOSED_STATUS`.
@@ -264,3 +268,30 @@ async def respond_after_first_output(
             if not waiting.done():
                 waiting.cancel()
             await stream.aclose()
+
+
+async def respond_to_only_output(
+    request: Request,
+    stream: RequestStream,
+    request_id: str,
+    *,
+    refuse: Callable[[RequestOutput], Response],
+    answer: Callable[[RequestOutput], Response],
+) -> Response:
+    """Answer a request whose first output is its only one (an embedding
+    request): :func:`respond_after_first_output` without a stream, ``answer``
+    getting that output. ``refuse`` as there; the stream is closed before
+    this returns."""
+
+    async def collect(first: RequestOutput) -> tuple[RequestOutput]:
+        return (first,)  # a bare RequestOutput would mean "ended early"
+
+    return await respond_after_first_output(
+        request,
+        stream,
+        request_id,
+        refuse=refuse,
+        streamed=None,
+        collect=collect,
+        answer=lambda result: answer(result[0]),
+    )

@@ -28,6 +28,10 @@ The loop (all on the event loop, each round an ordinary worker request):
    whole response (once reached, the next round may not call tools). Calls to the client's own function tools
    end the loop and are returned as usual.
 
+The rewriting is :mod:`gateway.responses_mcp_plan`; each round is an
+ordinary Responses request whose :class:`~gateway.responses_builder.ResponseBuilder`
+is run by :class:`~gateway.answer_driver.AnswerRun`.
+
 Streaming: every round's events are passed on as they come, renumbered into
 one response (one ``sequence_number`` series, one ``output_index`` series);
 the function-call items of MCP calls are replaced by ``mcp_call`` items with
@@ -38,7 +42,6 @@ their ``response.mcp_call.*`` events. A failed or hung MCP call becomes a
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
 import msgspec
@@ -46,228 +49,19 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway import sse
+from gateway.answer_driver import AnswerRun
 from gateway.error_shapes import openai_error_response
 from gateway.errors import APIError, bad_request, worker_error
 from gateway.mcp_client import CallOutcome, McpHub, McpTool
 from gateway.request_flow import JSON_MEDIA_TYPE, engine_of, next_output, respond_after_first_output
 from gateway.responses_checks import decode_responses_request
 from gateway.responses_format import new_id
-from gateway.responses_routes import PARAMS, PROMPT_PARAM, _Job, _Run, submit_decoded
+from gateway.responses_mcp_plan import Binding, McpPlan, call_pair, plan
+from gateway.responses_routes import PARAMS, PROMPT_PARAM, _Job, submit_decoded
 from shared.protocol import RequestOutput
 
-_MCP_FIELDS = {
-    "type",
-    "server_label",
-    "server_url",
-    "allowed_tools",
-    "require_approval",
-    "server_description",
-    "defer_loading",
-    "allowed_callers",
-    "headers",
-    "authorization",
-    "connector_id",
-    "tunnel_id",
-}
 _LIFECYCLE_START = ("response.created", "response.in_progress")
 _TERMINAL = ("response.completed", "response.incomplete", "response.failed")
-
-
-def wants_mcp(body: bytes) -> bool:
-    """Whether ``body`` is a JSON object whose ``tools`` hold an ``mcp`` tool."""
-    if b'"mcp"' not in body:
-        return False
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return False
-    tools = data.get("tools") if isinstance(data, dict) else None
-    return isinstance(tools, list) and any(isinstance(t, dict) and t.get("type") == "mcp" for t in tools)
-
-
-@dataclass
-class Binding:
-    """One request ``mcp`` tool bound to its configured server: the tools it
-    exposes, which of them need approval, and the server's last error when
-    it is down (reported in the ``mcp_list_tools`` item)."""
-
-    label: str
-    tools: dict[str, McpTool]
-    approval: Any
-    error: str | None = None
-
-    def needs_approval(self, name: str) -> bool:
-        """Whether a call to ``name`` must be approved by the client first."""
-        rule = self.approval
-        if rule == "never":
-            return False
-        if isinstance(rule, dict):
-            never = rule.get("never") or {}
-            if name in (never.get("tool_names") or []):
-                return False
-            if never.get("read_only") and _read_only(self.tools.get(name)):
-                return False
-        return True
-
-
-def _read_only(tool: McpTool | None) -> bool:
-    return bool(tool and tool.annotations and tool.annotations.get("readOnlyHint"))
-
-
-def _filter(names: Any) -> tuple[list[str] | None, bool]:
-    """An ``allowed_tools`` value as (names or None, read_only)."""
-    if names is None:
-        return None, False
-    if isinstance(names, list):
-        return [str(n) for n in names], False
-    if isinstance(names, dict):
-        listed = names.get("tool_names")
-        return (None if listed is None else [str(n) for n in listed]), bool(names.get("read_only"))
-    raise bad_request("'allowed_tools' must be a list of names or {tool_names, read_only}", "tools")
-
-
-def bind(hub: McpHub, tools: list[Any]) -> dict[str, Binding]:
-    """Bind each ``mcp`` entry of ``tools`` to its configured server.
-
-    Raises:
-        APIError: 400 naming the entry's field: unknown label, a URL that is
-        not the configured server's, refused fields, unknown fields.
-    """
-    bindings: dict[str, Binding] = {}
-    for index, tool in enumerate(tools):
-        if not isinstance(tool, dict) or tool.get("type") != "mcp":
-            continue
-        path = f"tools[{index}]"
-        for key in tool:
-            if key not in _MCP_FIELDS:
-                raise bad_request(f"Unrecognized field '{key}' in an mcp tool", f"{path}.{key}")
-        for key in ("connector_id", "tunnel_id", "headers", "authorization"):
-            if tool.get(key) not in (None, {}):
-                raise bad_request(
-                    f"'{key}' is not supported: mlxd reaches only the MCP servers of its config, with their "
-                    "configured credentials",
-                    f"{path}.{key}",
-                )
-        label = tool.get("server_label")
-        if not isinstance(label, str):
-            raise bad_request(f"Missing required parameter: '{path}.server_label'", f"{path}.server_label")
-        conn = hub.by_label(label)
-        if conn is None:
-            raise bad_request(f"No MCP server labelled '{label}' is configured on this server", f"{path}.server_label")
-        url = tool.get("server_url")
-        if url is not None and (not conn.config.url or conn.config.url.rstrip("/") != str(url).rstrip("/")):
-            raise bad_request(f"'server_url' is not the URL configured for '{label}'", f"{path}.server_url")
-        if label in bindings:
-            raise bad_request(f"MCP server '{label}' is listed twice", f"{path}.server_label")
-        names, read_only = _filter(tool.get("allowed_tools"))
-        exposed = {
-            name: t
-            for name, t in conn.tools.items()
-            if (names is None or name in names) and (not read_only or _read_only(t))
-        }
-        error = None if conn.tools or conn.error is None else conn.error
-        bindings[label] = Binding(label, exposed, tool.get("require_approval", "always") or "always", error)
-    return bindings
-
-
-@dataclass
-class _Plan:
-    """The rewritten request and what the response echoes."""
-
-    body: dict[str, Any]
-    input: list[dict[str, Any]]
-    owner: dict[str, Binding]
-    echo_tools: list[Any]
-    echo_choice: Any
-    first_choice: Any
-    bindings: dict[str, Binding] = field(default_factory=dict)
-    approved: list[tuple[dict[str, Any], Binding]] = field(default_factory=list)
-
-
-def plan(hub: McpHub, data: dict[str, Any]) -> _Plan:
-    """Rewrite the request (see the module docstring, step 1).
-
-    Raises:
-        APIError: 400 for a refused ``mcp`` entry, a tool name used twice, an
-        ``mcp`` tool choice naming an unknown server or tool.
-    """
-    tools = data.get("tools") or []
-    bindings = bind(hub, tools)
-    owner: dict[str, Binding] = {}
-    rewritten: list[Any] = []
-    client_names = {t.get("name") for t in tools if isinstance(t, dict) and t.get("type") != "mcp"}
-    for tool in tools:
-        if not (isinstance(tool, dict) and tool.get("type") == "mcp"):
-            rewritten.append(tool)
-            continue
-        binding = bindings[tool["server_label"]]
-        for name, spec in binding.tools.items():
-            if name in owner or name in client_names:
-                raise bad_request(f"Tool name '{name}' is offered twice (MCP server '{binding.label}')", "tools")
-            owner[name] = binding
-            rewritten.append(
-                {"type": "function", "name": name, "description": spec.description, "parameters": spec.input_schema}
-            )
-    choice = data.get("tool_choice")
-    first_choice = choice
-    if isinstance(choice, dict) and choice.get("type") == "mcp":
-        label, name = choice.get("server_label"), choice.get("name")
-        if label not in bindings:
-            raise bad_request(f"tool_choice names MCP server '{label}', which is not in 'tools'", "tool_choice")
-        if name is None:
-            first_choice = "required"
-        elif owner.get(name) is not bindings[label]:
-            raise bad_request(f"MCP server '{label}' offers no tool '{name}'", "tool_choice.name")
-        else:
-            first_choice = {"type": "function", "name": name}
-    body = {k: v for k, v in data.items() if k not in ("tools", "tool_choice", "input", "stream", "stream_options")}
-    body["tools"] = rewritten
-    result = _Plan(body, [], owner, tools, choice, first_choice, bindings)
-    result.input = _replay(data.get("input"), bindings, result)
-    return result
-
-
-def _replay(items: Any, bindings: dict[str, Binding], result: _Plan) -> list[dict[str, Any]]:
-    """The input with MCP items turned into calls and results."""
-    if isinstance(items, str) or items is None:
-        return [{"role": "user", "content": items or ""}]
-    out: list[dict[str, Any]] = []
-    requests: dict[str, dict[str, Any]] = {}
-    for index, item in enumerate(items):
-        kind = item.get("type") if isinstance(item, dict) else None
-        if kind == "mcp_list_tools":
-            continue
-        if kind == "mcp_call":
-            output = item.get("output") or json.dumps(item.get("error")) or ""
-            out += _call_pair(item["id"], item["name"], item.get("arguments", "{}"), output)
-        elif kind == "mcp_approval_request":
-            requests[item.get("id", "")] = item
-        elif kind == "mcp_approval_response":
-            asked = requests.get(item.get("approval_request_id", ""))
-            if asked is None:
-                raise bad_request(
-                    "An mcp_approval_response must follow its mcp_approval_request in 'input'",
-                    f"input[{index}].approval_request_id",
-                )
-            binding = bindings.get(asked.get("server_label", ""))
-            if binding is None or asked.get("name") not in binding.tools:
-                raise bad_request("The approved MCP tool is not offered by this request", f"input[{index}]")
-            if item.get("approve"):
-                result.approved.append((asked, binding))
-                out.append({"type": "_approved", "request": asked})
-            else:
-                out += _call_pair(asked["id"], asked["name"], asked.get("arguments", "{}"), "The user declined.")
-        else:
-            out.append(item)
-    return out
-
-
-def _call_pair(call_id: str, name: str, arguments: str, output: str) -> list[dict[str, Any]]:
-    """A function call and its output, as input items."""
-    return [
-        {"type": "function_call", "call_id": call_id, "name": name, "arguments": arguments},
-        {"type": "function_call_output", "call_id": call_id, "output": output},
-    ]
 
 
 def _error(outcome: CallOutcome) -> dict[str, Any]:
@@ -303,7 +97,7 @@ class McpLoop:
     the response object, and ``failed`` the output that ended a failed round.
     """
 
-    def __init__(self, request: Request, plan_: _Plan, response_id: str, hub: McpHub) -> None:
+    def __init__(self, request: Request, plan_: McpPlan, response_id: str, hub: McpHub) -> None:
         self._request = request
         self._plan = plan_
         self._id = response_id
@@ -349,7 +143,7 @@ class McpLoop:
             outcome, call = await self._run_call(asked["name"], asked.get("arguments", "{}"), binding)
             call["approval_request_id"] = asked["id"]
             done.append(call)
-            self._input[index : index + 1] = _call_pair(call["id"], call["name"], call["arguments"], _result(outcome))
+            self._input[index : index + 1] = call_pair(call["id"], call["name"], call["arguments"], _result(outcome))
         return done
 
     def _next_seq(self, event: dict[str, Any]) -> dict[str, Any]:
@@ -477,12 +271,12 @@ class McpLoop:
         started = False
         round_ = 0
         while True:
-            run = _Run(job)
+            run = AnswerRun(job.builder, job.stream, job.request_id)
             index_map: dict[int, int] = {}
             hidden: set[str] = set()
             terminal: dict[str, Any] | None = None
             try:
-                async for batch in run.events(first):
+                async for batch in run.batches(first):
                     out: list[dict[str, Any]] = []
                     for event in batch:
                         data = msgspec.to_builtins(event)
@@ -560,7 +354,7 @@ class McpLoop:
                     async for events in self._call_events(call["name"], call["arguments"], binding, results):
                         yield out + events
                         out = []
-                    self._input += _call_pair(call["call_id"], call["name"], call["arguments"], results[0])
+                    self._input += call_pair(call["call_id"], call["name"], call["arguments"], results[0])
                     self._calls_done += 1
                 stop = stop or bool(client_calls)  # the client's calls end the loop, after the MCP ones ran
             if stop:

@@ -7,18 +7,19 @@ background mode; clients send the whole conversation as ``input`` (see
 :class:`~gateway.engine_api.Engine` in ``request.app.state.engine``.
 
 Flow, as for chat completions (:mod:`gateway.openai_routes`, with
-:func:`gateway.request_flow.respond_after_first_output`): decode and
+:func:`gateway.answer_driver.answer` driving the
+:class:`~gateway.responses_builder.ResponseBuilder`): decode and
 validate, resolve the model, submit one choice, then await the first output
 *before* any header is sent, so a refused request (e.g. an input longer
 than the context: 400 ``context_length_exceeded`` naming ``input``) gets a
 proper status even when ``stream`` is true. Errors use the OpenAI error
 shape and the statuses of :func:`gateway.errors.worker_error`.
 
-Without ``stream`` the outputs are collected into one ``response`` object
+Without ``stream`` the same builder is drained into one ``response`` object
 (status ``completed``, or ``incomplete`` when the token limit was hit); an
 error after the first output is answered as an error status. With
 ``stream`` the answer is SSE: ``event: <type>`` frames in the order
-described in :mod:`gateway.responses_format`, ending with
+described in :mod:`gateway.responses_builder`, ending with
 ``response.completed`` / ``response.incomplete``, or, when the request
 fails mid-stream, with an ``error`` event (the OpenAI SDKs raise on it) and
 ``response.failed``. There is no ``[DONE]`` frame in this API. Whatever
@@ -28,40 +29,25 @@ which aborts the request in the worker.
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass
-from typing import AsyncIterator
 
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway.answer_driver import answer
 from gateway.dropped_tools import dropped_headers
 from gateway.engine_api import Engine, RequestStream
 from gateway.error_shapes import openai_error_response
-from gateway.errors import APIError, stream_error_code, worker_error
-from gateway.openai_format import UsageTally
-from gateway.request_flow import (
-    JSON_MEDIA_TYPE,
-    engine_of,
-    next_output,
-    respond_after_first_output,
-)
+from gateway.errors import APIError, worker_error
+from gateway.request_flow import JSON_MEDIA_TYPE, engine_of
+from gateway.responses_builder import ResponseBuilder, ResponseHead
 from gateway.responses_checks import decode_responses_request
-from gateway.responses_format import (
-    Event,
-    FinishReason,
-    ResponseBuilder,
-    ResponseHead,
-    encode,
-    frames,
-    new_id,
-)
+from gateway.responses_format import encode, new_id
+from gateway.responses_mcp_plan import wants_mcp
 from gateway.responses_schema import ResponsesRequest
 from gateway.responses_translate import dropped_tools, output_options, response_settings, to_generate_request
 from shared.protocol import RequestOutput
-
-log = logging.getLogger("mlxd.gateway.responses")
 
 PROMPT_PARAM = "input"
 """The request field a context-length error names."""
@@ -91,21 +77,27 @@ async def create_response(request: Request) -> Response:
     try:
         from gateway import responses_mcp  # imports this module
 
-        if responses_mcp.wants_mcp(body):
+        if wants_mcp(body):
             return await responses_mcp.create_mcp_response(request, body)
         job = await _submit(request, body)
     except APIError as err:
         return openai_error_response(err)
-    return await respond_after_first_output(
+    return await answer(
         request,
         job.stream,
         job.request_id,
-        refuse=lambda output: openai_error_response(worker_error(output, PROMPT_PARAM, PARAMS)),
-        streamed=(lambda first: _stream_frames(job, first)) if job.request.stream else None,
-        collect=lambda first: _collect(job, first),
-        answer=lambda builder: Response(encode(builder.final), media_type=JSON_MEDIA_TYPE, headers=job.headers),
-        stream_headers=job.headers,
+        job.builder,
+        streaming=bool(job.request.stream),
+        refuse=lambda output: openai_error_response(error_of(output)),
+        body=lambda builder: Response(encode(builder.final), media_type=JSON_MEDIA_TYPE, headers=job.headers),
+        headers=job.headers,
     )
+
+
+def error_of(output: RequestOutput) -> APIError:
+    """The client error for an ``error``/``abort`` output of this endpoint
+    (a context-length error names ``input``)."""
+    return worker_error(output, PROMPT_PARAM, PARAMS)
 
 
 async def _submit(request: Request, body: bytes) -> _Job:
@@ -130,81 +122,5 @@ async def submit_decoded(engine: Engine, req: ResponsesRequest, request_id: str)
     stream = await engine.submit(model, generate)
     head = ResponseHead(id=request_id, created_at=int(time.time()), model=model)
     defaults = next((m.sampling_defaults for m in engine.models() if m.name == model), None)
-    builder = ResponseBuilder(head, response_settings(req, defaults), options=output_options(req))
+    builder = ResponseBuilder(head, response_settings(req, defaults), options=output_options(req), error_of=error_of)
     return _Job(req, stream, builder, request_id, dropped_headers(dropped_tools(req), "/v1/responses"))
-
-
-class _Run:
-    """Feeds one request's outputs to its response builder.
-
-    :meth:`events` yields the stream events batch by batch; once it is
-    exhausted the builder's ``final`` object is set and :attr:`failed` holds
-    the ``error``/``abort`` output if the request failed.
-    """
-
-    def __init__(self, job: _Job) -> None:
-        self._job = job
-        self._tally = UsageTally()
-        self.failed: RequestOutput | None = None
-
-    async def events(self, first: RequestOutput) -> AsyncIterator[list[Event]]:
-        """Yield the events of the whole response, starting with
-        ``response.created``; stops after the terminal event."""
-        builder = self._job.builder
-        pending = builder.start()
-        output = first
-        while True:
-            if output.ends_request:
-                yield pending + self._fail(output)
-                return
-            if output.index != 0:
-                log.error("request %s: output for choice %d ignored", self._job.request_id, output.index)
-            else:
-                self._tally.add(output)
-                pending += builder.add(output)
-                if output.ends_choice:
-                    reason: FinishReason = output.finish_reason  # type: ignore[assignment]
-                    yield pending + builder.finish(reason, self._tally.usage())
-                    return
-            if pending:
-                yield pending
-                pending = []
-            output = await next_output(self._job.stream, self._job.request_id)
-
-    def _fail(self, last: RequestOutput) -> list[Event]:
-        """The events ending the response with the error of ``last`` (after
-        any content ``last`` still carries)."""
-        self.failed = last
-        err = worker_error(last, PROMPT_PARAM, PARAMS)
-        builder = self._job.builder
-        events = builder.add(last) if last.index == 0 else []
-        return events + builder.fail(
-            err.message, stream_error_code(err, last), err.param, err.status, self._tally.usage()
-        )
-
-
-# --- non-streaming ------------------------------------------------------------------------
-
-
-async def _collect(job: _Job, first: RequestOutput) -> ResponseBuilder | RequestOutput:
-    """Run the request to its end, discarding the stream events; return its
-    builder (whose ``final`` response is then set), or the ``error``/``abort``
-    output that ended it."""
-    run = _Run(job)
-    async for _ in run.events(first):
-        pass
-    return job.builder if run.failed is None else run.failed
-
-
-# --- streaming ------------------------------------------------------------------------------
-
-
-async def _stream_frames(job: _Job, first: RequestOutput) -> AsyncIterator[bytes]:
-    """Yield the SSE frames of one streamed response. Closes the request
-    stream in ``finally``, so a disconnect (which cancels or closes this
-    generator) aborts the request in the worker."""
-    try:
-        async for events in _Run(job).events(first):
-            yield frames(events)
-    finally:
-        await job.stream.aclose()

@@ -213,7 +213,7 @@ def test_inventory_reads_body_facts(inventory):
     assert "self._acquire" in submit["awaits"]
     assert "handle.submit" in submit["calls"]
     assert submit["returns"] and not submit["yields"]
-    events = symbols["gateway.openai_routes._events"]
+    events = symbols["gateway.request_flow._keepalive_then"]
     assert events["yields"] and not events["public"]
 
 

@@ -8,6 +8,8 @@ import logging
 import pytest
 
 from gateway import anthropic_format as fmt
+from gateway.answer_driver import TokenTally
+from gateway.anthropic_builder import MessageBuilder
 from gateway.errors import APIError
 from shared.protocol import RequestOutput, ToolCallDelta
 
@@ -50,10 +52,10 @@ def test_stop_reason(finish, sequence, expected):
 
 
 def test_usage_splits_cached_prompt_tokens():
-    tally = fmt.UsageTally()
+    tally = TokenTally()
     tally.add(out(prompt=10, cached=4, completion=1))
     tally.add(out(prompt=10, cached=4, completion=3))
-    assert tally.usage() == fmt.Usage(input_tokens=6, output_tokens=3, cache_read_input_tokens=4)
+    assert fmt.usage_of(tally) == fmt.Usage(input_tokens=6, output_tokens=3, cache_read_input_tokens=4)
 
 
 def test_tool_input():
@@ -65,13 +67,12 @@ def test_tool_input():
 
 
 def test_collector_orders_blocks_and_calls():
-    collector = fmt.MessageCollector()
+    collector = MessageBuilder("msg_1", "m")
     collector.add(out("Hi ", reasoning="think"))
     collector.add(out(calls=[ToolCallDelta(index=1, id="b", name="g", arguments='{"y": 2}')]))
     collector.add(out("there", calls=[ToolCallDelta(index=0, id="a", name="f", arguments="{}")]))
-    assert not collector.done
     collector.add(out(finish="tool_calls", completion=9))
-    body = json.loads(collector.body("msg_1", "m"))
+    body = json.loads(collector.body())
     assert body["content"] == [
         {"type": "thinking", "thinking": "think", "signature": ""},
         {"type": "text", "text": "Hi there", "citations": None},
@@ -82,9 +83,9 @@ def test_collector_orders_blocks_and_calls():
 
 
 def test_stream_closes_thinking_with_signature_at_finish():
-    stream = fmt.MessageEventStream("msg_1", "m")
+    stream = MessageBuilder("msg_1", "m")
     stream.start(out())
-    data = stream.output(out(reasoning="hmm")) + stream.finish(out(finish="length"))
+    data = stream.add(out(reasoning="hmm")) + stream.add(out(finish="length")) + stream.finish()
     assert [(e, d.get("delta", {}).get("type")) for e, d in frames(data)] == [
         ("content_block_start", None),
         ("content_block_delta", "thinking_delta"),
@@ -102,20 +103,20 @@ def test_stream_closes_thinking_with_signature_at_finish():
 
 
 def test_stream_tool_call_without_id_gets_one(caplog):
-    stream = fmt.MessageEventStream("msg_1", "m")
+    stream = MessageBuilder("msg_1", "m")
     with caplog.at_level(logging.ERROR, logger="mlxd.gateway.anthropic"):
-        data = stream.output(out(calls=[ToolCallDelta(index=0, arguments="{}")]))
+        data = stream.add(out(calls=[ToolCallDelta(index=0, arguments="{}")]))
     block = frames(data)[0][1]["content_block"]
     assert block["type"] == "tool_use" and block["id"].startswith("toolu_") and block["input"] == {}
     assert "without its id or name" in caplog.text
 
 
 def test_stream_late_piece_goes_to_its_own_block(caplog):
-    stream = fmt.MessageEventStream("msg_1", "m")
+    stream = MessageBuilder("msg_1", "m")
     first = ToolCallDelta(index=0, id="a", name="f", arguments='{"x": ')
     second = ToolCallDelta(index=1, id="b", name="g", arguments="{}")
     with caplog.at_level(logging.ERROR, logger="mlxd.gateway.anthropic"):
-        data = stream.output(out(calls=[first, second, ToolCallDelta(index=0, arguments="1}")]))
+        data = stream.add(out(calls=[first, second, ToolCallDelta(index=0, arguments="1}")]))
     events = frames(data)
     assert events[-1] == (
         "content_block_delta",
@@ -125,5 +126,7 @@ def test_stream_late_piece_goes_to_its_own_block(caplog):
 
 
 def test_error_frame_shape():
-    ((event, data),) = frames(fmt.MessageEventStream("msg_1", "m").error(APIError(503, "busy")))
+    ((event, data),) = frames(
+        MessageBuilder("msg_1", "m").fail(out(finish="error", error="busy", error_kind="overloaded"))
+    )
     assert event == "error" and data == {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}

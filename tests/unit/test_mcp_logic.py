@@ -3,9 +3,9 @@ and the replay of MCP items and blocks sent back by a client."""
 
 from __future__ import annotations
 
-from gateway.anthropic_mcp import _replay
+from gateway.anthropic_mcp_plan import replay_messages
 from gateway.mcp_client import McpTool, validate_arguments
-from gateway.responses_mcp import Binding
+from gateway.responses_mcp_plan import Binding
 
 ADD = McpTool(
     "calc",
@@ -48,7 +48,7 @@ def test_anthropic_mcp_blocks_are_replayed_as_tool_turns():
             ],
         },
     ]
-    out = _replay(messages)
+    out = replay_messages(messages)
     assert [m["role"] for m in out] == ["user", "assistant", "user", "assistant"]
     assert out[1]["content"][1] == {"type": "tool_use", "id": "mcptoolu_1", "name": "add", "input": {"a": 1}}
     assert out[2]["content"][0]["type"] == "tool_result" and out[2]["content"][0]["tool_use_id"] == "mcptoolu_1"

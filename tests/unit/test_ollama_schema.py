@@ -1,5 +1,5 @@
 """Ollama request decoding and translation (:mod:`gateway.ollama_translate`)
-and reply building (:mod:`gateway.ollama_format`), without a worker."""
+and reply building (:mod:`gateway.ollama_builder`), without a worker."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import json
 import pytest
 
 from gateway.errors import APIError
-from gateway.ollama_format import ReplyBuilder, Timing, expiry, line
+from gateway.ollama_builder import ReplyBuilder, Timing, line
+from gateway.ollama_routes import expiry
 from gateway.ollama_schema import OllamaChatRequest, OllamaGenerateRequest
 from gateway.ollama_translate import chat_request, check_generate, decode, generate_request, keep_alive_seconds
 from shared.protocol import RequestOutput, ToolCallDelta
@@ -142,7 +143,8 @@ def test_builder_streams_text_then_calls_then_final():
     assert first[0]["message"] == {"role": "assistant", "content": "He", "thinking": "hm"}
     deltas = [ToolCallDelta(index=0, id="c1", name="f", arguments='{"a"'), ToolCallDelta(index=0, arguments=": 1}")]
     assert builder.add(RequestOutput(request_id="r", tool_calls=deltas, completion_tokens=4)) == []
-    end = builder.finish("tool_calls")
+    builder.add(RequestOutput(request_id="r", finish_reason="tool_calls", completion_tokens=4))
+    end = builder.finish()
     assert end[0]["message"]["tool_calls"] == [
         {"function": {"index": 0, "name": "f", "arguments": {"a": 1}}, "id": "c1"}
     ]
@@ -157,7 +159,8 @@ def test_builder_streams_text_then_calls_then_final():
 def test_generate_builder_and_expiry():
     builder = ReplyBuilder("generate", "m", Timing())
     assert builder.add(RequestOutput(request_id="r", text="ok", completion_tokens=1))[0]["response"] == "ok"
-    assert builder.finish("length")[-1]["done_reason"] == "length"
+    builder.add(RequestOutput(request_id="r", finish_reason="length", completion_tokens=1))
+    assert builder.finish()[-1]["done_reason"] == "length"
     assert builder.final["response"] == "ok"
     assert expiry(None).startswith("2318") and expiry(0).startswith("1970-01-01T00:00:00")
 
@@ -185,15 +188,19 @@ def anyio_backend():
 
 @pytest.mark.anyio
 async def test_a_failure_mid_stream_is_an_error_line():
-    from gateway.ollama_routes import _Job, _lines
+    from gateway.answer_driver import AnswerRun
+    from gateway.errors import worker_error
 
     stream = _Outputs(
         [RequestOutput(request_id="r", finish_reason="error", error="ran past its deadline", error_kind="timeout")]
     )
-    job = _Job(stream, ReplyBuilder("chat", "m", Timing()), "r", True, "messages")
+    builder = ReplyBuilder("chat", "m", Timing(), error_of=lambda output: worker_error(output, "messages"))
+    run = AnswerRun(builder, stream, "r")
     first = RequestOutput(request_id="r", text="Hi", completion_tokens=1)
     lines = [
-        json.loads(chunk) for body in [b"".join([c async for c in _lines(job, first)])] for chunk in body.splitlines()
+        json.loads(chunk)
+        for body in [b"".join([c async for c in run.stream_frames(first)])]
+        for chunk in body.splitlines()
     ]
     assert lines[0]["message"]["content"] == "Hi" and lines[0]["done"] is False
     assert lines[-1] == {"error": "ran past its deadline"}

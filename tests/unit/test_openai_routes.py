@@ -543,16 +543,22 @@ async def test_sdk_stops_reading_early():
     assert engine.stream.aclose_calls >= 1
 
 
+def NO_ERROR(output):
+    """A builder's error mapper for tests that never fail."""
+    raise AssertionError("no error expected")
+
+
 # --- chunk templates ------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("include_usage", [False, True])
 def test_chunk_templates_escape_everything(include_usage):
     from gateway import openai_format as fmt
+    from gateway.openai_builder import ChatBuilder, CompletionBuilder
 
     rid, model, text = 'id"\\x', 'org/mo"del\n', 'a"\\\n\u2028\x00🙂'
     extra = {"usage": None} if include_usage else {}
-    chat = fmt.ChatChunkStream(rid, 7, model, include_usage, n=2)
+    chat = ChatBuilder(rid, 7, model, include_usage, NO_ERROR, n=2)
     head = {
         "id": rid,
         "object": "chat.completion.chunk",
@@ -561,14 +567,14 @@ def test_chunk_templates_escape_everything(include_usage):
         "service_tier": "default",
         "system_fingerprint": "fp_mlxd",
     }
-    frame = chat.output(out(text, index=1))
+    frame = chat.add(out(text, index=1))
     assert frame.startswith(b"data: ") and frame.endswith(b"\n\n") and frame.count(b"\n") == 2
     assert json.loads(frame[6:]) == {
         **head,
         "choices": [{"index": 1, "delta": {"content": text}, "finish_reason": None}],
         **extra,
     }
-    frames = sse_data(chat.output(out(finish="length", index=0)) + chat.final_usage(fmt.usage(2, 3, 1)))
+    frames = sse_data(chat.add(out(finish="length", index=0)) + chat.final_usage(fmt.usage(2, 3, 1)))
     assert json.loads(frames[0]) == {
         **head,
         "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}],
@@ -579,9 +585,9 @@ def test_chunk_templates_escape_everything(include_usage):
     else:
         assert len(frames) == 1
 
-    comp = fmt.CompletionChunkStream(rid, 7, model, include_usage)
-    assert comp.start() == b""
-    frames = sse_data(comp.output(out(text, "stop")))
+    comp = CompletionBuilder(rid, 7, model, include_usage, NO_ERROR)
+    assert comp.start(out()) == b""
+    frames = sse_data(comp.add(out(text, "stop")))
     assert json.loads(frames[0]) == {
         "id": rid,
         "object": "text_completion",
@@ -1004,15 +1010,15 @@ async def test_overloaded_submit_always_has_retry_after():
 
 def test_chunk_builders_without_logprobs_use_templates_only():
     """The fast path never builds a logprobs object."""
-    from gateway import openai_format as fmt
+    from gateway.openai_builder import ChatBuilder, CompletionBuilder
 
-    chat = fmt.ChatChunkStream("r", 1, "m", False, n=3)
-    comp = fmt.CompletionChunkStream("r", 1, "m", False, n=3)
+    chat = ChatBuilder("r", 1, "m", False, NO_ERROR, n=3)
+    comp = CompletionBuilder("r", 1, "m", False, NO_ERROR, n=3)
     assert chat.deltas(out("", index=2)) == b"" and comp.deltas(out("", index=2)) == b""
     assert chat.deltas(out("", index=2, logprobs=[lp("a", -1.0)])) == b""  # not requested
-    frame = json.loads(sse_data(comp.output(out("z", index=2, logprobs=[lp("a", -1.0)])))[0])
+    frame = json.loads(sse_data(comp.add(out("z", index=2, logprobs=[lp("a", -1.0)])))[0])
     assert frame["choices"] == [{"text": "z", "index": 2, "logprobs": None, "finish_reason": None}]
-    assert len(sse_data(chat.start())) == 3
+    assert len(sse_data(chat.start(out()))) == 3
 
 
 # --- tool calls, reasoning, response formats ---------------------------------------------------
@@ -1349,11 +1355,11 @@ async def test_completions_refuse_tools_and_response_format():
 
 
 def test_chunk_stream_tool_call_escaping():
-    from gateway import openai_format as fmt
+    from gateway.openai_builder import ChatBuilder
 
-    chat = fmt.ChatChunkStream("r", 1, "m", False, reasoning_field="reasoning")
+    chat = ChatBuilder("r", 1, "m", False, NO_ERROR, reasoning_field="reasoning")
     name, args, reasoning = 'we"ird\n', '{"q": "\\u2028\u2028"}', 'a"\n\x00'
-    frames = sse_data(chat.output(out(reasoning=reasoning, calls=[call(0, args, id='i"d', name=name)])))
+    frames = sse_data(chat.add(out(reasoning=reasoning, calls=[call(0, args, id='i"d', name=name)])))
     deltas = [json.loads(f)["choices"][0]["delta"] for f in frames]
     assert deltas == [
         {"reasoning": reasoning},

@@ -287,3 +287,25 @@ async def test_stream_closed_when_collecting_fails():
     with pytest.raises(RuntimeError):
         await respond(client(), stream, collect=collect)
     assert stream.closed == 1
+
+
+async def test_respond_to_only_output_answers_with_the_first_output():
+    """The one-output answer (embeddings) hands its output to ``answer``
+    and closes the stream; an error output is refused."""
+    from gateway.request_flow import respond_to_only_output
+
+    for first, expected in (
+        (RequestOutput(request_id="r", finish_reason="stop", prompt_tokens=3), 200),
+        (RequestOutput(request_id="r", finish_reason="error", error="x", error_kind="internal"), 500),
+    ):
+        stream = Stream([first])
+        response = await respond_to_only_output(
+            client(),
+            stream,
+            "r",
+            refuse=lambda output: Response(status_code=500),
+            answer=lambda output: Response(str(output.prompt_tokens), status_code=200),
+        )
+        assert response.status_code == expected and stream.closed == 1
+        if expected == 200:
+            assert response.body == b"3"

@@ -1,8 +1,9 @@
-"""Ollama answer objects: the chat and generate replies (streamed as NDJSON,
-one JSON object per line, or collected into one object), the model
-listings and the ``{"error": "..."}`` body.
+"""The builder of Ollama chat and generate replies (streamed as NDJSON, one
+JSON object per line, or collected into one object), and the
+``{"error": "..."}`` body.
 
-:class:`ReplyBuilder` turns one request's
+:class:`ReplyBuilder` is the :class:`~gateway.answer_driver.AnswerBuilder`
+of ``/api/chat`` and ``/api/generate``: it turns one request's
 :class:`~shared.protocol.RequestOutput` stream into Ollama objects: every
 output with text, reasoning or log-probabilities becomes one
 ``done: false`` object (``message`` for chat, ``response`` for generate;
@@ -12,32 +13,33 @@ turn ends; the last object has ``done: true``, ``done_reason``
 (``stop``/``length``; a turn ended by tool calls is ``stop``, as in
 Ollama) and the counts and durations (nanoseconds) of :class:`Timing`.
 The non-streamed answer is the same final object with everything the
-stream would have carried merged into it, so both paths agree.
+stream would have carried merged into it, so both paths agree. A request
+that fails after the stream began ends with an ``{"error": "..."}`` line.
+Tool calls are assembled by :class:`~gateway.tool_calls.ToolCallAssembler`
+(the worker's ids, none minted). Event loop only; one builder per request.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import msgspec
 
+from gateway.answer_driver import TokenTally
+from gateway.error_shapes import ollama_error_body
+from gateway.errors import APIError
+from gateway.tool_calls import OLLAMA_CALL_IDS, AssembledCall, ToolCallAssembler
 from shared.protocol import RequestOutput, TokenLogprob
 
 log = logging.getLogger("mlxd.gateway.ollama")
 
 NDJSON_MEDIA_TYPE = "application/x-ndjson"
 """Content type of a streamed Ollama reply."""
-
-OLLAMA_VERSION = "0.12.0"
-"""The Ollama API version mlxd reports on ``GET /api/version``: clients
-gate features on it, and mlxd speaks that version's chat and generate
-fields (tools, thinking, structured outputs)."""
 
 Kind = Literal["chat", "generate"]
 """Which endpoint a reply answers."""
@@ -111,27 +113,24 @@ def _logprobs(tokens: list[TokenLogprob]) -> list[dict[str, Any]]:
     ]
 
 
-class _CallPieces:
-    """One tool call assembled from its deltas."""
+def _call_object(call: AssembledCall, position: int) -> dict[str, Any]:
+    """A finished call as Ollama sends it: ``arguments`` parsed to an object
+    (an empty one, with a warning, when they are not a JSON object)."""
+    try:
+        arguments = json.loads(call.arguments) if call.arguments.strip() else {}
+    except ValueError:
+        log.warning("tool call %s: arguments are not JSON; sent as an empty object", call.name)
+        arguments = {}
+    if not isinstance(arguments, dict):
+        arguments = {}
+    result: dict[str, Any] = {"function": {"index": position, "name": call.name, "arguments": arguments}}
+    if call.id:
+        result["id"] = call.id
+    return result
 
-    def __init__(self) -> None:
-        self.id: str | None = None
-        self.name = ""
-        self.arguments = ""
 
-    def as_object(self, index: int) -> dict[str, Any]:
-        """The call as Ollama sends it: ``arguments`` parsed to an object."""
-        try:
-            arguments = json.loads(self.arguments) if self.arguments.strip() else {}
-        except ValueError:
-            log.warning("tool call %s: arguments are not JSON; sent as an empty object", self.name)
-            arguments = {}
-        if not isinstance(arguments, dict):
-            arguments = {}
-        call: dict[str, Any] = {"function": {"index": index, "name": self.name, "arguments": arguments}}
-        if self.id:
-            call["id"] = self.id
-        return call
+ErrorOf = Callable[[RequestOutput], APIError]
+"""The endpoint's client error for an ``error``/``abort`` output."""
 
 
 class ReplyBuilder:
@@ -140,21 +139,28 @@ class ReplyBuilder:
     :meth:`add` returns the ``done: false`` objects of one output;
     :meth:`finish` those that end the reply (tool calls, then the final
     ``done: true`` object) and sets :attr:`final`, the whole non-streamed
-    answer. Not thread-safe; one builder per request (event loop only).
+    answer; :meth:`fail` the ``{"error": ...}`` object of a failing output
+    (``error_of`` gives its error). Not thread-safe; one builder per request
+    (event loop only).
     """
 
-    def __init__(self, kind: Kind, model: str, timing: Timing, with_logprobs: bool = False) -> None:
+    choices = 1
+
+    def __init__(
+        self, kind: Kind, model: str, timing: Timing, with_logprobs: bool = False, error_of: ErrorOf | None = None
+    ) -> None:
         self.kind = kind
         self.model = model
         self.timing = timing
         self.final: dict[str, Any] | None = None
         self._with_logprobs = with_logprobs
+        self._error_of = error_of
         self._text: list[str] = []
         self._thinking: list[str] = []
         self._logprobs: list[dict[str, Any]] = []
-        self._calls: dict[int, _CallPieces] = {}
-        self._prompt_tokens = 0
-        self._completion_tokens = 0
+        self._calls = ToolCallAssembler(OLLAMA_CALL_IDS)
+        self._tally = TokenTally()
+        self._reason = "stop"
 
     def _head(self) -> dict[str, Any]:
         return {"model": self.model, "created_at": timestamp()}
@@ -178,19 +184,22 @@ class ReplyBuilder:
         prompt is prefilled, so idle timeouts do not fire)."""
         return {**self._head(), **self._body("", ""), "done": False}
 
+    # --- the AnswerBuilder contract ------------------------------------------------------
+
+    def start(self, first: RequestOutput) -> list[dict[str, Any]]:
+        """Nothing opens a reply."""
+        return []
+
     def add(self, output: RequestOutput) -> list[dict[str, Any]]:
         """The objects carrying ``output``'s new text, reasoning and
         log-probabilities (none when it has none); tool-call pieces are
-        kept for :meth:`finish`."""
+        kept for :meth:`finish`, and so is a choice end's reason."""
         self.timing.mark_output()
-        if output.prompt_tokens:
-            self._prompt_tokens = output.prompt_tokens
-        self._completion_tokens = max(self._completion_tokens, output.completion_tokens)
-        for delta in output.tool_calls or ():
-            call = self._calls.setdefault(delta.index, _CallPieces())
-            call.id = call.id or delta.id
-            call.name = call.name or delta.name or ""
-            call.arguments += delta.arguments
+        self._tally.add(output)
+        if output.ends_choice:
+            self._reason = output.finish_reason or "stop"
+        for piece in output.tool_calls or ():
+            self._calls.add(piece)
         logprobs = _logprobs(output.logprobs) if self._with_logprobs and output.logprobs else []
         if not (output.text or output.reasoning or logprobs):
             return []
@@ -202,23 +211,20 @@ class ReplyBuilder:
             obj["logprobs"] = logprobs
         return [obj]
 
-    def _calls_list(self) -> list[dict[str, Any]]:
-        return [self._calls[i].as_object(n) for n, i in enumerate(sorted(self._calls))]
-
-    def finish(self, reason: str) -> list[dict[str, Any]]:
-        """The objects ending the reply for finish reason ``reason``: the
-        tool calls (chat, when any) and the ``done: true`` object. Sets
-        :attr:`final`."""
-        calls = self._calls_list()
+    def finish(self) -> list[dict[str, Any]]:
+        """The objects ending the reply: the tool calls (chat, when any) and
+        the ``done: true`` object (``done_reason`` ``length`` or ``stop``).
+        Sets :attr:`final`."""
+        calls = [_call_object(call, n) for n, call in enumerate(sorted(self._calls.calls(), key=lambda c: c.index))]
         objects: list[dict[str, Any]] = []
         if calls and self.kind == "chat":
             objects.append({**self._head(), **self._body("", "", calls), "done": False})
         tail = {
             "done": True,
-            "done_reason": "length" if reason == "length" else "stop",
+            "done_reason": "length" if self._reason == "length" else "stop",
             **self.timing.durations(),
-            "prompt_eval_count": self._prompt_tokens,
-            "eval_count": self._completion_tokens,
+            "prompt_eval_count": self._tally.prompt,
+            "eval_count": self._tally.completion,
         }
         objects.append({**self._head(), **self._body("", ""), **tail})
         whole = {**self._head(), **self._body("".join(self._text), "".join(self._thinking), calls), **tail}
@@ -226,6 +232,15 @@ class ReplyBuilder:
             whole["logprobs"] = self._logprobs
         self.final = whole
         return objects
+
+    def fail(self, output: RequestOutput) -> list[dict[str, Any]]:
+        """The ``{"error": message}`` object for the failing ``output``."""
+        assert self._error_of is not None, "a ReplyBuilder that may fail needs error_of"
+        return [ollama_error_body(self._error_of(output).message)]
+
+    def frames(self, batch: list[dict[str, Any]]) -> bytes:
+        """``batch`` as NDJSON lines."""
+        return b"".join(line(obj) for obj in batch)
 
 
 def load_reply(kind: Kind, model: str, timing: Timing, unloaded: bool) -> dict[str, Any]:
@@ -237,63 +252,3 @@ def load_reply(kind: Kind, model: str, timing: Timing, unloaded: bool) -> dict[s
         "done": True,
         "done_reason": "unload" if unloaded else "load",
     }
-
-
-# --- model listings -----------------------------------------------------------------------
-
-
-def digest(name: str, source: str) -> str:
-    """A stable sha256 hex digest naming a configured model (Ollama lists
-    one per model; mlxd has no blobs, so it hashes the name and source)."""
-    return hashlib.sha256(f"{name}\0{source}".encode()).hexdigest()
-
-
-def details(config: dict[str, Any], source: str) -> dict[str, Any]:
-    """Ollama's ``details`` of a model from its ``config.json`` contents
-    (``{}`` when unknown): family from ``model_type``, quantization from
-    MLX's ``quantization.bits``, format ``gguf`` or ``safetensors``."""
-    family = str(config.get("model_type") or "")
-    quant = config.get("quantization") or config.get("quantization_config") or {}
-    bits = quant.get("bits") if isinstance(quant, dict) else None
-    return {
-        "parent_model": "",
-        "format": "gguf" if source.lower().endswith(".gguf") else "safetensors",
-        "family": family,
-        "families": [family] if family else None,
-        "parameter_size": "",
-        "quantization_level": f"Q{bits}" if bits else "",
-    }
-
-
-def model_entry(
-    name: str, source: str, created: float, size: int, config: dict[str, Any], **extra: Any
-) -> dict[str, Any]:
-    """One model of ``/api/tags`` (and, with ``extra``, of ``/api/ps``)."""
-    return {
-        "name": name,
-        "model": name,
-        "modified_at": timestamp(created),
-        "size": size,
-        "digest": digest(name, source),
-        "details": details(config, source),
-        **extra,
-    }
-
-
-NEVER = "2318-01-01T00:00:00Z"
-"""``expires_at`` of a model that is never unloaded for idleness (Ollama
-shows a far-future time too)."""
-
-
-def expiry(expires_at: float | None) -> str:
-    """``expires_at`` for ``/api/ps``."""
-    return NEVER if expires_at is None else timestamp(expires_at)
-
-
-def sampling_parameters(defaults: dict[str, float] | None) -> str:
-    """``/api/show``'s ``parameters``: the model's sampling defaults, one
-    ``name value`` per line in Ollama's option names."""
-    if not defaults:
-        return ""
-    names = {"repetition_penalty": "repeat_penalty"}
-    return "\n".join(f"{names.get(k, k)} {v}" for k, v in defaults.items())
