@@ -8,7 +8,7 @@ the final body of a non-streamed answer. A non-streamed answer drains the
 very same builder, so both paths agree by construction.
 
 :class:`AnswerRun` drives a builder over one request's
-:class:`~gateway.engine_api.RequestStream`: it reads outputs with
+:class:`~gateway.model_backend.RequestStream`: it reads outputs with
 :func:`~gateway.request_flow.next_output`, skips (and logs) outputs of
 choices out of range, counts open choices with
 :class:`~shared.protocol.OpenChoices` (a choice ends with
@@ -32,7 +32,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway import sse
-from gateway.engine_api import RequestStream
+from gateway.model_backend import RequestStream
 from gateway.request_flow import next_output, respond_after_first_output
 from shared.protocol import OpenChoices, RequestOutput
 

@@ -47,7 +47,7 @@ from gateway.dropped_tools import dropped_headers
 from gateway.error_shapes import anthropic_error_frame
 from gateway.errors import APIError, worker_error
 from gateway.mcp_client import CallOutcome, McpHub
-from gateway.request_flow import engine_of, next_output, respond_after_first_output
+from gateway.request_flow import backend_of, next_output, respond_after_first_output
 from shared.protocol import RequestOutput
 
 
@@ -88,12 +88,12 @@ class McpRounds:
             APIError: 400 invalid body, 404 unknown model, 503 overloaded.
         """
         req = decode_messages_request(self.body(round_))
-        engine = engine_of(self._request)
-        model = engine.resolve(req.model)
+        backend = backend_of(self._request)
+        model = backend.resolve(req.model)
         generate = to_generate_request(req, self.id, _images(self._request))
-        generate, applied = await _edited(engine, model, generate, req)
+        generate, applied = await _edited(backend, model, generate, req)
         headers = dropped_headers(tool_set(req).dropped, self._request.url.path)
-        stream = await engine.submit(model, generate)
+        stream = await backend.submit(model, generate)
         return _Job(generate, model, False, stream, headers, omit_thinking(req), applied)
 
     async def run(self, job: _Job, first: RequestOutput) -> AsyncIterator[list[dict[str, Any]]]:

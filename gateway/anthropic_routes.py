@@ -2,8 +2,8 @@
 
 ``messages`` (POST /v1/messages) and ``count_tokens``
 (POST /v1/messages/count_tokens). Like the OpenAI endpoints they reach the
-workers only through the :class:`~gateway.engine_api.Engine` in
-``request.app.state.engine`` and never block the event loop. The
+workers only through the :class:`~gateway.model_backend.ModelBackend` in
+``request.app.state.backend`` and never block the event loop. The
 ``anthropic-version`` and ``anthropic-beta`` headers are accepted with any
 value; nothing depends on them.
 
@@ -48,12 +48,12 @@ from gateway.anthropic_context import apply_edits
 from gateway.anthropic_mcp_plan import count_body, wants_mcp
 from gateway.anthropic_translate import context_edits, omit_thinking, to_count_request, to_generate_request
 from gateway.dropped_tools import dropped_headers
-from gateway.engine_api import Engine, RequestStream
 from gateway.error_shapes import REQUEST_ID_HEADER, anthropic_error_response
 from gateway.errors import APIError, worker_error
+from gateway.model_backend import ModelBackend, RequestStream
 from gateway.request_flow import (
     JSON_MEDIA_TYPE,
-    engine_of,
+    backend_of,
     next_output,
     respond_after_first_output,
 )
@@ -74,7 +74,9 @@ def _images(request: Request) -> str:
     return "placeholder" if config is None else config.server.tool_result_images
 
 
-async def _count_prompt(engine: Engine, model: str, generate: GenerateRequest, messages: list[ChatMessage]) -> int:
+async def _count_prompt(
+    backend: ModelBackend, model: str, generate: GenerateRequest, messages: list[ChatMessage]
+) -> int:
     """The prompt tokens of ``generate`` with ``messages`` instead of its own,
     counted by the worker (a ``count_only`` request).
 
@@ -90,7 +92,7 @@ async def _count_prompt(engine: Engine, model: str, generate: GenerateRequest, m
         response_format=None,
         thinking_budget=None,
     )
-    stream = await engine.submit(model, count)
+    stream = await backend.submit(model, count)
     try:
         result = await _prompt_tokens(stream, count.request_id, await next_output(stream, count.request_id))
     finally:
@@ -101,7 +103,7 @@ async def _count_prompt(engine: Engine, model: str, generate: GenerateRequest, m
 
 
 async def _edited(
-    engine: Engine, model: str, generate: GenerateRequest, req: Any
+    backend: ModelBackend, model: str, generate: GenerateRequest, req: Any
 ) -> tuple[GenerateRequest, list[dict[str, Any]] | None]:
     """``generate`` with the request's context-management edits applied, and
     the applied edits (None when the request had no context management).
@@ -114,7 +116,7 @@ async def _edited(
     messages, applied = await apply_edits(
         list(generate.messages or ()),
         context_edits(req),
-        lambda edited: _count_prompt(engine, model, generate, edited),
+        lambda edited: _count_prompt(backend, model, generate, edited),
     )
     return msgspec.structs.replace(generate, messages=messages), applied
 
@@ -176,12 +178,12 @@ async def _submit(request: Request) -> _Job:
         or overloaded.
     """
     req = decode_messages_request(await request.body())
-    engine = engine_of(request)
-    model = engine.resolve(req.model)
+    backend = backend_of(request)
+    model = backend.resolve(req.model)
     generate = to_generate_request(req, fmt.new_id("msg_"), _images(request))
-    generate, applied = await _edited(engine, model, generate, req)
+    generate, applied = await _edited(backend, model, generate, req)
     headers = dropped_headers(tool_set(req).dropped, request.url.path)
-    stream = await engine.submit(model, generate)
+    stream = await backend.submit(model, generate)
     return _Job(generate, model, bool(req.stream), stream, headers, omit_thinking(req), applied)
 
 
@@ -222,15 +224,15 @@ async def count_tokens(request: Request) -> Response:
         if wants_mcp(body):
             body = count_body(request.app.state.mcp, body)
         req = decode_count_tokens_request(body)
-        engine = engine_of(request)
-        model = engine.resolve(req.model)
+        backend = backend_of(request)
+        model = backend.resolve(req.model)
         original = to_count_request(req, fmt.new_id("count_"), _images(request))
-        generate, applied = await _edited(engine, model, original, req)
+        generate, applied = await _edited(backend, model, original, req)
         before = None
         if applied:
-            before = await _count_prompt(engine, model, original, list(original.messages or ()))
+            before = await _count_prompt(backend, model, original, list(original.messages or ()))
         headers = dropped_headers(tool_set(req).dropped, request.url.path)
-        stream = await engine.submit(model, generate)
+        stream = await backend.submit(model, generate)
     except APIError as err:
         return anthropic_error_response(err)
     return await respond_after_first_output(

@@ -357,7 +357,7 @@ def _sampling(req: MessagesRequest) -> SamplingParams:
 
 def to_generate_request(req: MessagesRequest, request_id: str, images: str = "placeholder") -> GenerateRequest:
     """Translate a validated messages request into the worker's request
-    (one choice; ``timeout`` left for the engine to fill in). ``images`` as
+    (one choice; ``timeout`` left for the backend to fill in). ``images`` as
     for :func:`chat_messages`.
 
     Raises:

@@ -40,13 +40,13 @@ log = logging.getLogger("mlxd.gateway")
 async def health(request: Request) -> Response:
     """``GET /health``: 200 while the gateway runs, with each worker's state
     and counters (running, waiting, steps, tokens)."""
-    return JSONResponse(request.app.state.engine.health())
+    return JSONResponse(request.app.state.backend.health())
 
 
 async def ready(request: Request) -> Response:
     """``GET /ready``: 200 when every preloaded model is ready, else 503;
     the body has each model's state."""
-    ok, body = request.app.state.engine.readiness()
+    ok, body = request.app.state.backend.readiness()
     return JSONResponse(body, status_code=200 if ok else 503)
 
 
@@ -127,24 +127,24 @@ def build_app(config: Config, pool: WorkerPool | None = None) -> Starlette:
     it is started when the app starts and stopped when it stops, as are the
     sessions with the configured MCP servers (``app.state.mcp``).
     """
-    engine = pool
-    if engine is None:
+    backend = pool
+    if backend is None:
         holder: list[WorkerPool] = []
         meter = Metrics(lambda: snapshots(holder[0])())
-        engine = WorkerPool(config, metrics=meter)
-        holder.append(engine)
+        backend = WorkerPool(config, metrics=meter)
+        holder.append(backend)
     else:
-        meter = Metrics(snapshots(engine))
+        meter = Metrics(snapshots(backend))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        engine.start()
+        backend.start()
         hub.start()
         try:
             yield
         finally:
             await hub.stop()
-            await engine.stop()
+            await backend.stop()
 
     hub = McpHub(config.mcp_servers)
     routes = [
@@ -166,7 +166,7 @@ def build_app(config: Config, pool: WorkerPool | None = None) -> Starlette:
     ]
 
     def get_server() -> ServerConfig:
-        return engine.config.server
+        return backend.config.server
 
     middleware = [Middleware(HostCheckMiddleware, get_server=get_server, loopback=is_loopback(config.server.host))]
     if config.server.cors_origins:
@@ -185,7 +185,7 @@ def build_app(config: Config, pool: WorkerPool | None = None) -> Starlette:
         },
         lifespan=lifespan,
     )
-    app.state.engine = engine
+    app.state.backend = backend
     app.state.metrics = meter
     app.state.config = config
     app.state.mcp = hub

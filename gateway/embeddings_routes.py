@@ -2,7 +2,7 @@
 
 Decodes the body (:mod:`gateway.embeddings_schema`), resolves the model,
 submits one :class:`~shared.protocol.EmbedRequest` to the model's worker
-through the :class:`~gateway.engine_api.Engine` (which refuses a
+through the :class:`~gateway.model_backend.ModelBackend` (which refuses a
 generation model with a 400 naming its kind), waits for its single result
 while watching the client (:func:`gateway.request_flow.respond_to_only_output`;
 a client that leaves aborts the request in the worker) and answers a
@@ -31,7 +31,7 @@ from starlette.responses import Response
 from gateway.embeddings_schema import EmbeddingRequest, decode_embedding_request, to_embed_request
 from gateway.error_shapes import openai_error_response
 from gateway.errors import APIError, worker_error
-from gateway.request_flow import JSON_MEDIA_TYPE, engine_of, respond_to_only_output
+from gateway.request_flow import JSON_MEDIA_TYPE, backend_of, respond_to_only_output
 from shared.protocol import RequestOutput
 
 _encoder = msgspec.json.Encoder()
@@ -70,10 +70,10 @@ async def create_embeddings(request: Request) -> Response:
     OpenAI error with its status."""
     try:
         body = decode_embedding_request(await request.body())
-        engine = engine_of(request)
-        model = engine.resolve(body.model)
+        backend = backend_of(request)
+        model = backend.resolve(body.model)
         embed = to_embed_request(body, f"embd-{uuid.uuid4().hex}")
-        stream = await engine.submit(model, embed)
+        stream = await backend.submit(model, embed)
     except APIError as err:
         return openai_error_response(err)
 

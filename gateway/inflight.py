@@ -128,7 +128,7 @@ class PendingRequest:
 
 
 class WorkerRequestStream:
-    """The :class:`gateway.engine_api.RequestStream` of one request.
+    """The :class:`gateway.model_backend.RequestStream` of one request.
 
     Yields the request's outputs and stops after its end (every choice
     finished, or an error/abort). ``aclose`` before the end calls

@@ -3,7 +3,7 @@
 ``POST /api/chat`` and ``POST /api/generate`` decode and check their body
 (:mod:`gateway.ollama_translate`), resolve the model and submit one
 :class:`~shared.protocol.GenerateRequest` through the
-:class:`~gateway.engine_api.Engine` with the request's ``keep_alive``
+:class:`~gateway.model_backend.ModelBackend` with the request's ``keep_alive``
 (which sets the worker's idle timer, see
 :meth:`gateway.worker_handle.WorkerHandle.submit`), then answer with
 :func:`gateway.answer_driver.answer` driving a
@@ -44,9 +44,9 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from gateway.answer_driver import answer
 from gateway.embeddings_routes import embedding_rows, floats_of
-from gateway.engine_api import Engine, ModelInfo, RequestStream
 from gateway.error_shapes import ollama_error_response
 from gateway.errors import APIError, bad_request, worker_error
+from gateway.model_backend import ModelBackend, ModelInfo, RequestStream
 from gateway.model_paths import cached_snapshot, local_path, source_bytes
 from gateway.ollama_builder import (
     NDJSON_MEDIA_TYPE,
@@ -76,7 +76,7 @@ from gateway.ollama_translate import (
     keep_alive_seconds,
     show_model_name,
 )
-from gateway.request_flow import JSON_MEDIA_TYPE, engine_of, respond_to_only_output
+from gateway.request_flow import JSON_MEDIA_TYPE, backend_of, respond_to_only_output
 from shared.model_kind import wrong_kind_message
 from shared.protocol import RequestOutput
 
@@ -90,10 +90,10 @@ RUNNING = "Ollama is running"
 server."""
 
 
-def _resolve(engine: Engine, name: str) -> str:
+def _resolve(backend: ModelBackend, name: str) -> str:
     """The canonical model for ``name``; 404 in Ollama's words."""
     try:
-        return engine.resolve(name)
+        return backend.resolve(name)
     except APIError as err:
         if err.status == 404:
             raise APIError(404, f"model '{name}' not found", code="model_not_found") from None
@@ -161,16 +161,16 @@ async def _submit(request: Request, kind: Kind, timing: Timing) -> _Job | Respon
     body: OllamaChatRequest | OllamaGenerateRequest = decode(
         OllamaChatRequest if kind == "chat" else OllamaGenerateRequest, await request.body()
     )
-    engine = engine_of(request)
-    model = _resolve(engine, body.model)
+    backend = backend_of(request)
+    model = _resolve(backend, body.model)
     keep = keep_alive_seconds(body.keep_alive)
     if isinstance(body, OllamaGenerateRequest):
         check_generate(body)
     if is_load_only(body):
         if keep == 0:
-            await engine.unload(model)
+            await backend.unload(model)
         else:
-            await engine.load(model, keep)
+            await backend.load(model, keep)
         return JSONResponse(load_reply(kind, body.model, timing, unloaded=keep == 0))
     request_id = f"ollama-{uuid.uuid4().hex}"
     if isinstance(body, OllamaChatRequest):
@@ -178,14 +178,14 @@ async def _submit(request: Request, kind: Kind, timing: Timing) -> _Job | Respon
     else:
         work, prompt_param = generate_request(body, request_id), "prompt"
     num_ctx = body.options.num_ctx if body.options is not None else None
-    known = _info(engine, model).context_length is not None
+    known = _info(backend, model).context_length is not None
     if known:
-        _check_num_ctx(engine, model, num_ctx)
-    stream = await engine.submit(model, work, keep_alive=keep)
+        _check_num_ctx(backend, model, num_ctx)
+    stream = await backend.submit(model, work, keep_alive=keep)
     timing.mark_submitted()
     if not known:  # the worker has just loaded the model: its context is known now
         try:
-            _check_num_ctx(engine, model, num_ctx)
+            _check_num_ctx(backend, model, num_ctx)
         except APIError:
             await stream.aclose()
             raise
@@ -196,21 +196,21 @@ async def _submit(request: Request, kind: Kind, timing: Timing) -> _Job | Respon
     return _Job(stream, builder, request_id, body.stream is not False, prompt_param)
 
 
-def _check_num_ctx(engine: Engine, model: str, num_ctx: int | None) -> None:
+def _check_num_ctx(backend: ModelBackend, model: str, num_ctx: int | None) -> None:
     """Refuse an ``options.num_ctx`` above canonical ``model``'s context
     (nothing to check while the context is unknown).
 
     Raises:
         APIError: 400 naming ``num_ctx``.
     """
-    context = _info(engine, model).context_length
+    context = _info(backend, model).context_length
     if num_ctx is not None and context is not None and num_ctx > context:
         raise bad_request(f"options.num_ctx {num_ctx} is above the model's context of {context} tokens", "num_ctx")
 
 
-def _info(engine: Engine, model: str) -> ModelInfo:
+def _info(backend: ModelBackend, model: str) -> ModelInfo:
     """The :class:`ModelInfo` of canonical ``model``."""
-    return next(m for m in engine.models() if m.name == model)
+    return next(m for m in backend.models() if m.name == model)
 
 
 # --- embeddings ---------------------------------------------------------------------------
@@ -234,16 +234,16 @@ async def _embedding(request: Request, kind: type) -> Response:
     timing = Timing()
     try:
         body: OllamaEmbedRequest | OllamaEmbeddingsRequest = decode(kind, await request.body())
-        engine = engine_of(request)
-        model = _resolve(engine, body.model)
+        backend = backend_of(request)
+        model = _resolve(backend, body.model)
         keep = keep_alive_seconds(body.keep_alive)
         if isinstance(body, OllamaEmbeddingsRequest) and not body.prompt:
-            if _info(engine, model).kind == "generation":
+            if _info(backend, model).kind == "generation":
                 raise bad_request(wrong_kind_message(model, "generation"), "model", code="wrong_model_kind")
-            await engine.load(model, keep)
+            await backend.load(model, keep)
             return JSONResponse({"embedding": []})
         work = embed_request(body, f"ollama-embd-{uuid.uuid4().hex}")
-        stream = await engine.submit(model, work, keep_alive=keep)
+        stream = await backend.submit(model, work, keep_alive=keep)
         timing.mark_submitted()
     except APIError as err:
         return ollama_error_response(err)
@@ -381,7 +381,7 @@ async def list_tags(request: Request) -> Response:
     """``GET /api/tags``: every configured model (aliases too, as their own
     entries) with its size on disk and details."""
     entries = []
-    for info in engine_of(request).models():
+    for info in backend_of(request).models():
         entries.append(_entry(info))
         for alias in info.aliases:
             entries.append({**_entry(info), "name": alias, "model": alias})
@@ -392,8 +392,8 @@ async def list_running(request: Request) -> Response:
     """``GET /api/ps``: the models whose workers are loaded, with memory in
     use (``size`` and ``size_vram``: unified memory), idle expiry and
     context length."""
-    engine = engine_of(request)
-    infos = {m.name: m for m in engine.models()}
+    backend = backend_of(request)
+    infos = {m.name: m for m in backend.models()}
     running = [
         _entry(
             infos[r.name],
@@ -402,7 +402,7 @@ async def list_running(request: Request) -> Response:
             size_vram=r.memory_bytes,
             context_length=r.context_length or 0,
         )
-        for r in engine.resident()
+        for r in backend.resident()
         if r.name in infos
     ]
     return JSONResponse({"models": running})
@@ -414,11 +414,11 @@ async def show(request: Request) -> Response:
     capabilities."""
     try:
         body: OllamaShowRequest = decode(OllamaShowRequest, await request.body())
-        engine = engine_of(request)
-        model = _resolve(engine, show_model_name(body))
+        backend = backend_of(request)
+        model = _resolve(backend, show_model_name(body))
     except APIError as err:
         return ollama_error_response(err)
-    info = _info(engine, model)
+    info = _info(backend, model)
     directory = _model_dir(info.source)
     config = _json_file(directory, "config.json")
     template = _chat_template(directory)

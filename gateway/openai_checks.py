@@ -20,8 +20,8 @@ import math
 import msgspec
 from msgspec import Raw
 
-from gateway.engine_api import ModelLimits
 from gateway.errors import bad_request
+from gateway.model_backend import ModelLimits
 from gateway.openai_schema import (
     CacheControl,
     ChatCompletionRequest,

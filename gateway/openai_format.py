@@ -27,7 +27,7 @@ import msgspec
 
 from gateway.answer_driver import TokenTally
 from gateway.custom_tools import custom_input
-from gateway.engine_api import ModelInfo
+from gateway.model_backend import ModelInfo
 from gateway.openai_logprobs import ChatLogprobs, CompletionLogprobs, chat_logprobs, completion_logprobs
 from gateway.request_flow import FinalReason
 from shared.protocol import TokenLogprob, ToolCall

@@ -3,8 +3,8 @@
 ``chat_completions`` (POST /v1/chat/completions), ``completions``
 (POST /v1/completions), ``list_models`` (GET /v1/models) and
 ``retrieve_model`` (GET /v1/models/{model:path}). They reach the workers
-only through the :class:`~gateway.engine_api.Engine` in
-``request.app.state.engine`` and never block the event loop.
+only through the :class:`~gateway.model_backend.ModelBackend` in
+``request.app.state.backend`` and never block the event loop.
 
 Generation flow: decode and validate the body, resolve the model, check
 the model's limits (``n``), submit, then await the first output *before*
@@ -39,9 +39,9 @@ from starlette.responses import Response
 from gateway import openai_format as fmt
 from gateway.answer_driver import answer
 from gateway.dropped_tools import dropped_headers
-from gateway.engine_api import RequestStream
 from gateway.error_shapes import openai_error_response
 from gateway.errors import APIError, model_not_found, worker_error
+from gateway.model_backend import RequestStream
 from gateway.openai_builder import ChatBuilder, CompletionBuilder
 from gateway.openai_checks import (
     check_limits,
@@ -53,7 +53,7 @@ from gateway.openai_checks import (
 from gateway.openai_schema import ChatCompletionRequest, CompletionRequest
 from gateway.openai_tool_checks import custom_tool_names, legacy_functions
 from gateway.openai_translate import include_usage, to_generate_request
-from gateway.request_flow import JSON_MEDIA_TYPE, engine_of
+from gateway.request_flow import JSON_MEDIA_TYPE, backend_of
 from shared.protocol import GenerateRequest, RequestOutput
 
 Builder = Union[ChatBuilder, CompletionBuilder]
@@ -178,11 +178,11 @@ async def _submit(
         unknown model, 503 worker not ready or overloaded.
     """
     req = endpoint.decode(await request.body())
-    engine = engine_of(request)
-    model = engine.resolve(req.model)
-    check_limits(req, model, engine.limits(model))
+    backend = backend_of(request)
+    model = backend.resolve(req.model)
+    check_limits(req, model, backend.limits(model))
     generate = to_generate_request(req, endpoint.id_prefix + uuid.uuid4().hex)
-    stream = await engine.submit(model, generate)
+    stream = await backend.submit(model, generate)
     dropped = dropped_tools(req) if isinstance(req, ChatCompletionRequest) else []
     return req, generate, model, stream, dropped_headers(dropped, request.url.path)
 
@@ -192,17 +192,17 @@ async def _submit(
 
 async def list_models(request: Request) -> Response:
     """``GET /v1/models``: every configured model under its canonical name."""
-    return Response(fmt.model_list_body(engine_of(request).models()), media_type=JSON_MEDIA_TYPE)
+    return Response(fmt.model_list_body(backend_of(request).models()), media_type=JSON_MEDIA_TYPE)
 
 
 async def retrieve_model(request: Request) -> Response:
     """``GET /v1/models/{model}``: one model object (an alias answers with its
     canonical model), or 404 ``model_not_found``."""
     name = request.path_params.get("model", "")
-    engine = engine_of(request)
+    backend = backend_of(request)
     try:
-        canonical = engine.resolve(name)
-        info = next((m for m in engine.models() if m.name == canonical), None)
+        canonical = backend.resolve(name)
+        info = next((m for m in backend.models() if m.name == canonical), None)
         if info is None:
             raise model_not_found(name)
     except APIError as err:

@@ -216,7 +216,7 @@ def to_generate_request(req: ChatCompletionRequest | CompletionRequest, request_
     format and thinking (see the module docstring); completions carry
     ``prompt`` or ``prompt_token_ids``. ``max_tokens`` stays None when the
     client set no limit (the worker applies its default). ``n`` defaults to
-    1; ``timeout`` is left None for the engine to fill in.
+    1; ``timeout`` is left None for the backend to fill in.
     """
     if isinstance(req, ChatCompletionRequest):
         return _chat_generate_request(req, request_id)

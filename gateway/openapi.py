@@ -28,7 +28,7 @@ wire formats, so it cannot drift from them:
 - Every error is documented with the shape the route answers it in: OpenAI
   ``{"error": {"message", "type", "param", "code"}}`` everywhere except
   under ``/v1/messages``, where it is Anthropic's ``{"type": "error",
-  "error": {"type", "message"}, "request_id"}`` (engine 503s become 529
+  "error": {"type", "message"}, "request_id"}`` (backend 503s become 529
   there, and every answer carries a ``request-id`` header), and under
   ``/api/`` (and at ``/``), where it is Ollama's ``{"error": "..."}``.
 - The Ollama routes' answers are plain objects (documented as ``object``;
@@ -1204,9 +1204,9 @@ async def openapi_response(request: Request) -> Response:
     """``GET /openapi.json``: the document as JSON.
 
     The examples name the app's configured models (read from
-    ``request.app.state.engine`` when it has one). The document is built
+    ``request.app.state.backend`` when it has one). The document is built
     once per list of model names and served from a cache afterwards.
     """
-    engine = getattr(request.app.state, "engine", None)
-    names = tuple(m.name for m in engine.models()) if engine is not None else ()
+    backend = getattr(request.app.state, "backend", None)
+    names = tuple(m.name for m in backend.models()) if backend is not None else ()
     return Response(_document_json(names), media_type=JSON)

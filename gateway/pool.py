@@ -1,4 +1,4 @@
-"""The :class:`gateway.engine_api.Engine` backed by worker processes.
+"""The :class:`gateway.model_backend.ModelBackend` backed by worker processes.
 
 Maps configured model names and aliases to their :class:`WorkerHandle`,
 starts workers on first use within the memory budget
@@ -16,10 +16,10 @@ import time
 
 import msgspec
 
-from gateway.engine_api import ModelInfo, ModelLimits, Residency
 from gateway.errors import APIError, bad_request, model_not_found, unavailable
 from gateway.inflight import WorkerRequestStream
 from gateway.memory_budget import MemoryBudget
+from gateway.model_backend import ModelInfo, ModelLimits, Residency
 from gateway.model_paths import SourceOutsideRoot, check_inside_root, source_kind
 from gateway.node_link import NodeLink
 from gateway.worker_handle import WorkerHandle
@@ -182,7 +182,7 @@ class WorkerPool:
                 names[name] = model.name
         self._names = names
 
-    # -- Engine -------------------------------------------------------------------
+    # -- ModelBackend -------------------------------------------------------------------
 
     def resolve(self, name: str) -> str:
         """Canonical model name for ``name``; raises the 404 APIError."""

@@ -11,9 +11,9 @@ directly):
   ``RequestOutput.ends_request`` (an ``error``/``abort`` output ends the
   whole request), in :mod:`shared.protocol`.
 - Reading: :func:`next_output` returns the next output of a
-  :class:`~gateway.engine_api.RequestStream`, standing in a terminal
+  :class:`~gateway.model_backend.RequestStream`, standing in a terminal
   ``unavailable`` error (:func:`lost_output`) if the stream ends before the
-  request did (a broken Engine promise), so a reader never has to handle
+  request did (a broken ModelBackend promise), so a reader never has to handle
   ``StopAsyncIteration``.
 - Client disconnects: :func:`until_disconnect` runs a piece of work while
   watching the ASGI ``receive`` channel and returns :data:`DISCONNECTED`
@@ -37,7 +37,7 @@ directly):
 - One output: :func:`respond_to_only_output` answers a request whose first
   output is its only one (embeddings) the same way, without a stream.
 
-Also shared: :func:`engine_of` (the app's Engine), :data:`JSON_MEDIA_TYPE`
+Also shared: :func:`backend_of` (the app's ModelBackend), :data:`JSON_MEDIA_TYPE`
 and :data:`CLIENT_CLOSED_STATUS`.
 """
 
@@ -52,7 +52,7 @@ from starlette.responses import Response
 from starlette.types import Receive
 
 from gateway import sse
-from gateway.engine_api import Engine, RequestStream
+from gateway.model_backend import ModelBackend, RequestStream
 from shared.protocol import RequestOutput
 
 log = logging.getLogger("mlxd.gateway.request_flow")
@@ -81,10 +81,10 @@ with ``is``)."""
 _Collected = TypeVar("_Collected")
 
 
-def engine_of(request: Request) -> Engine:
-    """Return the :class:`~gateway.engine_api.Engine` the app was built with
-    (``request.app.state.engine``)."""
-    return request.app.state.engine
+def backend_of(request: Request) -> ModelBackend:
+    """Return the :class:`~gateway.model_backend.ModelBackend` the app was built with
+    (``request.app.state.backend``)."""
+    return request.app.state.backend
 
 
 def client_closed() -> Response:
@@ -112,7 +112,7 @@ def lost_output(request_id: str) -> RequestOutput:
 async def next_output(stream: RequestStream, request_id: str) -> RequestOutput:
     """Return the next output of ``stream`` (the request ``request_id``).
 
-    If the stream ends before the request did (a broken Engine promise: a
+    If the stream ends before the request did (a broken ModelBackend promise: a
     stream always delivers its request's end), log an error and return
     :func:`lost_output` instead, so the reader ends the request with a 503
     ``model_unavailable`` (529 for Anthropic) like any other failure.

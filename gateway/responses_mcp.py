@@ -53,7 +53,7 @@ from gateway.answer_driver import AnswerRun
 from gateway.error_shapes import openai_error_response
 from gateway.errors import APIError, bad_request, worker_error
 from gateway.mcp_client import CallOutcome, McpHub, McpTool
-from gateway.request_flow import JSON_MEDIA_TYPE, engine_of, next_output, respond_after_first_output
+from gateway.request_flow import JSON_MEDIA_TYPE, backend_of, next_output, respond_after_first_output
 from gateway.responses_checks import decode_responses_request
 from gateway.responses_format import new_id
 from gateway.responses_mcp_plan import Binding, McpPlan, call_pair, plan
@@ -374,7 +374,7 @@ class McpLoop:
     async def _submit(self, round_: int) -> tuple[_Job, RequestOutput]:
         """Submit round ``round_``; its job and first output."""
         req = decode_responses_request(self.body(round_))
-        job = await submit_decoded(engine_of(self._request), req, self._id)
+        job = await submit_decoded(backend_of(self._request), req, self._id)
         return job, await next_output(job.stream, self._id)
 
 
@@ -405,7 +405,7 @@ async def create_mcp_response(request: Request, raw: bytes) -> Response:
         raise bad_request("The body must be a JSON object", None)
     loop = McpLoop(request, plan(request.app.state.mcp, data), new_id("resp"), request.app.state.mcp)
     req = decode_responses_request(loop.body(0))
-    job = await submit_decoded(engine_of(request), req, loop._id)
+    job = await submit_decoded(backend_of(request), req, loop._id)
     headers = job.headers
 
     async def streamed(first: RequestOutput) -> AsyncIterator[bytes]:

@@ -4,7 +4,7 @@
 there is no ``GET /v1/responses/{id}``, no ``previous_response_id`` and no
 background mode; clients send the whole conversation as ``input`` (see
 :mod:`gateway.responses_schema`). It reaches the workers only through the
-:class:`~gateway.engine_api.Engine` in ``request.app.state.engine``.
+:class:`~gateway.model_backend.ModelBackend` in ``request.app.state.backend``.
 
 Flow, as for chat completions (:mod:`gateway.openai_routes`, with
 :func:`gateway.answer_driver.answer` driving the
@@ -37,10 +37,10 @@ from starlette.responses import Response
 
 from gateway.answer_driver import answer
 from gateway.dropped_tools import dropped_headers
-from gateway.engine_api import Engine, RequestStream
 from gateway.error_shapes import openai_error_response
 from gateway.errors import APIError, worker_error
-from gateway.request_flow import JSON_MEDIA_TYPE, engine_of
+from gateway.model_backend import ModelBackend, RequestStream
+from gateway.request_flow import JSON_MEDIA_TYPE, backend_of
 from gateway.responses_builder import ResponseBuilder, ResponseHead
 from gateway.responses_checks import decode_responses_request
 from gateway.responses_format import encode, new_id
@@ -107,20 +107,20 @@ async def _submit(request: Request, body: bytes) -> _Job:
         APIError: 400 invalid body, 404 unknown model, 503 worker not ready
         or overloaded.
     """
-    return await submit_decoded(engine_of(request), decode_responses_request(body), new_id("resp"))
+    return await submit_decoded(backend_of(request), decode_responses_request(body), new_id("resp"))
 
 
-async def submit_decoded(engine: Engine, req: ResponsesRequest, request_id: str) -> _Job:
+async def submit_decoded(backend: ModelBackend, req: ResponsesRequest, request_id: str) -> _Job:
     """Resolve the model of the decoded ``req`` and submit it as
     ``request_id`` (also the response's ``id``).
 
     Raises:
         APIError: 404 unknown model, 503 worker not ready or overloaded.
     """
-    model = engine.resolve(req.model)
+    model = backend.resolve(req.model)
     generate = to_generate_request(req, request_id)
-    stream = await engine.submit(model, generate)
+    stream = await backend.submit(model, generate)
     head = ResponseHead(id=request_id, created_at=int(time.time()), model=model)
-    defaults = next((m.sampling_defaults for m in engine.models() if m.name == model), None)
+    defaults = next((m.sampling_defaults for m in backend.models() if m.name == model), None)
     builder = ResponseBuilder(head, response_settings(req, defaults), options=output_options(req), error_of=error_of)
     return _Job(req, stream, builder, request_id, dropped_headers(dropped_tools(req), "/v1/responses"))

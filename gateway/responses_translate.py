@@ -235,7 +235,7 @@ def _thinking(req: ResponsesRequest) -> bool | None:
 def to_generate_request(req: ResponsesRequest, request_id: str) -> GenerateRequest:
     """Translate a validated request into the worker's ``GenerateRequest``
     (one choice; ``max_tokens`` None when ``max_output_tokens`` is unset;
-    ``timeout`` left for the engine)."""
+    ``timeout`` left for the backend)."""
     tools = tool_catalog(req)
     choice, choice_name = _tool_choice(req, tools)
     return GenerateRequest(

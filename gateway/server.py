@@ -91,7 +91,7 @@ class _Server(uvicorn.Server):
 
     async def drain(self) -> None:
         """Stop taking requests, let in-flight ones finish, then exit."""
-        pool = self.mlxd_app.state.engine
+        pool = self.mlxd_app.state.backend
         timeout = pool.config.server.drain_timeout
         log.info("draining: waiting up to %.0fs for requests in flight", timeout)
         pool.begin_drain()
@@ -107,7 +107,7 @@ class _Server(uvicorn.Server):
         except ConfigError as exc:
             log.error("reload refused, keeping the running config: %s", exc)
             return
-        changes = self.mlxd_app.state.engine.reload(config)
+        changes = self.mlxd_app.state.backend.reload(config)
         try:
             changes += await self.mlxd_app.state.mcp.reload(config.mcp_servers)
         except McpUnavailable as exc:

@@ -1,8 +1,8 @@
-"""A scripted Engine and the clients that reach route handlers through it.
+"""A scripted ModelBackend and the clients that reach route handlers through it.
 
 Shared by the route tests of each protocol (OpenAI, Anthropic, Responses):
-no MLX, no workers. :class:`ScriptedEngine` implements
-:class:`gateway.engine_api.Engine` by replaying predetermined
+no MLX, no workers. :class:`ScriptedBackend` implements
+:class:`gateway.model_backend.ModelBackend` by replaying predetermined
 :class:`RequestOutput` items, ending each stream like a real
 ``RequestStream``; :class:`Gateway` serves a protocol's routes over such an
 engine to raw httpx, to the official SDKs (built on httpx2, which has the
@@ -24,8 +24,8 @@ import openai
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from gateway.engine_api import ModelInfo, ModelLimits
 from gateway.errors import APIError, model_not_found
+from gateway.model_backend import ModelInfo, ModelLimits
 from shared.config import Config
 from shared.protocol import GenerateRequest, RequestOutput, TokenLogprob, ToolCallDelta
 
@@ -135,8 +135,8 @@ class ScriptedStream:
         self._closed.set()
 
 
-class ScriptedEngine:
-    """An Engine whose every request replays ``script`` (with its request id).
+class ScriptedBackend:
+    """A ModelBackend whose every request replays ``script`` (with its request id).
 
     It serves :attr:`MODELS` (by name or alias) with ``n`` up to ``max_n``
     (default :attr:`MAX_N`); a subclass may serve others. ``submit`` raises
@@ -211,40 +211,40 @@ class ScriptedEngine:
 
 class Gateway:
     """A protocol's ``routes``, each call served by a fresh Starlette app
-    whose ``state.engine`` is the given engine (and ``state.config`` the
+    whose ``state.backend`` is the given engine (and ``state.config`` the
     given config, if any). The first route's path is :meth:`run`'s default.
     """
 
     def __init__(self, *routes: Route) -> None:
         self.routes = routes
 
-    def app(self, engine: ScriptedEngine, config: Config | None = None) -> Starlette:
+    def app(self, engine: ScriptedBackend, config: Config | None = None) -> Starlette:
         """A new app over ``engine`` (and ``config``)."""
         app = Starlette(routes=list(self.routes))
-        app.state.engine = engine
+        app.state.backend = engine
         if config is not None:
             app.state.config = config
         return app
 
-    def http(self, engine: ScriptedEngine, config: Config | None = None) -> httpx.AsyncClient:
+    def http(self, engine: ScriptedBackend, config: Config | None = None) -> httpx.AsyncClient:
         """A raw httpx client of a new app, at ``http://test``."""
         return httpx.AsyncClient(transport=httpx.ASGITransport(self.app(engine, config)), base_url="http://test")
 
-    def openai(self, engine: ScriptedEngine, config: Config | None = None) -> openai.AsyncOpenAI:
+    def openai(self, engine: ScriptedBackend, config: Config | None = None) -> openai.AsyncOpenAI:
         """The ``openai`` SDK (no retries) over a new app, at ``http://test/v1``."""
         return openai.AsyncOpenAI(base_url="http://test/v1", **self._sdk_options(engine, config))
 
-    def anthropic(self, engine: ScriptedEngine, config: Config | None = None) -> anthropic.AsyncAnthropic:
+    def anthropic(self, engine: ScriptedBackend, config: Config | None = None) -> anthropic.AsyncAnthropic:
         """The ``anthropic`` SDK (no retries) over a new app, at ``http://test``."""
         return anthropic.AsyncAnthropic(base_url="http://test", **self._sdk_options(engine, config))
 
-    def _sdk_options(self, engine: ScriptedEngine, config: Config | None) -> dict:
+    def _sdk_options(self, engine: ScriptedBackend, config: Config | None) -> dict:
         # both SDKs are built on httpx2, which has the same ASGI transport as httpx
         transport = httpx2.ASGITransport(self.app(engine, config))
         return {"api_key": "x", "max_retries": 0, "http_client": httpx2.AsyncClient(transport=transport)}
 
     async def run(
-        self, engine: ScriptedEngine, client: Client, path: str | None = None, spec_version: str = "2.3"
+        self, engine: ScriptedBackend, client: Client, path: str | None = None, spec_version: str = "2.3"
     ) -> None:
         """POST ``client``'s body to ``path`` (default: the first route's) of a
         new app over ``engine``, with ASGI ``spec_version``. Fails unless the

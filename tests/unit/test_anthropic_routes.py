@@ -1,6 +1,6 @@
-"""The Anthropic Messages endpoints against a scripted Engine (no MLX).
+"""The Anthropic Messages endpoints against a scripted ModelBackend (no MLX).
 
-The Engine (``ScriptedEngine`` of ``tests/unit/support.py``) replays
+The ModelBackend (``ScriptedBackend`` of ``tests/unit/support.py``) replays
 predetermined RequestOutputs and ends like a real RequestStream (after the
 choice's final output, or right after an error/abort). Requests go through
 the official ``anthropic`` SDK (built on httpx2, so httpx2's ASGI
@@ -19,7 +19,7 @@ from starlette.routing import Route
 from gateway.anthropic_routes import count_tokens, messages
 from gateway.error_shapes import anthropic_error_response
 from gateway.errors import APIError, unavailable
-from tests.unit.support import HELLO, Client, Gateway, ScriptedEngine, call, out, sse_events
+from tests.unit.support import HELLO, Client, Gateway, ScriptedBackend, call, out, sse_events
 
 pytestmark = pytest.mark.anyio
 
@@ -91,7 +91,7 @@ NULL_FIELDS = {"stop_details": None, "container": None, "diagnostics": None}
 
 
 async def test_non_streaming_raw_shape():
-    engine = ScriptedEngine(HELLO)
+    engine = ScriptedBackend(HELLO)
     async with http(engine) as client:
         resp = await client.post("/v1/messages", json=BODY, headers={"anthropic-version": "2023-06-01"})
     assert resp.status_code == 200
@@ -116,7 +116,7 @@ async def test_non_streaming_raw_shape():
 
 
 async def test_sdk_text_message_via_alias():
-    engine = ScriptedEngine(HELLO)
+    engine = ScriptedBackend(HELLO)
     async with sdk(engine) as client:
         message = await client.messages.create(model="alias", max_tokens=64, messages=USER)
     assert message.model == "m"
@@ -128,7 +128,7 @@ async def test_sdk_text_message_via_alias():
 
 
 async def test_sdk_tool_use_and_thinking_blocks():
-    engine = ScriptedEngine(WEATHER)
+    engine = ScriptedBackend(WEATHER)
     async with sdk(engine) as client:
         message = await client.messages.create(
             model="m",
@@ -157,7 +157,7 @@ async def test_sdk_tool_use_and_thinking_blocks():
     ],
 )
 async def test_stop_reasons(final, reason, sequence):
-    engine = ScriptedEngine([final])
+    engine = ScriptedBackend([final])
     async with sdk(engine) as client:
         message = await client.messages.create(model="m", max_tokens=8, messages=USER)
     assert message.stop_reason == reason
@@ -165,7 +165,7 @@ async def test_stop_reasons(final, reason, sequence):
 
 
 async def test_usage_reports_cache_reads():
-    engine = ScriptedEngine([out("a", prompt=40, cached=32), out("b", "stop", prompt=40, cached=32, completion=2)])
+    engine = ScriptedBackend([out("a", prompt=40, cached=32), out("b", "stop", prompt=40, cached=32, completion=2)])
     async with sdk(engine) as client:
         message = await client.messages.create(model="m", max_tokens=8, messages=USER)
     assert message.usage.input_tokens == 8
@@ -175,14 +175,14 @@ async def test_usage_reports_cache_reads():
 
 
 async def test_tool_call_without_arguments_has_empty_input():
-    engine = ScriptedEngine([out(calls=[call(0, id="t1", name="now")], finish="tool_calls")])
+    engine = ScriptedBackend([out(calls=[call(0, id="t1", name="now")], finish="tool_calls")])
     async with sdk(engine) as client:
         message = await client.messages.create(model="m", max_tokens=8, messages=USER)
     assert message.content[0].input == {}
 
 
 async def test_invalid_tool_arguments_are_a_500():
-    engine = ScriptedEngine([out(calls=[call(0, "[1]", id="t1", name="f")], finish="tool_calls")])
+    engine = ScriptedBackend([out(calls=[call(0, "[1]", id="t1", name="f")], finish="tool_calls")])
     async with http(engine) as client:
         resp = await client.post("/v1/messages", json=BODY)
     assert resp.status_code == 500
@@ -190,7 +190,7 @@ async def test_invalid_tool_arguments_are_a_500():
 
 
 async def test_empty_output_has_no_blocks():
-    engine = ScriptedEngine([out(finish="stop")])
+    engine = ScriptedBackend([out(finish="stop")])
     async with sdk(engine) as client:
         message = await client.messages.create(model="m", max_tokens=8, messages=USER)
     assert message.content == [] and message.stop_reason == "end_turn"
@@ -199,7 +199,7 @@ async def test_empty_output_has_no_blocks():
 async def test_response_blocks_can_be_sent_back():
     """A follow-up turn built from the SDK's own objects (``model_dump`` with
     its null ``caller``/``toolset_name``/``citations``, or ``to_param``)."""
-    engine = ScriptedEngine(WEATHER)
+    engine = ScriptedBackend(WEATHER)
     async with sdk(engine) as client:
         async with client.messages.stream(model="m", max_tokens=4096, messages=USER, tools=TOOLS) as stream:
             final = await stream.get_final_message()
@@ -223,7 +223,7 @@ async def test_response_blocks_can_be_sent_back():
 
 
 async def test_error_shape_and_request_id():
-    engine = ScriptedEngine(HELLO)
+    engine = ScriptedBackend(HELLO)
     async with http(engine) as client:
         resp = await client.post("/v1/messages", json={**BODY, "model": "nope"})
     assert resp.status_code == 404
@@ -238,7 +238,7 @@ async def test_error_shape_and_request_id():
 
 
 async def test_sdk_exception_classes():
-    async with sdk(ScriptedEngine(HELLO)) as client:
+    async with sdk(ScriptedBackend(HELLO)) as client:
         with pytest.raises(anthropic.NotFoundError):
             await client.messages.create(model="nope", max_tokens=8, messages=USER)
         with pytest.raises(anthropic.BadRequestError) as info:
@@ -255,7 +255,7 @@ async def test_sdk_exception_classes():
     ],
 )
 async def test_submit_503_becomes_529_overloaded(submit_error):
-    engine = ScriptedEngine(submit_error=submit_error)
+    engine = ScriptedBackend(submit_error=submit_error)
     async with sdk(engine) as client:
         with pytest.raises(anthropic.OverloadedError) as info:
             await client.messages.create(model="m", max_tokens=8, messages=USER)
@@ -278,7 +278,7 @@ async def test_submit_503_becomes_529_overloaded(submit_error):
     ],
 )
 async def test_first_output_errors_map_to_status(stream, terminal, status, error_type):
-    engine = ScriptedEngine([terminal])
+    engine = ScriptedBackend([terminal])
     async with http(engine) as client:
         resp = await client.post("/v1/messages", json={**BODY, "stream": stream})
     assert resp.status_code == status
@@ -291,7 +291,7 @@ async def test_first_output_errors_map_to_status(stream, terminal, status, error
 
 
 async def test_error_after_first_output_non_streaming():
-    engine = ScriptedEngine([out("a"), out(finish="error", error="boom", kind="internal")])
+    engine = ScriptedBackend([out("a"), out(finish="error", error="boom", kind="internal")])
     async with sdk(engine) as client:
         with pytest.raises(anthropic.InternalServerError) as info:
             await client.messages.create(model="m", max_tokens=8, messages=USER)
@@ -299,14 +299,14 @@ async def test_error_after_first_output_non_streaming():
 
 
 async def test_timeout_is_504_in_sdk():
-    engine = ScriptedEngine([out(finish="error", kind="timeout")])
+    engine = ScriptedBackend([out(finish="error", kind="timeout")])
     async with sdk(engine) as client:
         with pytest.raises(anthropic.GatewayTimeoutError):
             await client.messages.create(model="m", max_tokens=8, messages=USER)
 
 
 async def test_invalid_body_is_400_and_never_submitted():
-    engine = ScriptedEngine(HELLO)
+    engine = ScriptedBackend(HELLO)
     async with http(engine) as client:
         resp = await client.post("/v1/messages", json={**BODY, "frequency_penalty": 1})
         bad_json = await client.post("/v1/messages", content=b"{")
@@ -343,7 +343,7 @@ def test_anthropic_error_response_helper():
 
 
 async def test_stream_exact_frame_sequence():
-    engine = ScriptedEngine(WEATHER)
+    engine = ScriptedBackend(WEATHER)
     async with http(engine) as client:
         resp = await client.post("/v1/messages", json={**BODY, "stream": True, "tools": TOOLS})
     assert resp.status_code == 200
@@ -410,7 +410,7 @@ async def test_stream_exact_frame_sequence():
 
 async def test_stream_text_only_and_stop_sequence():
     script = [out("Hi", completion=1, cached=2), out(" there", "stop", completion=2, cached=2, stop_sequence="##")]
-    engine = ScriptedEngine(script)
+    engine = ScriptedBackend(script)
     async with http(engine) as client:
         resp = await client.post("/v1/messages", json={**BODY, "stream": True, "stop_sequences": ["##"]})
     events = sse_events(resp.content)
@@ -437,7 +437,7 @@ async def test_stream_text_only_and_stop_sequence():
 
 async def test_stream_reasoning_after_text_opens_a_new_block():
     script = [out("a"), out(reasoning="r"), out("b", "stop")]
-    async with http(ScriptedEngine(script)) as client:
+    async with http(ScriptedBackend(script)) as client:
         resp = await client.post("/v1/messages", json={**BODY, "stream": True})
     starts = [d["content_block"]["type"] for e, d in sse_events(resp.content) if e == "content_block_start"]
     assert starts == ["text", "thinking", "text"]
@@ -445,14 +445,14 @@ async def test_stream_reasoning_after_text_opens_a_new_block():
 
 async def test_stream_text_needing_escapes_stays_one_line():
     text = 'line1\nline2\r\n"quoted" \\ \u2028 é 😀'
-    async with http(ScriptedEngine([out(text, "stop")])) as client:
+    async with http(ScriptedBackend([out(text, "stop")])) as client:
         resp = await client.post("/v1/messages", json={**BODY, "stream": True})
     events = sse_events(resp.content)
     assert events[3][1]["delta"] == {"type": "text_delta", "text": text}
 
 
 async def test_sdk_stream_final_message():
-    engine = ScriptedEngine(WEATHER)
+    engine = ScriptedBackend(WEATHER)
     async with sdk(engine) as client:
         async with client.messages.stream(
             model="m",
@@ -474,7 +474,7 @@ async def test_sdk_stream_final_message():
 
 
 async def test_sdk_raw_stream_events():
-    engine = ScriptedEngine(HELLO)
+    engine = ScriptedBackend(HELLO)
     async with sdk(engine) as client:
         stream = await client.messages.create(model="m", max_tokens=8, messages=USER, stream=True)
         types = [event.type async for event in stream]
@@ -500,7 +500,7 @@ async def test_sdk_raw_stream_events():
     ],
 )
 async def test_mid_stream_error_frame(terminal, error_type):
-    engine = ScriptedEngine([out("a"), terminal])
+    engine = ScriptedBackend([out("a"), terminal])
     async with http(engine) as client:
         resp = await client.post("/v1/messages", json={**BODY, "stream": True})
     assert resp.status_code == 200
@@ -512,7 +512,7 @@ async def test_mid_stream_error_frame(terminal, error_type):
 
 
 async def test_mid_stream_error_raises_in_sdk():
-    engine = ScriptedEngine([out("a"), out(finish="error", error="boom", kind="internal")])
+    engine = ScriptedBackend([out("a"), out(finish="error", error="boom", kind="internal")])
     async with sdk(engine) as client:
         with pytest.raises(anthropic.APIStatusError) as info:
             async with client.messages.stream(model="m", max_tokens=8, messages=USER) as stream:
@@ -521,7 +521,7 @@ async def test_mid_stream_error_raises_in_sdk():
 
 
 async def test_stream_ending_without_terminal_reports_error():
-    engine = ScriptedEngine([out("a")])  # the stream stops with no final output
+    engine = ScriptedBackend([out("a")])  # the stream stops with no final output
     async with http(engine) as client:
         resp = await client.post("/v1/messages", json={**BODY, "stream": True})
     events = sse_events(resp.content)
@@ -529,7 +529,7 @@ async def test_stream_ending_without_terminal_reports_error():
 
 
 async def test_error_output_with_text_is_streamed_before_the_error():
-    engine = ScriptedEngine([out("a"), out("b", finish="error", kind="internal")])
+    engine = ScriptedBackend([out("a"), out("b", finish="error", kind="internal")])
     async with http(engine) as client:
         resp = await client.post("/v1/messages", json={**BODY, "stream": True})
     events = sse_events(resp.content)
@@ -538,7 +538,7 @@ async def test_error_output_with_text_is_streamed_before_the_error():
 
 
 async def test_other_choice_outputs_are_ignored():
-    engine = ScriptedEngine([out("x", index=1), out("a", "stop")])
+    engine = ScriptedBackend([out("x", index=1), out("a", "stop")])
     async with sdk(engine) as client:
         message = await client.messages.create(model="m", max_tokens=8, messages=USER)
     assert message.content[0].text == "a"
@@ -548,7 +548,7 @@ async def test_other_choice_outputs_are_ignored():
 
 
 async def test_count_tokens_via_sdk():
-    engine = ScriptedEngine([out(finish="stop", prompt=17)])
+    engine = ScriptedBackend([out(finish="stop", prompt=17)])
     async with sdk(engine) as client:
         result = await client.messages.count_tokens(
             model="alias", messages=USER, system="Be brief.", tools=TOOLS, tool_choice={"type": "auto"}
@@ -561,7 +561,7 @@ async def test_count_tokens_via_sdk():
 
 
 async def test_count_tokens_raw_shape_and_errors():
-    engine = ScriptedEngine([out(finish="stop", prompt=3)])
+    engine = ScriptedBackend([out(finish="stop", prompt=3)])
     async with http(engine) as client:
         ok = await client.post("/v1/messages/count_tokens", json={"model": "m", "messages": USER})
         bad = await client.post("/v1/messages/count_tokens", json={**BODY})
@@ -572,7 +572,7 @@ async def test_count_tokens_raw_shape_and_errors():
 
 
 async def test_count_tokens_worker_error():
-    engine = ScriptedEngine([out(finish="error", error="bad template", kind="invalid_request")])
+    engine = ScriptedBackend([out(finish="error", error="bad template", kind="invalid_request")])
     async with sdk(engine) as client:
         with pytest.raises(anthropic.BadRequestError):
             await client.messages.count_tokens(model="m", messages=USER)
@@ -583,7 +583,7 @@ async def test_count_tokens_worker_error():
 
 @pytest.mark.parametrize("spec_version", ["2.3", "2.4"])
 async def test_stream_disconnect_closes_request(spec_version):
-    engine = ScriptedEngine([out("a"), out("b")], hang=True)
+    engine = ScriptedBackend([out("a"), out("b")], hang=True)
     client = Client({**BODY, "stream": True}, read_chunks=2, raise_on_send=True)
     await run_app(engine, client, spec_version=spec_version)
     assert engine.stream.aclose_calls >= 1
@@ -592,27 +592,27 @@ async def test_stream_disconnect_closes_request(spec_version):
 
 
 async def test_non_streaming_disconnect_closes_request():
-    engine = ScriptedEngine([out("a")], hang=True)
+    engine = ScriptedBackend([out("a")], hang=True)
     await run_app(engine, Client(BODY, read_chunks=0))
     assert engine.stream.aclose_calls >= 1
 
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_disconnect_before_first_output_closes_request(stream):
-    engine = ScriptedEngine([], hang=True)
+    engine = ScriptedBackend([], hang=True)
     await run_app(engine, Client({**BODY, "stream": stream}, read_chunks=0))
     assert engine.stream.aclose_calls >= 1
     assert engine.stream.delivered == 0
 
 
 async def test_count_tokens_disconnect_closes_request():
-    engine = ScriptedEngine([], hang=True)
+    engine = ScriptedBackend([], hang=True)
     await run_app(engine, Client({"model": "m", "messages": USER}, read_chunks=0), "/v1/messages/count_tokens")
     assert engine.stream.aclose_calls >= 1
 
 
 async def test_sdk_stops_reading_early():
-    engine = ScriptedEngine(HELLO)
+    engine = ScriptedBackend(HELLO)
     async with sdk(engine) as client:
         stream = await client.messages.create(model="m", max_tokens=8, messages=USER, stream=True)
         async for _ in stream:
@@ -628,7 +628,7 @@ WEB_SEARCH = {"type": "web_search_20250305", "name": "web_search"}
 
 async def test_dropped_tools_are_named_in_a_header_streamed_or_not():
     body = {**BODY, "tools": [*TOOLS, WEB_SEARCH, {**WEB_SEARCH, "name": "web_search"}]}
-    engine = ScriptedEngine(HELLO)
+    engine = ScriptedBackend(HELLO)
     async with http(engine) as client:
         plain = await client.post("/v1/messages", json=body)
         streamed = await client.post("/v1/messages", json={**body, "stream": True})
@@ -646,7 +646,7 @@ async def test_context_management_is_reported_streamed_or_not():
     """An edit with nothing to clear is reported as no applied edits; a
     request without context management has no such field."""
     body = {**BODY, "context_management": {"edits": [{"type": "clear_thinking_20251015"}]}}
-    async with http(ScriptedEngine(HELLO)) as client:
+    async with http(ScriptedBackend(HELLO)) as client:
         plain = await client.post("/v1/messages", json=body)
         streamed = await client.post("/v1/messages", json={**body, "stream": True})
         without = await client.post("/v1/messages", json=BODY)
@@ -659,7 +659,7 @@ async def test_context_management_is_reported_streamed_or_not():
 
 async def test_count_tokens_reports_the_original_count_with_context_management():
     body = {"model": "m", "messages": USER, "context_management": {"edits": [{"type": "clear_thinking_20251015"}]}}
-    async with http(ScriptedEngine([out(prompt=7, finish="stop")])) as client:
+    async with http(ScriptedBackend([out(prompt=7, finish="stop")])) as client:
         edited = await client.post("/v1/messages/count_tokens", json=body)
         plain = await client.post("/v1/messages/count_tokens", json={"model": "m", "messages": USER})
     assert edited.json() == {"input_tokens": 7, "context_management": {"original_input_tokens": 7}}
@@ -669,7 +669,7 @@ async def test_count_tokens_reports_the_original_count_with_context_management()
 async def test_thinking_display_omitted_empties_the_block():
     script = [out(reasoning="secret", completion=1), out("ok", "stop", completion=2)]
     body = {**BODY, "thinking": {"type": "adaptive", "display": "omitted"}}
-    async with http(ScriptedEngine(script)) as client:
+    async with http(ScriptedBackend(script)) as client:
         plain = await client.post("/v1/messages", json=body)
         streamed = await client.post("/v1/messages", json={**body, "stream": True})
     assert plain.json()["content"][0] == {"type": "thinking", "thinking": "", "signature": ""}

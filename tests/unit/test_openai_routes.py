@@ -1,6 +1,6 @@
-"""The OpenAI endpoints against a scripted Engine (no MLX, no workers).
+"""The OpenAI endpoints against a scripted ModelBackend (no MLX, no workers).
 
-The Engine (``ScriptedEngine`` of ``tests/unit/support.py``) replays
+The ModelBackend (``ScriptedBackend`` of ``tests/unit/support.py``) replays
 predetermined RequestOutputs (of every choice, interleaved, ending like a
 real RequestStream once all ``n`` choices finished or at the first
 error/abort); it exists to test the HTTP formatting and the request-stream
@@ -17,9 +17,9 @@ import openai
 import pytest
 from starlette.routing import Route
 
-from gateway.engine_api import ModelInfo
 from gateway.error_shapes import openai_error_response
 from gateway.errors import APIError, unavailable
+from gateway.model_backend import ModelInfo
 from gateway.openai_routes import (
     chat_completions,
     completions,
@@ -70,7 +70,7 @@ def usage_dict(prompt: int, completion: int, cached: int = 0) -> dict:
     }
 
 
-class ScriptedEngine(support.ScriptedEngine):
+class ScriptedBackend(support.ScriptedBackend):
     """The shared scripted engine also serving ``org/other`` (starting), with
     ``n`` up to 4 unless ``max_n`` says otherwise."""
 
@@ -109,7 +109,7 @@ def sse_data(body: bytes) -> list[str]:
 
 
 async def test_chat_non_streaming_shape():
-    engine = ScriptedEngine(HELLO)
+    engine = ScriptedBackend(HELLO)
     async with http(engine) as client:
         resp = await client.post("/v1/chat/completions", json=CHAT)
     assert resp.status_code == 200
@@ -140,7 +140,7 @@ async def test_chat_non_streaming_shape():
 
 
 async def test_chat_via_alias_reports_canonical_model_and_length():
-    engine = ScriptedEngine([out("ab", "length", completion=2)])
+    engine = ScriptedBackend([out("ab", "length", completion=2)])
     async with sdk(engine) as client:
         result = await client.chat.completions.create(
             model="alias", messages=[{"role": "user", "content": "x"}], max_tokens=2
@@ -153,7 +153,7 @@ async def test_chat_via_alias_reports_canonical_model_and_length():
 
 
 async def test_chat_sdk_non_streaming():
-    engine = ScriptedEngine(HELLO)
+    engine = ScriptedBackend(HELLO)
     async with sdk(engine) as client:
         result = await client.chat.completions.create(**CHAT)
     assert result.object == "chat.completion"
@@ -171,7 +171,7 @@ async def test_chat_sdk_non_streaming():
     ],
 )
 async def test_chat_non_streaming_error_after_first_output(terminal, status, code):
-    engine = ScriptedEngine([out("partial", completion=1), terminal])
+    engine = ScriptedBackend([out("partial", completion=1), terminal])
     async with http(engine) as client:
         resp = await client.post("/v1/chat/completions", json=CHAT)
     assert resp.status_code == status
@@ -184,7 +184,7 @@ async def test_chat_non_streaming_error_after_first_output(terminal, status, cod
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_context_length_error_is_400_even_when_streaming(stream):
-    engine = ScriptedEngine(
+    engine = ScriptedBackend(
         [out(finish="error", error="prompt is 9000 tokens; limit 8192", kind="context_length_exceeded")]
     )
     async with http(engine) as client:
@@ -203,7 +203,7 @@ async def test_context_length_error_is_400_even_when_streaming(stream):
 
 
 async def test_completions_context_length_names_prompt():
-    engine = ScriptedEngine([out(finish="error", error="too long", kind="context_length_exceeded")])
+    engine = ScriptedBackend([out(finish="error", error="too long", kind="context_length_exceeded")])
     async with http(engine) as client:
         resp = await client.post("/v1/completions", json={"model": "m", "prompt": "x", "stream": True})
     assert resp.status_code == 400 and resp.json()["error"]["param"] == "prompt"
@@ -221,7 +221,7 @@ async def test_completions_context_length_names_prompt():
     ],
 )
 async def test_first_output_errors_map_to_status(terminal, status, retry_after):
-    engine = ScriptedEngine([terminal])
+    engine = ScriptedBackend([terminal])
     async with http(engine) as client:
         resp = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
     assert resp.status_code == status
@@ -232,12 +232,12 @@ async def test_first_output_errors_map_to_status(terminal, status, retry_after):
 
 
 async def test_sdk_raises_status_errors():
-    engine = ScriptedEngine([out(finish="error", error="too long", kind="context_length_exceeded")])
+    engine = ScriptedBackend([out(finish="error", error="too long", kind="context_length_exceeded")])
     async with sdk(engine) as client:
         with pytest.raises(openai.BadRequestError) as info:
             await client.chat.completions.create(**CHAT, stream=True)
     assert info.value.code == "context_length_exceeded"
-    engine = ScriptedEngine([out(finish="error", error="queue full", kind="overloaded")])
+    engine = ScriptedBackend([out(finish="error", error="queue full", kind="overloaded")])
     async with sdk(engine) as client:
         with pytest.raises(openai.InternalServerError) as info:
             await client.chat.completions.create(**CHAT)
@@ -245,7 +245,7 @@ async def test_sdk_raises_status_errors():
 
 
 async def test_invalid_body_is_400_and_never_submitted():
-    engine = ScriptedEngine(HELLO)
+    engine = ScriptedBackend(HELLO)
     async with http(engine) as client:
         resp = await client.post("/v1/chat/completions", json={**CHAT, "temperature": 3})
         bad_json = await client.post("/v1/chat/completions", content=b"{nope")
@@ -258,12 +258,12 @@ async def test_invalid_body_is_400_and_never_submitted():
 
 
 async def test_unknown_model_404_and_submit_503():
-    engine = ScriptedEngine(HELLO)
+    engine = ScriptedBackend(HELLO)
     async with http(engine) as client:
         resp = await client.post("/v1/chat/completions", json={**CHAT, "model": "nope"})
     assert resp.status_code == 404
     assert resp.json()["error"]["code"] == "model_not_found"
-    engine = ScriptedEngine(HELLO, submit_error=unavailable("model is starting"))
+    engine = ScriptedBackend(HELLO, submit_error=unavailable("model is starting"))
     async with http(engine) as client:
         resp = await client.post("/v1/chat/completions", json=CHAT)
     assert resp.status_code == 503 and resp.headers["retry-after"] == "1"
@@ -282,7 +282,7 @@ def test_error_response_helper():
 
 
 async def test_chat_stream_frames_with_usage():
-    engine = ScriptedEngine(HELLO)
+    engine = ScriptedBackend(HELLO)
     body = {**CHAT, "stream": True, "stream_options": {"include_usage": True}}
     async with http(engine) as client:
         resp = await client.post("/v1/chat/completions", json=body)
@@ -312,7 +312,7 @@ async def test_chat_stream_frames_with_usage():
 
 
 async def test_chat_stream_without_usage_has_no_usage_key():
-    engine = ScriptedEngine([out("a"), out("", "length", completion=1)])
+    engine = ScriptedBackend([out("a"), out("", "length", completion=1)])
     async with http(engine) as client:
         resp = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
     chunks = [json.loads(d) for d in sse_data(resp.content)[:-1]]
@@ -324,7 +324,7 @@ async def test_chat_stream_without_usage_has_no_usage_key():
 async def test_chat_stream_sdk_reassembles():
     text = ["Hé", "llo\n", '"wor', 'ld"\u2028', " 🙂"]
     script = [out(t, completion=i + 1) for i, t in enumerate(text)] + [out("", "stop", completion=6)]
-    engine = ScriptedEngine(script)
+    engine = ScriptedBackend(script)
     async with sdk(engine) as client:
         stream = await client.chat.completions.create(**CHAT, stream=True, stream_options={"include_usage": True})
         pieces, finish, usage = [], None, None
@@ -340,7 +340,7 @@ async def test_chat_stream_sdk_reassembles():
 
 
 async def test_chat_stream_sdk_helper_accumulates():
-    engine = ScriptedEngine(HELLO)
+    engine = ScriptedBackend(HELLO)
     async with sdk(engine) as client:
         async with client.chat.completions.stream(**CHAT, stream_options={"include_usage": True}) as stream:
             async for _ in stream:
@@ -352,7 +352,7 @@ async def test_chat_stream_sdk_helper_accumulates():
 
 
 async def test_first_output_terminal_stream():
-    engine = ScriptedEngine([out("all at once", "stop", completion=3)])
+    engine = ScriptedBackend([out("all at once", "stop", completion=3)])
     async with http(engine) as client:
         resp = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
     chunks = [json.loads(d) for d in sse_data(resp.content)[:-1]]
@@ -372,7 +372,7 @@ async def test_first_output_terminal_stream():
     ],
 )
 async def test_mid_stream_error_frame(terminal, code):
-    engine = ScriptedEngine([out("a", completion=1), terminal])
+    engine = ScriptedBackend([out("a", completion=1), terminal])
     async with http(engine) as client:
         resp = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
     assert resp.status_code == 200
@@ -385,7 +385,7 @@ async def test_mid_stream_error_frame(terminal, code):
 
 
 async def test_mid_stream_error_raises_in_sdk():
-    engine = ScriptedEngine([out("a", completion=1), out(finish="error", error="worker died", kind="unavailable")])
+    engine = ScriptedBackend([out("a", completion=1), out(finish="error", error="worker died", kind="unavailable")])
     async with sdk(engine) as client:
         stream = await client.chat.completions.create(**CHAT, stream=True)
         seen = []
@@ -397,7 +397,7 @@ async def test_mid_stream_error_raises_in_sdk():
 
 
 async def test_stream_ending_without_terminal_reports_error():
-    engine = ScriptedEngine([out("a")])  # broken stream: no terminal output
+    engine = ScriptedBackend([out("a")])  # broken stream: no terminal output
     async with http(engine) as client:
         resp = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
     data = sse_data(resp.content)
@@ -408,7 +408,7 @@ async def test_stream_ending_without_terminal_reports_error():
 
 
 async def test_completions_non_streaming():
-    engine = ScriptedEngine(HELLO)
+    engine = ScriptedBackend(HELLO)
     async with http(engine) as client:
         resp = await client.post("/v1/completions", json={"model": "m", "prompt": [1, 2, 3], "max_tokens": 4})
     body = resp.json()
@@ -426,7 +426,7 @@ async def test_completions_non_streaming():
 
 
 async def test_completions_stream_frames_and_sdk():
-    engine = ScriptedEngine(HELLO)
+    engine = ScriptedBackend(HELLO)
     body = {"model": "m", "prompt": "Say", "stream": True, "stream_options": {"include_usage": True}}
     async with http(engine) as client:
         resp = await client.post("/v1/completions", json=body)
@@ -440,7 +440,7 @@ async def test_completions_stream_frames_and_sdk():
     ]
     assert chunks[-1]["usage"]["total_tokens"] == 9
 
-    engine = ScriptedEngine(HELLO)
+    engine = ScriptedBackend(HELLO)
     async with sdk(engine) as client:
         stream = await client.completions.create(model="m", prompt="Say", stream=True)
         text = [c.choices[0].text async for c in stream]
@@ -448,7 +448,7 @@ async def test_completions_stream_frames_and_sdk():
 
 
 async def test_completions_sdk_non_streaming():
-    engine = ScriptedEngine(HELLO)
+    engine = ScriptedBackend(HELLO)
     async with sdk(engine) as client:
         result = await client.completions.create(model="m", prompt="Say")
     assert result.choices[0].text == "Hello!" and result.usage.total_tokens == 9
@@ -458,7 +458,7 @@ async def test_completions_sdk_non_streaming():
 
 
 async def test_list_and_retrieve_models():
-    engine = ScriptedEngine()
+    engine = ScriptedBackend()
     async with http(engine) as client:
         listing = (await client.get("/v1/models")).json()
         one = await client.get("/v1/models/org/other")
@@ -493,7 +493,7 @@ async def test_list_and_retrieve_models():
 
 
 async def test_models_via_sdk():
-    engine = ScriptedEngine()
+    engine = ScriptedBackend()
     async with sdk(engine) as client:
         ids = [m.id async for m in client.models.list()]
         model = await client.models.retrieve("m")
@@ -507,7 +507,7 @@ async def test_models_via_sdk():
 
 @pytest.mark.parametrize("spec_version", ["2.3", "2.4"])
 async def test_stream_disconnect_closes_request(spec_version):
-    engine = ScriptedEngine([out("a"), out("b")], hang=True)
+    engine = ScriptedBackend([out("a"), out("b")], hang=True)
     client = Client({**CHAT, "stream": True}, read_chunks=2, raise_on_send=True)
     await run_app(engine, client, "/v1/chat/completions", spec_version)
     assert engine.stream.aclose_calls >= 1
@@ -516,7 +516,7 @@ async def test_stream_disconnect_closes_request(spec_version):
 
 
 async def test_non_streaming_disconnect_closes_request():
-    engine = ScriptedEngine([out("a")], hang=True)
+    engine = ScriptedBackend([out("a")], hang=True)
     client = Client(CHAT, read_chunks=0)
     await run_app(engine, client, "/v1/chat/completions")
     assert engine.stream.aclose_calls >= 1
@@ -524,7 +524,7 @@ async def test_non_streaming_disconnect_closes_request():
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_disconnect_before_first_output_closes_request(stream):
-    engine = ScriptedEngine([], hang=True)
+    engine = ScriptedBackend([], hang=True)
     client = Client({"model": "m", "prompt": "x", "stream": stream}, read_chunks=0)
     await run_app(engine, client, "/v1/completions")
     assert engine.stream.aclose_calls >= 1
@@ -534,7 +534,7 @@ async def test_disconnect_before_first_output_closes_request(stream):
 async def test_sdk_stops_reading_early():
     """Breaking out of the SDK's iterator: the whole exchange still ends with
     the request stream closed."""
-    engine = ScriptedEngine(HELLO)
+    engine = ScriptedBackend(HELLO)
     async with sdk(engine) as client:
         stream = await client.chat.completions.create(**CHAT, stream=True)
         async for _ in stream:
@@ -612,7 +612,7 @@ TWO = [
 
 
 async def test_chat_n_non_streaming_orders_choices():
-    engine = ScriptedEngine(TWO)
+    engine = ScriptedBackend(TWO)
     async with http(engine) as client:
         resp = await client.post("/v1/chat/completions", json={**CHAT, "model": "alias", "n": 2})
     assert resp.status_code == 200
@@ -638,7 +638,7 @@ async def test_chat_n_non_streaming_orders_choices():
 
 
 async def test_completions_n_non_streaming():
-    engine = ScriptedEngine(TWO)
+    engine = ScriptedBackend(TWO)
     async with sdk(engine) as client:
         result = await client.completions.create(model="m", prompt="Say", n=2)
     assert [(c.index, c.text, c.finish_reason) for c in result.choices] == [(0, "AB", "stop"), (1, "xy", "length")]
@@ -647,7 +647,7 @@ async def test_completions_n_non_streaming():
 
 
 async def test_chat_n_stream_frames():
-    engine = ScriptedEngine(TWO)
+    engine = ScriptedBackend(TWO)
     body = {**CHAT, "n": 2, "stream": True, "stream_options": {"include_usage": True}}
     async with http(engine) as client:
         resp = await client.post("/v1/chat/completions", json=body)
@@ -671,7 +671,7 @@ async def test_chat_n_stream_frames():
 
 
 async def test_chat_n_stream_sdk():
-    engine = ScriptedEngine(TWO)
+    engine = ScriptedBackend(TWO)
     async with sdk(engine) as client:
         stream = await client.chat.completions.create(**CHAT, n=2, stream=True, stream_options={"include_usage": True})
         text, finish, usage = {0: "", 1: ""}, {}, None
@@ -687,7 +687,7 @@ async def test_chat_n_stream_sdk():
 
 async def test_chat_n_stream_sdk_helper():
     # (the helper itself raises LengthFinishReasonError on "length", so both stop)
-    engine = ScriptedEngine([msgspec.structs.replace(o, finish_reason="stop") if o.finish_reason else o for o in TWO])
+    engine = ScriptedBackend([msgspec.structs.replace(o, finish_reason="stop") if o.finish_reason else o for o in TWO])
     async with sdk(engine) as client:
         async with client.chat.completions.stream(**CHAT, n=2) as stream:
             final = await stream.get_final_completion()
@@ -698,7 +698,7 @@ async def test_chat_n_stream_sdk_helper():
 
 
 async def test_completions_n_stream_frames():
-    engine = ScriptedEngine(TWO)
+    engine = ScriptedBackend(TWO)
     async with http(engine) as client:
         resp = await client.post("/v1/completions", json={"model": "m", "prompt": "x", "n": 2, "stream": True})
     chunks = [json.loads(d) for d in sse_data(resp.content)[:-1]]
@@ -715,7 +715,7 @@ async def test_completions_n_stream_frames():
     "path,body", [("/v1/chat/completions", CHAT), ("/v1/completions", {"model": "m", "prompt": "x"})]
 )
 async def test_n_above_model_limit_is_400(path, body):
-    engine = ScriptedEngine(HELLO, max_n=2)
+    engine = ScriptedBackend(HELLO, max_n=2)
     async with http(engine) as client:
         resp = await client.post(path, json={**body, "n": 3, "stream": True})
         ok = await client.post(path, json={**body, "n": 2})
@@ -727,7 +727,7 @@ async def test_n_above_model_limit_is_400(path, body):
 
 
 async def test_unknown_model_is_404_before_the_n_check():
-    engine = ScriptedEngine(HELLO, max_n=1)
+    engine = ScriptedBackend(HELLO, max_n=1)
     async with http(engine) as client:
         resp = await client.post("/v1/chat/completions", json={**CHAT, "model": "nope", "n": 5})
     assert resp.status_code == 404
@@ -739,7 +739,7 @@ async def test_error_in_one_choice_ends_the_stream():
         out("x", "stop", index=1, completion=1),
         out("!", "error", error="worker died", kind="unavailable", index=0),
     ]
-    engine = ScriptedEngine(script)
+    engine = ScriptedBackend(script)
     body = {**CHAT, "n": 2, "stream": True, "stream_options": {"include_usage": True}}
     async with http(engine) as client:
         resp = await client.post("/v1/chat/completions", json=body)
@@ -753,7 +753,7 @@ async def test_error_in_one_choice_ends_the_stream():
 
 async def test_error_in_one_choice_fails_non_streaming():
     script = [out("x", "stop", index=1, completion=1), out(finish="error", error="bug", kind="internal")]
-    engine = ScriptedEngine(script)
+    engine = ScriptedBackend(script)
     async with http(engine) as client:
         resp = await client.post("/v1/completions", json={"model": "m", "prompt": "x", "n": 2})
     assert resp.status_code == 500 and resp.json()["error"]["code"] == "internal_error"
@@ -761,7 +761,7 @@ async def test_error_in_one_choice_fails_non_streaming():
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_stream_ending_before_every_choice_finished(stream):
-    engine = ScriptedEngine([out("x", "stop", index=1, completion=1)])  # choice 0 never finishes
+    engine = ScriptedBackend([out("x", "stop", index=1, completion=1)])  # choice 0 never finishes
     async with http(engine) as client:
         resp = await client.post("/v1/chat/completions", json={**CHAT, "n": 2, "stream": stream})
     if stream:
@@ -772,7 +772,7 @@ async def test_stream_ending_before_every_choice_finished(stream):
 
 
 async def test_out_of_range_choice_is_ignored():
-    engine = ScriptedEngine([out("bogus", index=7), *HELLO])
+    engine = ScriptedBackend([out("bogus", index=7), *HELLO])
     async with http(engine) as client:
         resp = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
         whole = await client.post("/v1/chat/completions", json=CHAT)
@@ -795,7 +795,7 @@ LP_SCRIPT = [
 
 
 async def test_chat_logprobs_non_streaming_via_sdk():
-    engine = ScriptedEngine(LP_SCRIPT)
+    engine = ScriptedBackend(LP_SCRIPT)
     async with sdk(engine) as client:
         result = await client.chat.completions.create(**CHAT, logprobs=True, top_logprobs=2)
     sampling = engine.submitted[0][1].sampling
@@ -811,7 +811,7 @@ async def test_chat_logprobs_non_streaming_via_sdk():
 
 
 async def test_chat_logprobs_raw_shape():
-    engine = ScriptedEngine([out("H", "stop", completion=1, logprobs=[lp("H", -0.5, ("H", -0.5))])])
+    engine = ScriptedBackend([out("H", "stop", completion=1, logprobs=[lp("H", -0.5, ("H", -0.5))])])
     async with http(engine) as client:
         resp = await client.post("/v1/chat/completions", json={**CHAT, "logprobs": True})
     assert resp.json()["choices"][0]["logprobs"] == {
@@ -828,7 +828,7 @@ async def test_chat_logprobs_raw_shape():
 
 
 async def test_chat_logprobs_stream_frames():
-    engine = ScriptedEngine(LP_SCRIPT)
+    engine = ScriptedBackend(LP_SCRIPT)
     async with http(engine) as client:
         resp = await client.post("/v1/chat/completions", json={**CHAT, "logprobs": True, "stream": True})
     chunks = [json.loads(d)["choices"][0] for d in sse_data(resp.content)[:-1]]
@@ -845,7 +845,7 @@ async def test_chat_logprobs_stream_frames():
 
 
 async def test_chat_logprobs_stream_sdk_helper_accumulates():
-    engine = ScriptedEngine(LP_SCRIPT)
+    engine = ScriptedBackend(LP_SCRIPT)
     async with sdk(engine) as client:
         async with client.chat.completions.stream(**CHAT, logprobs=True, top_logprobs=2) as stream:
             final = await stream.get_final_completion()
@@ -856,7 +856,7 @@ async def test_chat_logprobs_stream_sdk_helper_accumulates():
 
 
 async def test_logprobs_not_requested_stay_null_even_if_sent():
-    engine = ScriptedEngine(LP_SCRIPT)
+    engine = ScriptedBackend(LP_SCRIPT)
     async with http(engine) as client:
         resp = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
         whole = await client.post("/v1/completions", json={"model": "m", "prompt": "x"})
@@ -872,7 +872,7 @@ async def test_logprobs_not_requested_stay_null_even_if_sent():
 
 
 async def test_completions_logprobs_non_streaming():
-    engine = ScriptedEngine(LP_SCRIPT)
+    engine = ScriptedBackend(LP_SCRIPT)
     async with http(engine) as client:
         resp = await client.post("/v1/completions", json={"model": "m", "prompt": "x", "logprobs": 1})
     assert engine.submitted[0][1].sampling.top_logprobs == 1
@@ -887,7 +887,7 @@ async def test_completions_logprobs_non_streaming():
 
 async def test_completions_logprobs_zero_and_sampled_token_added():
     script = [out("ab", "stop", completion=2, logprobs=[lp("ab", -2.0, ("x", -0.1))])]
-    engine = ScriptedEngine(script)
+    engine = ScriptedBackend(script)
     async with sdk(engine) as client:
         zero = await client.completions.create(model="m", prompt="x", logprobs=0)
         one = await client.completions.create(model="m", prompt="x", logprobs=1)
@@ -897,7 +897,7 @@ async def test_completions_logprobs_zero_and_sampled_token_added():
 
 
 async def test_completions_logprobs_stream_offsets_continue():
-    engine = ScriptedEngine(LP_SCRIPT)
+    engine = ScriptedBackend(LP_SCRIPT)
     body = {"model": "m", "prompt": "x", "logprobs": 2, "stream": True}
     async with http(engine) as client:
         resp = await client.post("/v1/completions", json=body)
@@ -910,7 +910,7 @@ async def test_completions_logprobs_stream_offsets_continue():
 
 
 async def test_completions_logprobs_stream_sdk():
-    engine = ScriptedEngine(LP_SCRIPT)
+    engine = ScriptedBackend(LP_SCRIPT)
     async with sdk(engine) as client:
         stream = await client.completions.create(model="m", prompt="x", logprobs=1, stream=True)
         tokens = [t async for c in stream for t in c.choices[0].logprobs.tokens]
@@ -923,7 +923,7 @@ async def test_logprobs_with_two_choices():
         out("b", "stop", index=0, completion=1, logprobs=[lp("b", -2.0)]),
         out("c", "stop", index=1, completion=2, logprobs=[lp("c", -3.0)]),
     ]
-    engine = ScriptedEngine(script)
+    engine = ScriptedBackend(script)
     async with http(engine) as client:
         chat = await client.post("/v1/chat/completions", json={**CHAT, "n": 2, "logprobs": True})
         comp = await client.post(
@@ -941,7 +941,7 @@ async def test_logprobs_with_two_choices():
 
 async def test_cached_tokens_via_sdk():
     script = [out("a", prompt=9, cached=6, completion=1), out("b", "stop", prompt=9, cached=6, completion=2)]
-    engine = ScriptedEngine(script)
+    engine = ScriptedBackend(script)
     async with sdk(engine) as client:
         result = await client.chat.completions.create(**CHAT)
         stream = await client.chat.completions.create(**CHAT, stream=True, stream_options={"include_usage": True})
@@ -952,7 +952,7 @@ async def test_cached_tokens_via_sdk():
 
 
 async def test_cached_tokens_default_zero():
-    engine = ScriptedEngine(HELLO)
+    engine = ScriptedBackend(HELLO)
     async with sdk(engine) as client:
         result = await client.completions.create(model="m", prompt="x")
     assert result.usage.prompt_tokens_details.cached_tokens == 0
@@ -963,7 +963,7 @@ async def test_cached_tokens_default_zero():
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_timeout_before_first_token_is_504(stream):
-    engine = ScriptedEngine([out(finish="error", error="request timed out after 30s", kind="timeout")])
+    engine = ScriptedBackend([out(finish="error", error="request timed out after 30s", kind="timeout")])
     async with http(engine) as client:
         resp = await client.post("/v1/chat/completions", json={**CHAT, "stream": stream})
     assert resp.status_code == 504
@@ -975,7 +975,7 @@ async def test_timeout_before_first_token_is_504(stream):
 
 async def test_timeout_after_partial_output():
     script = [out("a", completion=1), out(finish="error", kind="timeout")]
-    engine = ScriptedEngine(script)
+    engine = ScriptedBackend(script)
     async with http(engine) as client:
         whole = await client.post("/v1/completions", json={"model": "m", "prompt": "x"})
         streamed = await client.post("/v1/completions", json={"model": "m", "prompt": "x", "stream": True})
@@ -986,7 +986,7 @@ async def test_timeout_after_partial_output():
 
 
 async def test_timeout_in_sdk():
-    engine = ScriptedEngine([out(finish="error", error="deadline", kind="timeout")])
+    engine = ScriptedBackend([out(finish="error", error="deadline", kind="timeout")])
     async with sdk(engine) as client:
         with pytest.raises(openai.InternalServerError) as info:
             await client.chat.completions.create(**CHAT)
@@ -998,7 +998,7 @@ async def test_overloaded_submit_always_has_retry_after():
         APIError(503, "queue full", code="overloaded"),
         APIError(503, "queue full", code="overloaded", retry_after=3),
     ):
-        engine = ScriptedEngine(HELLO, submit_error=err)
+        engine = ScriptedBackend(HELLO, submit_error=err)
         async with http(engine) as client:
             resp = await client.post("/v1/chat/completions", json=CHAT)
         assert resp.status_code == 503 and resp.json()["error"]["code"] == "overloaded"
@@ -1056,7 +1056,7 @@ data: [DONE]
 
 
 async def test_tool_call_stream_raw_frames_match_wire_formats():
-    engine = ScriptedEngine(WIRE_SCRIPT)
+    engine = ScriptedBackend(WIRE_SCRIPT)
     body = {**TOOL_CHAT, "stream": True, "stream_options": {"include_usage": True}}
     async with http(engine) as client:
         resp = await client.post("/v1/chat/completions", json=body)
@@ -1085,7 +1085,7 @@ async def test_tool_call_stream_sdk_accumulator():
         out(calls=[call(1, '{"city": "Rome"}')], completion=6),
         out(finish="tool_calls", completion=7),
     ]
-    engine = ScriptedEngine(script)
+    engine = ScriptedBackend(script)
     async with sdk(engine) as client:
         async with client.chat.completions.stream(**TOOL_CHAT, stream_options={"include_usage": True}) as stream:
             final = await stream.get_final_completion()
@@ -1107,7 +1107,7 @@ async def test_tool_call_non_streaming_sdk():
         out(calls=[call(0, '"Paris"}')]),
         out(finish="tool_calls", completion=9),
     ]
-    engine = ScriptedEngine(script)
+    engine = ScriptedBackend(script)
     async with sdk(engine) as client:
         result = await client.chat.completions.create(**TOOL_CHAT, tool_choice="required")
     choice = result.choices[0]
@@ -1121,7 +1121,7 @@ async def test_tool_call_non_streaming_sdk():
 
 async def test_tool_call_non_streaming_raw_shape():
     script = [out("Sure.", reasoning="hmm"), out(calls=[call(3, "{}", id="c1", name="f")]), out(finish="tool_calls")]
-    engine = ScriptedEngine(script)
+    engine = ScriptedBackend(script)
     async with http(engine) as client:
         resp = await client.post("/v1/chat/completions", json=TOOL_CHAT)
     assert resp.json()["choices"] == [
@@ -1142,7 +1142,7 @@ async def test_tool_call_non_streaming_raw_shape():
 
 
 async def test_plain_answer_has_no_tool_or_reasoning_keys():
-    engine = ScriptedEngine([out(finish="stop")])
+    engine = ScriptedBackend([out(finish="stop")])
     async with http(engine) as client:
         resp = await client.post("/v1/chat/completions", json=TOOL_CHAT)
     assert resp.json()["choices"][0]["message"] == {
@@ -1157,7 +1157,7 @@ async def test_plain_answer_has_no_tool_or_reasoning_keys():
 async def test_reasoning_field_is_configurable(field):
     other = {"reasoning_content": "reasoning", "reasoning": "reasoning_content"}[field]
     config = Config(server=ServerConfig(reasoning_field=field))
-    engine = ScriptedEngine([out(reasoning="Think", completion=1), out(reasoning="ing."), out("Answer", "stop")])
+    engine = ScriptedBackend([out(reasoning="Think", completion=1), out(reasoning="ing."), out("Answer", "stop")])
     async with http(engine, config) as client:
         whole = await client.post("/v1/chat/completions", json=CHAT)
         streamed = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
@@ -1175,7 +1175,7 @@ async def test_reasoning_field_is_configurable(field):
 
 async def test_reasoning_via_sdk_with_reasoning_name():
     config = Config(server=ServerConfig(reasoning_field="reasoning"))
-    engine = ScriptedEngine([out("4", "stop", reasoning="2+2")])
+    engine = ScriptedBackend([out("4", "stop", reasoning="2+2")])
     async with sdk(engine, config) as client:
         result = await client.chat.completions.create(**CHAT)
         async with client.chat.completions.stream(**CHAT) as stream:
@@ -1186,7 +1186,7 @@ async def test_reasoning_via_sdk_with_reasoning_name():
 
 
 async def test_one_output_with_reasoning_text_and_tool_call_is_split_in_order():
-    engine = ScriptedEngine([out("Hi", "tool_calls", reasoning="r", calls=[call(0, '{"a": 1}', id="c", name="f")])])
+    engine = ScriptedBackend([out("Hi", "tool_calls", reasoning="r", calls=[call(0, '{"a": 1}', id="c", name="f")])])
     async with http(engine) as client:
         resp = await client.post("/v1/chat/completions", json={**TOOL_CHAT, "stream": True})
     choices = [json.loads(d)["choices"] for d in sse_data(resp.content)[:-1]]
@@ -1223,7 +1223,7 @@ async def test_tool_call_indexes_are_dense_and_ids_filled_in():
         out(calls=[call(2, "}")]),
         out(finish="tool_calls"),
     ]
-    engine = ScriptedEngine(script)
+    engine = ScriptedBackend(script)
     async with http(engine) as client:
         streamed = await client.post("/v1/chat/completions", json={**TOOL_CHAT, "stream": True})
         whole = await client.post("/v1/chat/completions", json=TOOL_CHAT)
@@ -1246,7 +1246,7 @@ TOOL_TWO = [
 
 
 async def test_tool_calls_with_two_choices_non_streaming():
-    engine = ScriptedEngine(TOOL_TWO)
+    engine = ScriptedBackend(TOOL_TWO)
     async with sdk(engine) as client:
         result = await client.chat.completions.create(**TOOL_CHAT, n=2)
     first, second = result.choices
@@ -1257,7 +1257,7 @@ async def test_tool_calls_with_two_choices_non_streaming():
 
 
 async def test_tool_calls_with_two_choices_stream():
-    engine = ScriptedEngine(TOOL_TWO)
+    engine = ScriptedBackend(TOOL_TWO)
     async with sdk(engine) as client:
         async with client.chat.completions.stream(**TOOL_CHAT, n=2) as stream:
             final = await stream.get_final_completion()
@@ -1271,7 +1271,7 @@ async def test_tool_calls_with_two_choices_stream():
 
 
 async def test_tool_call_chunks_carry_null_logprobs_when_asked():
-    engine = ScriptedEngine([out(calls=[call(0, "{}", id="c", name="f")]), out(finish="tool_calls")])
+    engine = ScriptedBackend([out(calls=[call(0, "{}", id="c", name="f")]), out(finish="tool_calls")])
     async with http(engine) as client:
         resp = await client.post("/v1/chat/completions", json={**TOOL_CHAT, "stream": True, "logprobs": True})
     choices = [json.loads(d)["choices"][0] for d in sse_data(resp.content)[:-1]]
@@ -1283,7 +1283,7 @@ async def test_error_output_delivers_its_pieces_before_the_error():
         out(calls=[call(0, "{", id="c", name="f")]),
         out(finish="error", error="boom", kind="internal", reasoning="r", calls=[call(0, "}")]),
     ]
-    engine = ScriptedEngine(script)
+    engine = ScriptedBackend(script)
     async with http(engine) as client:
         resp = await client.post("/v1/chat/completions", json={**TOOL_CHAT, "stream": True})
     data = sse_data(resp.content)
@@ -1304,7 +1304,7 @@ async def test_request_translation_reaches_the_engine():
         {"role": "tool", "tool_call_id": "c", "content": "sunny"},
     ]
     schema = {"type": "object", "properties": {"w": {"type": "string"}}}
-    engine = ScriptedEngine([out("{}", "stop")])
+    engine = ScriptedBackend([out("{}", "stop")])
     async with sdk(engine) as client:
         await client.chat.completions.create(
             model="m",
@@ -1332,7 +1332,7 @@ async def test_request_translation_reaches_the_engine():
 
 
 async def test_tool_and_format_errors_are_400_via_sdk():
-    engine = ScriptedEngine([out("x", "stop")])
+    engine = ScriptedBackend([out("x", "stop")])
     async with sdk(engine) as client:
         with pytest.raises(openai.BadRequestError) as info:
             await client.chat.completions.create(**CHAT, tool_choice="required")
@@ -1346,7 +1346,7 @@ async def test_tool_and_format_errors_are_400_via_sdk():
 
 
 async def test_completions_refuse_tools_and_response_format():
-    engine = ScriptedEngine([out("x", "stop")])
+    engine = ScriptedBackend([out("x", "stop")])
     async with http(engine) as client:
         for field, value in (("tools", [WEATHER_TOOL]), ("response_format", {"type": "json_object"})):
             resp = await client.post("/v1/completions", json={"model": "m", "prompt": "x", field: value})
@@ -1371,7 +1371,7 @@ def test_chunk_stream_tool_call_escaping():
 async def test_completions_echo_whole_and_streamed():
     body = {"model": "m", "prompt": "Say", "echo": True, "n": 2}
     script = [out(" hi", "stop", completion=1, index=0), out(" yo", "stop", completion=1, index=1)]
-    async with http(ScriptedEngine(script)) as client:
+    async with http(ScriptedBackend(script)) as client:
         whole = (await client.post("/v1/completions", json=body)).json()
         streamed = await client.post("/v1/completions", json={**body, "stream": True})
     assert [c["text"] for c in whole["choices"]] == ["Say hi", "Say yo"]
@@ -1389,7 +1389,7 @@ async def test_completions_best_of_keeps_the_likeliest():
         out(" b", "stop", completion=1, index=1, logprobs=[lp(" b", -0.1)]),
         out(" c", "stop", completion=1, index=2, logprobs=[lp(" c", -1.0)]),
     ]
-    async with http(ScriptedEngine(script)) as client:
+    async with http(ScriptedBackend(script)) as client:
         body = (await client.post("/v1/completions", json={"model": "m", "prompt": "x", "best_of": 3, "n": 2})).json()
     assert [(c["index"], c["text"], c["logprobs"]) for c in body["choices"]] == [(0, " b", None), (1, " c", None)]
     assert body["usage"]["completion_tokens"] == 3

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from gateway.engine_api import ModelLimits
 from gateway.error_shapes import openai_error_type
 from gateway.errors import APIError
+from gateway.model_backend import ModelLimits
 from gateway.openai_checks import check_limits, decode_chat_request, decode_completion_request
 from gateway.openai_translate import include_usage, to_generate_request
 from shared.protocol import ChatMessage, GenerateRequest, ResponseFormat, SamplingParams, Tool, ToolCall

@@ -23,7 +23,7 @@ from starlette.routing import Route
 from gateway.openai_routes import chat_completions, completions
 from gateway.responses_routes import create_response
 from shared.protocol import TokenLogprob, TopLogprob
-from tests.unit.support import Gateway, ScriptedEngine, call, out, sse_events
+from tests.unit.support import Gateway, ScriptedBackend, call, out, sse_events
 
 pytestmark = pytest.mark.anyio
 
@@ -244,7 +244,7 @@ async def test_chat_whole_and_streamed(logprobs):
     }
     if logprobs:
         body["logprobs"] = True
-    async with GATEWAY.http(ScriptedEngine(AGENT)) as client:
+    async with GATEWAY.http(ScriptedBackend(AGENT)) as client:
         whole = (await client.post("/v1/chat/completions", json=body)).json()
         options = {"stream": True, "stream_options": {"include_usage": True}}
         streamed = await client.post("/v1/chat/completions", json={**body, **options})
@@ -261,7 +261,7 @@ async def test_chat_whole_and_streamed(logprobs):
 
 async def test_completions_whole_and_streamed():
     body = {"model": "m", "prompt": "x"}
-    async with GATEWAY.http(ScriptedEngine(TEXT)) as client:
+    async with GATEWAY.http(ScriptedBackend(TEXT)) as client:
         whole = (await client.post("/v1/completions", json=body)).json()
         streamed = await client.post("/v1/completions", json={**body, "stream": True})
     check_completion(whole)
@@ -303,7 +303,7 @@ CODEX_LIKE = {
 )
 async def test_responses_whole_and_streamed(fields, script):
     body = {"model": "m", "input": "hi", **fields}
-    async with GATEWAY.http(ScriptedEngine(script)) as client:
+    async with GATEWAY.http(ScriptedBackend(script)) as client:
         whole = await client.post("/v1/responses", json=body)
         streamed = await client.post("/v1/responses", json={**body, "stream": True})
     assert whole.status_code == 200, whole.text
@@ -315,7 +315,7 @@ async def test_responses_whole_and_streamed(fields, script):
 
 
 async def test_codex_like_output_items():
-    async with GATEWAY.http(ScriptedEngine(AGENT)) as client:
+    async with GATEWAY.http(ScriptedBackend(AGENT)) as client:
         resp = await client.post("/v1/responses", json=CODEX_LIKE)
     assert resp.headers["x-mlxd-dropped-tools"] == "web_search"
     output = resp.json()["output"]
@@ -352,7 +352,7 @@ async def test_responses_logprobs():
         out("!", "stop", completion=3),
     ]
     body = {"model": "m", "input": "hi", "include": ["message.output_text.logprobs"], "top_logprobs": 1}
-    async with GATEWAY.http(ScriptedEngine(script)) as client:
+    async with GATEWAY.http(ScriptedBackend(script)) as client:
         whole = (await client.post("/v1/responses", json=body)).json()
         streamed = await client.post("/v1/responses", json={**body, "stream": True})
     check_response(whole)
@@ -375,7 +375,7 @@ async def test_legacy_functions_answer_in_the_legacy_shape():
         "messages": [{"role": "user", "content": "hi"}],
         "functions": [{"name": n, "parameters": {"type": "object"}} for n in ("weather", "apply_patch", "close_agent")],
     }
-    async with GATEWAY.http(ScriptedEngine(AGENT)) as client:
+    async with GATEWAY.http(ScriptedBackend(AGENT)) as client:
         whole = (await client.post("/v1/chat/completions", json=body)).json()
         streamed = await client.post("/v1/chat/completions", json={**body, "stream": True})
     check_chat(whole)
@@ -401,7 +401,7 @@ async def test_chat_custom_tool_calls():
             {"type": "custom", "custom": {"name": "apply_patch"}},
         ],
     }
-    async with GATEWAY.http(ScriptedEngine(AGENT)) as client:
+    async with GATEWAY.http(ScriptedBackend(AGENT)) as client:
         whole = (await client.post("/v1/chat/completions", json=body)).json()
     check_chat(whole)
     calls = whole["choices"][0]["message"]["tool_calls"]

@@ -1,6 +1,6 @@
-"""``POST /v1/responses`` against a scripted Engine (no MLX, no workers).
+"""``POST /v1/responses`` against a scripted ModelBackend (no MLX, no workers).
 
-The Engine (``ScriptedEngine`` of ``tests/unit/support.py``) replays
+The ModelBackend (``ScriptedBackend`` of ``tests/unit/support.py``) replays
 predetermined RequestOutputs and ends like a real RequestStream (after the
 terminal output); with ``hang`` it blocks after the script until closed.
 Requests go through httpx's ASGI transport (raw JSON and SSE), the official
@@ -16,7 +16,7 @@ from starlette.routing import Route
 from gateway.errors import unavailable
 from gateway.responses_routes import create_response
 from shared.protocol import ResponseFormat
-from tests.unit.support import HELLO, Client, Gateway, ScriptedEngine, call, out, sse_events
+from tests.unit.support import HELLO, Client, Gateway, ScriptedBackend, call, out, sse_events
 
 pytestmark = pytest.mark.anyio
 
@@ -66,7 +66,7 @@ def usage_dict(prompt: int, completion: int, cached: int = 0) -> dict:
 
 
 async def test_non_streaming_text_shape():
-    engine = ScriptedEngine(HELLO)
+    engine = ScriptedBackend(HELLO)
     async with http(engine) as client:
         resp = await client.post("/v1/responses", json=BODY)
     assert resp.status_code == 200
@@ -127,7 +127,7 @@ async def test_non_streaming_text_shape():
 
 
 async def test_sdk_text_and_usage():
-    engine = ScriptedEngine([out("Hi", completion=1, cached=3), out(" there", "stop", completion=2, cached=3)])
+    engine = ScriptedBackend([out("Hi", completion=1, cached=3), out(" there", "stop", completion=2, cached=3)])
     async with sdk(engine) as client:
         result = await client.responses.create(model="alias", input="hello")
     assert result.object == "response" and result.status == "completed" and result.model == "m"
@@ -138,7 +138,7 @@ async def test_sdk_text_and_usage():
 
 
 async def test_sdk_reasoning_and_function_calls():
-    engine = ScriptedEngine(AGENT)
+    engine = ScriptedBackend(AGENT)
     async with sdk(engine) as client:
         result = await client.responses.create(model="m", input="weather?", tools=TOOLS)
     assert [item.type for item in result.output] == ["reasoning", "message", "function_call", "function_call"]
@@ -164,7 +164,7 @@ async def test_sdk_reasoning_and_function_calls():
 
 
 async def test_length_makes_response_incomplete():
-    engine = ScriptedEngine([out(reasoning="hmm", completion=1), out("Onc", "length", completion=2)])
+    engine = ScriptedBackend([out(reasoning="hmm", completion=1), out("Onc", "length", completion=2)])
     async with sdk(engine) as client:
         result = await client.responses.create(model="m", input="story", max_output_tokens=2)
     assert result.status == "incomplete"
@@ -179,14 +179,14 @@ async def test_length_makes_response_incomplete():
 
 
 async def test_no_output_gives_empty_output_list():
-    engine = ScriptedEngine([out(finish="stop", completion=1)])
+    engine = ScriptedBackend([out(finish="stop", completion=1)])
     async with sdk(engine) as client:
         result = await client.responses.create(model="m", input="x")
     assert result.output == [] and result.output_text == "" and result.status == "completed"
 
 
 async def test_settings_are_translated_and_echoed():
-    engine = ScriptedEngine(HELLO)
+    engine = ScriptedBackend(HELLO)
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
     async with sdk(engine) as client:
         result = await client.responses.create(
@@ -223,7 +223,7 @@ async def test_settings_are_translated_and_echoed():
 
 
 async def test_function_call_output_history_is_translated():
-    engine = ScriptedEngine(HELLO)
+    engine = ScriptedBackend(HELLO)
     history = [
         {"role": "user", "content": "weather in Paris?"},
         {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "use tool"}]},
@@ -250,7 +250,7 @@ async def test_function_call_output_history_is_translated():
 
 async def test_sdk_output_round_trips_as_input():
     """A response's output items, sent back as input, become the same turn."""
-    engine = ScriptedEngine(AGENT)
+    engine = ScriptedBackend(AGENT)
     async with sdk(engine) as client:
         first = await client.responses.create(model="m", input="weather?", tools=TOOLS)
         outputs = [{"type": "function_call_output", "call_id": c.call_id, "output": "ok"} for c in first.output[2:]]
@@ -263,7 +263,7 @@ async def test_sdk_output_round_trips_as_input():
 
 
 async def test_non_streaming_error_after_first_output():
-    engine = ScriptedEngine(
+    engine = ScriptedBackend(
         [out("partial", completion=1), out(finish="error", error="worker died", kind="unavailable")]
     )
     async with http(engine) as client:
@@ -278,7 +278,7 @@ async def test_non_streaming_error_after_first_output():
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_context_length_is_400_naming_input(stream):
-    engine = ScriptedEngine(
+    engine = ScriptedBackend(
         [out(finish="error", error="input is 9000 tokens; limit 8192", kind="context_length_exceeded")]
     )
     async with http(engine) as client:
@@ -296,7 +296,7 @@ async def test_context_length_is_400_naming_input(stream):
 
 
 async def test_previous_response_id_is_refused():
-    engine = ScriptedEngine(HELLO)
+    engine = ScriptedBackend(HELLO)
     async with sdk(engine) as client:
         with pytest.raises(openai.BadRequestError) as info:
             await client.responses.create(model="m", input="more", previous_response_id="resp_123")
@@ -313,7 +313,7 @@ async def test_previous_response_id_is_refused():
     ],
 )
 async def test_unsupported_tool_types_are_400(tool, param):
-    engine = ScriptedEngine(HELLO)
+    engine = ScriptedBackend(HELLO)
     async with sdk(engine) as client:
         with pytest.raises(openai.BadRequestError) as info:
             await client.responses.create(model="m", input="x", tools=[tool])
@@ -322,7 +322,7 @@ async def test_unsupported_tool_types_are_400(tool, param):
 
 
 async def test_invalid_bodies_are_400_and_never_submitted():
-    engine = ScriptedEngine(HELLO)
+    engine = ScriptedBackend(HELLO)
     async with http(engine) as client:
         unknown = await client.post("/v1/responses", json={**BODY, "seed": 1})
         hot = await client.post("/v1/responses", json={**BODY, "temperature": 3})
@@ -344,11 +344,11 @@ async def test_invalid_bodies_are_400_and_never_submitted():
 
 
 async def test_unknown_model_404_and_submit_503():
-    engine = ScriptedEngine(HELLO)
+    engine = ScriptedBackend(HELLO)
     async with http(engine) as client:
         resp = await client.post("/v1/responses", json={**BODY, "model": "nope"})
     assert resp.status_code == 404 and resp.json()["error"]["code"] == "model_not_found"
-    engine = ScriptedEngine(HELLO, submit_error=unavailable("model is starting"))
+    engine = ScriptedBackend(HELLO, submit_error=unavailable("model is starting"))
     async with sdk(engine) as client:
         with pytest.raises(openai.InternalServerError) as info:
             await client.responses.create(**BODY)
@@ -374,7 +374,7 @@ TEXT_EVENTS = [
 
 
 async def test_stream_frames_exact_sequence():
-    engine = ScriptedEngine(HELLO)
+    engine = ScriptedBackend(HELLO)
     async with http(engine) as client:
         resp = await client.post("/v1/responses", json={**BODY, "stream": True})
     assert resp.status_code == 200
@@ -413,7 +413,7 @@ async def test_stream_frames_exact_sequence():
 
 
 async def test_stream_create_event_names_via_sdk():
-    engine = ScriptedEngine(AGENT)
+    engine = ScriptedBackend(AGENT)
     async with sdk(engine) as client:
         stream = await client.responses.create(model="m", input="weather?", tools=TOOLS, stream=True)
         events = [event async for event in stream]
@@ -456,7 +456,7 @@ async def test_stream_create_event_names_via_sdk():
 
 
 async def test_stream_helper_rebuilds_the_non_streamed_output():
-    engine = ScriptedEngine(AGENT)
+    engine = ScriptedBackend(AGENT)
     async with sdk(engine) as client:
         plain = await client.responses.create(model="m", input="weather?", tools=TOOLS)
         async with client.responses.stream(model="m", input="weather?", tools=TOOLS) as stream:
@@ -487,7 +487,7 @@ async def test_stream_helper_rebuilds_the_non_streamed_output():
 
 
 async def test_stream_helper_text_deltas():
-    engine = ScriptedEngine(HELLO)
+    engine = ScriptedBackend(HELLO)
     async with sdk(engine) as client:
         async with client.responses.stream(model="m", input="hi") as stream:
             snapshots = [e.snapshot async for e in stream if e.type == "response.output_text.delta"]
@@ -497,7 +497,7 @@ async def test_stream_helper_text_deltas():
 
 
 async def test_stream_length_ends_with_response_incomplete():
-    engine = ScriptedEngine([out("ab", completion=1), out("c", "length", completion=2)])
+    engine = ScriptedBackend([out("ab", completion=1), out("c", "length", completion=2)])
     async with sdk(engine) as client:
         stream = await client.responses.create(model="m", input="x", max_output_tokens=2, stream=True)
         events = [event async for event in stream]
@@ -510,7 +510,7 @@ async def test_stream_length_ends_with_response_incomplete():
 
 
 async def test_first_output_may_be_terminal():
-    engine = ScriptedEngine([out("all at once", "stop", completion=3)])
+    engine = ScriptedBackend([out("all at once", "stop", completion=3)])
     async with http(engine) as client:
         resp = await client.post("/v1/responses", json={**BODY, "stream": True})
     names = [name for name, _ in sse_events(resp.content)]
@@ -530,7 +530,7 @@ async def test_first_output_may_be_terminal():
     ],
 )
 async def test_mid_stream_error_frames(terminal, code):
-    engine = ScriptedEngine([out("a", completion=1), terminal])
+    engine = ScriptedBackend([out("a", completion=1), terminal])
     async with http(engine) as client:
         resp = await client.post("/v1/responses", json={**BODY, "stream": True})
     assert resp.status_code == 200
@@ -552,7 +552,7 @@ async def test_mid_stream_error_frames(terminal, code):
 
 async def test_mid_stream_error_raises_in_sdk():
     script = [out("a", completion=1), out(finish="error", error="worker died", kind="unavailable")]
-    engine = ScriptedEngine(script)
+    engine = ScriptedBackend(script)
     async with sdk(engine) as client:
         stream = await client.responses.create(**BODY, stream=True)
         seen = []
@@ -562,7 +562,7 @@ async def test_mid_stream_error_raises_in_sdk():
     assert "worker died" in str(info.value)
     assert seen[-1] == "response.output_text.delta"
 
-    engine = ScriptedEngine(script)
+    engine = ScriptedBackend(script)
     async with sdk(engine) as client:
         with pytest.raises(openai.APIError) as info:
             async with client.responses.stream(**BODY) as stream:
@@ -571,7 +571,7 @@ async def test_mid_stream_error_raises_in_sdk():
 
 
 async def test_stream_ending_without_terminal_reports_error():
-    engine = ScriptedEngine([out("a")])  # broken stream: no terminal output
+    engine = ScriptedBackend([out("a")])  # broken stream: no terminal output
     async with http(engine) as client:
         resp = await client.post("/v1/responses", json={**BODY, "stream": True})
     events = sse_events(resp.content)
@@ -580,7 +580,7 @@ async def test_stream_ending_without_terminal_reports_error():
 
 
 async def test_out_of_range_choice_is_ignored():
-    engine = ScriptedEngine([out("x", index=3), out("ok", "stop", completion=1)])
+    engine = ScriptedBackend([out("x", index=3), out("ok", "stop", completion=1)])
     async with sdk(engine) as client:
         result = await client.responses.create(**BODY)
     assert result.output_text == "ok"
@@ -593,7 +593,7 @@ async def test_tool_call_ids_are_made_unique():
         out(calls=[call(2, "{}", name="time")]),
         out(finish="tool_calls", completion=3),
     ]
-    engine = ScriptedEngine(script)
+    engine = ScriptedBackend(script)
     async with sdk(engine) as client:
         async with client.responses.stream(model="m", input="x", tools=TOOLS) as stream:
             final = await stream.get_final_response()
@@ -605,7 +605,7 @@ async def test_tool_call_ids_are_made_unique():
 
 
 async def test_stream_disconnect_closes_request():
-    engine = ScriptedEngine([out("a"), out("b")], hang=True)
+    engine = ScriptedBackend([out("a"), out("b")], hang=True)
     client = Client({**BODY, "stream": True}, read_chunks=2)
     await run_app(engine, client)
     assert engine.stream.aclose_calls >= 1
@@ -615,21 +615,21 @@ async def test_stream_disconnect_closes_request():
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_disconnect_before_first_output_closes_request(stream):
-    engine = ScriptedEngine([], hang=True)
+    engine = ScriptedBackend([], hang=True)
     client = Client({**BODY, "stream": stream}, read_chunks=0)
     await run_app(engine, client)
     assert engine.stream.aclose_calls >= 1 and engine.stream.delivered == 0
 
 
 async def test_non_streaming_disconnect_closes_request():
-    engine = ScriptedEngine([out("a")], hang=True)
+    engine = ScriptedBackend([out("a")], hang=True)
     client = Client(BODY, read_chunks=0)
     await run_app(engine, client)
     assert engine.stream.aclose_calls >= 1
 
 
 async def test_sdk_stops_reading_early():
-    engine = ScriptedEngine(HELLO)
+    engine = ScriptedBackend(HELLO)
     async with sdk(engine) as client:
         stream = await client.responses.create(**BODY, stream=True)
         async for _ in stream:
@@ -647,7 +647,7 @@ async def test_sdk_parse_with_text_format():
         name: str
         population: int
 
-    engine = ScriptedEngine([out('{"name": "Paris", ', completion=1), out('"population": 2}', "stop", completion=2)])
+    engine = ScriptedBackend([out('{"name": "Paris", ', completion=1), out('"population": 2}', "stop", completion=2)])
     async with sdk(engine) as client:
         result = await client.responses.parse(model="m", input="a city", text_format=City)
     assert result.output_parsed == City(name="Paris", population=2)
@@ -660,7 +660,7 @@ async def test_sdk_parse_with_text_format():
 async def test_stream_helper_final_response_needs_completed():
     """The SDK helper only builds a final response from ``response.completed``;
     an incomplete stream ends with ``response.incomplete`` instead."""
-    engine = ScriptedEngine([out("ab", "length", completion=2)])
+    engine = ScriptedBackend([out("ab", "length", completion=2)])
     async with sdk(engine) as client:
         async with client.responses.stream(model="m", input="x", max_output_tokens=2) as stream:
             names = [event.type async for event in stream]

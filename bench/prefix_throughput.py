@@ -1,11 +1,11 @@
-"""Engine benchmark: prefix-cache TTFT and aggregate throughput of mlxd.
+"""Prefix-cache and throughput benchmark: prefix-cache TTFT and aggregate throughput of mlxd.
 
 Prints, from one run on this machine:
 - time to first token of a request whose ~1,000-token prefix is already
   cached, against the same kind of request cold (target: warm <= 0.2x cold);
 - aggregate completion tokens/s at 1, 8 and 16 concurrent streams.
 
-Usage: ``.venv/bin/python bench/engine.py [--model SOURCE] [--tokens N]``
+Usage: ``.venv/bin/python bench/prefix_throughput.py [--model SOURCE] [--tokens N]``
 (default: the real default model).
 """
 

@@ -82,7 +82,7 @@ class ModelLimits:
     max_n: int = 1
 
 
-class Engine(Protocol):
+class ModelBackend(Protocol):
     """What handlers may ask of the model workers."""
 
     def limits(self, model: str) -> ModelLimits:
@@ -110,7 +110,7 @@ class Engine(Protocol):
         ``ttl``) is how long the worker stays loaded once idle, until a
         later request sets its own.
 
-        The engine fills in the model's configured deadline (``timeout``).
+        The backend fills in the model's configured deadline (``timeout``).
         An :class:`~shared.protocol.EmbedRequest` yields one output (its
         vectors or its error).
 
