@@ -29,7 +29,7 @@ from gateway.mcp_client import McpHub
 from gateway.metrics import Metrics
 from gateway.metrics_snapshot import ModelSnapshot
 from gateway.middleware import APIKeyMiddleware, BodyLimitMiddleware, HostCheckMiddleware, ProtocolCORSMiddleware
-from gateway.openapi import openapi_response
+from gateway.openapi_document import openapi_response
 from gateway.pool import WorkerPool
 from shared.config import Config, ServerConfig
 from shared.config_values import is_loopback

@@ -2,7 +2,7 @@
 
 One real gateway with a real worker serving the tiny model (small context,
 short default answers, ``max_n`` 2, an API key) is fuzzed through every
-operation of its OpenAPI document (:mod:`gateway.openapi`). schemathesis
+operation of its OpenAPI document (:mod:`gateway.openapi_document`). schemathesis
 makes one test per operation when the module is collected, before any
 server runs, so the document is built in-process with the same function
 the app serves it with; ``test_served_document`` checks that the server's
@@ -41,7 +41,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from gateway.openapi import API_KEY_SCHEME, BEARER_SCHEME, openapi_document
+from gateway.openapi_document import API_KEY_SCHEME, BEARER_SCHEME, openapi_document
 from tests.conftest import API_KEY, TINY, start_server
 
 schemathesis = pytest.importorskip("schemathesis")
