@@ -11,7 +11,7 @@ untouched from the input thread (which fixes it) to the output thread
 
 Declarative: plain data classes only. Nothing here imports MLX (directly
 or through another module), so the input and output threads' modules can
-use these types without loading it; ``tests/test_worker_messages.py``
+use these types without loading it; ``tests/unit/test_worker_messages.py``
 checks that.
 """
 
