@@ -35,19 +35,15 @@ from typing import Any
 
 from gateway.errors import bad_request
 from gateway.mcp_client import McpHub, McpTool
+from gateway.validation import peek_object
 
 _ENTRY_FIELDS = {"type", "url", "name", "authorization_token", "tool_configuration"}
 
 
 def wants_mcp(body: bytes) -> bool:
     """Whether ``body`` is a JSON object with a non-empty ``mcp_servers``."""
-    if b'"mcp_servers"' not in body:
-        return False
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return False
-    return isinstance(data, dict) and isinstance(data.get("mcp_servers"), list) and bool(data["mcp_servers"])
+    data = peek_object(body, b'"mcp_servers"')
+    return data is not None and isinstance(data.get("mcp_servers"), list) and bool(data["mcp_servers"])
 
 
 def server_url(hub: McpHub, name: str) -> str | None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from gateway.errors import bad_request
 from gateway.mcp_client import McpHub, McpTool
+from gateway.validation import peek_object
 
 _MCP_FIELDS = {
     "type",
@@ -39,13 +40,8 @@ _MCP_FIELDS = {
 
 def wants_mcp(body: bytes) -> bool:
     """Whether ``body`` is a JSON object whose ``tools`` hold an ``mcp`` tool."""
-    if b'"mcp"' not in body:
-        return False
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return False
-    tools = data.get("tools") if isinstance(data, dict) else None
+    data = peek_object(body, b'"mcp"')
+    tools = data.get("tools") if data is not None else None
     return isinstance(tools, list) and any(isinstance(t, dict) and t.get("type") == "mcp" for t in tools)
 
 

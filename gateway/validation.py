@@ -207,6 +207,20 @@ def decode_body(decoder: msgspec.json.Decoder, body: bytes, wording: Wording = "
         raise bad_request(f"The request body is not valid JSON ({_decode_cause(body, exc)})") from None
 
 
+def peek_object(body: bytes, marker: bytes) -> dict[str, Any] | None:
+    """The JSON object in ``body`` when its bytes contain ``marker`` (a
+    cheap test that skips the parse for most bodies); None when they do not,
+    when it is not valid JSON or not an object. Never raises: a body that
+    fails here is refused later by its protocol's own decoder."""
+    if marker not in body:
+        return None
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def _decode_cause(body: bytes, exc: msgspec.DecodeError) -> str:
     """Why ``body`` is not JSON, in words: msgspec's message, except where
     it misleads (an unpaired UTF-16 surrogate escape such as ``\\ud800``,
