@@ -589,10 +589,10 @@ def ratio_line(name: str, num: float | None, den: float | None, target: float, a
     """``name  value  (target)  PASS/MISS``; MISS when not measurable."""
     bound = f"(target {'<=' if at_most else '>='} {target:.2f})"
     if num is None or den is None or den == 0:
-        return f"{name:<60} {'n/a':>7}   {bound}  MISS"
+        return f"{name:<70} {'n/a':>7}   {bound}  MISS"
     value = num / den
     ok = value <= target if at_most else value >= target
-    return f"{name:<60} {value:>7.3f}x  {bound}  {'PASS' if ok else 'MISS'}"
+    return f"{name:<70} {value:>7.3f}x  {bound}  {'PASS' if ok else 'MISS'}"
 
 
 TARGETS = (
@@ -645,12 +645,12 @@ def print_issue21(sections: dict[tuple[str, str], Section]) -> None:
     print("\n== issue #21 targets (first tokens under a burst and spread arrivals; best rounds, this run) ==")
     for stat, shown in (("ttft_median", "p50"), ("ttft_p95", "p95")):
         peer, value = better_peer(sections, "real", 16, stat)
-        title = f"default model, 16 streams: mlxd TTFT {shown} / better peer's ({peer or 'none'})"
+        title = f"default model, 16 streams: mlxd TTFT {shown} / better peer ({peer or 'none'})"
         print(ratio_line(title, ttft(sections, "mlxd", "real", 16, stat), value, 1.0, at_most=True))
     for title, model, streams, other, target in BURST_TARGETS:
         print(ratio_line(title, agg(sections, "mlxd", model, streams), agg(sections, other, model, streams), target))
     peer, value = better_peer(sections, "real", None, "ttft_median")
-    title = f"default model, spread arrivals: mlxd TTFT p50 / better peer's ({peer or 'none'})"
+    title = f"default model, spread arrivals: mlxd TTFT p50 / better peer ({peer or 'none'})"
     print(ratio_line(title, ttft(sections, "mlxd", "real", None, "ttft_median"), value, 1.0, at_most=True))
     mine = sections.get(("mlxd", "real"))
     row = mine.best_spread() if mine else None
@@ -705,7 +705,7 @@ def print_report(sections: dict[tuple[str, str], Section]) -> None:
     row = tiny.best(32) if tiny else None
     if row and row.cpu and row.tokens:
         print(
-            f"{'tiny model, 32 streams: mlxd gateway CPU per token':<60} "
+            f"{'tiny model, 32 streams: mlxd gateway CPU per token':<70} "
             f"{row.cpu['front_s'] * 1000 / row.tokens:>7.3f} ms  (no target)"
         )
     real = sections.get(("mlxd", "real"))
