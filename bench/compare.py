@@ -650,7 +650,7 @@ def print_issue21(sections: dict[tuple[str, str], Section]) -> None:
     for title, model, streams, other, target in BURST_TARGETS:
         print(ratio_line(title, agg(sections, "mlxd", model, streams), agg(sections, other, model, streams), target))
     peer, value = better_peer(sections, "real", None, "ttft_median")
-    title = f"default model, spread arrivals: mlxd TTFT p50 / better peer ({peer or 'none'})"
+    title = f"default model, spread: mlxd TTFT p50 / better peer ({peer or 'none'})"
     print(ratio_line(title, ttft(sections, "mlxd", "real", None, "ttft_median"), value, 1.0, at_most=True))
     mine = sections.get(("mlxd", "real"))
     row = mine.best_spread() if mine else None
