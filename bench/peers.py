@@ -22,6 +22,7 @@ so bench/compare.py can skip the contender with that reason.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import shutil
 import subprocess
@@ -125,14 +126,23 @@ def ensure_vllm_mlx() -> tuple[Path | None, str]:
     server modules import; return what :func:`vllm_mlx_python` returns
     afterwards. Never raises: a failure is written to the venv's ``FAILED``
     file (and returned) so the bench can skip vllm-mlx with the reason.
-    Pip's output goes to the venv's ``install.log``."""
+    Pip's output goes to the venv's ``install.log``. Concurrent callers (two
+    checkouts running ``make bench``) take turns on a lock file beside the
+    venv."""
+    venv = vllm_mlx_venv()
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with open(venv.parent / "venv-vllm-mlx.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _ensure_locked(venv)
+
+
+def _ensure_locked(venv: Path) -> tuple[Path | None, str]:
     python, _ = vllm_mlx_python()
     if python is not None:
         return python, ""
-    venv = vllm_mlx_venv()
     stamp, failed = venv / "READY", venv / "FAILED"
     try:
-        if stamp.exists():  # out of date: start over
+        if stamp.exists() or failed.exists():  # out of date or half made: start over
             shutil.rmtree(venv)
         venv.mkdir(parents=True, exist_ok=True)
         failed.unlink(missing_ok=True)
@@ -148,6 +158,7 @@ def ensure_vllm_mlx() -> tuple[Path | None, str]:
         venv.mkdir(parents=True, exist_ok=True)
         failed.write_text(f"vllm-mlx venv could not be made ({venv}): {exc}\n")
         return None, failed.read_text().strip()
+    failed.unlink(missing_ok=True)
     stamp.write_text(spec_digest() + "\n")
     return _python(venv), ""
 
