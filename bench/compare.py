@@ -434,6 +434,8 @@ def run_model(
                 sections[name].note = f"worker BLAS: {status.get('blas')}"
             contenders[-1].warm_up()
             print(f"[{label}] {name} up in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+        if not contenders:
+            return sections
         for r in range(rounds):
             t0 = time.monotonic()
             order = contenders[r % len(contenders) :] + contenders[: r % len(contenders)]
