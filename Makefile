@@ -44,6 +44,8 @@ test: model
 	$(PY) -m pytest -q tests
 
 bench: model
+	# vllm-mlx in its own venv (bench/peers.py); a failure only skips that contender
+	-$(PY) bench/peers.py ensure-vllm-mlx
 	$(PY) bench/compare.py
 	$(PY) bench/embeddings.py
 

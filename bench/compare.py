@@ -1,4 +1,4 @@
-"""``make bench``: mlxd against mlx_lm.server and the in-process engine.
+"""``make bench``: mlxd against mlx_lm.server, vllm-mlx and the in-process engine.
 
 One run, one machine, one environment: every contender gets OpenBLAS
 preloaded exactly as mlxd's workers do (``gateway.worker_process.
@@ -10,13 +10,22 @@ worker_environment``), and all serve the same weights:
   overhead is what gets measured.
 
 Contenders: mlxd (gateway + one worker, ``max_batch_size`` 32),
-``mlx_lm.server`` (its flags: :data:`harness.MLX_LM_SERVER_FLAGS`) and the
-in-process mlx-lm engine (``stream_generate`` for one stream,
-``batch_generate`` for more) in a process of its own. The HTTP contenders
-are driven by an async httpx client that streams greedy chat completions
-and counts completion tokens from the usage chunk.
+``mlx_lm.server`` (its flags: :data:`harness.MLX_LM_SERVER_FLAGS`), vllm-mlx
+0.6.0 (``--continuous-batching``, :data:`harness.VLLM_MLX_FLAGS`; its own venv
+made by ``bench/peers.py ensure-vllm-mlx``, skipped with the reason printed
+when that venv is missing or the server does not start) and the in-process
+mlx-lm engine (``stream_generate`` for one stream, ``BatchGenerator`` as
+``batch_generate`` drives it for more) in a process of its own. The HTTP
+contenders are driven by an async httpx client that streams greedy chat
+completions and counts completion tokens from the usage chunk. Only mlxd
+gets ``ignore_eos`` (neither peer has it); the prompts ask for long stories,
+so greedy decoding runs past the token budget anyway.
 
-The machine may be shared (other sessions run tests on it), so the three
+Two workloads: all requests at once (per concurrency level), and spread
+arrivals (issue #21: one request every ``--spread-gap-ms``, ``--spread-requests``
+of them, ``--spread-tokens`` tokens each) on the HTTP servers.
+
+The machine may be shared (other sessions run tests on it), so the
 contenders of a model run side by side, interleaved: every round measures
 each concurrency on each contender in turn (the order rotates per round),
 each measurement first waits briefly for the machine to go quiet, and the
@@ -24,13 +33,15 @@ best round of each is reported (with the worst beside it and the CPU other
 processes used meanwhile). With ``--nice`` the bench and every contender run
 at a higher scheduling priority than the machine's other work.
 
-Prints a table (aggregate and median per-stream tokens/s, median and p99
-time to first token, per concurrency), the prefix-cache TTFT test, CPU time
-per token, and the ratios the targets name with PASS/MISS. Never asserts.
-Usage::
+Prints a table (aggregate and median per-stream tokens/s, p50 and p95
+time to first token, per concurrency), the spread-arrival table (p50/p95
+TTFT, aggregate tokens/s), the prefix-cache TTFT test, CPU time per token,
+and the ratios the targets name with PASS/MISS. Never asserts. Usage::
 
     .venv/bin/python bench/compare.py [--real-tokens 64] [--tiny-tokens 128]
         [--streams 1,8,16,32] [--rounds 2] [--only real|tiny] [--nice -10]
+        [--contenders in-process,mlx_lm.server,vllm-mlx,mlxd]
+        [--spread-requests 32] [--spread-gap-ms 200] [--spread-tokens 64]
         [--json FILE] [--no-blas]
 
 Last, mlxd runs the default model twice more, with OpenBLAS preloaded into
@@ -56,6 +67,7 @@ from pathlib import Path
 from harness import (
     MLX_LM_SERVER_FLAGS,
     QUIET_WAITED,
+    VLLM_MLX_FLAGS,
     CpuWatch,
     InProcessEngine,
     Result,
@@ -66,9 +78,12 @@ from harness import (
     mlx_lm_server,
     mlxd,
     percentile,
+    spread,
+    vllm_mlx_server,
     wait_for_quiet,
 )
 from models import float32_model, tiny_model
+from peers import VLLM_MLX, vllm_mlx_python
 
 TOPICS = (
     "a dragon who collects clocks",
@@ -95,8 +110,11 @@ WORDS = (
 PREFIX_WORDS = 770
 """Words of the shared system prompt: about 1,000 tokens with SmolLM2's tokenizer."""
 MLXD_NAME = "bench"
-PEER_MODEL = "default_model"  # mlx_lm.server's name for its --model
-CONTENDERS = ("in-process", "mlx_lm.server", "mlxd")
+PEER_MODEL = "default_model"  # mlx_lm.server's name for its --model; vllm-mlx's --served-model-name
+CONTENDERS = ("in-process", "mlx_lm.server", "vllm-mlx", "mlxd")
+PEERS = ("mlx_lm.server", "vllm-mlx")
+"""The serving systems mlxd is measured against (the in-process engine is a limit, not a peer)."""
+SERVERS = ("mlxd", *PEERS)
 IN_PROCESS_PREFILL = 8
 """``prefill_batch_size`` of the in-process ``batch_generate`` (mlx-lm's default)."""
 
@@ -109,25 +127,29 @@ class Row:
     aggregate: float
     per_stream: float | None
     ttft_median: float | None
-    ttft_p99: float | None
+    ttft_p95: float | None
     tokens: int
     errors: int = 0
     counted_by: str = "usage"
     foreign_cpu: float = 0.0
     cpu: dict | None = None
     error_sample: str | None = None
+    ttft_p99: float | None = None
 
 
 @dataclass
 class Section:
     """Every measurement of one contender on one model: all rounds per
-    concurrency, and the prefix test."""
+    concurrency, the spread-arrival rounds and the prefix test. ``skipped``
+    says why the contender did not run (empty when it ran)."""
 
     contender: str
     model: str
     rounds: dict[int, list[Row]] = field(default_factory=dict)
+    spread: list[Row] = field(default_factory=list)
     prefix: dict | None = None
     note: str = ""
+    skipped: str = ""
 
     def best(self, streams: int) -> Row | None:
         """The round with the highest aggregate rate at ``streams``."""
@@ -138,6 +160,17 @@ class Section:
         """The round with the lowest aggregate rate at ``streams``."""
         rows = self.rounds.get(streams) or []
         return min(rows, key=lambda r: r.aggregate) if rows else None
+
+    def best_spread(self) -> Row | None:
+        """The spread-arrival round with the lowest median TTFT (the figure
+        that workload is about), if any round ran."""
+        rows = [r for r in self.spread if r.ttft_median is not None]
+        return min(rows, key=lambda r: r.ttft_median) if rows else None  # type: ignore[arg-type, return-value]
+
+    def worst_spread(self) -> Row | None:
+        """The spread-arrival round with the highest median TTFT, if any."""
+        rows = [r for r in self.spread if r.ttft_median is not None]
+        return max(rows, key=lambda r: r.ttft_median) if rows else None  # type: ignore[arg-type, return-value]
 
 
 # --- requests --------------------------------------------------------------------------
@@ -161,7 +194,8 @@ def story_prompts(streams: int, tag: str) -> list[list[dict]]:
 
 def body(contender: str, messages: list[dict], max_tokens: int) -> dict:
     """A greedy streaming chat body for ``contender``; mlxd gets
-    ``ignore_eos`` (mlx_lm.server has no such field)."""
+    ``ignore_eos`` (mlx_lm.server and vllm-mlx have no such field; both
+    serve the model as :data:`PEER_MODEL`)."""
     if contender == "mlxd":
         return {
             "model": MLXD_NAME,
@@ -183,6 +217,7 @@ def row_from(streams: int, results: list[Result], wall: float, foreign: float) -
         aggregate=sum(r.tokens for r in results) / wall,
         per_stream=median([r.stream_rate for r in ok]) if ok else None,
         ttft_median=median([r.ttft for r in ok]) if ok else None,
+        ttft_p95=percentile([r.ttft for r in ok], 95) if ok else None,
         ttft_p99=percentile([r.ttft for r in ok], 99) if ok else None,
         tokens=sum(r.tokens for r in results),
         errors=len(errors),
@@ -212,11 +247,24 @@ class HttpContender:
     def measure(self, chats: list[list[dict]], tokens: int) -> Row:
         """All chats at once; the row, with CPU seconds of the front process,
         the others and this load generator."""
+        return self._run(chats, tokens, None)
+
+    def measure_spread(self, chats: list[list[dict]], tokens: int, gap: float) -> Row:
+        """Chat ``i`` sent ``i * gap`` seconds after the first (see
+        :func:`harness.spread`); the row as :meth:`measure` makes it (its
+        ``streams`` is the number of requests, its aggregate counts from the
+        first send to the last finish)."""
+        return self._run(chats, tokens, gap)
+
+    def _run(self, chats: list[list[dict]], tokens: int, gap: float | None) -> Row:
         bodies = [body(self.name, m, tokens) for m in chats]
         before = {pid: cpu_seconds(pid) for pid in self.pids}
         client_before = time.process_time()
         with CpuWatch(self.pids + [os.getpid()]) as watch:
-            results, wall = asyncio.run(concurrent(self.url, bodies))
+            if gap is None:
+                results, wall = asyncio.run(concurrent(self.url, bodies))
+            else:
+                results, wall = asyncio.run(spread(self.url, bodies, gap))
         spent = {pid: cpu_seconds(pid) - before[pid] for pid in self.pids}
         row = row_from(len(chats), results, wall, watch.foreign)
         row.cpu = {
@@ -240,15 +288,19 @@ class InProcessContender:
         """Nothing: the engine warmed itself up before saying it was ready."""
 
     def measure(self, chats: list[list[dict]], tokens: int) -> Row:
-        """``stream_generate`` for one chat, ``batch_generate`` for more."""
+        """``stream_generate`` for one chat, ``BatchGenerator`` (as
+        ``batch_generate`` runs it) for more; TTFT from every prompt's first
+        token."""
         m = self.engine.run(chats, tokens, IN_PROCESS_PREFILL)
         single = m["streams"] == 1
+        ttfts = [m["ttft"]] if single else m.get("ttfts") or []
         return Row(
             streams=m["streams"],
             aggregate=m["tokens"] / m["wall"],
             per_stream=((m["tokens"] - 1) / (m["wall"] - m["ttft"])) if single else None,
-            ttft_median=m["ttft"] if single else None,
-            ttft_p99=m["ttft"] if single else None,
+            ttft_median=median(ttfts) if ttfts else None,
+            ttft_p95=percentile(ttfts, 95) if ttfts else None,
+            ttft_p99=percentile(ttfts, 99) if ttfts else None,
             tokens=m["tokens"],
             counted_by="ids",
             foreign_cpu=m["foreign_cpu"],
@@ -304,11 +356,54 @@ def start_mlxd(
     return HttpContender("mlxd", server.url, [server.proc.pid, status["pid"]], server.proc.pid), status
 
 
+@dataclass
+class SpreadPlan:
+    """The spread-arrival workload: ``requests`` requests of ``tokens``
+    tokens, one every ``gap`` seconds (``requests`` 0: not run)."""
+
+    requests: int = 32
+    gap: float = 0.2
+    tokens: int = 64
+
+
+def start_vllm_mlx(stack: contextlib.ExitStack, tmp: Path, model_dir: Path) -> HttpContender:
+    """Start vllm-mlx (``--continuous-batching``) from the venv bench/peers.py
+    made, serving ``model_dir`` as :data:`PEER_MODEL`, stopped when ``stack``
+    closes. Raises RuntimeError with the reason when its venv is not usable
+    (the server failing to start raises too)."""
+    python, reason = vllm_mlx_python()
+    if python is None:
+        raise RuntimeError(reason)
+    peer = stack.enter_context(vllm_mlx_server(tmp, model_dir, python, PEER_MODEL))
+    return HttpContender("vllm-mlx", peer.url, [peer.proc.pid], peer.proc.pid)
+
+
+def run_spread(servers: list[HttpContender], sections: dict[str, Section], plan: SpreadPlan, rounds: int) -> None:
+    """The spread-arrival workload on every server, interleaved (the order
+    rotates per round; the same prompts for every server within a round);
+    each round's row goes to the server's section."""
+    for r in range(rounds):
+        chats = story_prompts(plan.requests, f"spread{r}")
+        for server in servers[r % len(servers) :] + servers[: r % len(servers)]:
+            wait_for_quiet()
+            sections[server.name].spread.append(server.measure_spread(chats, plan.tokens, plan.gap))
+
+
 def run_model(
-    label: str, model_dir: Path, levels: list[int], tokens: int, rounds: int, wanted: list[str], tmp: Path
+    label: str,
+    model_dir: Path,
+    levels: list[int],
+    tokens: int,
+    rounds: int,
+    wanted: list[str],
+    tmp: Path,
+    plan: SpreadPlan | None = None,
 ) -> dict[str, Section]:
     """Start every wanted contender on ``model_dir``, measure them interleaved
-    for ``rounds`` rounds, and (real model) run the prefix test."""
+    for ``rounds`` rounds, run the spread-arrival workload (``plan``) on the
+    servers, and (real model) the prefix test. vllm-mlx is skipped, with the
+    reason in its section's ``skipped`` (and on stderr), when it cannot run;
+    every process started here is stopped before returning."""
     sections = {name: Section(name, label) for name in wanted}
     with contextlib.ExitStack() as stack:
         contenders: list = []
@@ -319,18 +414,28 @@ def run_model(
                 stack.callback(engine.close)
                 contenders.append(InProcessContender(engine))
                 sections[name].note = (
-                    f"stream_generate (1 stream) / batch_generate (prefill_batch_size "
+                    f"stream_generate (1 stream) / BatchGenerator as batch_generate runs it (prefill_batch_size "
                     f"{IN_PROCESS_PREFILL}); EOS ignored"
                 )
             elif name == "mlx_lm.server":
                 peer = stack.enter_context(mlx_lm_server(tmp / f"peer-{label}", model_dir))
                 contenders.append(HttpContender(name, peer.url, [peer.proc.pid], peer.proc.pid))
+            elif name == "vllm-mlx":
+                try:
+                    contenders.append(start_vllm_mlx(stack, tmp / f"vllm-mlx-{label}", model_dir))
+                except (RuntimeError, TimeoutError, OSError) as exc:
+                    sections[name].skipped = str(exc).strip().splitlines()[0][:300]
+                    print(f"[{label}] vllm-mlx skipped: {sections[name].skipped}", file=sys.stderr, flush=True)
+                    continue
+                sections[name].note = f"{VLLM_MLX} {' '.join(VLLM_MLX_FLAGS)}; no ignore_eos"
             else:
                 contender, status = start_mlxd(stack, tmp / f"mlxd-{label}", model_dir)
                 contenders.append(contender)
                 sections[name].note = f"worker BLAS: {status.get('blas')}"
             contenders[-1].warm_up()
             print(f"[{label}] {name} up in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+        if not contenders:
+            return sections
         for r in range(rounds):
             t0 = time.monotonic()
             order = contenders[r % len(contenders) :] + contenders[: r % len(contenders)]
@@ -341,6 +446,10 @@ def run_model(
                     sections[contender.name].rounds.setdefault(streams, []).append(contender.measure(chats, tokens))
             print(f"[{label}] round {r + 1} of {rounds} in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
         servers = [c for c in contenders if isinstance(c, HttpContender)]
+        if plan and plan.requests and servers:
+            t0 = time.monotonic()
+            run_spread(servers, sections, plan, rounds)
+            print(f"[{label}] spread arrivals in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
         if label == "real" and servers:
             t0 = time.monotonic()
             prefix_test(servers, sections)
@@ -410,7 +519,7 @@ def print_table(title: str, sections: dict[str, Section], levels: list[int], tok
     print(f"\n== {title}: {tokens} tokens per request, greedy; best of the rounds ==")
     print(
         f"{'contender':<14}{'streams':>7}{'agg tok/s':>10}{'(worst)':>9}{'stream tok/s':>13}"
-        f"{'TTFT p50':>9}{'TTFT p99':>9}{'tokens':>7}{'err':>4}{'other cpu':>10}  counted by"
+        f"{'TTFT p50':>9}{'TTFT p95':>9}{'tokens':>7}{'err':>4}{'other cpu':>10}  counted by"
     )
     for section in sections.values():
         for n in levels:
@@ -420,17 +529,55 @@ def print_table(title: str, sections: dict[str, Section], levels: list[int], tok
             print(
                 f"{section.contender:<14}{n:>7}{row.aggregate:>10.1f}{f'({worst.aggregate:.1f})':>9}"
                 f"{fmt(row.per_stream, '.1f'):>13}{fmt(row.ttft_median, '.0f', 1000):>7}ms"
-                f"{fmt(row.ttft_p99, '.0f', 1000):>7}ms{row.tokens:>7}{row.errors:>4}"
+                f"{fmt(row.ttft_p95, '.0f', 1000):>7}ms{row.tokens:>7}{row.errors:>4}"
                 f"{row.foreign_cpu:>10.2f}  {row.counted_by}"
             )
+    print_notes(sections)
+
+
+def print_notes(sections: dict[str, Section]) -> None:
+    """One line per contender: its note, why it was skipped, its failed
+    streams (all workloads, all rounds) and an example error."""
     for section in sections.values():
-        errors = [r.error_sample for rows in section.rounds.values() for r in rows if r.error_sample]
+        if section.skipped:
+            print(f"  {section.contender}: SKIPPED ({section.skipped})")
+            continue
+        all_rows = [r for rows in section.rounds.values() for r in rows] + section.spread
+        errors = [r.error_sample for r in all_rows if r.error_sample]
         notes = [section.note] if section.note else []
         if errors:
-            total = sum(r.errors for rows in section.rounds.values() for r in rows)
+            total = sum(r.errors for r in all_rows)
             notes.append(f"{total} failed streams over all rounds, e.g. {errors[0]!r}")
         if notes:
             print(f"  {section.contender}: {'; '.join(notes)}")
+
+
+def print_spread(title: str, sections: dict[str, Section], plan: SpreadPlan) -> None:
+    """The spread-arrival table of one model (best round by median TTFT,
+    the worst round's median TTFT beside it)."""
+    if not any(s.spread for s in sections.values()):
+        return
+    print(
+        f"\n== {title}: spread arrivals, {plan.requests} requests one every {plan.gap * 1000:.0f} ms, "
+        f"{plan.tokens} tokens each, greedy; best of the rounds by median TTFT =="
+    )
+    print(
+        f"{'contender':<14}{'TTFT p50':>9}{'(worst)':>9}{'TTFT p95':>9}{'agg tok/s':>10}{'stream tok/s':>13}"
+        f"{'tokens':>7}{'err':>4}{'other cpu':>10}"
+    )
+    for section in sections.values():
+        row, worst = section.best_spread(), section.worst_spread()
+        if row is None or worst is None:
+            continue
+        print(
+            f"{section.contender:<14}{fmt(row.ttft_median, '.0f', 1000):>7}ms"
+            f"{fmt(worst.ttft_median, '.0f', 1000):>7}ms{fmt(row.ttft_p95, '.0f', 1000):>7}ms"
+            f"{row.aggregate:>10.1f}{fmt(row.per_stream, '.1f'):>13}{row.tokens:>7}{row.errors:>4}"
+            f"{row.foreign_cpu:>10.2f}"
+        )
+    others = [s.contender for s in sections.values() if not s.spread and not s.skipped]
+    if others:
+        print(f"  not run: {', '.join(others)} (spread arrivals need a server)")
 
 
 def agg(sections: dict[tuple[str, str], Section], contender: str, model: str, streams: int) -> float | None:
@@ -444,10 +591,10 @@ def ratio_line(name: str, num: float | None, den: float | None, target: float, a
     """``name  value  (target)  PASS/MISS``; MISS when not measurable."""
     bound = f"(target {'<=' if at_most else '>='} {target:.2f})"
     if num is None or den is None or den == 0:
-        return f"{name:<60} {'n/a':>7}   {bound}  MISS"
+        return f"{name:<70} {'n/a':>7}   {bound}  MISS"
     value = num / den
     ok = value <= target if at_most else value >= target
-    return f"{name:<60} {value:>7.3f}x  {bound}  {'PASS' if ok else 'MISS'}"
+    return f"{name:<70} {value:>7.3f}x  {bound}  {'PASS' if ok else 'MISS'}"
 
 
 TARGETS = (
@@ -459,11 +606,70 @@ TARGETS = (
 """The aggregate-throughput targets: title, model, streams, the contender
 mlxd is compared with, and the least ratio that passes."""
 
+BURST_TARGETS = (
+    ("default model, 16 streams: mlxd / vllm-mlx", "real", 16, "vllm-mlx", 1.15),
+    ("default model, 16 streams: mlxd / mlx_lm.server (#21)", "real", 16, "mlx_lm.server", 1.5),
+)
+"""Issue #21's aggregate targets at 16 simultaneous streams (same shape as
+:data:`TARGETS`)."""
+
+
+def ttft(
+    sections: dict[tuple[str, str], Section], contender: str, model: str, streams: int | None, stat: str
+) -> float | None:
+    """``stat`` (``"ttft_median"`` or ``"ttft_p95"``) of one contender's best
+    round at ``streams`` (``None``: the spread-arrival workload's best round),
+    if measured."""
+    section = sections.get((contender, model))
+    if section is None:
+        return None
+    row = section.best_spread() if streams is None else section.best(streams)
+    return getattr(row, stat) if row else None
+
+
+def better_peer(
+    sections: dict[tuple[str, str], Section], model: str, streams: int | None, stat: str
+) -> tuple[str | None, float | None]:
+    """The peer (of :data:`PEERS`) with the lowest ``stat`` TTFT (see
+    :func:`ttft`) and that value; ``(None, None)`` when no peer measured it."""
+    found = [(v, p) for p in PEERS if (v := ttft(sections, p, model, streams, stat))]
+    if not found:
+        return None, None
+    value, name = min(found)
+    return name, value
+
+
+def print_issue21(sections: dict[tuple[str, str], Section]) -> None:
+    """Issue #21's ratio lines, PASS/MISS: at 16 simultaneous streams mlxd's
+    TTFT p50 and p95 at most the better peer's and its aggregate at least
+    1.15x vllm-mlx's and 1.5x mlx_lm.server's; under spread arrivals mlxd's
+    median TTFT at most the better peer's (aggregate beside it, no target)."""
+    print("\n== issue #21 targets (first tokens under a burst and spread arrivals; best rounds, this run) ==")
+    for stat, shown in (("ttft_median", "p50"), ("ttft_p95", "p95")):
+        peer, value = better_peer(sections, "real", 16, stat)
+        title = f"default model, 16 streams: mlxd TTFT {shown} / better peer ({peer or 'none'})"
+        print(ratio_line(title, ttft(sections, "mlxd", "real", 16, stat), value, 1.0, at_most=True))
+    for title, model, streams, other, target in BURST_TARGETS:
+        print(ratio_line(title, agg(sections, "mlxd", model, streams), agg(sections, other, model, streams), target))
+    peer, value = better_peer(sections, "real", None, "ttft_median")
+    title = f"default model, spread: mlxd TTFT p50 / better peer ({peer or 'none'})"
+    print(ratio_line(title, ttft(sections, "mlxd", "real", None, "ttft_median"), value, 1.0, at_most=True))
+    mine = sections.get(("mlxd", "real"))
+    row = mine.best_spread() if mine else None
+    if row:
+        parts = [f"mlxd {row.aggregate:.1f} tok/s"]
+        for p in PEERS:
+            section = sections.get((p, "real"))
+            other = section.best_spread() if section else None
+            if other and other.aggregate:
+                parts.append(f"{p} {other.aggregate:.1f} (mlxd {row.aggregate / other.aggregate:.2f}x)")
+        print(f"  spread arrivals, aggregate (no target): {'; '.join(parts)}")
+
 
 def print_report(sections: dict[tuple[str, str], Section]) -> None:
     """The prefix test, the CPU figures and the target ratios."""
     print("\n== shared ~1,000-token prefix (default model): TTFT cold vs warm, median of 3 ==")
-    for contender in ("mlxd", "mlx_lm.server"):
+    for contender in SERVERS:
         section = sections.get((contender, "real"))
         p = section.prefix if section else None
         if not p:
@@ -478,7 +684,7 @@ def print_report(sections: dict[tuple[str, str], Section]) -> None:
 
     print("\n== CPU per streamed token, 32 streams (best round) ==")
     for model in ("tiny", "real"):
-        for contender in ("mlxd", "mlx_lm.server"):
+        for contender in SERVERS:
             section = sections.get((contender, model))
             row = section.best(32) if section else None
             if row is None or not row.cpu or not row.tokens:
@@ -501,7 +707,7 @@ def print_report(sections: dict[tuple[str, str], Section]) -> None:
     row = tiny.best(32) if tiny else None
     if row and row.cpu and row.tokens:
         print(
-            f"{'tiny model, 32 streams: mlxd gateway CPU per token':<60} "
+            f"{'tiny model, 32 streams: mlxd gateway CPU per token':<70} "
             f"{row.cpu['front_s'] * 1000 / row.tokens:>7.3f} ms  (no target)"
         )
     real = sections.get(("mlxd", "real"))
@@ -516,16 +722,27 @@ def print_report(sections: dict[tuple[str, str], Section]) -> None:
             at_most=True,
         )
     )  # type: ignore[index]
+    print_issue21(sections)
     print("\nFor context (no target):")
     for model in ("real", "tiny"):
         for n in (1, 8, 16, 32):
             parts = []
-            for other in ("mlx_lm.server", "in-process"):
+            for other in (*PEERS, "in-process"):
                 a, b = agg(sections, "mlxd", model, n), agg(sections, other, model, n)
                 if a and b:
                     parts.append(f"mlxd / {other} {a / b:5.2f}x")
             if parts:
                 print(f"  {model:<4} {n:>2} streams: {'   '.join(parts)}")
+
+
+def peer_versions(python: Path) -> str:
+    """``mlx X, mlx-lm Y`` as installed in the venv of ``python`` (or why
+    that could not be read)."""
+    import subprocess
+
+    code = "from importlib.metadata import version as v; print(f\"mlx {v('mlx')}, mlx-lm {v('mlx-lm')}\")"
+    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True)
+    return done.stdout.strip() or f"versions unknown: {done.stderr.strip()[-100:]}"
 
 
 def print_header(args: argparse.Namespace, levels: list[int]) -> None:
@@ -534,7 +751,7 @@ def print_header(args: argparse.Namespace, levels: list[int]) -> None:
 
     env = blas_environment()
     load = os.getloadavg()
-    print("mlxd bench: mlxd vs mlx_lm.server vs the in-process mlx-lm engine")
+    print("mlxd bench: mlxd vs mlx_lm.server vs vllm-mlx vs the in-process mlx-lm engine")
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} cores, {platform.system()}; "
         f"mlx {version('mlx')}, mlx-lm {version('mlx-lm')}; Python {platform.python_version()}"
@@ -546,6 +763,18 @@ def print_header(args: argparse.Namespace, levels: list[int]) -> None:
         f"{args.rounds} interleaved rounds: best reported, (worst) beside it"
     )
     print(f"mlx_lm.server flags: {' '.join(MLX_LM_SERVER_FLAGS)}")
+    python, reason = vllm_mlx_python()
+    if "vllm-mlx" not in args.contenders.split(","):
+        print("vllm-mlx: not wanted (--contenders)")
+    elif python is None:
+        print(f"vllm-mlx: SKIPPED ({reason})")
+    else:
+        print(f"vllm-mlx: {VLLM_MLX} {' '.join(VLLM_MLX_FLAGS)}, venv {python.parent.parent} ({peer_versions(python)})")
+    if args.spread_requests:
+        print(
+            f"spread arrivals: {args.spread_requests} requests, one every {args.spread_gap_ms} ms, "
+            f"{args.spread_tokens} tokens each, on the HTTP servers"
+        )
     print("mlxd: one worker, max_batch_size 32, other settings default; its requests carry ignore_eos")
     print(
         "tokens counted from each stream's usage chunk ('usage'; 'chunks' for a failed stream); "
@@ -571,13 +800,22 @@ def main() -> None:
         help="niceness increment for the bench and its contenders (0: leave as is; "
         "a negative value needs root and is skipped without it)",
     )
+    parser.add_argument(
+        "--spread-requests", type=int, default=32, help="spread-arrival workload: requests (0: skip it)"
+    )
+    parser.add_argument("--spread-gap-ms", type=float, default=200, help="spread-arrival workload: ms between sends")
+    parser.add_argument("--spread-tokens", type=int, default=64, help="spread-arrival workload: tokens per request")
     parser.add_argument("--json", type=Path, help="also write every measurement here")
     parser.add_argument(
         "--no-blas", action="store_true", help="skip mlxd with OpenBLAS vs the reference BLAS (default model)"
     )
     args = parser.parse_args()
     levels = [int(x) for x in args.streams.split(",")]
+    unknown = set(args.contenders.split(",")) - set(CONTENDERS)
+    if unknown:
+        parser.error(f"unknown contender(s) {sorted(unknown)}; choose from {', '.join(CONTENDERS)}")
     wanted = [c for c in CONTENDERS if c in args.contenders.split(",")]
+    plan = SpreadPlan(args.spread_requests, args.spread_gap_ms / 1000, args.spread_tokens)
     if args.nice:
         with contextlib.suppress(PermissionError):
             os.nice(args.nice)
@@ -591,9 +829,10 @@ def main() -> None:
         ):
             if args.only and label != args.only:
                 continue
-            by_name = run_model(label, make(), levels, tokens, args.rounds, wanted, Path(tmp_name))
+            by_name = run_model(label, make(), levels, tokens, args.rounds, wanted, Path(tmp_name), plan)
             sections.update({(name, label): s for name, s in by_name.items()})
             print_table(title, by_name, levels, tokens)
+            print_spread(title, by_name, plan)
             sys.stdout.flush()
         blas = None
         if not args.no_blas and args.only != "tiny":

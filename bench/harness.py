@@ -2,9 +2,9 @@
 
 An async streaming client that records time to first token and counts
 completion tokens from the server's usage chunk (or, for a server that sends
-none, its content chunks), context managers that run an mlxd gateway or an
-``mlx_lm.server`` for a model on a free loopback port, and small statistics
-helpers. Nothing here asserts: scripts print measured ratios.
+none, its content chunks), context managers that run an mlxd gateway, an
+``mlx_lm.server`` or a vllm-mlx server for a model on a free loopback port,
+and small statistics helpers. Nothing here asserts: scripts print measured ratios.
 """
 
 from __future__ import annotations
@@ -118,6 +118,23 @@ async def concurrent(url: str, bodies: list[dict]) -> tuple[list[Result], float]
         return list(results), time.perf_counter() - started
 
 
+async def spread(url: str, bodies: list[dict], gap: float) -> tuple[list[Result], float]:
+    """Start body ``i`` ``i * gap`` seconds after the first (each on its own
+    connection, whether or not earlier ones finished); return the results in
+    body order and the wall time from the first start to the last finish.
+    Each result's TTFT counts from its own start."""
+    limits = httpx.Limits(max_connections=len(bodies) + 4, max_keepalive_connections=0)
+    async with httpx.AsyncClient(timeout=600, limits=limits) as client:
+        started = time.perf_counter()
+
+        async def one(i: int, b: dict) -> Result:
+            await asyncio.sleep(max(0.0, started + i * gap - time.perf_counter()))
+            return await stream_chat(client, url, b)
+
+        results = await asyncio.gather(*(one(i, b) for i, b in enumerate(bodies)))
+        return list(results), time.perf_counter() - started
+
+
 def aggregate(results: list[Result], wall: float) -> float:
     """Completion tokens per second over the whole run."""
     return sum(r.tokens for r in results) / wall
@@ -199,33 +216,24 @@ prompt cache of 64 entries, warnings-only logging."""
 
 
 @contextlib.contextmanager
-def mlx_lm_server(tmp: Path, model_dir: Path, flags: tuple[str, ...] = MLX_LM_SERVER_FLAGS) -> Iterator[PeerServer]:
-    """Run ``python -m mlx_lm.server --model model_dir`` with OpenBLAS
-    preloaded as mlxd does; wait until it answers; stop it on exit."""
+def peer_server(tmp: Path, argv: list[str], log_name: str, env: dict[str, str] | None = None) -> Iterator[PeerServer]:
+    """Run ``argv`` (a server command line without ``--host``/``--port``;
+    those are appended: 127.0.0.1 and a free port) with OpenBLAS preloaded
+    as mlxd does and ``env`` added; wait until its ``/health`` answers 200;
+    SIGTERM it (SIGKILL after 15 s) on exit. Output goes to ``tmp/log_name``."""
     from tests.conftest import free_port
 
     tmp.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    log_path = tmp / "mlx_lm_server.log"
+    log_path = tmp / log_name
     log = open(log_path, "w")
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mlx_lm.server",
-            "--model",
-            str(model_dir),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            *flags,
-        ],
+        [*argv, "--host", "127.0.0.1", "--port", str(port)],
         cwd=ROOT,
         stdout=log,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
-        env={**blas_environment(), "PYTHONUNBUFFERED": "1"},
+        env={**blas_environment(), "PYTHONUNBUFFERED": "1", **(env or {})},
     )
     server = PeerServer(f"http://127.0.0.1:{port}", proc, log_path)
     try:
@@ -234,6 +242,47 @@ def mlx_lm_server(tmp: Path, model_dir: Path, flags: tuple[str, ...] = MLX_LM_SE
     finally:
         server.stop()
         log.close()
+
+
+@contextlib.contextmanager
+def mlx_lm_server(tmp: Path, model_dir: Path, flags: tuple[str, ...] = MLX_LM_SERVER_FLAGS) -> Iterator[PeerServer]:
+    """Run ``python -m mlx_lm.server --model model_dir`` (mlxd's venv) with
+    OpenBLAS preloaded as mlxd does; wait until it answers; stop it on exit."""
+    argv = [sys.executable, "-m", "mlx_lm.server", "--model", str(model_dir), *flags]
+    with peer_server(tmp, argv, "mlx_lm_server.log") as server:
+        yield server
+
+
+VLLM_MLX_FLAGS = ("--continuous-batching",)
+"""The vllm-mlx 0.6.0 settings the comparison uses: its continuous-batching
+engine (mlx-lm's BatchGenerator underneath) with every other setting at its
+default (``--max-num-seqs 256``, ``--prefill-batch-size 8``,
+``--completion-batch-size 32``, prefix cache on, ``--stream-interval 1``),
+as issue #21 measured it."""
+
+
+@contextlib.contextmanager
+def vllm_mlx_server(
+    tmp: Path, model_dir: Path, python: Path, served_name: str, flags: tuple[str, ...] = VLLM_MLX_FLAGS
+) -> Iterator[PeerServer]:
+    """Run ``vllm-mlx serve model_dir`` from the venv of ``python`` (see
+    bench/peers.py) with OpenBLAS preloaded as mlxd does, serving the model
+    as ``served_name``; wait until it answers; stop it on exit. ``HOME`` is
+    pointed at ``tmp/home`` because vllm-mlx saves its prefix cache under
+    ``~/.cache/vllm-mlx`` at shutdown and loads it at start: a later run
+    must not start with this run's prompts cached."""
+    home = tmp / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    argv = [
+        str(python.parent / "vllm-mlx"),
+        "serve",
+        str(model_dir),
+        "--served-model-name",
+        served_name,
+        *flags,
+    ]
+    with peer_server(tmp, argv, "vllm_mlx.log", env={"HOME": str(home)}) as server:
+        yield server
 
 
 class InProcessEngine:

@@ -12,12 +12,14 @@ one JSON command per standard-input line with one JSON line::
 
 Each prompt is a chat (a list of messages) rendered with the model's chat
 template. One prompt runs ``stream_generate``; more run ``batch_generate``
-(``completion_batch_size`` 32). End-of-sequence tokens are ignored (the
+(mlx-lm's ``BatchGenerator`` driven as ``batch_generate`` drives it,
+``completion_batch_size`` 32). End-of-sequence tokens are ignored (the
 tokenizer's ``eos_token_ids`` is emptied), so every stream makes exactly
 ``tokens`` tokens, as mlxd's ``ignore_eos`` does. The answer holds the wall
-seconds, the tokens made, the time to the first token (one stream only)
-and ``foreign_cpu``: cores other processes kept busy meanwhile. Staying up
-between commands lets the bench interleave this contender with the servers.
+seconds, the tokens made, the time to the first token (``ttft``, one
+stream; ``ttfts``, one per prompt, for more) and ``foreign_cpu``: cores
+other processes kept busy meanwhile. Staying up between commands lets the
+bench interleave this contender with the servers.
 """
 
 from __future__ import annotations
@@ -47,22 +49,32 @@ def measure_single(model, tokenizer, prompt: list[int], tokens: int) -> dict:
 
 
 def measure_batch(model, tokenizer, prompts: list[list[int]], tokens: int, prefill_batch_size: int) -> dict:
-    """``batch_generate`` over ``prompts``: wall seconds and tokens made."""
-    from mlx_lm.generate import batch_generate
+    """All ``prompts`` at once through mlx-lm's ``BatchGenerator``, driven
+    exactly as ``batch_generate`` drives it (insert everything, then
+    ``next_generated`` until done; ``completion_batch_size`` 32): wall
+    seconds, tokens made, and every prompt's seconds to its first token
+    (``ttfts``, in no particular order)."""
+    from mlx_lm.generate import BatchGenerator
 
     started = time.perf_counter()
-    response = batch_generate(
+    gen = BatchGenerator(
         model,
-        tokenizer,
-        prompts,
-        max_tokens=tokens,
-        return_token_ids=True,
+        stop_tokens=[[t] for t in tokenizer.eos_token_ids],
         completion_batch_size=32,
         prefill_batch_size=prefill_batch_size,
     )
+    uids = gen.insert(prompts, [tokens] * len(prompts))
+    first: dict[int, float] = {}
+    made = 0
+    while responses := gen.next_generated():
+        now = time.perf_counter() - started
+        for r in responses:
+            if r.finish_reason != "stop":
+                made += 1
+                first.setdefault(r.uid, now)
+    gen.close()
     wall = time.perf_counter() - started
-    made = sum(len(ids) for ids in response.token_ids or [])
-    return {"streams": len(prompts), "wall": wall, "tokens": made}
+    return {"streams": len(prompts), "wall": wall, "tokens": made, "ttfts": [first.get(u, wall) for u in uids]}
 
 
 def main(model_dir: str) -> None:
