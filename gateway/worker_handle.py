@@ -32,7 +32,7 @@ from typing import Any
 
 import msgspec
 
-from gateway.errors import APIError, unavailable
+from gateway.errors import OVERLOADED_RETRY_AFTER, APIError, unavailable
 from gateway.inflight import InflightRequests, PendingRequest, WorkerRequestStream
 from gateway.worker_process import Incarnation, run_incarnation
 from gateway.worker_status import WorkerStatus, resident_bytes
@@ -246,7 +246,10 @@ class WorkerHandle:
             raise unavailable(f"model '{self.model.name}' is {self.status.state}{detail}")
         if self._requests.sequences + request.n > self.model.max_batch_size + self.model.max_queued:
             raise APIError(
-                503, f"model '{self.model.name}' is at capacity; retry shortly", code="overloaded", retry_after=1
+                503,
+                f"model '{self.model.name}' is at capacity; retry shortly",
+                code="overloaded",
+                retry_after=OVERLOADED_RETRY_AFTER,
             )
         if self.model.request_timeout and request.timeout is None:
             request = msgspec.structs.replace(request, timeout=self.model.request_timeout)
