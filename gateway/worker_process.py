@@ -154,6 +154,32 @@ async def run_incarnation(
         remove_socket_files(endpoints)
 
 
+EXIT_DRAIN_SECONDS = 0.2
+"""How long the gateway keeps reading a worker's socket after the process
+exited, for frames it sent just before (a dying worker's last errors)."""
+
+
+async def _drain(
+    pull: zmq.asyncio.Socket, codec: object, on_message: Callable[[WorkerMessage], None], name: str
+) -> None:
+    """Dispatch the frames an exited worker left in the socket: read until
+    none arrives for :data:`EXIT_DRAIN_SECONDS`. A dying worker sends each
+    request's error and closes its socket with a linger before it exits, so
+    the exit can be seen first while those frames are still being read;
+    without this the gateway would replace them with its own error."""
+    while True:
+        try:
+            frame = await asyncio.wait_for(pull.recv(copy=False), EXIT_DRAIN_SECONDS)
+        except TimeoutError:
+            return
+        try:
+            message = codec.decode(frame.buffer)  # type: ignore[attr-defined]
+        except DecodeError as exc:
+            log.warning("dropped a malformed frame from the %s worker: %s", name, exc)
+            continue
+        on_message(message)
+
+
 async def _pump(
     pull: zmq.asyncio.Socket,
     proc: asyncio.subprocess.Process,
@@ -172,6 +198,7 @@ async def _pump(
             if recv not in done:
                 recv.cancel()
                 if exited in done:
+                    await _drain(pull, codec, on_message, name)
                     return f"worker exited with code {proc.returncode}"
                 log.error("worker for %s is unresponsive; killing pid %d", name, proc.pid)
                 with contextlib.suppress(ProcessLookupError):
