@@ -270,6 +270,26 @@ class NodeEntry(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     public_key: str
 
 
+class ImagesConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``[images]``: how the gateway treats remote image URLs in requests.
+
+    ``remote_fetch``: when false (the default) an ``http(s)`` image URL is
+    refused with a 400 and nothing is fetched. When true, the gateway
+    fetches it, but only from a host in ``allowed_hosts`` (exact names or
+    ``*.example.com`` suffix patterns; an empty list allows none), never
+    from a loopback, private, link-local or otherwise non-public address
+    (also after a redirect), at most ``max_bytes`` bytes, within
+    ``fetch_timeout`` seconds in all, following at most ``max_redirects``
+    redirects.
+    """
+
+    remote_fetch: bool = False
+    allowed_hosts: list[str] = []
+    max_bytes: int | str = "20MiB"
+    fetch_timeout: Seconds = 10.0
+    max_redirects: Annotated[int, msgspec.Meta(ge=0, le=10)] = 3
+
+
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """The whole configuration file."""
 
@@ -277,6 +297,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     models: list[ModelConfig] = []
     mcp_servers: list[McpServerConfig] = []
     nodes: list[NodeEntry] = []
+    images: ImagesConfig = msgspec.field(default_factory=ImagesConfig)
 
 
 class NodeSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
