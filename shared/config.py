@@ -189,7 +189,8 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     drafting from the prompt and output, verified in one forward pass;
     greedy output is unchanged; see ``docs/concepts/batching.md``);
     ``speculative_tokens``: most draft tokens per step; ``speculative_ngram``:
-    the longest suffix matched against the history.
+    the longest suffix matched against the history; ``speculative_max_batch``:
+    no row drafts while more sequences than this decode together.
     """
 
     name: str
@@ -223,6 +224,7 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     speculative: str = "none"
     speculative_tokens: Annotated[int, msgspec.Meta(ge=1, le=64)] = 8
     speculative_ngram: Annotated[int, msgspec.Meta(ge=1, le=16)] = 3
+    speculative_max_batch: PositiveInt = 8
 
 
 class McpServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

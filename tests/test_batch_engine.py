@@ -118,7 +118,7 @@ def test_host_sampler_filters():
 def test_host_log_softmax_matches_mlx():
     import mlx.core as mx
 
-    from worker.batch_engine import host_log_softmax
+    from worker.sampling import host_log_softmax
 
     logits = np.random.default_rng(0).normal(scale=5.0, size=(3, 1000)).astype(np.float32)
     ref = mx.array(logits) - mx.logsumexp(mx.array(logits), axis=-1, keepdims=True)

@@ -12,6 +12,9 @@ run of tokens, which the tiny model's greedy output also loops on).
 
 from __future__ import annotations
 
+from collections import Counter
+
+import numpy as np
 import pytest
 
 from tests.tiny_model import build_tiny_model
@@ -28,22 +31,52 @@ def model(tmp_path_factory):
     return load_model(str(build_tiny_model(tmp_path_factory.mktemp("spec") / "model"))).model
 
 
-def generate(model, prompts, max_tokens, spec=None, stop_tokens=None):
-    """Greedy tokens per prompt (and the finished rows' cache lengths and
-    token lists), with speculation ``spec`` or without."""
+def generate(
+    model,
+    prompts,
+    max_tokens,
+    spec=None,
+    stop_tokens=None,
+    *,
+    opted_out=(),
+    samplers=None,
+    processors=None,
+    host_sampling=True,
+    trace=None,
+):
+    """Tokens per prompt (and the finished rows' cache lengths and token
+    lists), with speculation ``spec`` or without. Greedy unless
+    ``samplers`` (a factory per row: fresh state for each run) are given;
+    ``processors``: a factory of each row's logits processors; rows whose
+    index is in ``opted_out`` opt out of speculation; ``trace`` (a list)
+    gets, for every step, how many tokens each row (by index) emitted."""
     from worker.batch_engine import BatchEngine
     from worker.sampling import greedy
 
     engine = BatchEngine(
-        model, host_sampling=True, speculation=spec, stop_tokens=stop_tokens, sampler=greedy, prefill_step_size=16
+        model,
+        host_sampling=host_sampling,
+        speculation=spec,
+        stop_tokens=stop_tokens,
+        sampler=greedy,
+        prefill_step_size=16,
     )
-    uids = engine.insert(prompts, max_tokens=[max_tokens] * len(prompts))
+    uids = engine.insert(
+        prompts,
+        max_tokens=[max_tokens] * len(prompts),
+        samplers=[make() for make in samplers] if samplers else None,
+        logits_processors=[make() for make in processors] if processors else None,
+    )
+    for i in opted_out:
+        spec.opt_out(uids[i])
     out: dict[int, list[int]] = {uid: [] for uid in uids}
     finished: dict[int, tuple[int, list[int]]] = {}
     for _ in range(10 * max_tokens):
         if len(finished) == len(uids):
             break
         _, responses = engine.next()
+        if trace is not None:
+            trace.append(Counter(uids.index(r.uid) for r in responses))
         for r in responses:
             out[r.uid].append(r.token)
             if r.finish_reason:
@@ -102,3 +135,178 @@ def test_batch_of_rows_identical(model):
     plain, _ = generate(model, prompts, 30)
     fast, _ = generate(model, prompts, 30, Speculation(tokens=5, ngram=3))
     assert fast == plain
+
+
+PROMPTS = [
+    REPEATED,
+    [3, 4, 5, 3, 4, 5, 3, 4],
+    REPEATED[:23],
+    [7, 300, 12, 7, 300, 12, 7, 300, 45, 9, 7, 300],
+    list(range(40, 70)) + list(range(40, 52)),
+]
+
+
+def drafted_beside_others(trace):
+    """Whether some step emitted several tokens for a row while other rows
+    decoded in the same step (verification inside the shared batch)."""
+    return any(len(step) > 1 and max(step.values()) > 1 for step in trace)
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen3", "deepseek_v3"])
+def family_model(request, tmp_path_factory):
+    """A tiny model of each family whose cache can be trimmed."""
+    from worker.loader import load_model
+
+    root = tmp_path_factory.mktemp(f"spec-{request.param}")
+    return load_model(str(build_tiny_model(root / "model", family=request.param))).model
+
+
+def test_concurrent_greedy_rows_identical_per_family(family_model):
+    plain, plain_done = generate(family_model, PROMPTS, 24)
+    spec = Speculation(tokens=5, ngram=3)
+    trace: list = []
+    fast, fast_done = generate(family_model, PROMPTS, 24, spec, opted_out=(1, 3), trace=trace)
+    assert fast == plain
+    assert fast_done == plain_done
+    for offset, tokens in fast_done:
+        assert int(offset) == len(tokens)
+    assert spec.drafted > 0 and drafted_beside_others(trace)
+
+
+def test_stop_inside_accepted_run_beside_other_rows(model):
+    plain, _ = generate(model, PROMPTS, 30)
+    stop = plain[0][9]
+    expected, expected_done = generate(model, PROMPTS, 30, stop_tokens=[[stop]])
+    fast, fast_done = generate(model, PROMPTS, 30, Speculation(tokens=8, ngram=2), stop_tokens=[[stop]])
+    assert fast == expected and fast_done == expected_done
+
+
+def test_max_batch_turns_drafting_off(model):
+    spec = Speculation(tokens=5, ngram=3, max_batch=len(PROMPTS) - 1)
+    trace: list = []
+    plain, _ = generate(model, PROMPTS, 10)
+    fast, _ = generate(model, PROMPTS, 10, spec, trace=trace)
+    assert fast == plain
+    full = [step for step in trace if len(step) == len(PROMPTS)]
+    assert full and all(max(step.values()) == 1 for step in full)
+
+
+@pytest.mark.parametrize("host_sampling", [True, False])
+def test_seeded_sampled_rows_draft_and_emit_the_same_tokens(model, host_sampling):
+    """A sampled row draws once per emitted token with or without drafts
+    (the acceptance rule in its draw-and-compare form), so a seeded row's
+    tokens are the same either way; a greedy row with log-probabilities
+    reports the same log-probabilities."""
+    from worker.sampling import TokenSampler
+
+    samplers = [lambda i=i: TokenSampler(0.5, seed=i) for i in range(len(PROMPTS))]
+    samplers[2] = lambda: TokenSampler(0.0, logprobs=True)
+    kwargs = {"samplers": samplers, "host_sampling": host_sampling}
+    plain, _ = generate(model, PROMPTS, 24, **kwargs)
+    spec = Speculation(tokens=5, ngram=3)
+    trace: list = []
+    fast, _ = generate(model, PROMPTS, 24, spec, trace=trace, **kwargs)
+    assert fast == plain
+    assert spec.accepted > 0 and drafted_beside_others(trace)
+
+
+def test_rows_with_logits_processors_never_draft(model):
+    from shared.protocol import SamplingParams
+    from worker.sampling import make_processors
+
+    params = SamplingParams(temperature=0.0, repetition_penalty=1.3)
+    processors = [lambda: []] * len(PROMPTS)
+    processors[0] = lambda: make_processors(params, len(PROMPTS[0]), [])
+    plain, _ = generate(model, PROMPTS, 20, processors=processors)
+    spec = Speculation(tokens=5, ngram=3)
+    trace: list = []
+    fast, _ = generate(model, PROMPTS, 20, spec, processors=processors, trace=trace)
+    assert fast == plain
+    assert all(step[0] <= 1 for step in trace)
+    assert drafted_beside_others(trace)
+
+
+def test_row_removed_after_a_speculative_step_frees_its_kv(model):
+    """Cancelling a row whose last step verified a draft (its next token
+    pending) removes it cleanly: its cache rows go, the others finish with
+    the tokens they have without speculation."""
+    from worker.batch_engine import BatchEngine
+    from worker.sampling import greedy
+
+    plain, _ = generate(model, PROMPTS, 24)
+    engine = BatchEngine(model, host_sampling=True, speculation=Speculation(tokens=5, ngram=3), sampler=greedy)
+    uids = engine.insert(PROMPTS, max_tokens=[24] * len(PROMPTS))
+    out: dict[int, list[int]] = {uid: [] for uid in uids}
+    victim = uids[0]
+    finished = set()
+    for _ in range(200):
+        if len(finished) == len(uids) - 1:
+            break
+        _, responses = engine.next()
+        for r in responses:
+            out[r.uid].append(r.token)
+            if r.finish_reason:
+                finished.add(r.uid)
+        if (
+            victim in engine._generation_batch.uids
+            and len(out[victim]) > 1
+            and Counter(r.uid for r in responses)[victim] > 1
+        ):
+            engine.remove([victim])
+            batch = engine._generation_batch
+            assert victim not in batch.uids
+            assert all(layer.keys.shape[0] == len(batch.uids) for layer in batch.prompt_cache)
+    assert victim not in finished and len(out[victim]) < 24
+    assert out[victim] == plain[0][: len(out[victim])]
+    assert [out[u] for u in uids[1:]] == plain[1:]
+    engine.close()
+
+
+def chi_square(counts: np.ndarray, p: np.ndarray) -> float:
+    expected = p * counts.sum()
+    return float(((counts - expected) ** 2 / expected).sum())
+
+
+# 99.9th percentile of chi-square with 5 degrees of freedom
+CHI2_5_999 = 20.52
+
+
+@pytest.mark.parametrize("drafted", [0, 2, 5])
+def test_deterministic_draft_rule_keeps_the_target_distribution(drafted):
+    from worker.speculation import accept_deterministic
+
+    p = np.array([0.05, 0.1, 0.4, 0.2, 0.15, 0.1])
+    rng = np.random.default_rng(7)
+    counts = np.bincount([accept_deterministic(p, drafted, rng) for _ in range(20000)], minlength=6)
+    assert chi_square(counts, p) < CHI2_5_999
+
+
+def test_engine_verification_keeps_each_position_distribution():
+    """The draw-and-compare verification the engine runs: the first
+    emitted token is distributed as position 0's p whatever the draft, and
+    after an accepted draft token the next as position 1's."""
+    from worker.speculation import verify_draft
+
+    p = np.array([[0.05, 0.1, 0.4, 0.2, 0.15, 0.1], [0.3, 0.05, 0.05, 0.2, 0.2, 0.2]])
+    rng = np.random.default_rng(3)
+    first, second = [], []
+    for _ in range(20000):
+        accepted, follow = verify_draft([2, 4], lambda j: int(rng.choice(6, p=p[min(j, 1)])))
+        first.append(2 if accepted else follow)
+        if accepted >= 1:
+            second.append(4 if accepted == 2 else follow)
+    assert chi_square(np.bincount(first, minlength=6), p[0]) < CHI2_5_999
+    assert chi_square(np.bincount(second, minlength=6), p[1]) < CHI2_5_999
+
+
+def test_draft_model_rule_keeps_the_target_distribution():
+    from worker.speculation import accept_from_draft_model
+
+    p = np.array([0.05, 0.1, 0.4, 0.2, 0.15, 0.1])
+    q = np.array([0.3, 0.3, 0.1, 0.1, 0.1, 0.1])
+    rng = np.random.default_rng(11)
+    emitted = [accept_from_draft_model(p, q, int(rng.choice(6, p=q)), rng) for _ in range(20000)]
+    counts = np.bincount(emitted, minlength=6)
+    assert chi_square(counts, p) < CHI2_5_999
+    # and the rule is not the identity: taking drafts as they come gives q
+    assert chi_square(np.bincount(rng.choice(6, size=20000, p=q), minlength=6), p) > CHI2_5_999

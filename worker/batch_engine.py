@@ -47,9 +47,10 @@ from mlx_lm.generate import BatchGenerator, GenerationBatch, PromptProcessingBat
 from mlx_lm.models.cache import make_prompt_cache
 
 from worker.messages import TokenLogprobs
-from worker.sampling import TokenSampler
+from worker.sampling import TokenSampler, host_log_softmax
 from worker.solo_cache import SoloBatch, solo_caches
-from worker.speculation import Speculation, find_draft
+from worker.speculation import Speculation
+from worker.speculative_step import SpeculativeSteps
 
 HOST_SAMPLING_ENV = "MLXD_HOST_SAMPLING"
 """Environment override of :func:`default_host_sampling`: ``1`` or ``0``."""
@@ -65,14 +66,7 @@ def default_host_sampling() -> bool:
     return mx.default_device() == mx.cpu
 
 
-def host_log_softmax(logits: np.ndarray) -> np.ndarray:
-    """Row-wise log-softmax of a 2-D float array, in float32."""
-    top = logits.max(axis=-1, keepdims=True)
-    shifted = logits - top
-    return (shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))).astype(np.float32, copy=False)
-
-
-class LeanGenerationBatch(GenerationBatch):
+class LeanGenerationBatch(SpeculativeSteps, GenerationBatch):
     """A ``GenerationBatch`` that normalizes only the rows that need it.
 
     ``host_sampling`` chooses the host (NumPy) or device (MLX) path for
@@ -88,72 +82,15 @@ class LeanGenerationBatch(GenerationBatch):
         super().__init__(*args, **kwargs)
 
     def next(self) -> list[Any]:
-        """One step: a speculative step when :meth:`_speculate` takes it
-        (several responses for the one row), else mlx-lm's step."""
-        if self.speculation is not None:
+        """One step: a speculative step when
+        :meth:`~worker.speculative_step.SpeculativeSteps._speculate` takes it
+        (rows with drafts verify them in the same forward as the others
+        decode), else mlx-lm's step."""
+        if self.speculation is not None and self.uids:
             responses = self._speculate(self.speculation)
             if responses is not None:
                 return responses
         return super().next()
-
-    def _speculate(self, spec: Speculation) -> list[Any] | None:
-        """Draft and verify for a batch of one plain greedy row; None when
-        this step is not speculative (see ``docs/concepts/batching.md``).
-
-        Feeds the pending token and the draft in one forward pass, keeps
-        the draft's longest prefix that equals the arg-max at each
-        position, trims the rejected positions off the row's cache (and,
-        when the row finishes inside the accepted run, the positions past
-        its last token, so the cache always holds exactly
-        ``self.tokens[0]``), and returns one response per emitted token.
-        """
-        if len(self.uids) != 1 or (self.samplers and isinstance(self.samplers[0], TokenSampler)):
-            return None
-        if self.logits_processors and self.logits_processors[0]:
-            return None
-        uid = self.uids[0]
-        if not spec.enabled_for(uid):
-            return None
-        pending = int(self._next_tokens.tolist()[0])
-        room = self.max_tokens[0] - self._num_tokens[0] - 1
-        draft = find_draft([*self.tokens[0], pending], spec.ngram, min(spec.tokens, room))
-        if not draft:
-            return None
-        logits = self.model(mx.array([[pending, *draft]]), cache=self.prompt_cache)[0]
-        greedy = mx.argmax(logits, axis=-1).tolist()
-        accepted = 0
-        while accepted < len(draft) and draft[accepted] == greedy[accepted]:
-            accepted += 1
-        spec.record(uid, len(draft), accepted)
-        emitted = [pending, *draft[:accepted]]
-        extra = len(draft) - accepted
-        responses = []
-        for position, token in enumerate(emitted):
-            self._num_tokens[0] += 1
-            self.tokens[0].append(token)
-            finish = "length" if self._num_tokens[0] >= self.max_tokens[0] else None
-            if self._matchers[0].advance(token):
-                finish = "stop"
-            if finish is None:
-                responses.append(self.Response(uid, token, None, None, None, None))
-                continue
-            extra += len(emitted) - 1 - position
-            self._trim(extra)
-            responses.append(self.Response(uid, token, None, finish, self.extract_cache(0), self.tokens[0]))
-            self.filter([])
-            return responses
-        self._trim(extra)
-        self._current_tokens = mx.array([emitted[-1]], dtype=mx.uint32)
-        self._current_logprobs = [None]
-        self._next_tokens = mx.array([greedy[accepted]], dtype=mx.uint32)
-        self._next_logprobs = [None]
-        return responses
-
-    def _trim(self, count: int) -> None:
-        """Cut the last ``count`` positions off every layer's cache."""
-        if count:
-            for layer in self.prompt_cache:
-                layer.trim(count)
 
     def _step(self) -> tuple[list[int], list[Any]]:
         self._current_tokens = self._next_tokens
@@ -277,8 +214,8 @@ class BatchEngine(BatchGenerator):
     chunks in which new prompts join while others decode (see
     :meth:`step`). Insert plain greedy rows with sampler None and every
     other row with a :class:`~worker.sampling.TokenSampler`.
-    ``speculation`` (None: off) turns on prompt-lookup drafting for a lone
-    plain greedy row (see :meth:`LeanGenerationBatch._speculate`).
+    ``speculation`` (None: off) turns on prompt-lookup drafting, verified
+    inside the shared batch (see :mod:`worker.speculative_step`).
     ``solo``: the model's cache cannot be batched (see
     :mod:`worker.solo_cache`); every sequence runs on its model's own
     caches, one at a time (``completion_batch_size`` and

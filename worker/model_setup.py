@@ -89,13 +89,18 @@ def speculation_for(config: ModelConfig, trimmable: bool) -> Speculation | None:
         )
         return None
     log.info(
-        "model %s: speculative decoding %s (k=%d, ngram=%d)",
+        "model %s: speculative decoding %s (k=%d, ngram=%d, up to %d rows decoding)",
         config.name,
         config.speculative,
         config.speculative_tokens,
         config.speculative_ngram,
+        config.speculative_max_batch,
     )
-    return Speculation(tokens=config.speculative_tokens, ngram=config.speculative_ngram)
+    return Speculation(
+        tokens=config.speculative_tokens,
+        ngram=config.speculative_ngram,
+        max_batch=config.speculative_max_batch,
+    )
 
 
 def blas_in_use(on_gpu: bool) -> str:

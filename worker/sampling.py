@@ -49,6 +49,13 @@ def greedy(logits: mx.array) -> mx.array:
     return mx.argmax(logits, axis=-1)
 
 
+def host_log_softmax(logits: np.ndarray) -> np.ndarray:
+    """Row-wise log-softmax of a 2-D float array, in float32."""
+    top = logits.max(axis=-1, keepdims=True)
+    shifted = logits - top
+    return (shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))).astype(np.float32, copy=False)
+
+
 class TokenSampler:
     """How one choice picks its next token from a row of log-probabilities.
 

@@ -482,7 +482,7 @@ class Scheduler:
             seq = self._seqs.get(r.uid)
             if seq is None:
                 continue
-            events.append((seq.request_id, seq.index, r.token, r.finish_reason, logprobs.get(r.uid)))
+            events.append((seq.request_id, seq.index, r.token, r.finish_reason, logprobs.get(id(r))))
             if r.finish_reason is not None:
                 self._finish_seq(r.uid)
                 if self.cache is not None and r.prompt_cache is not None:
@@ -494,11 +494,13 @@ class Scheduler:
 
     def _logprobs(self, responses: list[Any]) -> dict[int, TokenLogprobs]:
         """Each response's token log-probability and its top alternatives
-        (see :func:`worker.batch_engine.response_logprobs`), by uid."""
+        (see :func:`worker.batch_engine.response_logprobs`), by the
+        response's ``id`` (a speculative step returns several responses
+        for one row)."""
         from worker.batch_engine import response_logprobs
 
         wants = [self._seqs[r.uid].top_logprobs or 0 for r in responses]
-        return {r.uid: found for r, found in zip(responses, response_logprobs(responses, wants))}
+        return {id(r): found for r, found in zip(responses, response_logprobs(responses, wants))}
 
     def _update_gauges(self) -> None:
         engine = self._engine

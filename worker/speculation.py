@@ -3,13 +3,16 @@
 A row's draft is the continuation of the most recent earlier occurrence of
 its last ``ngram`` tokens in its own history (prompt and output so far):
 coding agents re-emit large parts of what they were shown, and such a
-draft costs no second model. The engine (see :mod:`worker.batch_engine`)
-verifies a draft with one forward pass and keeps the longest prefix that
-matches what greedy decoding would have produced, so output is unchanged.
+draft costs no second model. The engine (see :mod:`worker.speculative_step`)
+verifies every drafting row's draft in the batch's one forward pass and
+keeps the longest prefix that matches what the row's own decoding picks
+there, so output is unchanged.
 
 :class:`Speculation` holds the settings, the per-row acceptance record
 that turns drafting off for a row whose drafts keep failing, and the
-drafted/accepted totals reported in ``/metrics``. Pure Python; used on the
+drafted/accepted totals reported in ``/metrics``; and the speculative-
+sampling acceptance rules (:func:`accept_deterministic`,
+:func:`accept_from_draft_model`). Pure Python and NumPy; used on the
 scheduler thread only (the totals are plain ints, read by other threads
 under the GIL).
 """
@@ -17,6 +20,9 @@ under the GIL).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
 
 ADAPTIVE_MIN_DRAFTED = 16
 """Draft tokens a row must have proposed before its rate is judged."""
@@ -50,6 +56,55 @@ def find_draft(history: list[int], ngram: int, limit: int) -> list[int]:
     return []
 
 
+def accept_deterministic(p: np.ndarray, drafted: int, rng: np.random.Generator) -> int:
+    """The speculative-sampling rule for a deterministic draft (prompt
+    lookup proposes ``drafted`` with certainty): accept it with probability
+    ``p[drafted]``, else draw from ``p`` with ``drafted`` removed and
+    renormalized. ``p``: the target's processed distribution (1-D,
+    summing to 1). Returns the emitted token (``drafted`` when accepted);
+    the emitted token is distributed exactly as ``p``.
+
+    The engine applies the same rule in the equivalent form "draw ``y``
+    from ``p``; accept when ``y`` equals the draft, else emit ``y``" (one
+    draw per position, as plain decoding, see
+    :mod:`worker.speculative_step`)."""
+    if rng.random() < p[drafted]:
+        return drafted
+    rest = p.astype(np.float64, copy=True)
+    rest[drafted] = 0.0
+    return int(rng.choice(rest.shape[0], p=rest / rest.sum()))
+
+
+def verify_draft(draft: list[int], pick: Callable[[int], int]) -> tuple[int, int]:
+    """Verify a deterministic ``draft`` position by position: ``pick(j)``
+    is the token the row's own decoding picks at position ``j`` (after the
+    pending token and ``draft[:j]``: an arg-max, or one draw from the
+    row's sampler). Stops at the first position whose pick differs from
+    the draft, so ``pick`` is called exactly once per emitted token.
+    Returns how many draft tokens were accepted and the pick after them.
+
+    For a sampled row this is :func:`accept_deterministic` in its
+    draw-and-compare form: the pick equals ``draft[j]`` with probability
+    ``p(draft[j])``, and otherwise is a draw from ``p`` without it."""
+    for j, token in enumerate(draft):
+        picked = pick(j)
+        if picked != token:
+            return j, picked
+    return len(draft), pick(len(draft))
+
+
+def accept_from_draft_model(p: np.ndarray, q: np.ndarray, drafted: int, rng: np.random.Generator) -> int:
+    """The speculative-sampling rule for a draft drawn from a draft
+    model's distribution ``q``: accept ``drafted`` with probability
+    ``min(1, p/q)``, else draw from ``max(0, p - q)`` renormalized.
+    Returns the emitted token, distributed exactly as ``p`` when
+    ``drafted`` was drawn from ``q``."""
+    if rng.random() * q[drafted] < p[drafted]:
+        return drafted
+    rest = np.maximum(p.astype(np.float64) - q, 0.0)
+    return int(rng.choice(rest.shape[0], p=rest / rest.sum()))
+
+
 @dataclass
 class _RowRecord:
     drafted: int = 0
@@ -63,11 +118,15 @@ class Speculation:
     """Prompt-lookup settings of one model, per-row records and totals.
 
     ``tokens``: most draft tokens verified per step (k); ``ngram``: the
-    longest suffix matched. ``drafted`` / ``accepted``: totals since load.
+    longest suffix matched; ``max_batch``: no row drafts in a step of a
+    batch with more rows than this (verification stops paying once the
+    batch already uses the weights it reads). ``drafted`` / ``accepted``:
+    totals since load.
     """
 
     tokens: int = 8
     ngram: int = 3
+    max_batch: int = 8
     drafted: int = 0
     accepted: int = 0
     _rows: dict[int, _RowRecord] = field(default_factory=dict)

@@ -7,8 +7,9 @@ speculating leaves the worker clean (the same request afterwards gives the
 same text); /metrics and the worker's heartbeat count drafted and
 accepted tokens, which stay 0 for the model with speculation off; a
 sliding-window model (cache not trimmable) has speculation turned off at
-load, with a log line; rows with logprobs, penalties or a grammar decode
-as before and draft nothing."""
+load, with a log line; rows with penalties or a grammar decode as before
+and draft nothing; rows with logprobs or a seeded temperature draft and
+return the same tokens, log-probabilities and text as without."""
 
 from __future__ import annotations
 
@@ -123,13 +124,9 @@ def test_untrimmable_cache_turns_speculation_off_with_a_log_line(server, client)
     assert "speculative decoding turned off" in server.log_path.read_text()
 
 
-def test_rows_with_logprobs_penalties_or_json_do_not_draft(server, client):
+def test_rows_with_penalties_or_json_do_not_draft(server, client):
     before = settled_stats(server, SPEC)["draft_tokens"]
-    for extra in (
-        {"logprobs": True, "top_logprobs": 2},
-        {"frequency_penalty": 0.5},
-        {"response_format": {"type": "json_object"}},
-    ):
+    for extra in ({"frequency_penalty": 0.5}, {"response_format": {"type": "json_object"}}):
         got, want = (
             client.chat.completions.create(
                 model=m, messages=[{"role": "user", "content": CODE}], max_tokens=20, temperature=0, **extra
@@ -138,3 +135,23 @@ def test_rows_with_logprobs_penalties_or_json_do_not_draft(server, client):
         )
         assert got.choices[0].message.content == want.choices[0].message.content
     assert settled_stats(server, SPEC)["draft_tokens"] == before
+
+
+def test_logprob_and_seeded_sampled_rows_draft_and_match(server, client):
+    before = settled_stats(server, SPEC)["draft_tokens"]
+    got, want = (
+        client.completions.create(model=m, prompt=CODE, max_tokens=30, temperature=0, logprobs=2) for m in (SPEC, PLAIN)
+    )
+    assert got.choices[0].text == want.choices[0].text
+    ours, theirs = got.choices[0].logprobs, want.choices[0].logprobs
+    assert ours.tokens == theirs.tokens
+    assert ours.token_logprobs == pytest.approx(theirs.token_logprobs, abs=1e-3)
+    middle = settled_stats(server, SPEC)["draft_tokens"]
+    assert middle > before
+    for seed in (1, 2):
+        texts = [
+            client.completions.create(model=m, prompt=CODE, max_tokens=30, temperature=0.5, seed=seed).choices[0].text
+            for m in (SPEC, PLAIN)
+        ]
+        assert texts[0] == texts[1]
+    assert settled_stats(server, SPEC)["draft_tokens"] > middle
