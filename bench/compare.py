@@ -78,6 +78,7 @@ from harness import (
     mlx_lm_server,
     mlxd,
     percentile,
+    ratio_line,
     spread,
     vllm_mlx_server,
     wait_for_quiet,
@@ -585,16 +586,6 @@ def agg(sections: dict[tuple[str, str], Section], contender: str, model: str, st
     section = sections.get((contender, model))
     row = section.best(streams) if section else None
     return row.aggregate if row else None
-
-
-def ratio_line(name: str, num: float | None, den: float | None, target: float, at_most: bool = False) -> str:
-    """``name  value  (target)  PASS/MISS``; MISS when not measurable."""
-    bound = f"(target {'<=' if at_most else '>='} {target:.2f})"
-    if num is None or den is None or den == 0:
-        return f"{name:<70} {'n/a':>7}   {bound}  MISS"
-    value = num / den
-    ok = value <= target if at_most else value >= target
-    return f"{name:<70} {value:>7.3f}x  {bound}  {'PASS' if ok else 'MISS'}"
 
 
 TARGETS = (

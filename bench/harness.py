@@ -430,3 +430,13 @@ def mlxd(tmp: Path, model: dict, env: dict[str, str] | None = None) -> Iterator[
         yield server
     finally:
         server.stop()
+
+
+def ratio_line(name: str, num: float | None, den: float | None, target: float, at_most: bool = False) -> str:
+    """``name  value  (target)  PASS/MISS``; MISS when not measurable."""
+    bound = f"(target {'<=' if at_most else '>='} {target:.2f})"
+    if num is None or den is None or den == 0:
+        return f"{name:<70} {'n/a':>7}   {bound}  MISS"
+    value = num / den
+    ok = value <= target if at_most else value >= target
+    return f"{name:<70} {value:>7.3f}x  {bound}  {'PASS' if ok else 'MISS'}"

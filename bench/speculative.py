@@ -1,15 +1,22 @@
-"""Edit workload for prompt-lookup speculative decoding.
+"""Speculative decoding bench: prompt lookup on the edit and chat workloads.
 
-A ~400-token Python file in the prompt and an instruction to return it
-with one small change, greedy: the answer re-emits most of the prompt,
-which is what prompt-lookup drafting predicts. Runs the same model in two
-mlxd gateways, ``speculative = "none"`` and ``"prompt_lookup"``, one
-after the other, with ``--streams`` concurrent copies of the request
-(default 1), and prints tokens/s for each, the ratio, the drafted and
-accepted token counts, and whether the texts are identical (they must be).
+The edit workload: a ~400-token Python file in the prompt and an
+instruction to return it with one small change, greedy, so the answer
+re-emits most of the prompt (what prompt-lookup drafting predicts). The
+chat workload: a story prompt whose answer repeats little. Each runs the
+same weights (default: the float32 copy of the default model, see
+``bench/models.py``) in an mlxd gateway with ``speculative = "none"`` and
+with ``"prompt_lookup"``, and the edit workload also in ``mlx_lm.server``
+(settings as ``bench/compare.py``'s). Prints tokens/s, drafted and
+accepted token counts, whether mlxd's texts are identical with and
+without speculation (they must be), and issue #18's ratios as PASS/MISS
+lines: edit single stream vs mlx_lm.server (>= 2), chat single stream vs
+no speculation (>= 0.95: no slower within noise), edit at ``--streams``
+(16) vs no speculation (>= 1.3).
 
-Usage: ``python bench/speculative.py [--model SOURCE] [--max-tokens N]
-[--streams S] [--rounds R]``. Nothing here asserts: it prints measurements.
+Usage: ``python bench/speculative.py [--model DIR] [--max-tokens N]
+[--streams S] [--rounds R] [--no-peer]``. Nothing here asserts: it prints
+measurements.
 """
 
 from __future__ import annotations
@@ -23,10 +30,11 @@ from pathlib import Path
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.harness import mlxd  # noqa: E402
-from shared.config import DEFAULT_MODEL_SOURCE  # noqa: E402
+from harness import mlx_lm_server, mlxd, ratio_line  # noqa: E402
+from models import float32_model  # noqa: E402
 
 NAME = "edit"
 
@@ -56,15 +64,21 @@ def code_file() -> str:
     return "".join(parts)
 
 
-def request(max_tokens: int) -> dict:
-    """The edit request: return the file with ``restock`` renamed."""
-    prompt = (
-        "Here is a Python file:\n\n```python\n" + code_file() + "```\n\n"
-        "Rename the function `restock` to `replenish`. Reply with the whole updated file "
-        "in one code block and nothing else."
-    )
+PEER_MODEL = "default_model"
+"""The name ``mlx_lm.server`` serves its ``--model`` under."""
+
+EDIT_PROMPT = (
+    "Here is a Python file:\n\n```python\n" + code_file() + "```\n\n"
+    "Rename the function `restock` to `replenish`. Reply with the whole updated file "
+    "in one code block and nothing else."
+)
+CHAT_PROMPT = "Write a short story about a lighthouse keeper who finds a map inside a bottle."
+
+
+def request(prompt: str, max_tokens: int, model: str = NAME) -> dict:
+    """A greedy chat request for ``prompt`` to ``model``."""
     return {
-        "model": NAME,
+        "model": model,
         "messages": [{"role": "user", "content": prompt}],
         "max_tokens": max_tokens,
         "temperature": 0,
@@ -86,38 +100,77 @@ async def run(url: str, body: dict, streams: int) -> tuple[list[str], int, float
     )
 
 
-def measure(source: str, mode: str, args: argparse.Namespace, tmp: Path) -> tuple[list[str], float, dict]:
-    """Best tokens/s over ``args.rounds`` rounds for one ``speculative`` mode
-    (after one warm-up request), with the texts and the worker counters."""
-    model = {"name": NAME, "source": source, "speculative": mode, "max_batch_size": max(8, args.streams)}
+def best_rate(url: str, body: dict, streams: int, rounds: int) -> tuple[list[str], float]:
+    """Best tokens/s over ``rounds`` rounds of ``streams`` copies of
+    ``body`` (after one warm-up request), with the last round's texts."""
+    asyncio.run(run(url, body, 1))
+    best, texts = 0.0, []
+    for _ in range(rounds):
+        texts, tokens, wall = asyncio.run(run(url, body, streams))
+        best = max(best, tokens / wall)
+    return texts, best
+
+
+def measure_mlxd(source: Path, mode: str, args: argparse.Namespace, tmp: Path) -> dict:
+    """Every workload on one mlxd gateway with ``speculative = mode``:
+    ``{workload: (texts, tok/s)}`` plus the worker counters under
+    ``"stats"``."""
+    model = {"name": NAME, "source": str(source), "speculative": mode, "max_batch_size": max(8, args.streams)}
+    found: dict = {}
     with mlxd(tmp / mode, model) as server:
-        body = request(args.max_tokens)
-        asyncio.run(run(server.url, body, 1))
-        best, texts = 0.0, []
-        for _ in range(args.rounds):
-            texts, tokens, wall = asyncio.run(run(server.url, body, args.streams))
-            best = max(best, tokens / wall)
+        found["edit"] = best_rate(server.url, request(EDIT_PROMPT, args.max_tokens), 1, args.rounds)
+        found["chat"] = best_rate(server.url, request(CHAT_PROMPT, args.max_tokens), 1, args.rounds)
+        found["edit-many"] = best_rate(server.url, request(EDIT_PROMPT, args.max_tokens), args.streams, args.rounds)
         time.sleep(1.5)  # one heartbeat
-        stats = server.worker(NAME)["stats"]
-    return texts, best, stats
+        found["stats"] = server.worker(NAME)["stats"]
+    return found
+
+
+def measure_peer(source: Path, args: argparse.Namespace, tmp: Path) -> tuple[list[str], float]:
+    """The single-stream edit workload on ``mlx_lm.server``."""
+    with mlx_lm_server(tmp / "peer", source) as peer:
+        return best_rate(peer.url, request(EDIT_PROMPT, args.max_tokens, PEER_MODEL), 1, args.rounds)
 
 
 def main() -> None:
-    """Parse the options, run both modes, print the comparison."""
+    """Parse the options, run mlxd in both modes (and the peer), print the
+    rates and the ratio lines."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=DEFAULT_MODEL_SOURCE)
+    parser.add_argument("--model", type=Path, help="an MLX model directory (default: the float32 default model)")
     parser.add_argument("--max-tokens", type=int, default=450)
-    parser.add_argument("--streams", type=int, default=1)
+    parser.add_argument("--streams", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--no-peer", action="store_true", help="skip mlx_lm.server")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="mlxd-spec-bench-") as tmp:
-        plain, plain_rate, _ = measure(args.model, "none", args, Path(tmp))
-        spec, spec_rate, stats = measure(args.model, "prompt_lookup", args, Path(tmp))
-    print(f"edit workload, {args.streams} stream(s), max_tokens {args.max_tokens}")
-    print(f"  speculative none          {plain_rate:8.1f} tok/s")
-    print(f"  speculative prompt_lookup {spec_rate:8.1f} tok/s  ({spec_rate / plain_rate:.2f}x)")
+    source = args.model or float32_model()
+    with tempfile.TemporaryDirectory(prefix="mlxd-spec-bench-") as name:
+        tmp = Path(name)
+        plain = measure_mlxd(source, "none", args, tmp)
+        spec = measure_mlxd(source, "prompt_lookup", args, tmp)
+        peer = None if args.no_peer else measure_peer(source, args, tmp)
+    print(f"speculative decoding, {source.name}, max_tokens {args.max_tokens}")
+    for workload, label in (
+        ("edit", "edit, 1 stream"),
+        ("chat", "chat, 1 stream"),
+        ("edit-many", f"edit, {args.streams} streams"),
+    ):
+        print(f"  {label:<20} none {plain[workload][1]:8.1f} tok/s  prompt_lookup {spec[workload][1]:8.1f} tok/s")
+        print(f"  {'':<20} identical text: {plain[workload][0] == spec[workload][0]}")
+    if peer is not None:
+        print(
+            f"  {'edit, 1 stream':<20} mlx_lm.server {peer[1]:8.1f} tok/s  same text as mlxd: {peer[0] == plain['edit'][0]}"
+        )
+    stats = spec["stats"]
     print(f"  drafted {stats['draft_tokens']}, accepted {stats['draft_accepted_tokens']}")
-    print(f"  identical text: {plain == spec}")
+    print()
+    print(
+        ratio_line(
+            "edit, 1 stream: mlxd prompt_lookup / mlx_lm.server", spec["edit"][1], peer[1] if peer else None, 2.0
+        )
+    )
+    print(ratio_line("chat, 1 stream: mlxd prompt_lookup / mlxd none", spec["chat"][1], plain["chat"][1], 0.95))
+    many = f"edit, {args.streams} streams: mlxd prompt_lookup / mlxd none"
+    print(ratio_line(many, spec["edit-many"][1], plain["edit-many"][1], 1.3))
 
 
 if __name__ == "__main__":
