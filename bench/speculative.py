@@ -15,7 +15,9 @@ no speculation (>= 0.95: no slower within noise), edit at ``--streams``
 (16) vs no speculation (>= 1.3).
 
 Usage: ``python bench/speculative.py [--model DIR] [--max-tokens N]
-[--streams S] [--rounds R] [--no-peer]``. Nothing here asserts: it prints
+[--streams S] [--rounds R] [--max-batch B] [--no-peer]``: the speculative
+gateway lets rows draft in batches of up to ``B`` rows (default: ``S``, so
+the many-stream line measures verification at that batch size). Nothing here asserts: it prints
 measurements.
 """
 
@@ -115,7 +117,13 @@ def measure_mlxd(source: Path, mode: str, args: argparse.Namespace, tmp: Path) -
     """Every workload on one mlxd gateway with ``speculative = mode``:
     ``{workload: (texts, tok/s)}`` plus the worker counters under
     ``"stats"``."""
-    model = {"name": NAME, "source": str(source), "speculative": mode, "max_batch_size": max(8, args.streams)}
+    model = {
+        "name": NAME,
+        "source": str(source),
+        "speculative": mode,
+        "max_batch_size": max(8, args.streams),
+        "speculative_max_batch": args.max_batch or args.streams,
+    }
     found: dict = {}
     with mlxd(tmp / mode, model) as server:
         found["edit"] = best_rate(server.url, request(EDIT_PROMPT, args.max_tokens), 1, args.rounds)
@@ -140,6 +148,9 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=450)
     parser.add_argument("--streams", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--max-batch", type=int, default=0, help="speculative_max_batch of the speculative gateway (0: --streams)"
+    )
     parser.add_argument("--no-peer", action="store_true", help="skip mlx_lm.server")
     args = parser.parse_args()
     source = args.model or float32_model()

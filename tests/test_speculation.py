@@ -91,6 +91,9 @@ def test_find_draft_prefers_latest_and_longest_match():
     assert find_draft([4, 5, 6, 4], 3, 4) == [5, 6, 4]
     assert find_draft([1, 2, 3], 3, 4) == []
     assert find_draft(history, 3, 0) == []
+    # a loop: the latest occurrence runs into the end, an earlier one has a full draft
+    assert find_draft([7, 7, 7, 7, 7, 7], 2, 3) == [7, 7, 7]
+    assert find_draft([1, 2, 8, 1, 2, 9, 4], 2, 3) == [] and find_draft([1, 2, 8, 5, 1, 2], 2, 3) == [8, 5, 1]
 
 
 def test_adaptive_pauses_a_failing_row_then_retries():

@@ -38,21 +38,31 @@ as when an answer re-emits a file after a sentence of its own)."""
 
 
 def find_draft(history: list[int], ngram: int, limit: int) -> list[int]:
-    """Up to ``limit`` tokens that followed the latest earlier occurrence of
+    """Up to ``limit`` tokens that followed an earlier occurrence of
     ``history``'s last ``ngram`` tokens (shorter suffixes are tried down to
-    one token); empty when nothing matches or ``limit`` < 1."""
+    one token); empty when nothing matches or ``limit`` < 1.
+
+    The most recent occurrence with ``limit`` tokens after it wins; when
+    none has that many (the latest occurrences run into the end of the
+    history, as in a loop of one repeated phrase), the one with the
+    longest continuation, the more recent on a tie."""
     if limit < 1:
         return []
     end = len(history)
     for n in range(min(ngram, end - 1), 0, -1):
         tail = history[end - n :]
         first = tail[0]
+        best: list[int] = []
         # scan backwards so the most recent occurrence wins
         for start in range(end - n - 1, -1, -1):
             if history[start] == first and history[start : start + n] == tail:
                 follow = history[start + n : start + n + limit]
-                if follow:
+                if len(follow) == limit:
                     return follow
+                if len(follow) > len(best):
+                    best = follow
+        if best:
+            return best
     return []
 
 

@@ -155,3 +155,26 @@ def test_logprob_and_seeded_sampled_rows_draft_and_match(server, client):
         ]
         assert texts[0] == texts[1]
     assert settled_stats(server, SPEC)["draft_tokens"] > middle
+
+
+def test_cancel_one_row_while_others_speculate(server, client):
+    """One of three concurrent streams is closed mid-answer while its row
+    and the others draft: the others finish with the non-speculative
+    text, and the worker ends with nothing running or waiting."""
+    prompts = [CODE + "more", "x y z " * 40, CODE]
+    expected = [complete(client, PLAIN, p, 80) for p in prompts[1:]]
+
+    def cancelled():
+        stream = client.completions.create(model=SPEC, prompt=prompts[0], max_tokens=200, temperature=0, stream=True)
+        for i, _ in enumerate(stream):
+            if i == 8:
+                break
+        stream.close()
+
+    with cf.ThreadPoolExecutor(3) as pool:
+        gone = pool.submit(cancelled)
+        got = list(pool.map(lambda p: complete(client, SPEC, p, 80), prompts[1:]))
+        gone.result()
+    assert got == expected
+    stats = settled_stats(server, SPEC)
+    assert stats["running"] == 0 and stats["waiting"] == 0
