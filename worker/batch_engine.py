@@ -30,10 +30,14 @@ than NumPy's) a step that has any special row evaluates its logits, copies
 them to NumPy and normalizes and samples there; a step of only plain rows
 still runs entirely in MLX, pipelined.
 
+With speculation on, a step in which rows have drafts is
+:mod:`worker.speculative_step`'s (mixed into :class:`LeanGenerationBatch`).
+
 Threads: everything here runs on the worker's scheduler thread (MLX streams
-are thread-local). This module relies on mlx-lm internals
-(``PromptProcessingBatch.generate`` and ``GenerationBatch._step``), which is
-why ``pyproject.toml`` pins mlx-lm to one minor version.
+are thread-local). This module and :mod:`worker.speculative_step` rely on
+mlx-lm internals (``PromptProcessingBatch.generate``,
+``GenerationBatch._step`` and its fields, ``BatchKVCache``'s padding),
+which is why ``pyproject.toml`` pins mlx-lm to one minor version.
 """
 
 from __future__ import annotations

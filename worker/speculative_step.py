@@ -102,8 +102,11 @@ class SpeculativeSteps:
         """
         if len(self.uids) > spec.max_batch or not rows_trimmable(self.prompt_cache, len(self.uids)):
             return None
+        eligible = [self._may_draft(i, spec) for i in range(len(self.uids))]
+        if not any(eligible):
+            return None  # the plain step keeps mlx-lm's pipelining: no host sync
         pending = self._next_tokens.tolist()
-        drafts = [self._draft(i, pending[i], spec) for i in range(len(self.uids))]
+        drafts = [self._draft(i, pending[i], spec) if eligible[i] else [] for i in range(len(self.uids))]
         if not any(drafts):
             return None
         width = 1 + max(len(d) for d in drafts)
@@ -138,16 +141,23 @@ class SpeculativeSteps:
             next_rows[i] = rows[accepted]
         return self._emit(emitted, emitted_rows, width, next_tokens, next_rows)
 
-    def _draft(self, i: int, pending: int, spec: Speculation) -> list[int]:
-        """Row ``i``'s draft (empty: it decodes one token this step). Rows
-        with logits processors, rows that opted out or are paused
-        (:meth:`Speculation.enabled_for`) and rows one token from their
-        ``max_tokens`` do not draft."""
+    def _may_draft(self, i: int, spec: Speculation) -> bool:
+        """Whether row ``i`` may draft this step (decided before its pending
+        token is read): not with logits processors, not when it opted out
+        or is paused (:meth:`Speculation.enabled_for`, called once per
+        step of an otherwise eligible row), not one token from its
+        ``max_tokens``."""
         if self.logits_processors and self.logits_processors[i]:
-            return []
+            return False
+        if self.max_tokens[i] - self._num_tokens[i] - 1 < 1:
+            return False
+        return spec.enabled_for(self.uids[i])
+
+    def _draft(self, i: int, pending: int, spec: Speculation) -> list[int]:
+        """Row ``i``'s prompt-lookup draft after its ``pending`` token
+        (empty: it decodes one token this step), at most the tokens left
+        before its ``max_tokens``."""
         room = self.max_tokens[i] - self._num_tokens[i] - 1
-        if room < 1 or not spec.enabled_for(self.uids[i]):
-            return []
         return find_draft([*self.tokens[i], pending], spec.ngram, min(spec.tokens, room))
 
     def _verify(self, logits: mx.array, draft: list[int], sampler: Any) -> tuple[int, int, list[Any]]:

@@ -178,3 +178,25 @@ def test_cancel_one_row_while_others_speculate(server, client):
     assert got == expected
     stats = settled_stats(server, SPEC)
     assert stats["running"] == 0 and stats["waiting"] == 0
+
+
+def test_stop_strings_and_n_choices_match(client):
+    """Stop strings (matched on text by the output thread) and ``n``
+    seeded choices (one row each) give the same answers with speculation."""
+    plain = complete(client, PLAIN, CODE, 60)[0]
+    stop = plain[len(plain) // 2 : len(plain) // 2 + 4]
+    got, want = (
+        client.completions.create(model=m, prompt=CODE, max_tokens=60, temperature=0, stop=[stop]).choices[0].text
+        for m in (SPEC, PLAIN)
+    )
+    assert got == want and len(got) < len(plain)
+    got, want = (
+        [
+            c.text
+            for c in client.completions.create(
+                model=m, prompt=CODE, max_tokens=30, temperature=0.5, seed=5, n=2
+            ).choices
+        ]
+        for m in (SPEC, PLAIN)
+    )
+    assert got == want
