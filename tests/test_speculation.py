@@ -43,13 +43,16 @@ def generate(
     processors=None,
     host_sampling=True,
     trace=None,
+    caches=None,
 ):
     """Tokens per prompt (and the finished rows' cache lengths and token
     lists), with speculation ``spec`` or without. Greedy unless
     ``samplers`` (a factory per row: fresh state for each run) are given;
     ``processors``: a factory of each row's logits processors; rows whose
     index is in ``opted_out`` opt out of speculation; ``trace`` (a list)
-    gets, for every step, how many tokens each row (by index) emitted."""
+    gets, for every step, how many tokens each row (by index) emitted;
+    ``caches`` (a dict) gets each finished row's cache and tokens by
+    index."""
     from worker.batch_engine import BatchEngine
     from worker.sampling import greedy
 
@@ -81,6 +84,8 @@ def generate(
             out[r.uid].append(r.token)
             if r.finish_reason:
                 finished[r.uid] = (r.prompt_cache[0].offset, list(r.all_tokens))
+                if caches is not None:
+                    caches[uids.index(r.uid)] = (r.prompt_cache, list(r.all_tokens))
     engine.close()
     return [out[u] for u in uids], [finished[u] for u in uids]
 
@@ -168,12 +173,28 @@ def test_concurrent_greedy_rows_identical_per_family(family_model):
     plain, plain_done = generate(family_model, PROMPTS, 24)
     spec = Speculation(tokens=5, ngram=3)
     trace: list = []
-    fast, fast_done = generate(family_model, PROMPTS, 24, spec, opted_out=(1, 3), trace=trace)
+    caches: dict = {}
+    fast, fast_done = generate(family_model, PROMPTS, 24, spec, opted_out=(1, 3), trace=trace, caches=caches)
     assert fast == plain
     assert fast_done == plain_done
     for offset, tokens in fast_done:
         assert int(offset) == len(tokens)
     assert spec.drafted > 0 and drafted_beside_others(trace)
+    for cache, tokens in caches.values():
+        assert_cache_holds(family_model, cache, tokens)
+
+
+def assert_cache_holds(model, cache, tokens):
+    """``cache`` (a finished row's, as the prefix cache stores it) holds
+    exactly ``tokens``: continuing it with one token gives the logits a
+    fresh forward over ``tokens`` and that token gives."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import make_prompt_cache
+
+    probe = [11]
+    fresh = model(mx.array([tokens + probe]), cache=make_prompt_cache(model))[0, -1]
+    continued = model(mx.array([probe]), cache=cache)[0, -1]
+    assert mx.allclose(fresh, continued, atol=1e-3).item()
 
 
 def test_stop_inside_accepted_run_beside_other_rows(model):
