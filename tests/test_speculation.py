@@ -83,7 +83,8 @@ def generate(
         for r in responses:
             out[r.uid].append(r.token)
             if r.finish_reason:
-                finished[r.uid] = (r.prompt_cache[0].offset, list(r.all_tokens))
+                offset = next(c.offset for c in r.prompt_cache if hasattr(c, "offset"))
+                finished[r.uid] = (offset, list(r.all_tokens))
                 if caches is not None:
                     caches[uids.index(r.uid)] = (r.prompt_cache, list(r.all_tokens))
     engine.close()
@@ -160,16 +161,25 @@ def drafted_beside_others(trace):
     return any(len(step) > 1 and max(step.values()) > 1 for step in trace)
 
 
-@pytest.fixture(scope="module", params=["llama", "qwen3", "deepseek_v3"])
+NEVER_REPEATS = ("nemotron_h",)
+"""Families whose tiny random model's greedy output repeats nothing, so
+their drafts are all rejected (the rejection path is still checked)."""
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen3", "deepseek_v3", "qwen3_next", "lfm2", "nemotron_h"])
 def family_model(request, tmp_path_factory):
-    """A tiny model of each family whose cache can be trimmed."""
+    """A tiny model of each family that speculation serves: plain KV and
+    MLA (trimmed per row) and the linear-attention and state-space hybrids
+    (recurrent state restored and the kept tokens fed again); as
+    ``(family, model)``."""
     from worker.loader import load_model
 
     root = tmp_path_factory.mktemp(f"spec-{request.param}")
-    return load_model(str(build_tiny_model(root / "model", family=request.param))).model
+    return request.param, load_model(str(build_tiny_model(root / "model", family=request.param))).model
 
 
 def test_concurrent_greedy_rows_identical_per_family(family_model):
+    family, family_model = family_model
     plain, plain_done = generate(family_model, PROMPTS, 24)
     spec = Speculation(tokens=5, ngram=3)
     trace: list = []
@@ -179,7 +189,8 @@ def test_concurrent_greedy_rows_identical_per_family(family_model):
     assert fast_done == plain_done
     for offset, tokens in fast_done:
         assert int(offset) == len(tokens)
-    assert spec.drafted > 0 and drafted_beside_others(trace)
+    assert spec.drafted > 0
+    assert family in NEVER_REPEATS or drafted_beside_others(trace)
     for cache, tokens in caches.values():
         assert_cache_holds(family_model, cache, tokens)
 
@@ -194,7 +205,7 @@ def assert_cache_holds(model, cache, tokens):
     probe = [11]
     fresh = model(mx.array([tokens + probe]), cache=make_prompt_cache(model))[0, -1]
     continued = model(mx.array([probe]), cache=cache)[0, -1]
-    assert mx.allclose(fresh, continued, atol=1e-3).item()
+    assert mx.allclose(fresh, continued, atol=1e-2).item()  # recurrent layers drift ~1e-3 step by step
 
 
 def test_stop_inside_accepted_run_beside_other_rows(model):

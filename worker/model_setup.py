@@ -17,6 +17,7 @@ from shared.config import ModelConfig
 from worker.speculation import Speculation
 
 if TYPE_CHECKING:  # load MLX; imported where they are used
+    from worker.cache_profile import CacheProfile
     from worker.loader import LoadedModel
     from worker.prefix_cache import PrefixCache
 
@@ -75,26 +76,37 @@ def serves_embeddings(config: ModelConfig) -> bool:
         return False
 
 
-def speculation_for(config: ModelConfig, trimmable: bool) -> Speculation | None:
+REPLAYABLE_KINDS = frozenset(("KVCache", "ArraysCache"))
+"""Cache classes a speculative step can bring back to the kept tokens
+when not every layer can be trimmed: attention layers are trimmed,
+recurrent ``ArraysCache`` layers restored and the kept tokens fed again
+(:class:`worker.draft_rollback.ReplayKept`)."""
+
+
+def speculation_for(config: ModelConfig, profile: CacheProfile) -> Speculation | None:
     """``config``'s :class:`~worker.speculation.Speculation` (None when
-    ``speculative`` is ``none``, or when the cache cannot be trimmed
-    back after a rejected draft: then it is turned off, with a log
-    line)."""
+    ``speculative`` is ``none``, or when the model's cache (``profile``)
+    cannot be brought back to the accepted tokens after a rejected draft:
+    not trimmable and not only attention and recurrent layers, or not
+    batchable; then it is turned off, with a log line)."""
     if config.speculative == "none":
         return None
-    if not trimmable:
+    replay = not profile.trimmable and profile.kinds.keys() <= REPLAYABLE_KINDS
+    if profile.solo or not (profile.trimmable or replay):
         log.warning(
-            "model %s: speculative decoding turned off: its cache cannot be trimmed after a rejected draft",
+            "model %s: speculative decoding turned off: its cache (%s) cannot be trimmed after a rejected draft",
             config.name,
+            ", ".join(sorted(profile.kinds)),
         )
         return None
     log.info(
-        "model %s: speculative decoding %s (k=%d, ngram=%d, up to %d rows decoding)",
+        "model %s: speculative decoding %s (k=%d, ngram=%d, up to %d rows decoding%s)",
         config.name,
         config.speculative,
         config.speculative_tokens,
         config.speculative_ngram,
         config.speculative_max_batch,
+        "; recurrent layers restored and kept tokens fed again after each verification" if replay else "",
     )
     return Speculation(
         tokens=config.speculative_tokens,

@@ -20,8 +20,9 @@ so the causal mask keeps it out of what the real positions see). Then:
   ``x``; see :func:`worker.speculation.accept_deterministic`), and it
   consumes the sampler's random stream exactly as plain decoding does, so
   a seeded row emits the same tokens either way;
-* every row's cache is cut back by exactly the positions it did not keep,
-  each row by its own count (:func:`trim_rows`).
+* every row's cache is brought back to exactly the tokens it kept, each
+  row by its own count (:mod:`worker.draft_rollback`: trimmed, or for
+  recurrent layers restored and the kept tokens fed again).
 
 Rows with logits processors (penalties, logit bias, grammars, the thinking
 budget, ``min_tokens``) never draft: a processor would have to run on each
@@ -36,50 +37,10 @@ from typing import Any
 
 import mlx.core as mx
 import numpy as np
-from mlx_lm.models.cache import BatchKVCache
 
+from worker.draft_rollback import Rollback, rollback_for
 from worker.sampling import TokenSampler, host_log_softmax
 from worker.speculation import Speculation, find_draft, verify_draft
-
-
-def _leaves(layer: Any) -> list[Any]:
-    """The caches inside one layer's cache (``CacheList`` unpacked)."""
-    inner = getattr(layer, "caches", None)
-    if type(layer).__name__ == "CacheList" and inner is not None:
-        return [leaf for c in inner for leaf in _leaves(c)]
-    return [layer]
-
-
-def rows_trimmable(cache: list[Any], rows: int) -> bool:
-    """Whether :func:`trim_rows` can cut ``cache`` (a batch of ``rows``
-    sequences) back per row: a batch of one with every layer trimmable, or
-    every layer a plain ``BatchKVCache`` (whose rows can be shifted right
-    independently)."""
-    leaves = [leaf for layer in cache for leaf in _leaves(layer)]
-    if rows == 1:
-        return all(leaf.is_trimmable() for leaf in leaves)
-    return all(type(leaf) is BatchKVCache for leaf in leaves)
-
-
-def trim_rows(cache: list[Any], counts: list[int]) -> None:
-    """Cut the last ``counts[i]`` positions off row ``i`` of every layer.
-
-    The whole batch is trimmed by the smallest count; a row with more to
-    drop is then shifted right by the difference inside the cache buffer,
-    its left padding growing by as much (mlx-lm's own right-padding
-    ``prepare``/``finalize``), so the dropped positions fall past the
-    write position and the row's attention mask hides what wrapped in at
-    its left. Requires :func:`rows_trimmable`.
-    """
-    low = min(counts)
-    extra = [c - low for c in counts]
-    for layer in cache:
-        for leaf in _leaves(layer):
-            if low:
-                leaf.trim(low)
-            if any(extra):
-                leaf.prepare(right_padding=extra)
-                leaf.finalize()
 
 
 class SpeculativeSteps:
@@ -93,14 +54,17 @@ class SpeculativeSteps:
     def _speculate(self, spec: Speculation) -> list[Any] | None:
         """Draft and verify for the whole batch; None when this step is not
         speculative (the batch is larger than ``spec.max_batch``, its cache
-        cannot be trimmed per row, or no row has a draft), and the caller
+        cannot be brought back per row, or no row has a draft), and the caller
         runs a plain step.
 
         Returns one response per emitted token, several per drafting row,
         in row order; rows that finish inside their accepted run return
         their cache holding exactly their tokens and leave the batch.
         """
-        if len(self.uids) > spec.max_batch or not rows_trimmable(self.prompt_cache, len(self.uids)):
+        if len(self.uids) > spec.max_batch:
+            return None
+        rollback = rollback_for(self.prompt_cache, len(self.uids))
+        if rollback is None:
             return None
         eligible = [self._may_draft(i, spec) for i in range(len(self.uids))]
         if not any(eligible):
@@ -111,6 +75,7 @@ class SpeculativeSteps:
             return None
         width = 1 + max(len(d) for d in drafts)
         grid = [[p, *d] + [p] * (width - 1 - len(d)) for p, d in zip(pending, drafts)]
+        rollback.save(self.prompt_cache)
         logits = self.model(mx.array(grid, dtype=mx.uint32), cache=self.prompt_cache)
 
         first, token_context = self._process(logits[:, 0, :], self._next_tokens)
@@ -139,7 +104,7 @@ class SpeculativeSteps:
             emitted_rows.append([previous, *rows[:accepted]])
             next_tokens[i] = follow
             next_rows[i] = rows[accepted]
-        return self._emit(emitted, emitted_rows, width, next_tokens, next_rows)
+        return self._emit(emitted, emitted_rows, rollback, width, next_tokens, next_rows)
 
     def _may_draft(self, i: int, spec: Speculation) -> bool:
         """Whether row ``i`` may draft this step (decided before its pending
@@ -186,6 +151,7 @@ class SpeculativeSteps:
         self,
         emitted: list[list[int]],
         emitted_rows: list[list[Any]],
+        rollback: Rollback,
         width: int,
         next_tokens: list[int],
         next_rows: list[Any],
@@ -210,7 +176,7 @@ class SpeculativeSteps:
                     break
             kept.append(count)
             finishes.append(finish)
-        trim_rows(self.prompt_cache, [width - k for k in kept])
+        rollback.restore(self.model, self.prompt_cache, width, [tokens[:k] for tokens, k in zip(emitted, kept)])
 
         responses = []
         keep = []

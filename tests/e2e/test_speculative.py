@@ -7,7 +7,9 @@ speculating leaves the worker clean (the same request afterwards gives the
 same text); /metrics and the worker's heartbeat count drafted and
 accepted tokens, which stay 0 for the model with speculation off; a
 sliding-window model (cache not trimmable) has speculation turned off at
-load, with a log line; rows with penalties or a grammar decode as before
+load, with a log line, while a linear-attention hybrid drafts (its
+recurrent state restored after each verification) and answers as with
+speculation opted out; rows with penalties or a grammar decode as before
 and draft nothing; rows with logprobs or a seeded temperature draft and
 return the same tokens, log-probabilities and text as without."""
 
@@ -23,7 +25,7 @@ import pytest
 from tests.conftest import API_KEY, settled_stats, start_server
 from tests.tiny_model import build_tiny_model
 
-PLAIN, SPEC, WINDOW = "tiny-plain", "tiny-spec", "tiny-window"
+PLAIN, SPEC, WINDOW, HYBRID = "tiny-plain", "tiny-spec", "tiny-window", "tiny-hybrid"
 CODE = "def add(a, b):\n    return a + b\n\n" * 20
 
 
@@ -39,6 +41,12 @@ def server(tiny_model_dir, tmp_path_factory):
                 **common,
                 "name": WINDOW,
                 "source": str(build_tiny_model(tmp_path_factory.mktemp("window"), family="gemma3_text")),
+                "speculative": "prompt_lookup",
+            },
+            {
+                **common,
+                "name": HYBRID,
+                "source": str(build_tiny_model(tmp_path_factory.mktemp("hybrid"), family="qwen3_next")),
                 "speculative": "prompt_lookup",
             },
         ],
@@ -200,3 +208,20 @@ def test_stop_strings_and_n_choices_match(client):
         for m in (SPEC, PLAIN)
     )
     assert got == want
+
+
+def test_hybrid_model_drafts_and_answers_as_without(server, client):
+    prompts = [CODE, "x y z " * 40, "count: 1 2 3 1 2 3 1 2 3"]
+
+    def answer(prompt, speculative):
+        r = client.completions.create(
+            model=HYBRID, prompt=prompt, max_tokens=30, temperature=0, extra_body={"speculative": speculative}
+        )
+        return r.choices[0].text
+
+    expected = [answer(p, False) for p in prompts]
+    with cf.ThreadPoolExecutor(len(prompts)) as pool:
+        got = list(pool.map(lambda p: answer(p, True), prompts))
+    assert got == expected
+    stats = settled_stats(server, HYBRID)
+    assert stats["draft_tokens"] > 0 and stats["draft_accepted_tokens"] > 0
