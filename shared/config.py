@@ -186,8 +186,9 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     ``node``: the name of the ``[[nodes]]`` entry whose machine runs this
     model's worker (empty: this machine); the node's own config says where
     the model's files are.    ``speculative``: ``none`` (default) or ``prompt_lookup`` (n-gram
-    drafting from the prompt and output, verified in one forward pass;
-    greedy output is unchanged; see ``docs/concepts/batching.md``);
+    drafting from the prompt and output, verified inside the shared batch;
+    greedy output is unchanged, sampled output keeps its distribution; see
+    ``docs/concepts/batching.md``);
     ``speculative_tokens``: most draft tokens per step; ``speculative_ngram``:
     the longest suffix matched against the history; ``speculative_max_batch``:
     no row drafts while more sequences than this decode together.
