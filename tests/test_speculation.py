@@ -345,3 +345,72 @@ def test_draft_model_rule_keeps_the_target_distribution():
     assert chi_square(counts, p) < CHI2_5_999
     # and the rule is not the identity: taking drafts as they come gives q
     assert chi_square(np.bincount(rng.choice(6, size=20000, p=q), minlength=6), p) > CHI2_5_999
+
+
+def test_scheduler_abort_after_a_speculative_step_ends_the_request_once(tmp_path):
+    """Through the worker's scheduler: a request aborted right after a step
+    in which its row verified a draft (several tokens at once) gets exactly
+    one terminal ``abort`` and nothing after it, its row leaves the batch
+    and its drafting record is dropped; the other requests each end with
+    exactly one finishing token; the heartbeat's batch size counts rows,
+    not tokens."""
+    from shared.protocol import GenerateRequest, SamplingParams
+    from worker.constrained_decoding import GrammarCompiler
+    from worker.loader import load_model
+    from worker.messages import Terminal, TokenStep
+    from worker.model_formats import model_formats
+    from worker.prompt import PromptBuilder
+    from worker.scheduler import Scheduler
+
+    loaded = load_model(str(build_tiny_model(tmp_path / "tiny")))
+    builder = PromptBuilder(
+        loaded.tokenizer,
+        context_length=2048,
+        default_max_tokens=64,
+        vocab_size=len(loaded.tokenizer),
+        formats=model_formats(loaded.tokenizer, "auto", "auto"),
+        grammars=GrammarCompiler(loaded.tokenizer._tokenizer, min(loaded.eos_token_ids), len(loaded.tokenizer)),
+    )
+    emitted: list = []
+    spec = Speculation(tokens=5, ngram=3)
+    scheduler = Scheduler(
+        loaded.model,
+        set(loaded.eos_token_ids),
+        emitted.append,
+        cache=None,
+        max_batch_size=8,
+        prefill_batch_size=8,
+        prefill_step_size=512,
+        speculation=spec,
+    )
+    scheduler._engine = scheduler._new_engine()
+    ids = [f"r{i}" for i in range(len(PROMPTS))]
+    for request_id, prompt in zip(ids, PROMPTS):
+        sampling = SamplingParams(temperature=0.0, max_tokens=30, ignore_eos=True)
+        scheduler._admit(
+            builder.build(GenerateRequest(request_id=request_id, sampling=sampling, prompt_token_ids=prompt))
+        )
+    victim = None
+    while scheduler._seqs:
+        scheduler._run_step()
+        last = emitted[-1] if emitted and isinstance(emitted[-1], TokenStep) else None
+        if victim is None and last is not None:
+            per_request = Counter(event[0] for event in last.tokens if event[3] is None)
+            if per_request and max(per_request.values()) > 1 and len(per_request) > 1:
+                victim = max(per_request, key=per_request.get)
+                uid = scheduler._uids[victim][0]
+                scheduler._abort([victim])
+                assert uid not in scheduler._engine._generation_batch.uids
+                assert uid not in spec._rows
+    assert victim is not None
+    terminals = [item for item in emitted if isinstance(item, Terminal)]
+    assert [(t.request_id, t.reason) for t in terminals] == [(victim, "abort")]
+    abort_at = emitted.index(terminals[0])
+    events = [e for item in emitted if isinstance(item, TokenStep) for e in item.tokens]
+    later = [e for item in emitted[abort_at:] if isinstance(item, TokenStep) for e in item.tokens]
+    assert all(e[0] != victim for e in later)
+    for request_id in ids:
+        if request_id != victim:
+            mine = [e for e in events if e[0] == request_id]
+            assert len(mine) == 30 and [e[3] for e in mine].count("length") == 1 and mine[-1][3] == "length"
+    assert scheduler.counters.max_batch_seen <= len(PROMPTS)

@@ -456,7 +456,8 @@ class Scheduler:
         c.step_seconds += time.perf_counter() - started
         c.steps = self._step
         c.generated_tokens += len(events)
-        c.max_batch_seen = max(c.max_batch_seen, len(events))
+        # a speculative step gives a row several events: count rows
+        c.max_batch_seen = max(c.max_batch_seen, len({(e[0], e[1]) for e in events}))
         if events or scheduled:
             self._emit(TokenStep(self._step, events, scheduled))
 
