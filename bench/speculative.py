@@ -15,7 +15,8 @@ no speculation (>= 0.95: no slower within noise), edit at ``--streams``
 (16) vs no speculation (>= 1.3).
 
 Usage: ``python bench/speculative.py [--model DIR] [--max-tokens N]
-[--streams S] [--rounds R] [--max-batch B] [--no-peer]``: the speculative
+[--streams S] [--rounds R] [--max-batch B] [--no-peer] [--draft SOURCE]``
+(``--draft``: also a gateway drafting with that model): the speculative
 gateway lets rows draft in batches of up to ``B`` rows (default: ``S``, so
 the many-stream line measures verification at that batch size). Nothing here asserts: it prints
 measurements.
@@ -152,12 +153,14 @@ def main() -> None:
         "--max-batch", type=int, default=0, help="speculative_max_batch of the speculative gateway (0: --streams)"
     )
     parser.add_argument("--no-peer", action="store_true", help="skip mlx_lm.server")
+    parser.add_argument("--draft", help="also run speculative = draft:DRAFT (a model source of the same tokenizer)")
     args = parser.parse_args()
     source = args.model or float32_model()
     with tempfile.TemporaryDirectory(prefix="mlxd-spec-bench-") as name:
         tmp = Path(name)
         plain = measure_mlxd(source, "none", args, tmp)
         spec = measure_mlxd(source, "prompt_lookup", args, tmp)
+        drafted = measure_mlxd(source, f"draft:{args.draft}", args, tmp) if args.draft else None
         peer = None if args.no_peer else measure_peer(source, args, tmp)
     print(f"speculative decoding, {source.name}, max_tokens {args.max_tokens}")
     for workload, label in (
@@ -173,6 +176,12 @@ def main() -> None:
         )
     stats = spec["stats"]
     print(f"  drafted {stats['draft_tokens']}, accepted {stats['draft_accepted_tokens']}")
+    if drafted is not None:
+        for workload in ("edit", "chat", "edit-many"):
+            same = drafted[workload][0] == plain[workload][0]
+            print(f"  {workload:<20} draft model {drafted[workload][1]:8.1f} tok/s  identical text: {same}")
+        stats = drafted["stats"]
+        print(f"  draft model drafted {stats['draft_tokens']}, accepted {stats['draft_accepted_tokens']}")
     print()
     print(
         ratio_line(

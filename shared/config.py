@@ -185,10 +185,12 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     because mlx-lm's batch engine cannot batch a quantized cache.
     ``node``: the name of the ``[[nodes]]`` entry whose machine runs this
     model's worker (empty: this machine); the node's own config says where
-    the model's files are.    ``speculative``: ``none`` (default) or ``prompt_lookup`` (n-gram
-    drafting from the prompt and output, verified inside the shared batch;
-    greedy output is unchanged, sampled output keeps its distribution; see
-    ``docs/concepts/batching.md``);
+    the model's files are.    ``speculative``: ``none`` (default), ``prompt_lookup`` (n-gram
+    drafting from the prompt and output) or ``draft:<model source>``
+    (greedy drafts of a smaller model of the same tokenizer, loaded in the
+    same worker), verified inside the shared batch; greedy output is
+    unchanged, sampled output keeps its distribution; see
+    ``docs/concepts/batching.md``;
     ``speculative_tokens``: most draft tokens per step; ``speculative_ngram``:
     the longest suffix matched against the history; ``speculative_max_batch``:
     no row drafts while more sequences than this decode together.
@@ -345,7 +347,11 @@ MODEL_KINDS = ("auto", "generate", "embedding")
 """Accepted ``kind`` values."""
 
 SPECULATIVE_MODES = ("none", "prompt_lookup")
-"""Accepted ``speculative`` values."""
+"""Accepted ``speculative`` values, besides ``draft:<model source>``."""
+
+DRAFT_PREFIX = "draft:"
+"""``speculative = "draft:<model source>"``: draft with that model (a path
+or a name as ``source`` takes, same tokenizer), loaded in the worker."""
 
 
 def encode_model_config(model: ModelConfig) -> str:

@@ -17,6 +17,7 @@ from typing import TypeVar
 import msgspec
 
 from shared.config import (
+    DRAFT_PREFIX,
     MODEL_KINDS,
     REASONING_PARSERS,
     SPECULATIVE_MODES,
@@ -68,9 +69,11 @@ def validate(config: Config, origin: str = "config") -> Config:
             parse_size(model.disk_cache_bytes, 0)
         except ValueError as exc:
             raise ConfigError(f"{origin}: model {model.name!r}: disk_cache_bytes: {exc}") from None
-        if model.speculative not in SPECULATIVE_MODES:
+        draft = model.speculative.startswith(DRAFT_PREFIX) and model.speculative[len(DRAFT_PREFIX) :].strip()
+        if model.speculative not in SPECULATIVE_MODES and not draft:
             raise ConfigError(
                 f"{origin}: model {model.name!r}: speculative must be one of {', '.join(SPECULATIVE_MODES)}"
+                f" or {DRAFT_PREFIX}<model source>"
             )
         if model.kv_bits not in (0, 4, 8):
             raise ConfigError(f"{origin}: model {model.name!r}: kv_bits must be 0, 4 or 8")

@@ -28,6 +28,8 @@ def test_default_config_loads():
         ('[[models]]\nname = "a"\n[[models]]\nname = "a"\n', "used twice"),
         ('[[models]]\nname = "a"\nmax_batch_size = 0\n', ">= 1"),
         ('[[models]]\nname = "a"\nspeculative_max_batch = 0\n', "speculative_max_batch"),
+        ('[[models]]\nname = "a"\nspeculative = "draft: "\n', "or draft:<model source>"),
+        ('[[models]]\nname = "a"\nspeculative = "ngram"\n', "speculative must be one of"),
         ('[[models]]\nname = "a"\ndtype = "int3"\n', "dtype must be"),
         ('[[models]]\nname = "a"\nkv_bits = 3\n', "kv_bits must be 0, 4 or 8"),
         ('[[models]]\nname = "a"\nkv_group_size = 48\n', "kv_group_size must be 32, 64 or 128"),

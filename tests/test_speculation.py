@@ -414,3 +414,24 @@ def test_scheduler_abort_after_a_speculative_step_ends_the_request_once(tmp_path
             mine = [e for e in events if e[0] == request_id]
             assert len(mine) == 30 and [e[3] for e in mine].count("length") == 1 and mine[-1][3] == "length"
     assert scheduler.counters.max_batch_seen <= len(PROMPTS)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_draft_model_rows_identical(model, tmp_path_factory, seed):
+    """Drafts from a second model (the same weights: nearly all accepted;
+    other weights: mostly rejected) leave greedy rows and seeded sampled
+    rows with the tokens they have without speculation."""
+    from worker.draft_model import DraftModel
+    from worker.loader import load_model
+    from worker.sampling import TokenSampler
+
+    draft = load_model(str(build_tiny_model(tmp_path_factory.mktemp(f"draft{seed}") / "m", seed=seed))).model
+    samplers = [lambda: None, lambda: TokenSampler(0.5, seed=3)] * 2 + [lambda: None]
+    plain, plain_done = generate(model, PROMPTS, 24, samplers=samplers)
+    spec = Speculation(tokens=4, draft_model=DraftModel(draft, prefill_step=16))
+    trace: list = []
+    fast, fast_done = generate(model, PROMPTS, 24, spec, opted_out=(4,), samplers=samplers, trace=trace)
+    assert fast == plain and fast_done == plain_done
+    assert spec.drafted > 0
+    if seed == 0:  # greedy rows accept every draft of their own weights, sampled rows fewer
+        assert spec.accepted > 0.5 * spec.drafted and drafted_beside_others(trace)

@@ -242,7 +242,7 @@ class Worker:
                 prefill_step_size=self.config.prefill_step_size,
                 host_sampling=host_sampling,
                 checkpoints=not cache_profile.trimmable,
-                speculation=speculation_for(self.config, cache_profile),
+                speculation=speculation_for(self.config, cache_profile, vocab),
                 solo=cache_profile.solo,
             )
             memory = mlx_memory.sample()

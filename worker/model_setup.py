@@ -13,11 +13,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from shared.config import ModelConfig
+from shared.config import DRAFT_PREFIX, ModelConfig
 from worker.speculation import Speculation
 
 if TYPE_CHECKING:  # load MLX; imported where they are used
     from worker.cache_profile import CacheProfile
+    from worker.draft_model import DraftModel
     from worker.loader import LoadedModel
     from worker.prefix_cache import PrefixCache
 
@@ -83,12 +84,16 @@ recurrent ``ArraysCache`` layers restored and the kept tokens fed again
 (:class:`worker.draft_rollback.ReplayKept`)."""
 
 
-def speculation_for(config: ModelConfig, profile: CacheProfile) -> Speculation | None:
+def speculation_for(config: ModelConfig, profile: CacheProfile, vocab: int = 0) -> Speculation | None:
     """``config``'s :class:`~worker.speculation.Speculation` (None when
-    ``speculative`` is ``none``, or when the model's cache (``profile``)
-    cannot be brought back to the accepted tokens after a rejected draft:
-    not trimmable and not only attention and recurrent layers, or not
-    batchable; then it is turned off, with a log line)."""
+    ``speculative`` is ``none``, or when it cannot run, with a log line:
+    the model's cache (``profile``) cannot be brought back to the accepted
+    tokens after a rejected draft (not trimmable and not only attention
+    and recurrent layers, or not batchable), or the draft model of
+    ``draft:<source>`` does not load, has a vocabulary other than
+    ``vocab`` (the target's tokenizer size) or a cache that cannot be
+    trimmed). A draft model is loaded here, with the target's ``dtype``
+    (call on the scheduler thread: its MLX work runs there)."""
     if config.speculative == "none":
         return None
     replay = not profile.trimmable and profile.kinds.keys() <= REPLAYABLE_KINDS
@@ -99,6 +104,11 @@ def speculation_for(config: ModelConfig, profile: CacheProfile) -> Speculation |
             ", ".join(sorted(profile.kinds)),
         )
         return None
+    draft_model = None
+    if config.speculative.startswith(DRAFT_PREFIX):
+        draft_model = _draft_model(config, config.speculative[len(DRAFT_PREFIX) :].strip(), vocab)
+        if draft_model is None:
+            return None
     log.info(
         "model %s: speculative decoding %s (k=%d, ngram=%d, up to %d rows decoding%s)",
         config.name,
@@ -112,7 +122,31 @@ def speculation_for(config: ModelConfig, profile: CacheProfile) -> Speculation |
         tokens=config.speculative_tokens,
         ngram=config.speculative_ngram,
         max_batch=config.speculative_max_batch,
+        draft_model=draft_model,
     )
+
+
+def _draft_model(config: ModelConfig, source: str, vocab: int) -> DraftModel | None:
+    """The :class:`~worker.draft_model.DraftModel` of ``source`` for
+    ``config``'s model, or None (logged) when it cannot draft for it."""
+    from worker.cache_profile import profile_model
+    from worker.draft_model import DraftModel
+    from worker.loader import ModelLoadError, load_model
+
+    try:
+        loaded = load_model(source, dtype=config.dtype)
+    except ModelLoadError as exc:
+        log.warning("model %s: speculative decoding turned off: draft model %s: %s", config.name, source, exc)
+        return None
+    why = None
+    if vocab and len(loaded.tokenizer) != vocab:
+        why = f"its vocabulary has {len(loaded.tokenizer)} tokens, the model's {vocab}"
+    elif not profile_model(loaded.model).trimmable:
+        why = "its cache cannot be trimmed after a rejected draft"
+    if why:
+        log.warning("model %s: speculative decoding turned off: draft model %s: %s", config.name, source, why)
+        return None
+    return DraftModel(loaded.model, prefill_step=config.prefill_step_size)
 
 
 def blas_in_use(on_gpu: bool) -> str:

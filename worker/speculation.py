@@ -20,7 +20,7 @@ under the GIL).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -125,18 +125,21 @@ class _RowRecord:
 
 @dataclass
 class Speculation:
-    """Prompt-lookup settings of one model, per-row records and totals.
+    """Drafting settings of one model, per-row records and totals.
 
     ``tokens``: most draft tokens verified per step (k); ``ngram``: the
-    longest suffix matched; ``max_batch``: no row drafts in a step of a
-    batch with more rows than this (verification stops paying once the
-    batch already uses the weights it reads). ``drafted`` / ``accepted``:
-    totals since load.
+    longest suffix matched by prompt lookup; ``max_batch``: no row drafts
+    in a step of a batch with more rows than this (verification stops
+    paying once the batch already uses the weights it reads);
+    ``draft_model``: a :class:`worker.draft_model.DraftModel` that drafts
+    instead of prompt lookup (None: prompt lookup). ``drafted`` /
+    ``accepted``: totals since load.
     """
 
     tokens: int = 8
     ngram: int = 3
     max_batch: int = 8
+    draft_model: Any = None
     drafted: int = 0
     accepted: int = 0
     _rows: dict[int, _RowRecord] = field(default_factory=dict)
@@ -173,6 +176,17 @@ class Speculation:
         false)."""
         self._rows.setdefault(uid, _RowRecord()).opted_out = True
 
+    def draft(self, uid: int, history: list[int], limit: int) -> list[int]:
+        """Row ``uid``'s draft after ``history`` (its tokens and pending
+        token), at most ``limit`` tokens: the draft model's when there is
+        one, else prompt lookup's (:func:`find_draft`)."""
+        if self.draft_model is not None:
+            return self.draft_model.draft(uid, history, limit)
+        return find_draft(history, self.ngram, limit)
+
     def forget(self, uid: int) -> None:
-        """Drop row ``uid``'s record (it finished or was removed)."""
+        """Drop row ``uid``'s record, and its draft-model cache (it finished
+        or was removed)."""
         self._rows.pop(uid, None)
+        if self.draft_model is not None:
+            self.draft_model.forget(uid)

@@ -2,7 +2,8 @@
 
 :class:`SpeculativeSteps` is mixed into the engine's generation batch
 (:class:`worker.batch_engine.LeanGenerationBatch`): when some rows of the
-batch have a prompt-lookup draft (:func:`worker.speculation.find_draft`),
+batch have a draft (:meth:`worker.speculation.Speculation.draft`: prompt
+lookup or a draft model),
 one forward pass feeds every row its pending token followed by its draft,
 all rows padded to the longest draft plus one (a row without a draft gets
 padding after its pending token; padding sits after every real position,
@@ -40,7 +41,7 @@ import numpy as np
 
 from worker.draft_rollback import Rollback, rollback_for
 from worker.sampling import TokenSampler, host_log_softmax
-from worker.speculation import Speculation, find_draft, verify_draft
+from worker.speculation import Speculation, verify_draft
 
 
 class SpeculativeSteps:
@@ -119,11 +120,12 @@ class SpeculativeSteps:
         return spec.enabled_for(self.uids[i])
 
     def _draft(self, i: int, pending: int, spec: Speculation) -> list[int]:
-        """Row ``i``'s prompt-lookup draft after its ``pending`` token
+        """Row ``i``'s draft (prompt lookup or the draft model, see
+        :meth:`Speculation.draft`) after its ``pending`` token
         (empty: it decodes one token this step), at most the tokens left
         before its ``max_tokens``."""
         room = self.max_tokens[i] - self._num_tokens[i] - 1
-        return find_draft([*self.tokens[i], pending], spec.ngram, min(spec.tokens, room))
+        return spec.draft(self.uids[i], [*self.tokens[i], pending], min(spec.tokens, room))
 
     def _verify(self, logits: mx.array, draft: list[int], sampler: Any) -> tuple[int, int, list[Any]]:
         """Verify one row's ``draft`` against its logits at the pending

@@ -9,7 +9,8 @@ accepted tokens, which stay 0 for the model with speculation off; a
 sliding-window model (cache not trimmable) has speculation turned off at
 load, with a log line, while a linear-attention hybrid drafts (its
 recurrent state restored after each verification) and answers as with
-speculation opted out; rows with penalties or a grammar decode as before
+speculation opted out; a model drafting with a draft model (here its own
+weights) answers as without and accepts its drafts; rows with penalties or a grammar decode as before
 and draft nothing; rows with logprobs or a seeded temperature draft and
 return the same tokens, log-probabilities and text as without."""
 
@@ -25,7 +26,7 @@ import pytest
 from tests.conftest import API_KEY, settled_stats, start_server
 from tests.tiny_model import build_tiny_model
 
-PLAIN, SPEC, WINDOW, HYBRID = "tiny-plain", "tiny-spec", "tiny-window", "tiny-hybrid"
+PLAIN, SPEC, WINDOW, HYBRID, DRAFT = "tiny-plain", "tiny-spec", "tiny-window", "tiny-hybrid", "tiny-draft"
 CODE = "def add(a, b):\n    return a + b\n\n" * 20
 
 
@@ -43,6 +44,7 @@ def server(tiny_model_dir, tmp_path_factory):
                 "source": str(build_tiny_model(tmp_path_factory.mktemp("window"), family="gemma3_text")),
                 "speculative": "prompt_lookup",
             },
+            {"name": DRAFT, "speculative": f"draft:{tiny_model_dir}", "speculative_tokens": 4, **common},
             {
                 **common,
                 "name": HYBRID,
@@ -225,3 +227,14 @@ def test_hybrid_model_drafts_and_answers_as_without(server, client):
     assert got == expected
     stats = settled_stats(server, HYBRID)
     assert stats["draft_tokens"] > 0 and stats["draft_accepted_tokens"] > 0
+
+
+def test_draft_model_answers_as_without(server, client):
+    prompts = ["once upon a time", "x y z " * 40, CODE]
+    expected = [complete(client, PLAIN, p, 40) for p in prompts]
+    with cf.ThreadPoolExecutor(len(prompts)) as pool:
+        got = list(pool.map(lambda p: complete(client, DRAFT, p, 40), prompts))
+    assert got == expected
+    stats = settled_stats(server, DRAFT)
+    # its own weights: every draft is what the model picks (up to arg-max ties)
+    assert stats["draft_tokens"] > 0 and stats["draft_accepted_tokens"] >= 0.9 * stats["draft_tokens"]
