@@ -28,6 +28,8 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from urllib.parse import urljoin, urlsplit
 
 from gateway.remote_image_policy import FetchRefused, FetchRules, IPAddress, Target, parse_target
@@ -95,6 +97,7 @@ class ImageDownload:
             FetchRefused: any rule broken or any failure, with a reason
                 safe for the client.
         """
+        self._remaining()  # it may have waited for a pool thread
         url = self.url
         target = parse_target(url)
         self.host = target.host
@@ -256,9 +259,28 @@ class ImageDownload:
             raise FetchRefused(f"image host {host!r} closed the connection before sending the whole image")
         return bytes(body)
 
-    def _failures(self, target: Target) -> _FailureMap:
-        """A context turning socket, TLS and HTTP errors into refusals."""
-        return _FailureMap(self, target)
+    @contextmanager
+    def _failures(self, target: Target) -> Iterator[None]:
+        """Run the block with the socket's timeout set to what is left;
+        socket, TLS and HTTP errors in it become :class:`FetchRefused` (a
+        timeout, or any failure after :meth:`abort`, as the timeout
+        refusal; the exception text only in ``detail``).
+
+        Raises:
+            FetchRefused: as above.
+        """
+        self._set_timeout()
+        host = target.host
+        try:
+            yield
+        except (OSError, http.client.HTTPException) as exc:
+            if isinstance(exc, TimeoutError) or self._aborted:
+                self._timed_out()
+            if isinstance(exc, ssl.SSLCertVerificationError):
+                raise FetchRefused(f"image host {host!r} failed TLS certificate verification", str(exc)) from None
+            if isinstance(exc, (http.client.HTTPException, ssl.SSLError)):
+                raise FetchRefused(f"image host {host!r} sent an answer that is not valid HTTP", repr(exc)) from None
+            raise FetchRefused(f"the connection to image host {host!r} failed", repr(exc)) from None
 
     def _register(self, sock: socket.socket) -> None:
         """Make ``sock`` the one :meth:`abort` shuts.
@@ -312,33 +334,6 @@ class ImageDownload:
             sock, self._sock = self._sock, None
         if sock is not None:
             sock.close()
-
-
-class _FailureMap:
-    """Context manager of :meth:`ImageDownload._failures`: socket, TLS and
-    HTTP errors inside it become :class:`FetchRefused` (a timeout or an
-    abort as the timeout refusal); the exception text goes to ``detail``."""
-
-    def __init__(self, download: ImageDownload, target: Target) -> None:
-        self.download = download
-        self.target = target
-
-    def __enter__(self) -> None:
-        self.download._set_timeout()
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, _tb: object) -> bool:
-        if exc is None or isinstance(exc, FetchRefused):
-            return False
-        host = self.target.host
-        if isinstance(exc, TimeoutError) or self.download._aborted:
-            self.download._timed_out()
-        if isinstance(exc, ssl.SSLCertVerificationError):
-            raise FetchRefused(f"image host {host!r} failed TLS certificate verification", str(exc)) from None
-        if isinstance(exc, (http.client.HTTPException, ssl.SSLError)):
-            raise FetchRefused(f"image host {host!r} sent an answer that is not valid HTTP", repr(exc)) from None
-        if isinstance(exc, OSError):
-            raise FetchRefused(f"the connection to image host {host!r} failed", repr(exc)) from None
-        return False
 
 
 def _host_of(url: str) -> str:

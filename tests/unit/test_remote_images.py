@@ -261,6 +261,27 @@ def test_slow_server_refused_within_timeout(one, in_head):
     assert one.ended and one.ended[0] - started < 2.0
 
 
+def test_cancelled_fetch_closes_its_connection(one):
+    """A caller cancelled mid-fetch (its client went away) aborts the
+    download: the server sees the connection close at once, not at
+    fetch_timeout."""
+    one.routes["/slow.png"] = stall(one)
+
+    async def scenario():
+        task = asyncio.create_task(fetch_remote_image(one.url("/slow.png"), rules(fetch_timeout=5.0), PARAM))
+        await asyncio.sleep(0.3)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return time.monotonic()
+
+    cancelled = asyncio.run(scenario())
+    deadline = time.monotonic() + 4
+    while not one.ended and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert one.ended and one.ended[0] - cancelled < 1.0
+
+
 @pytest.mark.parametrize(
     "route, needle",
     [
