@@ -81,7 +81,7 @@ def parse_target(url: str) -> Target:
     except ValueError:
         raise FetchRefused("the image URL's host is not a valid host name") from None
     path = _request_target(parts.path, parts.query)
-    return Target(scheme, host, port or _DEFAULT_PORTS[scheme], path)
+    return Target(scheme, host, _DEFAULT_PORTS[scheme] if port is None else port, path)
 
 
 def _request_target(path: str, query: str) -> str:

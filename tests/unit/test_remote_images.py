@@ -309,6 +309,7 @@ def test_bad_status_or_type_refused(one, route, needle):
         ("gopher://127.0.0.1/", "only http and https"),
         ("http:///a.png", "has no host"),
         ("http://127.0.0.1:99999/a.png", "not a valid URL"),
+        ("http://127.0.0.1:0/a.png", "could not connect"),
         ("http://[::1/a.png", "not a valid URL"),
         ("http://exa mple.com/a.png", "not a valid host name"),
     ],
@@ -347,20 +348,18 @@ def test_event_loop_serves_others_during_slow_fetch(one):
                 last = now
 
         ticker = asyncio.create_task(tick())
-        slow = asyncio.create_task(fetch_remote_image(one.url("/slow.png"), rules(fetch_timeout=1.0), PARAM))
+        slow = asyncio.create_task(fetch_remote_image(one.url("/slow.png"), rules(fetch_timeout=1.5), PARAM))
         await asyncio.sleep(0.1)
-        started = time.monotonic()
         fast = await fetch_remote_image(one.url("/fast.png"), rules(), PARAM)
-        fast_seconds = time.monotonic() - started
+        slow_still_waiting = not slow.done()
         with pytest.raises(APIError):
             await slow
         ticker.cancel()
-        return gaps, fast, fast_seconds
+        return gaps, fast, slow_still_waiting
 
-    gaps, fast, fast_seconds = asyncio.run(scenario())
-    assert fast == BODY
-    assert fast_seconds < 0.8  # done while the slow one still waits
-    assert len(gaps) > 30 and max(gaps) < 0.25
+    gaps, fast, slow_still_waiting = asyncio.run(scenario())
+    assert fast == BODY and slow_still_waiting
+    assert len(gaps) > 40 and max(gaps) < 0.5  # ~150 ticks of 10 ms when nothing blocks
 
 
 @pytest.fixture(scope="module")
