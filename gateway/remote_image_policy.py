@@ -157,15 +157,17 @@ class FetchRules:
 
     def check_host(self, target: Target) -> None:
         """Refuse ``target`` unless its host matches an allowed pattern
-        (``*.example.com`` matches names below ``example.com`` only).
+        (``*.example.com`` matches names below ``example.com`` only, never
+        an IP address).
 
         Raises:
             FetchRefused: the host is not allowed.
         """
+        wildcards_apply = not _is_ip(target.host)
         for pattern in self.hosts:
             if pattern == target.host:
                 return
-            if pattern.startswith("*.") and target.host.endswith(pattern[1:]):
+            if wildcards_apply and pattern.startswith("*.") and target.host.endswith(pattern[1:]):
                 return
         raise FetchRefused(f"image host {target.host!r} is not in the server's allowed hosts")
 
@@ -193,3 +195,12 @@ class FetchRules:
         if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
             address = address.ipv4_mapped
         return any(address in network for network in self.networks)
+
+
+def _is_ip(host: str) -> bool:
+    """Whether ``host`` is an IP address rather than a name."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True

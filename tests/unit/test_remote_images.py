@@ -192,6 +192,7 @@ def test_name_resolved_once_and_checked_address_used(one, two, monkeypatch):
     assert two.seen == []
     refused(f"http://pics.test:{one.port}/a.png", rules(), "not in the server's allowed hosts")
     refused(f"http://evilpics.test:{one.port}/a.png", rules(), "not in the server's allowed hosts")
+    refused(one.url("/a.png"), rules(allowed_hosts=["*.0.0.1"]), "not in the server's allowed hosts")
 
 
 def test_idna_host_matches_normalised_pattern(one, monkeypatch):
