@@ -74,7 +74,7 @@ async def fetch_remote_image(url: str, policy: ImagesConfig, param: str) -> byte
         raise
     else:
         log.info(
-            "image fetch from %s: %d bytes in %d ms, %d redirects",
+            "image fetch from %s ok: %d bytes in %d ms, %d redirects",
             download.host,
             len(body),
             _elapsed_ms(started),
