@@ -22,6 +22,7 @@ from gateway.memory_budget import MemoryBudget
 from gateway.model_backend import ModelInfo, ModelLimits, Residency
 from gateway.model_paths import SourceOutsideRoot, check_inside_root, source_kind
 from gateway.node_link import NodeLink
+from gateway.request_images import ready_images
 from gateway.worker_handle import WorkerHandle
 from shared.config import Config, ModelConfig
 from shared.model_kind import ModelKind, wrong_kind_message
@@ -236,7 +237,9 @@ class WorkerPool:
         Raises:
             gateway.errors.APIError: 400 ``wrong_model_kind`` when the model
                 is of the other kind (an embedding model asked to generate
-                or the reverse); 503 while draining, when the model cannot
+                or the reverse); 400 for images a text model cannot read or
+                a remote image that may not be fetched
+                (:func:`gateway.request_images.ready_images`); 503 while draining, when the model cannot
                 be loaded (or not within the memory budget), or when its
                 queue is full.
         """
@@ -248,6 +251,8 @@ class WorkerPool:
         kind = self.kind(model)
         if kind is not None and (kind == "embedding") != isinstance(request, EmbedRequest):
             raise bad_request(wrong_kind_message(model, kind), param="model", code="wrong_model_kind")
+        if isinstance(request, GenerateRequest):
+            request = await ready_images(request, model, kind, self.config.images)
         await self._acquire(handle)
         return handle.submit(request, keep_alive=keep_alive)
 

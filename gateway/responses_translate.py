@@ -15,13 +15,24 @@ from msgspec import UNSET
 
 from gateway.custom_tools import custom_arguments
 from gateway.encrypted_reasoning import unseal
+from gateway.errors import bad_request
+from gateway.image_parts import DETAILS, image_from_url, image_part
 from gateway.responses_checks import THINKING_BY_EFFORT, allowed_tool_names, resolve_tool_name, tool_catalog
 from gateway.responses_format import OutputOptions, ReasoningEcho, ResponseSettings, TextEcho, TextFormatEcho
 from gateway.responses_input_checks import ROLES, item_type
 from gateway.responses_schema import ContentPartParam, InputItemParam, ResponsesRequest, ToolChoiceParam
 from gateway.responses_tools import ToolCatalog
-from gateway.validation import is_given
-from shared.protocol import ChatMessage, GenerateRequest, ResponseFormat, SamplingParams, Tool, ToolCall, ToolChoice
+from gateway.validation import is_given, not_supported
+from shared.protocol import (
+    ChatMessage,
+    GenerateRequest,
+    ImagePart,
+    ResponseFormat,
+    SamplingParams,
+    Tool,
+    ToolCall,
+    ToolChoice,
+)
 
 # --- translation ---------------------------------------------------------------------------
 
@@ -47,6 +58,34 @@ def _flatten(content: object) -> str:
     if not isinstance(content, list):
         return ""
     return "".join(_part_text(part) for part in content)
+
+
+def _message_content(content: object, path: str) -> tuple[str, list[ImagePart] | None]:
+    """A message's text and its ``input_image`` parts, each placed where it
+    stood among the text (``path``: the content's, for errors).
+
+    Raises:
+        APIError: 400 naming a bad image part (a ``file_id``, or a bad
+            ``image_url``: see :func:`gateway.image_parts.image_from_url`).
+    """
+    if not isinstance(content, list):
+        return _flatten(content), None
+    text, images = "", []
+    for index, part in enumerate(content):
+        if part.type != "input_image":
+            text += _part_text(part)
+            continue
+        where = f"{path}[{index}]"
+        if is_given(part.file_id):
+            raise not_supported(f"{where}.file_id", "an image by 'file_id' (there is no Files API; send image_url)")
+        detail = msgspec.json.decode(bytes(part.detail)) if is_given(part.detail) else None
+        if detail is not None and detail not in DETAILS:
+            raise bad_request(f"'detail' must be one of {', '.join(sorted(DETAILS))}", f"{where}.detail")
+        if not is_given(part.image_url):
+            raise bad_request(f"Missing required parameter: '{where}.image_url'", f"{where}.image_url")
+        url = msgspec.json.decode(bytes(part.image_url))  # type: ignore[arg-type]
+        images.append(image_part(image_from_url(url, f"{where}.image_url"), len(text)))
+    return text, images or None
 
 
 def _reasoning_text(item: InputItemParam) -> str:
@@ -102,8 +141,8 @@ class _History:
         self._turn: _AssistantTurn | None = None
         self._call_names: dict[str, str] = {}
 
-    def add(self, item: InputItemParam) -> None:
-        """Take the next input item."""
+    def add(self, item: InputItemParam, index: int) -> None:
+        """Take the next input item (``index``: its place in ``input``)."""
         kind = item_type(item)
         if kind == "additional_tools":
             return  # its tools joined the request's tools
@@ -118,7 +157,8 @@ class _History:
         else:
             self._flush()
             role = ROLES[item.role]  # type: ignore[index]
-            self.messages.append(ChatMessage(role=role, content=_flatten(item.content)))
+            text, images = _message_content(item.content, f"input[{index}].content")
+            self.messages.append(ChatMessage(role=role, content=text, images=images))
 
     def finish(self) -> list[ChatMessage]:
         """All messages, the last assistant turn included."""
@@ -175,8 +215,8 @@ def _messages(req: ResponsesRequest) -> list[ChatMessage]:
         messages = [ChatMessage(role="user", content=req.input)]
     else:
         history = _History(tool_catalog(req))
-        for item in req.input:
-            history.add(item)
+        for index, item in enumerate(req.input):
+            history.add(item, index)
         messages = history.finish()
     if req.instructions is None:
         return messages
