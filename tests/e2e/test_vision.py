@@ -122,7 +122,10 @@ def test_openai_chat_streamed_and_not(client):
 def test_responses_input_image(client):
     """Responses ``input_image``, streamed and not, answers as chat does."""
     want, _ = _chat(client, RED)
-    content = [{"type": "input_text", "text": "Hi"}, {"type": "input_image", "image_url": _data_url(RED), "detail": "auto"}]
+    content = [
+        {"type": "input_text", "text": "Hi"},
+        {"type": "input_image", "image_url": _data_url(RED), "detail": "auto"},
+    ]
     kwargs = dict(model=VLM, input=[{"role": "user", "content": content}], max_output_tokens=TOKENS, temperature=0)
     assert client.responses.create(**kwargs).output_text == want
     text = ""
@@ -171,7 +174,9 @@ def test_anthropic_image_blocks_and_tool_results(claude):
 def test_image_and_text_requests_batch(server, client):
     """Image requests and a text request sent together all answer as they
     do alone, and the engine ran them in one batch."""
-    text_kwargs = dict(model=VLM, messages=[{"role": "user", "content": "Hello there"}], max_tokens=TOKENS, temperature=0)
+    text_kwargs = dict(
+        model=VLM, messages=[{"role": "user", "content": "Hello there"}], max_tokens=TOKENS, temperature=0
+    )
     alone = [_chat(client, RED)[0], _chat(client, BLUE, media="image/jpeg")[0]]
     alone_text = client.chat.completions.create(**text_kwargs).choices[0].message.content
     before = settled_stats(server, VLM)
@@ -194,7 +199,11 @@ def _post(server, path: str, body: dict) -> httpx.Response:
 def _openai_body(model: str, url: str, count: int = 1) -> dict:
     """A chat body with ``count`` copies of the image at ``url``."""
     parts = [{"type": "image_url", "image_url": {"url": url}}] * count
-    return {"model": model, "messages": [{"role": "user", "content": [*parts, {"type": "text", "text": "Hi"}]}], "max_tokens": 2}
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": [*parts, {"type": "text", "text": "Hi"}]}],
+        "max_tokens": 2,
+    }
 
 
 @pytest.mark.parametrize(
