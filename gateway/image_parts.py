@@ -95,6 +95,16 @@ def _decoded(data: Any, param: str) -> bytes:
         raise _invalid("the image's data is not valid base64", param) from None
 
 
+def image_from_base64(data: Any, param: str) -> bytes:
+    """The bytes of an image given as bare base64 (Ollama's ``images``).
+
+    Raises:
+        APIError: 400 for data that is not valid, non-empty base64 or is too
+            large (see :data:`MAX_IMAGE_BYTES`).
+    """
+    return _decoded(data, param)
+
+
 def _media_type(value: str, param: str) -> str:
     """``value`` lower-cased when it is an accepted image media type.
 

@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from gateway.errors import bad_request
+from gateway.image_parts import image_from_base64, image_part
 from gateway.ollama_schema import (
     NO_VISION,
     REFUSED,
@@ -220,14 +221,16 @@ def chat_messages(messages: list[OllamaMessage]) -> list[ChatMessage]:
     unanswered call).
 
     Raises:
-        APIError: 400 for images, or tool calls on a turn that is not the
-        assistant's.
+        APIError: 400 for images that are not base64, or tool calls on a
+        turn that is not the assistant's.
     """
     unanswered: list[ToolCall] = []
     out = []
     for i, m in enumerate(messages):
-        if m.images:
-            raise bad_request(NO_VISION, f"messages[{i}].images")
+        images = [
+            image_part(image_from_base64(data, f"messages[{i}].images[{j}]"), 0)
+            for j, data in enumerate(m.images or ())
+        ]
         calls = None
         if m.tool_calls:
             if m.role != "assistant":
@@ -256,6 +259,7 @@ def chat_messages(messages: list[OllamaMessage]) -> list[ChatMessage]:
                 tool_calls=calls,
                 tool_call_id=call_id,
                 reasoning=m.thinking,
+                images=images or None,
             )
         )
     return out

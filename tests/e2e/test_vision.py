@@ -280,3 +280,18 @@ def test_remote_urls_are_refused_by_default(server):
         assert "remote_fetch is off" in error["message"], path
         if path != "/v1/messages":
             assert error["param"] == param, path
+
+
+def test_ollama_chat_images(server):
+    """Ollama's ``messages[].images`` (bare base64) reach a vision model:
+    the image's tokens are in the prompt count."""
+
+    def chat(images: list[str]) -> dict:
+        message = {"role": "user", "content": "Hi", "images": images}
+        body = {"model": VLM, "messages": [message], "stream": False, "options": {"num_predict": 2, "temperature": 0}}
+        response = httpx.post(f"{server.url}/api/chat", json=body, headers=server.headers, timeout=120)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    with_image = chat([base64.b64encode(RED).decode()])
+    assert with_image["prompt_eval_count"] >= chat([])["prompt_eval_count"] + 4
