@@ -144,7 +144,8 @@ def _joined(items: list[tuple[Any, str]], images: str) -> tuple[str, list[ImageP
         if text and not (isinstance(block, TextBlock) and isinstance(previous, TextBlock)):
             text += "\n"
         if isinstance(block, ImageBlock) and images == "vision":
-            pictures.append(image_part(anthropic_image_source(block.source, f"{path}.source"), len(text)))
+            source = anthropic_image_source(block.source, f"{path}.source")
+            pictures.append(image_part(source, len(text), f"{path}.source"))
         else:
             text += _block_text(block, images, path)
         previous = block

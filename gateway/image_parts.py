@@ -52,18 +52,19 @@ class RemoteImage:
     param: str
 
 
-def image_part(source: bytes | RemoteImage, offset: int) -> ImagePart:
+def image_part(source: bytes | RemoteImage, offset: int, param: str = "") -> ImagePart:
     """The wire part for an image at character ``offset`` of its turn's
-    text: its bytes with their digest, or a placeholder for a remote one."""
+    text, from request part ``param``: its bytes with their digest, or a
+    placeholder for a remote one (which carries its own param)."""
     if isinstance(source, RemoteImage):
         return remote_part(source, offset)
-    return ImagePart(data=source, sha256=hashlib.sha256(source).hexdigest(), offset=offset)
+    return ImagePart(data=source, sha256=hashlib.sha256(source).hexdigest(), offset=offset, param=param)
 
 
 def remote_part(image: RemoteImage, offset: int) -> ImagePart:
     """A placeholder part for a remote image: the URL in ``data`` and the
     param after :data:`REMOTE` in ``sha256``."""
-    return ImagePart(data=image.url.encode(), sha256=REMOTE + image.param, offset=offset)
+    return ImagePart(data=image.url.encode(), sha256=REMOTE + image.param, offset=offset, param=image.param)
 
 
 def remote_of(part: ImagePart) -> RemoteImage | None:

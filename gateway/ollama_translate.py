@@ -228,7 +228,7 @@ def chat_messages(messages: list[OllamaMessage]) -> list[ChatMessage]:
     out = []
     for i, m in enumerate(messages):
         images = [
-            image_part(image_from_base64(data, f"messages[{i}].images[{j}]"), 0)
+            image_part(image_from_base64(data, f"messages[{i}].images[{j}]"), 0, f"messages[{i}].images[{j}]")
             for j, data in enumerate(m.images or ())
         ]
         calls = None

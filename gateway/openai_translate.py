@@ -93,7 +93,8 @@ def _flatten(content: str | list[ContentPart] | None, path: str) -> tuple[str, l
     for index, part in enumerate(content):
         if part.type == "image_url":
             value = msgspec.json.decode(bytes(part.image_url))
-            images.append(image_part(openai_image_part(value, f"{path}.content[{index}].image_url"), len(text)))
+            where = f"{path}.content[{index}].image_url"
+            images.append(image_part(openai_image_part(value, where), len(text), f"{where}.url"))
         else:
             text += part.text or part.refusal or ""
     return text, images or None

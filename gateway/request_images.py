@@ -51,7 +51,7 @@ async def ready_images(
         for part in message.images or ():
             remote = remote_of(part)
             if remote is not None:
-                part = image_part(await fetch_remote_image(remote.url, policy, remote.param), part.offset)
+                part = image_part(await fetch_remote_image(remote.url, policy, remote.param), part.offset, remote.param)
             parts.append(part)
         messages.append(msgspec.structs.replace(message, images=parts) if message.images else message)
     return msgspec.structs.replace(request, messages=messages)

@@ -84,7 +84,7 @@ def _message_content(content: object, path: str) -> tuple[str, list[ImagePart] |
         if not is_given(part.image_url):
             raise bad_request(f"Missing required parameter: '{where}.image_url'", f"{where}.image_url")
         url = msgspec.json.decode(bytes(part.image_url))  # type: ignore[arg-type]
-        images.append(image_part(image_from_url(url, f"{where}.image_url"), len(text)))
+        images.append(image_part(image_from_url(url, f"{where}.image_url"), len(text), f"{where}.image_url"))
     return text, images or None
 
 

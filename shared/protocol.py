@@ -140,11 +140,14 @@ class ImagePart(msgspec.Struct, frozen=True, kw_only=True):
     (computed by the gateway; the worker checks it and keys its prefix
     cache on it, so a repeated image is recognised by content), and
     ``offset`` the character position in the turn's ``content`` where the
-    image stands (0: before the text; ``len(content)``: after it)."""
+    image stands (0: before the text; ``len(content)``: after it), and
+    ``param`` the request part it came from in the client's protocol (e.g.
+    ``messages[0].content[1].image_url.url``), which a refusal names."""
 
     data: bytes
     sha256: str
     offset: int = 0
+    param: str = ""
 
 
 class ChatMessage(msgspec.Struct, frozen=True, kw_only=True):

@@ -319,7 +319,11 @@ class PromptBuilder:
             raise PromptError("invalid_request", no_vision_message(None), "messages")
         try:
             keys, vision = self.images.prepare(ids, [(part.data, part.sha256) for part in images])
-        except (ImageError, ValueError) as exc:
+        except ImageError as exc:
+            at = images[exc.index].param if exc.index is not None else ""
+            message = f"{at}: {exc}" if at else str(exc)
+            raise PromptError("invalid_request", message, at or "messages") from None
+        except ValueError as exc:
             raise PromptError("invalid_request", str(exc), "messages") from None
         return keys, text, vision
 

@@ -223,6 +223,7 @@ def test_bad_images_are_400s_and_the_worker_keeps_serving(server, client, url, w
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert error["type"] == "invalid_request_error" and words in error["message"]
+    assert error["param"] == "messages[0].content[0].image_url.url"
     assert _chat(client, RED)[0]
 
 
@@ -235,7 +236,7 @@ def test_too_many_images_and_anthropic_shape(server):
     response = _post(server, "/v1/messages", body)
     assert response.status_code == 400
     assert response.json()["type"] == "error" and response.json()["error"]["type"] == "invalid_request_error"
-    assert "image 0" in response.json()["error"]["message"]
+    assert response.json()["error"]["message"].startswith("messages[0].content[0].source: image 0")
 
 
 def _image_bodies(model: str, url: str) -> list[tuple[str, dict, str]]:
