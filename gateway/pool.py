@@ -219,14 +219,18 @@ class WorkerPool:
         return infos
 
     def kind(self, model: str) -> ModelKind | None:
-        """Whether canonical ``model`` generates or embeds, from its config
-        or its local files (None when unknown before its worker loads it,
-        e.g. a Hugging Face repo id; its worker then refuses the wrong
-        requests itself). Cached until the next reload."""
+        """Whether canonical ``model`` generates (text, or also images) or
+        embeds, from its config or its local files, else ``vision`` when
+        its worker reported so at load (None when unknown,
+        e.g. a Hugging Face repo id not in the local cache; its worker then
+        refuses the wrong requests itself). Cached until the next reload."""
         if model not in self._kinds:
             config = self.handles[model].model
             self._kinds[model] = source_kind(config.source, config.kind)
-        return self._kinds[model]
+        kind = self._kinds[model]
+        if kind is None and self.handles[model].status.vision:
+            return "vision"
+        return kind
 
     async def submit(
         self, model: str, request: GenerateRequest | EmbedRequest, keep_alive: float | None = None
