@@ -61,3 +61,20 @@ def test_tiny_vlm_generates_from_an_image(tiny_vlm):
     assert first.generation_tokens == 6
     assert first.token_ids == again.token_ids
     assert first.logprobs.tolist() != other.logprobs.tolist()
+
+
+def test_kind_and_unsupported_families(tiny_vlm_path, tmp_path):
+    """The tiny VLM's kind is ``vision`` (and a configured kind wins); a
+    vision model of a family mlxd does not serve is refused at load, naming
+    the family."""
+    import json
+
+    from shared.model_kind import model_kind
+    from worker.loader import ModelLoadError
+    from worker.vision_model import load_vision_model
+
+    assert model_kind(tiny_vlm_path) == "vision"
+    assert model_kind(tiny_vlm_path, "generate") == "generate"
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llava", "vision_config": {}}))
+    with pytest.raises(ModelLoadError, match="vision model type 'llava' is not supported"):
+        load_vision_model(str(tmp_path))

@@ -35,17 +35,13 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from worker.loader import (
-    _FLOAT_DTYPES,
     DTYPES,
     LoadedModel,
     ModelLoadError,
-    _dominant_dtype,
-    _is_quantized,
-    _one_line,
-    _target_dtype,
+    cast_weights,
     context_length_of,
-    dequantize_model,
     directory_fingerprint,
+    one_line,
     resolve_source,
 )
 
@@ -124,25 +120,23 @@ def load_vision_model(source: str, *, dtype: str = "auto") -> tuple[LoadedModel,
         raise ModelLoadError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
     path = resolve_source(source)
     try:
-        from mlx_lm.utils import load_tokenizer
-        from mlx_vlm import load as vlm_load
-
-        vlm, processor = vlm_load(str(path), lazy=True, trust_remote_code=False)
-    except Exception as exc:
-        raise ModelLoadError(f"model source {source!r}: mlx-vlm cannot load {path}: {_one_line(exc)}") from exc
-    raw = json.loads((path / "config.json").read_text(encoding="utf-8"))
+        raw = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"model source {source!r}: no readable config.json in {path}: {one_line(exc)}") from exc
     family = str(raw.get("model_type", ""))
     if family not in FAMILIES:
         raise ModelLoadError(
             f"model source {source!r}: vision model type {family!r} is not supported "
             f"(supported: {', '.join(sorted(FAMILIES))})"
         )
-    effective = _target_dtype(dtype)
-    if effective != "quantized":
-        dequantize_model(vlm, _FLOAT_DTYPES[effective])
-    mx.eval(vlm.parameters())
-    if effective == "quantized" and not _is_quantized(vlm):
-        effective = _dominant_dtype(vlm)
+    try:
+        from mlx_lm.utils import load_tokenizer
+        from mlx_vlm import load as vlm_load
+
+        vlm, processor = vlm_load(str(path), lazy=True, trust_remote_code=False)
+    except Exception as exc:
+        raise ModelLoadError(f"model source {source!r}: mlx-vlm cannot load {path}: {one_line(exc)}") from exc
+    effective = cast_weights(vlm, dtype)
     eos = raw.get("eos_token_id", (raw.get("text_config") or {}).get("eos_token_id"))
     eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
     tokenizer = load_tokenizer(path, eos_token_ids=eos_ids or None)
