@@ -22,6 +22,11 @@ from shared.config import ImagesConfig
 from shared.model_kind import ModelKind, no_vision_message
 from shared.protocol import ChatMessage, GenerateRequest
 
+MAX_REQUEST_IMAGE_BYTES = 48 * 1024 * 1024
+"""The most image bytes one request may carry to its worker, in all: under
+the wire's frame cap (:data:`shared.codec.MAX_FRAME_BYTES`), which fetched
+remote images could otherwise exceed."""
+
 
 def has_images(request: GenerateRequest) -> bool:
     """Whether any message of ``request`` carries an image."""
@@ -39,19 +44,28 @@ async def ready_images(
     Raises:
         APIError: 400 when ``model`` is known to take no images, or (code
             ``invalid_image``, naming the part) when a remote image may not
-            be fetched or its fetch fails.
+            be fetched or its fetch fails, or the images add up to more
+            than :data:`MAX_REQUEST_IMAGE_BYTES`.
     """
     if not has_images(request):
         return request
     if kind is not None and kind != "vision":
         raise bad_request(no_vision_message(model), param="messages", code="model_has_no_vision")
     messages: list[ChatMessage] = []
+    total = 0
     for message in request.messages or ():
         parts = []
         for part in message.images or ():
             remote = remote_of(part)
             if remote is not None:
                 part = image_part(await fetch_remote_image(remote.url, policy, remote.param), part.offset, remote.param)
+            total += len(part.data)
+            if total > MAX_REQUEST_IMAGE_BYTES:
+                raise bad_request(
+                    f"the request's images are larger than {MAX_REQUEST_IMAGE_BYTES} bytes in all",
+                    param=part.param or "messages",
+                    code="invalid_image",
+                )
             parts.append(part)
         messages.append(msgspec.structs.replace(message, images=parts) if message.images else message)
     return msgspec.structs.replace(request, messages=messages)

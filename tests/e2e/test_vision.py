@@ -117,6 +117,14 @@ def test_openai_chat_streamed_and_not(client):
     streamed, usage = _chat(client, RED, stream=True)
     assert streamed == red
     assert usage.prompt_tokens_details.cached_tokens > 0  # the image came from the cache
+    content = [
+        {"type": "text", "text": "Hi"},
+        {"type": "image_url", "image_url": {"url": _data_url(BLUE, "image/jpeg")}},
+    ]
+    two = client.chat.completions.create(
+        model=VLM, messages=[{"role": "user", "content": content}], max_tokens=TOKENS, temperature=0, n=2
+    )
+    assert [choice.message.content for choice in two.choices] == [blue, blue]
 
 
 def test_responses_input_image(client):

@@ -60,3 +60,17 @@ def test_a_repo_ids_kind_comes_from_its_worker(tmp_path):
     )
     assert pool.kind("hub") == "vision"
     assert {info.name: info.kind for info in pool.models()} == {"hub": "vision", "vlm": "vision"}
+
+
+def test_images_in_all_stay_under_the_frame_cap():
+    """Images adding up to more than the per-request total are a 400
+    naming the part that crosses it (the wire frame would be refused)."""
+    from gateway.request_images import MAX_REQUEST_IMAGE_BYTES
+    from shared.codec import MAX_FRAME_BYTES
+
+    assert MAX_REQUEST_IMAGE_BYTES < MAX_FRAME_BYTES
+    big = b"\0" * (MAX_REQUEST_IMAGE_BYTES // 2 + 1)
+    request = _request(image_part(big, 0, "a"), image_part(big, 0, "b"))
+    with pytest.raises(APIError) as caught:
+        asyncio.run(ready_images(request, "m", "vision", ImagesConfig()))
+    assert caught.value.param == "b" and "in all" in caught.value.message
