@@ -135,9 +135,10 @@ class _History:
     and its output a ``tool`` message like a function's.
     """
 
-    def __init__(self, tools: ToolCatalog) -> None:
+    def __init__(self, tools: ToolCatalog, vision: bool = False) -> None:
         self.messages: list[ChatMessage] = []
         self._tools = tools
+        self._vision = vision
         self._turn: _AssistantTurn | None = None
         self._call_names: dict[str, str] = {}
 
@@ -151,7 +152,7 @@ class _History:
         elif kind in ("function_call", "custom_tool_call"):
             self._function_call(item)
         elif kind in ("function_call_output", "custom_tool_call_output"):
-            self._tool_output(item)
+            self._tool_output(item, index)
         elif item.role == "assistant":
             self._current_turn(new_if_started=True).content = _flatten(item.content)
         else:
@@ -181,9 +182,10 @@ class _History:
         self._call_names[call.id] = call.name
         self._current_turn(new_if_started=False).calls.append(call)
 
-    def _tool_output(self, item: InputItemParam) -> None:
+    def _tool_output(self, item: InputItemParam, index: int) -> None:
         """A function call output becomes a ``tool`` message (ending any
-        assistant turn)."""
+        assistant turn); its images reach a vision model as images, other
+        models see :data:`MEDIA_PLACEHOLDER`."""
         self._flush()
         call_id = item.call_id or ""
         namespace = item.namespace if isinstance(item.namespace, str) else None
@@ -191,7 +193,10 @@ class _History:
         if name is not None:
             name = self._tools.model_name(name, namespace)
         name = name or self._call_names.get(call_id)
-        self.messages.append(ChatMessage(role="tool", content=_flatten(item.output), tool_call_id=call_id, name=name))
+        text, images = (
+            _message_content(item.output, f"input[{index}].output") if self._vision else (_flatten(item.output), None)
+        )
+        self.messages.append(ChatMessage(role="tool", content=text, tool_call_id=call_id, name=name, images=images))
 
     def _current_turn(self, *, new_if_started: bool) -> _AssistantTurn:
         """The current assistant turn; a new one if there is none, or if
@@ -209,12 +214,13 @@ class _History:
             self._turn = None
 
 
-def _messages(req: ResponsesRequest) -> list[ChatMessage]:
-    """``instructions`` and ``input`` as chat messages."""
+def _messages(req: ResponsesRequest, vision: bool) -> list[ChatMessage]:
+    """``instructions`` and ``input`` as chat messages (``vision``: the
+    model takes images, also those of tool outputs)."""
     if isinstance(req.input, str):
         messages = [ChatMessage(role="user", content=req.input)]
     else:
-        history = _History(tool_catalog(req))
+        history = _History(tool_catalog(req), vision)
         for index, item in enumerate(req.input):
             history.add(item, index)
         messages = history.finish()
@@ -272,10 +278,15 @@ def _thinking(req: ResponsesRequest) -> bool | None:
     return None if effort is None else THINKING_BY_EFFORT[effort]
 
 
-def to_generate_request(req: ResponsesRequest, request_id: str) -> GenerateRequest:
+def to_generate_request(req: ResponsesRequest, request_id: str, vision: bool = False) -> GenerateRequest:
     """Translate a validated request into the worker's ``GenerateRequest``
     (one choice; ``max_tokens`` None when ``max_output_tokens`` is unset;
-    ``timeout`` left for the backend)."""
+    ``timeout`` left for the backend). ``vision``: the model takes images,
+    so those of tool outputs go to it as images (else placeholders).
+
+    Raises:
+        APIError: 400 naming a bad ``input_image``.
+    """
     tools = tool_catalog(req)
     choice, choice_name = _tool_choice(req, tools)
     return GenerateRequest(
@@ -287,7 +298,7 @@ def to_generate_request(req: ResponsesRequest, request_id: str) -> GenerateReque
             logprobs=_logprobs(req),
             top_logprobs=(req.top_logprobs or 0) if _logprobs(req) else 0,
         ),
-        messages=_messages(req),
+        messages=_messages(req, vision),
         n=1,
         tools=_tools(req, tools),
         tool_choice=choice,

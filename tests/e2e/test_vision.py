@@ -143,6 +143,24 @@ def test_responses_input_image(client):
     assert text == want
 
 
+def test_responses_tool_output_images_reach_a_vision_model(client):
+    """An ``input_image`` in a function call's output (Codex's view_image)
+    is an image for the vision model: each one adds its tokens."""
+
+    def prompt_tokens(images: list[bytes]) -> int:
+        output = [{"type": "input_image", "image_url": _data_url(i)} for i in images]
+        items = [
+            {"role": "user", "content": "Look"},
+            {"type": "function_call", "call_id": "c1", "name": "view_image", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": output},
+        ]
+        tools = [{"type": "function", "name": "view_image", "parameters": {"type": "object", "properties": {}}}]
+        answer = client.responses.create(model=VLM, input=items, tools=tools, max_output_tokens=1, temperature=0)
+        return answer.usage.input_tokens
+
+    assert prompt_tokens([RED, RED]) - prompt_tokens([RED]) >= 4
+
+
 def _image_block(blob: bytes, media: str = "image/png") -> dict:
     """An Anthropic base64 image block."""
     return {"type": "image", "source": {"type": "base64", "media_type": media, "data": base64.b64encode(blob).decode()}}
