@@ -50,16 +50,30 @@ FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl"})
 ``get_rope_index`` and explicit ``position_ids``)."""
 
 
+class _Positions:
+    """Per-sequence position deltas, kept off the module's parameter tree
+    (an ``nn.Module`` would register a dict or array attribute as a
+    parameter): ``deltas`` by engine uid (absent: 0) and ``rows``, the
+    deltas of the rows of the next forward passes (None: all 0)."""
+
+    def __init__(self) -> None:
+        self.deltas: dict[int, int] = {}
+        self.rows: mx.array | None = None
+
+
 class VisionLanguageModel(nn.Module):
     """An mlx-vlm model seen as a text language model by mlx-lm's batch
-    engine (see the module docstring). ``vlm`` is mlx-vlm's model;
-    ``deltas`` maps an engine uid to its position delta (absent: 0)."""
+    engine (see the module docstring). ``vlm`` is mlx-vlm's model."""
 
     def __init__(self, vlm: nn.Module) -> None:
         super().__init__()
         self.vlm = vlm
-        self.deltas: dict[int, int] = {}
-        self._rows: mx.array | None = None
+        self._positions = _Positions()
+
+    @property
+    def deltas(self) -> dict[int, int]:
+        """Each engine uid's position delta (absent: 0); the engine writes it."""
+        return self._positions.deltas
 
     @property
     def layers(self) -> list[Any]:
@@ -68,21 +82,30 @@ class VisionLanguageModel(nn.Module):
 
     def bind_rows(self, uids: list[int]) -> None:
         """The next forward passes hold the sequences ``uids``, row by row."""
-        deltas = [self.deltas.get(uid, 0) for uid in uids]
-        self._rows = mx.array(deltas, dtype=mx.int32) if any(deltas) else None
+        deltas = [self._positions.deltas.get(uid, 0) for uid in uids]
+        self._positions.rows = mx.array(deltas, dtype=mx.int32) if any(deltas) else None
 
     def __call__(self, inputs: mx.array, cache: list[Any] | None = None) -> mx.array:
         """The logits of ``inputs`` (``[batch, length]`` token ids, never an
         image token) at their positions: each row's cache offset, plus its
-        bound delta, onward."""
+        bound delta, onward.
+
+        Raises:
+            RuntimeError: deltas are bound for another number of rows (an
+                engine bug; the scheduler thread then dies, failing every
+                request, rather than answer from wrong positions).
+        """
         batch, length = inputs.shape
         offset = cache[0].offset if cache else 0
         if isinstance(offset, mx.array) and offset.ndim > 0:
             start = offset[:batch].astype(mx.int32).reshape(-1, 1)
         else:
             start = mx.full((batch, 1), int(offset), dtype=mx.int32)
-        if self._rows is not None and self._rows.shape[0] == batch:
-            start = start + self._rows.reshape(-1, 1)
+        rows = self._positions.rows
+        if rows is not None:
+            if rows.shape[0] != batch:  # a forward pass the engine did not bind: positions would be wrong
+                raise RuntimeError(f"position deltas bound for {rows.shape[0]} rows, the batch has {batch}")
+            start = start + rows.reshape(-1, 1)
         positions = start + mx.arange(length, dtype=mx.int32)[None]
         positions = mx.broadcast_to(positions[None], (3, batch, length))
         return self.vlm.language_model(inputs, cache=cache, position_ids=positions).logits

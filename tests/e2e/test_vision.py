@@ -238,7 +238,8 @@ def _openai_body(model: str, url: str, count: int = 1) -> dict:
         (_data_url(RED[: len(RED) // 2]), "image 0 is truncated or corrupt"),
         (_data_url(b"GIF89a not really an image at all"), "image 0 is not a PNG, JPEG, GIF or WebP"),
         (_data_url(b"plain text, not an image"), "image 0 is not a PNG, JPEG, GIF or WebP"),
-        (_data_url(_bomb_png()), "image 0"),
+        (_data_url(_bomb_png()), "a decompression bomb"),
+        (_data_url(_bomb_png(7000)), "image 0 is 7000x7000 pixels"),
         (_data_url(_image((1, 2, 3), size=(9000, 1))), "image 0 is 9000x1 pixels"),
     ],
 )
