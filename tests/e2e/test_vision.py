@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures as cf
+import http.server
 import io
 import struct
+import threading
 import zlib
 
 import anthropic
@@ -323,3 +325,47 @@ def test_ollama_chat_images(server):
 
     with_image = chat([base64.b64encode(RED).decode()])
     assert with_image["prompt_eval_count"] >= chat([])["prompt_eval_count"] + 4
+
+
+class _ImageHandler(http.server.BaseHTTPRequestHandler):
+    """Serves :data:`RED` as a PNG at any path."""
+
+    def do_GET(self) -> None:  # noqa: N802 (the http.server name)
+        """Answer with the red PNG."""
+        self.send_response(200)
+        self.send_header("Content-Type", "image/png")
+        self.send_header("Content-Length", str(len(RED)))
+        self.end_headers()
+        self.wfile.write(RED)
+
+    def log_message(self, *args) -> None:
+        """Quiet."""
+
+
+def test_remote_images_fetched_when_the_config_allows(tiny_model_dir, tmp_path_factory):
+    """With [images] remote_fetch on and the loopback image server allowed,
+    an http image URL answers as the same image sent inline, on each
+    protocol's URL form; a host outside the allow-list is still a 400."""
+    images = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ImageHandler)
+    threading.Thread(target=images.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{images.server_address[1]}/red.png"
+    vlm = build_tiny_vlm(tmp_path_factory.mktemp("tiny-vlm-remote") / "m")
+    extra = '[images]\nremote_fetch = true\nallowed_hosts = ["127.0.0.1"]\nallowed_networks = ["127.0.0.0/8"]\n'
+    srv = start_server(tmp_path_factory.mktemp("vision-remote"), [{"name": VLM, "source": str(vlm)}], extra=extra)
+    try:
+        client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key=API_KEY, max_retries=0)
+        inline, _ = _chat(client, RED)
+        for path, body, _ in _image_bodies(VLM, url):
+            response = _post(srv, path, body)
+            assert response.status_code == 200, (path, response.text)
+        content = [{"type": "text", "text": "Hi"}, {"type": "image_url", "image_url": {"url": url}}]
+        remote = client.chat.completions.create(
+            model=VLM, messages=[{"role": "user", "content": content}], max_tokens=TOKENS, temperature=0
+        )
+        assert remote.choices[0].message.content == inline
+        refused = _post(srv, "/v1/chat/completions", _openai_body(VLM, url.replace("127.0.0.1", "localhost")))
+        assert refused.status_code == 400
+        assert refused.json()["error"]["param"] == "messages[0].content[0].image_url.url"
+    finally:
+        srv.stop()
+        images.shutdown()
