@@ -113,3 +113,21 @@ def test_refusals(processor, preparer):
         preparer.prepare(ids, [_part(blob[: len(blob) // 2])])
     with pytest.raises(ImageError, match="sha256 does not match"):
         preparer.prepare(ids, [(small, "0" * 64)])
+
+
+def test_a_template_that_places_no_image_is_refused(processor, preparer):
+    """A chat template that ignores image parts cannot serve images: the
+    markup cannot be read, and that is an error, not a silent default."""
+    from worker.vision_inputs import UnsupportedProcessor
+
+    class TextOnly:
+        """A tokenizer whose template renders only text parts."""
+
+        def apply_chat_template(self, messages, **_):
+            return "".join(p.get("text", "") for p in messages[0]["content"])
+
+        def encode(self, text, **_):
+            return processor.tokenizer.encode(text, add_special_tokens=False)
+
+    with pytest.raises(UnsupportedProcessor, match="does not place one image token"):
+        image_markup(TextOnly(), preparer.image_token_id)

@@ -131,8 +131,13 @@ def image_markup(tokenizer: Any, image_token_id: int) -> tuple[list[int], list[i
     """The ids the chat template puts before and after an image's token
     (Qwen-VL: ``<|vision_start|>`` and ``<|vision_end|>``), read by
     rendering a one-image user turn and a text-only one and tokenizing
-    what differs. Falls back to no surrounding ids when the template does
-    not render content-part lists or places no image token."""
+    what differs.
+
+    Raises:
+        UnsupportedProcessor: the template does not render content-part
+            lists, or does not place exactly one image token for an image
+            (the model could not be given images faithfully).
+    """
     try:
         with_image, without = (
             tokenizer.apply_chat_template(
@@ -140,8 +145,8 @@ def image_markup(tokenizer: Any, image_token_id: int) -> tuple[list[int], list[i
             )
             for content in ([{"type": "image"}, {"type": "text", "text": "."}], [{"type": "text", "text": "."}])
         )
-    except Exception:  # a template without content-part lists
-        return [], []
+    except Exception as exc:  # a template without content-part lists
+        raise UnsupportedProcessor(f"the chat template cannot render an image part: {exc}") from None
     start = 0
     while start < min(len(with_image), len(without)) and with_image[start] == without[start]:
         start += 1
@@ -150,6 +155,6 @@ def image_markup(tokenizer: Any, image_token_id: int) -> tuple[list[int], list[i
         end += 1
     ids = list(tokenizer.encode(with_image[start : len(with_image) - end], add_special_tokens=False))
     if ids.count(image_token_id) != 1:
-        return [], []
+        raise UnsupportedProcessor("the chat template does not place one image token for an image part")
     at = ids.index(image_token_id)
     return ids[:at], ids[at + 1 :]
