@@ -131,3 +131,55 @@ def test_a_template_that_places_no_image_is_refused(processor, preparer):
 
     with pytest.raises(UnsupportedProcessor, match="does not place one image token"):
         image_markup(TextOnly(), preparer.image_token_id)
+
+
+def _builder(processor, images):
+    """A prompt builder over the tiny VLM's tokenizer (``images``: its
+    preparer, or None as for a text model)."""
+    from worker.model_formats import ModelFormats
+    from worker.prompt import PromptBuilder
+
+    return PromptBuilder(
+        processor.tokenizer,
+        context_length=2048,
+        default_max_tokens=8,
+        vocab_size=len(processor.tokenizer),
+        formats=ModelFormats(None, None, None),
+        grammars=None,  # type: ignore[arg-type]  (no request here is constrained)
+        images=images,
+    )
+
+
+def _image_request(text: str, blob: bytes, offset: int):
+    """A one-turn chat request with one image at ``offset`` of ``text``."""
+    from shared.protocol import ChatMessage, GenerateRequest, ImagePart, SamplingParams
+
+    part = ImagePart(data=blob, sha256=hashlib.sha256(blob).hexdigest(), offset=offset, param="messages[0].content[1]")
+    return GenerateRequest(
+        request_id="r",
+        sampling=SamplingParams(max_tokens=4),
+        messages=[ChatMessage(role="user", content=text, images=[part])],
+    )
+
+
+def test_prompt_builder_places_images_and_text_models_refuse_them(processor, preparer):
+    """The image's tokens stand at its offset in the text, the client's
+    text stays plain text; a worker without vision refuses the request;
+    a corrupt image is refused naming its request part."""
+    from worker.prompt import PromptError
+
+    blob = _image("PNG", (64, 64), (9, 9, 9))
+    admission = _builder(processor, preparer).build(_image_request("ab<|image_pad|>", blob, 1))
+    tokenizer = processor.tokenizer
+    ids = admission.vision.model_ids
+    start = ids.index(tokenizer.convert_tokens_to_ids("<|vision_start|>"))
+    assert tokenizer.decode(ids[start - 1 : start]) == "a"
+    end = ids.index(tokenizer.convert_tokens_to_ids("<|vision_end|>"))
+    assert ids[start + 1 : end] == [preparer.image_token_id] * 4
+    assert tokenizer.decode(ids[end + 1 : end + 1 + 10]).startswith("b<|image_pad|>")  # typed text stays text
+    assert ids.count(preparer.image_token_id) == 4
+    with pytest.raises(PromptError, match="has no vision support"):
+        _builder(processor, None).build(_image_request("ab", blob, 1))
+    with pytest.raises(PromptError) as caught:
+        _builder(processor, preparer).build(_image_request("ab", blob[:50], 1))
+    assert caught.value.field == "messages[0].content[1]" and "image 0 is truncated" in caught.value.message
