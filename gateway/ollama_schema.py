@@ -32,8 +32,8 @@ from typing import Any, Literal, Union
 
 import msgspec
 
-NO_VISION = "images are read only through /api/chat (in its messages), by a vision model; remove 'images'"
-"""The 400 for a non-empty ``images`` of ``/api/generate``."""
+NO_VISION = "images cannot be combined with raw or suffix: they go into a chat turn, for a vision model"
+"""The 400 for ``images`` of a raw or fill-in-the-middle ``/api/generate``."""
 
 FROM_CONFIG = (
     "mlxd serves the models of its config file; models cannot be pulled, pushed, created, copied or deleted "

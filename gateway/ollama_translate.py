@@ -294,7 +294,8 @@ def check_generate(body: OllamaGenerateRequest) -> None:
     """Refuse the generate fields mlxd cannot honour.
 
     Raises:
-        APIError: 400 for ``images`` (no vision), ``template`` (the model's
+        APIError: 400 for ``images`` with ``raw`` or ``suffix`` (images
+        go only into a chat turn), ``template`` (the model's
         own chat template is always used), ``context`` (no token history;
         send the conversation to ``/api/chat``), ``system`` with ``raw``,
         ``suffix`` with ``raw`` or ``system`` (a fill-in-the-middle prompt
@@ -303,7 +304,7 @@ def check_generate(body: OllamaGenerateRequest) -> None:
         worker's to tell (it knows the vocabulary).
     """
     _check_common(body)
-    if body.images:
+    if body.images and (body.raw or body.suffix):
         raise bad_request(NO_VISION, "images")
     if body.template:
         raise bad_request(
@@ -337,7 +338,12 @@ def generate_request(body: OllamaGenerateRequest, request_id: str) -> GenerateRe
     """The worker request for a checked generate body with a prompt: the
     raw prompt, ``prompt`` and ``suffix`` for a fill-in-the-middle prompt,
     or ``system`` and ``prompt`` as chat turns rendered with the model's
-    template."""
+    template (``images``, base64, placed before the prompt's text: for a
+    vision model).
+
+    Raises:
+        APIError: 400 for an image that is not base64.
+    """
     common = {
         "request_id": request_id,
         "sampling": sampling(body.options, body.logprobs, body.top_logprobs),
@@ -349,7 +355,11 @@ def generate_request(body: OllamaGenerateRequest, request_id: str) -> GenerateRe
     if body.suffix:
         return GenerateRequest(prompt=body.prompt, suffix=body.suffix, **common)
     messages = [ChatMessage(role="system", content=body.system)] if body.system else []
-    messages.append(ChatMessage(role="user", content=body.prompt or ""))
+    images = [
+        image_part(image_from_base64(data, f"images[{j}]"), 0, f"images[{j}]")
+        for j, data in enumerate(body.images or ())
+    ]
+    messages.append(ChatMessage(role="user", content=body.prompt or "", images=images or None))
     return GenerateRequest(messages=messages, **common)
 
 

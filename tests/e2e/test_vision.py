@@ -312,9 +312,10 @@ def test_remote_urls_are_refused_by_default(server):
             assert error["param"] == param, path
 
 
-def test_ollama_chat_images(server):
-    """Ollama's ``messages[].images`` (bare base64) reach a vision model:
-    the image's tokens are in the prompt count."""
+def test_ollama_images(server):
+    """Ollama's ``messages[].images`` and generate's ``images`` (bare
+    base64) reach a vision model: the image's tokens are in the prompt
+    count; with ``raw`` they are refused."""
 
     def chat(images: list[str]) -> dict:
         message = {"role": "user", "content": "Hi", "images": images}
@@ -325,6 +326,15 @@ def test_ollama_chat_images(server):
 
     with_image = chat([base64.b64encode(RED).decode()])
     assert with_image["prompt_eval_count"] >= chat([])["prompt_eval_count"] + 4
+
+    def generate(images: list[str], **extra) -> httpx.Response:
+        body = {"model": VLM, "prompt": "Hi", "images": images, "stream": False, "options": {"num_predict": 2}}
+        return httpx.post(f"{server.url}/api/generate", json={**body, **extra}, headers=server.headers, timeout=120)
+
+    image = base64.b64encode(RED).decode()
+    assert generate([image]).json()["prompt_eval_count"] >= generate([]).json()["prompt_eval_count"] + 4
+    raw = generate([image], raw=True)
+    assert raw.status_code == 400 and "raw" in raw.json()["error"]
 
 
 class _ImageHandler(http.server.BaseHTTPRequestHandler):
