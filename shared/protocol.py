@@ -59,8 +59,11 @@ from typing import Any, Literal, Union
 
 import msgspec
 
-PROTOCOL_VERSION = 1
-"""Version of this wire contract (see the module docstring)."""
+PROTOCOL_VERSION = 2
+"""Version of this wire contract (see the module docstring). 2: chat
+messages carry ``images`` (:class:`ImagePart`); bumped although the field
+is appended with a default, because a worker of version 1 would decode a
+request with images and silently drop them."""
 
 FinishReason = Literal["stop", "length", "abort", "error", "tool_calls"]
 """Why a request ended: a stop token or string, the token limit, an abort
