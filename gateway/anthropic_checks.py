@@ -245,8 +245,8 @@ def _check_block(block: Any, role: str, path: str, tool_use_ids: set[str]) -> No
     tag = _tag(block)
     if tag in REFUSED_BLOCKS:
         raise not_supported(f"{path}.type", f"content block type '{tag}' ({REFUSED_BLOCKS[tag]})", "anthropic")
-    if isinstance(block, ImageBlock):
-        raise no_vision(f"{path}.type")
+    if isinstance(block, ImageBlock) and role != "user":
+        raise field_error(f"{path}.type", f"'image' blocks are not allowed in {role} turns")
     allowed = {"user": _USER_BLOCKS, "assistant": _ASSISTANT_BLOCKS, "system": (TextBlock,)}[role]
     if not isinstance(block, allowed):
         raise field_error(f"{path}.type", f"'{tag}' blocks are not allowed in {role} turns")

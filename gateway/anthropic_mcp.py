@@ -90,7 +90,7 @@ class McpRounds:
         req = decode_messages_request(self.body(round_))
         backend = backend_of(self._request)
         model = backend.resolve(req.model)
-        generate = to_generate_request(req, self.id, _images(self._request))
+        generate = to_generate_request(req, self.id, _images(self._request, model))
         generate, applied = await _edited(backend, model, generate, req)
         headers = dropped_headers(tool_set(req).dropped, self._request.url.path)
         stream = await backend.submit(model, generate)

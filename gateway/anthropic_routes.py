@@ -57,6 +57,7 @@ from gateway.request_flow import (
     next_output,
     respond_after_first_output,
 )
+from gateway.request_images import model_takes_images
 from shared.protocol import ChatMessage, GenerateRequest, RequestOutput, SamplingParams
 
 
@@ -67,9 +68,13 @@ def _json_response(body: bytes, headers: dict[str, str] | None = None) -> Respon
     )
 
 
-def _images(request: Request) -> str:
-    """``server.tool_result_images`` (``placeholder`` when the app was built
+def _images(request: Request, model: str | None = None) -> str:
+    """What an image in a tool result becomes: ``vision`` (it goes to the
+    model) when canonical ``model`` takes images, else
+    ``server.tool_result_images`` (``placeholder`` when the app was built
     without a config)."""
+    if model is not None and model_takes_images(backend_of(request), model):
+        return "vision"
     config = getattr(request.app.state, "config", None)
     return "placeholder" if config is None else config.server.tool_result_images
 
@@ -180,7 +185,7 @@ async def _submit(request: Request) -> _Job:
     req = decode_messages_request(await request.body())
     backend = backend_of(request)
     model = backend.resolve(req.model)
-    generate = to_generate_request(req, fmt.new_id("msg_"), _images(request))
+    generate = to_generate_request(req, fmt.new_id("msg_"), _images(request, model))
     generate, applied = await _edited(backend, model, generate, req)
     headers = dropped_headers(tool_set(req).dropped, request.url.path)
     stream = await backend.submit(model, generate)
@@ -226,7 +231,7 @@ async def count_tokens(request: Request) -> Response:
         req = decode_count_tokens_request(body)
         backend = backend_of(request)
         model = backend.resolve(req.model)
-        original = to_count_request(req, fmt.new_id("count_"), _images(request))
+        original = to_count_request(req, fmt.new_id("count_"), _images(request, model))
         generate, applied = await _edited(backend, model, original, req)
         before = None
         if applied:

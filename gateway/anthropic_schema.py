@@ -21,10 +21,11 @@ The decisions, in short:
   only the text reaches the model), ``document`` with a text or content
   source and ``search_result`` (rendered as text), ``tool_use``,
   ``tool_result`` (text, documents, search results, tool references;
-  images become a text placeholder or a 400, per the server key
-  ``tool_result_images``), ``thinking``, ``redacted_thinking`` (left out:
-  opaque to mlxd) and ``compaction`` (its summary text). ``image`` blocks
-  elsewhere are a 400 (no vision); server-tool, MCP and container blocks are
+  images go to a vision model, else become a text placeholder or a 400,
+  per the server key ``tool_result_images``), ``thinking``,
+  ``redacted_thinking`` (left out: opaque to mlxd) and ``compaction`` (its
+  summary text). ``image`` blocks of user turns go to the model (a 400 for
+  a model without vision); server-tool, MCP and container blocks are
   a 400 (mlxd runs no server tools). A final assistant turn of text is a
   pre-filled response.
 * ``tools``: see :mod:`gateway.anthropic_tools` (custom and
@@ -113,7 +114,9 @@ class TextBlock(msgspec.Struct, tag_field="type", tag="text", forbid_unknown_fie
 
 
 class ImageBlock(msgspec.Struct, tag_field="type", tag="image", forbid_unknown_fields=True, kw_only=True):
-    """An image: a 400 (no vision), or a placeholder inside a tool result."""
+    """An image (``source``: base64 or an http(s) URL, read by
+    :func:`gateway.image_parts.anthropic_image_source`): for a vision
+    model; otherwise a 400, or a placeholder inside a tool result."""
 
     source: dict[str, Any]
     cache_control: CacheControl | None = None

@@ -5,9 +5,12 @@ The prompt: the system text (top-level ``system`` and leading system turns)
 first, later system turns in place, user turns split into one ``tool``
 message per tool result and one ``user`` message for the rest, assistant
 turns with their reasoning and tool calls; readable blocks (documents,
-search results, tool references, compaction summaries) become text, an image
-in a tool result :data:`IMAGE_PLACEHOLDER` (or a 400, per
-``server.tool_result_images``), redacted thinking is left out. The rest:
+search results, tool references, compaction summaries) become text; a
+user turn's ``image`` blocks go to the model as images (a model without
+vision refuses them later, :mod:`gateway.request_images`), and so does an
+image in a tool result for a vision model, while for other models it
+becomes :data:`IMAGE_PLACEHOLDER` (or a 400, per
+``server.tool_result_images``); redacted thinking is left out. The rest:
 sampling, tools (:func:`gateway.anthropic_checks.tool_set`), reasoning on or
 off with a budget (``budget_tokens``, or the effort's share of
 ``max_tokens``: :data:`EFFORT_BUDGET_SHARE`), a JSON-schema response format
@@ -56,14 +59,24 @@ from gateway.anthropic_schema import (
     ToolUseBlock,
     ToolUsesTrigger,
 )
-from shared.protocol import ChatMessage, GenerateRequest, ResponseFormat, SamplingParams, ToolCall, ToolChoice
+from gateway.image_parts import anthropic_image_source, image_part
+from shared.protocol import (
+    ChatMessage,
+    GenerateRequest,
+    ImagePart,
+    ResponseFormat,
+    SamplingParams,
+    ToolCall,
+    ToolChoice,
+)
 
 TOOL_ERROR_PREFIX = "Error: "
 """What starts the content of a tool result sent with ``is_error: true``, so
 the model sees that the tool failed (the worker's tool turns carry text only)."""
 IMAGE_PLACEHOLDER = "[image omitted: this model cannot see images]"
 """What replaces an image inside a tool result when the server's
-``tool_result_images`` is ``placeholder`` (the default)."""
+``tool_result_images`` is ``placeholder`` (the default) and the model has
+no vision."""
 EFFORT_BUDGET_SHARE: dict[str, float | None] = {"low": 0.125, "medium": 0.25, "high": 0.5, "xhigh": 0.75, "max": None}
 """Reasoning budget per ``output_config.effort``, as a share of
 ``max_tokens`` (None: no cap beyond ``max_tokens``)."""
@@ -114,22 +127,29 @@ def _block_text(block: Any, images: str, path: str) -> str:
     return ""
 
 
-def _joined(items: list[tuple[Any, str]], images: str) -> str:
+def _joined(items: list[tuple[Any, str]], images: str) -> tuple[str, list[ImagePart] | None]:
     """The text of readable ``(block, path)`` items: consecutive text blocks
-    concatenated, every other block on a line of its own.
+    concatenated, every other block on a line of its own; and the images
+    that go to the model (when ``images`` is ``vision``), each placed on
+    its own line.
 
     Raises:
-        APIError: 400 for an image when ``images`` is ``refuse``.
+        APIError: 400 for an image when ``images`` is ``refuse``, or a bad
+            image source (:func:`gateway.image_parts.anthropic_image_source`).
     """
-    parts: list[str] = []
+    text = ""
+    pictures: list[ImagePart] = []
     previous: Any = None
     for block, path in items:
-        piece = _block_text(block, images, path)
-        if parts and not (isinstance(block, TextBlock) and isinstance(previous, TextBlock)):
-            piece = "\n" + piece
-        parts.append(piece)
+        if text and not (isinstance(block, TextBlock) and isinstance(previous, TextBlock)):
+            text += "\n"
+        if isinstance(block, ImageBlock) and images == "vision":
+            source = anthropic_image_source(block.source, f"{path}.source")
+            pictures.append(image_part(source, len(text), f"{path}.source"))
+        else:
+            text += _block_text(block, images, path)
         previous = block
-    return "".join(parts)
+    return text, pictures or None
 
 
 def _tool_result_message(block: ToolResultBlock, names: dict[str, str], images: str, path: str) -> ChatMessage:
@@ -139,13 +159,19 @@ def _tool_result_message(block: ToolResultBlock, names: dict[str, str], images: 
         APIError: 400 for an image when ``images`` is ``refuse``.
     """
     content = block.content
+    pictures = None
     if content is None or isinstance(content, str):
         text = content or ""
     else:
-        text = _joined([(item, f"{path}.content[{number}]") for number, item in enumerate(content)], images)
+        text, pictures = _joined([(item, f"{path}.content[{number}]") for number, item in enumerate(content)], images)
     if block.is_error:
         text = TOOL_ERROR_PREFIX + text
-    return ChatMessage(role="tool", content=text, tool_call_id=block.tool_use_id, name=names.get(block.tool_use_id))
+        if pictures:
+            shift = len(TOOL_ERROR_PREFIX)
+            pictures = [msgspec.structs.replace(p, offset=p.offset + shift) for p in pictures]
+    return ChatMessage(
+        role="tool", content=text, tool_call_id=block.tool_use_id, name=names.get(block.tool_use_id), images=pictures
+    )
 
 
 def _user_messages(message: MessageParam, names: dict[str, str], images: str, path: str) -> list[ChatMessage]:
@@ -162,7 +188,8 @@ def _user_messages(message: MessageParam, names: dict[str, str], images: str, pa
     out = [_tool_result_message(b, names, images, at) for b, at in numbered if isinstance(b, ToolResultBlock)]
     rest = [(b, at) for b, at in numbered if not isinstance(b, ToolResultBlock)]
     if rest or not out:
-        out.append(ChatMessage(role="user", content=_joined(rest, images)))
+        text, pictures = _joined(rest, "vision")  # a turn's own images always go to the model
+        out.append(ChatMessage(role="user", content=text, images=pictures))
     return out
 
 
@@ -209,8 +236,8 @@ def chat_messages(req: PromptFields, images: str = "placeholder") -> list[ChatMe
     messages in place (the worker folds them into the next user turn when the
     chat template refuses them); every other turn is translated (see
     :func:`_user_messages` and :func:`_assistant_message`). ``images``
-    (``placeholder`` or ``refuse``) decides what an image in a tool result
-    becomes.
+    (``vision``: the model takes images; else ``placeholder`` or
+    ``refuse``) decides what an image in a tool result becomes.
 
     Raises:
         APIError: 400 for an image in a tool result when ``images`` is

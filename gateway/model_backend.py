@@ -25,7 +25,8 @@ class ModelInfo:
     sets none; None until the worker has loaded the model.
     ``context_length`` is the model's context in tokens (None until its
     worker has loaded it once); ``source`` its configured ``source``;
-    ``kind`` ``generation`` or ``embedding`` (None: not known yet).
+    ``kind`` ``generate``, ``vision`` (takes images) or ``embedding``
+    (None: not known yet).
     """
 
     name: str

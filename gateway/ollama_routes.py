@@ -435,6 +435,8 @@ async def show(request: Request) -> Response:
             capabilities.append("tools")
         if "think" in template:
             capabilities.append("thinking")
+        if info.kind == "vision":
+            capabilities.append("vision")
     return JSONResponse(
         {
             "modelfile": f"# mlxd serves this model from its config: source = {info.source}\n",

@@ -32,8 +32,8 @@ from typing import Any, Literal, Union
 
 import msgspec
 
-NO_VISION = "this model has no vision support: mlxd cannot read images yet (remove 'images')"
-"""The 400 for any non-empty ``images``."""
+NO_VISION = "images cannot be combined with raw or suffix: they go into a chat turn, for a vision model"
+"""The 400 for ``images`` of a raw or fill-in-the-middle ``/api/generate``."""
 
 FROM_CONFIG = (
     "mlxd serves the models of its config file; models cannot be pulled, pushed, created, copied or deleted "
@@ -137,7 +137,8 @@ class OllamaToolCall(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 class OllamaMessage(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """One chat turn: ``thinking`` is earlier reasoning of an assistant
     turn; a ``tool`` turn names its tool with ``tool_name`` (and may name
-    the call with ``tool_call_id``); ``images`` is refused when non-empty."""
+    the call with ``tool_call_id``); ``images`` (base64) go to a vision
+    model, placed before the turn's text."""
 
     role: Literal["system", "user", "assistant", "tool"]
     content: str | None = None

@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from gateway.errors import bad_request
+from gateway.image_parts import image_from_base64, image_part
 from gateway.ollama_schema import (
     NO_VISION,
     REFUSED,
@@ -220,14 +221,16 @@ def chat_messages(messages: list[OllamaMessage]) -> list[ChatMessage]:
     unanswered call).
 
     Raises:
-        APIError: 400 for images, or tool calls on a turn that is not the
-        assistant's.
+        APIError: 400 for images that are not base64, or tool calls on a
+        turn that is not the assistant's.
     """
     unanswered: list[ToolCall] = []
     out = []
     for i, m in enumerate(messages):
-        if m.images:
-            raise bad_request(NO_VISION, f"messages[{i}].images")
+        images = [
+            image_part(image_from_base64(data, f"messages[{i}].images[{j}]"), 0, f"messages[{i}].images[{j}]")
+            for j, data in enumerate(m.images or ())
+        ]
         calls = None
         if m.tool_calls:
             if m.role != "assistant":
@@ -256,6 +259,7 @@ def chat_messages(messages: list[OllamaMessage]) -> list[ChatMessage]:
                 tool_calls=calls,
                 tool_call_id=call_id,
                 reasoning=m.thinking,
+                images=images or None,
             )
         )
     return out
@@ -290,7 +294,8 @@ def check_generate(body: OllamaGenerateRequest) -> None:
     """Refuse the generate fields mlxd cannot honour.
 
     Raises:
-        APIError: 400 for ``images`` (no vision), ``template`` (the model's
+        APIError: 400 for ``images`` with ``raw`` or ``suffix`` (images
+        go only into a chat turn), ``template`` (the model's
         own chat template is always used), ``context`` (no token history;
         send the conversation to ``/api/chat``), ``system`` with ``raw``,
         ``suffix`` with ``raw`` or ``system`` (a fill-in-the-middle prompt
@@ -299,7 +304,7 @@ def check_generate(body: OllamaGenerateRequest) -> None:
         worker's to tell (it knows the vocabulary).
     """
     _check_common(body)
-    if body.images:
+    if body.images and (body.raw or body.suffix):
         raise bad_request(NO_VISION, "images")
     if body.template:
         raise bad_request(
@@ -333,7 +338,12 @@ def generate_request(body: OllamaGenerateRequest, request_id: str) -> GenerateRe
     """The worker request for a checked generate body with a prompt: the
     raw prompt, ``prompt`` and ``suffix`` for a fill-in-the-middle prompt,
     or ``system`` and ``prompt`` as chat turns rendered with the model's
-    template."""
+    template (``images``, base64, placed before the prompt's text: for a
+    vision model).
+
+    Raises:
+        APIError: 400 for an image that is not base64.
+    """
     common = {
         "request_id": request_id,
         "sampling": sampling(body.options, body.logprobs, body.top_logprobs),
@@ -345,7 +355,11 @@ def generate_request(body: OllamaGenerateRequest, request_id: str) -> GenerateRe
     if body.suffix:
         return GenerateRequest(prompt=body.prompt, suffix=body.suffix, **common)
     messages = [ChatMessage(role="system", content=body.system)] if body.system else []
-    messages.append(ChatMessage(role="user", content=body.prompt or ""))
+    images = [
+        image_part(image_from_base64(data, f"images[{j}]"), 0, f"images[{j}]")
+        for j, data in enumerate(body.images or ())
+    ]
+    messages.append(ChatMessage(role="user", content=body.prompt or "", images=images or None))
     return GenerateRequest(messages=messages, **common)
 
 

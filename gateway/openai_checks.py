@@ -334,7 +334,7 @@ def _check_message(message: ChatMessageParam, path: str) -> None:
     if message.content is None and message.role != "assistant":
         raise bad_request(f"'content' is required for role '{message.role}'", f"{path}.content")
     if isinstance(message.content, list):
-        kinds = ("text", "refusal") if message.role == "assistant" else ("text",)
+        kinds = {"assistant": ("text", "refusal"), "user": ("text", "image_url")}.get(message.role, ("text",))
         for index, part in enumerate(message.content):
             _check_part(part, f"{path}.content[{index}]", kinds)
 
@@ -374,22 +374,29 @@ def _check_reasoning(message: ChatMessageParam, path: str) -> None:
 _PART_FIELDS = {
     "text": ("text", "prompt_cache_breakpoint", "cache_control"),
     "refusal": ("refusal",),
+    "image_url": ("image_url", "cache_control"),
 }
 """The part types mlxd reads and the fields each may carry (the first is
 required)."""
 
 
 def _check_part(part: ContentPart, path: str, kinds: tuple[str, ...]) -> None:
-    """Accept a part of one of ``kinds`` (``text``, ``refusal``) with its
-    text and only its own fields; other OpenAI types (images, audio,
-    files) are refused as not supported.
+    """Accept a part of one of ``kinds`` (``text``, ``refusal``,
+    ``image_url``: user messages only; its value is checked when it is
+    translated, :mod:`gateway.image_parts`) with its own fields only;
+    other OpenAI types (audio, files, images elsewhere) are refused as not
+    supported.
 
     Raises:
         APIError: 400 naming the part's field.
     """
     if part.type not in kinds:
-        if part.type in ("image_url", "input_audio", "file"):
-            raise not_supported(f"{path}.type", f"content part type '{part.type}' (mlxd is text-only)", yet=True)
+        if part.type == "image_url":
+            raise not_supported(f"{path}.type", "an 'image_url' part outside a user message")
+        if part.type in ("input_audio", "file"):
+            raise not_supported(
+                f"{path}.type", f"content part type '{part.type}' (mlxd reads text and images)", yet=True
+            )
         raise bad_request(f"Invalid content part type '{part.type}' here; expected {', '.join(kinds)}", f"{path}.type")
     fields = _PART_FIELDS[part.type]
     for name in part.__struct_fields__:
@@ -397,7 +404,8 @@ def _check_part(part: ContentPart, path: str, kinds: tuple[str, ...]) -> None:
         given = not is_null(value) if isinstance(value, Raw) else value is not None
         if name != "type" and name not in fields and given:
             raise bad_request(f"Unrecognized field '{name}' in a {part.type} part", f"{path}.{name}")
-    if getattr(part, fields[0]) is None:
+    required = getattr(part, fields[0])
+    if required is None or (isinstance(required, Raw) and is_null(required)):
         raise bad_request(f"A {part.type} content part needs '{fields[0]}'", f"{path}.{fields[0]}")
     check_cache_control(part.cache_control, path)
 

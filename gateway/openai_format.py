@@ -272,7 +272,8 @@ class ModelCard(msgspec.Struct, kw_only=True):
     (unloaded, starting, loading, ready, draining, restarting, failed),
     ``aliases`` the other names it answers to and ``sampling_defaults`` the
     sampling settings it uses where a request sets none (null until the
-    model has been loaded).
+    model has been loaded), ``vision`` whether it takes images (null when
+    not known before its worker loads it, e.g. a Hugging Face repo id).
     """
 
     id: str
@@ -282,6 +283,7 @@ class ModelCard(msgspec.Struct, kw_only=True):
     state: str = "ready"
     aliases: list[str] = []
     sampling_defaults: dict[str, float] | None = None
+    vision: bool | None = None
 
 
 class ModelList(msgspec.Struct, kw_only=True):
@@ -374,6 +376,7 @@ def model_card(info: ModelInfo) -> ModelCard:
         state=info.state,
         aliases=list(info.aliases),
         sampling_defaults=info.sampling_defaults,
+        vision=None if info.kind is None else info.kind == "vision",
     )
 
 

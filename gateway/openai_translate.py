@@ -5,7 +5,10 @@ the worker's :class:`~shared.protocol.GenerateRequest`
 
 from __future__ import annotations
 
+import msgspec
+
 from gateway.custom_tools import custom_arguments, custom_tool
+from gateway.image_parts import image_part, openai_image_part
 from gateway.openai_checks import ROLES, THINKING_BY_EFFORT, candidates, chat_max_tokens, prompt_input
 from gateway.openai_schema import (
     ChatCompletionRequest,
@@ -17,7 +20,16 @@ from gateway.openai_schema import (
     ToolParam,
 )
 from gateway.openai_tool_checks import legacy_functions
-from shared.protocol import ChatMessage, GenerateRequest, ResponseFormat, SamplingParams, Tool, ToolCall, ToolChoice
+from shared.protocol import (
+    ChatMessage,
+    GenerateRequest,
+    ImagePart,
+    ResponseFormat,
+    SamplingParams,
+    Tool,
+    ToolCall,
+    ToolChoice,
+)
 
 
 def _stop_list(stop: str | list[str] | None) -> list[str]:
@@ -64,14 +76,28 @@ def _sampling(req: ChatCompletionRequest | CompletionRequest, max_tokens: int | 
     )
 
 
-def _flatten(content: str | list[ContentPart] | None) -> str:
+def _flatten(content: str | list[ContentPart] | None, path: str) -> tuple[str, list[ImagePart] | None]:
     """Return message content as one string (text and refusal parts
-    concatenated)."""
+    concatenated) and its images, each placed where it stood among the
+    text (``path``: the message's, for errors).
+
+    Raises:
+        APIError: 400 naming a bad ``image_url`` part (see
+            :func:`gateway.image_parts.openai_image_part`).
+    """
     if content is None:
-        return ""
+        return "", None
     if isinstance(content, str):
-        return content
-    return "".join(part.text or part.refusal or "" for part in content)
+        return content, None
+    text, images = "", []
+    for index, part in enumerate(content):
+        if part.type == "image_url":
+            value = msgspec.json.decode(bytes(part.image_url))
+            where = f"{path}.content[{index}].image_url"
+            images.append(image_part(openai_image_part(value, where), len(text), f"{where}.url"))
+        else:
+            text += part.text or part.refusal or ""
+    return text, images or None
 
 
 def _tool_calls(message: ChatMessageParam, index: int) -> list[ToolCall] | None:
@@ -108,10 +134,12 @@ def _chat_messages(req: ChatCompletionRequest) -> list[ChatMessage]:
             name = call_names.get(m.tool_call_id or "")
         if m.role == "function":
             call_id = unanswered.pop(m.name or "", f"call_function_{index}")
+        content, images = _flatten(m.content, f"messages[{index}]")
         messages.append(
             ChatMessage(
                 role=ROLES[m.role],
-                content=_flatten(m.content),
+                content=content,
+                images=images,
                 name=name,
                 tool_calls=calls,
                 tool_call_id=call_id,

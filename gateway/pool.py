@@ -22,6 +22,7 @@ from gateway.memory_budget import MemoryBudget
 from gateway.model_backend import ModelInfo, ModelLimits, Residency
 from gateway.model_paths import SourceOutsideRoot, check_inside_root, source_kind
 from gateway.node_link import NodeLink
+from gateway.request_images import ready_images
 from gateway.worker_handle import WorkerHandle
 from shared.config import Config, ModelConfig
 from shared.model_kind import ModelKind, wrong_kind_message
@@ -218,14 +219,18 @@ class WorkerPool:
         return infos
 
     def kind(self, model: str) -> ModelKind | None:
-        """Whether canonical ``model`` generates or embeds, from its config
-        or its local files (None when unknown before its worker loads it,
-        e.g. a Hugging Face repo id; its worker then refuses the wrong
-        requests itself). Cached until the next reload."""
+        """Whether canonical ``model`` generates (text, or also images) or
+        embeds, from its config or its local files, else ``vision`` when
+        its worker reported so at load (None when unknown,
+        e.g. a Hugging Face repo id not in the local cache; its worker then
+        refuses the wrong requests itself). Cached until the next reload."""
         if model not in self._kinds:
             config = self.handles[model].model
             self._kinds[model] = source_kind(config.source, config.kind)
-        return self._kinds[model]
+        kind = self._kinds[model]
+        if kind is None and self.handles[model].status.vision:
+            return "vision"
+        return kind
 
     async def submit(
         self, model: str, request: GenerateRequest | EmbedRequest, keep_alive: float | None = None
@@ -236,7 +241,9 @@ class WorkerPool:
         Raises:
             gateway.errors.APIError: 400 ``wrong_model_kind`` when the model
                 is of the other kind (an embedding model asked to generate
-                or the reverse); 503 while draining, when the model cannot
+                or the reverse); 400 for images a text model cannot read or
+                a remote image that may not be fetched
+                (:func:`gateway.request_images.ready_images`); 503 while draining, when the model cannot
                 be loaded (or not within the memory budget), or when its
                 queue is full.
         """
@@ -248,6 +255,8 @@ class WorkerPool:
         kind = self.kind(model)
         if kind is not None and (kind == "embedding") != isinstance(request, EmbedRequest):
             raise bad_request(wrong_kind_message(model, kind), param="model", code="wrong_model_kind")
+        if isinstance(request, GenerateRequest):
+            request = await ready_images(request, model, kind, self.config.images)
         await self._acquire(handle)
         return handle.submit(request, keep_alive=keep_alive)
 

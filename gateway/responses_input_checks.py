@@ -29,18 +29,18 @@ _PART_FIELDS = {
     "refusal": ("refusal",),
     "reasoning_text": ("text",),
     "summary_text": ("text",),
-    "input_image": ("detail", "image_url", "file_id"),
+    "input_image": ("image_url", "detail", "file_id"),
     "input_file": ("file_data", "file_id", "file_url", "filename", "detail"),
 }
 """Supported part types and the fields each may carry (the first is
-required, but for ``input_file``, and holds a text part's text; ``prompt_cache_breakpoint`` and
+required, but for ``input_file`` and ``input_image``, and holds a text part's text; ``prompt_cache_breakpoint`` and
 ``cache_control`` are accepted and have no effect: prefix caching is
 automatic)."""
 
 _MEDIA_PARTS = ("input_image", "input_file", "input_audio")
 """Part types refused as not supported (rather than as invalid)."""
 
-_USER_PARTS = ("input_text",)
+_USER_PARTS = ("input_text", "input_image")
 _TOOL_OUTPUT_PARTS = ("input_text", "input_image", "input_file")
 _ASSISTANT_PARTS = ("output_text", "refusal", "input_text")
 
@@ -175,7 +175,7 @@ def _check_message(item: InputItemParam, path: str) -> None:
     """A message's role and content parts."""
     if item.role not in ROLES:
         raise bad_request(f"Invalid role '{item.role}'; expected one of {', '.join(ROLES)}", f"{path}.role")
-    allowed = _ASSISTANT_PARTS if item.role == "assistant" else _USER_PARTS
+    allowed = {"assistant": _ASSISTANT_PARTS, "user": _USER_PARTS}.get(item.role, ("input_text",))  # type: ignore[arg-type]
     _check_parts(item.content, allowed, f"{path}.content")  # type: ignore[arg-type]
 
 
@@ -229,7 +229,7 @@ def _check_parts(content: str | list[ContentPartParam], allowed: tuple[str, ...]
     for index, part in enumerate(content):
         where = f"{path}[{index}]"
         if part.type in _MEDIA_PARTS and part.type not in allowed:
-            raise not_supported(f"{where}.type", f"content part type '{part.type}' (mlxd is text-only)")
+            raise not_supported(f"{where}.type", f"content part type '{part.type}' here (mlxd reads text and images)")
         if part.type not in allowed:
             raise bad_request(
                 f"Invalid content part type '{part.type}' here; expected {', '.join(allowed)}", f"{where}.type"
@@ -238,7 +238,7 @@ def _check_parts(content: str | list[ContentPartParam], allowed: tuple[str, ...]
         for name in part.__struct_fields__:
             if name != "type" and name not in fields and is_given(getattr(part, name)):
                 raise bad_request(f"Unrecognized field '{name}' in a '{part.type}' part", f"{where}.{name}")
-        if part.type != "input_file" and getattr(part, fields[0]) is UNSET:
+        if part.type not in ("input_file", "input_image") and getattr(part, fields[0]) is UNSET:
             raise bad_request(f"Missing required parameter: '{where}.{fields[0]}'", f"{where}.{fields[0]}")
         if isinstance(part.cache_control, CacheControl):
             check_cache_control(part.cache_control, where)

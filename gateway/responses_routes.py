@@ -41,6 +41,7 @@ from gateway.error_shapes import openai_error_response
 from gateway.errors import APIError, worker_error
 from gateway.model_backend import ModelBackend, RequestStream
 from gateway.request_flow import JSON_MEDIA_TYPE, backend_of
+from gateway.request_images import model_takes_images
 from gateway.responses_builder import ResponseBuilder, ResponseHead
 from gateway.responses_checks import decode_responses_request
 from gateway.responses_format import encode, new_id
@@ -118,7 +119,7 @@ async def submit_decoded(backend: ModelBackend, req: ResponsesRequest, request_i
         APIError: 404 unknown model, 503 worker not ready or overloaded.
     """
     model = backend.resolve(req.model)
-    generate = to_generate_request(req, request_id)
+    generate = to_generate_request(req, request_id, model_takes_images(backend, model))
     stream = await backend.submit(model, generate)
     head = ResponseHead(id=request_id, created_at=int(time.time()), model=model)
     defaults = next((m.sampling_defaults for m in backend.models() if m.name == model), None)

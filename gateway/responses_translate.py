@@ -15,13 +15,24 @@ from msgspec import UNSET
 
 from gateway.custom_tools import custom_arguments
 from gateway.encrypted_reasoning import unseal
+from gateway.errors import bad_request
+from gateway.image_parts import DETAILS, image_from_url, image_part
 from gateway.responses_checks import THINKING_BY_EFFORT, allowed_tool_names, resolve_tool_name, tool_catalog
 from gateway.responses_format import OutputOptions, ReasoningEcho, ResponseSettings, TextEcho, TextFormatEcho
 from gateway.responses_input_checks import ROLES, item_type
 from gateway.responses_schema import ContentPartParam, InputItemParam, ResponsesRequest, ToolChoiceParam
 from gateway.responses_tools import ToolCatalog
-from gateway.validation import is_given
-from shared.protocol import ChatMessage, GenerateRequest, ResponseFormat, SamplingParams, Tool, ToolCall, ToolChoice
+from gateway.validation import is_given, not_supported
+from shared.protocol import (
+    ChatMessage,
+    GenerateRequest,
+    ImagePart,
+    ResponseFormat,
+    SamplingParams,
+    Tool,
+    ToolCall,
+    ToolChoice,
+)
 
 # --- translation ---------------------------------------------------------------------------
 
@@ -47,6 +58,34 @@ def _flatten(content: object) -> str:
     if not isinstance(content, list):
         return ""
     return "".join(_part_text(part) for part in content)
+
+
+def _message_content(content: object, path: str) -> tuple[str, list[ImagePart] | None]:
+    """A message's text and its ``input_image`` parts, each placed where it
+    stood among the text (``path``: the content's, for errors).
+
+    Raises:
+        APIError: 400 naming a bad image part (a ``file_id``, or a bad
+            ``image_url``: see :func:`gateway.image_parts.image_from_url`).
+    """
+    if not isinstance(content, list):
+        return _flatten(content), None
+    text, images = "", []
+    for index, part in enumerate(content):
+        if part.type != "input_image":
+            text += _part_text(part)
+            continue
+        where = f"{path}[{index}]"
+        if is_given(part.file_id):
+            raise not_supported(f"{where}.file_id", "an image by 'file_id' (there is no Files API; send image_url)")
+        detail = msgspec.json.decode(bytes(part.detail)) if is_given(part.detail) else None
+        if detail is not None and detail not in DETAILS:
+            raise bad_request(f"'detail' must be one of {', '.join(sorted(DETAILS))}", f"{where}.detail")
+        if not is_given(part.image_url):
+            raise bad_request(f"Missing required parameter: '{where}.image_url'", f"{where}.image_url")
+        url = msgspec.json.decode(bytes(part.image_url))  # type: ignore[arg-type]
+        images.append(image_part(image_from_url(url, f"{where}.image_url"), len(text), f"{where}.image_url"))
+    return text, images or None
 
 
 def _reasoning_text(item: InputItemParam) -> str:
@@ -96,14 +135,15 @@ class _History:
     and its output a ``tool`` message like a function's.
     """
 
-    def __init__(self, tools: ToolCatalog) -> None:
+    def __init__(self, tools: ToolCatalog, vision: bool = False) -> None:
         self.messages: list[ChatMessage] = []
         self._tools = tools
+        self._vision = vision
         self._turn: _AssistantTurn | None = None
         self._call_names: dict[str, str] = {}
 
-    def add(self, item: InputItemParam) -> None:
-        """Take the next input item."""
+    def add(self, item: InputItemParam, index: int) -> None:
+        """Take the next input item (``index``: its place in ``input``)."""
         kind = item_type(item)
         if kind == "additional_tools":
             return  # its tools joined the request's tools
@@ -112,13 +152,14 @@ class _History:
         elif kind in ("function_call", "custom_tool_call"):
             self._function_call(item)
         elif kind in ("function_call_output", "custom_tool_call_output"):
-            self._tool_output(item)
+            self._tool_output(item, index)
         elif item.role == "assistant":
             self._current_turn(new_if_started=True).content = _flatten(item.content)
         else:
             self._flush()
             role = ROLES[item.role]  # type: ignore[index]
-            self.messages.append(ChatMessage(role=role, content=_flatten(item.content)))
+            text, images = _message_content(item.content, f"input[{index}].content")
+            self.messages.append(ChatMessage(role=role, content=text, images=images))
 
     def finish(self) -> list[ChatMessage]:
         """All messages, the last assistant turn included."""
@@ -141,9 +182,10 @@ class _History:
         self._call_names[call.id] = call.name
         self._current_turn(new_if_started=False).calls.append(call)
 
-    def _tool_output(self, item: InputItemParam) -> None:
+    def _tool_output(self, item: InputItemParam, index: int) -> None:
         """A function call output becomes a ``tool`` message (ending any
-        assistant turn)."""
+        assistant turn); its images reach a vision model as images, other
+        models see :data:`MEDIA_PLACEHOLDER`."""
         self._flush()
         call_id = item.call_id or ""
         namespace = item.namespace if isinstance(item.namespace, str) else None
@@ -151,7 +193,10 @@ class _History:
         if name is not None:
             name = self._tools.model_name(name, namespace)
         name = name or self._call_names.get(call_id)
-        self.messages.append(ChatMessage(role="tool", content=_flatten(item.output), tool_call_id=call_id, name=name))
+        text, images = (
+            _message_content(item.output, f"input[{index}].output") if self._vision else (_flatten(item.output), None)
+        )
+        self.messages.append(ChatMessage(role="tool", content=text, tool_call_id=call_id, name=name, images=images))
 
     def _current_turn(self, *, new_if_started: bool) -> _AssistantTurn:
         """The current assistant turn; a new one if there is none, or if
@@ -169,14 +214,15 @@ class _History:
             self._turn = None
 
 
-def _messages(req: ResponsesRequest) -> list[ChatMessage]:
-    """``instructions`` and ``input`` as chat messages."""
+def _messages(req: ResponsesRequest, vision: bool) -> list[ChatMessage]:
+    """``instructions`` and ``input`` as chat messages (``vision``: the
+    model takes images, also those of tool outputs)."""
     if isinstance(req.input, str):
         messages = [ChatMessage(role="user", content=req.input)]
     else:
-        history = _History(tool_catalog(req))
-        for item in req.input:
-            history.add(item)
+        history = _History(tool_catalog(req), vision)
+        for index, item in enumerate(req.input):
+            history.add(item, index)
         messages = history.finish()
     if req.instructions is None:
         return messages
@@ -232,10 +278,15 @@ def _thinking(req: ResponsesRequest) -> bool | None:
     return None if effort is None else THINKING_BY_EFFORT[effort]
 
 
-def to_generate_request(req: ResponsesRequest, request_id: str) -> GenerateRequest:
+def to_generate_request(req: ResponsesRequest, request_id: str, vision: bool = False) -> GenerateRequest:
     """Translate a validated request into the worker's ``GenerateRequest``
     (one choice; ``max_tokens`` None when ``max_output_tokens`` is unset;
-    ``timeout`` left for the backend)."""
+    ``timeout`` left for the backend). ``vision``: the model takes images,
+    so those of tool outputs go to it as images (else placeholders).
+
+    Raises:
+        APIError: 400 naming a bad ``input_image``.
+    """
     tools = tool_catalog(req)
     choice, choice_name = _tool_choice(req, tools)
     return GenerateRequest(
@@ -247,7 +298,7 @@ def to_generate_request(req: ResponsesRequest, request_id: str) -> GenerateReque
             logprobs=_logprobs(req),
             top_logprobs=(req.top_logprobs or 0) if _logprobs(req) else 0,
         ),
-        messages=_messages(req),
+        messages=_messages(req, vision),
         n=1,
         tools=_tools(req, tools),
         tool_choice=choice,

@@ -34,7 +34,8 @@ class WorkerStatus:
     Metal) and ``memory_limit_bytes`` the worker's MLX memory limit, both
     as the worker reported them in ``Loaded``. ``node`` names the
     ``[[nodes]]`` entry whose machine runs the worker (None: this one);
-    ``pid`` is then a pid on that machine."""
+    ``pid`` is then a pid on that machine. ``vision``: the loaded model
+    takes images (None until a worker has loaded it)."""
 
     state: str = "unloaded"
     pid: int | None = None
@@ -52,6 +53,7 @@ class WorkerStatus:
     working_set_bytes: int | None = None
     memory_limit_bytes: int | None = None
     node: str | None = None
+    vision: bool | None = None
 
     def loaded(self, message: Loaded) -> None:
         """Take what the worker's ``Loaded`` message reports: its context
@@ -65,6 +67,7 @@ class WorkerStatus:
         self.sampling_defaults = message.sampling_defaults
         self.working_set_bytes = message.working_set_bytes
         self.memory_limit_bytes = message.memory_limit_bytes
+        self.vision = message.vision
         self.stats = msgspec.structs.replace(
             self.stats,
             active_memory_bytes=message.active_memory_bytes,

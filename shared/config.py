@@ -166,8 +166,9 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     turn after the last one.
     ``sampling_defaults``: sampling settings for requests that set none
     (see :class:`SamplingDefaultsConfig`).
-    ``kind``: ``generate`` (chat and completions), ``embedding``
-    (``/v1/embeddings``) or ``auto`` (detected from the model directory,
+    ``kind``: ``generate`` (chat and completions), ``vision`` (the same,
+    with images in requests; the model is loaded with mlx-vlm),
+    ``embedding`` (``/v1/embeddings``) or ``auto`` (detected from the model directory,
     see :mod:`shared.model_kind`). Embedding models only:
     ``max_inputs``, the most inputs one request may hold;
     ``shorten_dimensions``, whether a request's ``dimensions`` may shorten
@@ -347,7 +348,7 @@ cannot import the worker, so the names are listed here and
 REASONING_PARSERS = ("auto", "none", "think", "think_mistral", "harmony")
 """Accepted ``reasoning_parser`` values."""
 
-MODEL_KINDS = ("auto", "generate", "embedding")
+MODEL_KINDS = ("auto", "generate", "vision", "embedding")
 """Accepted ``kind`` values."""
 
 SPECULATIVE_MODES = ("none", "prompt_lookup")

@@ -1,4 +1,5 @@
-"""What kind of model a directory holds: a generator or an embedding model.
+"""What kind of model a directory holds: a text generator, a
+vision-language generator (takes images) or an embedding model.
 
 Both the gateway (to refuse a request for the wrong kind of model before
 starting its worker) and the worker (to pick its engine) ask here. Only
@@ -14,7 +15,10 @@ Rules, first match wins:
 4. ``config.json`` whose ``model_type`` is an encoder-only family
    (:data:`ENCODER_TYPES`, e.g. ``bert``) is an embedding model: such
    models cannot generate text;
-5. anything else is a generator.
+5. ``config.json`` with a ``vision_config`` object (as every mlx-vlm image
+   model's has) is a vision model (``vision``: a generator that also takes
+   images);
+6. anything else is a (text) generator.
 """
 
 from __future__ import annotations
@@ -23,9 +27,13 @@ import json
 from pathlib import Path
 from typing import Literal
 
-ModelKind = Literal["generate", "embedding"]
-"""``generate``: chat, completions, responses, messages. ``embedding``:
+ModelKind = Literal["generate", "vision", "embedding"]
+"""``generate``: chat, completions, responses, messages. ``vision``: the
+same, and the requests may carry images. ``embedding``:
 ``/v1/embeddings``."""
+
+KINDS: tuple[ModelKind, ...] = ("generate", "vision", "embedding")
+"""Every kind, for validating a configured ``kind``."""
 
 ENCODER_TYPES = frozenset({"bert", "roberta", "xlm-roberta", "distilbert", "modernbert", "nomic_bert", "new"})
 """``model_type`` values of encoder-only families (embedding models)."""
@@ -35,7 +43,7 @@ _SMALL_FILE = 1 << 20
 
 def detect_kind(path: Path) -> ModelKind:
     """The kind of the model at ``path`` (a file or a model directory) by
-    rules 2-5 of the module docstring. Never raises: unreadable or
+    rules 2-6 of the module docstring. Never raises: unreadable or
     malformed metadata counts as absent."""
     if not path.is_dir():
         return "generate"
@@ -44,12 +52,14 @@ def detect_kind(path: Path) -> ModelKind:
     config = _read_json(path / "config.json")
     if isinstance(config, dict) and str(config.get("model_type", "")).lower() in ENCODER_TYPES:
         return "embedding"
+    if isinstance(config, dict) and isinstance(config.get("vision_config"), dict):
+        return "vision"
     return "generate"
 
 
 def model_kind(path: Path, configured: str = "auto") -> ModelKind:
     """``configured`` unless it is ``auto``; else :func:`detect_kind`."""
-    if configured in ("generate", "embedding"):
+    if configured in KINDS:
         return configured  # type: ignore[return-value]
     return detect_kind(path)
 
@@ -76,12 +86,8 @@ def has_vision_tower(path: Path) -> bool:
     """Whether the model directory at ``path`` is a vision-language model:
     its ``config.json`` has a ``vision_config`` object (as every mlx-vlm
     image model's does). Reads one small file; never raises (unreadable
-    metadata counts as no vision tower). Not yet used to pick an engine
-    (the worker's vision path is issue #14's remaining work)."""
-    if not path.is_dir():
-        return False
-    config = _read_json(path / "config.json")
-    return isinstance(config, dict) and isinstance(config.get("vision_config"), dict)
+    metadata counts as no vision tower)."""
+    return detect_kind(path) == "vision"
 
 
 def wrong_kind_message(model: str, kind: ModelKind) -> str:
@@ -93,6 +99,14 @@ def wrong_kind_message(model: str, kind: ModelKind) -> str:
             "not chat, completions, responses or messages"
         )
     return (
-        f"model '{model}' is a generation model (kind 'generate'): it does not serve /v1/embeddings; "
+        f"model '{model}' is a generation model (kind '{kind}'): it does not serve /v1/embeddings; "
         "use an embedding model"
     )
+
+
+def no_vision_message(model: str | None) -> str:
+    """The client-facing refusal of an image sent to a model that takes
+    none (used by the gateway and the worker alike; ``model`` None: the
+    worker, which says "this model")."""
+    name = "this model" if model is None else f"model '{model}'"
+    return f"{name} has no vision support: it cannot read images (send text only, or use a vision model)"

@@ -59,8 +59,11 @@ from typing import Any, Literal, Union
 
 import msgspec
 
-PROTOCOL_VERSION = 1
-"""Version of this wire contract (see the module docstring)."""
+PROTOCOL_VERSION = 2
+"""Version of this wire contract (see the module docstring). 2: chat
+messages carry ``images`` (:class:`ImagePart`); bumped although the field
+is appended with a default, because a worker of version 1 would decode a
+request with images and silently drop them."""
 
 FinishReason = Literal["stop", "length", "abort", "error", "tool_calls"]
 """Why a request ended: a stop token or string, the token limit, an abort
@@ -133,12 +136,31 @@ class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
     arguments: str
 
 
+class ImagePart(msgspec.Struct, frozen=True, kw_only=True):
+    """One image of a chat turn, carried by value: ``data`` is the image
+    file's bytes as the client sent them (never a path or a URL; a remote
+    URL is fetched by the gateway first), ``sha256`` their hex digest
+    (computed by the gateway; the worker checks it and keys its prefix
+    cache on it, so a repeated image is recognised by content), and
+    ``offset`` the character position in the turn's ``content`` where the
+    image stands (0: before the text; ``len(content)``: after it), and
+    ``param`` the request part it came from in the client's protocol (e.g.
+    ``messages[0].content[1].image_url.url``), which a refusal names."""
+
+    data: bytes
+    sha256: str
+    offset: int = 0
+    param: str = ""
+
+
 class ChatMessage(msgspec.Struct, frozen=True, kw_only=True):
     """One chat turn with its content flattened to text by the gateway.
 
     ``role`` is ``system``, ``user``, ``assistant`` or ``tool``. An assistant
     turn may carry earlier ``reasoning`` and ``tool_calls``; a ``tool`` turn
     answers the call ``tool_call_id`` (``name`` is the tool's name).
+    ``images`` (None: none) are the turn's pictures, in order, each placed
+    at its ``offset`` in ``content``; only a vision worker accepts them.
     """
 
     role: str
@@ -147,6 +169,7 @@ class ChatMessage(msgspec.Struct, frozen=True, kw_only=True):
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
     reasoning: str | None = None
+    images: list[ImagePart] | None = None
 
 
 class Tool(msgspec.Struct, frozen=True, kw_only=True):
@@ -326,7 +349,8 @@ class Loaded(msgspec.Struct, frozen=True, kw_only=True, tag="loaded"):
     (as in :class:`WorkerStats`); ``working_set_bytes`` is the device's
     ``max_recommended_working_set_size`` on Metal (0 where the device
     reports none, as on the CPU backend) and ``memory_limit_bytes`` MLX's
-    memory limit in effect (``mx.get_memory_limit``).
+    memory limit in effect (``mx.get_memory_limit``). ``vision``: the model
+    takes images (a vision worker, see :mod:`shared.model_kind`).
     """
 
     worker_id: str
@@ -341,6 +365,7 @@ class Loaded(msgspec.Struct, frozen=True, kw_only=True, tag="loaded"):
     peak_memory_bytes: int = 0
     working_set_bytes: int = 0
     memory_limit_bytes: int = 0
+    vision: bool = False
 
 
 class Ready(msgspec.Struct, frozen=True, kw_only=True, tag="ready"):

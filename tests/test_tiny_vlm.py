@@ -63,53 +63,18 @@ def test_tiny_vlm_generates_from_an_image(tiny_vlm):
     assert first.logprobs.tolist() != other.logprobs.tolist()
 
 
-def test_tiny_vlm_batches_an_image_request_with_a_text_request(tiny_vlm):
-    """mlx-vlm's continuous batching runs the tiny VLM with an image request
-    and a text request in one batch (inputs prepared without MLX by
-    worker.vision_inputs), each giving the tokens it gives alone."""
-    import io
+def test_kind_and_unsupported_families(tiny_vlm_path, tmp_path):
+    """The tiny VLM's kind is ``vision`` (and a configured kind wins); a
+    vision model of a family mlxd does not serve is refused at load, naming
+    the family."""
+    import json
 
-    import mlx.core as mx
-    from mlx_vlm import generate
-    from mlx_vlm.generate.ar import BatchGenerator
-    from PIL import Image
+    from shared.model_kind import model_kind
+    from worker.loader import ModelLoadError
+    from worker.vision_model import load_vision_model
 
-    from worker.vision_inputs import prepare
-
-    model, processor = tiny_vlm
-    # a fixed picture (Image.effect_noise draws from the C library's rand(), whose
-    # state depends on what ran before in the process)
-    import numpy as np
-
-    picture = Image.fromarray(np.random.default_rng(7).integers(0, 256, (64, 64, 3), dtype=np.uint8), "RGB")
-    png = io.BytesIO()
-    picture.save(png, format="PNG")
-    with_image = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What?"}]}]
-    text_only = [{"role": "user", "content": [{"type": "text", "text": "Hello there, how are you?"}]}]
-    prompts = [
-        processor.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in (with_image, text_only)
-    ]
-    alone = [
-        generate(model, processor, prompts[0], image=[picture], max_tokens=8, temperature=0.0).token_ids,
-        generate(model, processor, prompts[1], max_tokens=8, temperature=0.0).token_ids,
-    ]
-    inputs = [prepare(processor, prompts[0], [png.getvalue()]), prepare(processor, prompts[1], [])]
-
-    def prompt_kwargs(item):
-        """mlx-vlm's per-prompt inputs: the grid and the input embeddings."""
-        extra = {} if item.pixel_values is None else {"image_grid_thw": mx.array(item.image_grid_thw)}
-        pixels = None if item.pixel_values is None else mx.array(item.pixel_values)
-        embedded = model.get_input_embeddings(mx.array([item.prompt]), pixels, **extra)
-        return {**extra, **{k: v for k, v in embedded.to_dict().items() if v is not None}}
-
-    batch = BatchGenerator(model, processor, max_tokens=8, stop_tokens=set(), greedy_sampling=True)
-    uids = batch.insert([i.prompt for i in inputs], max_tokens=[8, 8], prompt_kwargs=[prompt_kwargs(i) for i in inputs])
-    produced: dict[int, list[int]] = {uid: [] for uid in uids}
-    for _ in range(40):
-        _, responses = batch.next()
-        for response in responses:
-            produced[response.uid].append(response.token)
-        if all(len(tokens) == 8 for tokens in produced.values()):
-            break
-    batch.close()
-    assert [produced[uid] for uid in uids] == alone
+    assert model_kind(tiny_vlm_path) == "vision"
+    assert model_kind(tiny_vlm_path, "generate") == "generate"
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llava", "vision_config": {}}))
+    with pytest.raises(ModelLoadError, match="vision model type 'llava' is not supported"):
+        load_vision_model(str(tmp_path))

@@ -191,3 +191,29 @@ def test_a_failed_bind_closes_the_sockets_and_raises(tmp_path):
         assert not os.path.exists(f"{tmp_path}/x.out")
     finally:
         ctx.term()
+
+
+def test_images_travel_by_value_and_loaded_says_vision():
+    """A chat turn's images cross as bytes with their digest and place; an
+    older frame without them decodes as no images; ``Loaded`` says whether
+    the model takes images."""
+    import hashlib
+
+    from shared.protocol import ImagePart, Loaded
+
+    blob = b"\x89PNG\r\n\x1a\n" + bytes(range(256))
+    part = ImagePart(data=blob, sha256=hashlib.sha256(blob).hexdigest(), offset=3)
+    req = GenerateRequest(
+        request_id="r1",
+        sampling=SamplingParams(),
+        messages=[ChatMessage(role="user", content="see this", images=[part])],
+    )
+    codec = worker_codec()
+    decoded = codec.decode(codec.encode(req))
+    assert decoded == req and decoded.messages[0].images[0].data == blob
+    plain = GenerateRequest(
+        request_id="r2", sampling=SamplingParams(), messages=[ChatMessage(role="user", content="x")]
+    )
+    assert codec.decode(codec.encode(plain)).messages[0].images is None
+    loaded = Loaded(worker_id="w", context_length=8, load_seconds=0.1, model_path="/m", vision=True)
+    assert gateway_codec().decode(gateway_codec().encode(loaded)).vision is True

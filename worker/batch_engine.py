@@ -101,6 +101,7 @@ class LeanGenerationBatch(SpeculativeSteps, GenerationBatch):
         self._current_logprobs = self._next_logprobs
         inputs = self._current_tokens
 
+        bind_rows(self.model, self.uids)
         logits = self.model(inputs[:, None], cache=self.prompt_cache)[:, -1, :]
         logits, token_context = self._process(logits, inputs)
 
@@ -178,6 +179,12 @@ class LeanPromptBatch(PromptProcessingBatch):
     passed on; :class:`BatchEngine` sets it on the subclass it uses)."""
 
     host_sampling = False
+
+    def prompt(self, tokens: list[list[int]]) -> None:
+        """mlx-lm's prompt step, after telling a vision model which
+        sequences the rows are (see :func:`bind_rows`)."""
+        bind_rows(self.model, self.uids)
+        super().prompt(tokens)
 
     def generate(self, tokens: list[list[int]]) -> LeanGenerationBatch:
         """Prefill all but the last token of each of ``tokens`` (the rest of
@@ -289,6 +296,37 @@ class BatchEngine(BatchGenerator):
                 results[uid] = ([c.extract(0) if isinstance(c, SoloBatch) else c for c in cache], tokens)
         return results
 
+    def set_delta(self, uid: int, delta: int) -> None:
+        """Sequence ``uid``'s positions run ``delta`` from its cache offset
+        (a vision model's prompt with images; a no-op for other models and
+        for 0)."""
+        deltas = getattr(self.model, "deltas", None)
+        if deltas is not None and delta:
+            deltas[uid] = delta
+
+    def drop_delta(self, uid: int) -> None:
+        """Forget sequence ``uid``'s position delta (it left the engine)."""
+        deltas = getattr(self.model, "deltas", None)
+        if deltas is not None:
+            deltas.pop(uid, None)
+
+    def prefill_images(self, vision: Any) -> tuple[list[Any], int]:
+        """A fresh cache holding all but the last of ``vision.model_ids``
+        (a :class:`~worker.vision_inputs.VisionPrompt`), run with its images
+        through the vision model, and the prompt's position delta."""
+        cache = make_prompt_cache(self.model)
+        with mx.stream(self.stream):
+            self.model.prefill_images(vision.model_ids[:-1], vision.pixel_values, vision.image_grid_thw, cache)
+            delta = self.position_delta(vision)
+        mx.clear_cache()
+        return cache, delta
+
+    def position_delta(self, vision: Any) -> int:
+        """The position delta of a prompt with images (see
+        :mod:`worker.vision_model`)."""
+        with mx.stream(self.stream):
+            return self.model.position_delta(vision.model_ids, vision.image_grid_thw)
+
     @property
     def running(self) -> int:
         """How many sequences are decoding (prompts still waiting for their
@@ -339,19 +377,31 @@ class BatchEngine(BatchGenerator):
             PromptProcessingBatch.Response(uid, (total, total), True, True) for uid, total in zip(batch.uids, totals)
         ]
 
-    def prefill(self, cache: list[Any] | None, tokens: list[int]) -> list[Any]:
+    def prefill(self, cache: list[Any] | None, tokens: list[int], uid: int | None = None) -> list[Any]:
         """Feed ``tokens`` into ``cache`` (a fresh prompt cache for the model
         when None) outside any batch, in chunks of ``prefill_step_size`` on
         the engine's stream, evaluating each chunk (a host sync per chunk,
-        as mlx-lm's own prefill); return the cache."""
+        as mlx-lm's own prefill); return the cache. ``uid``: the sequence
+        whose position delta applies (see :meth:`set_delta`; None: none)."""
         cache = cache if cache is not None else make_prompt_cache(self.model)
         step = self.prefill_step_size
+        bind_rows(self.model, [uid] if uid is not None else [])
         with mx.stream(self.stream):
             for i in range(0, len(tokens), step):
                 self.model(mx.array(tokens[i : i + step])[None], cache=cache)
                 mx.eval([c.state for c in cache])
                 mx.clear_cache()  # as mlx-lm's prefill: free each chunk's temporaries
         return cache
+
+
+def bind_rows(model: Any, uids: list[int]) -> None:
+    """Tell ``model`` which sequences the rows of its next forward passes
+    are, when it keeps per-sequence positions
+    (:class:`worker.vision_model.VisionLanguageModel`); other models
+    have nothing to bind."""
+    bind = getattr(model, "bind_rows", None)
+    if bind is not None:
+        bind(uids)
 
 
 def response_logprobs(responses: list[Any], wants: list[int]) -> list[TokenLogprobs]:

@@ -188,7 +188,7 @@ def _cached_repo(repo_id: str) -> Path:
     try:
         return Path(snapshot_download(repo_id, local_files_only=True))
     except Exception as exc:  # LocalEntryNotFoundError, incomplete snapshots, bad ids
-        reason = "" if isinstance(exc, LocalEntryNotFoundError) else f" ({_one_line(exc)})"
+        reason = "" if isinstance(exc, LocalEntryNotFoundError) else f" ({one_line(exc)})"
         raise ModelLoadError(
             f"model source {repo_id!r}: not a local path and not in the local Hugging Face "
             f"cache{reason}; mlxd never downloads, fetch it first (e.g. `hf download {repo_id}`)"
@@ -233,14 +233,9 @@ def load_model(source: str, *, dtype: str = "auto") -> LoadedModel:
 
         model, tokenizer, config = mlx_lm_load(str(path), lazy=True, return_config=True, trust_remote_code=False)
     except Exception as exc:  # ValueError, FileNotFoundError, OSError, JSON errors, ...
-        raise ModelLoadError(f"model source {source!r}: mlx-lm cannot load {path}: {_one_line(exc)}") from exc
+        raise ModelLoadError(f"model source {source!r}: mlx-lm cannot load {path}: {one_line(exc)}") from exc
 
-    effective = _target_dtype(dtype)
-    if effective != "quantized":
-        dequantize_model(model, _FLOAT_DTYPES[effective])
-    mx.eval(model.parameters())
-    if effective == "quantized" and not _is_quantized(model):
-        effective = _dominant_dtype(model)
+    effective = cast_weights(model, dtype)
     return LoadedModel(
         model=model,
         tokenizer=tokenizer,
@@ -253,7 +248,19 @@ def load_model(source: str, *, dtype: str = "auto") -> LoadedModel:
     )
 
 
-def _one_line(exc: BaseException) -> str:
+def cast_weights(model: nn.Module, dtype: str) -> str:
+    """Bring ``model``'s weights to ``dtype`` (see :func:`load_model`),
+    evaluate them, and return the effective dtype's name."""
+    effective = _target_dtype(dtype)
+    if effective != "quantized":
+        dequantize_model(model, _FLOAT_DTYPES[effective])
+    mx.eval(model.parameters())
+    if effective == "quantized" and not _is_quantized(model):
+        effective = _dominant_dtype(model)
+    return effective
+
+
+def one_line(exc: BaseException) -> str:
     """``str(exc)`` collapsed onto one line (or the exception's type name)."""
     return " ".join(str(exc).split()) or type(exc).__name__
 

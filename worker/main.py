@@ -57,7 +57,7 @@ from worker import mlx_memory
 from worker.disk_cache import disk_stats
 from worker.faults import armed, reached
 from worker.messages import Abort, Stop
-from worker.model_setup import blas_in_use, prefix_cache_for, serves_embeddings, speculation_for
+from worker.model_setup import blas_in_use, prefix_cache_for, served_kind, serves_embeddings, speculation_for
 from worker.output import Exit, FailAll, OutputLoop
 from worker.parent_watch import watch_parent
 from worker.prompt import PromptBuilder, PromptError
@@ -201,7 +201,17 @@ class Worker:
             from worker.sampling_defaults import model_sampling_defaults
 
             mlx_memory.apply_limits(self.memory_limit, self.cache_limit)
-            loaded = load_model(self.config.source, dtype=self.config.dtype)
+            vision = served_kind(self.config) == "vision"
+            images = None
+            if vision:
+                from worker.vision_inputs import ImagePreparer
+                from worker.vision_model import load_vision_model
+
+                loaded, processor = load_vision_model(self.config.source, dtype=self.config.dtype)
+                text_vocab = (loaded.config.get("text_config") or {}).get("vocab_size", 0)
+                images = ImagePreparer(processor, max(len(loaded.tokenizer), int(text_vocab or 0)))
+            else:
+                loaded = load_model(self.config.source, dtype=self.config.dtype)
             sampling_defaults = model_sampling_defaults(loaded.path, self.config.sampling_defaults)
             context = loaded.context_length
             if self.config.context_length:
@@ -230,6 +240,7 @@ class Worker:
                     min(loaded.eos_token_ids),
                     vocab,
                 ),
+                images=images,
             )
             host_sampling = default_host_sampling()
             scheduler = Scheduler(
@@ -242,7 +253,7 @@ class Worker:
                 prefill_step_size=self.config.prefill_step_size,
                 host_sampling=host_sampling,
                 checkpoints=not cache_profile.trimmable,
-                speculation=speculation_for(self.config, cache_profile, vocab),
+                speculation=None if vision else speculation_for(self.config, cache_profile, vocab),
                 solo=cache_profile.solo,
             )
             memory = mlx_memory.sample()
@@ -260,6 +271,7 @@ class Worker:
                     peak_memory_bytes=memory.peak,
                     working_set_bytes=mlx_memory.working_set_bytes(),
                     memory_limit_bytes=mlx_memory.memory_limit(),
+                    vision=vision,
                 )
             )
             scheduler.warm_up(list(loaded.tokenizer.encode("Hello")) or [0])

@@ -25,6 +25,8 @@ from shared.protocol import SamplingParams, Tool
 if TYPE_CHECKING:  # the matcher's type only; llguidance loads on the input thread
     from llguidance import LLMatcher
 
+    from worker.vision_inputs import VisionPrompt
+
 
 @dataclass(frozen=True)
 class OutputSpec:
@@ -74,6 +76,9 @@ class Admission:
     model reasons first and the constrained answer follows. ``boundaries``:
     prompt positions where a chat message starts (the last message's
     start), where a model whose cache cannot be trimmed keeps a checkpoint.
+    ``vision``: the request's images (None: none); ``prompt`` then holds
+    the cache-key ids of :mod:`worker.vision_inputs`, which the model
+    never reads.
     """
 
     request_id: str
@@ -88,6 +93,7 @@ class Admission:
     thinking_budget: ThinkingBudget | None = None
     reasoning_close: tuple[int, ...] | None = None
     boundaries: tuple[int, ...] = ()
+    vision: VisionPrompt | None = None
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """What a worker builds around its model, from its config.
 
-The prefix cache (with its disk tier), speculative decoding, whether the
-model is an embedding model, and which BLAS runs the matrix products (for
+The prefix cache (with its disk tier), speculative decoding, the model's
+kind (text, vision or embedding), and which BLAS runs the matrix products (for
 the ``Loaded`` report). Called on the scheduler thread while the model
 loads (:func:`serves_embeddings` first); nothing here touches the engine.
 """
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from shared.config import DRAFT_PREFIX, ModelConfig
+from shared.model_kind import ModelKind
 from worker.speculation import Speculation
 
 if TYPE_CHECKING:  # load MLX; imported where they are used
@@ -62,19 +63,25 @@ def prefix_cache_for(config: ModelConfig, loaded: LoadedModel, trimmable: bool) 
     )
 
 
-def serves_embeddings(config: ModelConfig) -> bool:
-    """Whether ``config``'s model is an embedding model (config
-    ``kind``, else detected; an unresolvable source counts as a
-    generator, whose loader then reports why)."""
+def served_kind(config: ModelConfig) -> ModelKind:
+    """The kind of ``config``'s model (config ``kind``, else detected; an
+    unresolvable source counts as a text generator, whose loader then
+    reports why)."""
     from shared.model_kind import model_kind
     from worker.loader import ModelLoadError, resolve_source
 
     if config.kind != "auto":
-        return config.kind == "embedding"
+        return model_kind(Path("."), config.kind)
     try:
-        return model_kind(resolve_source(config.source)) == "embedding"
+        return model_kind(resolve_source(config.source))
     except ModelLoadError:
-        return False
+        return "generate"
+
+
+def serves_embeddings(config: ModelConfig) -> bool:
+    """Whether ``config``'s model is an embedding model (see
+    :func:`served_kind`)."""
+    return served_kind(config) == "embedding"
 
 
 REPLAYABLE_KINDS = frozenset(("KVCache", "ArraysCache"))

@@ -17,16 +17,22 @@ from typing import Any
 
 import msgspec
 
-from shared.protocol import ChatMessage, ErrorKind, GenerateRequest, SamplingDefaults, Tool
+from shared.model_kind import no_vision_message
+from shared.protocol import ChatMessage, ErrorKind, GenerateRequest, ImagePart, SamplingDefaults, Tool
 from worker.chat_render import render, template_supports_tools
 from worker.constrained_decoding import GrammarCompiler, GrammarError
+from worker.images import ImageError
 from worker.messages import Admission, OutputSpec, ThinkingBudget
 from worker.model_formats import ModelFormats
 from worker.sampling_defaults import with_defaults
+from worker.vision_inputs import ImagePreparer, VisionPrompt, image_markup
 
-_SENTINEL = re.compile("(\ue000mlxd\\d+\ue001)")
-"""Placeholders for client-written contents while the template renders
-(private-use code points a template does not produce)."""
+_SENTINEL = re.compile("(\ue000mlxd[0-9a-z.]+\ue001)")
+"""Placeholders for client-written contents and images while the template
+renders (private-use code points a template does not produce)."""
+
+_IMAGE_KEY = re.compile("\ue000mlxdi(\\d+)\ue001")
+"""The placeholder of image ``k`` of a request (see :func:`protect_contents`)."""
 
 
 def protect_contents(messages: list[ChatMessage]) -> tuple[list[ChatMessage], dict[str, str]]:
@@ -36,16 +42,49 @@ def protect_contents(messages: list[ChatMessage]) -> tuple[list[ChatMessage], di
     Client-written text must never become control tokens (a user typing
     ``<|im_end|>`` must not end their turn), so it is tokenized apart from
     the template around it. Assistant turns (the model's own earlier output)
-    keep their text so templates can rework them.
+    keep their text so templates can rework them. A message with
+    ``images`` is protected whatever its role: its text pieces between
+    images get placeholders of their own and image ``k`` of the request
+    (counting in message order, then by offset) the placeholder
+    ``\ue000mlxdi<k>\ue001`` (mapped to ""), so each image keeps its place
+    in the text; the images are then dropped from the message.
     """
     out, originals = [], {}
+    image = 0
     for i, message in enumerate(messages):
-        if message.role != "assistant" and message.content:
+        if message.images:
+            pieces, start = [], 0
+            for j, part in enumerate(sorted(message.images, key=lambda p: p.offset)):
+                at = min(max(part.offset, start), len(message.content))
+                if at > start:
+                    key = f"\ue000mlxd{i}.{j}\ue001"
+                    originals[key] = message.content[start:at]
+                    pieces.append(key)
+                key = f"\ue000mlxdi{image}\ue001"
+                originals[key] = ""
+                pieces.append(key)
+                image += 1
+                start = at
+            if start < len(message.content):
+                key = f"\ue000mlxd{i}.end\ue001"
+                originals[key] = message.content[start:]
+                pieces.append(key)
+            message = msgspec.structs.replace(message, content="".join(pieces), images=None)
+        elif message.role != "assistant" and message.content:
             key = f"\ue000mlxd{i}\ue001"
             originals[key] = message.content
             message = msgspec.structs.replace(message, content=key)
         out.append(message)
     return out, originals
+
+
+def request_images(request: GenerateRequest) -> list[ImagePart]:
+    """Every image of ``request``'s messages, in the order
+    :func:`protect_contents` numbers them."""
+    found: list[ImagePart] = []
+    for message in request.messages or []:
+        found += sorted(message.images or [], key=lambda p: p.offset)
+    return found
 
 
 FIM_TOKENS = (
@@ -100,6 +139,8 @@ class PromptBuilder:
     ``message_boundaries``: find where a chat's last message starts (the
     admission's ``boundaries``; costs one more template render and
     tokenization, worth it for caches that cannot be trimmed).
+    ``images``: the model's image preparer (None: a text model, which
+    refuses requests with images).
     Used by one thread (the input thread).
     """
 
@@ -115,8 +156,11 @@ class PromptBuilder:
         max_tool_calls_per_turn: int = 4,
         sampling_defaults: SamplingDefaults | None = None,
         message_boundaries: bool = False,
+        images: ImagePreparer | None = None,
     ) -> None:
         self._tokenizer = tokenizer
+        self.images = images
+        self._image_markup = image_markup(tokenizer, images.image_token_id) if images is not None else ([], [])
         self.message_boundaries = message_boundaries
         self.context_length = context_length
         self.default_max_tokens = default_max_tokens
@@ -154,7 +198,7 @@ class PromptBuilder:
                 no fill-in-the-middle tokens; ``context_length_exceeded``
                 when the prompt plus ``max_tokens`` does not fit.
         """
-        ids, text = self._tokens(request)
+        ids, text, vision = self._tokens(request)
         if request.n < 1:
             raise PromptError("invalid_request", "n must be at least 1", "n")
         self._check_ids(list(request.sampling.logit_bias), "logit_bias token", "logit_bias")
@@ -172,7 +216,8 @@ class PromptBuilder:
             received=time.monotonic(),
             thinking_budget=self._thinking_budget(request, output.thinking_open),
             reasoning_close=self._reasoning_close(output.thinking_open) if matchers is not None else None,
-            boundaries=self._boundaries(request, ids),
+            boundaries=self._boundaries(request, ids) if vision is None else (),
+            vision=vision,
         )
 
     def _boundaries(self, request: GenerateRequest, ids: list[int]) -> tuple[int, ...]:
@@ -234,7 +279,15 @@ class PromptBuilder:
 
     # -- prompt -----------------------------------------------------------
 
-    def _tokens(self, request: GenerateRequest) -> tuple[list[int], str]:
+    def _tokens(self, request: GenerateRequest) -> tuple[list[int], str, VisionPrompt | None]:
+        """The prompt's ids, its text, and its images' inputs (None without
+        images; the ids are then the cache-key ids, see
+        :mod:`worker.vision_inputs`).
+
+        Raises:
+            PromptError: as :meth:`build`; also for images sent to a text
+                model or images that cannot be used (naming the image).
+        """
         if request.suffix is not None:
             ids, text = self._fim_prompt(request), ""
         elif request.prompt_token_ids is not None:
@@ -258,8 +311,21 @@ class PromptBuilder:
             text = _SENTINEL.sub(lambda m: originals.get(m.group(0), m.group(0)), text)
         if not ids:
             raise PromptError("invalid_request", "the prompt is empty after tokenization", "prompt")
-        self._check_ids(ids, "prompt token", "prompt")
-        return ids, text
+        self._check_ids([t for t in ids if t >= 0], "prompt token", "prompt")
+        images = request_images(request)
+        if not images:
+            return ids, text, None
+        if self.images is None:
+            raise PromptError("invalid_request", no_vision_message(None), "messages")
+        try:
+            keys, vision = self.images.prepare(ids, [(part.data, part.sha256) for part in images])
+        except ImageError as exc:
+            at = images[exc.index].param if exc.index is not None else ""
+            message = f"{at}: {exc}" if at else str(exc)
+            raise PromptError("invalid_request", message, at or "messages") from None
+        except ValueError as exc:
+            raise PromptError("invalid_request", str(exc), "messages") from None
+        return keys, text, vision
 
     @cached_property
     def _fim_ids(self) -> tuple[int, int, int] | None:
@@ -324,12 +390,18 @@ class PromptBuilder:
     def _encode_protected(self, text: str, originals: dict[str, str]) -> list[int]:
         """Tokenize rendered chat text: template text normally (its control
         tokens are real), each protected content as plain text (any
-        special-token spelling in it stays ordinary text)."""
+        special-token spelling in it stays ordinary text), image ``k``'s
+        placeholder as the template's image markup around a ``-(k + 1)``
+        marker (expanded by :meth:`ImagePreparer.prepare`)."""
         ids: list[int] = []
         for piece in _SENTINEL.split(text):
             if not piece:
                 continue
-            if piece in originals:
+            image = _IMAGE_KEY.fullmatch(piece)
+            if image is not None:
+                before, after = self._image_markup
+                ids += [*before, -int(image.group(1)) - 1, *after]
+            elif piece in originals:
                 ids += self._tokenizer.encode(originals[piece], add_special_tokens=False, split_special_tokens=True)
             else:
                 ids += self._tokenizer.encode(piece, add_special_tokens=False)

@@ -81,6 +81,23 @@ long enough that back-to-back requests (an agent's next turn) reuse the
 cached buffers, short enough that an idle model gives its cache back."""
 
 
+_PREFILL_UID = -1
+"""The engine uid a lone prefill's position delta is bound to."""
+
+
+def _model_ids_only(processor: Callable[[Any, Any], Any], image_token_id: int) -> Callable[[Any, Any], Any]:
+    """``processor`` reading the tokens as the model does: a prompt's image
+    cache keys (ids past the vocabulary, see :mod:`worker.vision_inputs`)
+    read as the image token."""
+    import mlx.core as mx
+
+    def apply(tokens: Any, logits: Any) -> Any:
+        keyed = tokens >= logits.shape[-1]
+        return processor(mx.where(keyed, mx.array(image_token_id, dtype=tokens.dtype), tokens), logits)
+
+    return apply
+
+
 @dataclass
 class _Seq:
     """One choice of one request inside the engine."""
@@ -335,13 +352,18 @@ class Scheduler:
         prompt = adm.prompt
         found = self.cache.fetch(prompt) if self.cache else Lookup(None, 0, list(prompt))
         base, remaining = found.cache, found.remaining
+        cached, from_disk, delta = found.cached, found.from_disk, 0
+        engine = self._engine
+        if adm.vision is not None:
+            base, remaining, delta = self._vision_prefix(adm, base, remaining)
+            if base is not found.cache:
+                cached = from_disk = 0
         if adm.n > 1 and len(remaining) > 1:
-            base = self._prefill(base, prompt, len(prompt) - len(remaining))
+            base = self._prefill(base, prompt, len(prompt) - len(remaining), delta)
             remaining = prompt[-1:]
         done = len(prompt) - len(remaining)
         self.counters.prompt_tokens += len(remaining)
         params = adm.params
-        engine = self._engine
         stops = engine.stop_sequences(params.ignore_eos)
         marks = self._checkpoints.marks_for(adm, done) if adm.n == 1 else set()
         uids = []
@@ -356,13 +378,33 @@ class Scheduler:
                 logits_processors=[self._processors(adm, i)],
                 stop_sequences=[stops],
             )
+            engine.set_delta(uid, delta)
             if self.speculation is not None and not params.speculative:
                 self.speculation.opt_out(uid)
             top = params.top_logprobs if params.logprobs else None
             self._seqs[uid] = _Seq(adm.request_id, i, top)
             uids.append(uid)
             self._checkpoints.track(uid, prompt, done, marks)
-        return uids, found.cached, found.from_disk
+        return uids, cached, from_disk
+
+    def _vision_prefix(
+        self, adm: Admission, base: list[Any] | None, remaining: list[int]
+    ) -> tuple[Any, list[int], int]:
+        """For a prompt with images: the cache to start from, the prompt
+        tokens still to feed and the position delta. A cached prefix that
+        covers every image token (keyed by the images' content, see
+        :mod:`worker.vision_inputs`) is kept and the vision tower is not
+        run; otherwise all but the last prompt token are prefilled with
+        the images now (and that state kept in the prefix cache)."""
+        vision = adm.vision
+        engine = self._engine
+        if len(adm.prompt) - len(remaining) >= vision.image_end:
+            return base, remaining, engine.position_delta(vision)
+        cache, delta = engine.prefill_images(vision)
+        self.counters.prompt_tokens += len(adm.prompt) - 1
+        if self.cache is not None:
+            self.cache.insert(list(adm.prompt[:-1]), copy.deepcopy(cache))
+        return cache, list(adm.prompt[-1:]), delta
 
     def _processors(self, adm: Admission, choice: int) -> list[Any]:
         """The logits processors of one choice: sampling penalties and biases,
@@ -371,6 +413,8 @@ class Scheduler:
         from worker.sampling import make_processors, thinking_budget_processor
 
         processors = make_processors(adm.params, len(adm.prompt), self._eos)
+        if adm.vision is not None and processors:
+            processors = [_model_ids_only(p, adm.vision.image_token_id) for p in processors]
         if adm.thinking_budget is not None:
             processors.append(thinking_budget_processor(adm.thinking_budget, len(adm.prompt)))
         if adm.matchers is not None:
@@ -383,11 +427,17 @@ class Scheduler:
                 processors.append(grammar_processor(matcher, len(adm.prompt)))
         return processors
 
-    def _prefill(self, cache: list[Any] | None, prompt: list[int], start: int) -> list[Any]:
+    def _prefill(self, cache: list[Any] | None, prompt: list[int], start: int, delta: int = 0) -> list[Any]:
         """Feed ``prompt[start:-1]`` into ``cache`` (a fresh one when None) so
         it covers all but the last prompt token; keep a copy in the prefix
-        cache. Used to prefill once for all choices of an ``n`` > 1 request."""
-        cache = self._engine.prefill(cache, prompt[start:-1])  # type: ignore[union-attr]
+        cache. Used to prefill once for all choices of an ``n`` > 1 request
+        (``delta``: its position delta, see :mod:`worker.vision_model`)."""
+        engine = self._engine
+        engine.set_delta(_PREFILL_UID, delta)  # type: ignore[union-attr]
+        try:
+            cache = engine.prefill(cache, prompt[start:-1], uid=_PREFILL_UID)  # type: ignore[union-attr]
+        finally:
+            engine.drop_delta(_PREFILL_UID)  # type: ignore[union-attr]
         if self.cache is not None:
             self.cache.insert(prompt[:-1], copy.deepcopy(cache))
         return cache
@@ -401,6 +451,7 @@ class Scheduler:
         self._waiting_since.pop(request_id, None)
         for uid in uids:
             self._seqs.pop(uid, None)
+            self._engine.drop_delta(uid)  # type: ignore[union-attr]
             self._checkpoints.forget(uid)
             if self.speculation is not None:
                 self.speculation.forget(uid)
@@ -438,6 +489,7 @@ class Scheduler:
 
     def _finish_seq(self, uid: int) -> None:
         seq = self._seqs.pop(uid)
+        self._engine.drop_delta(uid)  # type: ignore[union-attr]
         self._checkpoints.forget(uid)
         if self.speculation is not None:
             self.speculation.forget(uid)

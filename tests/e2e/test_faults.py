@@ -15,6 +15,7 @@ import httpx
 import openai
 import pytest
 
+from shared.protocol import PROTOCOL_VERSION
 from tests.conftest import API_KEY, TINY, start_server
 
 
@@ -236,7 +237,10 @@ def test_worker_with_another_protocol_version_is_refused(tiny_model_dir, tmp_pat
         assert status["state"] == "failed" and status["pid"] is None
         assert status["restarts"] == 0 and status["incarnation"] == 1
         refusals = [line for line in srv.log_path.read_text().splitlines() if "refused the worker" in line]
-        assert len(refusals) == 1 and "wire protocol v2 but this gateway speaks v1" in refusals[0]
+        assert (
+            len(refusals) == 1
+            and f"wire protocol v{PROTOCOL_VERSION + 1} but this gateway speaks v{PROTOCOL_VERSION}" in refusals[0]
+        )
         r = httpx.post(
             f"{srv.url}/v1/chat/completions",
             json={"model": TINY, "messages": [{"role": "user", "content": "x"}], "max_tokens": 2},

@@ -132,11 +132,18 @@ def test_prefilled_final_assistant_turn():
     assert "not supported" in err.message
 
 
-def test_images_need_vision():
+def test_user_images_go_to_the_model():
+    """A user turn's image is placed on its own line after the text; a bad
+    source is a 400 naming it; an image in an assistant turn is refused."""
     image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}
     turns = [{"role": "user", "content": [{"type": "text", "text": "x"}, image]}]
-    err = refused("messages[0].content[1].type", messages=turns)
-    assert "no vision support" in err.message
+    (message,) = generate(messages=turns).messages
+    assert message.content == "x\n" and message.images[0].offset == 2 and message.images[0].data == b"\x00\x00\x00"
+    bad = {"type": "image", "source": {"type": "base64", "media_type": "image/bmp", "data": "AAAA"}}
+    with pytest.raises(APIError) as caught:
+        generate(messages=[{"role": "user", "content": [bad]}])
+    assert caught.value.param == "messages[0].content[0].source.media_type"
+    refused("messages[1].content[0].type", messages=[*USER, {"role": "assistant", "content": [image]}])
 
 
 def test_text_documents_and_search_results_are_rendered():

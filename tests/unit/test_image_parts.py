@@ -1,5 +1,5 @@
 """gateway.image_parts: data URLs and base64 sources give the image's bytes;
-remote URLs, other schemes, non-image types and bad base64 are 400s naming
+http(s) URLs become remote placeholders; other schemes, non-image types and bad base64 are 400s naming
 the part."""
 
 from __future__ import annotations
@@ -10,7 +10,15 @@ import io
 import pytest
 
 from gateway.errors import APIError
-from gateway.image_parts import MAX_IMAGE_BYTES, anthropic_image_source, image_from_url, openai_image_part
+from gateway.image_parts import (
+    MAX_IMAGE_BYTES,
+    RemoteImage,
+    anthropic_image_source,
+    image_from_url,
+    image_part,
+    openai_image_part,
+    remote_of,
+)
 
 
 def _png() -> bytes:
@@ -33,6 +41,18 @@ def test_data_url_and_detail():
         assert openai_image_part({"url": f"data:image/png;base64,{B64}", "detail": detail}, "p") == PNG
 
 
+def test_remote_urls_become_placeholders():
+    """http(s) URLs are not fetched here: they become RemoteImage values,
+    whose wire placeholder round-trips and is never a valid digest."""
+    assert image_from_url("https://example.com/a.png", "m.url") == RemoteImage("https://example.com/a.png", "m.url")
+    source = anthropic_image_source({"type": "url", "url": "http://x/y.png"}, "s")
+    assert source == RemoteImage("http://x/y.png", "s.url")
+    part = image_part(source, 3)
+    assert remote_of(part) == source and part.offset == 3 and len(part.sha256) != 64
+    real = image_part(PNG, 0)
+    assert remote_of(real) is None and len(real.sha256) == 64
+
+
 def test_anthropic_base64_source():
     """A base64 source with an image media type gives its bytes."""
     assert anthropic_image_source({"type": "base64", "media_type": "image/png", "data": B64}, "p") == PNG
@@ -41,8 +61,6 @@ def test_anthropic_base64_source():
 @pytest.mark.parametrize(
     ("call", "param", "message"),
     [
-        (lambda: image_from_url("https://example.com/a.png", "m.url"), "m.url", "remote image URLs are not fetched"),
-        (lambda: image_from_url("http://127.0.0.1/a.png", "m.url"), "m.url", "remote image URLs are not fetched"),
         (lambda: image_from_url("file:///etc/passwd", "m.url"), "m.url", "must be a data:image"),
         (lambda: image_from_url("/etc/passwd", "m.url"), "m.url", "must be a data:image"),
         (lambda: image_from_url(f"data:text/plain;base64,{B64}", "m.url"), "m.url", "unsupported image media type"),
@@ -54,7 +72,7 @@ def test_anthropic_base64_source():
             "'detail'",
         ),
         (lambda: openai_image_part({"url": "x", "size": 1}, "i"), "i.size", "unknown field 'size'"),
-        (lambda: anthropic_image_source({"type": "url", "url": "https://x/y.png"}, "s"), "s", "not fetched"),
+        (lambda: anthropic_image_source({"type": "url", "url": "file:///etc/passwd"}, "s"), "s.url", "http(s) URL"),
         (lambda: anthropic_image_source({"type": "file", "file_id": "f"}, "s"), "s", "'file' is not supported"),
         (
             lambda: anthropic_image_source({"type": "base64", "media_type": "image/svg+xml", "data": B64}, "s"),

@@ -128,11 +128,16 @@ def test_generate_translation_and_refusals():
     for field, value, words in [
         ("template", "t", "template"),
         ("context", [1], "context"),
-        ("images", ["aGk="], "vision"),
         ("width", 8, "image-generation"),
     ]:
         assert words in refused(OllamaGenerateRequest, prompt="p", **{field: value}).message
     assert "raw" in refused(OllamaGenerateRequest, prompt="p", raw=True, system="s").message
+    assert "raw" in refused(OllamaGenerateRequest, prompt="p", raw=True, images=["aGk="]).message
+    pictured = generate_request(
+        decode(OllamaGenerateRequest, b'{"model": "m", "prompt": "p", "images": ["aGk="]}'), "r"
+    )
+    (turn,) = pictured.messages
+    assert turn.images[0].data == b"hi" and turn.images[0].offset == 0 and turn.images[0].param == "images[0]"
     assert "raw" in refused(OllamaGenerateRequest, prompt="p", raw=True, suffix="s").message
     assert "no system turn" in refused(OllamaGenerateRequest, prompt="p", system="x", suffix="s").message
 

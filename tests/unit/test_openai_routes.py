@@ -475,6 +475,7 @@ async def test_list_and_retrieve_models():
                 "state": "ready",
                 "aliases": ["alias"],
                 "sampling_defaults": {"temperature": 0.6, "top_p": 0.95, "top_k": 20},
+                "vision": None,
             },
             {
                 "id": "org/other",
@@ -484,6 +485,7 @@ async def test_list_and_retrieve_models():
                 "state": "starting",
                 "aliases": [],
                 "sampling_defaults": None,
+                "vision": None,
             },
         ],
     }

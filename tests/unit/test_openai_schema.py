@@ -325,10 +325,39 @@ def test_content_parts():
     assert gen.messages[0].content == "ab"
 
 
-def test_image_part_refused_by_type():
+def test_image_parts_only_in_user_messages():
+    """An image part outside a user message is refused by type; in a user
+    message it is placed at its offset (a data URL's bytes with their
+    digest; an http URL as a remote placeholder), and a bad one is a 400
+    naming the part."""
+    import base64
+    import hashlib
+
+    from gateway.image_parts import RemoteImage, remote_of
+
     content = [{"type": "text", "text": "a"}, {"type": "image_url", "image_url": {"url": "http://x"}}]
-    err = chat_refused("messages[0].content[1].type", messages=[{"role": "user", "content": content}])
+    err = chat_refused("messages[0].content[1].type", messages=[{"role": "system", "content": content}])
     assert "image_url" in err.message and "not supported" in err.message
+    png = b"\x89PNG\r\n\x1a\nrest"
+    data = "data:image/png;base64," + base64.b64encode(png).decode()
+    content = [
+        {"type": "text", "text": "ab"},
+        {"type": "image_url", "image_url": {"url": data, "detail": "low"}},
+        {"type": "text", "text": "c"},
+        {"type": "image_url", "image_url": {"url": "http://x/y.png"}},
+    ]
+    req = decode_chat_request(json.dumps({"model": "m", "messages": [{"role": "user", "content": content}]}).encode())
+    message = to_generate_request(req, "r").messages[0]
+    assert message.content == "abc"
+    first, second = message.images
+    assert (first.data, first.sha256, first.offset) == (png, hashlib.sha256(png).hexdigest(), 2)
+    assert remote_of(second) == RemoteImage("http://x/y.png", "messages[0].content[3].image_url.url")
+    assert second.offset == 3
+    bad = [{"type": "image_url", "image_url": {"url": "data:image/png;base64,@@"}}]
+    req = decode_chat_request(json.dumps({"model": "m", "messages": [{"role": "user", "content": bad}]}).encode())
+    with pytest.raises(APIError) as caught:
+        to_generate_request(req, "r")
+    assert caught.value.param == "messages[0].content[0].image_url.url"
 
 
 def test_bad_parts():

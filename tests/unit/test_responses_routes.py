@@ -331,15 +331,15 @@ async def test_invalid_bodies_are_400_and_never_submitted():
             "/v1/responses",
             json={
                 "model": "m",
-                "input": [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x"}]}],
+                "input": [{"role": "user", "content": [{"type": "input_image", "image_url": "ftp://x"}]}],
             },
         )
     assert unknown.status_code == 400 and unknown.json()["error"]["param"] == "seed"
     assert "Unrecognized request argument supplied: seed" in unknown.json()["error"]["message"]
     assert hot.status_code == 400 and hot.json()["error"]["param"] == "temperature"
     assert bad_json.status_code == 400 and bad_json.json()["error"]["type"] == "invalid_request_error"
-    assert image.status_code == 400 and image.json()["error"]["param"] == "input[0].content[0].type"
-    assert "not supported" in image.json()["error"]["message"]
+    assert image.status_code == 400 and image.json()["error"]["param"] == "input[0].content[0].image_url"
+    assert "data:image" in image.json()["error"]["message"]
     assert engine.submitted == []
 
 

@@ -68,7 +68,7 @@ def test_body_shape():
         ({"input": [{"role": "user", "content": None}]}, "input[0].content"),
         ({"input": [{"content": "x"}]}, "input[0].role"),
         (
-            {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]},
+            {"input": [{"role": "system", "content": [{"type": "input_image", "image_url": "u"}]}]},
             "input[0].content[0].type",
         ),
         (
@@ -164,8 +164,17 @@ def test_refusal_messages():
     assert "stateless" in refused("previous_response_id", previous_response_id="resp_1").message
     assert "moderation" in refused("moderation", moderation={"model": "m"}).message
     assert "Unrecognized request argument supplied: seed" in refused("seed", seed=1).message
-    err = refused("input[0].content[0].type", input=[{"role": "user", "content": [{"type": "input_image"}]}])
+    err = refused("input[0].content[0].type", input=[{"role": "system", "content": [{"type": "input_image"}]}])
     assert "not supported" in err.message
+    for part, param, words in (
+        ({"type": "input_image"}, "image_url", "Missing required parameter"),
+        ({"type": "input_image", "image_url": "u"}, "image_url", "data:image"),
+        ({"type": "input_image", "file_id": "f"}, "file_id", "Files API"),
+        ({"type": "input_image", "image_url": "data:image/png;base64,AA==", "detail": "max"}, "detail", "'detail'"),
+    ):
+        with pytest.raises(APIError) as caught:
+            messages(input=[{"role": "user", "content": [part]}])
+        assert caught.value.param == f"input[0].content[0].{param}" and words in caught.value.message
 
 
 @pytest.mark.parametrize(
