@@ -43,7 +43,7 @@ from typing import Any, Sequence
 
 import mlx.core as mx
 import numpy as np
-from mlx_lm.generate import BatchGenerator, GenerationBatch, PromptProcessingBatch, StopSequences
+from mlx_lm.generate import BatchGenerator, GenerationBatch, PromptProcessingBatch, StopSequences, generation_stream
 from mlx_lm.models.cache import make_prompt_cache
 
 from worker.messages import TokenLogprobs
@@ -53,6 +53,14 @@ from worker.speculation import Speculation, find_draft
 
 HOST_SAMPLING_ENV = "MLXD_HOST_SAMPLING"
 """Environment override of :func:`default_host_sampling`: ``1`` or ``0``."""
+
+
+def engine_stream() -> Any:
+    """The MLX stream every engine evaluates on (mlx-lm's generation stream,
+    one per thread). Work that must stay ordered with the engine's own
+    queued (asynchronously evaluated) steps runs on it, e.g. a
+    tensor-parallel group's collectives (:mod:`worker.tensor_parallel`)."""
+    return generation_stream
 
 
 def default_host_sampling() -> bool:

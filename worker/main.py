@@ -13,6 +13,14 @@ gateway that started it is gone, so a worker never outlives its gateway.
 What the worker builds around its model (prefix cache, speculation) comes
 from :mod:`worker.model_setup`.
 
+Tensor parallelism: with ``tensor_parallel`` > 1 this process is one rank
+of an MLX distributed group started by :mod:`worker.tp_launch`. Rank 0 is
+the worker the gateway sees (sockets, threads, heartbeats, all as above)
+and shares its scheduling decisions each loop turn; the other ranks open no
+socket, load and shard the same model and follow rank 0's plans
+(:mod:`worker.tensor_parallel`). A broken group (a dead rank) fails rank
+0's engine step, which is a thread death as below.
+
 Thread death: when any exception escapes the input, scheduler or output
 thread (including a failed engine step), the worker stops heartbeating, ends
 every request the output thread knows with an ``internal`` error (when the
@@ -68,6 +76,10 @@ log = logging.getLogger("mlxd.worker")
 EXIT_THREAD_DIED = 3
 """Exit code of a worker one of whose threads died (see the module docstring)."""
 
+FOLLOWER_FAIL_GRACE = 10.0
+"""Seconds a tensor-parallel rank other than 0 that failed to load waits
+before exiting (rank 0 reports the failure to the gateway meanwhile)."""
+
 FAIL_ALL_SECONDS = 5.0
 """How long a dying worker waits for its output thread to send the errors."""
 
@@ -91,8 +103,10 @@ class Worker:
         *,
         memory_limit: int = 0,
         cache_limit: int | None = None,
+        rank: int = 0,
     ) -> None:
         self.worker_id = worker_id
+        self.rank = rank
         self.config = config
         self.memory_limit = memory_limit
         self.cache_limit = cache_limit
@@ -109,7 +123,7 @@ class Worker:
         self._dead = False
         self.output = OutputLoop(
             worker_id,
-            send=lambda m: outputs.send(out_codec.encode(m), copy=False),
+            send=(lambda m: outputs.send(out_codec.encode(m), copy=False)) if rank == 0 else (lambda m: None),
             release=lambda item: self._scheduler.submit(item) if self._scheduler else None,
             stats=self.stats,
             healthy=self.healthy,
@@ -139,6 +153,20 @@ class Worker:
         self.output.queue.put(Exit())
         out_thread.join(timeout=5)
         return code
+
+    def follow(self) -> int:
+        """Serve as a tensor-parallel rank other than 0: load, shard and
+        run rank 0's plans on the scheduler thread until rank 0 stops the
+        group. Returns 0 after a stop, 1 when the model failed to load;
+        never returns when the thread dies (a broken group)."""
+        self._threads.append(threading.current_thread())
+        self._start("scheduler", self._scheduler_main).join()
+        if self._failed.is_set():
+            # rank 0 fails the same way and tells the gateway why; leave it
+            # time to do so before mlx.launch stops the group on our exit
+            time.sleep(FOLLOWER_FAIL_GRACE)
+            return 1
+        return 0
 
     def healthy(self) -> bool:
         """True while every thread of this worker is alive (any thread)."""
@@ -174,6 +202,9 @@ class Worker:
                 exc_info=exc,
             )
             quiet = thread == "output"  # the dying thread is the socket's only writer
+            if self.rank:  # a follower rank has no socket and nobody to tell
+                logging.shutdown()
+                os._exit(EXIT_THREAD_DIED)
             if not quiet:
                 fail = FailAll("the model worker failed; retry the request")
                 self.output.queue.put(fail)
@@ -201,7 +232,12 @@ class Worker:
             from worker.sampling_defaults import model_sampling_defaults
 
             mlx_memory.apply_limits(self.memory_limit, self.cache_limit)
+            lockstep = self._join_group()
             loaded = load_model(self.config.source, dtype=self.config.dtype)
+            if lockstep is not None:
+                from worker.tensor_parallel import shard_model
+
+                shard_model(loaded.model, lockstep.group, self.config.name)
             sampling_defaults = model_sampling_defaults(loaded.path, self.config.sampling_defaults)
             context = loaded.context_length
             if self.config.context_length:
@@ -235,7 +271,7 @@ class Worker:
             scheduler = Scheduler(
                 loaded.model,
                 set(loaded.eos_token_ids),
-                self.output.queue.put,
+                self.output.queue.put if self.rank == 0 else lambda item: None,
                 cache=prefix_cache_for(self.config, loaded, cache_profile.trimmable),
                 max_batch_size=self.config.max_batch_size,
                 prefill_batch_size=self.config.prefill_batch_size,
@@ -244,6 +280,7 @@ class Worker:
                 checkpoints=not cache_profile.trimmable,
                 speculation=speculation_for(self.config, cache_profile.trimmable),
                 solo=cache_profile.solo,
+                lockstep=lockstep,
             )
             memory = mlx_memory.sample()
             self.output.queue.put(
@@ -273,6 +310,37 @@ class Worker:
         if grammars is not None:
             threading.Thread(target=grammars.warm, name="mlxd-grammar-warm", daemon=True).start()
         self._serve(scheduler, context)
+
+    def _join_group(self) -> Any:
+        """Scheduler thread: join the tensor-parallel group when the model
+        asks for one; return its :class:`~worker.tensor_parallel.Lockstep`
+        (None: a single-process worker)."""
+        if self.config.tensor_parallel == 1:
+            return None
+        from worker.tensor_parallel import Lockstep, join_group
+        from worker.tp_launch import BACKEND_ENV
+
+        group = join_group(os.environ.get(BACKEND_ENV, "ring"), self.config.tensor_parallel)
+        return Lockstep(group, rebuild=self._rebuild)
+
+    def _rebuild(self, item: Any) -> Any:
+        """Follower rank, scheduler thread: the admission rank 0 admitted
+        (an :class:`~worker.step_plan.Admit`), built by this rank's own
+        prompt builder with rank 0's tokens and seed; no deadline (rank 0's
+        clock decides, see ``Expire``).
+
+        Raises:
+            PromptError: this rank cannot build it (the group is out of step).
+        """
+        import msgspec
+
+        assert self._prompts is not None
+        admission = self._prompts.build(item.request)
+        admission.prompt = list(item.prompt)
+        admission.deadline = None
+        if item.seed is not None:
+            admission.params = msgspec.structs.replace(admission.params, seed=item.seed)
+        return admission
 
     def _embedding_main(self) -> None:
         """Scheduler thread of an embedding worker: load the encoder, warm
@@ -313,9 +381,12 @@ class Worker:
         failure propagates: the worker exits, see the module docstring)."""
         self.output.queue.put(Ready(worker_id=self.worker_id))
         self._ready.set()
-        log.info("model %s ready (context %d tokens)", self.config.name, context)
+        log.info("model %s ready (context %d tokens, rank %d)", self.config.name, context, self.rank)
         try:
-            scheduler.run()
+            if self.rank:
+                scheduler.follow()
+            else:
+                scheduler.run()
         finally:
             disk = getattr(getattr(scheduler, "cache", None), "disk", None)
             if disk is not None:
@@ -393,6 +464,8 @@ class Worker:
                 self._reply(RequestOutput(request_id=request.request_id, prompt_tokens=counted, finish_reason="stop"))
                 return
             admission = self._prompts.build(request)
+            if self.config.tensor_parallel > 1:
+                admission.request = request  # shared with the other ranks
         except PromptError as exc:
             self._refuse(request.request_id, exc.kind, exc.message, exc.field)
             return
@@ -491,11 +564,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m worker``; returns the exit code."""
     args = parse_args(argv)
-    setup_logging(args.log_level, name=f"worker:{args.worker_id}", log_file=args.log_file)
-    endpoints = Endpoints(requests=args.requests, outputs=args.outputs)
-    watch_parent(args.parent_pid, endpoints)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the gateway's to handle
     config = decode_model_config(args.model_config)
+    # a tensor-parallel rank: mlx.launch set MLX_RANK; its parent is the launcher
+    rank = int(os.environ.get("MLX_RANK", "0")) if config.tensor_parallel > 1 else 0
+    name = f"worker:{args.worker_id}" + (f":rank{rank}" if config.tensor_parallel > 1 else "")
+    setup_logging(args.log_level, name=name, log_file=args.log_file)
+    endpoints = Endpoints(requests=args.requests, outputs=args.outputs)
+    parent = os.getppid() if config.tensor_parallel > 1 else args.parent_pid
+    watch_parent(parent, endpoints if rank == 0 else None)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the gateway's to handle
+    if rank:
+        return Worker(args.worker_id, config, None, None, rank=rank).follow()  # type: ignore[arg-type]
     ctx = zmq.Context()
     outputs, requests = open_worker_link(ctx, endpoints, "worker")
     try:

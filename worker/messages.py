@@ -18,7 +18,7 @@ checks that.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from shared.protocol import SamplingParams, Tool
 
@@ -74,6 +74,9 @@ class Admission:
     model reasons first and the constrained answer follows. ``boundaries``:
     prompt positions where a chat message starts (the last message's
     start), where a model whose cache cannot be trimmed keeps a checkpoint.
+    ``request``: the ``GenerateRequest`` it was built from, kept only in a
+    tensor-parallel group (rank 0 shares it with the other ranks, see
+    :mod:`worker.step_plan`); None otherwise.
     """
 
     request_id: str
@@ -88,6 +91,7 @@ class Admission:
     thinking_budget: ThinkingBudget | None = None
     reasoning_close: tuple[int, ...] | None = None
     boundaries: tuple[int, ...] = ()
+    request: Any = None
 
 
 @dataclass

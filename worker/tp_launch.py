@@ -1,0 +1,115 @@
+"""Start a tensor-parallel worker: ``mlx.launch`` running one rank per host.
+
+``python -m worker.tp_launch --parent-pid PID -- <worker arguments>`` is
+what the gateway runs instead of ``python -m worker`` for a model with
+``tensor_parallel`` > 1. It runs MLX's own launcher (``mlx.launch``,
+in-process) with the model's hosts, backend and ports, each rank running
+``python -m worker <worker arguments>``; rank 0 opens the worker's usual
+sockets, so rank 0 must run on this machine.
+
+Lifetime: this process ends when the gateway does (:func:`watch_parent`);
+the local ranks watch this process in turn (``worker.main``), so no rank
+outlives the gateway. ``mlx.launch`` stops every rank when one exits with
+an error, then returns; this process then exits, and the gateway sees a
+dead worker and restarts it. Remote ranks are started over ``ssh`` by
+``mlx.launch`` and end when their ssh session or the group breaks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+
+from shared.config import ModelConfig, decode_model_config
+from worker.parent_watch import watch_parent
+
+BACKEND_ENV = "MLXD_TP_BACKEND"
+"""The environment variable telling each rank which backend to join."""
+
+FIRST_FREE_PORT = 40000
+"""Where the search for free loopback ports starts (``tensor_parallel_port = 0``)."""
+
+
+def resolve_backend(model: ModelConfig, platform: str = sys.platform) -> str:
+    """``ring`` or ``jaccl`` for ``model``: ``auto`` is ``jaccl`` on macOS
+    when a hostfile (which names the RDMA devices) is configured, ``ring``
+    otherwise."""
+    if model.tensor_parallel_backend != "auto":
+        return model.tensor_parallel_backend
+    return "jaccl" if platform == "darwin" and model.tensor_parallel_hostfile else "ring"
+
+
+def free_ports(count: int, start: int = FIRST_FREE_PORT) -> int:
+    """The first of ``count`` consecutive TCP ports free on 127.0.0.1 now
+    (the ring's ranks listen on ``port + rank``).
+
+    Raises:
+        OSError: no such run below 65536.
+    """
+    port = start
+    while port + count <= 65536:
+        for offset in range(count):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+                try:
+                    probe.bind(("127.0.0.1", port + offset))
+                except OSError:
+                    port += offset + 1
+                    break
+        else:
+            return port
+    raise OSError("no free loopback ports for the tensor-parallel group")
+
+
+def launch_arguments(model: ModelConfig, worker_args: list[str], python: str = sys.executable) -> list[str]:
+    """The ``mlx.launch`` command line (without the program name) that runs
+    ``python -m worker <worker_args>`` on every rank of ``model``'s group."""
+    backend = resolve_backend(model)
+    if model.tensor_parallel_hostfile:
+        where = ["--hostfile", model.tensor_parallel_hostfile]
+    elif model.tensor_parallel_hosts:
+        where = ["--hosts", ",".join(model.tensor_parallel_hosts)]
+    else:
+        where = ["--hosts", "127.0.0.1", "-n", str(model.tensor_parallel)]
+    port = model.tensor_parallel_port or free_ports(model.tensor_parallel)
+    return [
+        "--backend",
+        backend,
+        *where,
+        "--starting-port",
+        str(port),
+        "--python",
+        python,
+        "--env",
+        f"{BACKEND_ENV}={backend}",
+        "--",
+        "-m",
+        "worker",
+        *worker_args,
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the group until ``mlx.launch`` returns; the exit code is 0 (the
+    gateway treats any exit it did not ask for as a dead worker)."""
+    parser = argparse.ArgumentParser(prog="python -m worker.tp_launch")
+    parser.add_argument("--parent-pid", type=int, required=True)
+    parser.add_argument("worker_args", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    worker_args = args.worker_args[1:] if args.worker_args[:1] == ["--"] else args.worker_args
+    config = decode_model_config(worker_args[worker_args.index("--model-config") + 1])
+    watch_parent(args.parent_pid, None)
+    # mlx.launch forwards its stdin to the ranks and polls it: give it a pipe
+    # that stays open and silent (end of file would make it spin)
+    read_end, _write_end = os.pipe()
+    os.dup2(read_end, 0)
+    from mlx._distributed_utils.launch import main as mlx_launch
+
+    sys.argv = ["mlx.launch", *launch_arguments(config, worker_args)]
+    mlx_launch()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
