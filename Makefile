@@ -48,6 +48,7 @@ bench: model
 	-$(PY) bench/peers.py ensure-vllm-mlx
 	$(PY) bench/compare.py
 	$(PY) bench/embeddings.py
+	$(PY) bench/tensor_parallel.py
 
 # 30 minutes of mixed traffic with disconnects; prints worker memory over time (not in CI)
 soak: model

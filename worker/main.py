@@ -571,6 +571,8 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(args.log_level, name=name, log_file=args.log_file)
     endpoints = Endpoints(requests=args.requests, outputs=args.outputs)
     parent = os.getppid() if config.tensor_parallel > 1 else args.parent_pid
+    if parent == 1:  # the launcher died before this rank started: orphaned already
+        return 0
     watch_parent(parent, endpoints if rank == 0 else None)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the gateway's to handle
     if rank:

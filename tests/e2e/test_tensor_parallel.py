@@ -21,7 +21,8 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import start_server
+from shared.config import DEFAULT_MODEL_SOURCE
+from tests.conftest import REAL, start_server
 from tests.tiny_model import build_tiny_model
 
 TP = "tiny-tp"
@@ -154,16 +155,17 @@ def test_no_rank_outlives_the_gateway(tiny_model_dir, tmp_path):
 
 
 def test_unshardable_models_fail_with_the_cause(tmp_path):
-    """A family without ``Model.shard`` and a head count that does not
-    divide over the ranks: the model fails to load, requests get a 503
-    naming the model type or the size."""
+    """A family without ``Model.shard`` (gemma3_text) and a head count
+    that does not divide over the ranks (the default model on 2 ranks): the
+    model fails to load, requests get a 503 naming the model type or the
+    size."""
     gemma = build_tiny_model(tmp_path / "gemma", family="gemma3_text")
-    odd = build_tiny_model(tmp_path / "llama")
     srv = start_server(
         tmp_path,
         [
             {"name": "gemma-tp", "source": str(gemma), "tensor_parallel": 2},
-            {"name": "odd-tp", "source": str(odd), "tensor_parallel": 3},
+            # SmolLM2-135M has 9 attention heads and 3 KV heads: 3 ranks, not 2
+            {"name": "smollm2-tp", "source": DEFAULT_MODEL_SOURCE, "tensor_parallel": 2},
         ],
         api_key=None,
         wait=False,
@@ -171,7 +173,7 @@ def test_unshardable_models_fail_with_the_cause(tmp_path):
     try:
         for name, cause in (
             ("gemma-tp", "cannot shard model type 'gemma3_text'"),
-            ("odd-tp", "num_attention_heads = 4"),
+            ("smollm2-tp", "num_attention_heads = 9"),
         ):
             deadline = time.monotonic() + 120
             while (status := srv.worker(name))["state"] != "failed":
@@ -180,5 +182,28 @@ def test_unshardable_models_fail_with_the_cause(tmp_path):
             assert cause in status["last_error"]
             r = httpx.post(f"{srv.url}/v1/completions", json={"model": name, "prompt": "hi", "max_tokens": 2})
             assert r.status_code == 503 and cause in r.json()["error"]["message"]
+    finally:
+        srv.stop()
+
+
+@pytest.mark.slow
+def test_default_model_on_three_ranks_matches_one_process(real_server, tmp_path):
+    """SmolLM2-135M (9 heads, 3 KV heads, so 3 ranks) sharded with mlx-lm's
+    ``Model.shard``: concurrent greedy streams through a real gateway equal
+    the single-process model's (``real_server``)."""
+    srv = start_server(tmp_path, [{"name": REAL, "source": DEFAULT_MODEL_SOURCE, "tensor_parallel": 3}], api_key=None)
+    try:
+        prompts = ["The capital of France is", "def fib(n):", "Water boils at"]
+        expected, got = [], []
+        for url, out in ((real_server.url, expected), (srv.url, got)):
+            client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+            with ThreadPoolExecutor(len(prompts)) as pool:
+                out += pool.map(
+                    lambda p, c=client: (
+                        c.completions.create(model=REAL, prompt=p, max_tokens=6, temperature=0).choices[0].text
+                    ),
+                    prompts,
+                )
+        assert got == expected and all(expected)
     finally:
         srv.stop()
