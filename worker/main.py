@@ -312,35 +312,13 @@ class Worker:
         self._serve(scheduler, context)
 
     def _join_group(self) -> Any:
-        """Scheduler thread: join the tensor-parallel group when the model
-        asks for one; return its :class:`~worker.tensor_parallel.Lockstep`
-        (None: a single-process worker)."""
+        """Scheduler thread: the tensor-parallel group's
+        :class:`~worker.tensor_parallel.Lockstep` (None: one process)."""
         if self.config.tensor_parallel == 1:
             return None
-        from worker.tensor_parallel import Lockstep, join_group
-        from worker.tp_launch import BACKEND_ENV
+        from worker.tensor_parallel import join_lockstep
 
-        group = join_group(os.environ.get(BACKEND_ENV, "ring"), self.config.tensor_parallel)
-        return Lockstep(group, rebuild=self._rebuild)
-
-    def _rebuild(self, item: Any) -> Any:
-        """Follower rank, scheduler thread: the admission rank 0 admitted
-        (an :class:`~worker.step_plan.Admit`), built by this rank's own
-        prompt builder with rank 0's tokens and seed; no deadline (rank 0's
-        clock decides, see ``Expire``).
-
-        Raises:
-            PromptError: this rank cannot build it (the group is out of step).
-        """
-        import msgspec
-
-        assert self._prompts is not None
-        admission = self._prompts.build(item.request)
-        admission.prompt = list(item.prompt)
-        admission.deadline = None
-        if item.seed is not None:
-            admission.params = msgspec.structs.replace(admission.params, seed=item.seed)
-        return admission
+        return join_lockstep(self.config.tensor_parallel, lambda: self._prompts)
 
     def _embedding_main(self) -> None:
         """Scheduler thread of an embedding worker: load the encoder, warm

@@ -20,6 +20,7 @@ Threads: everything here runs on the worker's scheduler thread (MLX work).
 
 from __future__ import annotations
 
+import os
 import random
 from typing import Any, Callable
 
@@ -78,6 +79,39 @@ def shard_model(model: Any, group: Any, name: str) -> None:
             )
     model.shard(group)
     mx.eval(model.parameters())
+
+
+def join_lockstep(size: int, prompts: Callable[[], Any]) -> Lockstep:
+    """Join the group of ``size`` ranks over the backend ``mlx.launch`` was
+    told to use (:data:`worker.tp_launch.BACKEND_ENV`) and return its
+    :class:`Lockstep`; ``prompts`` gives this rank's prompt builder (once
+    loaded) for rebuilding rank 0's admissions.
+
+    Raises:
+        TensorParallelError, RuntimeError: see :func:`join_group`.
+    """
+    from worker.tp_launch import BACKEND_ENV
+
+    group = join_group(os.environ.get(BACKEND_ENV, "ring"), size)
+    return Lockstep(group, rebuild=lambda item: rebuild_admission(prompts(), item))
+
+
+def rebuild_admission(prompts: Any, item: Admit) -> Admission:
+    """Follower: the admission rank 0 admitted, built by this rank's own
+    prompt builder (same template, tokenizer, grammars) with rank 0's
+    tokens and seed, and no deadline (rank 0's clock decides, see
+    :class:`~worker.step_plan.Expire`).
+
+    Raises:
+        worker.prompt.PromptError: this rank cannot build it (the group is
+            out of step; fatal).
+    """
+    admission = prompts.build(item.request)
+    admission.prompt = list(item.prompt)
+    admission.deadline = None
+    if item.seed is not None:
+        admission.params = msgspec.structs.replace(admission.params, seed=item.seed)
+    return admission
 
 
 class Lockstep:
