@@ -116,6 +116,7 @@ class Worker:
         self._scheduler: Scheduler | None = None
         self._prompts: PromptBuilder | None = None
         self._embedding: Any = None  # the EmbeddingModel of an embedding worker
+        self._lockstep: Any = None  # a tensor-parallel group's Lockstep, once joined
         self._ready = threading.Event()
         self._failed = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -169,7 +170,12 @@ class Worker:
         return 0
 
     def healthy(self) -> bool:
-        """True while every thread of this worker is alive (any thread)."""
+        """True while every thread of this worker is alive and, for rank 0
+        of a tensor-parallel group, the group is not stalled (a hung rank,
+        see :meth:`worker.tensor_parallel.Lockstep.stalled`); any thread."""
+        lockstep = self._lockstep
+        if lockstep is not None and lockstep.stalled(time.monotonic()):
+            return False
         return not self._dead and all(t.is_alive() for t in self._threads)
 
     def _start(self, name: str, target: Callable[[], None]) -> threading.Thread:
@@ -232,7 +238,7 @@ class Worker:
             from worker.sampling_defaults import model_sampling_defaults
 
             mlx_memory.apply_limits(self.memory_limit, self.cache_limit)
-            lockstep = self._join_group()
+            lockstep = self._lockstep = self._join_group()
             loaded = load_model(self.config.source, dtype=self.config.dtype)
             if lockstep is not None:
                 from worker.tensor_parallel import shard_model
@@ -551,7 +557,8 @@ def main(argv: list[str] | None = None) -> int:
     parent = os.getppid() if config.tensor_parallel > 1 else args.parent_pid
     if parent == 1:  # the launcher died before this rank started: orphaned already
         return 0
-    watch_parent(parent, endpoints if rank == 0 else None)
+    # a rank's parent is the launcher, which removes the sockets if the gateway dies
+    watch_parent(parent, None if config.tensor_parallel > 1 else endpoints)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the gateway's to handle
     if rank:
         return Worker(args.worker_id, config, None, None, rank=rank).follow()  # type: ignore[arg-type]

@@ -23,8 +23,8 @@ def watch_parent(parent_pid: int, endpoints: Endpoints | None, interval: float =
     gateway died, even by SIGKILL), removing the socket files the gateway
     could not. On Linux the kernel also sends SIGTERM at the parent's
     death, which is handled the same way; elsewhere a daemon thread polls.
-    ``endpoints`` None: a process without socket files (the launcher of a
-    tensor-parallel group, a rank other than 0)."""
+    ``endpoints`` None: a tensor-parallel rank, whose parent is the group's
+    launcher (which removes the socket files when the gateway dies)."""
 
     def orphaned(*_: object) -> None:
         if endpoints is not None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import random
+import time
 from typing import Any, Callable
 
 import mlx.core as mx
@@ -30,6 +31,13 @@ import numpy as np
 
 from worker.messages import Abort, Admission, Release, Stop
 from worker.step_plan import Admit, Drop, Expire, Halt, PlanItem, ReleaseChoice, StepPlan, decode_plan, encode_plan
+
+STALL_SECONDS = float(os.environ.get("MLXD_TP_STALL_SECONDS", "30"))
+"""Longest rank 0 may wait in one plan exchange before its group counts as
+stalled (``MLXD_TP_STALL_SECONDS`` overrides the 30 s, for tests). The other ranks do the same work in step with rank 0, so an
+exchange normally takes milliseconds; a rank that hangs (not dies) keeps
+rank 0 waiting here, and rank 0 then stops heartbeating so the gateway
+replaces the group."""
 
 SHARDED_SIZES = ("num_attention_heads", "num_key_value_heads", "intermediate_size", "hidden_size")
 """Model arguments that mlx-lm's ``shard`` splits evenly over the ranks."""
@@ -130,6 +138,13 @@ class Lockstep:
         self.leader = group.rank() == 0
         self._rebuild = rebuild
         self._items: list[PlanItem] = []
+        self._waiting_since: float | None = None
+
+    def stalled(self, now: float, limit: float = STALL_SECONDS) -> bool:
+        """True when this rank has waited in one exchange for more than
+        ``limit`` seconds (any thread may ask; a plain read)."""
+        since = self._waiting_since
+        return since is not None and now - since > limit
 
     def record(self, item: object) -> object:
         """Leader: note ``item`` (an Admission, Abort, Release or Stop) for
@@ -197,9 +212,12 @@ class Lockstep:
         group = self.group
         # on the engine's stream: after the collectives of any step the
         # engine queued asynchronously, in the same order on every rank
+        self._waiting_since = time.monotonic()
         with mx.stream(engine_stream()):
             length = mx.distributed.all_sum(mx.array([len(data)], dtype=mx.int32), group=group)
             size = int(length.item())
             payload = np.frombuffer(data, dtype=np.uint8) if self.leader else np.zeros(size, dtype=np.uint8)
             summed = mx.distributed.all_sum(mx.array(payload), group=group)
-            return bytes(np.array(summed, copy=False))
+            data = bytes(np.array(summed, copy=False))
+        self._waiting_since = None
+        return data

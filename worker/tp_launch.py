@@ -7,9 +7,11 @@ in-process) with the model's hosts, backend and ports, each rank running
 ``python -m worker <worker arguments>``; rank 0 opens the worker's usual
 sockets, so rank 0 must run on this machine.
 
-Lifetime: this process ends when the gateway does (:func:`watch_parent`);
-the local ranks watch this process in turn (``worker.main``), so no rank
-outlives the gateway. ``mlx.launch`` stops every rank when one exits with
+Lifetime: this process ends when the gateway does (:func:`watch_parent`,
+removing the worker's socket files as a worker would); the local ranks
+watch this process in turn (``worker.main``), so no rank outlives the
+gateway, and a rank orphaned by a launcher the gateway killed leaves the
+gateway's socket directory alone. ``mlx.launch`` stops every rank when one exits with
 an error, then returns; this process then exits, and the gateway sees a
 dead worker and restarts it. Remote ranks are started over ``ssh`` by
 ``mlx.launch`` and end when their ssh session or the group breaks.
@@ -23,6 +25,7 @@ import socket
 import sys
 
 from shared.config import ModelConfig, decode_model_config
+from shared.sockets import Endpoints
 from worker.parent_watch import watch_parent
 
 BACKEND_ENV = "MLXD_TP_BACKEND"
@@ -99,7 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     worker_args = args.worker_args[1:] if args.worker_args[:1] == ["--"] else args.worker_args
     config = decode_model_config(worker_args[worker_args.index("--model-config") + 1])
-    watch_parent(args.parent_pid, None)
+    option = worker_args.index
+    watch_parent(
+        args.parent_pid,
+        Endpoints(requests=worker_args[option("--requests") + 1], outputs=worker_args[option("--outputs") + 1]),
+    )
     # mlx.launch forwards its stdin to the ranks and polls it: give it a pipe
     # that stays open and silent (end of file would make it spin)
     read_end, _write_end = os.pipe()

@@ -140,6 +140,30 @@ def test_killed_rank_fails_the_stream_and_the_group_restarts(client, tp_server):
     assert complete(client, TP, PROMPTS[1], temperature=0) == expected
 
 
+def test_hung_rank_stops_the_heartbeats_and_the_group_is_replaced(tiny_model_dir, tmp_path):
+    """A rank that hangs (SIGSTOP) leaves rank 0 waiting in a plan exchange:
+    rank 0 stops heartbeating, the gateway kills the group (the request
+    ends with an error) and starts a new one that serves."""
+    srv = start_server(
+        tmp_path,
+        [{"name": TP, "source": str(tiny_model_dir), "tensor_parallel": 2}],
+        api_key=None,
+        env={"MLXD_TP_STALL_SECONDS": "1"},
+        heartbeat_timeout=3,
+    )
+    client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="unused", max_retries=0, timeout=60)
+    hung = rank_pids(srv.worker(TP)["pid"])[1]
+    try:
+        os.kill(hung, signal.SIGSTOP)
+        with pytest.raises(openai.APIError):
+            complete(client, TP, PROMPTS[0], temperature=0)
+        srv.wait_ready(TP, timeout=120, after_restarts=1)
+        assert complete(client, TP, PROMPTS[0], temperature=0)
+    finally:
+        os.kill(hung, signal.SIGKILL)
+        srv.stop()
+
+
 def test_no_rank_outlives_the_gateway(tiny_model_dir, tmp_path):
     """SIGKILL of the gateway: the launcher and every rank exit."""
     srv = start_server(tmp_path, [{"name": TP, "source": str(tiny_model_dir), "tensor_parallel": 2}], api_key=None)
