@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import socket
 import sys
 
@@ -31,8 +32,10 @@ from worker.parent_watch import watch_parent
 BACKEND_ENV = "MLXD_TP_BACKEND"
 """The environment variable telling each rank which backend to join."""
 
-FIRST_FREE_PORT = 40000
-"""Where the search for free loopback ports starts (``tensor_parallel_port = 0``)."""
+FREE_PORT_RANGE = (40000, 60000)
+"""Where free loopback ports are looked for (``tensor_parallel_port = 0``):
+from a random start in this range, so two groups starting at the same
+moment (two models preloading) are unlikely to pick the same ports."""
 
 
 def resolve_backend(model: ModelConfig, platform: str = sys.platform) -> str:
@@ -44,14 +47,15 @@ def resolve_backend(model: ModelConfig, platform: str = sys.platform) -> str:
     return "jaccl" if platform == "darwin" and model.tensor_parallel_hostfile else "ring"
 
 
-def free_ports(count: int, start: int = FIRST_FREE_PORT) -> int:
+def free_ports(count: int, start: int | None = None) -> int:
     """The first of ``count`` consecutive TCP ports free on 127.0.0.1 now
-    (the ring's ranks listen on ``port + rank``).
+    (the ring's ranks listen on ``port + rank``), searching up from
+    ``start`` (None: a random port of :data:`FREE_PORT_RANGE`).
 
     Raises:
         OSError: no such run below 65536.
     """
-    port = start
+    port = random.randrange(*FREE_PORT_RANGE) if start is None else start
     while port + count <= 65536:
         for offset in range(count):
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
