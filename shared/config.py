@@ -297,11 +297,15 @@ class ImagesConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     from a loopback, private, link-local or otherwise non-public address
     (also after a redirect), at most ``max_bytes`` bytes, within
     ``fetch_timeout`` seconds in all, following at most ``max_redirects``
-    redirects.
+    redirects. ``allowed_networks``: CIDRs (``"192.168.1.0/24"``) whose
+    addresses may be fetched from although they are not public, for an
+    image server on the LAN; empty by default. ``max_bytes``: bytes or a
+    size such as ``"20MiB"`` (not 0, not a share).
     """
 
     remote_fetch: bool = False
     allowed_hosts: list[str] = []
+    allowed_networks: list[str] = []
     max_bytes: int | str = "20MiB"
     fetch_timeout: Seconds = 10.0
     max_redirects: Annotated[int, msgspec.Meta(ge=0, le=10)] = 3

@@ -24,12 +24,13 @@ from shared.config import (
     TOOL_PARSERS,
     Config,
     ConfigError,
+    ImagesConfig,
     McpServerConfig,
     ModelConfig,
     NodeConfig,
     ServerConfig,
 )
-from shared.config_values import is_loopback, parse_duration, parse_size
+from shared.config_values import host_pattern, is_loopback, parse_duration, parse_network, parse_size
 
 _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
 _DTYPES = {"auto", "float32", "float16", "bfloat16", "quantized"}
@@ -41,8 +42,8 @@ def validate(config: Config, origin: str = "config") -> Config:
 
     Raises:
         ConfigError: no models, duplicate names or aliases, a bad dtype or
-            log level, or a non-loopback bind without API keys (unless
-            ``allow_insecure_bind``).
+            log level, a non-loopback bind without API keys (unless
+            ``allow_insecure_bind``), or a malformed ``[images]`` section.
     """
     if not config.models:
         raise ConfigError(f"{origin}: at least one [[models]] entry is required")
@@ -83,6 +84,7 @@ def validate(config: Config, origin: str = "config") -> Config:
         _validate_tensor_parallel(model, f"{origin}: model {model.name!r}")
     _validate_mcp(config.mcp_servers, origin)
     _validate_nodes(config, origin)
+    _validate_images(config.images, origin)
     if config.server.reasoning_field not in ("reasoning_content", "reasoning"):
         raise ConfigError(f"{origin}: server.reasoning_field must be reasoning_content or reasoning")
     try:
@@ -174,6 +176,36 @@ def _validate_mcp(servers: list[McpServerConfig], origin: str) -> None:
             raise ConfigError(f"{where}: headers apply to a url server only")
         if entry.url and (entry.args or entry.env or entry.cwd):
             raise ConfigError(f"{where}: args, env and cwd apply to a command server only")
+
+
+def _validate_images(images: ImagesConfig, origin: str) -> None:
+    """Check ``[images]``: a positive ``max_bytes`` size, well-formed host
+    patterns and networks, and some allowed host when ``remote_fetch`` is on.
+
+    Raises:
+        ConfigError: naming the key and the rule it breaks.
+    """
+    where = f"{origin}: images"
+    try:
+        max_bytes = parse_size(images.max_bytes, 0)
+    except ValueError as exc:
+        raise ConfigError(f"{where}.max_bytes: {exc}") from None
+    if max_bytes <= 0 or (isinstance(images.max_bytes, str) and images.max_bytes.strip().endswith("%")):
+        raise ConfigError(f"{where}.max_bytes: a positive size such as 20MiB (not 0, not a share)")
+    for pattern in images.allowed_hosts:
+        try:
+            host_pattern(pattern)
+        except ValueError as exc:
+            raise ConfigError(f"{where}.allowed_hosts: {exc}") from None
+    for cidr in images.allowed_networks:
+        try:
+            parse_network(cidr)
+        except ValueError as exc:
+            raise ConfigError(f"{where}.allowed_networks: {exc}") from None
+    if images.remote_fetch and not images.allowed_hosts:
+        raise ConfigError(
+            f"{where}.remote_fetch is true but allowed_hosts is empty: list the hosts images may come from"
+        )
 
 
 def _validate_nodes(config: Config, origin: str) -> None:

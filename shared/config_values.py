@@ -1,7 +1,8 @@
 """The value forms the configuration accepts beyond TOML's own types.
 
 Durations (``"90s"``, ``"1h30m"``), sizes and shares of memory
-(``"12GiB"``, ``"75%"``) and loopback hosts: parsed here and nowhere
+(``"12GiB"``, ``"75%"``), loopback hosts, host names and patterns
+(``"*.example.com"``) and networks (``"10.0.0.0/8"``): parsed here and nowhere
 else, both when a config is checked (:mod:`shared.config_loader`) and
 where the gateway and the worker use the values. Pure functions; no
 I/O, no threads.
@@ -71,3 +72,70 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+_HOST_LABEL = re.compile(r"(?!-)[a-z0-9_-]{1,63}(?<!-)")
+
+
+def normalize_host(host: str) -> str:
+    """``host`` in the one form it is compared in: an IP address in its
+    canonical text (IPv6 without brackets), or a name lower-cased,
+    IDNA-encoded (``bücher.example`` → ``xn--bcher-kva.example``) and
+    without a trailing dot.
+
+    Raises:
+        ValueError: not an IP address or a valid host name.
+    """
+    text = host.strip()
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        pass
+    text = text.removesuffix(".")
+    try:
+        name = text.encode("idna").decode("ascii").lower()
+    except UnicodeError:
+        raise ValueError(f"not a host name: {host!r}") from None
+    if not name or len(name) > 253 or not all(_HOST_LABEL.fullmatch(label) for label in name.split(".")):
+        raise ValueError(f"not a host name: {host!r}")
+    return name
+
+
+def host_pattern(pattern: str) -> str:
+    """``pattern`` normalised as :func:`normalize_host` does: an exact host
+    name or IP address, or ``*.`` and a name (any name below it, not the
+    name itself).
+
+    Raises:
+        ValueError: anything else (a port, a scheme, a bare ``*``, a
+            wildcard elsewhere, a malformed name).
+    """
+    text = pattern.strip()
+    if text.startswith("*."):
+        suffix = normalize_host(text[2:])
+        try:
+            ipaddress.ip_address(suffix)
+        except ValueError:
+            return "*." + suffix
+        raise ValueError(f"not a host pattern: {pattern!r} (a wildcard needs a name after it)")
+    try:
+        return normalize_host(text)
+    except ValueError:
+        raise ValueError(
+            f"not a host pattern: {pattern!r} (use a host name, an IP address or *.example.com; no scheme or port)"
+        ) from None
+
+
+def parse_network(cidr: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    """The network ``cidr`` names (``"192.168.1.0/24"``, ``"fd00::/8"``; a
+    bare address is a one-address network).
+
+    Raises:
+        ValueError: not a network, or host bits set (``10.0.0.1/8``).
+    """
+    try:
+        return ipaddress.ip_network(cidr.strip(), strict=True)
+    except ValueError as exc:
+        raise ValueError(f"not a network: {cidr!r} ({exc})") from None

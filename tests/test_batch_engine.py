@@ -123,3 +123,49 @@ def test_host_log_softmax_matches_mlx():
     logits = np.random.default_rng(0).normal(scale=5.0, size=(3, 1000)).astype(np.float32)
     ref = mx.array(logits) - mx.logsumexp(mx.array(logits), axis=-1, keepdims=True)
     np.testing.assert_allclose(host_log_softmax(logits), np.asarray(ref), atol=1e-4)
+
+
+def joining_run(model, early: bool) -> tuple[dict[int, list[int]], int]:
+    """Start two prompts decoding, then insert a third while they decode;
+    return prompt index -> greedy tokens and how many steps after its
+    insertion the third prompt's first token came out."""
+    from worker.batch_engine import BatchEngine
+    from worker.sampling import greedy
+
+    engine = BatchEngine(
+        model,
+        host_sampling=True,
+        stop_tokens=None,
+        sampler=greedy,
+        prefill_step_size=4,
+        prefill_batch_size=1,
+        early_first_token=early,
+    )
+    first = engine.insert(PROMPTS[:2], max_tokens=[STEPS] * 2)
+    out: dict[int, list[int]] = {uid: [] for uid in first}
+    while not all(out.values()):
+        for r in engine.step()[1]:
+            out[r.uid].append(r.token)
+    (late,) = engine.insert([PROMPTS[2]], max_tokens=[STEPS])
+    out[late] = []
+    steps = 0
+    while any(len(v) < STEPS for v in out.values()):
+        steps += 1
+        for r in engine.step()[1]:
+            if r.uid == late and not out[late]:
+                waited = steps
+            out[r.uid].append(r.token)
+    return {i: out[uid] for i, uid in enumerate([*first, late])}, waited
+
+
+def test_a_prompt_joining_a_decoding_batch_gets_its_first_token_a_step_sooner(model):
+    """With ``early_first_token`` the joining prompt's first token comes out
+    one engine step earlier, and every sequence's greedy tokens are the
+    same as without it (and as mlx-lm's own engine alone)."""
+    late_tokens, late_steps = joining_run(model, early=False)
+    early_tokens, early_steps = joining_run(model, early=True)
+    assert early_tokens == late_tokens
+    assert early_steps == late_steps - 1
+    expected = stock(model)
+    for i in range(3):
+        assert early_tokens[i] == [t for t, _ in expected[i]]

@@ -291,6 +291,11 @@ class BatchEngine(BatchGenerator):
     :mod:`worker.solo_cache`); every sequence runs on its model's own
     caches, one at a time (``completion_batch_size`` and
     ``prefill_batch_size`` are forced to 1).
+    ``early_first_token`` (default on; off for a solo engine): a prompt
+    that finishes its prefill while others decode gets its first token in
+    the same step (see :meth:`_start_prefilled`). Turn it off when prompt
+    states are snapshotted from progress responses (the moved sequence's
+    cache already holds its last token).
     Construct and use it on the scheduler thread only.
     """
 
@@ -302,6 +307,7 @@ class BatchEngine(BatchGenerator):
         speculation: Speculation | None = None,
         stop_tokens: Sequence[Sequence[int]] | None = None,
         solo: bool = False,
+        early_first_token: bool = True,
         **kwargs: Any,
     ) -> None:
         if solo:
@@ -316,6 +322,7 @@ class BatchEngine(BatchGenerator):
         generation.speculation = speculation
         self._generation_batch = generation
         self._prefill_chunk = self.prefill_batch_size
+        self.early_first_token = early_first_token and not solo
         self._eos_stops = StopSequences(stop_tokens)
         self._no_stops = StopSequences(None)
 
@@ -371,7 +378,33 @@ class BatchEngine(BatchGenerator):
         """
         decoding = len(self._generation_batch) > 0
         self.prefill_batch_size = self._prefill_chunk if decoding else self.completion_batch_size
-        return self.next()
+        progress, responses = self.next()
+        if decoding and self.early_first_token:
+            with mx.stream(self._stream):
+                progress.extend(self._start_prefilled())
+        return progress, responses
+
+    def _start_prefilled(self) -> list[Any]:
+        """Move every prompt whose prefill this step finished (only its last
+        token is left) into the decoding batch now, computing its first
+        token; return their end-of-prompt progress responses.
+
+        mlx-lm moves such a prompt at the start of the following step,
+        after that step's decode: the new sequence's first token would
+        wait one more decode step of the whole batch. Done here, its first
+        token is computed right after its prefill and comes out with the
+        next step's tokens."""
+        ready = [i for i, seq in enumerate(self._currently_processing) if len(seq[0]) == 1 and len(seq[0][0]) == 1]
+        if not ready:
+            return []
+        last_inputs = [self._currently_processing[i][0][0] for i in ready]
+        totals = [self._currently_processing[i][2] for i in ready]
+        self._currently_processing = [s for i, s in enumerate(self._currently_processing) if i not in ready]
+        batch = self._prompt_batch.split(ready).generate(last_inputs)
+        self._generation_batch.extend(batch)
+        return [
+            PromptProcessingBatch.Response(uid, (total, total), True, True) for uid, total in zip(batch.uids, totals)
+        ]
 
     def prefill(self, cache: list[Any] | None, tokens: list[int]) -> list[Any]:
         """Feed ``tokens`` into ``cache`` (a fresh prompt cache for the model

@@ -382,8 +382,10 @@ class Worker:
         poller = zmq.Poller()
         poller.register(self._requests, zmq.POLLIN)
         while not self._failed.is_set():
-            if not poller.poll(200):
-                continue
+            if not poller.poll(0):
+                self._signal_preparing(False)
+                if not poller.poll(200):
+                    continue
             frame = self._requests.recv(copy=False)
             try:
                 message = codec.decode(frame.buffer)
@@ -395,12 +397,26 @@ class Worker:
             self._ready.wait()
             if isinstance(message, GenerateRequest):
                 reached("input")
+                self._signal_preparing(True)
                 self._admit(message)
             elif isinstance(message, EmbedRequest):
                 self._embed(message)
             elif isinstance(message, AbortRequest):
                 self._scheduler.submit(Abort(list(message.request_ids)))  # type: ignore[union-attr]
         return 1
+
+    def _signal_preparing(self, busy: bool) -> None:
+        """Input thread: tell the scheduler whether requests are still being
+        prepared (one is being rendered and tokenized, or more wait on the
+        socket), so an idle engine waits for the whole burst."""
+        scheduler = self._scheduler
+        preparing = getattr(scheduler, "preparing", None)
+        if preparing is None:
+            return
+        if busy:
+            preparing.set()
+        else:
+            preparing.clear()
 
     def stats(self) -> WorkerStats:
         """The heartbeat counters (read on the output thread)."""

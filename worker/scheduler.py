@@ -33,6 +33,7 @@ from __future__ import annotations
 import copy
 import logging
 import queue
+import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
@@ -67,6 +68,12 @@ BURST_GAP = 0.004
 BURST_WINDOW = 0.02
 """The longest an idle engine waits for the rest of a burst, in seconds."""
 
+PREPARING_WINDOW = 0.25
+"""The longest an idle engine waits for the rest of a burst while the
+worker's input thread is still preparing requests (see
+:attr:`Scheduler.preparing`), in seconds: rendering and tokenizing a long
+prompt takes longer than :data:`BURST_GAP`, but far less than prefilling it."""
+
 SPILL_EVERY = 64
 """Engine steps between two disk-tier spills while the engine is busy."""
 
@@ -92,7 +99,10 @@ class Scheduler:
     :class:`Terminal` items in the order they happen (it must be
     thread-safe and non-blocking, e.g. a queue's ``put``). ``model`` must
     have been loaded on the thread that calls :meth:`run`. ``cache`` is the
-    prefix cache (None disables reuse). At most ``max_batch_size``
+    prefix cache (None disables reuse). ``preparing`` is an event the
+    worker's input thread sets while it has requests it is still turning
+    into admissions; an idle engine waits longer for the rest of a burst
+    while it is set (see :meth:`_gather_burst`). At most ``max_batch_size``
     sequences decode together (``prefill_batch_size`` is capped by it).
     ``host_sampling`` picks where
     sampling and log-probabilities are computed (see :mod:`worker.batch_engine`;
@@ -142,6 +152,7 @@ class Scheduler:
             prefill_step_size=prefill_step_size,
         )
         self.inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self.preparing = threading.Event()
         self.counters = Counters()
         self._seqs: dict[int, _Seq] = {}
         self._uids: dict[str, list[int]] = {}
@@ -270,6 +281,7 @@ class Scheduler:
             self._model,
             host_sampling=self._host_sampling,
             speculation=self.speculation,
+            early_first_token=not self._checkpoints,
             max_tokens=1,
             stop_tokens=[[t] for t in self._eos],
             sampler=greedy,
@@ -286,19 +298,23 @@ class Scheduler:
 
     def _gather_burst(self) -> bool:
         """Keep applying commands until none arrived for ``BURST_GAP``
-        seconds, or ``BURST_WINDOW`` seconds passed; False when a Stop was
-        seen. Requests of a burst reach the worker a few milliseconds apart
-        (HTTP parsing, then tokenizing): waiting for them lets the first
-        step prefill them together instead of one by one behind decode
-        steps of the growing batch."""
-        end = time.monotonic() + BURST_WINDOW
+        seconds, or ``BURST_WINDOW`` seconds passed (``PREPARING_WINDOW``
+        while :attr:`preparing` is set); False when a Stop was seen.
+        Requests of a burst reach the worker a few milliseconds apart (HTTP
+        parsing, then rendering and tokenizing, one request at a time):
+        waiting for them lets the first step prefill them together instead
+        of one by one behind decode steps of the growing batch."""
+        start = time.monotonic()
         while True:
-            wait = min(BURST_GAP, end - time.monotonic())
+            window = PREPARING_WINDOW if self.preparing.is_set() else BURST_WINDOW
+            wait = min(BURST_GAP, start + window - time.monotonic())
             if wait <= 0:
                 return True
             try:
                 item = self.inbox.get(timeout=wait)
             except queue.Empty:
+                if self.preparing.is_set():
+                    continue
                 return True
             if not self._apply_queued(item):
                 return False
