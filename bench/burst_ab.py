@@ -117,7 +117,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="mlxd-burst-ab-") as tmp_name:
         tmp = Path(tmp_name)
         old_tree = tmp / "baseline"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(old_tree), args.baseline], check=True)
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(old_tree), args.baseline], check=True
+        )
         try:
             with contextlib.ExitStack() as stack:
                 trees = {
@@ -136,7 +138,9 @@ def main() -> None:
                         rows.setdefault((label, "burst"), []).append((*summary(results, wall), steps(server) - before))
                         time.sleep(1)
                         bodies = [chat_body(prompt(i, 12, f"s{r}"), args.tokens * 4) for i in range(args.spread)]
-                        results, wall = asyncio.run(spread(f"{server.url}/v1/chat/completions", bodies, args.gap_ms / 1000))
+                        results, wall = asyncio.run(
+                            spread(f"{server.url}/v1/chat/completions", bodies, args.gap_ms / 1000)
+                        )
                         rows.setdefault((label, "spread"), []).append((*summary(results, wall), 0))
                         time.sleep(1)
                     print(f"round {r + 1} of {args.rounds} done", flush=True)
@@ -153,7 +157,9 @@ def main() -> None:
         best[(label, workload)] = top
         worst = max(x[0] for x in runs)
         step_text = str(top[3]) if workload == "burst" else "-"
-        print(f"{label:<22} {workload:<8} {top[0]:>7.0f}ms {worst:>7.0f}ms {top[1]:>7.0f}ms {top[2]:>9.1f} {step_text:>6}")
+        print(
+            f"{label:<22} {workload:<8} {top[0]:>7.0f}ms {worst:>7.0f}ms {top[1]:>7.0f}ms {top[2]:>9.1f} {step_text:>6}"
+        )
     labels = list(dict.fromkeys(label for label, _ in rows))
     for workload in ("burst", "spread"):
         new, old = best[(labels[0], workload)], best[(labels[1], workload)]
