@@ -167,6 +167,7 @@ class Worker:
             # time to do so before mlx.launch stops the group on our exit
             time.sleep(FOLLOWER_FAIL_GRACE)
             return 1
+        log.info("rank %d of model %s stopped with rank 0", self.rank, self.config.name)
         return 0
 
     def healthy(self) -> bool:

@@ -164,14 +164,20 @@ def test_hung_rank_stops_the_heartbeats_and_the_group_is_replaced(tiny_model_dir
         srv.stop()
 
 
-def test_no_rank_outlives_the_gateway(tiny_model_dir, tmp_path):
-    """SIGKILL of the gateway: the launcher and every rank exit."""
+@pytest.mark.parametrize("how", ["kill", "stop"])
+def test_no_rank_outlives_the_gateway(tiny_model_dir, tmp_path, how):
+    """SIGKILL of the gateway (no cleanup), or its graceful stop (rank 0
+    shares the stop with the other ranks): the launcher and every rank exit."""
     srv = start_server(tmp_path, [{"name": TP, "source": str(tiny_model_dir), "tensor_parallel": 2}], api_key=None)
     launcher = srv.worker(TP)["pid"]
     ranks = list(rank_pids(launcher).values())
     assert len(ranks) == 2
-    srv.proc.kill()
-    srv.proc.wait()
+    if how == "kill":
+        srv.proc.kill()
+        srv.proc.wait()
+    else:
+        srv.stop()
+        assert f"rank 1 of model {TP} stopped with rank 0" in srv.log_path.read_text()
     deadline = time.monotonic() + 15
     while any(alive(p) for p in (launcher, *ranks)):
         assert time.monotonic() < deadline, "a rank outlived the gateway"
