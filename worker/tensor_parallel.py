@@ -39,6 +39,9 @@ exchange normally takes milliseconds; a rank that hangs (not dies) keeps
 rank 0 waiting here, and rank 0 then stops heartbeating so the gateway
 replaces the group."""
 
+WAKE_TIMEOUT = 120.0
+"""Seconds rank 0 waits for every other rank to connect its wake-up link."""
+
 SHARDED_SIZES = ("num_attention_heads", "num_key_value_heads", "intermediate_size", "hidden_size")
 """Model arguments that mlx-lm's ``shard`` splits evenly over the ranks."""
 
@@ -98,10 +101,18 @@ def join_lockstep(size: int, prompts: Callable[[], Any]) -> Lockstep:
     Raises:
         TensorParallelError, RuntimeError: see :func:`join_group`.
     """
-    from worker.tp_launch import BACKEND_ENV
+    import zmq
+
+    from shared.sockets import open_wake_link
+    from worker.tp_launch import BACKEND_ENV, WAKE_ENV
 
     group = join_group(os.environ.get(BACKEND_ENV, "ring"), size)
-    return Lockstep(group, rebuild=lambda item: rebuild_admission(prompts(), item))
+    side = "leader" if group.rank() == 0 else "follower"
+    wake = open_wake_link(zmq.Context.instance(), os.environ[WAKE_ENV], side)
+    lockstep = Lockstep(group, wake, rebuild=lambda item: rebuild_admission(prompts(), item))
+    if lockstep.leader:
+        lockstep.await_followers(WAKE_TIMEOUT)
+    return lockstep
 
 
 def rebuild_admission(prompts: Any, item: Admit) -> Admission:
@@ -128,17 +139,39 @@ class Lockstep:
     Rank 0 (the leader) calls :meth:`record` for each command it applies
     and :meth:`publish` once per loop turn; each other rank calls
     :meth:`receive` once per turn and applies the plan with
-    :meth:`command`. ``rebuild`` (followers) turns an :class:`Admit` back
+    :meth:`command`. ``wake`` is this rank's end of the group's wake-up
+    link (:func:`shared.sockets.open_wake_link`): rank 0 sends one empty
+    frame before each exchange, and the others sleep on it instead of
+    spinning in MLX's collective while the group is idle. ``rebuild`` (followers) turns an :class:`Admit` back
     into an :class:`Admission` (the follower's own prompt builder, same
     template and tokenizer). Scheduler thread only.
     """
 
-    def __init__(self, group: Any, rebuild: Callable[[Admit], Admission] | None = None) -> None:
+    def __init__(self, group: Any, wake: Any, rebuild: Callable[[Admit], Admission] | None = None) -> None:
         self.group = group
+        self._wake = wake
         self.leader = group.rank() == 0
         self._rebuild = rebuild
         self._items: list[PlanItem] = []
         self._waiting_since: float | None = None
+
+    def await_followers(self, timeout: float) -> None:
+        """Leader: wait until every other rank has subscribed to the
+        wake-up link (so no wake-up frame is lost to a late subscriber).
+
+        Raises:
+            TensorParallelError: not all of them within ``timeout`` seconds.
+        """
+        import zmq
+
+        missing = self.group.size() - 1
+        deadline = time.monotonic() + timeout
+        while missing:
+            left = deadline - time.monotonic()
+            if left <= 0 or not self._wake.poll(int(left * 1000), zmq.POLLIN):
+                raise TensorParallelError(f"{missing} rank(s) did not connect to rank 0's wake-up link")
+            if self._wake.recv()[:1] == b"\x01":
+                missing -= 1
 
     def stalled(self, now: float, limit: float = STALL_SECONDS) -> bool:
         """True when this rank has waited in one exchange for more than
@@ -177,6 +210,7 @@ class Lockstep:
             return
         plan = StepPlan(self._items, step)
         self._items = []
+        self._wake.send(b"")
         self._share(encode_plan(plan))
 
     def receive(self) -> StepPlan:
@@ -186,6 +220,7 @@ class Lockstep:
             RuntimeError: a rank died (the group is broken).
             msgspec.DecodeError: the bytes are not a plan.
         """
+        self._wake.recv()
         return decode_plan(self._share(b""))
 
     def command(self, item: PlanItem) -> object:

@@ -32,6 +32,10 @@ from worker.parent_watch import watch_parent
 BACKEND_ENV = "MLXD_TP_BACKEND"
 """The environment variable telling each rank which backend to join."""
 
+WAKE_ENV = "MLXD_TP_WAKE"
+"""The environment variable holding the group's wake-up endpoint
+(``tcp://rank0-address:port``, see :func:`shared.sockets.open_wake_link`)."""
+
 FREE_PORT_RANGE = (40000, 60000)
 """Where free loopback ports are looked for (``tensor_parallel_port = 0``):
 from a random start in this range, so two groups starting at the same
@@ -69,9 +73,23 @@ def free_ports(count: int, start: int | None = None) -> int:
     raise OSError("no free loopback ports for the tensor-parallel group")
 
 
+def rank0_address(model: ModelConfig) -> str:
+    """The address the other ranks reach rank 0 at: the first of
+    ``tensor_parallel_hosts``, the first IP of the hostfile's first host
+    (read with MLX's own hostfile parser), or 127.0.0.1."""
+    if model.tensor_parallel_hostfile:
+        from mlx._distributed_utils.common import Hostfile
+
+        first = Hostfile.from_file(model.tensor_parallel_hostfile).hosts[0]
+        return first.ips[0] if first.ips else first.ssh_hostname
+    return model.tensor_parallel_hosts[0] if model.tensor_parallel_hosts else "127.0.0.1"
+
+
 def launch_arguments(model: ModelConfig, worker_args: list[str], python: str = sys.executable) -> list[str]:
     """The ``mlx.launch`` command line (without the program name) that runs
-    ``python -m worker <worker_args>`` on every rank of ``model``'s group."""
+    ``python -m worker <worker_args>`` on every rank of ``model``'s group.
+    The ring uses ports ``port`` … ``port + N - 1`` and the wake-up link
+    ``port + N``."""
     backend = resolve_backend(model)
     if model.tensor_parallel_hostfile:
         where = ["--hostfile", model.tensor_parallel_hostfile]
@@ -79,7 +97,8 @@ def launch_arguments(model: ModelConfig, worker_args: list[str], python: str = s
         where = ["--hosts", ",".join(model.tensor_parallel_hosts)]
     else:
         where = ["--hosts", "127.0.0.1", "-n", str(model.tensor_parallel)]
-    port = model.tensor_parallel_port or free_ports(model.tensor_parallel)
+    ranks = model.tensor_parallel
+    port = model.tensor_parallel_port or free_ports(ranks + 1)
     return [
         "--backend",
         backend,
@@ -90,6 +109,8 @@ def launch_arguments(model: ModelConfig, worker_args: list[str], python: str = s
         python,
         "--env",
         f"{BACKEND_ENV}={backend}",
+        "--env",
+        f"{WAKE_ENV}=tcp://{rank0_address(model)}:{port + ranks}",
         "--",
         "-m",
         "worker",

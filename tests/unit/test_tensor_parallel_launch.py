@@ -11,7 +11,7 @@ import pytest
 from shared.config import ModelConfig
 from shared.protocol import GenerateRequest, SamplingParams
 from worker.step_plan import Admit, Drop, Expire, Halt, ReleaseChoice, StepPlan, decode_plan, encode_plan
-from worker.tp_launch import BACKEND_ENV, free_ports, launch_arguments, resolve_backend
+from worker.tp_launch import BACKEND_ENV, WAKE_ENV, free_ports, launch_arguments, resolve_backend
 
 
 def test_a_plan_round_trips_in_order():
@@ -43,6 +43,8 @@ def test_local_group_command_line():
         "/venv/bin/python",
         "--env",
         f"{BACKEND_ENV}=ring",
+        "--env",
+        f"{WAKE_ENV}=tcp://127.0.0.1:41002",
         "--",
         "-m",
         "worker",
@@ -51,11 +53,19 @@ def test_local_group_command_line():
     ]
 
 
-def test_hosts_and_hostfile_reach_mlx_launch():
-    hosts = ModelConfig(name="m", tensor_parallel=2, tensor_parallel_hosts=["10.0.0.1", "10.0.0.2"])
-    assert launch_arguments(hosts, [])[2:4] == ["--hosts", "10.0.0.1,10.0.0.2"]
-    hostfile = ModelConfig(name="m", tensor_parallel=2, tensor_parallel_hostfile="/etc/h.json", tensor_parallel_port=1)
-    assert launch_arguments(hostfile, [])[2:4] == ["--hostfile", "/etc/h.json"]
+def test_hosts_and_hostfile_reach_mlx_launch(tmp_path):
+    hosts = ModelConfig(
+        name="m", tensor_parallel=2, tensor_parallel_hosts=["10.0.0.1", "10.0.0.2"], tensor_parallel_port=5000
+    )
+    argv = launch_arguments(hosts, [])
+    assert argv[2:4] == ["--hosts", "10.0.0.1,10.0.0.2"]
+    assert f"{WAKE_ENV}=tcp://10.0.0.1:5002" in argv  # rank 0's address, after the ring's ports
+    hostfile = tmp_path / "hosts.json"
+    hostfile.write_text('[{"ssh": "mac1", "ips": ["10.0.0.7"]}, {"ssh": "mac2", "ips": ["10.0.0.8"]}]')
+    model = ModelConfig(name="m", tensor_parallel=2, tensor_parallel_hostfile=str(hostfile), tensor_parallel_port=1)
+    argv = launch_arguments(model, [])
+    assert argv[2:4] == ["--hostfile", str(hostfile)]
+    assert f"{WAKE_ENV}=tcp://10.0.0.7:3" in argv
 
 
 @pytest.mark.parametrize(
