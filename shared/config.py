@@ -199,7 +199,8 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     ``tensor_parallel_backend``: ``ring`` (TCP), ``jaccl`` (RDMA over
     Thunderbolt, macOS) or ``auto`` (``jaccl`` on macOS with a hostfile,
     ``ring`` otherwise). ``tensor_parallel_port``: the ring's first port
-    (rank ``i`` listens on ``port + i``; 0: free loopback ports picked at
+    (rank ``i`` listens on ``port + i``, rank 0's wake-up link on
+    ``port + N``; 0: free loopback ports picked at
     each start, for single-host groups only). See
     ``docs/operations/tensor-parallel.md``.
     """

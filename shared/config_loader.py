@@ -141,6 +141,8 @@ def _validate_tensor_parallel(model: ModelConfig, where: str) -> None:
             ipaddress.ip_address(host)
         except ValueError:
             raise ConfigError(f"{where}: tensor_parallel_hosts: {host!r} is not an IP address") from None
+    if model.tensor_parallel_port + model.tensor_parallel > 65535:
+        raise ConfigError(f"{where}: tensor_parallel_port + tensor_parallel must stay below 65536")
     remote = bool(model.tensor_parallel_hostfile) or any(h != "127.0.0.1" for h in hosts)
     if remote and not model.tensor_parallel_port:
         raise ConfigError(f"{where}: a group across machines needs tensor_parallel_port (open in their firewalls)")

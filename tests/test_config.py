@@ -47,6 +47,7 @@ def test_default_config_loads():
             "not both",
         ),
         ('[[models]]\nname = "a"\ntensor_parallel = 2\nkind = "embedding"\n', "generation models only"),
+        ('[[models]]\nname = "a"\ntensor_parallel = 2\ntensor_parallel_port = 65535\n', "below 65536"),
         ('[[models]]\nname = "a"\ntensor_parallel = 2\ndisk_cache_bytes = "1GiB"\n', "disk_cache_bytes"),
         ("not toml [", "not valid TOML"),
     ],
