@@ -49,6 +49,7 @@ bench: model
 	$(PY) bench/compare.py
 	$(PY) bench/embeddings.py
 	$(PY) bench/speculative.py
+	$(PY) bench/tensor_parallel.py
 
 # 30 minutes of mixed traffic with disconnects; prints worker memory over time (not in CI)
 soak: model

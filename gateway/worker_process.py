@@ -114,7 +114,12 @@ async def run_incarnation(
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "worker",
+            # a tensor-parallel group: worker.tp_launch runs mlx.launch, one `python -m worker` per rank
+            *(
+                ["worker.tp_launch", "--parent-pid", str(os.getpid()), "--"]
+                if model.tensor_parallel > 1
+                else ["worker"]
+            ),
             "--worker-id",
             f"{key}-{number}",
             "--model-config",

@@ -195,6 +195,19 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     ``speculative_tokens``: most draft tokens per step; ``speculative_ngram``:
     the longest suffix matched against the history; ``speculative_max_batch``:
     no row drafts while more sequences than this decode together.
+    ``tensor_parallel``: ranks of an MLX distributed group the model is
+    sharded over with mlx-lm's own ``Model.shard`` (1: one process); the
+    group is started with ``mlx.launch``. ``tensor_parallel_hosts``: one IP
+    address per rank, rank 0 first and on this machine (empty: every rank
+    on ``127.0.0.1``); ``tensor_parallel_hostfile``: an ``mlx.launch``
+    hostfile instead (needed for JACCL's RDMA device names).
+    ``tensor_parallel_backend``: ``ring`` (TCP), ``jaccl`` (RDMA over
+    Thunderbolt, macOS) or ``auto`` (``jaccl`` on macOS with a hostfile,
+    ``ring`` otherwise). ``tensor_parallel_port``: the ring's first port
+    (rank ``i`` listens on ``port + i``, rank 0's wake-up link on
+    ``port + N``; 0: free loopback ports picked at
+    each start, for single-host groups only). See
+    ``docs/operations/tensor-parallel.md``.
     """
 
     name: str
@@ -229,6 +242,11 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     speculative_tokens: Annotated[int, msgspec.Meta(ge=1, le=64)] = 8
     speculative_ngram: Annotated[int, msgspec.Meta(ge=1, le=16)] = 3
     speculative_max_batch: PositiveInt = 8
+    tensor_parallel: PositiveInt = 1
+    tensor_parallel_hosts: list[str] = []
+    tensor_parallel_hostfile: str = ""
+    tensor_parallel_backend: str = "auto"
+    tensor_parallel_port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 0
 
 
 class McpServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

@@ -9,6 +9,7 @@ caller's thread; the only I/O is reading the file.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from pathlib import Path
@@ -26,6 +27,7 @@ from shared.config import (
     ConfigError,
     ImagesConfig,
     McpServerConfig,
+    ModelConfig,
     NodeConfig,
     ServerConfig,
 )
@@ -82,6 +84,7 @@ def validate(config: Config, origin: str = "config") -> Config:
             raise ConfigError(f"{origin}: model {model.name!r}: kv_group_size must be 32, 64 or 128")
         if model.dtype not in _DTYPES:
             raise ConfigError(f"{origin}: model {model.name!r}: dtype must be one of {sorted(_DTYPES)}")
+        _validate_tensor_parallel(model, f"{origin}: model {model.name!r}")
     _validate_mcp(config.mcp_servers, origin)
     _validate_nodes(config, origin)
     _validate_images(config.images, origin)
@@ -106,6 +109,50 @@ def validate(config: Config, origin: str = "config") -> Config:
                 "(set server.allow_insecure_bind = true to override)"
             )
     return config
+
+
+TENSOR_PARALLEL_BACKENDS = ("auto", "ring", "jaccl")
+"""The values of ``tensor_parallel_backend``."""
+
+
+def _validate_tensor_parallel(model: ModelConfig, where: str) -> None:
+    """Check a model's ``tensor_parallel*`` keys (see ``ModelConfig``).
+
+    Raises:
+        ConfigError: an unknown backend; hosts that are not one IP address
+            per rank (the ring backend needs addresses); both hosts and a
+            hostfile; group keys without ``tensor_parallel`` > 1; a group
+            for an embedding model or with a disk cache tier (every rank
+            would write the same files); a missing port for a group that
+            spans machines.
+    """
+    if model.tensor_parallel_backend not in TENSOR_PARALLEL_BACKENDS:
+        raise ConfigError(f"{where}: tensor_parallel_backend must be one of {', '.join(TENSOR_PARALLEL_BACKENDS)}")
+    hosts = model.tensor_parallel_hosts
+    if model.tensor_parallel == 1:
+        if hosts or model.tensor_parallel_hostfile:
+            raise ConfigError(f"{where}: tensor_parallel_hosts and _hostfile need tensor_parallel > 1")
+        return
+    if hosts and model.tensor_parallel_hostfile:
+        raise ConfigError(f"{where}: set tensor_parallel_hosts or tensor_parallel_hostfile, not both")
+    if hosts and len(hosts) != model.tensor_parallel:
+        raise ConfigError(
+            f"{where}: tensor_parallel_hosts lists {len(hosts)} hosts for tensor_parallel = {model.tensor_parallel}"
+        )
+    for host in hosts:
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            raise ConfigError(f"{where}: tensor_parallel_hosts: {host!r} is not an IP address") from None
+    if model.tensor_parallel_port + model.tensor_parallel > 65535:
+        raise ConfigError(f"{where}: tensor_parallel_port + tensor_parallel must stay below 65536")
+    remote = bool(model.tensor_parallel_hostfile) or any(h != "127.0.0.1" for h in hosts)
+    if remote and not model.tensor_parallel_port:
+        raise ConfigError(f"{where}: a group across machines needs tensor_parallel_port (open in their firewalls)")
+    if model.kind == "embedding":
+        raise ConfigError(f"{where}: tensor_parallel applies to generation models only")
+    if parse_size(model.disk_cache_bytes, 0):
+        raise ConfigError(f"{where}: tensor_parallel cannot be combined with disk_cache_bytes")
 
 
 _MCP_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")

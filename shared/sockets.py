@@ -17,6 +17,9 @@ before it binds or connects, :func:`start_authenticator` runs the node's
 ZAP handler that accepts only listed client keys, and :func:`write_key_pair`
 / :func:`read_key` keep key pairs in files (secret keys readable by the
 owner only).
+
+A tensor-parallel group's ranks also share a small wake-up link
+(:func:`open_wake_link`, plaintext tcp between the group's own hosts).
 """
 
 from __future__ import annotations
@@ -123,6 +126,37 @@ def open_worker_link(
             remove_socket_files(endpoints)
         raise
     return send, receive
+
+
+def open_wake_link(ctx: zmq.Context, endpoint: str, side: Literal["leader", "follower"]) -> zmq.Socket:
+    """Open one end of a tensor-parallel group's wake-up link on ``endpoint``
+    (``tcp://address:port``, rank 0's address) and return it (made by
+    :func:`configure`; the caller closes it).
+
+    Rank 0 (``leader``) binds an XPUB socket that reports each subscription
+    (one frame per follower that connected, see
+    :meth:`worker.tensor_parallel.Lockstep.await_followers`); each other rank
+    (``follower``) connects a SUB socket subscribed to everything. The
+    frames are empty: they only tell a waiting rank that a step plan is
+    coming over the group itself, so it can sleep here instead of spinning
+    in MLX's collective. Plaintext, like the group's own traffic: the link
+    between ranks must be trusted.
+
+    Raises:
+        zmq.ZMQError: the bind or connect failed (the socket is closed).
+    """
+    sock = configure(ctx.socket(zmq.XPUB if side == "leader" else zmq.SUB))
+    try:
+        if side == "leader":
+            sock.setsockopt(zmq.XPUB_VERBOSE, 1)
+            sock.bind(endpoint)
+        else:
+            sock.setsockopt(zmq.SUBSCRIBE, b"")
+            sock.connect(endpoint)
+    except BaseException:
+        sock.close(0)
+        raise
+    return sock
 
 
 def remove_socket_files(endpoints: Endpoints, *, directory: bool = False) -> None:

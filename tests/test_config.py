@@ -35,6 +35,23 @@ def test_default_config_loads():
         ('[[models]]\nname = "a"\nkv_group_size = 48\n', "kv_group_size must be 32, 64 or 128"),
         ('[[models]]\nname = "a"\ndisk_cache_bytes = "lots"\n', "disk_cache_bytes"),
         ('[server]\nhost = "0.0.0.0"\n[[models]]\nname = "a"\n', "without api_keys"),
+        ('[[models]]\nname = "a"\ntensor_parallel = 0\n', ">= 1"),
+        ('[[models]]\nname = "a"\ntensor_parallel = 2\ntensor_parallel_backend = "mpi"\n', "must be one of auto"),
+        ('[[models]]\nname = "a"\ntensor_parallel_hosts = ["127.0.0.1"]\n', "need tensor_parallel > 1"),
+        ('[[models]]\nname = "a"\ntensor_parallel = 2\ntensor_parallel_hosts = ["127.0.0.1"]\n', "lists 1 hosts"),
+        ('[[models]]\nname = "a"\ntensor_parallel = 2\ntensor_parallel_hosts = ["mac1", "mac2"]\n', "not an IP"),
+        (
+            '[[models]]\nname = "a"\ntensor_parallel = 2\ntensor_parallel_hosts = ["10.0.0.1", "10.0.0.2"]\n',
+            "needs tensor_parallel_port",
+        ),
+        (
+            '[[models]]\nname = "a"\ntensor_parallel = 2\ntensor_parallel_hostfile = "h.json"\n'
+            'tensor_parallel_hosts = ["127.0.0.1", "127.0.0.1"]\n',
+            "not both",
+        ),
+        ('[[models]]\nname = "a"\ntensor_parallel = 2\nkind = "embedding"\n', "generation models only"),
+        ('[[models]]\nname = "a"\ntensor_parallel = 2\ntensor_parallel_port = 65535\n', "below 65536"),
+        ('[[models]]\nname = "a"\ntensor_parallel = 2\ndisk_cache_bytes = "1GiB"\n', "disk_cache_bytes"),
         ("not toml [", "not valid TOML"),
     ],
 )
@@ -222,3 +239,20 @@ def test_service_exits_0_on_a_missing_curve_key_so_launchd_stops(tmp_path, capsy
     assert main(["serve", "--config", str(config), "--service"]) == SERVICE_CONFIG_ERROR_EXIT
     err = capsys.readouterr().err.splitlines()
     assert "missing.pub" in err[0] and "launchd will not restart it" in err[1]
+
+
+def test_tensor_parallel_group_config(tmp_path):
+    """A two-Mac group: hosts, port and backend reach the model's config."""
+    config = load_config(
+        write(
+            tmp_path,
+            '[[models]]\nname = "a"\ntensor_parallel = 2\ntensor_parallel_hosts = ["10.0.0.1", "10.0.0.2"]\n'
+            'tensor_parallel_port = 5000\ntensor_parallel_backend = "ring"\n',
+        )
+    )
+    model = config.models[0]
+    assert (model.tensor_parallel, model.tensor_parallel_hosts, model.tensor_parallel_port) == (
+        2,
+        ["10.0.0.1", "10.0.0.2"],
+        5000,
+    )

@@ -47,7 +47,7 @@ from typing import Any, Sequence
 
 import mlx.core as mx
 import numpy as np
-from mlx_lm.generate import BatchGenerator, GenerationBatch, PromptProcessingBatch, StopSequences
+from mlx_lm.generate import BatchGenerator, GenerationBatch, PromptProcessingBatch, StopSequences, generation_stream
 from mlx_lm.models.cache import make_prompt_cache
 
 from worker.messages import TokenLogprobs
@@ -58,6 +58,14 @@ from worker.speculative_step import SpeculativeSteps
 
 HOST_SAMPLING_ENV = "MLXD_HOST_SAMPLING"
 """Environment override of :func:`default_host_sampling`: ``1`` or ``0``."""
+
+
+def engine_stream() -> Any:
+    """The MLX stream every engine evaluates on (mlx-lm's generation stream,
+    one per thread). Work that must stay ordered with the engine's own
+    queued (asynchronously evaluated) steps runs on it, e.g. a
+    tensor-parallel group's collectives (:mod:`worker.tensor_parallel`)."""
+    return generation_stream
 
 
 def default_host_sampling() -> bool:

@@ -13,6 +13,14 @@ gateway that started it is gone, so a worker never outlives its gateway.
 What the worker builds around its model (prefix cache, speculation) comes
 from :mod:`worker.model_setup`.
 
+Tensor parallelism: with ``tensor_parallel`` > 1 this process is one rank
+of an MLX distributed group started by :mod:`worker.tp_launch`. Rank 0 is
+the worker the gateway sees (sockets, threads, heartbeats, all as above)
+and shares its scheduling decisions each loop turn; the other ranks open no
+socket, load and shard the same model and follow rank 0's plans
+(:mod:`worker.tensor_parallel`). A broken group (a dead rank) fails rank
+0's engine step, which is a thread death as below.
+
 Thread death: when any exception escapes the input, scheduler or output
 thread (including a failed engine step), the worker stops heartbeating, ends
 every request the output thread knows with an ``internal`` error (when the
@@ -68,6 +76,10 @@ log = logging.getLogger("mlxd.worker")
 EXIT_THREAD_DIED = 3
 """Exit code of a worker one of whose threads died (see the module docstring)."""
 
+FOLLOWER_FAIL_GRACE = 10.0
+"""Seconds a tensor-parallel rank other than 0 that failed to load waits
+before exiting (rank 0 reports the failure to the gateway meanwhile)."""
+
 FAIL_ALL_SECONDS = 5.0
 """How long a dying worker waits for its output thread to send the errors."""
 
@@ -91,8 +103,10 @@ class Worker:
         *,
         memory_limit: int = 0,
         cache_limit: int | None = None,
+        rank: int = 0,
     ) -> None:
         self.worker_id = worker_id
+        self.rank = rank
         self.config = config
         self.memory_limit = memory_limit
         self.cache_limit = cache_limit
@@ -102,6 +116,7 @@ class Worker:
         self._scheduler: Scheduler | None = None
         self._prompts: PromptBuilder | None = None
         self._embedding: Any = None  # the EmbeddingModel of an embedding worker
+        self._lockstep: Any = None  # a tensor-parallel group's Lockstep, once joined
         self._ready = threading.Event()
         self._failed = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -109,7 +124,7 @@ class Worker:
         self._dead = False
         self.output = OutputLoop(
             worker_id,
-            send=lambda m: outputs.send(out_codec.encode(m), copy=False),
+            send=(lambda m: outputs.send(out_codec.encode(m), copy=False)) if rank == 0 else (lambda m: None),
             release=lambda item: self._scheduler.submit(item) if self._scheduler else None,
             stats=self.stats,
             healthy=self.healthy,
@@ -140,8 +155,28 @@ class Worker:
         out_thread.join(timeout=5)
         return code
 
+    def follow(self) -> int:
+        """Serve as a tensor-parallel rank other than 0: load, shard and
+        run rank 0's plans on the scheduler thread until rank 0 stops the
+        group. Returns 0 after a stop, 1 when the model failed to load;
+        never returns when the thread dies (a broken group)."""
+        self._threads.append(threading.current_thread())
+        self._start("scheduler", self._scheduler_main).join()
+        if self._failed.is_set():
+            # rank 0 fails the same way and tells the gateway why; leave it
+            # time to do so before mlx.launch stops the group on our exit
+            time.sleep(FOLLOWER_FAIL_GRACE)
+            return 1
+        log.info("rank %d of model %s stopped with rank 0", self.rank, self.config.name)
+        return 0
+
     def healthy(self) -> bool:
-        """True while every thread of this worker is alive (any thread)."""
+        """True while every thread of this worker is alive and, for rank 0
+        of a tensor-parallel group, the group is not stalled (a hung rank,
+        see :meth:`worker.tensor_parallel.Lockstep.stalled`); any thread."""
+        lockstep = self._lockstep
+        if lockstep is not None and lockstep.stalled(time.monotonic()):
+            return False
         return not self._dead and all(t.is_alive() for t in self._threads)
 
     def _start(self, name: str, target: Callable[[], None]) -> threading.Thread:
@@ -174,6 +209,9 @@ class Worker:
                 exc_info=exc,
             )
             quiet = thread == "output"  # the dying thread is the socket's only writer
+            if self.rank:  # a follower rank has no socket and nobody to tell
+                logging.shutdown()
+                os._exit(EXIT_THREAD_DIED)
             if not quiet:
                 fail = FailAll("the model worker failed; retry the request")
                 self.output.queue.put(fail)
@@ -203,6 +241,7 @@ class Worker:
             mlx_memory.apply_limits(self.memory_limit, self.cache_limit)
             vision = served_kind(self.config) == "vision"
             images = None
+            lockstep = self._lockstep = self._join_group()
             if vision:
                 from worker.vision_inputs import ImagePreparer
                 from worker.vision_model import load_vision_model
@@ -212,6 +251,10 @@ class Worker:
                 images = ImagePreparer(processor, max(len(loaded.tokenizer), int(text_vocab or 0)))
             else:
                 loaded = load_model(self.config.source, dtype=self.config.dtype)
+            if lockstep is not None:
+                from worker.tensor_parallel import shard_model
+
+                shard_model(loaded.model, lockstep.group, self.config.name)
             sampling_defaults = model_sampling_defaults(loaded.path, self.config.sampling_defaults)
             context = loaded.context_length
             if self.config.context_length:
@@ -246,7 +289,7 @@ class Worker:
             scheduler = Scheduler(
                 loaded.model,
                 set(loaded.eos_token_ids),
-                self.output.queue.put,
+                self.output.queue.put if self.rank == 0 else lambda item: None,
                 cache=prefix_cache_for(self.config, loaded, cache_profile.trimmable),
                 max_batch_size=self.config.max_batch_size,
                 prefill_batch_size=self.config.prefill_batch_size,
@@ -255,6 +298,7 @@ class Worker:
                 checkpoints=not cache_profile.trimmable,
                 speculation=None if vision else speculation_for(self.config, cache_profile, vocab),
                 solo=cache_profile.solo,
+                lockstep=lockstep,
             )
             memory = mlx_memory.sample()
             self.output.queue.put(
@@ -285,6 +329,15 @@ class Worker:
         if grammars is not None:
             threading.Thread(target=grammars.warm, name="mlxd-grammar-warm", daemon=True).start()
         self._serve(scheduler, context)
+
+    def _join_group(self) -> Any:
+        """Scheduler thread: the tensor-parallel group's
+        :class:`~worker.tensor_parallel.Lockstep` (None: one process)."""
+        if self.config.tensor_parallel == 1:
+            return None
+        from worker.tensor_parallel import join_lockstep
+
+        return join_lockstep(self.config.tensor_parallel, lambda: self._prompts)
 
     def _embedding_main(self) -> None:
         """Scheduler thread of an embedding worker: load the encoder, warm
@@ -325,9 +378,12 @@ class Worker:
         failure propagates: the worker exits, see the module docstring)."""
         self.output.queue.put(Ready(worker_id=self.worker_id))
         self._ready.set()
-        log.info("model %s ready (context %d tokens)", self.config.name, context)
+        log.info("model %s ready (context %d tokens, rank %d)", self.config.name, context, self.rank)
         try:
-            scheduler.run()
+            if self.rank:
+                scheduler.follow()
+            else:
+                scheduler.run()
         finally:
             disk = getattr(getattr(scheduler, "cache", None), "disk", None)
             if disk is not None:
@@ -421,6 +477,8 @@ class Worker:
                 self._reply(RequestOutput(request_id=request.request_id, prompt_tokens=counted, finish_reason="stop"))
                 return
             admission = self._prompts.build(request)
+            if self.config.tensor_parallel > 1:
+                admission.request = request  # shared with the other ranks
         except PromptError as exc:
             self._refuse(request.request_id, exc.kind, exc.message, exc.field)
             return
@@ -519,11 +577,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m worker``; returns the exit code."""
     args = parse_args(argv)
-    setup_logging(args.log_level, name=f"worker:{args.worker_id}", log_file=args.log_file)
-    endpoints = Endpoints(requests=args.requests, outputs=args.outputs)
-    watch_parent(args.parent_pid, endpoints)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the gateway's to handle
     config = decode_model_config(args.model_config)
+    # a tensor-parallel rank: mlx.launch set MLX_RANK; its parent is the launcher
+    rank = int(os.environ.get("MLX_RANK", "0")) if config.tensor_parallel > 1 else 0
+    name = f"worker:{args.worker_id}" + (f":rank{rank}" if config.tensor_parallel > 1 else "")
+    setup_logging(args.log_level, name=name, log_file=args.log_file)
+    endpoints = Endpoints(requests=args.requests, outputs=args.outputs)
+    parent = os.getppid() if config.tensor_parallel > 1 else args.parent_pid
+    if parent == 1:  # the launcher died before this rank started: orphaned already
+        return 0
+    # a rank's parent is the launcher, which removes the sockets if the gateway dies
+    watch_parent(parent, None if config.tensor_parallel > 1 else endpoints)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the gateway's to handle
+    if rank:
+        return Worker(args.worker_id, config, None, None, rank=rank).follow()  # type: ignore[arg-type]
     ctx = zmq.Context()
     outputs, requests = open_worker_link(ctx, endpoints, "worker")
     try:

@@ -18,7 +18,7 @@ checks that.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from shared.protocol import SamplingParams, Tool
 
@@ -79,6 +79,9 @@ class Admission:
     ``vision``: the request's images (None: none); ``prompt`` then holds
     the cache-key ids of :mod:`worker.vision_inputs`, which the model
     never reads.
+    ``request``: the ``GenerateRequest`` it was built from, kept only in a
+    tensor-parallel group (rank 0 shares it with the other ranks, see
+    :mod:`worker.step_plan`); None otherwise.
     """
 
     request_id: str
@@ -94,6 +97,7 @@ class Admission:
     reasoning_close: tuple[int, ...] | None = None
     boundaries: tuple[int, ...] = ()
     vision: VisionPrompt | None = None
+    request: Any = None
 
 
 @dataclass

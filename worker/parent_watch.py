@@ -18,14 +18,17 @@ import time
 from shared.sockets import Endpoints, remove_socket_files
 
 
-def watch_parent(parent_pid: int, endpoints: Endpoints, interval: float = 0.5) -> None:
+def watch_parent(parent_pid: int, endpoints: Endpoints | None, interval: float = 0.5) -> None:
     """End this process when ``parent_pid`` is no longer its parent (the
     gateway died, even by SIGKILL), removing the socket files the gateway
     could not. On Linux the kernel also sends SIGTERM at the parent's
-    death, which is handled the same way; elsewhere a daemon thread polls."""
+    death, which is handled the same way; elsewhere a daemon thread polls.
+    ``endpoints`` None: a tensor-parallel rank, whose parent is the group's
+    launcher (which removes the socket files when the gateway dies)."""
 
     def orphaned(*_: object) -> None:
-        remove_socket_files(endpoints, directory=True)
+        if endpoints is not None:
+            remove_socket_files(endpoints, directory=True)
         os._exit(0)
 
     signal.signal(signal.SIGTERM, orphaned)

@@ -54,9 +54,11 @@ from worker.messages import (
 from worker.prefix_cache import Lookup, PrefixCache
 from worker.prompt_checkpoints import PromptCheckpoints
 from worker.speculation import Speculation
+from worker.step_plan import Expire
 
 if TYPE_CHECKING:  # loads MLX; imported on the scheduler thread
     from worker.batch_engine import BatchEngine
+    from worker.tensor_parallel import Lockstep
 
 log = logging.getLogger("mlxd.worker.scheduler")
 
@@ -128,6 +130,9 @@ class Scheduler:
     drafting (None: off; only for models whose cache can be trimmed).
     ``solo``: the model's cache cannot be batched; sequences run one at a
     time (the engine's batch sizes are then 1; see :mod:`worker.solo_cache`).
+    ``lockstep``: this scheduler is one rank of a tensor-parallel group
+    (:mod:`worker.tensor_parallel`); rank 0 runs :meth:`run` and shares
+    each loop turn, the other ranks run :meth:`follow`.
     """
 
     def __init__(
@@ -144,6 +149,7 @@ class Scheduler:
         checkpoints: bool = False,
         speculation: Speculation | None = None,
         solo: bool = False,
+        lockstep: Lockstep | None = None,
     ) -> None:
         self._model = model
         self._eos = sorted(eos_token_ids)
@@ -151,6 +157,7 @@ class Scheduler:
         self.cache = cache
         self._host_sampling = host_sampling
         self.speculation = speculation
+        self._lockstep = lockstep
         # mlx-lm decodes max(completion, prefill) batch sizes together: keep
         # the prefill batch within max_batch_size so that one is the limit
         self._prefill_batch = min(prefill_batch_size, max_batch_size)
@@ -224,6 +231,8 @@ class Scheduler:
                 if self._deadlines:
                     self._expire(time.monotonic())
                 stepped = bool(self._seqs)
+                if self._lockstep is not None:
+                    self._lockstep.publish(stepped)
                 if stepped:
                     reached("scheduler")
                     self._run_step()
@@ -237,6 +246,32 @@ class Scheduler:
                     self.cache.spill()  # what the disk tier has not got yet
                 except Exception:  # must not mask why the loop ended
                     log.exception("could not hand the last prefix-cache entries to the disk tier")
+
+    def follow(self) -> None:
+        """The loop of a tensor-parallel rank other than 0: apply each plan
+        rank 0 shares (:meth:`Lockstep.receive`) and step when it steps;
+        returns after the plan's stop. Anything that goes wrong here (a
+        broken group, a plan this rank cannot apply) propagates: a rank out
+        of step must take the group down rather than compute garbage."""
+        assert self._lockstep is not None
+        self._engine = self._new_engine()
+        try:
+            while True:
+                plan = self._lockstep.receive()
+                for item in plan.items:
+                    command = self._lockstep.command(item)
+                    if isinstance(command, Stop):
+                        self._abort(list(self._uids))
+                        return
+                    if isinstance(command, Expire):
+                        self._end_expired(command.request_ids)
+                    else:
+                        self._apply(command)
+                if plan.step:
+                    self._run_step()
+                self._release_idle_memory(time.monotonic(), busy=plan.step or bool(self._seqs))
+        finally:
+            self._engine.close()
 
     def _spill(self, busy: bool) -> None:
         """Hand new prefix-cache entries to the disk tier: one per loop turn
@@ -305,8 +340,12 @@ class Scheduler:
         """Apply ``item`` and every command queued behind it; False when a
         Stop was seen (everything in flight is then aborted)."""
         while True:
+            if self._lockstep is not None:
+                item = self._lockstep.record(item)
             if isinstance(item, Stop):
                 self._abort(list(self._uids))
+                if self._lockstep is not None:
+                    self._lockstep.publish(False)
                 return False
             try:
                 self._apply(item)
@@ -501,13 +540,19 @@ class Scheduler:
             self.counters.requests_finished += 1
 
     def _expire(self, now: float) -> None:
-        for request_id, deadline in list(self._deadlines.items()):
-            if deadline <= now:
-                uids = self._forget(request_id)
-                if uids:
-                    self._remove_keeping_state(uids)
-                self.counters.requests_timed_out += 1
-                self._emit(Terminal(request_id, "error", "timeout", "the request exceeded its time limit"))
+        expired = [request_id for request_id, deadline in self._deadlines.items() if deadline <= now]
+        if expired and self._lockstep is not None:
+            self._lockstep.record_expired(expired)
+        self._end_expired(expired)
+
+    def _end_expired(self, request_ids: list[str]) -> None:
+        """End ``request_ids`` with a timeout error, keeping their state."""
+        for request_id in request_ids:
+            uids = self._forget(request_id)
+            if uids:
+                self._remove_keeping_state(uids)
+            self.counters.requests_timed_out += 1
+            self._emit(Terminal(request_id, "error", "timeout", "the request exceeded its time limit"))
 
     # -- stepping ---------------------------------------------------------------
 

@@ -1,0 +1,239 @@
+"""One model over an MLX distributed group (``tensor_parallel``), end to end.
+
+Real gateways start real groups with ``mlx.launch`` (ring backend, every
+rank on 127.0.0.1). The tiny random-weight llama (4 heads, 2 KV heads)
+runs on 2 ranks next to the same weights in one process: greedy and seeded
+outputs must be identical, with several concurrent streams, cancellation
+in between, and after a rank was killed and the group restarted. Families
+mlx-lm cannot shard, and sizes that do not divide, fail to load with a
+message naming the cause.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from shared.config import DEFAULT_MODEL_SOURCE
+from tests.conftest import REAL, start_server
+from tests.tiny_model import build_tiny_model
+
+TP = "tiny-tp"
+SINGLE = "tiny-one"
+PROMPTS = ["The quick brown fox", "Once upon a time", "def add(a, b):", "Paris is the capital of"]
+
+
+def children(pid: int) -> list[int]:
+    """The direct children of process ``pid`` (Linux /proc)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        found += [int(p) for p in text]
+    return found
+
+
+def rank_pids(launcher: int) -> dict[int, int]:
+    """``{rank: pid}`` of the group started by the launcher ``launcher``."""
+    ranks: dict[int, int] = {}
+    for pid in children(launcher):
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        for entry in env:
+            if entry.startswith(b"MLX_RANK="):
+                ranks[int(entry.split(b"=", 1)[1])] = pid
+    return ranks
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def complete(client: openai.OpenAI, model: str, prompt: str, **kwargs) -> str:
+    """The streamed text of one completion of ``prompt``."""
+    stream = client.completions.create(model=model, prompt=prompt, max_tokens=10, stream=True, **kwargs)
+    return "".join(chunk.choices[0].text for chunk in stream if chunk.choices)
+
+
+def complete_all(client: openai.OpenAI, model: str, **kwargs) -> list[str]:
+    """Every prompt of :data:`PROMPTS` at once, as concurrent streams."""
+    with ThreadPoolExecutor(len(PROMPTS)) as pool:
+        return list(pool.map(lambda p: complete(client, model, p, **kwargs), PROMPTS))
+
+
+@pytest.fixture(scope="module")
+def tp_server(tiny_model_dir, tmp_path_factory):
+    """A gateway with the tiny model twice: on a 2-rank group and in one process."""
+    srv = start_server(
+        tmp_path_factory.mktemp("tp-gw"),
+        [
+            {"name": TP, "source": str(tiny_model_dir), "tensor_parallel": 2, "max_batch_size": 8},
+            {"name": SINGLE, "source": str(tiny_model_dir), "max_batch_size": 8},
+        ],
+        api_key=None,
+    )
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def client(tp_server):
+    return openai.OpenAI(base_url=f"{tp_server.url}/v1", api_key="unused", max_retries=0)
+
+
+def test_greedy_and_seeded_outputs_match_one_process(client):
+    """Concurrent greedy streams, then seeded sampled ones, equal the
+    single-process model's (all ranks step, sample and cache alike)."""
+    expected = complete_all(client, SINGLE, temperature=0)
+    assert complete_all(client, TP, temperature=0) == expected
+    assert all(expected)
+    sampled = complete_all(client, SINGLE, temperature=1.0, seed=7)
+    assert complete_all(client, TP, temperature=1.0, seed=7) == sampled
+    # unseeded sampling: rank 0 picks the seed for every rank; the group stays in step
+    assert all(complete_all(client, TP, temperature=1.0))
+    assert complete_all(client, TP, temperature=0) == expected
+
+
+def test_cancelled_stream_leaves_the_group_in_step(client, tp_server):
+    """A stream closed mid-way is aborted on every rank; the next requests
+    (reusing the prefix cache) still match the single process."""
+    stream = client.completions.create(model=TP, prompt=PROMPTS[0], max_tokens=200, stream=True, temperature=0)
+    for i, _ in enumerate(stream):
+        if i == 2:
+            break
+    stream.close()
+    deadline = time.monotonic() + 20
+    while tp_server.worker(TP)["stats"]["requests_aborted"] < 1:
+        assert time.monotonic() < deadline, tp_server.worker(TP)["stats"]
+        time.sleep(0.2)
+    assert complete_all(client, TP, temperature=0) == complete_all(client, SINGLE, temperature=0)
+
+
+def test_killed_rank_fails_the_stream_and_the_group_restarts(client, tp_server):
+    """SIGKILL of rank 1 mid-stream: the stream ends with an error, every
+    rank of the old group exits, the gateway starts a new group that
+    serves the same answers."""
+    status = tp_server.worker(TP)
+    launcher, restarts = status["pid"], status["restarts"]
+    ranks = rank_pids(launcher)
+    assert sorted(ranks) == [0, 1]
+    expected = complete(client, SINGLE, PROMPTS[1], temperature=0)
+    stream = client.completions.create(model=TP, prompt=PROMPTS[1], max_tokens=2000, stream=True, temperature=0)
+    with pytest.raises(openai.APIError):
+        for i, _ in enumerate(stream):
+            if i == 1:
+                os.kill(ranks[1], signal.SIGKILL)
+    deadline = time.monotonic() + 20
+    while any(alive(p) for p in (launcher, *ranks.values())):
+        assert time.monotonic() < deadline, "a rank of the broken group is still running"
+        time.sleep(0.2)
+    tp_server.wait_ready(TP, timeout=120, after_restarts=restarts + 1)
+    assert complete(client, TP, PROMPTS[1], temperature=0) == expected
+
+
+def test_hung_rank_stops_the_heartbeats_and_the_group_is_replaced(tiny_model_dir, tmp_path):
+    """A rank that hangs (SIGSTOP) leaves rank 0 waiting in a plan exchange:
+    rank 0 stops heartbeating, the gateway kills the group (the request
+    ends with an error) and starts a new one that serves."""
+    srv = start_server(
+        tmp_path,
+        [{"name": TP, "source": str(tiny_model_dir), "tensor_parallel": 2}],
+        api_key=None,
+        env={"MLXD_TP_STALL_SECONDS": "1"},
+        heartbeat_timeout=3,
+    )
+    client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="unused", max_retries=0, timeout=60)
+    hung = rank_pids(srv.worker(TP)["pid"])[1]
+    try:
+        os.kill(hung, signal.SIGSTOP)
+        with pytest.raises(openai.APIError):
+            complete(client, TP, PROMPTS[0], temperature=0)
+        srv.wait_ready(TP, timeout=120, after_restarts=1)
+        assert complete(client, TP, PROMPTS[0], temperature=0)
+    finally:
+        os.kill(hung, signal.SIGKILL)
+        srv.stop()
+
+
+@pytest.mark.parametrize("how", ["kill", "stop"])
+def test_no_rank_outlives_the_gateway(tiny_model_dir, tmp_path, how):
+    """SIGKILL of the gateway (no cleanup), or its graceful stop (rank 0
+    shares the stop with the other ranks): the launcher and every rank exit."""
+    srv = start_server(tmp_path, [{"name": TP, "source": str(tiny_model_dir), "tensor_parallel": 2}], api_key=None)
+    launcher = srv.worker(TP)["pid"]
+    ranks = list(rank_pids(launcher).values())
+    assert len(ranks) == 2
+    if how == "kill":
+        srv.proc.kill()
+        srv.proc.wait()
+    else:
+        srv.stop()
+        assert f"rank 1 of model {TP} stopped with rank 0" in srv.log_path.read_text()
+    deadline = time.monotonic() + 15
+    while any(alive(p) for p in (launcher, *ranks)):
+        assert time.monotonic() < deadline, "a rank outlived the gateway"
+        time.sleep(0.2)
+
+
+def test_unshardable_models_fail_with_the_cause(tmp_path):
+    """A family without ``Model.shard`` (gemma3_text) and a head count
+    that does not divide over the ranks (the default model on 2 ranks): the
+    model fails to load, requests get a 503 naming the model type or the
+    size."""
+    gemma = build_tiny_model(tmp_path / "gemma", family="gemma3_text")
+    srv = start_server(
+        tmp_path,
+        [
+            {"name": "gemma-tp", "source": str(gemma), "tensor_parallel": 2},
+            # SmolLM2-135M has 9 attention heads and 3 KV heads: 3 ranks, not 2
+            {"name": "smollm2-tp", "source": DEFAULT_MODEL_SOURCE, "tensor_parallel": 2},
+        ],
+        api_key=None,
+        wait=False,
+    )
+    try:
+        for name, cause in (
+            ("gemma-tp", "cannot shard model type 'gemma3_text'"),
+            ("smollm2-tp", "num_attention_heads = 9"),
+        ):
+            deadline = time.monotonic() + 120
+            while (status := srv.worker(name))["state"] != "failed":
+                assert time.monotonic() < deadline, status
+                time.sleep(0.3)
+            assert cause in status["last_error"]
+            r = httpx.post(f"{srv.url}/v1/completions", json={"model": name, "prompt": "hi", "max_tokens": 2})
+            assert r.status_code == 503 and cause in r.json()["error"]["message"]
+    finally:
+        srv.stop()
+
+
+@pytest.mark.slow
+def test_default_model_on_three_ranks_matches_one_process(real_server, tmp_path):
+    """SmolLM2-135M (9 heads, 3 KV heads, so 3 ranks) sharded with mlx-lm's
+    ``Model.shard``: concurrent greedy streams through a real gateway equal
+    the single-process model's (``real_server``)."""
+    srv = start_server(tmp_path, [{"name": REAL, "source": DEFAULT_MODEL_SOURCE, "tensor_parallel": 3}], api_key=None)
+    try:
+        prompts = ["The capital of France is", "def fib(n):", "Water boils at"]
+        expected, got = [], []
+        for url, out in ((real_server.url, expected), (srv.url, got)):
+            client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+            with ThreadPoolExecutor(len(prompts)) as pool:
+                out += pool.map(
+                    lambda p, c=client: (
+                        c.completions.create(model=REAL, prompt=p, max_tokens=6, temperature=0).choices[0].text
+                    ),
+                    prompts,
+                )
+        assert got == expected and all(expected)
+    finally:
+        srv.stop()
