@@ -5,7 +5,8 @@ weight files, the peaks its workers reported and the configured
 ``memory_estimate``), gives each new worker its MLX memory and cache
 limits, and evicts the least recently used idle workers when a model
 does not fit. Workers on a ``[[nodes]]`` machine count against that
-machine only.
+machine only, and against that node's own ``memory_budget`` when its entry
+sets one (else the ``[server]`` budget, per machine).
 
 Runs on the gateway's event loop only (the pool calls it under its
 start lock); evicting awaits the victims' unload.
@@ -22,7 +23,7 @@ import psutil
 from gateway.errors import APIError
 from gateway.model_paths import source_bytes
 from gateway.worker_handle import WorkerHandle
-from shared.config import ServerConfig
+from shared.config import NodeEntry, ServerConfig
 from shared.config_values import parse_size
 
 log = logging.getLogger("mlxd.gateway.pool")  # eviction lines keep the logger they had in the pool
@@ -42,32 +43,46 @@ kept for reuse) may hold; the rest of the cache is given back at once."""
 class MemoryBudget:
     """The budget over one pool's workers.
 
-    ``server`` returns the current ``[server]`` settings (read on every
-    call, so a reload applies at once) and ``handles`` the pool's
-    current :class:`gateway.worker_handle.WorkerHandle` objects.
+    ``server`` returns the current ``[server]`` settings and ``nodes`` the
+    current ``[[nodes]]`` entries (both read on every call, so a reload
+    applies at once); ``handles`` the pool's current
+    :class:`gateway.worker_handle.WorkerHandle` objects.
     """
 
-    def __init__(self, server: Callable[[], ServerConfig], handles: Callable[[], list[WorkerHandle]]) -> None:
+    def __init__(
+        self,
+        server: Callable[[], ServerConfig],
+        handles: Callable[[], list[WorkerHandle]],
+        nodes: Callable[[], list[NodeEntry]] = list,
+    ) -> None:
         self._server = server
         self._handles = handles
+        self._nodes = nodes
 
-    def budget(self) -> int:
-        """The memory budget in bytes (0: unlimited).
+    def budget(self, node: str = "") -> int:
+        """The memory budget in bytes of the machine ``node`` names (``""``:
+        this one; 0: unlimited).
 
-        A percentage is a share of the GPU's recommended working set once
-        a worker has reported one (Metal), else of physical RAM (the CPU
-        backend, or on a Mac before the first worker has loaded).
+        A node whose ``[[nodes]]`` entry sets ``memory_budget`` has that
+        size. Otherwise the ``[server]`` budget applies to each machine; a
+        percentage is a share of the GPU's recommended working set once one
+        of that machine's workers has reported one (Metal), else of this
+        machine's physical RAM (the CPU backend, or on a Mac before the
+        first worker has loaded).
         """
+        entry = next((n for n in self._nodes() if n.name == node), None) if node else None
+        if entry is not None and entry.memory_budget is not None:
+            return parse_size(entry.memory_budget, 0)
         value = self._server().memory_budget
         whole = psutil.virtual_memory().total
         if isinstance(value, str) and value.strip().endswith("%"):
-            whole = self.working_set() or whole
+            whole = self.working_set(node) or whole
         return parse_size(value, whole)
 
-    def working_set(self) -> int:
-        """The GPU's recommended working set in bytes, as workers reported
-        it (0 when none has, or off Metal)."""
-        return max((h.status.working_set_bytes or 0 for h in self._handles()), default=0)
+    def working_set(self, node: str = "") -> int:
+        """The GPU's recommended working set in bytes on the machine ``node``
+        names, as its workers reported it (0 when none has, or off Metal)."""
+        return max((h.status.working_set_bytes or 0 for h in self._handles() if h.model.node == node), default=0)
 
     def estimate(self, handle: WorkerHandle) -> int:
         """Bytes ``handle``'s worker is expected to use once loaded: the
@@ -87,7 +102,7 @@ class MemoryBudget:
         the budget left by the other resident workers (at least its own
         estimate) and :data:`CACHE_SHARE` of that for MLX's buffer cache;
         ``(0, None)`` (MLX's defaults) without a budget."""
-        budget = self.budget()
+        budget = self.budget(handle.model.node)
         if not budget:
             return 0, None
         room = max(self.estimate(handle), budget - self.resident_bytes(handle))
@@ -108,7 +123,7 @@ class MemoryBudget:
         Raises:
             gateway.errors.APIError: 503 when not enough idle workers can go.
         """
-        budget = self.budget()
+        budget = self.budget(handle.model.node)
         if not budget:
             return
         needed = self.estimate(handle)

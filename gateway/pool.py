@@ -53,7 +53,9 @@ class WorkerPool:
         self._retiring: set[asyncio.Task[None]] = set()
         self._kinds: dict[str, ModelKind | None] = {}
         self._links: dict[str, NodeLink] = {}
-        self.memory = MemoryBudget(lambda: self.config.server, lambda: list(self.handles.values()))
+        self.memory = MemoryBudget(
+            lambda: self.config.server, lambda: list(self.handles.values()), lambda: self.config.nodes
+        )
 
     # -- lifecycle --------------------------------------------------------------
 

@@ -287,11 +287,16 @@ class NodeEntry(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     ``address``: its ``tcp://host:port``; ``public_key``: its CURVE public
     key (the Z85 text of its ``.pub`` file). The gateway only talks to a
     node that proves it holds the matching secret key.
+    ``memory_budget``: the most memory the node's resident workers may use
+    together, in bytes or a size such as ``"48GiB"`` (not a percentage:
+    the gateway cannot see the node's memory before a worker reports);
+    unset: ``[server] memory_budget``, applied to that machine alone.
     """
 
     name: str
     address: str
     public_key: str
+    memory_budget: int | str | None = None
 
 
 class ImagesConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

@@ -29,6 +29,7 @@ from shared.config import (
     McpServerConfig,
     ModelConfig,
     NodeConfig,
+    NodeEntry,
     ServerConfig,
 )
 from shared.config_values import host_pattern, is_loopback, parse_duration, parse_network, parse_size
@@ -224,6 +225,7 @@ def _validate_nodes(config: Config, origin: str) -> None:
             raise ConfigError(f"{origin}: node {node.name!r}: address must be tcp://host:port")
         if len(node.public_key.strip()) != 40:
             raise ConfigError(f"{origin}: node {node.name!r}: public_key must be a 40-character Z85 key")
+        _check_node_budget(node, origin)
     for model in config.models:
         if model.node and model.node not in names:
             raise ConfigError(f"{origin}: model {model.name!r}: no [[nodes]] entry named {model.node!r}")
@@ -231,6 +233,21 @@ def _validate_nodes(config: Config, origin: str) -> None:
         raise ConfigError(
             f"{origin}: [[nodes]] needs server.curve_public_key_file and server.curve_secret_key_file (mlxd keys)"
         )
+
+
+def _check_node_budget(node: NodeEntry, origin: str) -> None:
+    """A node's own ``memory_budget`` must be a size (ConfigError)."""
+    value = node.memory_budget
+    if value is None:
+        return
+    if isinstance(value, str) and value.strip().endswith("%"):
+        raise ConfigError(
+            f"{origin}: node {node.name!r}: memory_budget must be a size such as '48GiB', not a percentage"
+        )
+    try:
+        parse_size(value, 0)
+    except ValueError as exc:
+        raise ConfigError(f"{origin}: node {node.name!r}: memory_budget: {exc}") from None
 
 
 def load_config(path: str | os.PathLike[str]) -> Config:

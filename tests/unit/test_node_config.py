@@ -24,6 +24,9 @@ def write(tmp_path, text):
 def test_gateway_with_a_node_loads(tmp_path):
     config = load_config(write(tmp_path, KEYS + '[[models]]\nname = "a"\nnode = "mac2"\n' + NODES))
     assert config.models[0].node == "mac2" and config.nodes[0].public_key == KEY
+    assert config.nodes[0].memory_budget is None
+    sized = load_config(write(tmp_path, KEYS + '[[models]]\nname = "a"\n' + NODES + 'memory_budget = "48GiB"\n'))
+    assert sized.nodes[0].memory_budget == "48GiB"
 
 
 @pytest.mark.parametrize(
@@ -34,6 +37,8 @@ def test_gateway_with_a_node_loads(tmp_path):
         (KEYS + '[[models]]\nname = "a"\n' + NODES.replace("tcp://", "ipc://"), "address must be tcp://"),
         (KEYS + '[[models]]\nname = "a"\n' + NODES.replace(KEY, "short"), "40-character Z85 key"),
         (KEYS + '[[models]]\nname = "a"\n' + NODES + NODES, "node name 'mac2' is used twice"),
+        (KEYS + '[[models]]\nname = "a"\n' + NODES + 'memory_budget = "75%"\n', "not a percentage"),
+        (KEYS + '[[models]]\nname = "a"\n' + NODES + 'memory_budget = "lots"\n', "memory_budget: not a size"),
     ],
 )
 def test_bad_node_entries_fail_with_one_line(tmp_path, text, needle):

@@ -112,3 +112,30 @@ def test_hugging_face_snapshot_sized_from_the_local_cache(tmp_path, monkeypatch)
 @pytest.mark.parametrize("source", ["./x/y", "~/x", "/abs/path"])
 def test_paths_are_not_repo_ids(source):
     assert model_paths.cached_snapshot(source) is None
+
+
+def test_a_node_has_its_own_budget_and_working_set():
+    from types import SimpleNamespace
+
+    from shared.config import NodeEntry
+
+    key = "k" * 40
+    nodes = [
+        NodeEntry(name="big", address="tcp://10.0.0.2:7000", public_key=key, memory_budget="48GiB"),
+        NodeEntry(name="plain", address="tcp://10.0.0.3:7000", public_key=key),
+    ]
+    handles = {
+        name: SimpleNamespace(model=ModelConfig(name=name, node=node), status=SimpleNamespace(working_set_bytes=0))
+        for name, node in (("here", ""), ("there", "big"), ("p", "plain"))
+    }
+    budget = memory_budget.MemoryBudget(
+        lambda: ServerConfig(memory_budget="50%"), lambda: list(handles.values()), lambda: nodes
+    )
+    ram = psutil.virtual_memory().total
+    assert budget.budget("big") == 48 * GIB  # the node's own size
+    assert budget.budget() == ram // 2
+    # a working set reported on one machine is not another machine's
+    handles["p"].status.working_set_bytes = 64 * GIB
+    assert budget.budget("plain") == 32 * GIB
+    assert budget.budget() == ram // 2
+    assert budget.budget("big") == 48 * GIB
