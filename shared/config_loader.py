@@ -77,7 +77,7 @@ def validate(config: Config, origin: str = "config") -> Config:
         if model.speculative not in SPECULATIVE_MODES and not draft:
             raise ConfigError(
                 f"{origin}: model {model.name!r}: speculative must be one of {', '.join(SPECULATIVE_MODES)}"
-                f" or {DRAFT_PREFIX}<model source>"
+                f" or {DRAFT_PREFIX}<model name or source>"
             )
         if model.kv_bits not in (0, 4, 8):
             raise ConfigError(f"{origin}: model {model.name!r}: kv_bits must be 0, 4 or 8")
@@ -109,7 +109,35 @@ def validate(config: Config, origin: str = "config") -> Config:
                 f"{origin}: refusing to listen on {config.server.host} without api_keys "
                 "(set server.allow_insecure_bind = true to override)"
             )
+    _resolve_draft_models(config, origin)
     return config
+
+
+def _resolve_draft_models(config: Config, origin: str) -> None:
+    """Rewrite ``speculative = "draft:<name>"`` naming another ``[[models]]``
+    entry (or alias) as ``draft:<that entry's source>``: the draft runs in
+    the target's worker, which receives only its own model config. Any
+    other ``draft:`` value is a source and is left as it is, so a second
+    pass changes nothing.
+
+    Raises:
+        ConfigError: a model names itself as its draft, or a draft that
+            sits on another machine (``node``) than the model it drafts for.
+    """
+    by_name = {name: m for m in config.models for name in (m.name, *m.aliases)}
+    for i, model in enumerate(config.models):
+        if not model.speculative.startswith(DRAFT_PREFIX):
+            continue
+        draft = by_name.get(model.speculative[len(DRAFT_PREFIX) :].strip())
+        if draft is None:
+            continue
+        if draft is model:
+            raise ConfigError(f"{origin}: model {model.name!r}: speculative names the model itself as its draft")
+        if draft.node != model.node:
+            raise ConfigError(
+                f"{origin}: model {model.name!r}: its draft model {draft.name!r} is on another machine (node)"
+            )
+        config.models[i] = msgspec.structs.replace(model, speculative=DRAFT_PREFIX + draft.source)
 
 
 TENSOR_PARALLEL_BACKENDS = ("auto", "ring", "jaccl")

@@ -28,7 +28,8 @@ def test_default_config_loads():
         ('[[models]]\nname = "a"\n[[models]]\nname = "a"\n', "used twice"),
         ('[[models]]\nname = "a"\nmax_batch_size = 0\n', ">= 1"),
         ('[[models]]\nname = "a"\nspeculative_max_batch = 0\n', "speculative_max_batch"),
-        ('[[models]]\nname = "a"\nspeculative = "draft: "\n', "or draft:<model source>"),
+        ('[[models]]\nname = "a"\nspeculative = "draft: "\n', "or draft:<model name or source>"),
+        ('[[models]]\nname = "a"\nspeculative = "draft:a"\n', "names the model itself"),
         ('[[models]]\nname = "a"\nspeculative = "ngram"\n', "speculative must be one of"),
         ('[[models]]\nname = "a"\ndtype = "int3"\n', "dtype must be"),
         ('[[models]]\nname = "a"\nkv_bits = 3\n', "kv_bits must be 0, 4 or 8"),
@@ -256,3 +257,19 @@ def test_tensor_parallel_group_config(tmp_path):
         ["10.0.0.1", "10.0.0.2"],
         5000,
     )
+
+
+def test_a_draft_named_by_model_name_becomes_that_models_source(tmp_path):
+    """``draft:<name>`` of another entry (or alias) is rewritten to its
+    source; a source stays as written, and validating again changes nothing."""
+    from shared.config_loader import validate
+
+    text = (
+        '[[models]]\nname = "big"\nspeculative = "draft:small-alias"\n'
+        '[[models]]\nname = "small"\nsource = "/models/small"\naliases = ["small-alias"]\n'
+        '[[models]]\nname = "other"\nspeculative = "draft:/models/elsewhere"\n'
+    )
+    config = load_config(write(tmp_path, text))
+    assert config.models[0].speculative == "draft:/models/small"
+    assert config.models[2].speculative == "draft:/models/elsewhere"
+    assert validate(config).models[0].speculative == "draft:/models/small"
