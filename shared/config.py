@@ -187,9 +187,10 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     ``node``: the name of the ``[[nodes]]`` entry whose machine runs this
     model's worker (empty: this machine); the node's own config says where
     the model's files are.    ``speculative``: ``none`` (default), ``prompt_lookup`` (n-gram
-    drafting from the prompt and output) or ``draft:<model source>``
+    drafting from the prompt and output) or ``draft:<model>``
     (greedy drafts of a smaller model of the same tokenizer, loaded in the
-    same worker), verified inside the shared batch; greedy output is
+    same worker; ``<model>`` is another entry's name or alias, which the
+    loader replaces with its source, or a source), verified inside the shared batch; greedy output is
     unchanged, sampled output keeps its distribution; see
     ``docs/concepts/batching.md``;
     ``speculative_tokens``: most draft tokens per step; ``speculative_ngram``:
