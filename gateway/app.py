@@ -3,7 +3,7 @@
 Routes, middleware (from the outside in: Host check, CORS when configured,
 API keys, body cap) and error handlers
 that answer every failure in the shape of the route's protocol (see
-:mod:`gateway.error_shapes`: Anthropic's under ``/v1/messages``,
+:mod:`gateway.frontend.error_shapes`: Anthropic's under ``/v1/messages``,
 Ollama's under ``/api/`` and at ``/``, else OpenAI's). The worker pool is
 started in the app's lifespan and stopped (workers asked to exit, then
 killed) when the server shuts down.
@@ -22,15 +22,20 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway import anthropic_routes, embeddings_routes, mcp_routes, ollama_routes, openai_routes, responses_routes
-from gateway.error_shapes import error_response_for
-from gateway.errors import APIError
-from gateway.mcp_client import McpHub
-from gateway.metrics import Metrics
-from gateway.metrics_snapshot import ModelSnapshot
-from gateway.middleware import APIKeyMiddleware, BodyLimitMiddleware, HostCheckMiddleware, ProtocolCORSMiddleware
+from gateway.anthropic import routes as anthropic_routes
+from gateway.core.errors import APIError
+from gateway.embeddings import routes as embeddings_routes
+from gateway.frontend.error_shapes import error_response_for
+from gateway.http.middleware import APIKeyMiddleware, BodyLimitMiddleware, HostCheckMiddleware, ProtocolCORSMiddleware
+from gateway.mcp import routes as mcp_routes
+from gateway.mcp.client import McpHub
+from gateway.metrics.registry import Metrics
+from gateway.metrics.snapshot import ModelSnapshot
+from gateway.ollama import routes as ollama_routes
+from gateway.openai import routes as openai_routes
 from gateway.openapi_document import openapi_response
-from gateway.pool import WorkerPool
+from gateway.responses import routes as responses_routes
+from gateway.workers.pool import WorkerPool
 from shared.config import Config, ServerConfig
 from shared.config_values import is_loopback
 
@@ -103,7 +108,7 @@ async def _internal_error(request: Request, exc: Exception) -> Response:
 
 
 def ollama_route_table() -> list[Route]:
-    """The Ollama-compatible routes (:mod:`gateway.ollama_routes`)."""
+    """The Ollama-compatible routes (:mod:`gateway.ollama.routes`)."""
     routes = [
         Route("/", ollama_routes.root, methods=["GET"]),
         Route("/api/version", ollama_routes.version, methods=["GET"]),

@@ -14,11 +14,11 @@ What the worker builds around its model (prefix cache, speculation) comes
 from :mod:`worker.model_setup`.
 
 Tensor parallelism: with ``tensor_parallel`` > 1 this process is one rank
-of an MLX distributed group started by :mod:`worker.tp_launch`. Rank 0 is
+of an MLX distributed group started by :mod:`worker.tensor_parallel.launch`. Rank 0 is
 the worker the gateway sees (sockets, threads, heartbeats, all as above)
 and shares its scheduling decisions each loop turn; the other ranks open no
 socket, load and shard the same model and follow rank 0's plans
-(:mod:`worker.tensor_parallel`). A broken group (a dead rank) fails rank
+(:mod:`worker.tensor_parallel.lockstep`). A broken group (a dead rank) fails rank
 0's engine step, which is a thread death as below.
 
 Thread death: when any exception escapes the input, scheduler or output
@@ -61,15 +61,15 @@ from shared.protocol import (
     WorkerStats,
 )
 from shared.sockets import Endpoints, open_worker_link
-from worker import mlx_memory
-from worker.disk_cache import disk_stats
+from worker.caches.disk import disk_stats
+from worker.engine import mlx_memory
+from worker.engine.scheduler import Scheduler
 from worker.faults import armed, reached
 from worker.messages import Abort, Stop
 from worker.model_setup import blas_in_use, prefix_cache_for, served_kind, serves_embeddings, speculation_for
-from worker.output import Exit, FailAll, OutputLoop
+from worker.output.loop import Exit, FailAll, OutputLoop
 from worker.parent_watch import watch_parent
-from worker.prompt import PromptBuilder, PromptError
-from worker.scheduler import Scheduler
+from worker.prompting.builder import PromptBuilder, PromptError
 
 log = logging.getLogger("mlxd.worker")
 
@@ -91,7 +91,7 @@ class Worker:
     socket; :meth:`run` uses ``requests`` on the calling thread and hands
     ``outputs`` to the output thread. ``memory_limit`` and ``cache_limit``
     (bytes; 0 and None keep MLX's defaults) are applied on the scheduler
-    thread before the model loads (see :func:`worker.mlx_memory.apply_limits`).
+    thread before the model loads (see :func:`worker.engine.mlx_memory.apply_limits`).
     """
 
     def __init__(
@@ -173,7 +173,7 @@ class Worker:
     def healthy(self) -> bool:
         """True while every thread of this worker is alive and, for rank 0
         of a tensor-parallel group, the group is not stalled (a hung rank,
-        see :meth:`worker.tensor_parallel.Lockstep.stalled`); any thread."""
+        see :meth:`worker.tensor_parallel.lockstep.Lockstep.stalled`); any thread."""
         lockstep = self._lockstep
         if lockstep is not None and lockstep.stalled(time.monotonic()):
             return False
@@ -230,21 +230,21 @@ class Worker:
             started = time.monotonic()
             import mlx.core as mx
 
-            from worker.batch_engine import default_host_sampling
-            from worker.cache_profile import profile_model
-            from worker.constrained_decoding import GrammarCompiler
-            from worker.detok import TokenDecoder
-            from worker.loader import load_model
-            from worker.model_formats import model_formats
-            from worker.sampling_defaults import model_sampling_defaults
+            from worker.caches.profile import profile_model
+            from worker.engine.batch_engine import default_host_sampling
+            from worker.loading.loader import load_model
+            from worker.output.detok import TokenDecoder
+            from worker.prompting.model_formats import model_formats
+            from worker.sampling.constrained_decoding import GrammarCompiler
+            from worker.sampling.defaults import model_sampling_defaults
 
             mlx_memory.apply_limits(self.memory_limit, self.cache_limit)
             vision = served_kind(self.config) == "vision"
             images = None
             lockstep = self._lockstep = self._join_group()
             if vision:
-                from worker.vision_inputs import ImagePreparer
-                from worker.vision_model import load_vision_model
+                from worker.vision.inputs import ImagePreparer
+                from worker.vision.model import load_vision_model
 
                 loaded, processor = load_vision_model(self.config.source, dtype=self.config.dtype)
                 text_vocab = (loaded.config.get("text_config") or {}).get("vocab_size", 0)
@@ -252,7 +252,7 @@ class Worker:
             else:
                 loaded = load_model(self.config.source, dtype=self.config.dtype)
             if lockstep is not None:
-                from worker.tensor_parallel import shard_model
+                from worker.tensor_parallel.lockstep import shard_model
 
                 shard_model(loaded.model, lockstep.group, self.config.name)
             sampling_defaults = model_sampling_defaults(loaded.path, self.config.sampling_defaults)
@@ -332,22 +332,22 @@ class Worker:
 
     def _join_group(self) -> Any:
         """Scheduler thread: the tensor-parallel group's
-        :class:`~worker.tensor_parallel.Lockstep` (None: one process)."""
+        :class:`~worker.tensor_parallel.lockstep.Lockstep` (None: one process)."""
         if self.config.tensor_parallel == 1:
             return None
-        from worker.tensor_parallel import join_lockstep
+        from worker.tensor_parallel.lockstep import join_lockstep
 
         return join_lockstep(self.config.tensor_parallel, lambda: self._prompts)
 
     def _embedding_main(self) -> None:
         """Scheduler thread of an embedding worker: load the encoder, warm
-        up, announce, then batch and encode (see worker.embedding_scheduler)."""
+        up, announce, then batch and encode (see worker.embeddings.scheduler)."""
         try:
             started = time.monotonic()
             import mlx.core as mx
 
-            from worker.embedding_model import load_embedding_model
-            from worker.embedding_scheduler import EmbeddingScheduler
+            from worker.embeddings.model import load_embedding_model
+            from worker.embeddings.scheduler import EmbeddingScheduler
 
             model = load_embedding_model(
                 self.config.source, dtype=self.config.dtype, context_length=self.config.context_length
@@ -494,8 +494,8 @@ class Worker:
         """Input thread: tokenize an embedding request and queue it for the
         scheduler, or refuse it (wrong kind of model, bad ``dimensions``,
         bad or over-long inputs)."""
-        from worker.embedding_model import EmbeddingInputError
-        from worker.embedding_scheduler import EmbedJob
+        from worker.embeddings.model import EmbeddingInputError
+        from worker.embeddings.scheduler import EmbedJob
 
         model = self._embedding
         if model is None:

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING
 
 from shared.config import DRAFT_PREFIX, ModelConfig
 from shared.model_kind import ModelKind
-from worker.speculation import Speculation
+from worker.speculation.prompt_lookup import Speculation
 
 if TYPE_CHECKING:  # load MLX; imported where they are used
-    from worker.cache_profile import CacheProfile
-    from worker.draft_model import DraftModel
-    from worker.loader import LoadedModel
-    from worker.prefix_cache import PrefixCache
+    from worker.caches.prefix import PrefixCache
+    from worker.caches.profile import CacheProfile
+    from worker.loading.loader import LoadedModel
+    from worker.speculation.draft_model import DraftModel
 
 log = logging.getLogger("mlxd.worker")
 
@@ -31,13 +31,13 @@ def prefix_cache_for(config: ModelConfig, loaded: LoadedModel, trimmable: bool) 
     budget is 0), with a disk tier when ``disk_cache_bytes`` is set (its
     writer thread is started here; a directory that cannot be created is
     logged and the tier left out). The disk tier's identity is the weights'
-    content hash (:mod:`worker.weights_digest`, memoized next to the tiers),
+    content hash (:mod:`worker.loading.weights_digest`, memoized next to the tiers),
     dtype and KV settings; the first load of new weights reads them once."""
     from shared.config_values import parse_size
     from shared.paths import state_dir
-    from worker.disk_cache import DiskTier
-    from worker.prefix_cache import PrefixCache
-    from worker.weights_digest import weights_digest
+    from worker.caches.disk import DiskTier
+    from worker.caches.prefix import PrefixCache
+    from worker.loading.weights_digest import weights_digest
 
     if config.prefix_cache_bytes <= 0:
         return None
@@ -68,7 +68,7 @@ def served_kind(config: ModelConfig) -> ModelKind:
     unresolvable source counts as a text generator, whose loader then
     reports why)."""
     from shared.model_kind import model_kind
-    from worker.loader import ModelLoadError, resolve_source
+    from worker.loading.loader import ModelLoadError, resolve_source
 
     if config.kind != "auto":
         return model_kind(Path("."), config.kind)
@@ -88,11 +88,11 @@ REPLAYABLE_KINDS = frozenset(("KVCache", "ArraysCache"))
 """Cache classes a speculative step can bring back to the kept tokens
 when not every layer can be trimmed: attention layers are trimmed,
 recurrent ``ArraysCache`` layers restored and the kept tokens fed again
-(:class:`worker.draft_rollback.ReplayKept`)."""
+(:class:`worker.speculation.draft_rollback.ReplayKept`)."""
 
 
 def speculation_for(config: ModelConfig, profile: CacheProfile, vocab: int = 0) -> Speculation | None:
-    """``config``'s :class:`~worker.speculation.Speculation` (None when
+    """``config``'s :class:`~worker.speculation.prompt_lookup.Speculation` (None when
     ``speculative`` is ``none``, or when it cannot run, with a log line:
     the model's cache (``profile``) cannot be brought back to the accepted
     tokens after a rejected draft (not trimmable and not only attention
@@ -134,11 +134,11 @@ def speculation_for(config: ModelConfig, profile: CacheProfile, vocab: int = 0) 
 
 
 def _draft_model(config: ModelConfig, source: str, vocab: int) -> DraftModel | None:
-    """The :class:`~worker.draft_model.DraftModel` of ``source`` for
+    """The :class:`~worker.speculation.draft_model.DraftModel` of ``source`` for
     ``config``'s model, or None (logged) when it cannot draft for it."""
-    from worker.cache_profile import profile_model
-    from worker.draft_model import DraftModel
-    from worker.loader import ModelLoadError, load_model
+    from worker.caches.profile import profile_model
+    from worker.loading.loader import ModelLoadError, load_model
+    from worker.speculation.draft_model import DraftModel
 
     try:
         loaded = load_model(source, dtype=config.dtype)

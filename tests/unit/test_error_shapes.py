@@ -1,5 +1,5 @@
 """The one worker error-kind table and each protocol's rendering of it
-(:mod:`gateway.errors`, :mod:`gateway.error_shapes`)."""
+(:mod:`gateway.core.errors`, :mod:`gateway.frontend.error_shapes`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from gateway import error_shapes as shapes
-from gateway.errors import WORKER_ERRORS, APIError, stream_error_code, worker_error
+from gateway.core.errors import WORKER_ERRORS, APIError, stream_error_code, worker_error
+from gateway.frontend import error_shapes as shapes
 from shared.protocol import ErrorKind, RequestOutput
 
 
@@ -155,8 +155,8 @@ def test_error_response_for_picks_the_protocol(path, protocol):
 
 def test_error_modules_import_no_routes():
     code = (
-        "import sys, gateway.middleware, gateway.error_shapes, gateway.errors\n"
-        "print(sorted(m for m in sys.modules if m.startswith('gateway.') and m.endswith('_routes')))"
+        "import sys, gateway.http.middleware, gateway.frontend.error_shapes, gateway.core.errors\n"
+        "print(sorted(m for m in sys.modules if m.startswith('gateway.') and m.endswith('.routes')))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"

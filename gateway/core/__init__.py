@@ -1,0 +1,1 @@
+"""The gateway's core: client-facing errors and the backend interface front-ends use to reach the workers."""

@@ -1,0 +1,1 @@
+"""The OpenAI embeddings front-end (``POST /v1/embeddings``)."""

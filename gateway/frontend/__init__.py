@@ -1,0 +1,1 @@
+"""The toolkit the protocol front-ends share: request flow, the answer driver, error shapes, SSE, validation, tool calls."""

@@ -1,0 +1,1 @@
+"""MCP servers: client sessions, the ``/v1/mcp/*`` routes."""

@@ -1,0 +1,1 @@
+"""``GET /metrics``: the Prometheus registry, per-request timing, scrape-time pool series."""

@@ -1,0 +1,1 @@
+"""The Ollama-compatible front-end (``/api/...`` and ``/``)."""

@@ -1,0 +1,1 @@
+"""mlxd as a launchd service: launchctl, the plist, the service's log files."""

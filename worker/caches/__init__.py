@@ -1,0 +1,1 @@
+"""The prefix cache and its disk tier, cache profiles, prompt checkpoints."""

@@ -1,0 +1,1 @@
+"""Embedding models: loading, the BERT encoder, the embedding scheduler thread."""

@@ -1,0 +1,1 @@
+"""The worker's engine: the scheduler thread, the batch engine, the solo cache, the step plan, MLX memory."""

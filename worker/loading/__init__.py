@@ -1,0 +1,1 @@
+"""Finding and loading models: sources, GGUF conversion, weight digests, ``prepare``."""

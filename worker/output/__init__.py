@@ -1,0 +1,1 @@
+"""The worker's output thread: detokenization, stop strings, parsing, terminal events; MLX-free."""

@@ -1,0 +1,1 @@
+"""Sampling on the scheduler thread: samplers, logits processors, defaults, constrained decoding."""

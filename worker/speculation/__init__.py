@@ -1,0 +1,1 @@
+"""Speculative decoding: drafting (prompt lookup, a draft model), verification, rollback."""

@@ -1,0 +1,1 @@
+"""Tensor parallelism: the launch over ``mlx.launch`` and the lockstep group."""

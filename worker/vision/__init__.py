@@ -1,0 +1,1 @@
+"""Vision-language models: loading through mlx-vlm, image decoding and prompt inputs."""
