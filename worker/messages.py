@@ -25,7 +25,22 @@ from shared.protocol import SamplingParams, Tool
 if TYPE_CHECKING:  # the matcher's type only; llguidance loads on the input thread
     from llguidance import LLMatcher
 
-    from worker.vision.inputs import VisionPrompt
+
+@dataclass(frozen=True)
+class VisionPrompt:
+    """What the scheduler needs to prefill a prompt with images:
+    ``model_ids`` (the prompt the model reads, image tokens expanded),
+    ``pixel_values`` and ``image_grid_thw`` (NumPy arrays, every image of
+    the request in order), and ``image_end``: the position just after the
+    last image token (a cached prefix shorter than this cannot be
+    continued without the vision tower); ``image_token_id``: the model's
+    image token."""
+
+    model_ids: list[int]
+    pixel_values: Any
+    image_grid_thw: Any
+    image_end: int
+    image_token_id: int
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ All methods run on the gateway's event loop and never block it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import AsyncIterator, Protocol
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Protocol
 
 from shared.protocol import EmbedRequest, GenerateRequest, RequestOutput
 
@@ -50,6 +50,19 @@ class Residency:
     memory_bytes: int
     expires_at: float | None
     context_length: int | None
+
+
+@dataclass(frozen=True)
+class ModelFiles:
+    """What a configured model's files on the gateway's disk say, read
+    without loading the model (for listings such as Ollama's ``/api/tags``
+    and ``/api/show``): ``size_bytes`` on disk (0: unknown), ``config`` its
+    ``config.json`` (``{}`` when there is none or it is unreadable) and
+    ``chat_template`` its chat template text (``""`` when unknown)."""
+
+    size_bytes: int = 0
+    config: dict[str, Any] = field(default_factory=dict)
+    chat_template: str = ""
 
 
 class RequestStream(Protocol):
@@ -136,4 +149,9 @@ class ModelBackend(Protocol):
 
     def resident(self) -> list[Residency]:
         """The models whose workers are loaded, with memory and expiry."""
+        ...
+
+    def model_files(self, model: str) -> ModelFiles:
+        """What canonical ``model``'s files on disk say (small reads of
+        local files; never the network, never the worker)."""
         ...

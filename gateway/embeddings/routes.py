@@ -19,9 +19,7 @@ answer.
 from __future__ import annotations
 
 import base64
-import sys
 import uuid
-from array import array
 from typing import Literal, Union
 
 import msgspec
@@ -30,6 +28,7 @@ from starlette.responses import Response
 
 from gateway.core.errors import APIError, worker_error
 from gateway.embeddings.schema import EmbeddingRequest, decode_embedding_request, to_embed_request
+from gateway.frontend.embedding_vectors import embedding_rows, floats_of
 from gateway.frontend.error_shapes import openai_error_response
 from gateway.frontend.request_flow import JSON_MEDIA_TYPE, backend_of, respond_to_only_output
 from shared.protocol import RequestOutput
@@ -113,22 +112,3 @@ def embeddings_body(rows: list[bytes], encoding_format: str, model: str, prompt_
             usage=EmbeddingUsage(prompt_tokens=prompt_tokens, total_tokens=prompt_tokens),
         )
     )
-
-
-def embedding_rows(output: RequestOutput, count: int) -> list[bytes] | None:
-    """``count`` vectors of an embedding worker's ``output``, each as
-    little-endian float32 bytes in input order; None when the output does
-    not hold exactly that many vectors."""
-    dim, data = output.embedding_dim, output.embeddings
-    if data is None or dim <= 0 or len(data) != count * dim * 4:
-        return None
-    return [data[i * dim * 4 : (i + 1) * dim * 4] for i in range(count)]
-
-
-def floats_of(row: bytes) -> list[float]:
-    """Little-endian float32 bytes as Python floats (exactly those values)."""
-    values = array("f")
-    values.frombytes(row)
-    if sys.byteorder != "little":
-        values.byteswap()
-    return values.tolist()

@@ -33,10 +33,8 @@ Runs on the gateway's event loop; reads a model's small JSON files
 from __future__ import annotations
 
 import hashlib
-import json
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from starlette.requests import Request
@@ -44,8 +42,8 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from gateway.core.backend import ModelBackend, ModelInfo, RequestStream
 from gateway.core.errors import APIError, bad_request, worker_error
-from gateway.embeddings.routes import embedding_rows, floats_of
 from gateway.frontend.answer_driver import answer
+from gateway.frontend.embedding_vectors import embedding_rows, floats_of
 from gateway.frontend.error_shapes import ollama_error_response
 from gateway.frontend.request_flow import JSON_MEDIA_TYPE, backend_of, respond_to_only_output
 from gateway.ollama.builder import (
@@ -76,7 +74,6 @@ from gateway.ollama.translate import (
     keep_alive_seconds,
     show_model_name,
 )
-from gateway.workers.model_paths import cached_snapshot, local_path, source_bytes
 from shared.model_kind import wrong_kind_message
 from shared.protocol import RequestOutput
 
@@ -338,53 +335,22 @@ def sampling_parameters(defaults: dict[str, float] | None) -> str:
 # --- models and server --------------------------------------------------------------------
 
 
-def _model_dir(source: str) -> Path | None:
-    """The local directory of a model's files (None: unknown or a single
-    file)."""
-    path = local_path(source) or cached_snapshot(source)
-    return path if path is not None and path.is_dir() else None
-
-
-def _json_file(directory: Path | None, name: str) -> dict[str, Any]:
-    """A small JSON file of a model directory as a dict (``{}`` when
-    missing or unreadable)."""
-    if directory is None:
-        return {}
-    try:
-        value = json.loads((directory / name).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def _chat_template(directory: Path | None) -> str:
-    """The model's chat template text (``""`` when unknown)."""
-    template = _json_file(directory, "tokenizer_config.json").get("chat_template")
-    if isinstance(template, str):
-        return template
-    if directory is not None:
-        try:
-            return (directory / "chat_template.jinja").read_text(encoding="utf-8")
-        except OSError:
-            pass
-    return ""
-
-
-def _entry(info: ModelInfo, **extra: Any) -> dict[str, Any]:
+def _entry(backend: ModelBackend, info: ModelInfo, **extra: Any) -> dict[str, Any]:
     """The listing entry of one configured model."""
-    config = _json_file(_model_dir(info.source), "config.json")
-    size = extra.pop("size", None) or source_bytes(info.source) or 0
-    return model_entry(info.name, info.source, info.created, size, config, **extra)
+    files = backend.model_files(info.name)
+    size = extra.pop("size", None) or files.size_bytes
+    return model_entry(info.name, info.source, info.created, size, files.config, **extra)
 
 
 async def list_tags(request: Request) -> Response:
     """``GET /api/tags``: every configured model (aliases too, as their own
     entries) with its size on disk and details."""
     entries = []
-    for info in backend_of(request).models():
-        entries.append(_entry(info))
+    backend = backend_of(request)
+    for info in backend.models():
+        entries.append(_entry(backend, info))
         for alias in info.aliases:
-            entries.append({**_entry(info), "name": alias, "model": alias})
+            entries.append({**_entry(backend, info), "name": alias, "model": alias})
     return JSONResponse({"models": entries})
 
 
@@ -396,6 +362,7 @@ async def list_running(request: Request) -> Response:
     infos = {m.name: m for m in backend.models()}
     running = [
         _entry(
+            backend,
             infos[r.name],
             size=r.memory_bytes,
             expires_at=expiry(r.expires_at),
@@ -419,9 +386,8 @@ async def show(request: Request) -> Response:
     except APIError as err:
         return ollama_error_response(err)
     info = _info(backend, model)
-    directory = _model_dir(info.source)
-    config = _json_file(directory, "config.json")
-    template = _chat_template(directory)
+    files = backend.model_files(model)
+    config, template = files.config, files.chat_template
     entry = model_entry(info.name, info.source, info.created, 0, config)
     family = entry["details"]["family"] or "unknown"
     model_info: dict[str, Any] = {"general.architecture": family}

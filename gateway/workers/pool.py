@@ -16,13 +16,13 @@ import time
 
 import msgspec
 
-from gateway.core.backend import ModelInfo, ModelLimits, Residency
+from gateway.core.backend import ModelFiles, ModelInfo, ModelLimits, Residency
 from gateway.core.errors import APIError, bad_request, model_not_found, unavailable
 from gateway.images.request import ready_images
 from gateway.workers.handle import WorkerHandle
 from gateway.workers.inflight import WorkerRequestStream
 from gateway.workers.memory_budget import MemoryBudget
-from gateway.workers.model_paths import SourceOutsideRoot, check_inside_root, source_kind
+from gateway.workers.model_paths import SourceOutsideRoot, check_inside_root, model_files, source_kind
 from gateway.workers.node_link import NodeLink
 from shared.config import Config, ModelConfig
 from shared.model_kind import ModelKind, wrong_kind_message
@@ -300,6 +300,11 @@ class WorkerPool:
                 )
             )
         return found
+
+    def model_files(self, model: str) -> ModelFiles:
+        """What the files of canonical ``model``'s source say (see
+        :func:`gateway.workers.model_paths.model_files`)."""
+        return model_files(self.handles[model].model.source)
 
     async def _acquire(self, handle: WorkerHandle) -> None:
         await handle.settle(self.config.server.worker_start_timeout)

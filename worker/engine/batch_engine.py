@@ -320,7 +320,7 @@ class BatchEngine(BatchGenerator):
 
     def prefill_images(self, vision: Any) -> tuple[list[Any], int]:
         """A fresh cache holding all but the last of ``vision.model_ids``
-        (a :class:`~worker.vision.inputs.VisionPrompt`), run with its images
+        (a :class:`~worker.messages.VisionPrompt`), run with its images
         through the vision model, and the prompt's position delta."""
         cache = make_prompt_cache(self.model)
         with mx.stream(self.stream):

@@ -13,7 +13,7 @@ and finished (or aborted) sequences leave their state there. For a model
 whose cache cannot be trimmed (state-space layers, sliding windows; see
 :mod:`worker.caches.profile`) a finished sequence's state only helps a prompt
 that continues exactly where it ended, so the scheduler also keeps
-prompt-end checkpoints (see :mod:`worker.caches.checkpoints`). A request with ``n``
+prompt-end checkpoints (see :mod:`worker.engine.checkpoints`). A request with ``n``
 choices is prefilled once; each choice then decodes from its own copy.
 
 Every mlx-lm internal stays in :mod:`worker.engine.batch_engine`; the scheduler
@@ -38,10 +38,10 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from worker.caches.checkpoints import PromptCheckpoints
 from worker.caches.prefix import Lookup, PrefixCache
 from worker.engine import mlx_memory
-from worker.engine.step_plan import Expire
+from worker.engine.checkpoints import PromptCheckpoints
+from worker.engine.step_plan import Expire, PlanLink
 from worker.messages import (
     Abort,
     Admission,
@@ -58,7 +58,6 @@ from worker.speculation.prompt_lookup import Speculation
 
 if TYPE_CHECKING:  # loads MLX; imported on the scheduler thread
     from worker.engine.batch_engine import BatchEngine
-    from worker.tensor_parallel.lockstep import Lockstep
 
 log = logging.getLogger("mlxd.worker.scheduler")
 
@@ -149,7 +148,7 @@ class Scheduler:
         checkpoints: bool = False,
         speculation: Speculation | None = None,
         solo: bool = False,
-        lockstep: Lockstep | None = None,
+        lockstep: PlanLink | None = None,
     ) -> None:
         self._model = model
         self._eos = sorted(eos_token_ids)
@@ -249,7 +248,7 @@ class Scheduler:
 
     def follow(self) -> None:
         """The loop of a tensor-parallel rank other than 0: apply each plan
-        rank 0 shares (:meth:`Lockstep.receive`) and step when it steps;
+        rank 0 shares (:meth:`~worker.engine.step_plan.PlanLink.receive`) and step when it steps;
         returns after the plan's stop. Anything that goes wrong here (a
         broken group, a plan this rank cannot apply) propagates: a rank out
         of step must take the group down rather than compute garbage."""

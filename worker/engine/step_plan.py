@@ -13,6 +13,8 @@ the bytes travel over ``mx.distributed`` (:class:`worker.tensor_parallel.lockste
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import msgspec
 
 from shared.protocol import GenerateRequest
@@ -78,3 +80,31 @@ def decode_plan(data: bytes) -> StepPlan:
         msgspec.DecodeError: not a plan (a rank out of step; fatal).
     """
     return _decoder.decode(data)
+
+
+class PlanLink(Protocol):
+    """What the scheduler needs of its tensor-parallel group, one rank's end
+    (:class:`worker.tensor_parallel.lockstep.Lockstep` is the one
+    implementation). The leader (rank 0) :meth:`record`\\ s each command it
+    applies and :meth:`publish`\\ es the turn's plan; a follower
+    :meth:`receive`\\ s plans and turns their items into commands."""
+
+    def record(self, item: object) -> object:
+        """Leader: note ``item`` for this turn's plan; return the command to apply."""
+        ...
+
+    def record_expired(self, request_ids: list[str]) -> None:
+        """Leader: these requests passed their deadline in this turn."""
+        ...
+
+    def publish(self, step: bool) -> None:
+        """Leader: send this turn's plan to every rank."""
+        ...
+
+    def receive(self) -> StepPlan:
+        """Follower: wait for rank 0's next plan."""
+        ...
+
+    def command(self, item: PlanItem) -> object:
+        """Follower: the scheduler command for plan ``item``."""
+        ...

@@ -19,13 +19,13 @@ import msgspec
 
 from shared.model_kind import no_vision_message
 from shared.protocol import ChatMessage, ErrorKind, GenerateRequest, ImagePart, SamplingDefaults, Tool
-from worker.messages import Admission, OutputSpec, ThinkingBudget
+from worker.messages import Admission, OutputSpec, ThinkingBudget, VisionPrompt
 from worker.prompting.chat_render import render, template_supports_tools
 from worker.prompting.model_formats import ModelFormats
 from worker.sampling.constrained_decoding import GrammarCompiler, GrammarError
 from worker.sampling.defaults import with_defaults
 from worker.vision.images import ImageError
-from worker.vision.inputs import ImagePreparer, VisionPrompt, image_markup
+from worker.vision.inputs import ImagePreparer, image_markup
 
 _SENTINEL = re.compile("(\ue000mlxd[0-9a-z.]+\ue001)")
 """Placeholders for client-written contents and images while the template

@@ -22,9 +22,9 @@ collide). Key ids are never fed to the model.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from typing import Any
 
+from worker.messages import VisionPrompt
 from worker.vision.images import DEFAULT_LIMITS, ImageLimits, decode_images
 
 KEY_BITS = 30
@@ -34,23 +34,6 @@ KEY_BITS = 30
 class UnsupportedProcessor(TypeError):
     """The model's processor is not one this module knows how to drive
     without MLX (see the module docstring)."""
-
-
-@dataclass(frozen=True)
-class VisionPrompt:
-    """What the scheduler needs to prefill a prompt with images:
-    ``model_ids`` (the prompt the model reads, image tokens expanded),
-    ``pixel_values`` and ``image_grid_thw`` (NumPy arrays, every image of
-    the request in order), and ``image_end``: the position just after the
-    last image token (a cached prefix shorter than this cannot be
-    continued without the vision tower); ``image_token_id``: the model's
-    image token."""
-
-    model_ids: list[int]
-    pixel_values: Any
-    image_grid_thw: Any
-    image_end: int
-    image_token_id: int
 
 
 class ImagePreparer:
