@@ -1,11 +1,15 @@
 """The server-side MCP tool loop of ``POST /v1/messages`` (``mcp_servers``).
 
 The entries are bound and the body rewritten by
-:mod:`gateway.anthropic.mcp_plan`. The loop (on the event loop; each round
-an ordinary worker request whose :class:`~gateway.anthropic.builder.MessageBuilder`
-is drained by :class:`~gateway.frontend.answer_driver.AnswerRun`): the servers' tools are offered to the model as custom tools of their own names;
-the request's ``tool_choice`` applies to the first round only (later rounds
-``auto``, the last of ``server.mcp_max_rounds`` rounds ``none``). The
+:mod:`gateway.anthropic.mcp_plan`; the rounds are run by the one driver
+:class:`gateway.mcp.rounds.McpRounds` (its rules: tool choice per round,
+when the loop ends, usage), with :class:`MessagesRounds` as the Messages
+API's adapter. Each round is an ordinary worker request submitted as the
+endpoint submits one (:mod:`gateway.anthropic.submit`), whose message
+builder is drained. The servers' tools are offered to the model as custom
+tools of their own names; the request's ``tool_choice`` applies to the
+first round only (later rounds ``auto``, the last of
+``server.mcp_max_rounds`` rounds ``none``). The
 model's calls to MCP tools are run and reported as ``mcp_tool_use`` and
 ``mcp_tool_result`` blocks; their results go back to the model as tool
 results and it runs again. Calls to the client's own tools end the loop
@@ -30,152 +34,146 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.anthropic import format as fmt
-from gateway.anthropic.checks import decode_messages_request, tool_set
+from gateway.anthropic.checks import decode_messages_request
 from gateway.anthropic.mcp_plan import McpPlan, plan
-from gateway.anthropic.routes import (
-    REQUEST_ID_HEADER,
-    _edited,
-    _images,
-    _Job,
-    _json_response,
-    anthropic_error_response,
-    collect,
-)
-from gateway.anthropic.translate import omit_thinking, to_generate_request
+from gateway.anthropic.submit import MessagesJob, collect, json_response, submit_decoded
 from gateway.core.errors import APIError, worker_error
 from gateway.frontend import sse
-from gateway.frontend.dropped_tools import dropped_headers
-from gateway.frontend.error_shapes import anthropic_error_frame
-from gateway.frontend.request_flow import backend_of, next_output, respond_after_first_output
-from gateway.mcp.client import CallOutcome, McpHub
+from gateway.frontend.error_shapes import REQUEST_ID_HEADER, anthropic_error_frame, anthropic_error_response
+from gateway.frontend.request_flow import respond_after_first_output
+from gateway.mcp.client import CallOutcome
+from gateway.mcp.rounds import Choice, McpCall, McpRounds, RoundRead, result_text
 from shared.protocol import RequestOutput
 
 
-def _add_usage(total: dict[str, Any], more: dict[str, Any]) -> None:
-    """Add the token counts of ``more`` to ``total``."""
-    for key, value in more.items():
-        if isinstance(value, int) and not isinstance(value, bool):
-            total[key] = (total.get(key) or 0) + value
-        elif key not in total:
-            total[key] = value
-
-
-class McpRounds:
-    """The rounds of one request; :meth:`run` yields the finished content
-    blocks as they come (each round's, then each MCP call's pair), and sets
-    ``message`` (the final message object) or ``failed``."""
+class MessagesRounds:
+    """The Anthropic adapter of :class:`~gateway.mcp.rounds.McpRounds`: what
+    the rounds show are finished content blocks; ``message`` is the final
+    message object once the rounds end well, else ``failed`` the output
+    that ended a failed round."""
 
     def __init__(self, request: Request, plan_: McpPlan, message_id: str) -> None:
         self._request = request
         self._plan = plan_
         self.id = message_id
+        self.job: MessagesJob | None = None
         self.message: dict[str, Any] | None = None
         self.failed: RequestOutput | None = None
-        self.max_rounds = request.app.state.config.server.mcp_max_rounds
-        self.choice = plan_.body.get("tool_choice")
+        self._content: list[dict[str, Any]] = []
+        self._last: dict[str, Any] = {}
+        self._blocks: list[dict[str, Any]] = []
+        self._held: list[dict[str, Any]] = []
+        self._read = RoundRead([])
 
-    def body(self, round_: int) -> bytes:
-        """The body of round ``round_``."""
+    def body(self, choice: Choice) -> bytes:
+        """The body of a round with tool choice ``choice``."""
         body = dict(self._plan.body)
-        if round_ > 0:
-            body["tool_choice"] = {"type": "none" if round_ >= self.max_rounds - 1 else "auto"}
+        if choice != "client":
+            body["tool_choice"] = {"type": choice}
         return json.dumps(body).encode()
 
-    async def submit(self, round_: int) -> _Job:
-        """Submit round ``round_`` (as the API's own request path does).
+    async def submit(self, round_: int, choice: Choice) -> MessagesJob:
+        """Submit a round (as the API's own request path does).
 
         Raises:
             APIError: 400 invalid body, 404 unknown model, 503 overloaded.
         """
-        req = decode_messages_request(self.body(round_))
-        backend = backend_of(self._request)
-        model = backend.resolve(req.model)
-        generate = to_generate_request(req, self.id, _images(self._request, model))
-        generate, applied = await _edited(backend, model, generate, req)
-        headers = dropped_headers(tool_set(req).dropped, self._request.url.path)
-        stream = await backend.submit(model, generate)
-        return _Job(generate, model, False, stream, headers, omit_thinking(req), applied)
+        self.job = await submit_decoded(self._request, decode_messages_request(self.body(choice)), self.id)
+        return self.job
 
-    async def run(self, job: _Job, first: RequestOutput) -> AsyncIterator[list[dict[str, Any]]]:
-        """Yield content blocks round by round until the loop ends."""
-        content: list[dict[str, Any]] = []
-        usage: dict[str, Any] = {}
-        round_ = 0
-        while True:
-            try:
-                collected = await collect(job, first)
-            finally:
-                await job.stream.aclose()
-            if isinstance(collected, RequestOutput):
-                self.failed = collected
-                return
-            message = json.loads(collected.body())
-            _add_usage(usage, message["usage"])
-            blocks = message["content"]
-            calls = [b for b in blocks if b["type"] == "tool_use" and b["name"] in self._plan.owner]
-            others = [b for b in blocks if not (b["type"] == "tool_use" and b["name"] in self._plan.owner)]
-            client_calls = [b for b in others if b["type"] == "tool_use"]
-            last = not calls or round_ >= self.max_rounds - 1
-            shown = others if last else [b for b in others if b["type"] != "tool_use"]
-            content += shown
-            if shown:
-                yield shown
-            if not last:
-                results = []
-                for call in calls:
-                    use = self._use_block(call)
-                    content.append(use)
-                    yield [use]  # sent before the call runs
-                    block, result = await self._call(call)
-                    content.append(block)
-                    results.append(result)
-                    yield [block]
-                if client_calls:  # the client's calls end the loop, after the MCP ones ran
-                    content += client_calls
-                    yield client_calls
-                else:
-                    assistant = [b for b in blocks if b["type"] == "tool_use" or (b["type"] == "text" and b["text"])]
-                    self._plan.body["messages"] = [
-                        *self._plan.body["messages"],
-                        {"role": "assistant", "content": assistant},
-                        {"role": "user", "content": results},
-                    ]
-                    round_ += 1
-                    job = await self.submit(round_)
-                    first = await next_output(job.stream, job.request_id)
-                    continue
-            message["content"] = content
-            message["usage"] = usage
-            message["id"] = self.id
-            self.message = message
+    async def read(self, first: RequestOutput, last: bool) -> AsyncIterator[list[dict[str, Any]]]:
+        """Drain the round into its message; yield its finished blocks (the
+        client's tool calls held back while MCP calls are still to run)."""
+        job = self.job
+        assert job is not None
+        try:
+            collected = await collect(job, first)
+        finally:
+            await job.stream.aclose()
+        if isinstance(collected, RequestOutput):
+            self._read = RoundRead([], failed=collected)
             return
+        message = json.loads(collected.body())
+        self._last = message
+        self._blocks = message["content"]
+        mcp = [b for b in self._blocks if b["type"] == "tool_use" and b["name"] in self._plan.owner]
+        others = [b for b in self._blocks if not (b["type"] == "tool_use" and b["name"] in self._plan.owner)]
+        client_calls = [b for b in others if b["type"] == "tool_use"]
+        ends = not mcp or last
+        shown = others if ends else [b for b in others if b["type"] != "tool_use"]
+        self._held = [] if ends else client_calls
+        self._read = RoundRead(
+            [McpCall(b["id"], b["name"], b["input"], b["input"], self._plan.owner[b["name"]]) for b in mcp],
+            client_calls=bool(client_calls),
+            usage=message["usage"],
+        )
+        self._content += shown
+        if shown:
+            yield shown
 
-    def _use_block(self, call: dict[str, Any]) -> dict[str, Any]:
-        """The ``mcp_tool_use`` block of the model's call ``call``."""
-        server = self._plan.owner[call["name"]]
-        return {
+    def ended(self) -> RoundRead:
+        """What the round just read left."""
+        return self._read
+
+    def approval(self, call: McpCall) -> list[dict[str, Any]] | None:
+        """Never: the Messages API has no approval step (None)."""
+        return None
+
+    def opened(self, call: McpCall) -> list[dict[str, Any]]:
+        """The ``mcp_tool_use`` block of ``call``, sent before it runs."""
+        use = {
             "type": "mcp_tool_use",
-            "id": call["id"],
-            "name": call["name"],
-            "server_name": server,
-            "input": call["input"],
+            "id": call.call_id,
+            "name": call.name,
+            "server_name": call.server,
+            "input": call.raw,
         }
+        self._content.append(use)
+        return [use]
 
-    async def _call(self, call: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Run one MCP call: its ``mcp_tool_result`` block and the
-        ``tool_result`` block the model reads next round."""
-        server = self._plan.owner[call["name"]]
-        hub: McpHub = self._request.app.state.mcp
-        outcome: CallOutcome = await hub.call(server, call["name"], call["input"], origin="messages")
-        text = outcome.text if outcome.ok else f"Error: {outcome.text}"
-        result = {
+    def closed(self, call: McpCall, outcome: CallOutcome) -> list[dict[str, Any]]:
+        """The ``mcp_tool_result`` block of ``call``."""
+        block = {
             "type": "mcp_tool_result",
-            "tool_use_id": call["id"],
+            "tool_use_id": call.call_id,
             "is_error": not outcome.ok,
-            "content": [{"type": "text", "text": text}],
+            "content": [{"type": "text", "text": result_text(outcome)}],
         }
-        back = {"type": "tool_result", "tool_use_id": call["id"], "content": text, "is_error": not outcome.ok}
-        return result, back
+        self._content.append(block)
+        return [block]
+
+    def feed_back(self, done: list[tuple[McpCall, CallOutcome]]) -> None:
+        """The model's turn and the calls' ``tool_result`` blocks, appended to
+        the conversation."""
+        assistant = [b for b in self._blocks if b["type"] == "tool_use" or (b["type"] == "text" and b["text"])]
+        results = [
+            {
+                "type": "tool_result",
+                "tool_use_id": call.call_id,
+                "content": result_text(outcome),
+                "is_error": not outcome.ok,
+            }
+            for call, outcome in done
+        ]
+        self._plan.body["messages"] = [
+            *self._plan.body["messages"],
+            {"role": "assistant", "content": assistant},
+            {"role": "user", "content": results},
+        ]
+
+    def finish(self, usage: dict[str, Any] | None, failed: RequestOutput | None) -> list[dict[str, Any]]:
+        """The client's held-back tool calls; ``message`` (or ``failed``) set."""
+        if failed is not None:
+            self.failed = failed
+            return []
+        held, self._held = self._held, []
+        self._content += held
+        message = self._last
+        message["content"] = self._content
+        message["usage"] = usage
+        message["id"] = self.id
+        self.message = message
+        return held
 
 
 def _block_frames(index: int, block: dict[str, Any]) -> bytes:
@@ -209,14 +207,15 @@ async def create_mcp_message(request: Request, raw: bytes) -> Response:
         Messages request.
     """
     data = json.loads(raw)
-    rounds = McpRounds(request, plan(request.app.state.mcp, data), fmt.new_id("msg_"))
-    job = await rounds.submit(0)
+    adapter = MessagesRounds(request, plan(request.app.state.mcp, data), fmt.new_id("msg_"))
+    rounds = McpRounds(adapter, request.app.state.mcp, "messages", request.app.state.config.server.mcp_max_rounds)
+    job = await rounds.start()
 
     async def streamed(first: RequestOutput) -> AsyncIterator[bytes]:
         start = {
             "type": "message_start",
             "message": {
-                "id": rounds.id,
+                "id": adapter.id,
                 "type": "message",
                 "role": "assistant",
                 "content": [],
@@ -229,7 +228,7 @@ async def create_mcp_message(request: Request, raw: bytes) -> Response:
         yield sse.json_frame(start, event="message_start") + sse.json_frame({"type": "ping"}, event="ping")
         index = 0
         try:
-            async for blocks in rounds.run(job, first):
+            async for blocks in rounds.run(first):
                 frames = b""
                 for block in blocks:
                     frames += _block_frames(index, block)
@@ -238,10 +237,10 @@ async def create_mcp_message(request: Request, raw: bytes) -> Response:
         except APIError as err:
             yield anthropic_error_frame(err)
             return
-        if rounds.failed is not None:
-            yield anthropic_error_frame(worker_error(rounds.failed))
+        if adapter.failed is not None:
+            yield anthropic_error_frame(worker_error(adapter.failed))
             return
-        final = rounds.message or {}
+        final = adapter.message or {}
         delta = {
             "type": "message_delta",
             "delta": {"stop_reason": final.get("stop_reason"), "stop_sequence": final.get("stop_sequence")},
@@ -251,18 +250,18 @@ async def create_mcp_message(request: Request, raw: bytes) -> Response:
             {"type": "message_stop"}, event="message_stop"
         )
 
-    async def collect(first: RequestOutput) -> dict[str, Any] | RequestOutput:
-        async for _ in rounds.run(job, first):
+    async def collect_all(first: RequestOutput) -> dict[str, Any] | RequestOutput:
+        async for _ in rounds.run(first):
             pass
-        return rounds.failed if rounds.failed is not None else rounds.message  # type: ignore[return-value]
+        return adapter.failed if adapter.failed is not None else adapter.message  # type: ignore[return-value]
 
     return await respond_after_first_output(
         request,
         job.stream,
-        rounds.id,
+        adapter.id,
         refuse=lambda output: anthropic_error_response(worker_error(output)),
         streamed=streamed if data.get("stream") else None,
         stream_headers={**job.headers, REQUEST_ID_HEADER: fmt.new_id("req_")},
-        collect=collect,
-        answer=lambda message: _json_response(json.dumps(message).encode(), job.headers),
+        collect=collect_all,
+        answer=lambda message: json_response(json.dumps(message).encode(), job.headers),
     )

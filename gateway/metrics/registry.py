@@ -83,7 +83,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from gateway.metrics.request_timer import RequestTimer
+from gateway.metrics.request_timer import RequestSeries, RequestTimer
 from gateway.metrics.snapshot import PREFIX, ModelSnapshot, SnapshotCollector
 
 FINISHED_REASONS: tuple[str, ...] = ("stop", "length", "tool_calls", "abort", "error")
@@ -170,6 +170,18 @@ class Metrics:
             QUEUE_BUCKETS,
         )
 
+        self._series = RequestSeries(
+            clock=clock,
+            request_success=self.request_success,
+            prompt_tokens=self.prompt_tokens,
+            prompt_tokens_cached=self.prompt_tokens_cached,
+            generation_tokens=self.generation_tokens,
+            time_to_first_token=self.time_to_first_token,
+            inter_token_latency=self.inter_token_latency,
+            e2e_request_latency=self.e2e_request_latency,
+            request_queue_time=self.request_queue_time,
+        )
+
     def _ensure_model(self, model: str) -> None:
         """Create every request series of ``model`` at zero, once."""
         if model in self._known_models:
@@ -196,7 +208,7 @@ class Metrics:
         :func:`time.monotonic` value, defaulting to the metrics' clock.
         """
         self._ensure_model(model)
-        return RequestTimer(self, model, self.clock() if now is None else now)
+        return RequestTimer(self._series, model, self.clock() if now is None else now)
 
     def render(self) -> tuple[bytes, str]:
         """The ``GET /metrics`` response: exposition body and content type.

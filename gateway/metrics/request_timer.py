@@ -3,9 +3,11 @@
 A :class:`RequestTimer` is what :meth:`gateway.metrics.registry.Metrics.request_started`
 returns for one request; the worker handle's accounting
 (:class:`gateway.workers.inflight.PendingRequest`) feeds it every worker output
-and finishes it once. It updates the request-path series the
-:class:`gateway.metrics.registry.Metrics` registry declares (TTFT, inter-token
-latency, end-to-end latency, queue time, token and request counters).
+and finishes it once. It updates the request-path series of a
+:class:`RequestSeries` (TTFT, inter-token latency, end-to-end latency,
+queue time, token and request counters), which the
+:class:`gateway.metrics.registry.Metrics` registry declares: the registry
+imports this module, never the other way.
 
 Runs on the gateway's event loop only; no locks beyond prometheus-client's
 own.
@@ -13,10 +15,27 @@ own.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Callable
 
-if TYPE_CHECKING:
-    from gateway.metrics.registry import Metrics
+from prometheus_client import Counter, Histogram
+
+
+@dataclass(frozen=True)
+class RequestSeries:
+    """The series a :class:`RequestTimer` updates (each labelled by model;
+    ``request_success`` also by finish reason) and the ``clock`` that gives
+    the default ``now`` of every timing call."""
+
+    clock: Callable[[], float]
+    request_success: Counter
+    prompt_tokens: Counter
+    prompt_tokens_cached: Counter
+    generation_tokens: Counter
+    time_to_first_token: Histogram
+    inter_token_latency: Histogram
+    e2e_request_latency: Histogram
+    request_queue_time: Histogram
 
 
 class RequestTimer:
@@ -25,7 +44,7 @@ class RequestTimer:
     Methods are cheap (a few arithmetic operations and histogram
     observations) so they can be called for every streamed output on the
     event loop. All ``now`` arguments are :func:`time.monotonic` values and
-    default to the :class:`Metrics` clock. After :meth:`finished` every call
+    default to the series' clock. After :meth:`finished` every call
     is ignored.
 
     Semantics:
@@ -58,8 +77,8 @@ class RequestTimer:
         "_itl",
     )
 
-    def __init__(self, metrics: Metrics, model: str, start: float) -> None:
-        """Use :meth:`Metrics.request_started` instead of constructing this."""
+    def __init__(self, metrics: RequestSeries, model: str, start: float) -> None:
+        """Use :meth:`gateway.metrics.registry.Metrics.request_started` instead of constructing this."""
         self._metrics = metrics
         self.model = model
         self.start = start

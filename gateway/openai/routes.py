@@ -7,7 +7,8 @@ only through the :class:`~gateway.core.backend.ModelBackend` in
 ``request.app.state.backend`` and never block the event loop.
 
 Generation flow: decode and validate the body, resolve the model, check
-the model's limits (``n``), submit, then await the first output *before*
+the model's limits (``n``), submit (all four: :mod:`gateway.openai.submit`),
+then await the first output *before*
 any header is sent, so a request the worker refuses (e.g. a prompt longer
 than the context) is answered with a proper status even when ``stream`` is
 true. The answer is built by :class:`~gateway.openai.builder.ChatBuilder`
@@ -28,86 +29,15 @@ worker.
 
 from __future__ import annotations
 
-import time
-import uuid
-from dataclasses import dataclass
-from typing import Any, Callable, Union
-
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.core.backend import RequestStream
-from gateway.core.errors import APIError, model_not_found, worker_error
+from gateway.core.errors import APIError, model_not_found
 from gateway.frontend.answer_driver import answer
-from gateway.frontend.dropped_tools import dropped_headers
 from gateway.frontend.error_shapes import openai_error_response
 from gateway.frontend.request_flow import JSON_MEDIA_TYPE, backend_of
 from gateway.openai import format as fmt
-from gateway.openai.builder import ChatBuilder, CompletionBuilder
-from gateway.openai.checks import (
-    check_limits,
-    decode_chat_request,
-    decode_completion_request,
-    dropped_tools,
-    echoed_prompt,
-)
-from gateway.openai.schema import ChatCompletionRequest, CompletionRequest
-from gateway.openai.tool_checks import custom_tool_names, legacy_functions
-from gateway.openai.translate import include_usage, to_generate_request
-from shared.protocol import GenerateRequest, RequestOutput
-
-Builder = Union[ChatBuilder, CompletionBuilder]
-"""Either endpoint's answer builder."""
-
-OpenAIRequest = Union[ChatCompletionRequest, CompletionRequest]
-"""Either endpoint's decoded request."""
-
-
-# --- endpoint plumbing ---------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Endpoint:
-    """What differs between chat and completions: the id prefix, the field a
-    context-length error names, the body decoder and the builder of the
-    answer."""
-
-    id_prefix: str
-    prompt_param: str
-    decode: Callable[[bytes], OpenAIRequest]
-    builder: Callable[..., Builder]
-
-
-def _chat_builder(
-    request: ChatCompletionRequest, generate: GenerateRequest, reasoning_field: str, **common: Any
-) -> Builder:
-    """The chat answer's builder."""
-    return ChatBuilder(
-        **common,
-        reasoning_field=reasoning_field,
-        legacy_functions=legacy_functions(request),
-        custom_tools=custom_tool_names(request),
-    )
-
-
-def _completion_builder(
-    request: CompletionRequest, generate: GenerateRequest, reasoning_field: str, **common: Any
-) -> Builder:
-    """The completions answer's builder (with ``best_of``, the answer
-    returns the best ``n`` of the generated candidates)."""
-    return CompletionBuilder(
-        **common,
-        alternatives=generate.sampling.top_logprobs,
-        echo=echoed_prompt(request),
-        returned=request.n or 1,
-        keep_logprobs=request.logprobs is not None,
-    )
-
-
-_CHAT = _Endpoint(id_prefix="chatcmpl-", prompt_param="messages", decode=decode_chat_request, builder=_chat_builder)
-_COMPLETIONS = _Endpoint(
-    id_prefix="cmpl-", prompt_param="prompt", decode=decode_completion_request, builder=_completion_builder
-)
+from gateway.openai.submit import CHAT, COMPLETIONS, Endpoint, builder_of, submit
 
 
 def _reasoning_field(request: Request) -> str:
@@ -123,68 +53,31 @@ async def chat_completions(request: Request) -> Response:
     """``POST /v1/chat/completions``: a ``chat.completion`` object, or an SSE
     stream of ``chat.completion.chunk`` when ``stream`` is true. Errors are
     OpenAI error JSON with the matching status."""
-    return await _generate(request, _CHAT)
+    return await _generate(request, CHAT)
 
 
 async def completions(request: Request) -> Response:
     """``POST /v1/completions``: a ``text_completion`` object, or an SSE
     stream of them when ``stream`` is true. Errors as for chat."""
-    return await _generate(request, _COMPLETIONS)
+    return await _generate(request, COMPLETIONS)
 
 
-async def _generate(request: Request, endpoint: _Endpoint) -> Response:
+async def _generate(request: Request, endpoint: Endpoint) -> Response:
     """Validate, submit, and answer one generation request."""
     try:
-        req, generate, model, stream, headers = await _submit(request, endpoint)
+        job = await submit(request, endpoint)
     except APIError as err:
         return openai_error_response(err)
-
-    def error_of(output: RequestOutput) -> APIError:
-        return worker_error(output, endpoint.prompt_param)
-
-    builder = endpoint.builder(
-        req,
-        generate,
-        _reasoning_field(request),
-        request_id=generate.request_id,
-        created=int(time.time()),
-        model=model,
-        include_usage=include_usage(req),
-        error_of=error_of,
-        n=generate.n,
-        logprobs=generate.sampling.logprobs,
-    )
     return await answer(
         request,
-        stream,
-        generate.request_id,
-        builder,
-        streaming=bool(req.stream),
-        refuse=lambda output: openai_error_response(error_of(output)),
-        body=lambda built: Response(built.body(), media_type=JSON_MEDIA_TYPE, headers=headers),
-        headers=headers,
+        job.stream,
+        job.request_id,
+        builder_of(job, _reasoning_field(request)),
+        streaming=bool(job.request.stream),
+        refuse=lambda output: openai_error_response(job.error_of(output)),
+        body=lambda built: Response(built.body(), media_type=JSON_MEDIA_TYPE, headers=job.headers),
+        headers=job.headers,
     )
-
-
-async def _submit(
-    request: Request, endpoint: _Endpoint
-) -> tuple[OpenAIRequest, GenerateRequest, str, RequestStream, dict[str, str]]:
-    """Decode the body, resolve the model, check its limits and submit;
-    return the request, what was submitted, the canonical model, its
-    stream and the headers every answer carries.
-
-    Raises:
-        APIError: 400 invalid body or ``n`` above the model's limit, 404
-        unknown model, 503 worker not ready or overloaded.
-    """
-    req = endpoint.decode(await request.body())
-    backend = backend_of(request)
-    model = backend.resolve(req.model)
-    check_limits(req, model, backend.limits(model))
-    generate = to_generate_request(req, endpoint.id_prefix + uuid.uuid4().hex)
-    stream = await backend.submit(model, generate)
-    dropped = dropped_tools(req) if isinstance(req, ChatCompletionRequest) else []
-    return req, generate, model, stream, dropped_headers(dropped, request.url.path)
 
 
 # --- models ---------------------------------------------------------------------------

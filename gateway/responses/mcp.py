@@ -28,9 +28,13 @@ The loop (all on the event loop, each round an ordinary worker request):
    whole response (once reached, the next round may not call tools). Calls to the client's own function tools
    end the loop and are returned as usual.
 
-The rewriting is :mod:`gateway.responses.mcp_plan`; each round is an
-ordinary Responses request whose :class:`~gateway.responses.builder.ResponseBuilder`
-is run by :class:`~gateway.frontend.answer_driver.AnswerRun`.
+The rewriting is :mod:`gateway.responses.mcp_plan`; the rounds are run by
+the one driver :class:`gateway.mcp.rounds.McpRounds` (its rules: tool
+choice per round, when the loop ends, usage), with :class:`ResponsesRounds`
+as the Responses API's adapter. Each round is an ordinary Responses request
+submitted as the endpoint submits one (:mod:`gateway.responses.submit`),
+whose :class:`~gateway.responses.builder.ResponseBuilder` is run by
+:class:`~gateway.frontend.answer_driver.AnswerRun`.
 
 Streaming: every round's events are passed on as they come, renumbered into
 one response (one ``sequence_number`` series, one ``output_index`` series);
@@ -48,16 +52,17 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.core.errors import APIError, bad_request, worker_error
+from gateway.core.errors import APIError, bad_request
 from gateway.frontend import sse
 from gateway.frontend.answer_driver import AnswerRun
 from gateway.frontend.error_shapes import openai_error_response
-from gateway.frontend.request_flow import JSON_MEDIA_TYPE, backend_of, next_output, respond_after_first_output
+from gateway.frontend.request_flow import JSON_MEDIA_TYPE, backend_of, respond_after_first_output
 from gateway.mcp.client import CallOutcome, McpHub, McpTool
+from gateway.mcp.rounds import Choice, McpCall, McpRounds, RoundRead, json_arguments, result_text, run_call
 from gateway.responses.checks import decode_responses_request
 from gateway.responses.format import new_id
-from gateway.responses.mcp_plan import Binding, McpPlan, call_pair, plan
-from gateway.responses.routes import PARAMS, PROMPT_PARAM, _Job, submit_decoded
+from gateway.responses.mcp_plan import McpPlan, call_pair, plan
+from gateway.responses.submit import ResponsesJob, error_of, submit_decoded
 from shared.protocol import RequestOutput
 
 _LIFECYCLE_START = ("response.created", "response.in_progress")
@@ -76,55 +81,65 @@ def _error(outcome: CallOutcome) -> dict[str, Any]:
     return {"type": "mcp_protocol_error", "code": code, "message": outcome.text}
 
 
-def _add_usage(total: dict[str, Any] | None, more: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Field-wise sum of two usage objects."""
-    if more is None:
-        return total
-    if total is None:
-        return json.loads(json.dumps(more))
-    for key, value in more.items():
-        if isinstance(value, dict):
-            total[key] = _add_usage(total.get(key), value)
-        elif isinstance(value, (int, float)):
-            total[key] = total.get(key, 0) + value
-    return total
+def _call_item(item_id: str, call: McpCall, outcome: CallOutcome | None) -> dict[str, Any]:
+    """The ``mcp_call`` item of ``call``: in progress (no ``outcome`` yet),
+    completed or failed."""
+    return {
+        "id": item_id,
+        "type": "mcp_call",
+        "server_label": call.server,
+        "name": call.name,
+        "arguments": call.raw,
+        "output": outcome.text if outcome is not None and outcome.ok else None,
+        "error": _error(outcome) if outcome is not None and not outcome.ok else None,
+        "status": "in_progress" if outcome is None else "completed" if outcome.ok else "failed",
+        "approval_request_id": None,
+    }
 
 
-class McpLoop:
-    """One MCP request's rounds, as one stream of event dicts.
-
-    :meth:`events` yields lists of event dicts; once exhausted, ``final`` is
-    the response object, and ``failed`` the output that ended a failed round.
-    """
+class ResponsesRounds:
+    """The Responses adapter of :class:`~gateway.mcp.rounds.McpRounds`: what
+    the rounds show are Responses stream events, renumbered into one
+    response (one ``sequence_number`` series, one ``output_index``
+    series). Once the rounds end, ``final`` is the response object, and
+    ``failed`` the output that ended a failed round."""
 
     def __init__(self, request: Request, plan_: McpPlan, response_id: str, hub: McpHub) -> None:
         self._request = request
         self._plan = plan_
-        self._id = response_id
+        self.id = response_id
         self._hub = hub
         self._seq = 0
         self._items: list[dict[str, Any]] = []
-        self._usage: dict[str, Any] | None = None
         self._input = list(plan_.input)
         self.final: dict[str, Any] | None = None
         self.failed: RequestOutput | None = None
         self._calls_done = 0
         self._choice_echo: Any = None
-        self.max_rounds = request.app.state.config.server.mcp_max_rounds
+        self._started = False
+        self._approved_run = False
+        self._approved: list[dict[str, Any]] = []
+        self.job: ResponsesJob | None = None
+        self._terminal: dict[str, Any] = {}
+        self._read = RoundRead([])
 
-    def body(self, round_: int) -> bytes:
-        """The request body of round ``round_``."""
+    def body(self, choice: Choice) -> bytes:
+        """The request body of a round with tool choice ``choice``: ``client``
+        is the request's own (an MCP tool named becomes its function),
+        ``auto`` keeps a client's plain string choice (``required``) and
+        ``none`` is ``none``; once ``max_tool_calls`` calls ran, the rounds
+        after may call no tool."""
         body = dict(self._plan.body)
         body["input"] = [i for i in self._input if i.get("type") != "_approved"] or [{"role": "user", "content": ""}]
-        if round_ == 0:
+        if choice == "client":
             if self._plan.first_choice is not None:
                 body["tool_choice"] = self._plan.first_choice
-        elif round_ == self.max_rounds - 1:
+        elif choice == "none":
             body["tool_choice"] = "none"
         elif isinstance(self._plan.echo_choice, str):
             body["tool_choice"] = self._plan.echo_choice
         limit = self._plan.body.get("max_tool_calls")
-        if isinstance(limit, int) and round_ > 0:
+        if isinstance(limit, int) and choice != "client":
             if self._calls_done >= limit:
                 body["tool_choice"] = "none"
                 body.pop("max_tool_calls")
@@ -132,19 +147,31 @@ class McpLoop:
                 body["max_tool_calls"] = limit - self._calls_done
         return json.dumps(body).encode()
 
-    async def prepare(self) -> list[dict[str, Any]]:
-        """Run the calls approved in the input; their ``mcp_call`` items."""
-        done = []
+    async def submit(self, round_: int, choice: Choice) -> ResponsesJob:
+        """Submit a round (as the endpoint submits a request).
+
+        Raises:
+            APIError: 400 invalid body, 404 unknown model, 503 overloaded.
+        """
+        req = decode_responses_request(self.body(choice))
+        self.job = await submit_decoded(backend_of(self._request), req, self.id)
+        return self.job
+
+    async def _run_approved(self) -> None:
+        """Run the calls approved in the input (once, when the first round is
+        read); their ``mcp_call`` items are shown after the list items."""
+        self._approved_run = True
         for index, item in enumerate(list(self._input)):
             if item.get("type") != "_approved":
                 continue
             asked = item["request"]
-            binding = self._plan.owner[asked["name"]]
-            outcome, call = await self._run_call(asked["name"], asked.get("arguments", "{}"), binding)
-            call["approval_request_id"] = asked["id"]
-            done.append(call)
-            self._input[index : index + 1] = call_pair(call["id"], call["name"], call["arguments"], _result(outcome))
-        return done
+            arguments = asked.get("arguments", "{}")
+            call = McpCall(asked["id"], asked["name"], json_arguments(arguments), arguments, "")
+            call.server = self._plan.owner[call.name].label
+            outcome = await run_call(self._hub, call, "responses")
+            done = dict(_call_item(new_id("mcp"), call, outcome), approval_request_id=asked["id"])
+            self._approved.append(done)
+            self._input[index : index + 1] = call_pair(done["id"], call.name, arguments, result_text(outcome))
 
     def _next_seq(self, event: dict[str, Any]) -> dict[str, Any]:
         event["sequence_number"] = self._seq
@@ -152,7 +179,7 @@ class McpLoop:
         return event
 
     def _patch(self, response: dict[str, Any]) -> dict[str, Any]:
-        response["id"] = self._id
+        response["id"] = self.id
         response["tools"] = self._plan.echo_tools
         response["max_tool_calls"] = self._plan.body.get("max_tool_calls")
         if self._plan.echo_choice is not None:
@@ -163,23 +190,19 @@ class McpLoop:
             response["tool_choice"] = self._choice_echo
         return response
 
-    def _emit_item(self, item: dict[str, Any], done: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        """``output_item.added`` for ``item`` (and ``.done`` with ``done``,
-        or ``item`` itself)."""
+    def _emit_item(self, item: dict[str, Any]) -> list[dict[str, Any]]:
+        """``output_item.added`` and ``.done`` for ``item``."""
         index = len(self._items)
-        self._items.append(done or item)
+        self._items.append(item)
         return [
             self._next_seq({"type": "response.output_item.added", "output_index": index, "item": item}),
-            self._next_seq({"type": "response.output_item.done", "output_index": index, "item": done or item}),
+            self._next_seq({"type": "response.output_item.done", "output_index": index, "item": item}),
         ]
 
     def _list_items(self) -> list[dict[str, Any]]:
         """The ``mcp_list_tools`` items (with their events), one per entry."""
         events: list[dict[str, Any]] = []
-        labels = []
-        for tool in self._plan.echo_tools:
-            if isinstance(tool, dict) and tool.get("type") == "mcp":
-                labels.append(tool["server_label"])
+        labels = [t["server_label"] for t in self._plan.echo_tools if isinstance(t, dict) and t.get("type") == "mcp"]
         for label in labels:
             binding = self._plan.bindings[label]
             item_id = new_id("mcpl")
@@ -199,183 +222,146 @@ class McpLoop:
             ]
         return events
 
-    async def _run_call(self, name: str, arguments: str, binding: Binding) -> tuple[CallOutcome, dict[str, Any]]:
+    async def read(self, first: RequestOutput, last: bool) -> AsyncIterator[list[dict[str, Any]]]:
+        """Pass the round's events on as they come: the lifecycle's start
+        once (then the list items and any approved calls), the function-call
+        items of MCP calls hidden, indexes renumbered; the terminal event is
+        kept for :meth:`finish`."""
+        job = self.job
+        assert job is not None
+        if not self._approved_run:
+            await self._run_approved()
+        run = AnswerRun(job.builder, job.stream, job.request_id)
+        index_map: dict[int, int] = {}
+        hidden: set[str] = set()
+        terminal: dict[str, Any] | None = None
         try:
-            args = json.loads(arguments or "{}")
-        except ValueError:
-            args = None
-        outcome = (
-            await self._hub.call(binding.label, name, args, origin="responses")
-            if args is not None
-            else CallOutcome("invalid_arguments", "the arguments are not JSON")
+            async for batch in run.batches(first):
+                out: list[dict[str, Any]] = []
+                for event in batch:
+                    data = msgspec.to_builtins(event)
+                    kind = data["type"]
+                    if kind in _LIFECYCLE_START:
+                        if not self._started:
+                            data["response"] = self._patch(data["response"])
+                            out.append(self._next_seq(data))
+                            if kind == "response.in_progress":
+                                self._started = True
+                                out += self._list_items()
+                                for call in self._approved:
+                                    out += self._emit_item(call)
+                        continue
+                    if kind in _TERMINAL:
+                        terminal = data
+                        continue
+                    item = data.get("item")
+                    if (
+                        isinstance(item, dict)
+                        and item.get("type") == "function_call"
+                        and item.get("name") in self._plan.owner
+                    ):
+                        hidden.add(item["id"])
+                        continue
+                    if data.get("item_id") in hidden:
+                        continue
+                    if "output_index" in data:
+                        local = data["output_index"]
+                        if local not in index_map:
+                            index_map[local] = len(self._items)
+                            self._items.append(item or {})
+                        data["output_index"] = index_map[local]
+                        if kind == "response.output_item.done":
+                            self._items[index_map[local]] = item
+                    out.append(self._next_seq(data))
+                if out:
+                    yield out
+        finally:
+            await job.stream.aclose()
+        assert terminal is not None
+        self._terminal = terminal
+        output = terminal["response"].get("output", [])
+        owner = self._plan.owner
+        self._read = RoundRead(
+            [
+                McpCall(i["call_id"], i["name"], json_arguments(i["arguments"]), i["arguments"], owner[i["name"]].label)
+                for i in output
+                if i.get("type") == "function_call" and i.get("name") in owner
+            ],
+            client_calls=any(
+                i.get("type") in ("function_call", "custom_tool_call") and i.get("name") not in owner for i in output
+            ),
+            usage=terminal["response"].get("usage"),
+            failed=run.failed,
         )
-        call = {
-            "id": new_id("mcp"),
-            "type": "mcp_call",
-            "server_label": binding.label,
-            "name": name,
-            "arguments": arguments,
-            "output": outcome.text if outcome.ok else None,
-            "error": None if outcome.ok else _error(outcome),
-            "status": "completed" if outcome.ok else "failed",
-            "approval_request_id": None,
-        }
-        return outcome, call
 
-    async def _call_events(
-        self, name: str, arguments: str, binding: Binding, results: list[str]
-    ) -> AsyncIterator[list[dict[str, Any]]]:
-        """Run one call: yield its opening events before the call starts and
-        its closing events once it ended; append the text for the model to
-        ``results``."""
+    def ended(self) -> RoundRead:
+        """What the round just read left."""
+        return self._read
+
+    def approval(self, call: McpCall) -> list[dict[str, Any]] | None:
+        """An ``mcp_approval_request`` item when ``call``'s server requires
+        approval for it, else None."""
+        if not self._plan.owner[call.name].needs_approval(call.name):
+            return None
+        request = {
+            "id": new_id("mcpr"),
+            "type": "mcp_approval_request",
+            "server_label": call.server,
+            "name": call.name,
+            "arguments": call.raw,
+        }
+        return self._emit_item(request)
+
+    def opened(self, call: McpCall) -> list[dict[str, Any]]:
+        """The in-progress ``mcp_call`` item of ``call`` and its events."""
         item_id = new_id("mcp")
         index = len(self._items)
-        pending = {
-            "id": item_id,
-            "type": "mcp_call",
-            "server_label": binding.label,
-            "name": name,
-            "arguments": arguments,
-            "output": None,
-            "error": None,
-            "status": "in_progress",
-            "approval_request_id": None,
-        }
-        events = [
-            self._next_seq({"type": "response.output_item.added", "output_index": index, "item": pending}),
+        call.shown = (item_id, index)
+        self._items.append(_call_item(item_id, call, None))
+        return [
+            self._next_seq({"type": "response.output_item.added", "output_index": index, "item": self._items[index]}),
             self._next_seq({"type": "response.mcp_call.in_progress", "item_id": item_id, "output_index": index}),
             self._next_seq(
                 {
                     "type": "response.mcp_call_arguments.done",
                     "item_id": item_id,
                     "output_index": index,
-                    "arguments": arguments,
+                    "arguments": call.raw,
                 }
             ),
         ]
-        self._items.append(pending)
-        yield events
-        outcome, call = await self._run_call(name, arguments, binding)
-        call["id"] = item_id
-        self._items[index] = call
+
+    def closed(self, call: McpCall, outcome: CallOutcome) -> list[dict[str, Any]]:
+        """The finished ``mcp_call`` item of ``call`` and its events."""
+        item_id, index = call.shown
+        item = _call_item(item_id, call, outcome)
+        self._items[index] = item
         kind = "response.mcp_call.completed" if outcome.ok else "response.mcp_call.failed"
-        results.append(_result(outcome))
-        yield [
+        return [
             self._next_seq({"type": kind, "item_id": item_id, "output_index": index}),
-            self._next_seq({"type": "response.output_item.done", "output_index": index, "item": call}),
+            self._next_seq({"type": "response.output_item.done", "output_index": index, "item": item}),
         ]
 
-    async def events(self, job: _Job, first: RequestOutput) -> AsyncIterator[list[dict[str, Any]]]:
-        """Every event of the response, round after round."""
-        prelude = await self.prepare()
-        started = False
-        round_ = 0
-        while True:
-            run = AnswerRun(job.builder, job.stream, job.request_id)
-            index_map: dict[int, int] = {}
-            hidden: set[str] = set()
-            terminal: dict[str, Any] | None = None
-            try:
-                async for batch in run.batches(first):
-                    out: list[dict[str, Any]] = []
-                    for event in batch:
-                        data = msgspec.to_builtins(event)
-                        kind = data["type"]
-                        if kind in _LIFECYCLE_START:
-                            if not started:
-                                data["response"] = self._patch(data["response"])
-                                out.append(self._next_seq(data))
-                                if kind == "response.in_progress":
-                                    started = True
-                                    out += self._list_items()
-                                    for call in prelude:
-                                        out += self._emit_item(call)
-                            continue
-                        if kind in _TERMINAL:
-                            terminal = data
-                            continue
-                        item = data.get("item")
-                        if (
-                            isinstance(item, dict)
-                            and item.get("type") == "function_call"
-                            and item.get("name") in self._plan.owner
-                        ):
-                            hidden.add(item["id"])
-                            continue
-                        if data.get("item_id") in hidden:
-                            continue
-                        if "output_index" in data:
-                            local = data["output_index"]
-                            if local not in index_map:
-                                index_map[local] = len(self._items)
-                                self._items.append(item or {})
-                            data["output_index"] = index_map[local]
-                            if kind == "response.output_item.done":
-                                self._items[index_map[local]] = item
-                        out.append(self._next_seq(data))
-                    if out:
-                        yield out
-            finally:
-                await job.stream.aclose()
-            assert terminal is not None
-            response = terminal["response"]
-            self._usage = _add_usage(self._usage, response.get("usage"))
-            calls = [
-                i
-                for i in response.get("output", [])
-                if i.get("type") == "function_call" and i.get("name") in self._plan.owner
-            ]
-            client_calls = [
-                i
-                for i in response.get("output", [])
-                if i.get("type") in ("function_call", "custom_tool_call") and i.get("name") not in self._plan.owner
-            ]
-            stop = run.failed is not None or not calls or round_ >= self.max_rounds - 1
-            out = []
-            if not stop:
-                for item in response.get("output", []):
-                    if item.get("type") == "message":
-                        text = "".join(p.get("text", "") for p in item.get("content", []))
-                        self._input.append({"type": "message", "role": "assistant", "content": text})
-                for call in calls:
-                    binding = self._plan.owner[call["name"]]
-                    if binding.needs_approval(call["name"]):
-                        request = {
-                            "id": new_id("mcpr"),
-                            "type": "mcp_approval_request",
-                            "server_label": binding.label,
-                            "name": call["name"],
-                            "arguments": call["arguments"],
-                        }
-                        out += self._emit_item(request)
-                        stop = True
-                        continue
-                    results: list[str] = []
-                    async for events in self._call_events(call["name"], call["arguments"], binding, results):
-                        yield out + events
-                        out = []
-                    self._input += call_pair(call["call_id"], call["name"], call["arguments"], results[0])
-                    self._calls_done += 1
-                stop = stop or bool(client_calls)  # the client's calls end the loop, after the MCP ones ran
-            if stop:
-                self.failed = run.failed
-                response = self._patch(response)
-                response["output"] = [i for i in self._items if i]
-                response["usage"] = self._usage
-                self.final = response
-                terminal["response"] = response
-                yield out + [self._next_seq(terminal)]
-                return
-            if out:
-                yield out
-            round_ += 1
-            job, first = await self._submit(round_)
+    def feed_back(self, done: list[tuple[McpCall, CallOutcome]]) -> None:
+        """The round's messages and each call with its result, appended to
+        the input; the calls count against ``max_tool_calls``."""
+        for item in self._terminal["response"].get("output", []):
+            if item.get("type") == "message":
+                text = "".join(p.get("text", "") for p in item.get("content", []))
+                self._input.append({"type": "message", "role": "assistant", "content": text})
+        for call, outcome in done:
+            self._input += call_pair(call.call_id, call.name, call.raw, result_text(outcome))
+            self._calls_done += 1
 
-    async def _submit(self, round_: int) -> tuple[_Job, RequestOutput]:
-        """Submit round ``round_``; its job and first output."""
-        req = decode_responses_request(self.body(round_))
-        job = await submit_decoded(backend_of(self._request), req, self._id)
-        return job, await next_output(job.stream, self._id)
+    def finish(self, usage: dict[str, Any] | None, failed: RequestOutput | None) -> list[dict[str, Any]]:
+        """The terminal event of the whole response (``final`` set)."""
+        self.failed = failed
+        response = self._patch(self._terminal["response"])
+        response["output"] = [i for i in self._items if i]
+        response["usage"] = usage
+        self.final = response
+        self._terminal["response"] = response
+        return [self._next_seq(self._terminal)]
 
 
 def _listed(tool: McpTool) -> dict[str, Any]:
@@ -388,11 +374,6 @@ def _listed(tool: McpTool) -> dict[str, Any]:
     }
 
 
-def _result(outcome: CallOutcome) -> str:
-    """The text the model reads for a call's outcome."""
-    return outcome.text if outcome.ok else f"Error: {outcome.text}"
-
-
 async def create_mcp_response(request: Request, raw: bytes) -> Response:
     """``POST /v1/responses`` with MCP tools (see the module docstring).
 
@@ -403,25 +384,26 @@ async def create_mcp_response(request: Request, raw: bytes) -> Response:
     data = json.loads(raw)
     if not isinstance(data, dict):
         raise bad_request("The body must be a JSON object", None)
-    loop = McpLoop(request, plan(request.app.state.mcp, data), new_id("resp"), request.app.state.mcp)
-    req = decode_responses_request(loop.body(0))
-    job = await submit_decoded(backend_of(request), req, loop._id)
+    hub = request.app.state.mcp
+    adapter = ResponsesRounds(request, plan(hub, data), new_id("resp"), hub)
+    rounds = McpRounds(adapter, hub, "responses", request.app.state.config.server.mcp_max_rounds)
+    job = await rounds.start()
     headers = job.headers
 
     async def streamed(first: RequestOutput) -> AsyncIterator[bytes]:
-        async for events in _guard(loop.events(job, first)):
+        async for events in _guard(rounds.run(first)):
             yield b"".join(sse.json_frame(e, event=e["type"]) for e in events)
 
     async def collect(first: RequestOutput) -> dict[str, Any] | RequestOutput:
-        async for _ in loop.events(job, first):
+        async for _ in rounds.run(first):
             pass
-        return loop.final if loop.failed is None else loop.failed  # type: ignore[return-value]
+        return adapter.final if adapter.failed is None else adapter.failed  # type: ignore[return-value]
 
     return await respond_after_first_output(
         request,
         job.stream,
-        loop._id,
-        refuse=lambda output: openai_error_response(worker_error(output, PROMPT_PARAM, PARAMS)),
+        adapter.id,
+        refuse=lambda output: openai_error_response(error_of(output)),
         streamed=streamed if data.get("stream") else None,
         collect=collect,
         answer=lambda final: Response(msgspec.json.encode(final), media_type=JSON_MEDIA_TYPE, headers=headers),

@@ -6,7 +6,7 @@ import json
 
 from gateway.responses.builder import ResponseBuilder, ResponseHead
 from gateway.responses.format import ResponseSettings, encode, frames
-from gateway.responses.routes import error_of
+from gateway.responses.submit import error_of
 from shared.protocol import RequestOutput, ToolCallDelta
 
 

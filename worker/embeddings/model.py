@@ -58,16 +58,7 @@ import numpy as np
 
 from shared.protocol import EmbedRequest
 from worker.embeddings.bert import BertConfig, BertModel, UnsupportedModel
-from worker.loading.loader import (
-    _FLOAT_DTYPES,
-    DTYPES,
-    ModelLoadError,
-    _dominant_dtype,
-    _is_quantized,
-    _target_dtype,
-    dequantize_model,
-    resolve_source,
-)
+from worker.loading.loader import DTYPES, ModelLoadError, cast_weights, resolve_source
 
 POOLING_ORDER = ("cls", "max", "mean", "mean_sqrt_len", "lasttoken")
 """Pooling modes this module implements, in the order sentence-transformers
@@ -368,11 +359,8 @@ def _load_bert(
         model.load_weights(list(weights.items()), strict=True)
     except ValueError as exc:
         raise ModelLoadError(f"model source {source!r}: the weights do not fit a BERT encoder: {exc}") from None
-    effective = _target_dtype(dtype)
-    if effective != "quantized":
-        dequantize_model(model, _FLOAT_DTYPES[effective])
+    effective = cast_weights(model, dtype)
     model.eval()
-    mx.eval(model.parameters())
     max_tokens = _max_tokens(path, config.max_position_embeddings, context_length)
     pooling = read_pooling(path)
     hidden = config.hidden_size * len(pooling.modes)
@@ -386,7 +374,7 @@ def _load_bert(
         path=path,
         dim=hidden,
         max_tokens=max_tokens,
-        dtype=effective if effective != "quantized" or _is_quantized(model) else _dominant_dtype(model),
+        dtype=effective,
         config=config_dict,
     )
 
@@ -428,11 +416,8 @@ def _load_with_mlx_embeddings(
         raise ModelLoadError(
             f"model source {source!r}: mlx-embeddings cannot load it as model_type {model_type!r}: {detail}"
         ) from None
-    effective = _target_dtype(dtype)
-    if effective != "quantized":
-        dequantize_model(model, _FLOAT_DTYPES[effective])
+    effective = cast_weights(model, dtype)
     model.eval()
-    mx.eval(model.parameters())
     positions = int(config_dict.get("max_position_embeddings") or 512)
     pad = config_dict.get("pad_token_id")
     pad_id = pad if isinstance(pad, int) and pad >= 0 else 0
@@ -450,7 +435,7 @@ def _load_with_mlx_embeddings(
         path=path,
         dim=0,
         max_tokens=max_tokens,
-        dtype=effective if effective != "quantized" or _is_quantized(model) else _dominant_dtype(model),
+        dtype=effective,
         config=config_dict,
         engine="mlx-embeddings",
         pad_id=pad_id,
