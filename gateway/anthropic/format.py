@@ -28,7 +28,6 @@ edits the message (and ``message_delta``) carries ``context_management``.
 from __future__ import annotations
 
 import logging
-import uuid
 from typing import Any, Literal, Union
 
 import msgspec
@@ -44,11 +43,6 @@ _encoder = msgspec.json.Encoder()
 def encode(obj: object) -> bytes:
     """Return ``obj`` as compact JSON bytes (msgspec)."""
     return _encoder.encode(obj)
-
-
-def new_id(prefix: str) -> str:
-    """A fresh random id such as ``msg_<32 hex>`` or ``req_<32 hex>``."""
-    return prefix + uuid.uuid4().hex
 
 
 # --- stop reasons and usage --------------------------------------------------------

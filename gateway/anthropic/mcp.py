@@ -33,11 +33,11 @@ from typing import Any, AsyncIterator
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.anthropic import format as fmt
 from gateway.anthropic.checks import decode_messages_request
 from gateway.anthropic.mcp_plan import McpPlan, plan
 from gateway.anthropic.submit import MessagesJob, collect, json_response, submit_decoded
 from gateway.core.errors import APIError, worker_error
+from gateway.core.ids import new_id
 from gateway.frontend import sse
 from gateway.frontend.error_shapes import REQUEST_ID_HEADER, anthropic_error_frame, anthropic_error_response
 from gateway.frontend.request_flow import respond_after_first_output
@@ -207,7 +207,7 @@ async def create_mcp_message(request: Request, raw: bytes) -> Response:
         Messages request.
     """
     data = json.loads(raw)
-    adapter = MessagesRounds(request, plan(request.app.state.mcp, data), fmt.new_id("msg_"))
+    adapter = MessagesRounds(request, plan(request.app.state.mcp, data), new_id("msg_"))
     rounds = McpRounds(adapter, request.app.state.mcp, "messages", request.app.state.config.server.mcp_max_rounds)
     job = await rounds.start()
 
@@ -261,7 +261,7 @@ async def create_mcp_message(request: Request, raw: bytes) -> Response:
         adapter.id,
         refuse=lambda output: anthropic_error_response(worker_error(output)),
         streamed=streamed if data.get("stream") else None,
-        stream_headers={**job.headers, REQUEST_ID_HEADER: fmt.new_id("req_")},
+        stream_headers={**job.headers, REQUEST_ID_HEADER: new_id("req_")},
         collect=collect_all,
         answer=lambda message: json_response(json.dumps(message).encode(), job.headers),
     )

@@ -53,6 +53,7 @@ from gateway.anthropic.submit import (
 )
 from gateway.anthropic.translate import to_count_request
 from gateway.core.errors import APIError, worker_error
+from gateway.core.ids import new_id
 from gateway.frontend.answer_driver import answer
 from gateway.frontend.dropped_tools import dropped_headers
 from gateway.frontend.error_shapes import REQUEST_ID_HEADER, anthropic_error_response
@@ -70,7 +71,7 @@ async def messages(request: Request) -> Response:
         body = await request.body()
         if wants_mcp(body):
             return await anthropic_mcp.create_mcp_message(request, body)
-        job = await submit_decoded(request, decode_messages_request(body), fmt.new_id("msg_"))
+        job = await submit_decoded(request, decode_messages_request(body), new_id("msg_"))
     except APIError as err:
         return anthropic_error_response(err)
     return await answer(
@@ -81,7 +82,7 @@ async def messages(request: Request) -> Response:
         streaming=job.stream_requested,
         refuse=lambda output: anthropic_error_response(worker_error(output)),
         body=lambda builder: _answer(job, builder),
-        headers={**job.headers, REQUEST_ID_HEADER: fmt.new_id("req_")},
+        headers={**job.headers, REQUEST_ID_HEADER: new_id("req_")},
     )
 
 
@@ -112,7 +113,7 @@ async def count_tokens(request: Request) -> Response:
         req = decode_count_tokens_request(body)
         backend = backend_of(request)
         model = backend.resolve(req.model)
-        original = to_count_request(req, fmt.new_id("count_"), tool_result_images(request, model))
+        original = to_count_request(req, new_id("count_"), tool_result_images(request, model))
         generate, applied = await edited(backend, model, original, req)
         before = None
         if applied:

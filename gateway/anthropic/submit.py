@@ -21,7 +21,6 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.anthropic import format as fmt
 from gateway.anthropic.builder import MessageBuilder
 from gateway.anthropic.checks import tool_set
 from gateway.anthropic.context import apply_edits
@@ -29,6 +28,7 @@ from gateway.anthropic.schema import MessagesRequest
 from gateway.anthropic.translate import context_edits, omit_thinking, to_generate_request
 from gateway.core.backend import ModelBackend, RequestStream
 from gateway.core.errors import worker_error
+from gateway.core.ids import new_id
 from gateway.frontend.answer_driver import AnswerRun
 from gateway.frontend.dropped_tools import dropped_headers
 from gateway.frontend.error_shapes import REQUEST_ID_HEADER
@@ -59,9 +59,7 @@ class MessagesJob:
 
 def json_response(body: bytes, headers: dict[str, str] | None = None) -> Response:
     """A 200 JSON answer with a fresh ``request-id`` (and ``headers``)."""
-    return Response(
-        body, media_type=JSON_MEDIA_TYPE, headers={**(headers or {}), REQUEST_ID_HEADER: fmt.new_id("req_")}
-    )
+    return Response(body, media_type=JSON_MEDIA_TYPE, headers={**(headers or {}), REQUEST_ID_HEADER: new_id("req_")})
 
 
 def tool_result_images(request: Request, model: str | None = None) -> str:
@@ -86,7 +84,7 @@ async def count_prompt(
     """
     count = msgspec.structs.replace(
         generate,
-        request_id=fmt.new_id("count_"),
+        request_id=new_id("count_"),
         messages=messages,
         sampling=SamplingParams(),
         count_only=True,

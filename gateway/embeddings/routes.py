@@ -19,7 +19,6 @@ answer.
 from __future__ import annotations
 
 import base64
-import uuid
 from typing import Literal, Union
 
 import msgspec
@@ -27,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.core.errors import APIError, worker_error
+from gateway.core.ids import new_id
 from gateway.embeddings.schema import EmbeddingRequest, decode_embedding_request, to_embed_request
 from gateway.frontend.embedding_vectors import embedding_rows, floats_of
 from gateway.frontend.error_shapes import openai_error_response
@@ -71,7 +71,7 @@ async def create_embeddings(request: Request) -> Response:
         body = decode_embedding_request(await request.body())
         backend = backend_of(request)
         model = backend.resolve(body.model)
-        embed = to_embed_request(body, f"embd-{uuid.uuid4().hex}")
+        embed = to_embed_request(body, new_id("embd-"))
         stream = await backend.submit(model, embed)
     except APIError as err:
         return openai_error_response(err)

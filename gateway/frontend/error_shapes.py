@@ -22,13 +22,13 @@ any route runs. This module imports no routes module.
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import msgspec
 from starlette.responses import JSONResponse, Response
 
 from gateway.core.errors import OVERLOADED_RETRY_AFTER, APIError
+from gateway.core.ids import new_id
 from gateway.frontend import sse
 from gateway.frontend.request_flow import JSON_MEDIA_TYPE
 
@@ -177,7 +177,7 @@ def anthropic_error_response(err: APIError) -> Response:
     limit, routing).
     """
     status = anthropic_status(err.status)
-    request_id = "req_" + uuid.uuid4().hex
+    request_id = new_id("req_")
     headers = err.headers()
     if status == OVERLOADED_STATUS:
         headers.setdefault("Retry-After", str(OVERLOADED_RETRY_AFTER))

@@ -16,10 +16,10 @@ Pure data; no I/O, no locks. One assembler per choice, used by one owner
 from __future__ import annotations
 
 import logging
-import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
+from gateway.core.ids import new_id
 from shared.protocol import ToolCall, ToolCallDelta
 
 log = logging.getLogger("mlxd.gateway.tool_calls")
@@ -44,7 +44,7 @@ class CallIds:
         """A new random id (None when this policy mints none)."""
         if not self.prefix:
             return None
-        return self.prefix + uuid.uuid4().hex[: self.digits]
+        return new_id(self.prefix, self.digits)
 
     def __call__(self, worker_id: str | None) -> str | None:
         """The answer's id for a call the worker named ``worker_id`` (None:

@@ -33,7 +33,6 @@ Runs on the gateway's event loop; reads a model's small JSON files
 from __future__ import annotations
 
 import hashlib
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +41,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from gateway.core.backend import ModelBackend, ModelInfo, RequestStream
 from gateway.core.errors import APIError, bad_request, worker_error
+from gateway.core.ids import new_id
 from gateway.frontend.answer_driver import answer
 from gateway.frontend.embedding_vectors import embedding_rows, floats_of
 from gateway.frontend.error_shapes import ollama_error_response
@@ -169,7 +169,7 @@ async def _submit(request: Request, kind: Kind, timing: Timing) -> _Job | Respon
         else:
             await backend.load(model, keep)
         return JSONResponse(load_reply(kind, body.model, timing, unloaded=keep == 0))
-    request_id = f"ollama-{uuid.uuid4().hex}"
+    request_id = new_id("ollama-")
     if isinstance(body, OllamaChatRequest):
         work, prompt_param = chat_request(body, request_id), "messages"
     else:
@@ -239,7 +239,7 @@ async def _embedding(request: Request, kind: type) -> Response:
                 raise bad_request(wrong_kind_message(model, "generation"), "model", code="wrong_model_kind")
             await backend.load(model, keep)
             return JSONResponse({"embedding": []})
-        work = embed_request(body, f"ollama-embd-{uuid.uuid4().hex}")
+        work = embed_request(body, new_id("ollama-embd-"))
         stream = await backend.submit(model, work, keep_alive=keep)
         timing.mark_submitted()
     except APIError as err:

@@ -13,7 +13,6 @@ on the gateway's event loop; reaches the workers only through
 from __future__ import annotations
 
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Union
 
@@ -21,6 +20,7 @@ from starlette.requests import Request
 
 from gateway.core.backend import RequestStream
 from gateway.core.errors import APIError, worker_error
+from gateway.core.ids import new_id
 from gateway.frontend.dropped_tools import dropped_headers
 from gateway.frontend.request_flow import backend_of
 from gateway.openai.builder import ChatBuilder, CompletionBuilder
@@ -125,7 +125,7 @@ async def submit(request: Request, endpoint: Endpoint) -> OpenAIJob:
     backend = backend_of(request)
     model = backend.resolve(req.model)
     check_limits(req, model, backend.limits(model))
-    generate = to_generate_request(req, endpoint.id_prefix + uuid.uuid4().hex)
+    generate = to_generate_request(req, new_id(endpoint.id_prefix))
     stream = await backend.submit(model, generate)
     dropped = dropped_tools(req) if isinstance(req, ChatCompletionRequest) else []
     return OpenAIJob(req, generate, model, stream, dropped_headers(dropped, request.url.path), endpoint)

@@ -38,6 +38,7 @@ from typing import Any, Callable
 import msgspec
 
 from gateway.core.errors import APIError
+from gateway.core.ids import new_id
 from gateway.frontend.answer_driver import TokenTally
 from gateway.frontend.custom_tools import custom_input
 from gateway.frontend.request_flow import FinalReason
@@ -80,7 +81,6 @@ from gateway.responses.format import (
     TextDeltaEvent,
     TextDoneEvent,
     frames,
-    new_id,
     response_usage,
 )
 from gateway.responses.tools import ToolRef
@@ -254,7 +254,7 @@ class OutputAssembler:
         events: list[Event] = []
         if self._open is None or self._open.kind != kind:
             events += self.close("completed")
-            events += self._start(_OpenItem(kind, new_id("msg" if kind == _MESSAGE else "rs"), self._next_index()))
+            events += self._start(_OpenItem(kind, new_id("msg_" if kind == _MESSAGE else "rs_"), self._next_index()))
         item = self._open
         assert item is not None
         item.pieces.append(text)
@@ -304,7 +304,7 @@ class OutputAssembler:
         ref = self._options.tools.get(call.name)
         return _OpenItem(
             _CALL,
-            new_id("ctc" if ref is not None and ref.kind == "custom" else "fc"),
+            new_id("ctc_" if ref is not None and ref.kind == "custom" else "fc_"),
             self._next_index(),
             call=call,
             ref=ref,

@@ -16,7 +16,6 @@ null/defaults where unset. Nothing is stored: ``store`` is always false.
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Union
 
@@ -33,13 +32,6 @@ ResponseStatus = Literal["in_progress", "completed", "incomplete", "failed"]
 """Status of a response as mlxd reports it."""
 
 _encoder = msgspec.json.Encoder()
-
-
-def new_id(prefix: str) -> str:
-    """Return a fresh identifier ``<prefix>_<32 hex digits>`` for a response
-    or an item (``resp``, ``msg``, ``rs``, ``fc``, ``ctc``, ``mcp``...);
-    tool-call ids come from :mod:`gateway.frontend.tool_calls`."""
-    return f"{prefix}_{uuid.uuid4().hex}"
 
 
 # --- echoed request settings ----------------------------------------------------------

@@ -53,6 +53,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.core.errors import APIError, bad_request
+from gateway.core.ids import new_id
 from gateway.frontend import sse
 from gateway.frontend.answer_driver import AnswerRun
 from gateway.frontend.error_shapes import openai_error_response
@@ -60,7 +61,6 @@ from gateway.frontend.request_flow import JSON_MEDIA_TYPE, backend_of, respond_a
 from gateway.mcp.client import CallOutcome, McpHub, McpTool
 from gateway.mcp.rounds import Choice, McpCall, McpRounds, RoundRead, json_arguments, result_text, run_call
 from gateway.responses.checks import decode_responses_request
-from gateway.responses.format import new_id
 from gateway.responses.mcp_plan import McpPlan, call_pair, plan
 from gateway.responses.submit import ResponsesJob, error_of, submit_decoded
 from shared.protocol import RequestOutput
@@ -169,7 +169,7 @@ class ResponsesRounds:
             call = McpCall(asked["id"], asked["name"], json_arguments(arguments), arguments, "")
             call.server = self._plan.owner[call.name].label
             outcome = await run_call(self._hub, call, "responses")
-            done = dict(_call_item(new_id("mcp"), call, outcome), approval_request_id=asked["id"])
+            done = dict(_call_item(new_id("mcp_"), call, outcome), approval_request_id=asked["id"])
             self._approved.append(done)
             self._input[index : index + 1] = call_pair(done["id"], call.name, arguments, result_text(outcome))
 
@@ -205,7 +205,7 @@ class ResponsesRounds:
         labels = [t["server_label"] for t in self._plan.echo_tools if isinstance(t, dict) and t.get("type") == "mcp"]
         for label in labels:
             binding = self._plan.bindings[label]
-            item_id = new_id("mcpl")
+            item_id = new_id("mcpl_")
             item = {"id": item_id, "type": "mcp_list_tools", "server_label": label, "tools": []}
             full = dict(item, tools=[_listed(t) for t in binding.tools.values()], error=binding.error)
             index = len(self._items)
@@ -304,7 +304,7 @@ class ResponsesRounds:
         if not self._plan.owner[call.name].needs_approval(call.name):
             return None
         request = {
-            "id": new_id("mcpr"),
+            "id": new_id("mcpr_"),
             "type": "mcp_approval_request",
             "server_label": call.server,
             "name": call.name,
@@ -314,7 +314,7 @@ class ResponsesRounds:
 
     def opened(self, call: McpCall) -> list[dict[str, Any]]:
         """The in-progress ``mcp_call`` item of ``call`` and its events."""
-        item_id = new_id("mcp")
+        item_id = new_id("mcp_")
         index = len(self._items)
         call.shown = (item_id, index)
         self._items.append(_call_item(item_id, call, None))
@@ -385,7 +385,7 @@ async def create_mcp_response(request: Request, raw: bytes) -> Response:
     if not isinstance(data, dict):
         raise bad_request("The body must be a JSON object", None)
     hub = request.app.state.mcp
-    adapter = ResponsesRounds(request, plan(hub, data), new_id("resp"), hub)
+    adapter = ResponsesRounds(request, plan(hub, data), new_id("resp_"), hub)
     rounds = McpRounds(adapter, hub, "responses", request.app.state.config.server.mcp_max_rounds)
     job = await rounds.start()
     headers = job.headers

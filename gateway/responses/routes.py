@@ -35,12 +35,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.core.errors import APIError
+from gateway.core.ids import new_id
 from gateway.frontend.answer_driver import answer
 from gateway.frontend.error_shapes import openai_error_response
 from gateway.frontend.request_flow import JSON_MEDIA_TYPE, backend_of
 from gateway.responses import mcp as responses_mcp
 from gateway.responses.checks import decode_responses_request
-from gateway.responses.format import encode, new_id
+from gateway.responses.format import encode
 from gateway.responses.mcp_plan import wants_mcp
 from gateway.responses.submit import error_of, submit_decoded
 
@@ -53,7 +54,7 @@ async def create_response(request: Request) -> Response:
     try:
         if wants_mcp(body):
             return await responses_mcp.create_mcp_response(request, body)
-        job = await submit_decoded(backend_of(request), decode_responses_request(body), new_id("resp"))
+        job = await submit_decoded(backend_of(request), decode_responses_request(body), new_id("resp_"))
     except APIError as err:
         return openai_error_response(err)
     return await answer(
