@@ -1,1 +1,12 @@
-"""Finding and loading models: sources, GGUF conversion, weight digests, ``prepare``."""
+"""Finding a model from its source and loading it.
+
+Belongs here: sources and mlx-lm loading (:mod:`~worker.loading.loader`),
+GGUF files converted to mlx-lm directories (:mod:`~worker.loading.gguf`,
+:mod:`~worker.loading.gguf_convert`, :mod:`~worker.loading.gguf_tokenizer`),
+content hashes of model directories (:mod:`~worker.loading.weights_digest`)
+and ``python -m worker.loading.prepare`` (every configured model made
+ready ahead of time).
+
+Imports: :mod:`shared`, MLX and mlx-lm; nothing else of the worker. Runs on
+the scheduler thread at load (``prepare``: its own process).
+"""
