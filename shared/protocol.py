@@ -51,6 +51,9 @@ choice at once. These rules live here once: :attr:`RequestOutput.ends_choice`,
 :attr:`RequestOutput.ends_request` and :class:`OpenChoices` (the count of a
 request's choices still open); every reader uses them. New fields are appended last
 with defaults so older peers keep decoding.
+
+Longer than ~500 lines on purpose: the wire contract is one versioned whole
+(:data:`PROTOCOL_VERSION`): its message types and the few rules that go with them.
 """
 
 from __future__ import annotations

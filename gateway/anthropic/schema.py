@@ -48,6 +48,10 @@ The decisions, in short:
 
 :mod:`gateway.anthropic.translate` turns a decoded request into the
 worker's :class:`~shared.protocol.GenerateRequest`.
+
+Longer than ~500 lines on purpose: it is declarations only, the one type
+tree msgspec decodes a body with (the request, its messages, their content
+blocks and tools refer to each other); its rules are in the checks.
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@ pre-filled answers, ``response_format``, thinking, messages and their parts
 completions-only rules. :func:`check_limits` checks ``n`` against the
 resolved model. Every refusal is an :class:`~gateway.core.errors.APIError` 400
 naming the field. Pure functions, called on the event loop.
+
+Around ~500 lines on purpose: the body's rules in the order they run, one
+function each; the tools' rules are their own module.
 """
 
 from __future__ import annotations

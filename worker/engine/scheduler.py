@@ -26,6 +26,12 @@ read by the output thread (plain numbers, each update atomic under the GIL).
 MLX's memory counters are sampled into ``counters`` on every loop turn, and
 once the engine has been idle for :data:`IDLE_CLEAR_SECONDS` MLX's buffer
 cache is cleared (here, never from another thread).
+
+Longer than ~500 lines on purpose: it is one thread's loop. Admission,
+prefill, decode, expiry, release and the tensor-parallel plan all act on
+the same batch state, in a fixed order each turn; the pieces that do not
+need that state live beside it (the batch engine, prompt checkpoints, the
+step plan, sampling, speculation, the prefix cache).
 """
 
 from __future__ import annotations

@@ -6,6 +6,11 @@ token budget is checked against the context, where grammars for structured
 output and forced tool calls are compiled, and where the settings of its
 output parsers are fixed. Nothing here touches MLX, so the scheduler thread
 never waits on templating, tokenization or grammar compilation.
+
+Around ~500 lines on purpose: one request's steps share the tokenizer, the
+context budget and the model's formats, in order; rendering is
+:mod:`worker.prompting.chat_render`, formats :mod:`worker.prompting.model_formats`,
+images :mod:`worker.vision.inputs`, grammars :mod:`worker.sampling.constrained_decoding`.
 """
 
 from __future__ import annotations
