@@ -291,6 +291,12 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     files rejected (truncated, corrupt or another model's).
     ``draft_tokens`` / ``draft_accepted_tokens``: speculative decoding's
     drafted tokens and those verification accepted (0 when it is off).
+    ``heartbeat_seq``: this heartbeat's number within the worker
+    incarnation (1, 2, ...; 0 in a snapshot that is not a heartbeat), so a
+    reader can tell a fresh heartbeat from one it has already seen.
+    ``vision_prefills``: prompts whose images went through the vision
+    tower (a prompt whose images were all found in the prefix cache is not
+    counted); ``vision_image_tokens``: the image tokens of those prompts.
     """
 
     running: int = 0
@@ -320,6 +326,9 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     disk_cache_rejected: int = 0
     draft_tokens: int = 0
     draft_accepted_tokens: int = 0
+    heartbeat_seq: int = 0
+    vision_prefills: int = 0
+    vision_image_tokens: int = 0
 
 
 class Hello(msgspec.Struct, frozen=True, kw_only=True, tag="hello"):

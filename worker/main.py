@@ -460,6 +460,8 @@ class Worker:
             active_memory_bytes=c.active_memory,
             cache_memory_bytes=c.cache_memory,
             peak_memory_bytes=c.peak_memory,
+            vision_prefills=c.vision_prefills,
+            vision_image_tokens=c.vision_image_tokens,
         )
 
     def _admit(self, request: GenerateRequest) -> None:

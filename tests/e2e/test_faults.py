@@ -35,10 +35,10 @@ def test_worker_killed_mid_stream(server):
     pid = status["pid"]
     received: list[str] = []
     errors: list[BaseException] = []
-    started = threading.Event()
+    streaming = [threading.Event() for _ in range(3)]
     ended_at: list[float] = []
 
-    def stream():
+    def stream(started: threading.Event):
         try:
             s = client.chat.completions.create(
                 model=TINY,
@@ -56,11 +56,11 @@ def test_worker_killed_mid_stream(server):
             ended_at.append(time.monotonic())
             started.set()
 
-    threads = [threading.Thread(target=stream) for _ in range(3)]
+    threads = [threading.Thread(target=stream, args=(started,)) for started in streaming]
     for t in threads:
         t.start()
-    assert started.wait(30)
-    time.sleep(0.3)
+    assert all(started.wait(60) for started in streaming)  # all three streaming before the kill
+    assert not errors, errors
     killed_at = time.monotonic()
     os.kill(pid, signal.SIGKILL)
     for t in threads:
@@ -120,17 +120,20 @@ def test_graceful_stop_leaves_no_worker(tiny_model_dir, tmp_path):
 def test_hung_worker_is_replaced(tiny_model_dir, tmp_path):
     """A stopped (not dead) worker misses its heartbeats: its requests fail
     and a new worker takes over."""
-    srv = start_server(tmp_path, [{"name": TINY, "source": str(tiny_model_dir)}], heartbeat_timeout=2.0)
+    srv = start_server(tmp_path, [{"name": TINY, "source": str(tiny_model_dir)}], heartbeat_timeout=3.0)
     try:
-        pid = srv.worker(TINY)["pid"]
-        client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key=API_KEY, max_retries=0, timeout=30)
+        status = srv.worker(TINY)
+        pid = status["pid"]
+        assert status["restarts"] == 0
+        client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key=API_KEY, max_retries=0, timeout=120)
         os.kill(pid, signal.SIGSTOP)
-        started = time.monotonic()
         with pytest.raises(openai.APIStatusError) as info:
             client.chat.completions.create(model=TINY, messages=[{"role": "user", "content": "x"}], max_tokens=3)
         assert info.value.status_code == 503
-        assert time.monotonic() - started < 10
-        new = srv.wait_ready(TINY, timeout=60, after_restarts=1)
+        # the gateway ended it because the worker fell silent (not a client timeout, not a crash)
+        assert f"worker for {TINY} is unresponsive; killing pid {pid}" in srv.log_path.read_text()
+        new = srv.wait_ready(TINY, timeout=120, after_restarts=1)
+        assert new["restarts"] == 1
         assert new["pid"] != pid
         r = client.chat.completions.create(model=TINY, messages=[{"role": "user", "content": "x"}], max_tokens=3)
         assert r.usage.completion_tokens == 3

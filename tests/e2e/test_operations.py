@@ -22,7 +22,7 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import API_KEY, ROOT, TINY, free_port, start_server, write_config
+from tests.conftest import API_KEY, ROOT, TINY, free_port, settled_stats, start_server, write_config
 
 MSG = [{"role": "user", "content": "hi"}]
 
@@ -129,23 +129,25 @@ def test_reload_adds_and_removes_models_while_streaming(tiny_model_dir, tmp_path
         config = tmp_path / "mlxd.toml"
         port = int(srv.url.rsplit(":", 1)[1])
         result: dict = {}
+        streaming = threading.Event()
 
         def long_stream():
-            chunks = list(
-                client(srv).chat.completions.create(
-                    model="keep",
-                    messages=MSG,
-                    max_tokens=600,
-                    stream=True,
-                    extra_body={"ignore_eos": True},
-                    stream_options={"include_usage": True},
-                )
-            )
+            chunks = []
+            for chunk in client(srv).chat.completions.create(
+                model="keep",
+                messages=MSG,
+                max_tokens=600,
+                stream=True,
+                extra_body={"ignore_eos": True},
+                stream_options={"include_usage": True},
+            ):
+                streaming.set()
+                chunks.append(chunk)
             result["tokens"] = chunks[-1].usage.completion_tokens
 
         thread = threading.Thread(target=long_stream)
         thread.start()
-        time.sleep(0.5)
+        assert streaming.wait(60)  # the stream runs on "keep" before the reload
         old_pid = srv.worker("old")["pid"]
         write_config(
             config,
@@ -162,16 +164,15 @@ def test_reload_adds_and_removes_models_while_streaming(tiny_model_dir, tmp_path
         # the new key works at once
         other = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="sk-second-key", max_retries=0)
         assert other.models.list().data
-        thread.join(60)
+        thread.join(300)
         assert result["tokens"] == 600  # the stream on the kept model was not disturbed
         assert srv.worker("keep")["incarnation"] == 1
 
         # a broken config is refused and the running one stays
         config.write_text("[server]\nport = 'oops'\n")
         srv.proc.send_signal(signal.SIGHUP)
-        time.sleep(1)
+        wait_for(lambda: "reload refused" in srv.log_path.read_text(), timeout=60)
         assert ask(srv, "new").usage.completion_tokens == 3
-        assert "reload refused" in srv.log_path.read_text()
     finally:
         srv.stop()
 
@@ -182,28 +183,30 @@ def test_changed_model_restarts_after_its_requests(tiny_model_dir, tmp_path):
         port = int(srv.url.rsplit(":", 1)[1])
         first_pid = srv.worker(TINY)["pid"]
         result: dict = {}
+        streaming = threading.Event()
 
         def stream():
-            chunks = list(
-                client(srv).chat.completions.create(
-                    model=TINY,
-                    messages=MSG,
-                    max_tokens=400,
-                    stream=True,
-                    extra_body={"ignore_eos": True},
-                    stream_options={"include_usage": True},
-                )
-            )
+            chunks = []
+            for chunk in client(srv).chat.completions.create(
+                model=TINY,
+                messages=MSG,
+                max_tokens=400,
+                stream=True,
+                extra_body={"ignore_eos": True},
+                stream_options={"include_usage": True},
+            ):
+                streaming.set()
+                chunks.append(chunk)
             result["tokens"] = chunks[-1].usage.completion_tokens
 
         thread = threading.Thread(target=stream)
         thread.start()
-        time.sleep(0.3)
+        assert streaming.wait(60)  # running on the old worker before the reload
         write_config(
             tmp_path / "mlxd.toml", port, [model(tiny_model_dir, TINY, max_batch_size=8, preload=True)], [API_KEY]
         )
         srv.proc.send_signal(signal.SIGHUP)
-        thread.join(60)
+        thread.join(300)
         assert result["tokens"] == 400  # finished on the old worker
         new = wait_for(lambda: (w := srv.worker(TINY))["state"] == "ready" and w["pid"] != first_pid and w, timeout=60)
         assert new["incarnation"] == 2
@@ -243,7 +246,7 @@ def test_sigterm_drains_streams_in_flight(tiny_model_dir, tmp_path):
         t.start()
     assert all(e.wait(30) for e in streaming)  # both admitted before the signal
     srv.proc.send_signal(signal.SIGTERM)
-    time.sleep(0.2)
+    wait_for(lambda: srv.health()["status"] == "draining", timeout=60)  # the gateway took the signal
     refused = httpx.post(f"{srv.url}/v1/chat/completions", json={"model": TINY, "messages": MSG}, headers=srv.headers)
     assert refused.status_code == 503
     assert httpx.get(f"{srv.url}/ready").status_code == 503
@@ -370,7 +373,7 @@ def test_metrics_move_with_traffic(tiny_model_dir, tmp_path):
         for _ in range(3):
             ask(srv, TINY, max_tokens=5)
         list(client(srv).chat.completions.create(model=TINY, messages=MSG, max_tokens=5, stream=True))
-        time.sleep(1.2)  # a heartbeat
+        settled_stats(srv)  # a heartbeat sent after the requests ended
         after = scrape(srv)
         m = {"model": TINY}
         assert (
