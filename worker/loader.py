@@ -214,8 +214,9 @@ def load_model(source: str, *, dtype: str = "auto") -> LoadedModel:
       parameters to that type. Tied embeddings keep working because the
       replacement ``nn.Embedding`` has ``as_linear``.
 
-    Custom model code is never executed (``trust_remote_code=False``). All
-    parameters are evaluated before returning.
+    Custom model code is never executed (``trust_remote_code=False``); the
+    corrections of :mod:`worker.mlx_lm_fixes` are applied to mlx-lm's own.
+    All parameters are evaluated before returning.
 
     Thread note: call this on the thread that will run the model. MLX
     streams are per thread, and the arrays created here belong to this
@@ -231,6 +232,9 @@ def load_model(source: str, *, dtype: str = "auto") -> LoadedModel:
     try:
         from mlx_lm.utils import load as mlx_lm_load
 
+        from worker import mlx_lm_fixes
+
+        mlx_lm_fixes.apply()  # before any forward pass of a model it corrects
         model, tokenizer, config = mlx_lm_load(str(path), lazy=True, return_config=True, trust_remote_code=False)
     except Exception as exc:  # ValueError, FileNotFoundError, OSError, JSON errors, ...
         raise ModelLoadError(f"model source {source!r}: mlx-lm cannot load {path}: {one_line(exc)}") from exc
