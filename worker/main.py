@@ -255,6 +255,14 @@ class Worker:
                 from worker.tensor_parallel import shard_model
 
                 shard_model(loaded.model, lockstep.group, self.config.name)
+            total, in_layers = weight_bytes(loaded.model)
+            log.info(
+                "model %s rank %d holds %d bytes of weights (%d in its decoder layers)",
+                self.config.name,
+                self.rank,
+                total,
+                in_layers,
+            )
             sampling_defaults = model_sampling_defaults(loaded.path, self.config.sampling_defaults)
             context = loaded.context_length
             if self.config.context_length:
@@ -559,6 +567,19 @@ class Worker:
     def _reply(self, output: RequestOutput) -> None:
         """Answer a request without the engine (a count, or a refusal)."""
         self.output.queue.put(StepOutputs(step=-1, outputs=[output]))
+
+
+def weight_bytes(model: Any) -> tuple[int, int]:
+    """The bytes of ``model``'s parameters held by this process, and of
+    those the part in its decoder layers (``model.layers``; 0 when it has
+    none): what a tensor-parallel rank keeps of them is its shard."""
+    from mlx.utils import tree_flatten
+
+    def size(tree: Any) -> int:
+        return sum(array.nbytes for _, array in tree_flatten(tree))
+
+    layers = getattr(model, "layers", None)
+    return size(model.parameters()), size([layer.parameters() for layer in layers]) if layers else 0
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
