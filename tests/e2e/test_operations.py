@@ -22,6 +22,7 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gateway.metrics import FINISHED_REASONS
 from tests.conftest import API_KEY, ROOT, TINY, free_port, settled_stats, start_server, write_config
 
 MSG = [{"role": "user", "content": "hi"}]
@@ -398,6 +399,41 @@ def test_metrics_move_with_traffic(tiny_model_dir, tmp_path):
         assert value(after, "mlxd:model_state", model=TINY, state="ready") == 1
         assert value(after, "mlxd:num_requests_running", **m) == 0
         assert value(after, "mlxd:model_load_time_seconds", **m) > 0
+    finally:
+        srv.stop()
+
+
+def test_metrics_count_aborted_and_failed_requests(tiny_model_dir, tmp_path):
+    """Through the production path (a real gateway, worker and client): a
+    stream whose client walks away is counted once as ``abort``, a request
+    that runs past its deadline once as ``error`` (its model's), each with
+    its end-to-end latency, and nothing else is counted for them."""
+    srv = start_server(tmp_path, [model(tiny_model_dir, TINY), model(tiny_model_dir, "deadline", request_timeout=0.5)])
+    try:
+        before = scrape(srv)
+        body = {"model": TINY, "messages": MSG, "max_tokens": 1500, "stream": True, "ignore_eos": True}
+        with httpx.Client(timeout=60, headers=srv.headers) as http:
+            with http.stream("POST", f"{srv.url}/v1/chat/completions", json=body) as response:
+                lines = response.iter_lines()
+                next(line for line in lines if line.startswith("data: {"))  # streaming; then the client leaves
+        long = {"model": "deadline", "messages": MSG, "max_tokens": 2000, "ignore_eos": True}
+        failed = httpx.post(f"{srv.url}/v1/chat/completions", json=long, headers=srv.headers, timeout=60)
+        assert failed.status_code == 504 and failed.json()["error"]["code"] == "timeout"
+
+        def counted(samples, name, reason):
+            return value(samples, "mlxd:request_success_total", model=name, finished_reason=reason) - value(
+                before, "mlxd:request_success_total", model=name, finished_reason=reason
+            )
+
+        # the abort is metered once the worker has ended it (its own count): wait for that event
+        settled_stats(srv, TINY, until=lambda s: s["requests_aborted"] == 1)
+        after = wait_for(lambda: (s := scrape(srv)) and counted(s, TINY, "abort") >= 1 and s, timeout=120)
+        for name, reason in ((TINY, "abort"), ("deadline", "error")):
+            others = [r for r in FINISHED_REASONS if r != reason]
+            assert counted(after, name, reason) == 1, (name, reason)
+            assert all(counted(after, name, r) == 0 for r in others), (name, reason)
+            latency = "mlxd:e2e_request_latency_seconds_count"
+            assert value(after, latency, model=name) - value(before, latency, model=name) == 1, name
     finally:
         srv.stop()
 
