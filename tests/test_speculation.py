@@ -267,19 +267,6 @@ def test_hybrid_partial_acceptance_replays_recurrent_state(family, tmp_path_fact
         assert_cache_holds(hybrid, cache, tokens)
 
 
-def test_batched_rows_equal_each_row_alone_per_family(family_model):
-    """Prompts of different lengths prefilled together (right-padded, each
-    row's length told to every cache) decode as each prompt alone, and each
-    finished row's cache holds exactly its tokens: the padded rows' recurrent
-    state ends at their own last token (see :mod:`worker.mlx_lm_fixes`)."""
-    family, family_model = family_model
-    caches: dict = {}
-    together, _ = generate(family_model, PROMPTS, 12, caches=caches)
-    assert together == [generate(family_model, [prompt], 12)[0][0] for prompt in PROMPTS]
-    for cache, tokens in caches.values():
-        assert_cache_holds(family_model, cache, tokens, atol=1e-4)
-
-
 def assert_cache_holds(model, cache, tokens, atol=1e-2):
     """``cache`` (a finished row's, as the prefix cache stores it) holds
     exactly ``tokens``: continuing it with one token gives the logits a
