@@ -222,7 +222,7 @@ def socket_dir_of(srv, name):
 
 
 def test_sigterm_drains_streams_in_flight(tiny_model_dir, tmp_path):
-    srv = start_server(tmp_path, [model(tiny_model_dir, TINY)], drain_timeout=30.0)
+    srv = start_server(tmp_path, [model(tiny_model_dir, TINY)], drain_timeout=120.0, heartbeat_timeout=120.0)
     pid = srv.worker(TINY)["pid"]
     sockets = socket_dir_of(srv, TINY)
     results: list = []
@@ -245,12 +245,19 @@ def test_sigterm_drains_streams_in_flight(tiny_model_dir, tmp_path):
     threads = [threading.Thread(target=stream, args=(i,)) for i in range(2)]
     for t in threads:
         t.start()
-    assert all(e.wait(30) for e in streaming)  # both admitted before the signal
-    srv.proc.send_signal(signal.SIGTERM)
-    wait_for(lambda: srv.health()["status"] == "draining", timeout=60)  # the gateway took the signal
-    refused = httpx.post(f"{srv.url}/v1/chat/completions", json={"model": TINY, "messages": MSG}, headers=srv.headers)
-    assert refused.status_code == 503
-    assert httpx.get(f"{srv.url}/ready").status_code == 503
+    assert all(e.wait(60) for e in streaming)  # both admitted before the signal
+    os.kill(pid, signal.SIGSTOP)  # the streams stay in flight, however slow the checks below are
+    try:
+        srv.proc.send_signal(signal.SIGTERM)
+        wait_for(lambda: srv.health()["status"] == "draining", timeout=60)  # the gateway took the signal
+        refused = httpx.post(
+            f"{srv.url}/v1/chat/completions", json={"model": TINY, "messages": MSG}, headers=srv.headers
+        )
+        assert refused.status_code == 503
+        assert httpx.get(f"{srv.url}/ready").status_code == 503
+        assert not results  # still streaming
+    finally:
+        os.kill(pid, signal.SIGCONT)
     for t in threads:
         t.join(60)
     assert results == [1200, 1200]
