@@ -167,8 +167,10 @@ def test_hung_rank_stops_the_heartbeats_and_the_group_is_replaced(tiny_model_dir
         tmp_path,
         [{"name": TP, "source": str(tiny_model_dir), "tensor_parallel": 2}],
         api_key=None,
-        env={"MLXD_TP_STALL_SECONDS": "1"},
-        heartbeat_timeout=3,
+        # short enough for a quick test, long enough that a healthy group on a
+        # loaded machine is not taken for a hung one
+        env={"MLXD_TP_STALL_SECONDS": "5"},
+        heartbeat_timeout=10,
     )
     client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="unused", max_retries=0, timeout=60)
     hung = rank_pids(srv.worker(TP)["pid"])[1]
