@@ -298,6 +298,12 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     they did not hold exactly the tokens of their key (always 0 unless a
     bug moved a sequence past its key; see
     :meth:`worker.caches.prefix.PrefixCache.insert`).
+    ``heartbeat_seq``: this heartbeat's number within the worker
+    incarnation (1, 2, ...; 0 in a snapshot that is not a heartbeat), so a
+    reader can tell a fresh heartbeat from one it has already seen.
+    ``vision_prefills``: prompts whose images went through the vision
+    tower (a prompt whose images were all found in the prefix cache is not
+    counted); ``vision_image_tokens``: the image tokens of those prompts.
     """
 
     running: int = 0
@@ -328,6 +334,9 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     draft_tokens: int = 0
     draft_accepted_tokens: int = 0
     cache_refused: int = 0
+    heartbeat_seq: int = 0
+    vision_prefills: int = 0
+    vision_image_tokens: int = 0
 
 
 class Hello(msgspec.Struct, frozen=True, kw_only=True, tag="hello"):

@@ -17,6 +17,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import httpx
 import pytest
@@ -108,19 +109,64 @@ def toml_value(value: object) -> str:
     return json.dumps(value)
 
 
-def settled_stats(server: Server, model: str = TINY, timeout: float = 15.0) -> dict:
-    """``model``'s worker counters once nothing runs or waits and two
-    heartbeats in a row agree. Raises TimeoutError (with the last counters)
-    when they do not settle within ``timeout`` seconds."""
+def _beat_mark(status: dict) -> tuple[int, int]:
+    """Which heartbeat a worker status shows: (incarnation, heartbeat_seq)."""
+    return status["incarnation"], status["stats"]["heartbeat_seq"]
+
+
+def _same_counters(a: dict, b: dict) -> bool:
+    """Whether two heartbeats' counters agree (their numbers aside)."""
+    return {k: v for k, v in a.items() if k != "heartbeat_seq"} == {k: v for k, v in b.items() if k != "heartbeat_seq"}
+
+
+def settled_stats(
+    server: Server,
+    model: str = TINY,
+    timeout: float = 120.0,
+    until: Callable[[dict], bool] | None = None,
+) -> dict:
+    """``model``'s worker counters once they have settled: the first
+    heartbeat sent after this call such that nothing runs or waits, its
+    counters equal those of the heartbeat just before it, and ``until``
+    (when given: the event the caller waits for, e.g. an abort counted)
+    holds for them.
+
+    Heartbeats are told apart by the worker's own sequence number
+    (``heartbeat_seq``), never by wall time, and the worker sends every
+    output before the heartbeats that follow it: whatever a client has
+    already seen finish is counted in the returned snapshot, however slow
+    the machine. ``timeout`` only bounds a wait that would never end
+    (TimeoutError with the last counters).
+    """
     deadline = time.monotonic() + timeout
-    previous = None
+    status = server.worker(model)
+    mark = _beat_mark(status)
+    seen, previous = mark, status["stats"]
     while time.monotonic() < deadline:
-        time.sleep(0.6)
-        stats = server.worker(model)["stats"]
-        if stats["running"] == 0 and stats["waiting"] == 0 and stats == previous:
-            return stats
-        previous = stats
+        status = server.worker(model)
+        stats, beat = status["stats"], _beat_mark(status)
+        if beat != seen:
+            fresh = beat[0] != mark[0] or beat[1] > mark[1]
+            idle = stats["running"] == 0 and stats["waiting"] == 0
+            if fresh and idle and _same_counters(stats, previous) and (until is None or until(stats)):
+                return stats
+            seen, previous = beat, stats
+        time.sleep(0.05)
     raise TimeoutError(f"{model}'s counters did not settle within {timeout}s; last: {previous}")
+
+
+def wait_for_stats(server: Server, model: str, until: Callable[[dict], bool], timeout: float = 120.0) -> dict:
+    """The first heartbeat counters of ``model``'s worker for which
+    ``until`` holds (running or not): an event to wait on instead of a
+    sleep. TimeoutError (with the last counters) after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    stats: dict = {}
+    while time.monotonic() < deadline:
+        stats = server.worker(model)["stats"]
+        if until(stats):
+            return stats
+        time.sleep(0.05)
+    raise TimeoutError(f"{model}'s counters never met the condition within {timeout}s; last: {stats}")
 
 
 def mean_batch(before: dict, after: dict) -> float:

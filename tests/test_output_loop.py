@@ -46,7 +46,8 @@ def test_heartbeats_only_while_every_thread_lives():
     alive = [True]
     out, sent, _ = loop(healthy=lambda: alive[0])
     run(out, [], 0.2)
-    assert sum(isinstance(m, Heartbeat) for m in sent) >= 3
+    beats = [m.stats.heartbeat_seq for m in sent if isinstance(m, Heartbeat)]
+    assert len(beats) >= 3 and beats == list(range(1, len(beats) + 1))  # numbered, so a reader sees a fresh one
     alive[0] = False
     sent.clear()
     run(out, [], 0.2)

@@ -353,6 +353,8 @@ class Worker:
             cache_memory_bytes=c.cache_memory,
             peak_memory_bytes=c.peak_memory,
             cache_refused=cache.refused if cache else 0,
+            vision_prefills=c.vision_prefills,
+            vision_image_tokens=c.vision_image_tokens,
         )
 
     def _admit(self, request: GenerateRequest) -> None:

@@ -200,3 +200,5 @@ class Counters:
     active_memory: int = 0
     cache_memory: int = 0
     peak_memory: int = 0
+    vision_prefills: int = 0
+    vision_image_tokens: int = 0

@@ -112,6 +112,14 @@ def build_generation(config: ModelConfig, emit: Callable[[Any], None], lockstep:
         from worker.tensor_parallel.lockstep import shard_model
 
         shard_model(loaded.model, lockstep.group, config.name)
+    total, in_layers = weight_bytes(loaded.model)
+    log.info(
+        "model %s rank %d holds %d bytes of weights (%d in its decoder layers)",
+        config.name,
+        lockstep.group.rank() if lockstep is not None else 0,
+        total,
+        in_layers,
+    )
     sampling_defaults = model_sampling_defaults(loaded.path, config.sampling_defaults)
     context = loaded.context_length
     if config.context_length:
@@ -346,3 +354,16 @@ def blas_in_use(on_gpu: bool) -> str:
             return "openblas" if "libopenblas" in maps.read() else "builtin"
     except OSError:
         return "unknown"
+
+
+def weight_bytes(model: Any) -> tuple[int, int]:
+    """The bytes of ``model``'s parameters held by this process, and of
+    those the part in its decoder layers (``model.layers``; 0 when it has
+    none): what a tensor-parallel rank keeps of them is its shard."""
+    from mlx.utils import tree_flatten
+
+    def size(tree: Any) -> int:
+        return sum(array.nbytes for _, array in tree_flatten(tree))
+
+    layers = getattr(model, "layers", None)
+    return size(model.parameters()), size([layer.parameters() for layer in layers]) if layers else 0

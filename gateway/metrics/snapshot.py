@@ -57,6 +57,8 @@ HEARTBEAT_SERIES: tuple[tuple[str, str, str, str], ...] = (
     ("counter", "prefix_cache_refused", "States the prefix cache refused to store: they did not hold exactly their key's tokens (a bug if ever above 0).", "cache_refused"),
     ("counter", "spec_decode_num_draft_tokens", "Tokens drafted by speculative decoding.", "draft_tokens"),
     ("counter", "spec_decode_num_accepted_tokens", "Drafted tokens that verification accepted.", "draft_accepted_tokens"),
+    ("counter", "vision_prefills", "Prompts whose images went through the vision tower.", "vision_prefills"),
+    ("counter", "vision_image_tokens", "Image tokens of the prompts that went through the vision tower.", "vision_image_tokens"),
     ("gauge", "mlx_active_memory_bytes", "Memory MLX has in use in the worker (latest heartbeat).", "active_memory_bytes"),
     ("gauge", "mlx_cache_memory_bytes", "Freed memory MLX keeps cached for reuse (latest heartbeat).", "cache_memory_bytes"),
     ("gauge", "mlx_peak_memory_bytes", "Most memory MLX had in use since the worker started.", "peak_memory_bytes"),

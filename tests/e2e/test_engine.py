@@ -14,7 +14,7 @@ import openai
 import psutil
 import pytest
 
-from tests.conftest import API_KEY, TINY, mean_batch, settled_stats, start_server
+from tests.conftest import API_KEY, TINY, mean_batch, settled_stats, start_server, wait_for_stats
 
 EOS = 2  # <|im_end|> in the SmolLM2 vocabulary the tiny model shares
 MSG = [{"role": "user", "content": "hi"}]
@@ -139,9 +139,11 @@ def test_dropped_streams_are_aborted(server):
             streams.append((ctx, lines))
         for ctx, _ in streams[:2]:  # two clients walk away
             ctx.__exit__(None, None, None)
-        time.sleep(0.5)
-        mid = server.worker(TINY)["stats"]
-        assert mid["running"] <= 2
+        # the event: both aborts counted by the worker, the two others still decoding
+        mid = wait_for_stats(
+            server, TINY, lambda s: s["requests_aborted"] - before["requests_aborted"] >= 2 and s["running"] <= 2
+        )
+        assert mid["requests_finished"] == before["requests_finished"], (before, mid)
         done = 0
         for ctx, lines in streams[2:]:
             tail = [line for line in lines if line]
@@ -216,29 +218,28 @@ def test_full_queue_is_refused_at_once(tiny_model_dir, tmp_path):
         body = {"model": TINY, "messages": MSG, "max_tokens": 1200, "ignore_eos": True}
 
         def send(_):
-            started = time.monotonic()
-            r = httpx.post(f"{srv.url}/v1/chat/completions", json=body, headers=srv.headers, timeout=120)
-            return r, time.monotonic() - started
+            r = httpx.post(f"{srv.url}/v1/chat/completions", json=body, headers=srv.headers, timeout=300)
+            return r, time.monotonic()
 
         with cf.ThreadPoolExecutor(10) as pool:
             results = list(pool.map(send, range(10)))
-        ok = [r for r, _ in results if r.status_code == 200]
+        ok = [(r, t) for r, t in results if r.status_code == 200]
         refused = [(r, t) for r, t in results if r.status_code == 503]
         assert len(ok) + len(refused) == 10
         assert 1 <= len(ok) <= 4 and len(refused) >= 6
-        for r, elapsed in refused:
+        first_answer = min(t for _, t in ok)
+        for r, ended in refused:
             assert r.headers["retry-after"] == "1"
             assert r.json()["error"]["code"] == "overloaded"
-            assert elapsed < 2.0
-        assert all(r.json()["usage"]["completion_tokens"] == 1200 for r in ok)
+            # at once: answered while every admitted request was still decoding, not after a slot freed
+            assert ended < first_answer
+        assert all(r.json()["usage"]["completion_tokens"] == 1200 for r, _ in ok)
     finally:
         srv.stop()
 
 
 def test_missing_max_tokens_fills_the_context(tiny_model_dir, tmp_path):
-    srv = start_server(
-        tmp_path, [{"name": TINY, "source": str(tiny_model_dir), "context_length": 64, "request_timeout": 1.5}]
-    )
+    srv = start_server(tmp_path, [{"name": TINY, "source": str(tiny_model_dir), "context_length": 64}])
     try:
         client = sdk(srv)
         r = client.chat.completions.create(model=TINY, messages=MSG, extra_body={"ignore_eos": True})
@@ -370,26 +371,28 @@ def test_ignore_eos_and_min_tokens(client):
 
 def test_max_batch_size_caps_the_decode_batch(tiny_model_dir, tmp_path):
     """``max_batch_size = 2`` (below the default ``prefill_batch_size`` of 8):
-    five concurrent requests never decode more than two at a time."""
+    six concurrent requests never decode more than two at a time, and do
+    decode two at a time (long answers, so requests that reach the worker
+    late on a busy machine cost few steps alone)."""
     srv = start_server(tmp_path, [{"name": TINY, "source": str(tiny_model_dir), "max_batch_size": 2}])
     try:
         before = settled_stats(srv)
-        body = {"model": TINY, "messages": MSG, "max_tokens": 60, "ignore_eos": True}
+        body = {"model": TINY, "messages": MSG, "max_tokens": 150, "ignore_eos": True}
         seen = []
 
         def send(_):
-            r = httpx.post(f"{srv.url}/v1/chat/completions", json=body, headers=srv.headers, timeout=120)
+            r = httpx.post(f"{srv.url}/v1/chat/completions", json=body, headers=srv.headers, timeout=300)
             return r.json()["usage"]["completion_tokens"]
 
-        with cf.ThreadPoolExecutor(5) as pool:
-            futures = [pool.submit(send, i) for i in range(5)]
-            while not all(f.done() for f in futures):
+        with cf.ThreadPoolExecutor(6) as pool:
+            futures = [pool.submit(send, i) for i in range(6)]
+            while not all(f.done() for f in futures):  # samples the gauge while they run
                 seen.append(srv.worker(TINY)["stats"]["running"])
                 time.sleep(0.1)
-            assert [f.result() for f in futures] == [60] * 5
+            assert [f.result() for f in futures] == [150] * 6
         after = settled_stats(srv)
         assert max(seen) <= 2, seen
         assert after["max_batch_seen"] <= 2
-        assert 1.5 <= mean_batch(before, after) <= 2.0
+        assert 1.5 <= mean_batch(before, after) <= 2.0, (before, after)
     finally:
         srv.stop()

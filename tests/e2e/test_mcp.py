@@ -87,6 +87,19 @@ def execute(srv, server: str, tool: str, arguments: dict) -> httpx.Response:
     return httpx.post(f"{srv.url}/v1/mcp/execute", json=body, headers=srv.headers, timeout=30)
 
 
+def log_with(srv, pattern: str, count: int = 1, timeout: float = 60.0) -> str:
+    """The gateway's log once ``pattern`` (a regular expression) matches
+    ``count`` times in it: audit lines are written as calls end, so wait
+    for the line rather than for a while."""
+    deadline = time.monotonic() + timeout
+    while True:
+        log = srv.log_path.read_text()
+        if len(re.findall(pattern, log)) >= count:
+            return log
+        assert time.monotonic() < deadline, f"no {pattern!r} in the log"
+        time.sleep(0.05)
+
+
 def test_listing_has_both_servers_tools_and_honours_the_allow_list(mcp_gateway):
     r = httpx.get(f"{mcp_gateway.url}/v1/mcp/tools", headers=mcp_gateway.headers, timeout=10)
     assert r.status_code == 200
@@ -209,15 +222,14 @@ def test_a_json_rpc_error_fails_the_call_but_keeps_the_session(mcp_gateway):
     assert execute(mcp_gateway, "calc", "picky", {"word": "please"}).json()["text"] == "thank you"
     assert execute(mcp_gateway, "calc", "add", {"a": 3, "b": 4}).json()["text"] == "7"
     assert server_pid(mcp_gateway) == pid  # not restarted
-    time.sleep(0.2)
-    log = mcp_gateway.log_path.read_text()
-    assert re.search(r"mcp call server=calc tool=refuse origin=execute duration_ms=\d+ outcome=protocol_error", log)
+    log_with(mcp_gateway, r"mcp call server=calc tool=refuse origin=execute duration_ms=\d+ outcome=protocol_error")
 
 
 def test_audit_lines_name_the_call_but_not_its_arguments(mcp_gateway):
+    line = r"mcp call server=calc tool=lookup origin=execute"
+    seen = len(re.findall(line, mcp_gateway.log_path.read_text()))
     assert execute(mcp_gateway, "calc", "lookup", {"country": SECRET}).status_code == 200
-    time.sleep(0.2)
-    log = mcp_gateway.log_path.read_text()
+    log = log_with(mcp_gateway, line, count=seen + 1)
     lines = [line for line in log.splitlines() if "mcp call server=calc tool=lookup" in line]
     assert lines and re.search(r"duration_ms=\d+ outcome=tool_error", lines[-1])
     mlxd_lines = [line for line in log.splitlines() if "] mlxd." in line]
@@ -225,9 +237,10 @@ def test_audit_lines_name_the_call_but_not_its_arguments(mcp_gateway):
 
 
 def test_listing_is_audited(mcp_gateway):
+    seen = mcp_gateway.log_path.read_text().count("mcp list servers=")
     assert httpx.get(f"{mcp_gateway.url}/v1/mcp/tools", headers=mcp_gateway.headers, timeout=10).status_code == 200
-    time.sleep(0.2)
-    lines = [line for line in mcp_gateway.log_path.read_text().splitlines() if "mcp list servers=" in line]
+    log = log_with(mcp_gateway, r"mcp list servers=", count=seen + 1)
+    lines = [line for line in log.splitlines() if "mcp list servers=" in line]
     assert lines, "no audit line for GET /v1/mcp/tools"
     match = re.search(r"mcp list servers=(\S+) tools=(\d+) duration_ms=\d+ outcome=(\w+)", lines[-1])
     assert match, lines[-1]
@@ -640,6 +653,7 @@ def test_messages_end_with_an_error_result_when_a_call_fails(mcp_gateway, name):
 
 def test_loop_calls_are_audited_without_arguments(mcp_gateway):
     client = openai_client(mcp_gateway)
+    seen = mcp_gateway.log_path.read_text().count("tool=lookup origin=responses")
     response = client.responses.create(
         model=TINY,
         input=f"Look up {SECRET}.",
@@ -648,8 +662,7 @@ def test_loop_calls_are_audited_without_arguments(mcp_gateway):
         max_output_tokens=64,
     )
     call = next(i for i in response.output if i.type == "mcp_call")
-    time.sleep(0.2)
-    log = mcp_gateway.log_path.read_text()
+    log = log_with(mcp_gateway, r"tool=lookup origin=responses", count=seen + 1)
     assert "tool=lookup origin=responses" in log and "origin=messages" in log
     argument = json.loads(call.arguments).get("country", "") if call.arguments.endswith("}") else ""
     mlxd_lines = [line for line in log.splitlines() if "] mlxd." in line]

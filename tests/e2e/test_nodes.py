@@ -261,23 +261,25 @@ def test_reload_drains_and_restarts_the_remote_worker(setup, tiny_model_dir):
     c = client(server)
     before = server.worker(TINY)
     result: list[object] = []
+    streaming = threading.Event()
 
     def stream() -> None:
         try:
-            reasons = [
-                chunk.choices[0].finish_reason
-                for chunk in c.chat.completions.create(
-                    model=TINY, messages=[{"role": "user", "content": "go"}], max_tokens=150, stream=True
-                )
-                if chunk.choices
-            ]
+            reasons = []
+            for chunk in c.chat.completions.create(
+                model=TINY, messages=[{"role": "user", "content": "go"}], max_tokens=150, stream=True
+            ):
+                streaming.set()
+                if chunk.choices:
+                    reasons.append(chunk.choices[0].finish_reason)
             result.append(reasons[-1])
         except BaseException as exc:
             result.append(exc)
+        streaming.set()
 
     t = threading.Thread(target=stream)
     t.start()
-    time.sleep(0.5)
+    assert streaming.wait(60)  # running on the old worker before the reload
     port = int(server.url.rsplit(":", 1)[1])
     nodes = f'[[nodes]]\nname = "mac2"\naddress = "{node.address}"\npublic_key = "{node.public}"\n'
     write_config(

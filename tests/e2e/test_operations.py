@@ -22,7 +22,8 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import API_KEY, ROOT, TINY, free_port, start_server, write_config
+from gateway.metrics.registry import FINISHED_REASONS
+from tests.conftest import API_KEY, ROOT, TINY, free_port, settled_stats, start_server, write_config
 
 MSG = [{"role": "user", "content": "hi"}]
 
@@ -129,23 +130,25 @@ def test_reload_adds_and_removes_models_while_streaming(tiny_model_dir, tmp_path
         config = tmp_path / "mlxd.toml"
         port = int(srv.url.rsplit(":", 1)[1])
         result: dict = {}
+        streaming = threading.Event()
 
         def long_stream():
-            chunks = list(
-                client(srv).chat.completions.create(
-                    model="keep",
-                    messages=MSG,
-                    max_tokens=600,
-                    stream=True,
-                    extra_body={"ignore_eos": True},
-                    stream_options={"include_usage": True},
-                )
-            )
+            chunks = []
+            for chunk in client(srv).chat.completions.create(
+                model="keep",
+                messages=MSG,
+                max_tokens=600,
+                stream=True,
+                extra_body={"ignore_eos": True},
+                stream_options={"include_usage": True},
+            ):
+                streaming.set()
+                chunks.append(chunk)
             result["tokens"] = chunks[-1].usage.completion_tokens
 
         thread = threading.Thread(target=long_stream)
         thread.start()
-        time.sleep(0.5)
+        assert streaming.wait(60)  # the stream runs on "keep" before the reload
         old_pid = srv.worker("old")["pid"]
         write_config(
             config,
@@ -162,16 +165,15 @@ def test_reload_adds_and_removes_models_while_streaming(tiny_model_dir, tmp_path
         # the new key works at once
         other = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="sk-second-key", max_retries=0)
         assert other.models.list().data
-        thread.join(60)
+        thread.join(300)
         assert result["tokens"] == 600  # the stream on the kept model was not disturbed
         assert srv.worker("keep")["incarnation"] == 1
 
         # a broken config is refused and the running one stays
         config.write_text("[server]\nport = 'oops'\n")
         srv.proc.send_signal(signal.SIGHUP)
-        time.sleep(1)
+        wait_for(lambda: "reload refused" in srv.log_path.read_text(), timeout=60)
         assert ask(srv, "new").usage.completion_tokens == 3
-        assert "reload refused" in srv.log_path.read_text()
     finally:
         srv.stop()
 
@@ -182,28 +184,30 @@ def test_changed_model_restarts_after_its_requests(tiny_model_dir, tmp_path):
         port = int(srv.url.rsplit(":", 1)[1])
         first_pid = srv.worker(TINY)["pid"]
         result: dict = {}
+        streaming = threading.Event()
 
         def stream():
-            chunks = list(
-                client(srv).chat.completions.create(
-                    model=TINY,
-                    messages=MSG,
-                    max_tokens=400,
-                    stream=True,
-                    extra_body={"ignore_eos": True},
-                    stream_options={"include_usage": True},
-                )
-            )
+            chunks = []
+            for chunk in client(srv).chat.completions.create(
+                model=TINY,
+                messages=MSG,
+                max_tokens=400,
+                stream=True,
+                extra_body={"ignore_eos": True},
+                stream_options={"include_usage": True},
+            ):
+                streaming.set()
+                chunks.append(chunk)
             result["tokens"] = chunks[-1].usage.completion_tokens
 
         thread = threading.Thread(target=stream)
         thread.start()
-        time.sleep(0.3)
+        assert streaming.wait(60)  # running on the old worker before the reload
         write_config(
             tmp_path / "mlxd.toml", port, [model(tiny_model_dir, TINY, max_batch_size=8, preload=True)], [API_KEY]
         )
         srv.proc.send_signal(signal.SIGHUP)
-        thread.join(60)
+        thread.join(300)
         assert result["tokens"] == 400  # finished on the old worker
         new = wait_for(lambda: (w := srv.worker(TINY))["state"] == "ready" and w["pid"] != first_pid and w, timeout=60)
         assert new["incarnation"] == 2
@@ -218,7 +222,7 @@ def socket_dir_of(srv, name):
 
 
 def test_sigterm_drains_streams_in_flight(tiny_model_dir, tmp_path):
-    srv = start_server(tmp_path, [model(tiny_model_dir, TINY)], drain_timeout=30.0)
+    srv = start_server(tmp_path, [model(tiny_model_dir, TINY)], drain_timeout=120.0, heartbeat_timeout=120.0)
     pid = srv.worker(TINY)["pid"]
     sockets = socket_dir_of(srv, TINY)
     results: list = []
@@ -241,12 +245,19 @@ def test_sigterm_drains_streams_in_flight(tiny_model_dir, tmp_path):
     threads = [threading.Thread(target=stream, args=(i,)) for i in range(2)]
     for t in threads:
         t.start()
-    assert all(e.wait(30) for e in streaming)  # both admitted before the signal
-    srv.proc.send_signal(signal.SIGTERM)
-    time.sleep(0.2)
-    refused = httpx.post(f"{srv.url}/v1/chat/completions", json={"model": TINY, "messages": MSG}, headers=srv.headers)
-    assert refused.status_code == 503
-    assert httpx.get(f"{srv.url}/ready").status_code == 503
+    assert all(e.wait(60) for e in streaming)  # both admitted before the signal
+    os.kill(pid, signal.SIGSTOP)  # the streams stay in flight, however slow the checks below are
+    try:
+        srv.proc.send_signal(signal.SIGTERM)
+        wait_for(lambda: srv.health()["status"] == "draining", timeout=60)  # the gateway took the signal
+        refused = httpx.post(
+            f"{srv.url}/v1/chat/completions", json={"model": TINY, "messages": MSG}, headers=srv.headers
+        )
+        assert refused.status_code == 503
+        assert httpx.get(f"{srv.url}/ready").status_code == 503
+        assert not results  # still streaming
+    finally:
+        os.kill(pid, signal.SIGCONT)
     for t in threads:
         t.join(60)
     assert results == [1200, 1200]
@@ -370,7 +381,7 @@ def test_metrics_move_with_traffic(tiny_model_dir, tmp_path):
         for _ in range(3):
             ask(srv, TINY, max_tokens=5)
         list(client(srv).chat.completions.create(model=TINY, messages=MSG, max_tokens=5, stream=True))
-        time.sleep(1.2)  # a heartbeat
+        settled_stats(srv)  # a heartbeat sent after the requests ended
         after = scrape(srv)
         m = {"model": TINY}
         assert (
@@ -395,6 +406,41 @@ def test_metrics_move_with_traffic(tiny_model_dir, tmp_path):
         assert value(after, "mlxd:model_state", model=TINY, state="ready") == 1
         assert value(after, "mlxd:num_requests_running", **m) == 0
         assert value(after, "mlxd:model_load_time_seconds", **m) > 0
+    finally:
+        srv.stop()
+
+
+def test_metrics_count_aborted_and_failed_requests(tiny_model_dir, tmp_path):
+    """Through the production path (a real gateway, worker and client): a
+    stream whose client walks away is counted once as ``abort``, a request
+    that runs past its deadline once as ``error`` (its model's), each with
+    its end-to-end latency, and nothing else is counted for them."""
+    srv = start_server(tmp_path, [model(tiny_model_dir, TINY), model(tiny_model_dir, "deadline", request_timeout=0.5)])
+    try:
+        before = scrape(srv)
+        body = {"model": TINY, "messages": MSG, "max_tokens": 1500, "stream": True, "ignore_eos": True}
+        with httpx.Client(timeout=60, headers=srv.headers) as http:
+            with http.stream("POST", f"{srv.url}/v1/chat/completions", json=body) as response:
+                lines = response.iter_lines()
+                next(line for line in lines if line.startswith("data: {"))  # streaming; then the client leaves
+        long = {"model": "deadline", "messages": MSG, "max_tokens": 2000, "ignore_eos": True}
+        failed = httpx.post(f"{srv.url}/v1/chat/completions", json=long, headers=srv.headers, timeout=60)
+        assert failed.status_code == 504 and failed.json()["error"]["code"] == "timeout"
+
+        def counted(samples, name, reason):
+            return value(samples, "mlxd:request_success_total", model=name, finished_reason=reason) - value(
+                before, "mlxd:request_success_total", model=name, finished_reason=reason
+            )
+
+        # the abort is metered once the worker has ended it (its own count): wait for that event
+        settled_stats(srv, TINY, until=lambda s: s["requests_aborted"] == 1)
+        after = wait_for(lambda: (s := scrape(srv)) and counted(s, TINY, "abort") >= 1 and s, timeout=120)
+        for name, reason in ((TINY, "abort"), ("deadline", "error")):
+            others = [r for r in FINISHED_REASONS if r != reason]
+            assert counted(after, name, reason) == 1, (name, reason)
+            assert all(counted(after, name, r) == 0 for r in others), (name, reason)
+            latency = "mlxd:e2e_request_latency_seconds_count"
+            assert value(after, latency, model=name) - value(before, latency, model=name) == 1, name
     finally:
         srv.stop()
 

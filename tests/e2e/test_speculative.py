@@ -28,6 +28,9 @@ from tests.tiny_model import build_tiny_model
 
 PLAIN, SPEC, WINDOW, HYBRID, DRAFT = "tiny-plain", "tiny-spec", "tiny-window", "tiny-hybrid", "tiny-draft"
 CODE = "def add(a, b):\n    return a + b\n\n" * 20
+LONG = 1500
+"""Tokens a cancelled stream asks for: far more than it can produce before
+its close reaches the worker, even with every draft accepted."""
 
 
 @pytest.fixture(scope="module")
@@ -92,23 +95,41 @@ def test_single_stream_identical_and_drafts_accepted(server, client):
     assert metric(server, "spec_decode_num_accepted_tokens", SPEC) == stats["draft_accepted_tokens"]
 
 
-def test_concurrent_requests_identical(client):
+def delta(before: dict, after: dict, *names: str) -> tuple[int, ...]:
+    """How much each counter ``names`` moved between two heartbeats."""
+    return tuple(after[name] - before[name] for name in names)
+
+
+def test_concurrent_requests_identical(server, client):
     prompts = [CODE, "x y z " * 40, "count: 1 2 3 1 2 3 1 2 3", CODE + "more", "once upon a time"]
     expected = [complete(client, PLAIN, p, 40) for p in prompts]
+    before = settled_stats(server, SPEC)
     with cf.ThreadPoolExecutor(len(prompts)) as pool:
         got = list(pool.map(lambda p: complete(client, SPEC, p, 40), prompts))
     assert got == expected
+    drafted, accepted, finished = delta(
+        before, settled_stats(server, SPEC), "draft_tokens", "draft_accepted_tokens", "requests_finished"
+    )
+    assert drafted > 0 and accepted > 0 and finished == len(prompts)  # these requests drafted
 
 
 def test_cancel_while_speculating_is_clean(server, client):
     expected = complete(client, SPEC, CODE, 200)
-    stream = client.completions.create(model=SPEC, prompt=CODE, max_tokens=200, temperature=0, stream=True)
+    before = settled_stats(server, SPEC)
+    stream = client.completions.create(  # long: still speculating when the close reaches the worker
+        model=SPEC, prompt=CODE, max_tokens=LONG, temperature=0, stream=True, extra_body={"ignore_eos": True}
+    )
     for i, _ in enumerate(stream):
         if i == 5:
             break
     stream.close()
-    stats = settled_stats(server, SPEC)
+    stats = settled_stats(server, SPEC, until=lambda s: s["requests_aborted"] > before["requests_aborted"])
     assert stats["running"] == 0 and stats["waiting"] == 0
+    aborted, finished, drafted, generated = delta(
+        before, stats, "requests_aborted", "requests_finished", "draft_tokens", "generated_tokens"
+    )
+    # it was aborted (not run to its end) after it had drafted
+    assert (aborted, finished) == (1, 0) and drafted > 0 and generated < LONG
     assert complete(client, SPEC, CODE, 200) == expected
 
 
@@ -175,19 +196,26 @@ def test_cancel_one_row_while_others_speculate(server, client):
     expected = [complete(client, PLAIN, p, 80) for p in prompts[1:]]
 
     def cancelled():
-        stream = client.completions.create(model=SPEC, prompt=prompts[0], max_tokens=200, temperature=0, stream=True)
+        stream = client.completions.create(
+            model=SPEC, prompt=prompts[0], max_tokens=LONG, temperature=0, stream=True, extra_body={"ignore_eos": True}
+        )
         for i, _ in enumerate(stream):
             if i == 8:
                 break
         stream.close()
 
+    before = settled_stats(server, SPEC)
     with cf.ThreadPoolExecutor(3) as pool:
         gone = pool.submit(cancelled)
         got = list(pool.map(lambda p: complete(client, SPEC, p, 80), prompts[1:]))
         gone.result()
     assert got == expected
-    stats = settled_stats(server, SPEC)
+    stats = settled_stats(server, SPEC, until=lambda s: s["requests_aborted"] > before["requests_aborted"])
     assert stats["running"] == 0 and stats["waiting"] == 0
+    aborted, finished, drafted, accepted = delta(
+        before, stats, "requests_aborted", "requests_finished", "draft_tokens", "draft_accepted_tokens"
+    )
+    assert (aborted, finished) == (1, 2) and drafted > 0 and accepted > 0
 
 
 def test_stop_strings_and_n_choices_match(client):
@@ -222,19 +250,21 @@ def test_hybrid_model_drafts_and_answers_as_without(server, client):
         return r.choices[0].text
 
     expected = [answer(p, False) for p in prompts]
+    before = settled_stats(server, HYBRID)
     with cf.ThreadPoolExecutor(len(prompts)) as pool:
         got = list(pool.map(lambda p: answer(p, True), prompts))
     assert got == expected
-    stats = settled_stats(server, HYBRID)
-    assert stats["draft_tokens"] > 0 and stats["draft_accepted_tokens"] > 0
+    drafted, accepted = delta(before, settled_stats(server, HYBRID), "draft_tokens", "draft_accepted_tokens")
+    assert drafted > 0 and accepted > 0
 
 
 def test_draft_model_answers_as_without(server, client):
     prompts = ["once upon a time", "x y z " * 40, CODE]
     expected = [complete(client, PLAIN, p, 40) for p in prompts]
+    before = settled_stats(server, DRAFT)
     with cf.ThreadPoolExecutor(len(prompts)) as pool:
         got = list(pool.map(lambda p: complete(client, DRAFT, p, 40), prompts))
     assert got == expected
-    stats = settled_stats(server, DRAFT)
+    drafted, accepted = delta(before, settled_stats(server, DRAFT), "draft_tokens", "draft_accepted_tokens")
     # its own weights: every draft is what the model picks (up to arg-max ties)
-    assert stats["draft_tokens"] > 0 and stats["draft_accepted_tokens"] >= 0.9 * stats["draft_tokens"]
+    assert drafted > 0 and accepted >= 0.9 * drafted

@@ -12,6 +12,7 @@ message naming the cause.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -103,6 +104,24 @@ def test_greedy_and_seeded_outputs_match_one_process(client):
     assert complete_all(client, TP, temperature=0) == expected
 
 
+HOLDS = re.compile(r"model (\S+) rank (\d+) holds (\d+) bytes of weights \((\d+) in its decoder layers\)")
+
+
+def test_each_rank_holds_only_its_shard(tp_server):
+    """What each process reports holding after loading: each of the two
+    ranks keeps half of every decoder layer's sharded weights (all of them
+    but the norms), and exactly what the single process keeps outside the
+    layers (embeddings, final norm: replicated)."""
+    held = {(m[1], int(m[2])): (int(m[3]), int(m[4])) for m in HOLDS.finditer(tp_server.log_path.read_text())}
+    assert {(TP, 0), (TP, 1), (SINGLE, 0)} <= set(held), held
+    total, layers = held[(SINGLE, 0)]
+    ranks = [held[(TP, 0)], held[(TP, 1)]]
+    assert ranks[0] == ranks[1], ranks
+    rank_total, rank_layers = ranks[0]
+    assert layers > 0 and layers / 2 <= rank_layers < 0.55 * layers, (rank_layers, layers)
+    assert rank_total - rank_layers == total - layers  # the rest is the same on every process
+
+
 def test_cancelled_stream_leaves_the_group_in_step(client, tp_server):
     """A stream closed mid-way is aborted on every rank; the next requests
     (reusing the prefix cache) still match the single process."""
@@ -148,8 +167,10 @@ def test_hung_rank_stops_the_heartbeats_and_the_group_is_replaced(tiny_model_dir
         tmp_path,
         [{"name": TP, "source": str(tiny_model_dir), "tensor_parallel": 2}],
         api_key=None,
-        env={"MLXD_TP_STALL_SECONDS": "1"},
-        heartbeat_timeout=3,
+        # short enough for a quick test, long enough that a healthy group on a
+        # loaded machine is not taken for a hung one
+        env={"MLXD_TP_STALL_SECONDS": "5"},
+        heartbeat_timeout=10,
     )
     client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="unused", max_retries=0, timeout=60)
     hung = rank_pids(srv.worker(TP)["pid"])[1]

@@ -21,11 +21,14 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import API_KEY, TINY, settled_stats, start_server
-from tests.tiny_vlm import build_tiny_vlm
+from tests.conftest import API_KEY, TINY, mean_batch, settled_stats, start_server
+from tests.tiny_vlm import PIXELS, build_tiny_vlm
 
 VLM = "tiny-vlm"
 TOKENS = 6
+IMAGE_TOKENS = PIXELS["max_pixels"] // (32 * 32)
+"""The image tokens of one 64x64 image in the tiny VLM: 16-pixel patches
+merged 2x2, so one token per 32x32 pixels (4)."""
 
 
 def _image(color: tuple[int, int, int], fmt: str = "PNG", size: tuple[int, int] = (64, 64)) -> bytes:
@@ -101,6 +104,20 @@ def _chat(client, image: bytes, *, model: str = VLM, stream: bool = False, media
     return text, usage
 
 
+def tower_runs(server, act) -> tuple[object, int, int]:
+    """Run ``act()`` and return its result with how many prompts the VLM's
+    vision tower ran on meanwhile and how many image tokens they held
+    (the worker's own counters, before and after)."""
+    before = settled_stats(server, VLM)
+    result = act()
+    after = settled_stats(server, VLM)
+    return (
+        result,
+        after["vision_prefills"] - before["vision_prefills"],
+        after["vision_image_tokens"] - before["vision_image_tokens"],
+    )
+
+
 def test_models_say_which_take_images(server, client):
     """/v1/models and Ollama's show name the vision model."""
     cards = {card["id"]: card for card in httpx.get(f"{server.url}/v1/models", headers=server.headers).json()["data"]}
@@ -109,16 +126,21 @@ def test_models_say_which_take_images(server, client):
     assert "vision" in show["capabilities"]
 
 
-def test_openai_chat_streamed_and_not(client):
+def test_openai_chat_streamed_and_not(server, client):
     """The image decides the answer; streamed equals not streamed; a
-    repeated image is a prefix-cache hit with the same answer as cold."""
-    red, red_usage = _chat(client, RED)
+    repeated image is a prefix-cache hit with the same answer as cold: the
+    vision tower does not run again and the cached tokens cover the
+    image's."""
+    (red, red_usage), runs, image_tokens = tower_runs(server, lambda: _chat(client, RED))
+    assert (runs, image_tokens) == (1, IMAGE_TOKENS)  # the image went through the vision tower
     blue, _ = _chat(client, BLUE, media="image/jpeg")
     assert red and blue and red != blue
-    assert red_usage.prompt_tokens > 10  # the image's tokens are in the prompt
-    streamed, usage = _chat(client, RED, stream=True)
+    (streamed, usage), runs, _ = tower_runs(server, lambda: _chat(client, RED, stream=True))
     assert streamed == red
-    assert usage.prompt_tokens_details.cached_tokens > 0  # the image came from the cache
+    assert runs == 0  # the image came from the cache, not from the vision tower
+    # everything but the last prompt token (after the image) was reused
+    assert usage.prompt_tokens == red_usage.prompt_tokens
+    assert usage.prompt_tokens_details.cached_tokens == usage.prompt_tokens - 1
     content = [
         {"type": "text", "text": "Hi"},
         {"type": "image_url", "image_url": {"url": _data_url(BLUE, "image/jpeg")}},
@@ -145,9 +167,10 @@ def test_responses_input_image(client):
     assert text == want
 
 
-def test_responses_tool_output_images_reach_a_vision_model(client):
+def test_responses_tool_output_images_reach_a_vision_model(server, client):
     """An ``input_image`` in a function call's output (Codex's view_image)
-    is an image for the vision model: each one adds its tokens."""
+    is an image for the vision model: the vision tower runs on it and each
+    image adds its own image tokens (not a text placeholder)."""
 
     def prompt_tokens(images: list[bytes]) -> int:
         output = [{"type": "input_image", "image_url": _data_url(i)} for i in images]
@@ -160,7 +183,11 @@ def test_responses_tool_output_images_reach_a_vision_model(client):
         answer = client.responses.create(model=VLM, input=items, tools=tools, max_output_tokens=1, temperature=0)
         return answer.usage.input_tokens
 
-    assert prompt_tokens([RED, RED]) - prompt_tokens([RED]) >= 4
+    one, runs, image_tokens = tower_runs(server, lambda: prompt_tokens([RED]))
+    assert (runs, image_tokens) == (1, IMAGE_TOKENS)
+    two, runs, image_tokens = tower_runs(server, lambda: prompt_tokens([RED, RED]))
+    assert (runs, image_tokens) == (1, 2 * IMAGE_TOKENS)
+    assert two - one >= IMAGE_TOKENS
 
 
 def _image_block(blob: bytes, media: str = "image/png") -> dict:
@@ -168,9 +195,10 @@ def _image_block(blob: bytes, media: str = "image/png") -> dict:
     return {"type": "image", "source": {"type": "base64", "media_type": media, "data": base64.b64encode(blob).decode()}}
 
 
-def test_anthropic_image_blocks_and_tool_results(claude):
+def test_anthropic_image_blocks_and_tool_results(server, claude):
     """Anthropic image blocks, streamed and not; images inside a
-    tool_result reach a vision model (more prompt tokens per image)."""
+    tool_result reach a vision model (the vision tower runs on each, and
+    counting tokens agrees with the prompt that ran)."""
     messages = [{"role": "user", "content": [{"type": "text", "text": "Hi"}, _image_block(RED)]}]
     answer = claude.messages.create(model=VLM, max_tokens=TOKENS, messages=messages, extra_body={"temperature": 0})
     text = "".join(block.text for block in answer.content if block.type == "text")
@@ -191,31 +219,63 @@ def test_anthropic_image_blocks_and_tool_results(claude):
     tools = [{"name": "look", "description": "d", "input_schema": {"type": "object"}}]
     one = claude.messages.count_tokens(model=VLM, messages=tool_turns([RED]), tools=tools).input_tokens
     two = claude.messages.count_tokens(model=VLM, messages=tool_turns([RED, BLUE]), tools=tools).input_tokens
-    assert two - one >= 4  # the second image's tokens, not a placeholder line
-    reply = claude.messages.create(model=VLM, max_tokens=TOKENS, messages=tool_turns([RED]), tools=tools)
-    assert reply.stop_reason in ("end_turn", "max_tokens", "tool_use")
+    assert two - one >= IMAGE_TOKENS
+    for images in ([RED], [RED, BLUE]):
+        reply, runs, image_tokens = tower_runs(
+            server,
+            lambda i=images: claude.messages.create(model=VLM, max_tokens=TOKENS, messages=tool_turns(i), tools=tools),
+        )
+        assert reply.stop_reason in ("end_turn", "max_tokens", "tool_use")
+        assert (runs, image_tokens) == (1, len(images) * IMAGE_TOKENS)  # the images, not a placeholder line
+        whole = reply.usage.input_tokens + (reply.usage.cache_read_input_tokens or 0)
+        assert whole == (one if len(images) == 1 else two)
     # a text model keeps the placeholder for tool_result images
     text_model = claude.messages.create(model=TINY, max_tokens=2, messages=tool_turns([RED]), tools=tools)
     assert text_model.usage.input_tokens > 0
 
 
+LONG = 600
+"""Tokens per answer in the batching test: long enough that requests that
+reach the worker a little apart still decode side by side."""
+
+
 def test_image_and_text_requests_batch(server, client):
-    """Image requests and a text request sent together all answer as they
-    do alone, and the engine ran them in one batch."""
-    text_kwargs = dict(
-        model=VLM, messages=[{"role": "user", "content": "Hello there"}], max_tokens=TOKENS, temperature=0
-    )
-    alone = [_chat(client, RED)[0], _chat(client, BLUE, media="image/jpeg")[0]]
-    alone_text = client.chat.completions.create(**text_kwargs).choices[0].message.content
+    """Four image requests and two text requests sent together all answer
+    as they do alone, and decode in shared steps: in this test's own window,
+    more rows per step than image rows and text rows could reach apart."""
+
+    def image_answer(image: bytes, media: str) -> str:
+        content = [{"type": "text", "text": "Hi"}, {"type": "image_url", "image_url": {"url": _data_url(image, media)}}]
+        return _long(client, [{"role": "user", "content": content}])
+
+    def text_answer() -> str:
+        return _long(client, [{"role": "user", "content": "Hello there"}])
+
+    pairs = [(RED, "image/png"), (BLUE, "image/jpeg")]
+    alone = [image_answer(*pair) for pair in pairs]
+    alone_text = text_answer()
     before = settled_stats(server, VLM)
     with cf.ThreadPoolExecutor(6) as pool:
-        images = [pool.submit(_chat, client, img, media=m) for img, m in [(RED, "image/png"), (BLUE, "image/jpeg")] * 2]
-        texts = [pool.submit(lambda: client.chat.completions.create(**text_kwargs)) for _ in range(2)]
-        got = [f.result()[0] for f in images]
-        got_text = [f.result().choices[0].message.content for f in texts]
+        images = [pool.submit(image_answer, *pair) for pair in pairs * 2]
+        texts = [pool.submit(text_answer) for _ in range(2)]
+        got = [f.result() for f in images]
+        got_text = [f.result() for f in texts]
     assert got == alone * 2 and got_text == [alone_text] * 2
     after = settled_stats(server, VLM)
-    assert after["max_batch_seen"] >= 2 and after["requests_finished"] - before["requests_finished"] == 6
+    assert after["requests_finished"] - before["requests_finished"] == 6
+    assert after["generated_tokens"] - before["generated_tokens"] == 6 * LONG
+    # image rows alone (at most 4 a step) then text rows alone (at most 2)
+    # would take at least 4 * LONG / 4 + 2 * LONG / 2 steps: 3 rows a step
+    assert mean_batch(before, after) > 3.0, (before, after)
+
+
+def _long(client, messages: list[dict]) -> str:
+    """A greedy answer of exactly :data:`LONG` tokens."""
+    answer = client.chat.completions.create(
+        model=VLM, messages=messages, max_tokens=LONG, temperature=0, extra_body={"ignore_eos": True}
+    )
+    assert answer.usage.completion_tokens == LONG
+    return answer.choices[0].message.content
 
 
 def _post(server, path: str, body: dict) -> httpx.Response:
@@ -268,8 +328,10 @@ def test_too_many_images_and_anthropic_shape(server):
     assert response.json()["error"]["message"].startswith("messages[0].content[0].source: image 0")
 
 
-def _image_bodies(model: str, url: str) -> list[tuple[str, dict, str]]:
-    """The same image on each protocol: (path, body, param the 400 names)."""
+def _image_bodies(model: str, url: str, greedy: bool = False) -> list[tuple[str, dict, str]]:
+    """The same image on each protocol: (path, body, param the 400 names).
+    ``greedy``: text before the image, :data:`TOKENS` greedy tokens (an
+    answer that depends on the image and where it stands)."""
     responses_content = [{"type": "input_image", "image_url": url}, {"type": "input_text", "text": "Hi"}]
     source = (
         {"type": "url", "url": url}
@@ -277,7 +339,7 @@ def _image_bodies(model: str, url: str) -> list[tuple[str, dict, str]]:
         else {"type": "base64", "media_type": "image/png", "data": url.split(",", 1)[1]}
     )
     anthropic_content = [{"type": "image", "source": source}, {"type": "text", "text": "Hi"}]
-    return [
+    bodies = [
         ("/v1/chat/completions", _openai_body(model, url), "messages[0].content[0].image_url.url"),
         (
             "/v1/responses",
@@ -290,6 +352,32 @@ def _image_bodies(model: str, url: str) -> list[tuple[str, dict, str]]:
             "messages[0].content[0].source.url",
         ),
     ]
+    if greedy:
+        for _, body, _ in bodies:
+            turn = (body.get("messages") or body.get("input"))[0]
+            turn["content"] = turn["content"][::-1]  # "Hi", then the image
+            body["temperature"] = 0
+            body["max_tokens" if "max_tokens" in body else "max_output_tokens"] = TOKENS
+    return bodies
+
+
+def _answer(path: str, body: dict) -> str:
+    """The answer text of a non-streamed response on ``path``'s protocol."""
+    if path == "/v1/chat/completions":
+        return body["choices"][0]["message"]["content"]
+    if path == "/v1/responses":
+        return "".join(c["text"] for item in body["output"] if item["type"] == "message" for c in item["content"])
+    return "".join(block["text"] for block in body["content"] if block["type"] == "text")
+
+
+def _prompt_tokens(path: str, body: dict) -> int:
+    """The whole prompt's token count of a non-streamed response on
+    ``path``'s protocol (Anthropic's counts computed and cache-read tokens
+    apart)."""
+    usage = body["usage"]
+    if path == "/v1/messages":
+        return usage["input_tokens"] + usage["cache_read_input_tokens"]
+    return usage.get("prompt_tokens", usage.get("input_tokens"))
 
 
 def test_text_model_refuses_images_on_every_protocol(server):
@@ -365,9 +453,16 @@ def test_remote_images_fetched_when_the_config_allows(tiny_model_dir, tmp_path_f
     try:
         client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key=API_KEY, max_retries=0)
         inline, _ = _chat(client, RED)
-        for path, body, _ in _image_bodies(VLM, url):
-            response = _post(srv, path, body)
+        for (path, remote_body, _), (_, inline_body, _) in zip(
+            _image_bodies(VLM, url, greedy=True), _image_bodies(VLM, _data_url(RED), greedy=True)
+        ):
+            response = _post(srv, path, remote_body)
             assert response.status_code == 200, (path, response.text)
+            want = _post(srv, path, inline_body)
+            assert want.status_code == 200, (path, want.text)
+            # the fetched image is the image, in its place: the same greedy answer and prompt
+            assert _answer(path, response.json()) == _answer(path, want.json()), path
+            assert _prompt_tokens(path, response.json()) == _prompt_tokens(path, want.json()), path
         content = [{"type": "text", "text": "Hi"}, {"type": "image_url", "image_url": {"url": url}}]
         remote = client.chat.completions.create(
             model=VLM, messages=[{"role": "user", "content": content}], max_tokens=TOKENS, temperature=0

@@ -53,19 +53,22 @@ def test_anthropic_stream_gets_error_event_when_worker_dies(server):
     restarts = server.worker(TINY)["restarts"]
     failure: list[BaseException] = []
     ended: list[float] = []
+    streaming = threading.Event()
 
     def run():
         try:
             with claude.messages.stream(model=TINY, max_tokens=1900, messages=MSG) as stream:
-                for _ in stream:
-                    pass
+                for event in stream:
+                    if event.type == "content_block_delta":
+                        streaming.set()
         except BaseException as exc:
             failure.append(exc)
         ended.append(time.monotonic())
+        streaming.set()
 
     thread = threading.Thread(target=run)
     thread.start()
-    time.sleep(1.0)
+    assert streaming.wait(60) and not failure  # tokens are flowing when the worker dies
     killed = time.monotonic()
     os.kill(pid, signal.SIGKILL)
     thread.join(30)
@@ -222,9 +225,11 @@ def test_garbage_on_the_worker_sockets_is_dropped(server):
         for frame in (b"\xc1garbage", b"\x81\xa4type\xa4exec", b"\x00" * 1000, os.urandom(4096)):
             push.send(frame)
         push.send(b"\x00" * (MAX_FRAME_BYTES + 1))  # over the size cap: ZeroMQ drops it
-        time.sleep(0.5)
+        deadline = time.monotonic() + 60
+        while "dropped a malformed frame" not in server.log_path.read_text():  # delivered and read
+            assert time.monotonic() < deadline, "the gateway never reported the garbage frames"
+            time.sleep(0.05)
         push.close()
     finally:
         ctx.term()
-    assert "dropped a malformed frame" in server.log_path.read_text()
     assert_recovered(server, TINY)

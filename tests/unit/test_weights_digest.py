@@ -1,10 +1,13 @@
 """worker.loading.weights_digest: a content identity of a model directory that
-survives moves and restarts, memoized per file, robust to a bad memo."""
+survives moves and restarts, memoized per file, robust to a bad memo and
+to a file rewritten within one timestamp tick."""
 
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
+import time
 
 from worker.loading import weights_digest as wd
 
@@ -15,6 +18,15 @@ def make_model(directory, weights: bytes = b"\x00\x01" * 64):
     (directory / "model.safetensors").write_bytes(weights)
     (directory / "README.md").write_text("not part of the identity")
     return directory
+
+
+def rewrite_keeping_mtime(file, data: bytes) -> None:
+    """Replace ``file``'s bytes (same size) and put its modification time
+    back exactly: a rewrite inside one timestamp tick, on any machine."""
+    before = file.stat()
+    file.write_bytes(data)
+    os.utime(file, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert file.stat().st_mtime_ns == before.st_mtime_ns and file.stat().st_size == before.st_size
 
 
 def test_same_contents_elsewhere_same_digest_other_weights_another(tmp_path):
@@ -28,7 +40,7 @@ def test_same_contents_elsewhere_same_digest_other_weights_another(tmp_path):
     assert len(digest) == 64
     assert wd.weights_digest(moved, memo) == digest
     assert wd.weights_digest(other, memo) != digest
-    (a / "model.safetensors").write_bytes(b"\x00\x03" * 64)  # same size, new bytes and mtime
+    rewrite_keeping_mtime(a / "model.safetensors", b"\x00\x03" * 64)  # same size, same mtime, new bytes
     assert wd.weights_digest(a, memo) not in (digest, wd.weights_digest(other, memo))
 
 
@@ -45,11 +57,16 @@ def test_memo_spares_rereading_and_a_bad_memo_only_costs_a_rehash(tmp_path, monk
     monkeypatch.setattr(wd.hashlib, "file_digest", counting)
     first = wd.weights_digest(model, memo)
     assert len(reads) == 2  # config.json and model.safetensors
-    assert wd.weights_digest(model, memo) == first and len(reads) == 2
-    memo.write_text("{ not json")
-    assert wd.weights_digest(model, memo) == first and len(reads) == 4
-    memo.write_text('["a list"]')
+    # files changed moments ago are not remembered: a rewrite in the same tick would go unseen
+    assert wd.weights_digest(model, memo) == first and len(reads) == 4 and not memo.exists()
+    later = time.time() + 2 * wd.RACY_SECONDS  # the files have aged (a clock, not a sleep)
+    monkeypatch.setattr(wd.time, "time", lambda: later)
     assert wd.weights_digest(model, memo) == first and len(reads) == 6
+    assert wd.weights_digest(model, memo) == first and len(reads) == 6  # remembered now
+    memo.write_text("{ not json")
+    assert wd.weights_digest(model, memo) == first and len(reads) == 8
+    memo.write_text('["a list"]')
+    assert wd.weights_digest(model, memo) == first and len(reads) == 10
     # an unwritable memo location is logged, not raised
     blocked = tmp_path / "file-not-dir"
     blocked.write_text("x")

@@ -469,6 +469,8 @@ class Scheduler:
             return base, remaining, engine.position_delta(vision)
         cache, delta = engine.prefill_images(vision)
         self.counters.prompt_tokens += len(adm.prompt) - 1
+        self.counters.vision_prefills += 1
+        self.counters.vision_image_tokens += vision.model_ids.count(vision.image_token_id)
         if self.cache is not None:
             self.cache.insert(list(adm.prompt[:-1]), copy.deepcopy(cache))
         return cache, list(adm.prompt[-1:]), delta

@@ -10,9 +10,13 @@ the same weights, and never for other weights.
 
 Hashing reads every byte once (about a second per GB here), so each file's
 digest is remembered in a small JSON memo (``memo_file``), keyed by the
-file's absolute path, size and modification time: only a new or changed
-file is read again. A memo that cannot be read or written costs a re-hash,
-never an error.
+file's absolute path, size, modification time and status-change time: only
+a new or changed file is read again. A file changed within
+:data:`RACY_SECONDS` of being hashed is not remembered (file timestamps
+tick coarsely, so a second write in the same tick, with the same size,
+would leave every key field as it was): it is read again next time, until
+it has aged. A memo that cannot be read or written costs a re-hash, never
+an error.
 
 Threads: called by the worker's scheduler thread while it loads the model
 (before any request); touches no MLX state. Reads and rewrites
@@ -31,6 +35,11 @@ from pathlib import Path
 
 log = logging.getLogger("mlxd.worker.weights_digest")
 
+RACY_SECONDS = 2.0
+"""A file whose modification or status-change time is less than this many
+seconds before its hashing is not remembered in the memo (see the module
+docstring); covers file systems with timestamps as coarse as 2 s."""
+
 IDENTITY_GLOBS: tuple[str, ...] = ("*.json", "*.safetensors", "*.jinja", "tokenizer.model", "*.tiktoken")
 """The files of a model directory whose contents make its identity: config,
 tokenizer and weights."""
@@ -47,8 +56,9 @@ def weights_digest(path: Path, memo_file: Path) -> str:
     files of model directory ``path``.
 
     Each file's own digest is taken from ``memo_file`` when its absolute
-    path, size and modification time match an earlier hash, else computed
-    and stored there. Raises ``OSError`` only when a model file itself
+    path, size, modification and status-change times match an earlier
+    hash, else computed (and stored there unless the file changed within
+    :data:`RACY_SECONDS`). Raises ``OSError`` only when a model file itself
     cannot be read.
     """
     memo = _read_memo(memo_file)
@@ -58,22 +68,25 @@ def weights_digest(path: Path, memo_file: Path) -> str:
     hashed_bytes = 0
     for file in identity_files(path):
         stat = file.stat()
-        key = f"{file.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}"
+        key = f"{file.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}\0{stat.st_ctime_ns}"
         digest = memo.get(key)
         if digest is None:
+            settled = time.time() - max(stat.st_mtime, stat.st_ctime) >= RACY_SECONDS
             with open(file, "rb") as handle:
                 digest = hashlib.file_digest(handle, "sha256").hexdigest()
-            memo[key] = digest
-            changed = True
+            if settled:
+                memo[key] = digest
+                changed = True
             hashed_bytes += stat.st_size
         total.update(f"{file.name}\0{digest}\n".encode())
-    if changed:
+    if hashed_bytes:
         log.info(
             "hashed %.1f MB of model files in %s in %.1f s",
             hashed_bytes / 1e6,
             path,
             time.monotonic() - started,
         )
+    if changed:
         _write_memo(memo_file, memo)
     return total.hexdigest()
 

@@ -128,6 +128,7 @@ class OutputLoop:
         self._interval = heartbeat_interval
         self._live: dict[str, _Request] = {}
         self._last_beat = 0.0
+        self._beats = 0
 
     def run(self) -> None:
         """Process queued items until :class:`Exit` or :class:`FailAll`.
@@ -304,5 +305,9 @@ class OutputLoop:
             item.done.set()
 
     def _beat(self) -> None:
+        """Send the next heartbeat, numbered (``heartbeat_seq``) after the
+        one before it."""
         self._last_beat = time.monotonic()
-        self._send(Heartbeat(worker_id=self._worker_id, stats=self._stats()))
+        self._beats += 1
+        stats = msgspec.structs.replace(self._stats(), heartbeat_seq=self._beats)
+        self._send(Heartbeat(worker_id=self._worker_id, stats=stats))
