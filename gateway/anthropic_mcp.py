@@ -212,20 +212,12 @@ async def create_mcp_message(request: Request, raw: bytes) -> Response:
     rounds = McpRounds(request, plan(request.app.state.mcp, data), fmt.new_id("msg_"))
     job = await rounds.submit(0)
 
+    request_id = fmt.new_id("req_")
+
     async def streamed(first: RequestOutput) -> AsyncIterator[bytes]:
-        start = {
-            "type": "message_start",
-            "message": {
-                "id": rounds.id,
-                "type": "message",
-                "role": "assistant",
-                "content": [],
-                "model": job.model,
-                "stop_reason": None,
-                "stop_sequence": None,
-                "usage": {"input_tokens": 0, "output_tokens": 0},
-            },
-        }
+        empty = fmt.Usage(input_tokens=0, output_tokens=0)
+        message = fmt.new_message(job.applied_edits, id=rounds.id, model=job.model, content=[], usage=empty)
+        start = {"type": "message_start", "message": message}
         yield sse.json_frame(start, event="message_start") + sse.json_frame({"type": "ping"}, event="ping")
         index = 0
         try:
@@ -236,17 +228,15 @@ async def create_mcp_message(request: Request, raw: bytes) -> Response:
                     index += 1
                 yield frames
         except APIError as err:
-            yield anthropic_error_frame(err)
+            yield anthropic_error_frame(err, request_id)
             return
         if rounds.failed is not None:
-            yield anthropic_error_frame(worker_error(rounds.failed))
+            yield anthropic_error_frame(worker_error(rounds.failed), request_id)
             return
         final = rounds.message or {}
-        delta = {
-            "type": "message_delta",
-            "delta": {"stop_reason": final.get("stop_reason"), "stop_sequence": final.get("stop_sequence")},
-            "usage": final.get("usage"),
-        }
+        delta = fmt.message_delta(
+            final.get("stop_reason"), final.get("stop_sequence"), final.get("usage"), final.get("context_management")
+        )
         yield sse.json_frame(delta, event="message_delta") + sse.json_frame(
             {"type": "message_stop"}, event="message_stop"
         )
@@ -262,7 +252,7 @@ async def create_mcp_message(request: Request, raw: bytes) -> Response:
         rounds.id,
         refuse=lambda output: anthropic_error_response(worker_error(output)),
         streamed=streamed if data.get("stream") else None,
-        stream_headers={**job.headers, REQUEST_ID_HEADER: fmt.new_id("req_")},
+        stream_headers={**job.headers, REQUEST_ID_HEADER: request_id},
         collect=collect,
         answer=lambda message: _json_response(json.dumps(message).encode(), job.headers),
     )

@@ -163,15 +163,16 @@ async def messages(request: Request) -> Response:
         job = await _submit(request)
     except APIError as err:
         return anthropic_error_response(err)
+    request_id = fmt.new_id("req_")
     return await answer(
         request,
         job.stream,
         job.request_id,
-        _builder(job),
+        _builder(job, request_id),
         streaming=job.stream_requested,
         refuse=lambda output: anthropic_error_response(worker_error(output)),
         body=lambda builder: _answer(job, builder),
-        headers={**job.headers, REQUEST_ID_HEADER: fmt.new_id("req_")},
+        headers={**job.headers, REQUEST_ID_HEADER: request_id},
     )
 
 
@@ -192,9 +193,9 @@ async def _submit(request: Request) -> _Job:
     return _Job(generate, model, bool(req.stream), stream, headers, omit_thinking(req), applied)
 
 
-def _builder(job: _Job) -> MessageBuilder:
-    """The builder of ``job``'s message."""
-    return MessageBuilder(job.request_id, job.model, job.omit_thinking, job.applied_edits)
+def _builder(job: _Job, request_id: str | None = None) -> MessageBuilder:
+    """The builder of ``job``'s message (``request_id``: the answer's ``request-id``)."""
+    return MessageBuilder(job.request_id, job.model, job.omit_thinking, job.applied_edits, request_id)
 
 
 async def collect(job: _Job, first: RequestOutput) -> MessageBuilder | RequestOutput:

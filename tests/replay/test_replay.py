@@ -7,7 +7,7 @@ shapes kept; prose replaced; see ``fixtures/README.md``). The test posts it
 unchanged (plus an API key) to a real gateway with a real worker, once as
 sent (streaming) and once with ``stream: false``, and requires a 200 whose
 body, or every SSE event, validates strictly against the installed SDKs'
-response types (:mod:`tests.replay.official_shapes`).
+response types (:mod:`tests.shapes.official`).
 
 The worker serves the terse tiny model of :func:`tests.tiny_model.build_terse_model`:
 the default model's tokenizer and context (``CONTEXT``, 8192 tokens) and
@@ -31,7 +31,8 @@ from anthropic.types.beta import BetaMessage, BetaRawMessageStreamEvent
 from openai.types.responses import Response, ResponseStreamEvent
 
 from tests.conftest import API_KEY, TINY, start_server
-from tests.replay.official_shapes import sse_events, validate
+from tests.shapes.frames import sse_events
+from tests.shapes.official import validate
 
 FIXTURES = sorted(Path(__file__).with_name("fixtures").glob("*.json"))
 TIMEOUT = 120
