@@ -172,7 +172,7 @@ class McpRounds:
             "type": "mcp_tool_result",
             "tool_use_id": call["id"],
             "is_error": not outcome.ok,
-            "content": [{"type": "text", "text": text}],
+            "content": [{"type": "text", "text": text, "citations": None}],
         }
         back = {"type": "tool_result", "tool_use_id": call["id"], "content": text, "is_error": not outcome.ok}
         return result, back

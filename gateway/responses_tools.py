@@ -226,7 +226,7 @@ def _offers(groups: list[tuple[str, list[Any]]], result: ToolCatalog) -> list[_O
                 result.dropped.append(tool_kind(tool))
                 continue
             if number == 0:
-                result.echo.append(_echo(msgspec.to_builtins(tool)))
+                result.echo.append(echo_tool(msgspec.to_builtins(tool)))
     return offers
 
 
@@ -284,11 +284,14 @@ _ALWAYS_ECHOED = ("description", "parameters", "strict")
 """Fields a function tool's echo keeps even when null."""
 
 
-def _echo(tool: dict[str, Any]) -> dict[str, Any]:
-    """A tool as the response lists it: as sent, null fields left out
-    except a function's ``description``, ``parameters`` and ``strict``."""
+def echo_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    """A tool (as JSON) as the response lists it: as sent, null fields left
+    out, except that a function always has ``description``, ``parameters``
+    and ``strict`` (null when not sent; the schema requires the last two)."""
     keep = _ALWAYS_ECHOED if tool.get("type") == "function" else ()
     echoed = {key: value for key, value in tool.items() if value is not None or key in keep}
+    for key in keep:
+        echoed.setdefault(key, None)
     if tool.get("type") == "namespace":
-        echoed["tools"] = [_echo(inner) for inner in tool["tools"]]
+        echoed["tools"] = [echo_tool(inner) for inner in tool["tools"]]
     return echoed
