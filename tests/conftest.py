@@ -226,7 +226,10 @@ def pytest_sessionfinish(session, exitstatus):
 def pytest_terminal_summary(terminalreporter):
     """Say how many responses were checked against their official types."""
     if shapes.CHECKED["responses"]:
-        terminalreporter.write_line(f"official response types: {shapes.CHECKED['responses']} responses checked")
+        checked = shapes.CHECKED
+        terminalreporter.write_line(
+            f"official response types: {checked['responses']} responses checked ({checked['objects']} bodies and events)"
+        )
 
 
 @pytest.fixture(scope="session")

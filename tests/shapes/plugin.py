@@ -37,8 +37,9 @@ class _Files:
 
 
 _FILES = _Files()
-CHECKED = {"responses": 0}
-"""How many responses were checked this session (for the summary line)."""
+CHECKED = {"responses": 0, "objects": 0}
+"""How many responses had something to check this session, and how many
+bodies and stream events were checked in them (for the summary line)."""
 
 
 def record_file(directory: Path) -> Path:
@@ -83,10 +84,12 @@ def check_new() -> list[str]:
     for record in records:
         exchange = Exchange(**record)
         try:
-            check_exchange(exchange)
+            objects = check_exchange(exchange)
         except Exception as err:  # a ValidationError or an AssertionError, reported alike
             problems.append(f"{exchange.describe()}: {type(err).__name__}: {err}\n  body: {exchange.body[:600]!r}")
-    CHECKED["responses"] += len(records)
+            continue
+        CHECKED["responses"] += objects > 0
+        CHECKED["objects"] += objects
     return problems
 
 

@@ -12,9 +12,10 @@ types (:data:`BETA_ROUTES`), any other in the GA ones, as each SDK parses
 it.
 
 :data:`UNTYPED` lists mlxd's routes with no official response type (its own
-health, metrics and MCP endpoints; Ollama's banner). Any other path under
-``/v1`` or ``/api`` with a success status fails the check until it is added
-to one of the two tables, so a new route cannot go unchecked.
+health, metrics and MCP endpoints; Ollama's banner) and :data:`REFUSED` those
+that only ever answer with an error. Any other path under ``/v1`` or
+``/api`` with a success status fails the check until it is added to a
+table, so a new route cannot go unchecked.
 
 Three documented allowances where the official Python type is narrower than
 the official wire format (each applied only where stated):
@@ -87,8 +88,9 @@ def protocol_errors(path: str) -> tuple[type, ...]:
 
 # --- streams ---------------------------------------------------------------------------
 
-EventCheck = Callable[[str, bool], None]
-"""Checks a whole streamed body (its text, whether it ran to its end)."""
+EventCheck = Callable[[str, bool], int]
+"""Checks a whole streamed body (its text, whether it ran to its end);
+returns the number of events checked."""
 
 
 def _all(types: tuple[Any, ...], data: Any) -> None:
@@ -100,7 +102,7 @@ def openai_stream(types: tuple[Any, ...], adapt: Callable[[dict], dict] = lambda
     """An OpenAI stream: ``data:`` frames of ``types`` (after ``adapt``) or
     an ``{"error": ...}`` frame, ended by ``data: [DONE]``."""
 
-    def check(text: str, complete: bool) -> None:
+    def check(text: str, complete: bool) -> int:
         events = sse_events(text, complete)
         if complete:
             assert events and events[-1] == (None, "[DONE]"), f"stream does not end with [DONE]: {events[-1:]}"
@@ -110,6 +112,7 @@ def openai_stream(types: tuple[Any, ...], adapt: Callable[[dict], dict] = lambda
             assert data != "[DONE]", "[DONE] before the end of the stream"
             payload = json.loads(data)
             _all(OPENAI_ERROR if "error" in payload else types, adapt(payload))
+        return len(events)
 
     return check
 
@@ -119,8 +122,9 @@ def named_stream(types: tuple[Any, ...], errors: tuple[Any, ...] = (), ping: boo
     event name: an ``error`` event of ``errors`` (when given), a bare
     ``ping`` (when allowed), else every one of ``types``."""
 
-    def check(text: str, complete: bool) -> None:
-        for event, data in sse_events(text, complete):
+    def check(text: str, complete: bool) -> int:
+        events = sse_events(text, complete)
+        for event, data in events:
             assert data != "[DONE]", "this protocol has no [DONE] frame"
             payload = json.loads(data)
             assert event == payload.get("type"), f"event {event!r} carries {data[:200]}"
@@ -130,6 +134,7 @@ def named_stream(types: tuple[Any, ...], errors: tuple[Any, ...] = (), ping: boo
                 _all(errors, payload)
             else:
                 _all(types, data)
+        return len(events)
 
     return check
 
@@ -137,10 +142,12 @@ def named_stream(types: tuple[Any, ...], errors: tuple[Any, ...] = (), ping: boo
 def ndjson_stream(types: tuple[Any, ...]) -> EventCheck:
     """An Ollama NDJSON stream: each line one of ``types`` or an error line."""
 
-    def check(text: str, complete: bool) -> None:
-        for line in ndjson_lines(text, complete):
+    def check(text: str, complete: bool) -> int:
+        lines = ndjson_lines(text, complete)
+        for line in lines:
             payload = json.loads(line)
             _all(OLLAMA_ERROR if set(payload) == {"error"} else types, payload)
+        return len(lines)
 
     return check
 
@@ -239,6 +246,10 @@ UNTYPED: dict[str, str] = {
 }
 """Paths with no official response type, and why (their error bodies are still checked)."""
 
+REFUSED = ("/api/pull", "/api/push", "/api/create", "/api/copy", "/api/delete")
+"""Ollama's model-management routes: mlxd always refuses them (403 in
+Ollama's error shape), so a success there is itself a failure."""
+
 
 def roots() -> list[Any]:
     """Every official type the table checks against (for the generator)."""
@@ -289,8 +300,10 @@ class Exchange:
         return f"{self.method} {self.path} -> {self.status} ({self.content_type or 'no content type'})"
 
 
-def check_exchange(ex: Exchange) -> None:
-    """Check one exchange against the official types of its route.
+def check_exchange(ex: Exchange) -> int:
+    """Check one exchange against the official types of its route; return
+    the number of objects checked (a body, or each event of a stream; 0 for
+    an exchange with nothing to check).
 
     Raises ``AssertionError`` or ``pydantic.ValidationError`` when a body or
     an event does not validate, or when a successful answer comes from a
@@ -298,30 +311,30 @@ def check_exchange(ex: Exchange) -> None:
     """
     media = ex.content_type.split(";")[0].strip()
     if ex.method in ("HEAD", "OPTIONS") or ex.status in NO_BODY or (not ex.body and not ex.complete):
-        return
+        return 0
     if ex.status >= 400:
         if media == "application/json":
             _all(protocol_errors(ex.path), ex.body)
-            return
+            return 1
         assert ex.path in UNTYPED or not _is_protocol(ex.path), f"error without a JSON body: {ex.body[:200]!r}"
-        return
+        return 0
+    assert ex.path not in REFUSED, "a model-management route answered with success"
     if ex.path in UNTYPED:
-        return
+        return 0
     shapes = route_of(ex.method, ex.path, ex.beta)
     if shapes is None:
         assert not _is_protocol(ex.path), "no official type for this route: add it to tests/shapes/routes.py"
-        return
+        return 0
     if media == "text/event-stream" and shapes.stream and shapes.framing == "sse":
-        shapes.stream(ex.body, ex.complete)
-    elif media == "application/x-ndjson" and shapes.stream and shapes.framing == "ndjson":
-        shapes.stream(ex.body, ex.complete)
-    elif media == "application/json" and shapes.body:
+        return shapes.stream(ex.body, ex.complete)
+    if media == "application/x-ndjson" and shapes.stream and shapes.framing == "ndjson":
+        return shapes.stream(ex.body, ex.complete)
+    if media == "application/json" and shapes.body:
         if not ex.complete:
-            return
-        data = shapes.adapt(json.loads(ex.body))
-        _all(shapes.body, data)
-    else:
-        raise AssertionError(f"unexpected content type {ex.content_type!r} for this route")
+            return 0
+        _all(shapes.body, shapes.adapt(json.loads(ex.body)))
+        return 1
+    raise AssertionError(f"unexpected content type {ex.content_type!r} for this route")
 
 
 def _is_protocol(path: str) -> bool:
