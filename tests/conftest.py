@@ -228,7 +228,8 @@ def pytest_terminal_summary(terminalreporter):
     if shapes.CHECKED["responses"]:
         checked = shapes.CHECKED
         terminalreporter.write_line(
-            f"official response types: {checked['responses']} responses checked ({checked['objects']} bodies and events)"
+            f"official response types: {checked['responses']} responses checked "
+            f"({checked['objects']} bodies and events, {checked['seconds']:.1f} s)"
         )
 
 

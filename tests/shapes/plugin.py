@@ -16,6 +16,7 @@ then each body and stream event is one strict pydantic validation.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,9 +38,10 @@ class _Files:
 
 
 _FILES = _Files()
-CHECKED = {"responses": 0, "objects": 0}
-"""How many responses had something to check this session, and how many
-bodies and stream events were checked in them (for the summary line)."""
+CHECKED = {"responses": 0, "objects": 0, "seconds": 0.0}
+"""How many responses had something to check this session, how many bodies
+and stream events were checked in them, and the time it took (for the
+summary line)."""
 
 
 def record_file(directory: Path) -> Path:
@@ -75,6 +77,7 @@ def _new_records() -> list[Record]:
 def check_new() -> list[str]:
     """Check every response recorded since the last call; return one
     message per exchange that does not validate (empty when all do)."""
+    started = time.perf_counter()
     records = _new_records()
     if not records:
         return []
@@ -90,6 +93,7 @@ def check_new() -> list[str]:
             continue
         CHECKED["responses"] += objects > 0
         CHECKED["objects"] += objects
+    CHECKED["seconds"] += time.perf_counter() - started
     return problems
 
 
