@@ -15,6 +15,7 @@ then each body and stream event is one strict pydantic validation.
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ class _Files:
 
 
 _FILES = _Files()
+_NUMBERS = itertools.count()
 CHECKED = {"responses": 0, "objects": 0, "seconds": 0.0}
 """How many responses had something to check this session, how many bodies
 and stream events were checked in them, and the time it took (for the
@@ -45,9 +47,11 @@ summary line)."""
 
 
 def record_file(directory: Path) -> Path:
-    """A new record file in ``directory`` for a gateway to append to, registered for checks."""
-    path = directory / "responses.jsonl"
-    path.touch()
+    """A new, empty record file in ``directory`` for a gateway to append to,
+    registered for checks (a gateway started again in the same directory
+    gets a file of its own)."""
+    path = directory / f"responses-{next(_NUMBERS)}.jsonl"
+    path.write_bytes(b"")
     _FILES.offsets[path] = 0
     return path
 
