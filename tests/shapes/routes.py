@@ -11,9 +11,10 @@ the SDKs' beta surface (``client.beta.messages``, which Claude Code uses:
 types (:data:`BETA_ROUTES`), any other in the GA ones, as each SDK parses
 it.
 
-:data:`UNTYPED` lists mlxd's routes with no official response type (its own
-health, metrics and MCP endpoints; Ollama's banner) and :data:`REFUSED` those
-that only ever answer with an error. Any other path under ``/v1`` or
+:data:`UNTYPED` lists the protocol routes with no official response type
+(mlxd's MCP endpoints, Ollama's banner and version), :data:`OWN` mlxd's
+operational endpoints (health, readiness, metrics, its OpenAPI document) and
+:data:`REFUSED` the routes that only ever answer with an error. Any other path under ``/v1`` or
 ``/api`` with a success status fails the check until it is added to a
 table, so a new route cannot go unchecked.
 
@@ -237,14 +238,16 @@ BETA_ROUTES: dict[tuple[str, str], Shapes] = {
 UNTYPED: dict[str, str] = {
     "/": "Ollama's banner: plain text, no type",
     "/api/version": "no official client type (a one-field object)",
-    "/health": "mlxd's own",
-    "/ready": "mlxd's own",
-    "/metrics": "Prometheus text",
-    "/openapi.json": "mlxd's own OpenAPI document",
-    "/v1/mcp/tools": "mlxd's own",
+    "/v1/mcp/tools": "mlxd's own listing",
     "/v1/mcp/execute": "mlxd's own",
 }
-"""Paths with no official response type, and why (their error bodies are still checked)."""
+"""Protocol paths with no official response type, and why (their error
+bodies are still checked)."""
+
+OWN = ("/health", "/ready", "/metrics", "/openapi.json")
+"""mlxd's operational endpoints: their answers are mlxd's own formats,
+failures included (``/ready`` answers 503 with its own body), so nothing
+there is checked."""
 
 REFUSED = ("/api/pull", "/api/push", "/api/create", "/api/copy", "/api/delete")
 """Ollama's model-management routes: mlxd always refuses them (403 in
@@ -310,7 +313,7 @@ def check_exchange(ex: Exchange) -> int:
     protocol route no table names.
     """
     media = ex.content_type.split(";")[0].strip()
-    if ex.method in ("HEAD", "OPTIONS") or ex.status in NO_BODY or (not ex.body and not ex.complete):
+    if ex.method in ("HEAD", "OPTIONS") or ex.status in NO_BODY or (not ex.body and not ex.complete) or ex.path in OWN:
         return 0
     if ex.status >= 400:
         if media == "application/json":
