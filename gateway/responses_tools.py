@@ -53,6 +53,11 @@ MAX_OFFERED_TOOLS = 512
 inside namespaces and from ``additional_tools`` items)."""
 
 
+ToolCaller = Literal["direct", "programmatic"]
+"""Who may call a tool (``allowed_callers``): the model itself, or code it
+runs; any other value is refused."""
+
+
 class FunctionToolParam(msgspec.Struct, tag_field="type", tag="function", forbid_unknown_fields=True, kw_only=True):
     """A ``function`` tool; ``parameters`` is its JSON Schema (null or
     absent: no parameters). ``allowed_callers``, ``defer_loading``,
@@ -63,7 +68,7 @@ class FunctionToolParam(msgspec.Struct, tag_field="type", tag="function", forbid
     description: Text | None = None
     parameters: JSONObject | None = None
     strict: bool | None = None
-    allowed_callers: list[ShortText] | None = None
+    allowed_callers: list[ToolCaller] | None = None
     defer_loading: bool | None = None
     output_schema: JSONObject | None = None
     async_: bool | None = msgspec.field(default=None, name="async")
@@ -84,7 +89,7 @@ class CustomToolParam(msgspec.Struct, tag_field="type", tag="custom", forbid_unk
     name: ToolName
     description: Text | None = None
     format: CustomFormatParam | None = None
-    allowed_callers: list[ShortText] | None = None
+    allowed_callers: list[ToolCaller] | None = None
     defer_loading: bool | None = None
     async_: bool | None = msgspec.field(default=None, name="async")
 
