@@ -2,8 +2,13 @@
 
 ``tiny_server`` serves a tiny random-weight model (fast); ``real_server``
 serves the default SmolLM2 model as ``make run`` does. Each starts
-``python -m gateway serve`` on a free loopback port with its own config and
-waits until every worker is ready.
+``python -m gateway serve`` (through :mod:`tests.shapes.serve`, which records
+every response) on a free loopback port with its own config and waits until
+every worker is ready.
+
+Every response a test gateway sends, in any test, is checked against the
+official response types of its protocol after the test
+(:func:`official_response_types`, :mod:`tests.shapes`).
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ import httpx
 import pytest
 
 from shared.config import DEFAULT_MODEL_SOURCE
+from tests.shapes import plugin as shapes
+from tests.shapes.serve import RECORD_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 API_KEY = "sk-test-key"
@@ -39,12 +46,14 @@ def free_port() -> int:
 
 @dataclass
 class Server:
-    """A running gateway: its base URL, process, key and log file."""
+    """A running gateway: its base URL, process, key, log file and the file
+    its responses are recorded in (for the official-type checks)."""
 
     url: str
     proc: subprocess.Popen
     api_key: str | None
     log_path: Path
+    record_path: Path | None = None
 
     @property
     def headers(self) -> dict[str, str]:
@@ -98,6 +107,8 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if self.record_path is not None:
+            shapes.close_file(self.record_path)
 
 
 def toml_value(value: object) -> str:
@@ -223,19 +234,49 @@ def start_server(
     config = write_config(tmp / "mlxd.toml", port, models, [api_key] if api_key else [], mcp_servers, extra, **server)
     log_path = tmp / "gateway.log"
     log = open(log_path, "w")
+    record_path = shapes.record_file(tmp)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "serve", "--config", str(config)],
+        [sys.executable, "-m", "tests.shapes.serve", "serve", "--config", str(config)],
         cwd=ROOT,
         stdout=log,
         stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", RECORD_ENV: str(record_path), **(env or {})},
     )
-    srv = Server(f"http://127.0.0.1:{port}", proc, api_key, log_path)
+    srv = Server(f"http://127.0.0.1:{port}", proc, api_key, log_path, record_path)
     srv.wait_listening()
     for model in models:
         if model["preload"] and wait:
             srv.wait_ready(model["name"])
     return srv
+
+
+@pytest.fixture(autouse=True)
+def official_response_types():
+    """After each test: every response a test gateway sent during it (or
+    finished since the last check) must be of its official type; else the
+    test fails, naming the response and what is wrong."""
+    yield
+    problems = shapes.check_new()
+    if problems:
+        pytest.fail(shapes.report(problems), pytrace=False)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Check the responses that ended after the last test's check."""
+    problems = shapes.check_new()
+    if problems:
+        print("\n" + shapes.report(problems))
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Say how many responses were checked against their official types."""
+    if shapes.CHECKED["responses"]:
+        checked = shapes.CHECKED
+        terminalreporter.write_line(
+            f"official response types: {checked['responses']} responses checked "
+            f"({checked['objects']} bodies and events, {checked['seconds']:.1f} s)"
+        )
 
 
 @pytest.fixture(scope="session")

@@ -27,12 +27,15 @@ import logging
 from typing import Any
 
 from gateway.anthropic.format import (
+    DIRECT_CALLER,
     ContentBlock,
     TextContent,
     ThinkingContent,
     ToolUseContent,
+    applied_context,
     delta_usage_of,
     encode,
+    message_delta,
     new_message,
     stop_reason,
     tool_input,
@@ -66,8 +69,10 @@ class MessageBuilder:
     ``message_id`` and ``model`` name it; ``omit_thinking``: the thinking
     block carries no text (``thinking.display: "omitted"``: no
     ``thinking_delta`` either); ``applied_edits`` (None: the request had no
-    context management) become the message's ``context_management`` (in
-    ``message_start``, ``message_delta`` and the whole message).
+    context management: null) become the message's ``context_management``
+    (in ``message_start``, ``message_delta`` and the whole message);
+    ``request_id`` is the id a streamed error event names (the stream's
+    ``request-id`` header).
     """
 
     choices = 1
@@ -78,8 +83,10 @@ class MessageBuilder:
         model: str,
         omit_thinking: bool = False,
         applied_edits: list[dict[str, Any]] | None = None,
+        request_id: str | None = None,
     ) -> None:
         self.message_id = message_id
+        self.request_id = request_id
         self.model = model
         self.tally = TokenTally()
         self._omit_thinking = omit_thinking
@@ -113,13 +120,7 @@ class MessageBuilder:
     def finish(self) -> bytes:
         """Close the open block, then ``message_delta`` and ``message_stop``."""
         reason, sequence = self._stop()
-        delta: dict[str, Any] = {
-            "type": "message_delta",
-            "delta": {"stop_reason": reason, "stop_sequence": sequence, "stop_details": None, "container": None},
-            "usage": delta_usage_of(self.tally),
-        }
-        if self._applied_edits is not None:
-            delta["context_management"] = {"applied_edits": self._applied_edits}
+        delta = message_delta(reason, sequence, delta_usage_of(self.tally), applied_context(self._applied_edits))
         return (
             self._close()
             + sse.json_frame(delta, event="message_delta")
@@ -130,7 +131,7 @@ class MessageBuilder:
         """Whatever the failing ``output`` still carries, then the ``event:
         error`` frame (status mapped as for non-streamed errors)."""
         content = self._content(output) if output.index == 0 else b""
-        return content + anthropic_error_frame(worker_error(output))
+        return content + anthropic_error_frame(worker_error(output), self.request_id)
 
     def frames(self, batch: bytes) -> bytes:
         """The frames are already bytes."""
@@ -206,7 +207,7 @@ class MessageBuilder:
         call, started = self._calls.add(piece)
         frames = b""
         if started:
-            start = {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}
+            start = {"type": "tool_use", "id": call.id, "name": call.name, "input": {}, "caller": DIRECT_CALLER}
             frames = self._enter(("tool", piece.index), start)
             self._tool_blocks[piece.index] = self._open_index
         elif self._open != ("tool", piece.index):

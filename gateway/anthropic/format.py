@@ -19,10 +19,14 @@ always 0 (mlxd's cache fills as a side effect, never billed), and so is
 ``cache_creation``; ``server_tool_use`` counts no requests (no server tool
 ever runs) and ``service_tier`` is ``standard``.
 
-Every field the current schemas define is present: ``stop_details``,
+Every field the current schemas require is present (the GA and the beta
+ones, since both SDK surfaces read the same answer): ``stop_details``,
 ``container`` and ``diagnostics`` are null, text blocks carry ``citations:
-null``, tool-use ids start with ``toolu_``, and with context-management
-edits the message (and ``message_delta``) carries ``context_management``.
+null``, tool-use blocks carry ``caller: {"type": "direct"}`` (the model
+called the tool itself) and ids starting with ``toolu_``, and the message
+(and ``message_delta``, and a ``count_tokens`` answer) carries
+``context_management``: the applied edits when the request had context
+management, else null.
 """
 
 from __future__ import annotations
@@ -167,12 +171,22 @@ class ThinkingContent(msgspec.Struct, tag_field="type", tag="thinking", kw_only=
     signature: str = ""
 
 
+class DirectCaller(msgspec.Struct, tag_field="type", tag="direct"):
+    """A tool call's ``caller``: ``{"type": "direct"}``, the model itself
+    (mlxd runs no code-execution tool that could call a tool)."""
+
+
+DIRECT_CALLER: dict[str, str] = {"type": "direct"}
+""":class:`DirectCaller` as a plain dict (for a streamed ``content_block_start``)."""
+
+
 class ToolUseContent(msgspec.Struct, tag_field="type", tag="tool_use", kw_only=True):
-    """A ``tool_use`` content block."""
+    """A ``tool_use`` content block (``caller`` always direct)."""
 
     id: str
     name: str
     input: dict[str, Any]
+    caller: DirectCaller = msgspec.field(default_factory=DirectCaller)
 
 
 ContentBlock = Union[ThinkingContent, TextContent, ToolUseContent]
@@ -180,7 +194,9 @@ ContentBlock = Union[ThinkingContent, TextContent, ToolUseContent]
 
 
 class Message(msgspec.Struct, kw_only=True):
-    """A ``message`` object (``stop_reason`` null only in ``message_start``)."""
+    """A ``message`` object (``stop_reason`` null only in ``message_start``;
+    ``context_management`` ``{"applied_edits": [...]}`` when the request had
+    context management, else null)."""
 
     id: str
     type: Literal["message"] = "message"
@@ -192,30 +208,40 @@ class Message(msgspec.Struct, kw_only=True):
     stop_details: None = None
     container: None = None
     diagnostics: None = None
+    context_management: dict[str, Any] | None = None
     usage: Usage
 
 
-class ManagedMessage(Message, kw_only=True):
-    """A ``message`` answering a request with context management: also its
-    ``context_management`` (``{"applied_edits": [...]}``)."""
-
-    context_management: dict[str, Any]
+def applied_context(applied: list[dict[str, Any]] | None) -> dict[str, Any] | None:
+    """The ``context_management`` of a message: ``{"applied_edits":
+    applied}``, or None when the request had no context management
+    (``applied`` None)."""
+    return None if applied is None else {"applied_edits": applied}
 
 
 def new_message(applied: list[dict[str, Any]] | None, **fields: Any) -> Message:
-    """A :class:`Message` of ``fields``, or a :class:`ManagedMessage` with the
-    ``applied`` edits when the request had context management (``applied``
-    not None)."""
-    if applied is None:
-        return Message(**fields)
-    return ManagedMessage(**fields, context_management={"applied_edits": applied})
+    """A :class:`Message` of ``fields`` whose ``context_management`` reports
+    the ``applied`` edits (null when the request had no context management)."""
+    return Message(**fields, context_management=applied_context(applied))
+
+
+def message_delta(
+    stop_reason: str, stop_sequence: str | None, usage: Any, context_management: dict[str, Any] | None
+) -> dict[str, Any]:
+    """A ``message_delta`` event: the turn's stop reason and sequence (no
+    ``stop_details`` or ``container``), the cumulative ``usage`` and the
+    message's ``context_management``."""
+    return {
+        "type": "message_delta",
+        "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence, "stop_details": None, "container": None},
+        "usage": usage,
+        "context_management": context_management,
+    }
 
 
 def count_tokens_body(input_tokens: int, original_input_tokens: int | None = None) -> bytes:
-    """The JSON of a ``count_tokens`` answer; with ``original_input_tokens``
-    (the count before context-management edits) also its
-    ``context_management`` object."""
-    if original_input_tokens is None:
-        return encode({"input_tokens": input_tokens})
-    context = {"original_input_tokens": original_input_tokens}
+    """The JSON of a ``count_tokens`` answer; its ``context_management`` is
+    ``{"original_input_tokens": ...}`` (the count before context-management
+    edits) when given, else null."""
+    context = None if original_input_tokens is None else {"original_input_tokens": original_input_tokens}
     return encode({"input_tokens": input_tokens, "context_management": context})

@@ -33,6 +33,7 @@ from typing import Any, AsyncIterator
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway.anthropic import format as fmt
 from gateway.anthropic.checks import decode_messages_request
 from gateway.anthropic.mcp_plan import McpPlan, plan
 from gateway.anthropic.submit import MessagesJob, collect, json_response, submit_decoded
@@ -137,7 +138,7 @@ class MessagesRounds:
             "type": "mcp_tool_result",
             "tool_use_id": call.call_id,
             "is_error": not outcome.ok,
-            "content": [{"type": "text", "text": result_text(outcome)}],
+            "content": [{"type": "text", "text": result_text(outcome), "citations": None}],
         }
         self._content.append(block)
         return [block]
@@ -211,20 +212,12 @@ async def create_mcp_message(request: Request, raw: bytes) -> Response:
     rounds = McpRounds(adapter, request.app.state.mcp, "messages", request.app.state.config.server.mcp_max_rounds)
     job = await rounds.start()
 
+    request_id = new_id("req_")
+
     async def streamed(first: RequestOutput) -> AsyncIterator[bytes]:
-        start = {
-            "type": "message_start",
-            "message": {
-                "id": adapter.id,
-                "type": "message",
-                "role": "assistant",
-                "content": [],
-                "model": job.model,
-                "stop_reason": None,
-                "stop_sequence": None,
-                "usage": {"input_tokens": 0, "output_tokens": 0},
-            },
-        }
+        empty = fmt.Usage(input_tokens=0, output_tokens=0)
+        message = fmt.new_message(job.applied_edits, id=adapter.id, model=job.model, content=[], usage=empty)
+        start = {"type": "message_start", "message": message}
         yield sse.json_frame(start, event="message_start") + sse.json_frame({"type": "ping"}, event="ping")
         index = 0
         try:
@@ -235,17 +228,15 @@ async def create_mcp_message(request: Request, raw: bytes) -> Response:
                     index += 1
                 yield frames
         except APIError as err:
-            yield anthropic_error_frame(err)
+            yield anthropic_error_frame(err, request_id)
             return
         if adapter.failed is not None:
-            yield anthropic_error_frame(worker_error(adapter.failed))
+            yield anthropic_error_frame(worker_error(adapter.failed), request_id)
             return
         final = adapter.message or {}
-        delta = {
-            "type": "message_delta",
-            "delta": {"stop_reason": final.get("stop_reason"), "stop_sequence": final.get("stop_sequence")},
-            "usage": final.get("usage"),
-        }
+        delta = fmt.message_delta(
+            final.get("stop_reason"), final.get("stop_sequence"), final.get("usage"), final.get("context_management")
+        )
         yield sse.json_frame(delta, event="message_delta") + sse.json_frame(
             {"type": "message_stop"}, event="message_stop"
         )
@@ -261,7 +252,7 @@ async def create_mcp_message(request: Request, raw: bytes) -> Response:
         adapter.id,
         refuse=lambda output: anthropic_error_response(worker_error(output)),
         streamed=streamed if data.get("stream") else None,
-        stream_headers={**job.headers, REQUEST_ID_HEADER: new_id("req_")},
+        stream_headers={**job.headers, REQUEST_ID_HEADER: request_id},
         collect=collect_all,
         answer=lambda message: json_response(json.dumps(message).encode(), job.headers),
     )

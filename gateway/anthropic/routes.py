@@ -74,15 +74,16 @@ async def messages(request: Request) -> Response:
         job = await submit_decoded(request, decode_messages_request(body), new_id("msg_"))
     except APIError as err:
         return anthropic_error_response(err)
+    request_id = new_id("req_")
     return await answer(
         request,
         job.stream,
         job.request_id,
-        builder_of(job),
+        builder_of(job, request_id),
         streaming=job.stream_requested,
         refuse=lambda output: anthropic_error_response(worker_error(output)),
         body=lambda builder: _answer(job, builder),
-        headers={**job.headers, REQUEST_ID_HEADER: new_id("req_")},
+        headers={**job.headers, REQUEST_ID_HEADER: request_id},
     )
 
 

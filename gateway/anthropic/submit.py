@@ -146,9 +146,9 @@ async def submit_decoded(request: Request, req: MessagesRequest, message_id: str
     return MessagesJob(generate, model, bool(req.stream), stream, headers, omit_thinking(req), applied)
 
 
-def builder_of(job: MessagesJob) -> MessageBuilder:
-    """The builder of ``job``'s message."""
-    return MessageBuilder(job.request_id, job.model, job.omit_thinking, job.applied_edits)
+def builder_of(job: MessagesJob, request_id: str | None = None) -> MessageBuilder:
+    """The builder of ``job``'s message (``request_id``: the answer's ``request-id``)."""
+    return MessageBuilder(job.request_id, job.model, job.omit_thinking, job.applied_edits, request_id)
 
 
 async def collect(job: MessagesJob, first: RequestOutput) -> MessageBuilder | RequestOutput:

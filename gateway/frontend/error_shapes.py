@@ -11,7 +11,7 @@ One renderer per protocol:
   {"type", "message"}, "request_id": "req_…"}`` plus a ``request-id``
   header. A 503 becomes Anthropic's 529 ``overloaded_error`` (the SDK
   retries it) and a 529 always carries ``Retry-After``. Mid-stream: an
-  ``event: error`` frame.
+  ``event: error`` frame with the same body (the stream's request id).
 * Ollama (``/`` and ``/api/...``): ``{"error": "message"}`` with the
   error's status and its ``Retry-After`` when set.
 
@@ -159,12 +159,13 @@ def anthropic_error_body(status: int, message: str, request_id: str) -> bytes:
     )
 
 
-def anthropic_error_frame(err: APIError) -> bytes:
+def anthropic_error_frame(err: APIError, request_id: str | None = None) -> bytes:
     """The ``event: error`` frame of a mid-stream ``err`` (status mapped as
     for non-streamed errors; the SDK raises ``APIStatusError`` when it reads
-    it)."""
+    it): an error body like a non-streamed one, whose ``request_id`` is the
+    stream's (its ``request-id`` header), or null when not given."""
     error = anthropic_error_object(anthropic_status(err.status), err.message)
-    return sse.json_frame({"type": "error", "error": error}, event="error")
+    return sse.json_frame({"type": "error", "error": error, "request_id": request_id}, event="error")
 
 
 def anthropic_error_response(err: APIError) -> Response:

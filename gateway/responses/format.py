@@ -263,7 +263,8 @@ class ResponseBody(ResponseSettings, kw_only=True):
 
     ``completed_at`` is set only when ``status`` is ``completed``;
     ``incomplete_details`` only when it is ``incomplete``; ``error`` only
-    when it is ``failed``; ``usage`` is null while in progress.
+    when it is ``failed``; ``usage`` is null while in progress;
+    ``access_programs`` is always null (no access program applies).
     """
 
     id: str
@@ -272,6 +273,7 @@ class ResponseBody(ResponseSettings, kw_only=True):
     model: str
     status: ResponseStatus
     completed_at: int | None = None
+    access_programs: None = None
     error: ResponseErrorBody | None = None
     incomplete_details: IncompleteDetails | None = None
     output: list[OutputItem] = []

@@ -21,6 +21,7 @@ from typing import Any
 from gateway.core.errors import bad_request
 from gateway.frontend.validation import peek_object
 from gateway.mcp.client import McpHub, McpTool
+from gateway.responses.tools import echo_tool
 
 _MCP_FIELDS = {
     "type",
@@ -182,7 +183,8 @@ def plan(hub: McpHub, data: dict[str, Any]) -> McpPlan:
             first_choice = {"type": "function", "name": name}
     body = {k: v for k, v in data.items() if k not in ("tools", "tool_choice", "input", "stream", "stream_options")}
     body["tools"] = rewritten
-    result = McpPlan(body, [], owner, tools, choice, first_choice, bindings)
+    echo = [echo_tool(t) if isinstance(t, dict) else t for t in tools]
+    result = McpPlan(body, [], owner, echo, choice, first_choice, bindings)
     result.input = replay_input(data.get("input"), bindings, result)
     return result
 

@@ -53,6 +53,11 @@ MAX_OFFERED_TOOLS = 512
 inside namespaces and from ``additional_tools`` items)."""
 
 
+ToolCaller = Literal["direct", "programmatic"]
+"""Who may call a tool (``allowed_callers``): the model itself, or code it
+runs; any other value is refused."""
+
+
 class FunctionToolParam(msgspec.Struct, tag_field="type", tag="function", forbid_unknown_fields=True, kw_only=True):
     """A ``function`` tool; ``parameters`` is its JSON Schema (null or
     absent: no parameters). ``allowed_callers``, ``defer_loading``,
@@ -63,7 +68,7 @@ class FunctionToolParam(msgspec.Struct, tag_field="type", tag="function", forbid
     description: Text | None = None
     parameters: JSONObject | None = None
     strict: bool | None = None
-    allowed_callers: list[ShortText] | None = None
+    allowed_callers: list[ToolCaller] | None = None
     defer_loading: bool | None = None
     output_schema: JSONObject | None = None
     async_: bool | None = msgspec.field(default=None, name="async")
@@ -84,7 +89,7 @@ class CustomToolParam(msgspec.Struct, tag_field="type", tag="custom", forbid_unk
     name: ToolName
     description: Text | None = None
     format: CustomFormatParam | None = None
-    allowed_callers: list[ShortText] | None = None
+    allowed_callers: list[ToolCaller] | None = None
     defer_loading: bool | None = None
     async_: bool | None = msgspec.field(default=None, name="async")
 
@@ -226,7 +231,7 @@ def _offers(groups: list[tuple[str, list[Any]]], result: ToolCatalog) -> list[_O
                 result.dropped.append(tool_kind(tool))
                 continue
             if number == 0:
-                result.echo.append(_echo(msgspec.to_builtins(tool)))
+                result.echo.append(echo_tool(msgspec.to_builtins(tool)))
     return offers
 
 
@@ -284,11 +289,14 @@ _ALWAYS_ECHOED = ("description", "parameters", "strict")
 """Fields a function tool's echo keeps even when null."""
 
 
-def _echo(tool: dict[str, Any]) -> dict[str, Any]:
-    """A tool as the response lists it: as sent, null fields left out
-    except a function's ``description``, ``parameters`` and ``strict``."""
+def echo_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    """A tool (as JSON) as the response lists it: as sent, null fields left
+    out, except that a function always has ``description``, ``parameters``
+    and ``strict`` (null when not sent; the schema requires the last two)."""
     keep = _ALWAYS_ECHOED if tool.get("type") == "function" else ()
     echoed = {key: value for key, value in tool.items() if value is not None or key in keep}
+    for key in keep:
+        echoed.setdefault(key, None)
     if tool.get("type") == "namespace":
-        echoed["tools"] = [_echo(inner) for inner in tool["tools"]]
+        echoed["tools"] = [echo_tool(inner) for inner in tool["tools"]]
     return echoed

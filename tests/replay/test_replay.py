@@ -7,7 +7,7 @@ shapes kept; prose replaced; see ``fixtures/README.md``). The test posts it
 unchanged (plus an API key) to a real gateway with a real worker, once as
 sent (streaming) and once with ``stream: false``, and requires a 200 whose
 body, or every SSE event, validates strictly against the installed SDKs'
-response types (:mod:`tests.replay.official_shapes`).
+response types (:mod:`tests.shapes.official`).
 
 The worker serves the terse tiny model of :func:`tests.tiny_model.build_terse_model`:
 the default model's tokenizer and context (``CONTEXT``, 8192 tokens) and
@@ -20,18 +20,17 @@ the Codex fixtures with a configured model name use ``tiny`` directly.
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 
 import httpx
-import pydantic
 import pytest
 from anthropic.types.beta import BetaMessage, BetaRawMessageStreamEvent
 from openai.types.responses import Response, ResponseStreamEvent
 
 from tests.conftest import API_KEY, TINY, start_server
-from tests.replay.official_shapes import sse_events, validate
+from tests.shapes.frames import sse_events
+from tests.shapes.official import validate
 
 FIXTURES = sorted(Path(__file__).with_name("fixtures").glob("*.json"))
 TIMEOUT = 120
@@ -186,79 +185,3 @@ def test_fixture_holds_no_client_prose(path):
         if where.endswith((".data", ".image_url", ".user_id", ".x-codex-turn-metadata")):
             continue
         assert len(text) <= 200, f"{where}: {text[:80]}..."
-
-
-# -- the checker itself -------------------------------------------------------------------
-
-MESSAGE = {
-    "id": "msg_1",
-    "type": "message",
-    "role": "assistant",
-    "model": "m",
-    "content": [{"type": "text", "text": "hi", "citations": None}],
-    "stop_reason": "end_turn",
-    "stop_sequence": None,
-    "stop_details": None,
-    "container": None,
-    "context_management": None,
-    "diagnostics": None,
-    "usage": {
-        "input_tokens": 3,
-        "output_tokens": 1,
-        "cache_creation": None,
-        "cache_creation_input_tokens": 0,
-        "cache_read_input_tokens": 0,
-        "fallback_credit": None,
-        "inference_geo": None,
-        "iterations": None,
-        "output_tokens_details": None,
-        "server_tool_use": None,
-        "service_tier": "standard",
-        "speed": None,
-    },
-}
-
-
-def test_checker_accepts_a_complete_message():
-    assert validate(BetaMessage, MESSAGE).content[0].text == "hi"
-
-
-@pytest.mark.parametrize(
-    "path",
-    [("usage",), ("stop_sequence",), ("usage", "cache_read_input_tokens"), ("usage", "server_tool_use")],
-    ids=lambda p: ".".join(p),
-)
-def test_checker_rejects_a_missing_required_field(path):
-    bad = copy.deepcopy(MESSAGE)
-    target = bad
-    for key in path[:-1]:
-        target = target[key]
-    del target[path[-1]]
-    with pytest.raises((pydantic.ValidationError, AssertionError)):
-        validate(BetaMessage, bad)
-
-
-def test_checker_rejects_a_missing_nested_nullable_field():
-    bad = copy.deepcopy(MESSAGE)
-    del bad["content"][0]["citations"]
-    with pytest.raises(AssertionError, match=r"\$\.content\[0\]: missing required field 'citations'"):
-        validate(BetaMessage, bad)
-
-
-@pytest.mark.parametrize(
-    "field,value", [("content", "hi"), ("stop_reason", "finished"), ("usage", {"input_tokens": "3"})]
-)
-def test_checker_rejects_wrong_types(field, value):
-    with pytest.raises(pydantic.ValidationError):
-        validate(BetaMessage, {**MESSAGE, field: value})
-
-
-def test_checker_rejects_a_responses_event_missing_fields():
-    event = {"type": "response.output_text.delta", "sequence_number": 3, "item_id": "msg_1", "output_index": 0}
-    with pytest.raises(pydantic.ValidationError):
-        validate(ResponseStreamEvent, event)
-
-
-def test_sse_parser_skips_keepalives():
-    text = ': keep-alive\n\nevent: ping\ndata: {"type": "ping"}\n\n'
-    assert sse_events(text) == [("ping", '{"type": "ping"}')]

@@ -28,6 +28,8 @@ from gateway.core.backend import ModelInfo, ModelLimits
 from gateway.core.errors import APIError, model_not_found
 from shared.config import Config
 from shared.protocol import GenerateRequest, RequestOutput, TokenLogprob, ToolCallDelta
+from tests.shapes import plugin as shapes
+from tests.shapes.recorder import ResponseRecorder
 
 # --- scripted outputs ------------------------------------------------------------------
 
@@ -213,6 +215,8 @@ class Gateway:
     """A protocol's ``routes``, each call served by a fresh Starlette app
     whose ``state.backend`` is the given engine (and ``state.config`` the
     given config, if any). The first route's path is :meth:`run`'s default.
+    Every response is recorded for the official-type checks
+    (:mod:`tests.shapes.plugin`).
     """
 
     def __init__(self, *routes: Route) -> None:
@@ -221,6 +225,7 @@ class Gateway:
     def app(self, engine: ScriptedBackend, config: Config | None = None) -> Starlette:
         """A new app over ``engine`` (and ``config``)."""
         app = Starlette(routes=list(self.routes))
+        app.add_middleware(ResponseRecorder, sink=shapes.LOCAL.append)
         app.state.backend = engine
         if config is not None:
             app.state.config = config

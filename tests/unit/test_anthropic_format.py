@@ -76,8 +76,8 @@ def test_collector_orders_blocks_and_calls():
     assert body["content"] == [
         {"type": "thinking", "thinking": "think", "signature": ""},
         {"type": "text", "text": "Hi there", "citations": None},
-        {"type": "tool_use", "id": "toolu_a", "name": "f", "input": {}},
-        {"type": "tool_use", "id": "toolu_b", "name": "g", "input": {"y": 2}},
+        {"type": "tool_use", "id": "toolu_a", "name": "f", "input": {}, "caller": {"type": "direct"}},
+        {"type": "tool_use", "id": "toolu_b", "name": "g", "input": {"y": 2}, "caller": {"type": "direct"}},
     ]
     assert body["stop_reason"] == "tool_use" and body["usage"]["output_tokens"] == 9
 
@@ -127,6 +127,9 @@ def test_stream_late_piece_goes_to_its_own_block(caplog):
 
 def test_error_frame_shape():
     ((event, data),) = frames(
-        MessageBuilder("msg_1", "m").fail(out(finish="error", error="busy", error_kind="overloaded"))
+        MessageBuilder("msg_1", "m", request_id="req_1").fail(
+            out(finish="error", error="busy", error_kind="overloaded")
+        )
     )
-    assert event == "error" and data == {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}
+    error = {"type": "overloaded_error", "message": "busy"}
+    assert event == "error" and data == {"type": "error", "error": error, "request_id": "req_1"}

@@ -84,7 +84,10 @@ def usage(input_tokens, output_tokens, cached=0) -> dict:
     }
 
 
-NULL_FIELDS = {"stop_details": None, "container": None, "diagnostics": None}
+DIRECT = {"type": "direct"}
+"""The ``caller`` of every ``tool_use`` block: the model itself."""
+
+NULL_FIELDS = {"stop_details": None, "container": None, "diagnostics": None, "context_management": None}
 
 
 # --- non-streaming ---------------------------------------------------------------------
@@ -388,11 +391,11 @@ async def test_stream_exact_frame_sequence():
         start(1, {"type": "text", "text": "", "citations": None}),
         delta(1, {"type": "text_delta", "text": "Checking."}),
         stop(1),
-        start(2, {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}}),
+        start(2, {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}, "caller": DIRECT}),
         delta(2, {"type": "input_json_delta", "partial_json": '{"city": '}),
         delta(2, {"type": "input_json_delta", "partial_json": '"Paris"}'}),
         stop(2),
-        start(3, {"type": "tool_use", "id": "toolu_2", "name": "get_weather", "input": {}}),
+        start(3, {"type": "tool_use", "id": "toolu_2", "name": "get_weather", "input": {}, "caller": DIRECT}),
         delta(3, {"type": "input_json_delta", "partial_json": '{"city": "Rome"}'}),
         stop(3),
         (
@@ -401,6 +404,7 @@ async def test_stream_exact_frame_sequence():
                 "type": "message_delta",
                 "delta": {"stop_reason": "tool_use", "stop_sequence": None, "stop_details": None, "container": None},
                 "usage": delta_usage(5, 7),
+                "context_management": None,
             },
         ),
         ("message_stop", {"type": "message_stop"}),
@@ -566,7 +570,7 @@ async def test_count_tokens_raw_shape_and_errors():
         ok = await client.post("/v1/messages/count_tokens", json={"model": "m", "messages": USER})
         bad = await client.post("/v1/messages/count_tokens", json={**BODY})
         missing = await client.post("/v1/messages/count_tokens", json={"model": "x", "messages": USER})
-    assert ok.status_code == 200 and ok.json() == {"input_tokens": 3}
+    assert ok.status_code == 200 and ok.json() == {"input_tokens": 3, "context_management": None}
     assert bad.status_code == 400 and bad.json()["error"]["message"] == "max_tokens: Extra inputs are not permitted"
     assert missing.status_code == 404
 
@@ -644,7 +648,8 @@ async def test_dropped_tools_are_named_in_a_header_streamed_or_not():
 
 async def test_context_management_is_reported_streamed_or_not():
     """An edit with nothing to clear is reported as no applied edits; a
-    request without context management has no such field."""
+    request without context management has a null one (the beta schema
+    requires the field)."""
     body = {**BODY, "context_management": {"edits": [{"type": "clear_thinking_20251015"}]}}
     async with http(ScriptedBackend(HELLO)) as client:
         plain = await client.post("/v1/messages", json=body)
@@ -654,7 +659,7 @@ async def test_context_management_is_reported_streamed_or_not():
     events = dict(sse_events(streamed.content))
     assert events["message_start"]["message"]["context_management"] == {"applied_edits": []}
     assert events["message_delta"]["context_management"] == {"applied_edits": []}
-    assert "context_management" not in without.json()
+    assert without.json()["context_management"] is None
 
 
 async def test_count_tokens_reports_the_original_count_with_context_management():
@@ -663,7 +668,7 @@ async def test_count_tokens_reports_the_original_count_with_context_management()
         edited = await client.post("/v1/messages/count_tokens", json=body)
         plain = await client.post("/v1/messages/count_tokens", json={"model": "m", "messages": USER})
     assert edited.json() == {"input_tokens": 7, "context_management": {"original_input_tokens": 7}}
-    assert plain.json() == {"input_tokens": 7}
+    assert plain.json() == {"input_tokens": 7, "context_management": None}
 
 
 async def test_thinking_display_omitted_empties_the_block():

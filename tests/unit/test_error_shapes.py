@@ -58,13 +58,9 @@ def test_anthropic_rendering_of_worker_errors(terminal, openai, anthropic):
     assert resp.status_code == status and resp.headers.get("retry-after") == retry_after
     assert body == {"type": "error", "error": {"type": type_, "message": message}, "request_id": body["request_id"]}
     assert body["request_id"].startswith("req_") and resp.headers["request-id"] == body["request_id"]
-    frame = shapes.anthropic_error_frame(worker_error(out(finish, kind)))
-    assert (
-        frame
-        == b"event: error\ndata: "
-        + json.dumps({"type": "error", "error": {"type": type_, "message": message}}, separators=(",", ":")).encode()
-        + b"\n\n"
-    )
+    frame = shapes.anthropic_error_frame(worker_error(out(finish, kind)), "req_1")
+    error = {"type": "error", "error": {"type": type_, "message": message}, "request_id": "req_1"}
+    assert frame == b"event: error\ndata: " + json.dumps(error, separators=(",", ":")).encode() + b"\n\n"
 
 
 @pytest.mark.parametrize("terminal, openai, anthropic", CASES)

@@ -83,6 +83,7 @@ async def test_non_streaming_text_shape():
         "completed_at": body["completed_at"],
         "model": "m",
         "status": "completed",
+        "access_programs": None,
         "error": None,
         "incomplete_details": None,
         "output": [

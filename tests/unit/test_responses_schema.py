@@ -458,6 +458,17 @@ def test_namespace_and_custom_tools_are_flattened():
     assert [t["type"] for t in settings.tools] == ["custom", "namespace", "function"]
 
 
+def test_allowed_callers_are_the_official_ones():
+    """``allowed_callers`` is accepted with no effect, but only with the
+    values the schema defines (a response echoing another would not be of
+    its official type)."""
+    ok = {"type": "function", "name": "f", "allowed_callers": ["direct", "programmatic"]}
+    assert response_settings(decode(tools=[ok])).tools[0]["allowed_callers"] == ["direct", "programmatic"]
+    refused("tools[0].allowed_callers[0]", tools=[{**ok, "allowed_callers": ["anyone"]}])
+    nested = {"type": "namespace", "name": "n", "description": "", "tools": [{**CUSTOM, "allowed_callers": ["x"]}]}
+    refused("tools[0].tools[0].allowed_callers[0]", tools=[nested])
+
+
 def test_dropped_tools_are_listed():
     from gateway.responses.translate import dropped_tools
 
