@@ -22,7 +22,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway import anthropic_routes, embeddings_routes, mcp_routes, ollama_routes, openai_routes, responses_routes
+from gateway import (
+    anthropic_mcp,  # noqa: F401 - its route imports it lazily: loaded here, not on the event loop
+    anthropic_routes,
+    embeddings_routes,
+    mcp_routes,
+    ollama_routes,
+    openai_routes,
+    responses_mcp,  # noqa: F401 - as anthropic_mcp
+    responses_routes,
+)
 from gateway.error_shapes import error_response_for
 from gateway.errors import APIError
 from gateway.mcp_client import McpHub
@@ -138,8 +147,8 @@ def build_app(config: Config, pool: WorkerPool | None = None) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        backend.start()
-        hub.start()
+        await backend.start()
+        await hub.start()
         try:
             yield
         finally:

@@ -1,7 +1,8 @@
 """Where a configured model source lives on disk, as far as the gateway
 can tell without loading it: for the memory estimate, for the
 ``models_root`` confinement check and for the model's kind. No MLX, no
-network."""
+network. Every function here touches the disk: the gateway calls them off
+its event loop (see :mod:`gateway.model_files`)."""
 
 from __future__ import annotations
 
@@ -65,9 +66,18 @@ def source_bytes(source: str) -> int | None:
     A Hugging Face repo id is sized from its snapshot in the local cache
     (the same snapshot the worker loads; never the network).
     """
-    path = local_path(source)
-    if path is None:
-        path = cached_snapshot(source)
+    return weight_bytes(located(source))
+
+
+def located(source: str) -> Path | None:
+    """Where ``source``'s files are here: its local path, else its
+    Hugging Face snapshot in the local cache (None: neither)."""
+    return local_path(source) or cached_snapshot(source)
+
+
+def weight_bytes(path: Path | None) -> int | None:
+    """Bytes of the weight files at ``path`` (a weight file, or a directory
+    whose top-level weight files count), or None when there are none."""
     if path is None or not path.exists():
         return None
     if path.is_file():

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 import zmq
 import zmq.asyncio
 
-from gateway.worker_process import Incarnation, run_incarnation
+from gateway.loop_probe import start_probe
+from gateway.worker_process import Incarnation, run_incarnation, watch_children_without_threads
 from shared.codec import DecodeError, node_codec
 from shared.config import ModelConfig, NodeConfig, ServerConfig
 from shared.protocol import (
@@ -240,7 +241,13 @@ def run_node(config: NodeConfig) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        await Node(config).run(stop)
+        probe = start_probe("node")
+        watch_children_without_threads()
+        try:
+            await Node(config).run(stop)
+        finally:
+            if probe is not None:
+                probe.stop()
 
     try:
         asyncio.run(main())

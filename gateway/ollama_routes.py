@@ -26,17 +26,17 @@ Also: ``GET /api/tags``, ``POST /api/show``, ``GET /api/ps``,
 ``/api/create``, ``/api/copy``, ``/api/delete``, which answer 403: models
 come from the config. Every error is Ollama's ``{"error": "..."}`` with the
 status of the matching OpenAI error (400, 401, 404, 413, 503, 504, 500).
-Runs on the gateway's event loop; reads a model's small JSON files
-(``config.json``, ``tokenizer_config.json``) for the listings.
+Runs on the gateway's event loop; the listings read a model's files
+(weight sizes, ``config.json``, the chat template) in a worker thread on
+every call (:mod:`gateway.model_files`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
-import json
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from starlette.requests import Request
@@ -47,7 +47,7 @@ from gateway.embeddings_routes import embedding_rows, floats_of
 from gateway.error_shapes import ollama_error_response
 from gateway.errors import APIError, bad_request, worker_error
 from gateway.model_backend import ModelBackend, ModelInfo, RequestStream
-from gateway.model_paths import cached_snapshot, local_path, source_bytes
+from gateway.model_files import ModelFiles, read_model_files
 from gateway.ollama_builder import (
     NDJSON_MEDIA_TYPE,
     Kind,
@@ -338,53 +338,31 @@ def sampling_parameters(defaults: dict[str, float] | None) -> str:
 # --- models and server --------------------------------------------------------------------
 
 
-def _model_dir(source: str) -> Path | None:
-    """The local directory of a model's files (None: unknown or a single
-    file)."""
-    path = local_path(source) or cached_snapshot(source)
-    return path if path is not None and path.is_dir() else None
+async def _files_of(infos: list[ModelInfo]) -> dict[str, ModelFiles]:
+    """What each of ``infos``' files hold now, by model name: read in one
+    worker thread (never on the event loop), once per model however many
+    aliases it has, and on every call (so a listing never shows stale
+    files)."""
+    sources = {info.name: info.source for info in infos}
+    return await asyncio.to_thread(lambda: {name: read_model_files(source) for name, source in sources.items()})
 
 
-def _json_file(directory: Path | None, name: str) -> dict[str, Any]:
-    """A small JSON file of a model directory as a dict (``{}`` when
-    missing or unreadable)."""
-    if directory is None:
-        return {}
-    try:
-        value = json.loads((directory / name).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def _chat_template(directory: Path | None) -> str:
-    """The model's chat template text (``""`` when unknown)."""
-    template = _json_file(directory, "tokenizer_config.json").get("chat_template")
-    if isinstance(template, str):
-        return template
-    if directory is not None:
-        try:
-            return (directory / "chat_template.jinja").read_text(encoding="utf-8")
-        except OSError:
-            pass
-    return ""
-
-
-def _entry(info: ModelInfo, **extra: Any) -> dict[str, Any]:
+def _entry(info: ModelInfo, files: ModelFiles, **extra: Any) -> dict[str, Any]:
     """The listing entry of one configured model."""
-    config = _json_file(_model_dir(info.source), "config.json")
-    size = extra.pop("size", None) or source_bytes(info.source) or 0
-    return model_entry(info.name, info.source, info.created, size, config, **extra)
+    size = extra.pop("size", None) or files.weight_bytes or 0
+    return model_entry(info.name, info.source, info.created, size, files.config, **extra)
 
 
 async def list_tags(request: Request) -> Response:
     """``GET /api/tags``: every configured model (aliases too, as their own
     entries) with its size on disk and details."""
+    infos = backend_of(request).models()
+    files = await _files_of(infos)
     entries = []
-    for info in backend_of(request).models():
-        entries.append(_entry(info))
-        for alias in info.aliases:
-            entries.append({**_entry(info), "name": alias, "model": alias})
+    for info in infos:
+        entry = _entry(info, files[info.name])
+        entries.append(entry)
+        entries += [{**entry, "name": alias, "model": alias} for alias in info.aliases]
     return JSONResponse({"models": entries})
 
 
@@ -394,16 +372,18 @@ async def list_running(request: Request) -> Response:
     context length."""
     backend = backend_of(request)
     infos = {m.name: m for m in backend.models()}
+    resident = [r for r in backend.resident() if r.name in infos]
+    files = await _files_of([infos[r.name] for r in resident])
     running = [
         _entry(
             infos[r.name],
+            files[r.name],
             size=r.memory_bytes,
             expires_at=expiry(r.expires_at),
             size_vram=r.memory_bytes,
             context_length=r.context_length or 0,
         )
-        for r in backend.resident()
-        if r.name in infos
+        for r in resident
     ]
     return JSONResponse({"models": running})
 
@@ -419,10 +399,9 @@ async def show(request: Request) -> Response:
     except APIError as err:
         return ollama_error_response(err)
     info = _info(backend, model)
-    directory = _model_dir(info.source)
-    config = _json_file(directory, "config.json")
-    template = _chat_template(directory)
-    entry = model_entry(info.name, info.source, info.created, 0, config)
+    files = (await _files_of([info]))[info.name]
+    template = files.chat_template
+    entry = model_entry(info.name, info.source, info.created, 0, files.config)
     family = entry["details"]["family"] or "unknown"
     model_info: dict[str, Any] = {"general.architecture": family}
     if info.context_length:

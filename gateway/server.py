@@ -23,6 +23,7 @@ import functools
 import logging
 import os
 import signal
+import socket
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -30,7 +31,9 @@ import uvicorn
 
 from gateway.app import build_app
 from gateway.http_guard import MAX_HEAD_BYTES, GuardedH11Protocol
+from gateway.loop_probe import start_probe
 from gateway.mcp_client import McpUnavailable
+from gateway.worker_process import watch_children_without_threads
 from shared.config import Config, ConfigError
 from shared.config_loader import load_config
 from shared.paths import default_pid_file
@@ -68,6 +71,20 @@ class _Server(uvicorn.Server):
         self.config_path = config_path
         self.loader = loader or functools.partial(load_config, config_path)
         self._draining = False
+        self._reloading = asyncio.Lock()
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        """Serve until stopped: child processes are waited for without
+        threads (:func:`gateway.worker_process.watch_children_without_threads`),
+        and the event-loop stall probe runs when ``MLXD_LOOP_STALL_LOG``
+        asks for it (:mod:`gateway.loop_probe`)."""
+        probe = start_probe("gateway")
+        watch_children_without_threads()
+        try:
+            await super().serve(sockets)
+        finally:
+            if probe is not None:
+                probe.stop()
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:  # type: ignore[override]
@@ -101,19 +118,22 @@ class _Server(uvicorn.Server):
         self.should_exit = True
 
     async def reload(self) -> None:
-        """Re-read the config file and apply it (or keep the old one)."""
-        try:
-            config = await asyncio.to_thread(self.loader)
-        except ConfigError as exc:
-            log.error("reload refused, keeping the running config: %s", exc)
-            return
-        changes = self.mlxd_app.state.backend.reload(config)
-        try:
-            changes += await self.mlxd_app.state.mcp.reload(config.mcp_servers)
-        except McpUnavailable as exc:
-            log.error("reload: %s", exc)
-        self.mlxd_app.state.config = config
-        log.info("reloaded %s: %s", self.config_path, "; ".join(changes) or "no changes")
+        """Re-read the config file and apply it (or keep the old one). The
+        file and the model files are read in worker threads; reloads run
+        one at a time, in the order the signals came."""
+        async with self._reloading:
+            try:
+                config = await asyncio.to_thread(self.loader)
+            except ConfigError as exc:
+                log.error("reload refused, keeping the running config: %s", exc)
+                return
+            changes = await self.mlxd_app.state.backend.reload(config)
+            try:
+                changes += await self.mlxd_app.state.mcp.reload(config.mcp_servers)
+            except McpUnavailable as exc:
+                log.error("reload: %s", exc)
+            self.mlxd_app.state.config = config
+            log.info("reloaded %s: %s", self.config_path, "; ".join(changes) or "no changes")
 
 
 def run(config: Config, config_path: str, loader: Callable[[], Config] | None = None) -> None:

@@ -34,6 +34,7 @@ import msgspec
 
 from gateway.errors import OVERLOADED_RETRY_AFTER, APIError, unavailable
 from gateway.inflight import InflightRequests, PendingRequest, WorkerRequestStream
+from gateway.model_files import UNREAD
 from gateway.worker_process import Incarnation, run_incarnation
 from gateway.worker_status import WorkerStatus, resident_bytes
 from shared.config import ModelConfig, ServerConfig
@@ -68,7 +69,9 @@ class WorkerHandle:
     read at each worker start; the pool sets it before :meth:`start`.
     ``node`` (a :class:`gateway.node_link.NodeLink`, optional) runs the
     worker on another machine instead of as a local process; everything
-    else is the same.
+    else is the same. ``files`` is what the pool last read from the
+    model's files (:class:`gateway.model_files.ModelFiles`: kind, weight
+    size), read off the event loop and set by the pool.
     """
 
     def __init__(
@@ -84,6 +87,7 @@ class WorkerHandle:
         self.node = node
         self.server = server
         self.status = WorkerStatus(node=node.name if node is not None else None)
+        self.files = UNREAD
         self.last_used = 0.0
         self._socket_dir = socket_dir
         self._metrics = metrics

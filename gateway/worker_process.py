@@ -4,8 +4,10 @@
 and hands every decoded message to a callback until the process exits or
 falls silent for longer than allowed (then it is killed). It always leaves
 no process and no socket file behind. Runs on the gateway's event loop; the
-process is an asyncio subprocess and the sockets are ``zmq.asyncio``
-sockets, so nothing blocks the loop.
+process is an asyncio subprocess (waited for through a pidfd, see
+:func:`watch_children_without_threads`), the sockets are ``zmq.asyncio``
+sockets and the worker's environment is made in a worker thread, so
+nothing blocks the loop.
 """
 
 from __future__ import annotations
@@ -58,13 +60,34 @@ def worker_key(name: str) -> str:
     return f"{readable}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
 
 
+def watch_children_without_threads() -> None:
+    """Have asyncio wait for child processes through pid file descriptors
+    on the running loop (Linux, Python 3.11; later versions do by default).
+
+    Python 3.11's default child watcher starts one thread per child and
+    blocks the event loop until that thread has run, which on a busy
+    machine takes seconds. Call it on the running loop before the first
+    worker starts; elsewhere it changes nothing.
+    """
+    if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
+        return
+    try:
+        os.close(os.pidfd_open(os.getpid()))  # the kernel (5.3+) and any sandbox allow pidfds
+    except OSError:
+        return
+    watcher = asyncio.PidfdChildWatcher()
+    watcher.attach_loop(asyncio.get_running_loop())
+    asyncio.set_child_watcher(watcher)
+
+
 def worker_environment() -> dict[str, str]:
     """The environment for a worker process.
 
     On Linux, when the system has OpenBLAS (Debian's libopenblas0-pthread)
     and ``MLXD_BLAS`` is not ``builtin``, it is preloaded so MLX's CPU
     matrix products use it instead of the reference BLAS (tens of times
-    faster). Nothing changes on macOS.
+    faster). Nothing changes on macOS. Blocking (finding the library may
+    run ``ldconfig``): call it off the event loop.
     """
     env = dict(os.environ)
     if sys.platform.startswith("linux") and env.get("MLXD_BLAS", "auto") != "builtin":
@@ -101,6 +124,7 @@ async def run_incarnation(
     push, pull = open_worker_link(ctx, endpoints, "gateway")
     codec = gateway_codec()
     proc: asyncio.subprocess.Process | None = None
+    env = await asyncio.to_thread(worker_environment)  # finding OpenBLAS runs `ldconfig -p`
 
     def send(message: object) -> bool:
         try:
@@ -136,7 +160,7 @@ async def run_incarnation(
             *(["--memory-limit", str(memory_limit)] if memory_limit else []),
             *(["--cache-limit", str(cache_limit)] if cache_limit is not None else []),
             stdin=asyncio.subprocess.DEVNULL,
-            env=worker_environment(),
+            env=env,
             start_new_session=True,
         )
         log.info("started worker for %s (pid %d)", model.name, proc.pid)

@@ -23,6 +23,10 @@ import pytest
 
 from shared.config import DEFAULT_MODEL_SOURCE
 
+pytest_plugins = ["tests.loop_stalls"]
+"""Every test fails when a gateway's event loop stalls while it runs (see
+``tests/loop_stalls.py``)."""
+
 ROOT = Path(__file__).resolve().parent.parent
 API_KEY = "sk-test-key"
 TINY = "tiny"

@@ -12,6 +12,7 @@ import pytest
 
 from gateway.errors import APIError
 from gateway.image_parts import RemoteImage, image_part
+from gateway.model_files import read_models_files
 from gateway.pool import WorkerPool
 from gateway.request_images import has_images, ready_images
 from shared.config import Config, ImagesConfig, ModelConfig
@@ -52,7 +53,7 @@ def test_a_repo_ids_kind_comes_from_its_worker(tmp_path):
         Config(models=[ModelConfig(name="hub", source="org/some-vl"), ModelConfig(name="vlm", source=str(local))])
     )
     pool._socket_dir = str(tmp_path)
-    pool._apply_models(pool.config.models)
+    pool._apply_models(pool.config.models, read_models_files(pool.config.models))  # what start() reads off the loop
     assert pool.kind("vlm") == "vision"
     assert pool.kind("hub") is None
     pool.handles["hub"].status.loaded(

@@ -1,0 +1,331 @@
+"""An opt-in probe that records when the gateway's event loop stalls.
+
+The gateway must never block its event loop (invariant 8 of
+``docs/agents.md``). With the environment variable :data:`ENV` naming a
+directory, :func:`start_probe` (called by ``mlxd serve`` and ``mlxd node``
+as their loop starts) watches the loop and appends one JSON line per stall
+to ``<directory>/<role>-<pid>.jsonl``; the test suite sets it for every
+gateway it starts and fails a test during which a stall was recorded
+(``tests/loop_stalls.py``). Unset (production), nothing runs.
+
+How a stall is measured, and blamed:
+
+- A timer callback runs every :data:`TICK` seconds on the loop. Its
+  *lateness* (how much later than due it ran) bounds any stretch the loop
+  spent without returning to its selector: a callback blocking for ``D``
+  seconds makes the next tick at least ``D - TICK`` late.
+- Lateness alone cannot tell a blocking call from a machine too busy to
+  run the process. On Linux each tick also reads the loop thread's
+  scheduler counters (``/proc/self/task/<tid>/schedstat``: time on a CPU,
+  time runnable but waiting for one), and a watcher thread samples the
+  run-queue wait of the process's other threads and the virtual machine's
+  per-CPU *steal* time (``/proc/stat``: time the host ran something else).
+  Over a late window the loop is blamed for ``lateness - its run-queue
+  wait - the longest run-queue wait of another thread - steal``. What
+  remains is time the loop thread spent running callbacks or asleep
+  inside one (a ``time.sleep``, a file read, a DNS lookup, a wait for a
+  child process), which a free CPU would not have shortened. A process
+  starved by other processes shows lateness made of waiting for a CPU and
+  is not blamed. Another thread's wait counts because the loop can sleep
+  on one: on the GIL held by a preempted thread, or on a new thread that
+  must run before ``Thread.start`` returns. A stall is recorded when the
+  blamed time exceeds :data:`LIMIT`; a late window excused this way is
+  recorded too, with ``"stall": false``.
+- Elsewhere (no ``/proc``) only CPU time can be attributed: the blamed
+  time is the loop thread's CPU time over the window
+  (:func:`time.thread_time`), so a busy loop is caught but a sleeping call
+  is not.
+- While the loop is late, the second thread samples the loop thread's
+  Python stack every :data:`SAMPLE_EVERY` seconds; the record names the
+  innermost frames seen most often (the handler and the call that
+  blocked).
+
+asyncio's own slow-callback report (debug mode with
+``slow_callback_duration``) is not used: debug mode records a traceback at
+every ``call_soon`` and checks every coroutine, which costs far more than
+this probe, and it cannot tell a starved process from a blocked loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+
+ENV = "MLXD_LOOP_STALL_LOG"
+"""The environment variable naming the directory stall records go to;
+unset or empty: no probe."""
+
+TICK = 0.01
+"""Seconds between the probe's timer callbacks: a blocking stretch of
+``LIMIT + TICK`` or more is always seen as at least ``LIMIT`` late."""
+
+LIMIT = 0.1
+"""A window whose blamed time exceeds this many seconds is a stall."""
+
+SAMPLE_EVERY = 0.02
+"""Seconds between the watcher thread's looks at the loop (its stack while
+the loop is late, and the steal counters)."""
+
+FRAMES = 12
+"""Innermost stack frames kept per sample."""
+
+HISTORY = 1024
+"""Watcher samples kept (about 20 s at :data:`SAMPLE_EVERY`)."""
+
+
+@dataclass
+class _Window:
+    """The counters at the start of a tick window."""
+
+    wall: float
+    cpu_ns: int
+    runq_ns: int
+
+
+@dataclass
+class _Samples:
+    """Stacks of the loop thread seen during one late window."""
+
+    epoch: float
+    stacks: collections.Counter[tuple[str, ...]] = field(default_factory=collections.Counter)
+
+
+class _SchedStat:
+    """The scheduler counters of one thread (Linux): nanoseconds on a CPU
+    and waiting on a run queue, from ``/proc/self/task/<tid>/schedstat``."""
+
+    def __init__(self, tid: int) -> None:
+        self._fd = os.open(f"/proc/self/task/{tid}/schedstat", os.O_RDONLY)
+
+    def read(self) -> tuple[int, int]:
+        """``(cpu_ns, runq_ns)`` so far."""
+        fields = os.pread(self._fd, 128, 0).split()
+        return int(fields[0]), int(fields[1])
+
+    def close(self) -> None:
+        """Release the file."""
+        os.close(self._fd)
+
+
+def _steal_ns() -> list[int] | None:
+    """Steal time per CPU in nanoseconds from ``/proc/stat`` (None when
+    unreadable or not reported)."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            text = f.read()
+    except OSError:
+        return None
+    tick_ns = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+    values = []
+    for line in text.splitlines():
+        if line.startswith(b"cpu") and not line.startswith(b"cpu "):
+            fields = line.split()
+            if len(fields) > 8:
+                values.append(int(fields[8]) * tick_ns)
+    return values or None
+
+
+def _runq_by_thread(skip: int) -> dict[int, int]:
+    """Run-queue wait so far (ns) of every thread of this process but
+    ``skip`` (a native thread id), from ``/proc/self/task/*/schedstat``."""
+    found = {}
+    try:
+        tids = [int(name) for name in os.listdir("/proc/self/task")]
+    except OSError:
+        return found
+    for tid in tids:
+        if tid == skip:
+            continue
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat", "rb") as f:
+                found[tid] = int(f.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # the thread ended meanwhile
+    return found
+
+
+@dataclass
+class _Machine:
+    """What the watcher thread samples: when, per-CPU steal (ns), and each
+    other thread's run-queue wait (ns)."""
+
+    at: float
+    steal: list[int] | None
+    runq: dict[int, int]
+
+
+def _stack(frame: FrameType | None) -> tuple[str, ...]:
+    """The innermost :data:`FRAMES` frames of ``frame``, innermost last, as
+    ``path:line in function`` (paths relative to the working directory
+    when inside it)."""
+    here = os.getcwd() + os.sep
+    summary = traceback.extract_stack(frame, limit=FRAMES) if frame is not None else []
+    return tuple(f"{s.filename.removeprefix(here)}:{s.lineno} in {s.name}" for s in summary)
+
+
+class LoopProbe:
+    """Watches the running loop it is started on and writes one JSON line
+    per late window to ``path`` (see the module docstring for the rule).
+
+    Start and stop it on the loop's thread. A record has ``role``,
+    ``pid``, ``at`` (Unix time the window began), ``lateness_ms``,
+    ``cpu_ms`` and ``runq_ms`` (the loop thread's), ``others_runq_ms``,
+    ``steal_ms``, ``blamed_ms``, ``stall``
+    (blamed above :data:`LIMIT`), ``rule`` (``schedstat`` or
+    ``thread_time``) and ``stack`` (the innermost frames sampled most
+    often while the loop was late, innermost last; empty when none was
+    taken).
+    """
+
+    def __init__(self, path: Path, role: str) -> None:
+        self.path = path
+        self.role = role
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._fd: int | None = None
+        self._sched: _SchedStat | None = None
+        self._window: _Window | None = None
+        self._loop_ident = 0
+        self._samples = _Samples(epoch=0.0)
+        self._history: collections.deque[_Machine] = collections.deque(maxlen=HISTORY)
+        self._loop_tid = 0
+        self._stop = threading.Event()
+        self._watcher: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start watching the running loop (timer callback and watcher
+        thread)."""
+        self._loop = asyncio.get_running_loop()
+        self._loop_ident = threading.get_ident()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._loop_tid = threading.get_native_id()
+        try:
+            self._sched = _SchedStat(self._loop_tid)
+        except OSError:
+            self._sched = None
+        if self._sched is not None:
+            self._history.append(self._machine())
+        self._window = self._counters()
+        self._timer = self._loop.call_later(TICK, self._tick)
+        self._watcher = threading.Thread(target=self._watch, name="mlxd-loop-probe", daemon=True)
+        self._watcher.start()
+
+    def stop(self) -> None:
+        """Stop watching and close the record file (idempotent)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._stop.set()
+        if self._watcher is not None:
+            self._watcher.join()
+            self._watcher = None
+        if self._sched is not None:
+            self._sched.close()
+            self._sched = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    # -- on the loop --------------------------------------------------------------------
+
+    def _counters(self) -> _Window:
+        if self._sched is not None:
+            cpu, runq = self._sched.read()
+        else:
+            cpu, runq = time.thread_time_ns(), 0
+        return _Window(time.monotonic(), cpu, runq)
+
+    def _tick(self) -> None:
+        assert self._loop is not None and self._window is not None
+        now = self._counters()
+        start = self._window
+        lateness = now.wall - start.wall - TICK
+        if lateness > LIMIT:
+            self._judge(start, now, lateness)
+        self._window = now
+        self._timer = self._loop.call_later(TICK, self._tick)
+
+    def _judge(self, start: _Window, end: _Window, lateness: float) -> None:
+        cpu = (end.cpu_ns - start.cpu_ns) / 1e9
+        if self._sched is not None:
+            runq = (end.runq_ns - start.runq_ns) / 1e9
+            others, steal = self._machine_since(start.wall)
+            blamed = max(0.0, lateness - runq - others - steal)
+            rule = "schedstat"
+        else:
+            runq = others = steal = 0.0
+            blamed = min(lateness, cpu)
+            rule = "thread_time"
+        samples = self._samples
+        stack = samples.stacks.most_common(1)[0][0] if samples.epoch == start.wall and samples.stacks else ()
+        record = {
+            "role": self.role,
+            "pid": os.getpid(),
+            "at": round(time.time() - (end.wall - start.wall), 3),
+            "lateness_ms": round(lateness * 1e3, 1),
+            "cpu_ms": round(cpu * 1e3, 1),
+            "runq_ms": round(runq * 1e3, 1),
+            "others_runq_ms": round(others * 1e3, 1),
+            "steal_ms": round(steal * 1e3, 1),
+            "blamed_ms": round(blamed * 1e3, 1),
+            "stall": blamed > LIMIT,
+            "rule": rule,
+            "stack": list(stack),
+        }
+        if self._fd is not None:
+            os.write(self._fd, (json.dumps(record) + "\n").encode())
+
+    def _machine_since(self, begin: float) -> tuple[float, float]:
+        """Seconds another thread of this process waited for a CPU (the
+        most any one did) and seconds of steal (on the CPU that lost the
+        most), from the last watcher sample at or before monotonic time
+        ``begin`` until now (a window a little wider than the late one)."""
+        history = list(self._history)
+        before = next((m for m in reversed(history) if m.at <= begin), history[0])
+        now = self._machine()
+        others = max([0, *(ns - before.runq.get(tid, 0) for tid, ns in now.runq.items())]) / 1e9
+        if before.steal is None or now.steal is None or len(before.steal) != len(now.steal):
+            return others, 0.0
+        return others, max(0, *(b - a for a, b in zip(before.steal, now.steal))) / 1e9
+
+    def _machine(self) -> _Machine:
+        """The steal and other threads' run-queue counters now."""
+        return _Machine(time.monotonic(), _steal_ns(), _runq_by_thread(self._loop_tid))
+
+    # -- on the watcher thread ----------------------------------------------------------
+
+    def _watch(self) -> None:
+        while not self._stop.wait(SAMPLE_EVERY):
+            now = time.monotonic()
+            if self._sched is not None:
+                self._history.append(self._machine())
+            window = self._window
+            if window is None or now - window.wall < TICK + SAMPLE_EVERY:
+                continue
+            frame = sys._current_frames().get(self._loop_ident)
+            if self._samples.epoch != window.wall:
+                self._samples = _Samples(epoch=window.wall)
+            self._samples.stacks[_stack(frame)] += 1
+            del frame
+
+
+def start_probe(role: str) -> LoopProbe | None:
+    """Start a :class:`LoopProbe` on the running loop when :data:`ENV`
+    names a directory (records go to ``<directory>/<role>-<pid>.jsonl``);
+    None otherwise. Call :meth:`LoopProbe.stop` before the loop closes."""
+    directory = os.environ.get(ENV)
+    if not directory:
+        return None
+    probe = LoopProbe(Path(directory) / f"{role}-{os.getpid()}.jsonl", role)
+    probe.start()
+    return probe
