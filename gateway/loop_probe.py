@@ -18,17 +18,22 @@ How a stall is measured, and blamed:
   run the process. On Linux each tick also reads the loop thread's
   scheduler counters (``/proc/self/task/<tid>/schedstat``: time on a CPU,
   time runnable but waiting for one), and a watcher thread samples the
-  run-queue wait of the process's other threads and the virtual machine's
-  per-CPU *steal* time (``/proc/stat``: time the host ran something else).
+  run-queue wait of the process's other Python threads and the virtual
+  machine's per-CPU *steal* time (``/proc/stat``: time the host ran
+  something else).
   Over a late window the loop is blamed for ``lateness - its run-queue
   wait - the longest run-queue wait of another thread - steal``. What
   remains is time the loop thread spent running callbacks or asleep
   inside one (a ``time.sleep``, a file read, a DNS lookup, a wait for a
   child process), which a free CPU would not have shortened. A process
   starved by other processes shows lateness made of waiting for a CPU and
-  is not blamed. Another thread's wait counts because the loop can sleep
-  on one: on the GIL held by a preempted thread, or on a new thread that
-  must run before ``Thread.start`` returns. A stall is recorded when the
+  is not blamed. Another Python thread's wait counts because the loop can
+  sleep on one: on the GIL held by a preempted thread, or on a new thread
+  that must run before ``Thread.start`` returns (``asyncio.to_thread``
+  starts its pool's threads so). Threads without Python code (ZeroMQ's
+  I/O threads) and the watcher itself are left out: the loop never waits
+  for them, and their waits would hide a real stall on a busy machine. A
+  stall is recorded when the
   blamed time exceeds :data:`LIMIT`; a late window excused this way is
   recorded too, with ``"stall": false``.
 - Elsewhere (no ``/proc``) only CPU time can be attributed: the blamed
@@ -134,29 +139,31 @@ def _steal_ns() -> list[int] | None:
     return values or None
 
 
-def _runq_by_thread(skip: int) -> dict[int, int]:
-    """Run-queue wait so far (ns) of every thread of this process but
-    ``skip`` (a native thread id), from ``/proc/self/task/*/schedstat``."""
+def _python_threads(skip: set[int]) -> list[int]:
+    """Native ids of this process's Python threads but those in ``skip``:
+    the threads that can hold the GIL, or whose start a caller waits for
+    (a thread that has not run yet has no id and cannot be read)."""
+    return [t.native_id for t in threading.enumerate() if t.native_id is not None and t.native_id not in skip]
+
+
+def _runq_by_thread(tids: list[int]) -> dict[int, int]:
+    """Run-queue wait so far (ns) of each of threads ``tids`` of this
+    process, from ``/proc/self/task/<tid>/schedstat`` (a thread that ended
+    meanwhile is left out)."""
     found = {}
-    try:
-        tids = [int(name) for name in os.listdir("/proc/self/task")]
-    except OSError:
-        return found
     for tid in tids:
-        if tid == skip:
-            continue
         try:
             with open(f"/proc/self/task/{tid}/schedstat", "rb") as f:
                 found[tid] = int(f.read().split()[1])
         except (OSError, IndexError, ValueError):
-            continue  # the thread ended meanwhile
+            continue
     return found
 
 
 @dataclass
 class _Machine:
-    """What the watcher thread samples: when, per-CPU steal (ns), and each
-    other thread's run-queue wait (ns)."""
+    """What the watcher thread samples: when, per-CPU steal (ns), and the
+    run-queue wait (ns) of each other Python thread."""
 
     at: float
     steal: list[int] | None
@@ -198,6 +205,7 @@ class LoopProbe:
         self._samples = _Samples(epoch=0.0)
         self._history: collections.deque[_Machine] = collections.deque(maxlen=HISTORY)
         self._loop_tid = 0
+        self._watcher_tid = 0
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
 
@@ -300,11 +308,13 @@ class LoopProbe:
 
     def _machine(self) -> _Machine:
         """The steal and other threads' run-queue counters now."""
-        return _Machine(time.monotonic(), _steal_ns(), _runq_by_thread(self._loop_tid))
+        skip = {self._loop_tid, self._watcher_tid}
+        return _Machine(time.monotonic(), _steal_ns(), _runq_by_thread(_python_threads(skip)))
 
     # -- on the watcher thread ----------------------------------------------------------
 
     def _watch(self) -> None:
+        self._watcher_tid = threading.get_native_id()
         while not self._stop.wait(SAMPLE_EVERY):
             now = time.monotonic()
             if self._sched is not None:
