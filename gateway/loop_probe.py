@@ -31,17 +31,19 @@ How a stall is measured, and blamed:
   sleep on one: on the GIL held by a preempted thread, or on a new thread
   that must run before ``Thread.start`` returns (``asyncio.to_thread``
   starts its pool's threads so). Threads without Python code (ZeroMQ's
-  I/O threads) and the watcher itself are left out: the loop never waits
-  for them, and their waits would hide a real stall on a busy machine. A
-  stall is recorded when the
+  I/O threads) are left out: the loop never waits for them, and their
+  waits would hide a real stall on a busy machine. So is the watcher,
+  unless it was preempted while running (an involuntary context switch)
+  in the window: then it may have held the GIL, and its wait counts too.
+  A stall is recorded when the
   blamed time exceeds :data:`LIMIT`; a late window excused this way is
   recorded too, with ``"stall": false``.
 - Elsewhere (no ``/proc``) only CPU time can be attributed: the blamed
   time is the loop thread's CPU time over the window
   (:func:`time.thread_time`), so a busy loop is caught but a sleeping call
   is not.
-- While the loop is late, the second thread samples the loop thread's
-  Python stack every :data:`SAMPLE_EVERY` seconds; the record names the
+- While the loop is late, the watcher samples the loop thread's Python
+  stack every :data:`STACK_EVERY` seconds; the record names the
   innermost frames seen most often (the handler and the call that
   blocked).
 
@@ -55,6 +57,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import gc
 import json
 import os
 import sys
@@ -76,15 +79,19 @@ TICK = 0.01
 LIMIT = 0.1
 """A window whose blamed time exceeds this many seconds is a stall."""
 
-SAMPLE_EVERY = 0.02
-"""Seconds between the watcher thread's looks at the loop (its stack while
-the loop is late, and the steal counters)."""
+SAMPLE_EVERY = 0.05
+"""Seconds between the watcher thread's samples of the machine (steal, the
+other threads' run-queue waits) and its looks at the loop."""
 
-FRAMES = 12
-"""Innermost stack frames kept per sample."""
+STACK_EVERY = 0.01
+"""Seconds between the watcher's samples of the loop thread's stack while
+the loop is late."""
+
+FRAMES = 40
+"""Innermost stack frames kept per sample (import machinery left out)."""
 
 HISTORY = 1024
-"""Watcher samples kept (about 20 s at :data:`SAMPLE_EVERY`)."""
+"""Watcher samples kept (about 50 s at :data:`SAMPLE_EVERY`)."""
 
 
 @dataclass
@@ -94,6 +101,7 @@ class _Window:
     wall: float
     cpu_ns: int
     runq_ns: int
+    gc_ns: int
 
 
 @dataclass
@@ -160,23 +168,42 @@ def _runq_by_thread(tids: list[int]) -> dict[int, int]:
     return found
 
 
+def _preemptions(tid: int) -> tuple[int, int] | None:
+    """Run-queue wait so far (ns) of thread ``tid`` of this process and how
+    often it was taken off a CPU while running (involuntary context
+    switches); None when unreadable."""
+    try:
+        with open(f"/proc/self/task/{tid}/schedstat", "rb") as f:
+            runq = int(f.read().split()[1])
+        with open(f"/proc/self/task/{tid}/status", "rb") as f:
+            status = f.read()
+        line = status[status.index(b"nonvoluntary_ctxt_switches:") :].split(b"\n", 1)[0]
+        return runq, int(line.split(b":")[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 @dataclass
 class _Machine:
-    """What the watcher thread samples: when, per-CPU steal (ns), and the
-    run-queue wait (ns) of each other Python thread."""
+    """What the watcher thread samples: when, per-CPU steal (ns), the
+    run-queue wait (ns) of each other Python thread, and the watcher's own
+    run-queue wait and involuntary context switches (see
+    :func:`_preemptions`)."""
 
     at: float
     steal: list[int] | None
     runq: dict[int, int]
+    watcher: tuple[int, int] | None
 
 
 def _stack(frame: FrameType | None) -> tuple[str, ...]:
-    """The innermost :data:`FRAMES` frames of ``frame``, innermost last, as
-    ``path:line in function`` (paths relative to the working directory
-    when inside it)."""
+    """The innermost :data:`FRAMES` frames of ``frame`` but the import
+    machinery's, innermost last, as ``path:line in function`` (paths
+    relative to the working directory when inside it)."""
     here = os.getcwd() + os.sep
-    summary = traceback.extract_stack(frame, limit=FRAMES) if frame is not None else []
-    return tuple(f"{s.filename.removeprefix(here)}:{s.lineno} in {s.name}" for s in summary)
+    summary = traceback.extract_stack(frame) if frame is not None else []
+    kept = [s for s in summary if not s.filename.startswith("<frozen importlib")][-FRAMES:]
+    return tuple(f"{s.filename.removeprefix(here)}:{s.lineno} in {s.name}" for s in kept)
 
 
 class LoopProbe:
@@ -185,7 +212,8 @@ class LoopProbe:
 
     Start and stop it on the loop's thread. A record has ``role``,
     ``pid``, ``at`` (Unix time the window began), ``lateness_ms``,
-    ``cpu_ms`` and ``runq_ms`` (the loop thread's), ``others_runq_ms``,
+    ``cpu_ms`` and ``runq_ms`` (the loop thread's), ``gc_ms`` (wall time
+    the loop's thread spent in garbage collections), ``others_runq_ms``,
     ``steal_ms``, ``blamed_ms``, ``stall``
     (blamed above :data:`LIMIT`), ``rule`` (``schedstat`` or
     ``thread_time``) and ``stack`` (the innermost frames sampled most
@@ -206,6 +234,8 @@ class LoopProbe:
         self._history: collections.deque[_Machine] = collections.deque(maxlen=HISTORY)
         self._loop_tid = 0
         self._watcher_tid = 0
+        self._gc_ns = 0  # time the loop's thread spent collecting garbage
+        self._gc_started = 0
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
 
@@ -221,18 +251,22 @@ class LoopProbe:
             self._sched = _SchedStat(self._loop_tid)
         except OSError:
             self._sched = None
-        if self._sched is not None:
-            self._history.append(self._machine())
-        self._window = self._counters()
-        self._timer = self._loop.call_later(TICK, self._tick)
         self._watcher = threading.Thread(target=self._watch, name="mlxd-loop-probe", daemon=True)
         self._watcher.start()
+        self._watcher_tid = self._watcher.native_id or 0
+        if self._sched is not None:
+            self._history.append(self._machine())
+        gc.callbacks.append(self._on_gc)
+        self._window = self._counters()
+        self._timer = self._loop.call_later(TICK, self._tick)
 
     def stop(self) -> None:
         """Stop watching and close the record file (idempotent)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
         self._stop.set()
         if self._watcher is not None:
             self._watcher.join()
@@ -251,7 +285,17 @@ class LoopProbe:
             cpu, runq = self._sched.read()
         else:
             cpu, runq = time.thread_time_ns(), 0
-        return _Window(time.monotonic(), cpu, runq)
+        return _Window(time.monotonic(), cpu, runq, self._gc_ns)
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        """Time the garbage collections run on the loop's thread."""
+        if threading.get_ident() != self._loop_ident:
+            return
+        if phase == "start":
+            self._gc_started = time.perf_counter_ns()
+        elif self._gc_started:
+            self._gc_ns += time.perf_counter_ns() - self._gc_started
+            self._gc_started = 0
 
     def _tick(self) -> None:
         assert self._loop is not None and self._window is not None
@@ -282,6 +326,7 @@ class LoopProbe:
             "at": round(time.time() - (end.wall - start.wall), 3),
             "lateness_ms": round(lateness * 1e3, 1),
             "cpu_ms": round(cpu * 1e3, 1),
+            "gc_ms": round((end.gc_ns - start.gc_ns) / 1e6, 1),
             "runq_ms": round(runq * 1e3, 1),
             "others_runq_ms": round(others * 1e3, 1),
             "steal_ms": round(steal * 1e3, 1),
@@ -301,7 +346,10 @@ class LoopProbe:
         history = list(self._history)
         before = next((m for m in reversed(history) if m.at <= begin), history[0])
         now = self._machine()
-        others = max([0, *(ns - before.runq.get(tid, 0) for tid, ns in now.runq.items())]) / 1e9
+        others = max([0, *(ns - before.runq.get(tid, 0) for tid, ns in now.runq.items())])
+        if before.watcher is not None and now.watcher is not None and now.watcher[1] > before.watcher[1]:
+            others = max(others, now.watcher[0] - before.watcher[0])  # preempted mid-look: it may hold the GIL
+        others /= 1e9
         if before.steal is None or now.steal is None or len(before.steal) != len(now.steal):
             return others, 0.0
         return others, max(0, *(b - a for a, b in zip(before.steal, now.steal))) / 1e9
@@ -309,24 +357,34 @@ class LoopProbe:
     def _machine(self) -> _Machine:
         """The steal and other threads' run-queue counters now."""
         skip = {self._loop_tid, self._watcher_tid}
-        return _Machine(time.monotonic(), _steal_ns(), _runq_by_thread(_python_threads(skip)))
+        return _Machine(
+            time.monotonic(), _steal_ns(), _runq_by_thread(_python_threads(skip)), _preemptions(self._watcher_tid)
+        )
 
     # -- on the watcher thread ----------------------------------------------------------
 
     def _watch(self) -> None:
-        self._watcher_tid = threading.get_native_id()
-        while not self._stop.wait(SAMPLE_EVERY):
-            now = time.monotonic()
-            if self._sched is not None:
-                self._history.append(self._machine())
-            window = self._window
-            if window is None or now - window.wall < TICK + SAMPLE_EVERY:
-                continue
-            frame = sys._current_frames().get(self._loop_ident)
-            if self._samples.epoch != window.wall:
-                self._samples = _Samples(epoch=window.wall)
-            self._samples.stacks[_stack(frame)] += 1
-            del frame
+        """Sample the machine every :data:`SAMPLE_EVERY` seconds and, while
+        the loop is late, its thread's stack every :data:`STACK_EVERY`.
+        """
+        wait = SAMPLE_EVERY
+        while not self._stop.wait(wait):
+            wait = self._look()
+
+    def _look(self) -> float:
+        """One look (see :meth:`_watch`); returns the seconds until the next."""
+        now = time.monotonic()
+        if self._sched is not None and (not self._history or now - self._history[-1].at >= SAMPLE_EVERY):
+            self._history.append(self._machine())
+        window = self._window
+        if window is None or now - window.wall < TICK + 2 * STACK_EVERY:
+            return SAMPLE_EVERY
+        frame = sys._current_frames().get(self._loop_ident)
+        if self._samples.epoch != window.wall:
+            self._samples = _Samples(epoch=window.wall)
+        self._samples.stacks[_stack(frame)] += 1
+        del frame
+        return STACK_EVERY
 
 
 def start_probe(role: str) -> LoopProbe | None:

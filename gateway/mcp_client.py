@@ -292,7 +292,9 @@ def _http_transport(cfg: McpServerConfig) -> contextlib.AbstractAsyncContextMana
     @contextlib.asynccontextmanager
     async def opened() -> Any:
         timeout = httpx2.Timeout(cfg.connect_timeout, read=max(cfg.call_timeout, 300.0))
-        async with httpx2.AsyncClient(headers=dict(cfg.headers), timeout=timeout) as client:
+        # made in a worker thread: the client's TLS context reads the CA bundle
+        client = await asyncio.to_thread(httpx2.AsyncClient, headers=dict(cfg.headers), timeout=timeout)
+        async with client:
             async with streamable_http_client(cfg.url, http_client=client) as streams:
                 yield streams[0], streams[1]
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import gc
 import logging
 import os
 import signal
@@ -86,6 +87,16 @@ class _Server(uvicorn.Server):
             if probe is not None:
                 probe.stop()
 
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        """Start listening once the app has started (its lifespan imported
+        what it needs and started the pool and MCP sessions), then take
+        every object made so far out of the garbage collector's sight
+        (:func:`gc.freeze`): a full collection then walks only what
+        requests made since, not the imported libraries, and pauses the
+        event loop for far less."""
+        await super().startup(sockets)
+        gc.freeze()
+
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:  # type: ignore[override]
         handled = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
@@ -151,6 +162,7 @@ def run(config: Config, config_path: str, loader: Callable[[], Config] | None = 
             port=config.server.port,
             log_level="warning",
             access_log=False,
+            ws="none",  # no WebSocket routes: uvicorn need not import a WebSocket library at start
             timeout_keep_alive=30,
             h11_max_incomplete_event_size=MAX_HEAD_BYTES,
             http=functools.partial(GuardedH11Protocol, header_timeout=config.server.header_timeout),  # type: ignore[arg-type]

@@ -160,7 +160,7 @@ def _describe(record: dict[str, Any], state: _State) -> str:
     """One stall, for a failure message."""
     parts = (
         f"{record['role']} pid {record['pid']}: blamed {record['blamed_ms']:.0f} ms of {record['lateness_ms']:.0f} ms"
-        f" late (cpu {record['cpu_ms']:.0f} ms; waiting for a CPU: the loop's thread {record['runq_ms']:.0f} ms,"
+        f" late (cpu {record['cpu_ms']:.0f} ms, in garbage collection {record['gc_ms']:.0f} ms; waiting for a CPU: the loop's thread {record['runq_ms']:.0f} ms,"
         f" another Python thread {record['others_runq_ms']:.0f} ms; stolen by the host {record['steal_ms']:.0f} ms;"
         f" rule {record['rule']})"
     )
