@@ -158,16 +158,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 def _describe(record: dict[str, Any], state: _State) -> str:
     """One stall, for a failure message."""
+    r = record
     parts = (
-        f"{record['role']} pid {record['pid']}: blamed {record['blamed_ms']:.0f} ms of {record['lateness_ms']:.0f} ms"
-        f" late (cpu {record['cpu_ms']:.0f} ms, in garbage collection {record['gc_ms']:.0f} ms; waiting for a CPU: the loop's thread {record['runq_ms']:.0f} ms,"
-        f" another Python thread {record['others_runq_ms']:.0f} ms; stolen by the host {record['steal_ms']:.0f} ms;"
-        f" rule {record['rule']})"
+        f"{r['role']} pid {r['pid']}: blamed {r['blamed_ms']:.0f} ms of {r['lateness_ms']:.0f} ms late (rule {r['rule']})"
+        f"\n  the loop's thread: on a CPU {r['cpu_ms']:.0f} ms (collecting garbage {r['gc_ms']:.0f} ms),"
+        f" waiting for one {r['runq_ms']:.0f} ms"
+        f"\n  other Python threads (the most one did): waiting for a CPU {r['others_runq_ms']:.0f} ms,"
+        f" on one {r['others_cpu_ms']:.0f} ms; collecting garbage {r['others_gc_ms']:.0f} ms"
+        f"\n  stolen by the host: {r['steal_ms']:.0f} ms"
     )
-    began = _began_in(record["at"], state)
+    began = _began_in(r["at"], state)
     if began is not None:
         parts += f"\n  began during {began}"
-    stack = record.get("stack") or ["(no stack sampled)"]
+    stack = r.get("stack") or ["(no stack sampled)"]
     return parts + "\n  where the loop was, innermost last:\n    " + "\n    ".join(stack)
 
 
