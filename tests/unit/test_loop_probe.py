@@ -37,8 +37,9 @@ def records(scenario: str, tmp_path: Path) -> list[dict]:
     [("sleep", "blocking_handler"), ("slow_read", "slow_read_handler"), ("busy", "busy_handler")],
 )
 def test_a_blocked_loop_is_a_stall_named_by_its_function(scenario, function, tmp_path):
-    stalls = [r for r in records(scenario, tmp_path) if r["stall"]]
-    assert len(stalls) == 1, stalls
+    late = records(scenario, tmp_path)
+    stalls = [r for r in late if r["stall"]]
+    assert len(stalls) == 1, late
     (stall,) = stalls
     assert stall["rule"] == "schedstat" and stall["blamed_ms"] > 100
     assert stall["stack"][-1].endswith(f"in {function}"), stall["stack"]
