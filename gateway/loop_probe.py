@@ -20,32 +20,30 @@ How a stall is measured, and blamed:
   time runnable but waiting for one), and a watcher thread samples the
   same counters of the process's other Python threads and the virtual
   machine's per-CPU *steal* (``/proc/stat``: time the host ran something
-  else). A window more than :data:`LIMIT` late is judged; the loop is
-  blamed for its lateness minus:
+  else). A window more than :data:`LIMIT` late is judged by splitting its
+  lateness into the loop thread's time on a CPU, its time waiting for one
+  and the rest, when it was asleep. The loop is blamed for
 
-  - its own thread's wait for a CPU;
-  - the longest wait for a CPU of another Python thread: the loop can
-    sleep on one, on the GIL held by a preempted thread or on a new
-    thread that must run before ``Thread.start`` returns (as
-    ``asyncio.to_thread`` starts its pool's threads). Threads without
-    Python code (ZeroMQ's I/O threads) are left out, as the loop never
-    waits for them, and so is the watcher, whose waits to wake up while
-    the loop is late would excuse a real stall (it holds the GIL for
-    microseconds at a time: measured here under a load of 8, at most
-    4.5 ms off a CPU inside one look in 1,769 looks);
-  - the steal on the CPU that lost most, up to :data:`STOLEN_PER_CPU`
-    times the loop thread's CPU time in the window. With paravirtual
-    time accounting (Linux on KVM, as here) time stolen while a thread
-    waits for a CPU is already in that wait, and time stolen while it
-    runs shows as neither CPU time nor waiting; a thread asleep in a
-    blocking call is not excused by a busy host.
+  - all its CPU time: it was running callbacks;
+  - its sleep (a ``time.sleep``, a file read, a DNS lookup, a wait for a
+    child process, the GIL held by a thread that computes), less what
+    the machine explains: the longest wait for a CPU of another Python
+    thread (the loop sleeps on one when it holds the GIL and is
+    preempted, or when it must run before ``Thread.start`` returns, as
+    ``asyncio.to_thread`` starts its pool's threads; threads without
+    Python code, such as ZeroMQ's, never hold the loop and are left out),
+    and the steal on the CPU that lost most, up to :data:`STOLEN_PER_CPU`
+    times the loop thread's CPU time (with paravirtual time accounting,
+    Linux on KVM as here, time stolen while a thread waits for a CPU is
+    already in that wait and time stolen while it runs shows as sleep; a
+    thread asleep in a blocking call is not excused by a busy host);
+  - not its wait for a CPU: a free machine would have run it.
 
-  What remains is time the loop's thread spent running callbacks or
-  asleep inside one (a ``time.sleep``, a file read, a DNS lookup, a wait
-  for a child process, the GIL held by a thread that computes), which a
-  free machine would not have shortened. Above :data:`LIMIT` it is a
-  stall; a late window excused this way is recorded too, with
-  ``"stall": false``.
+  Above :data:`LIMIT` it is a stall; a late window excused this way is
+  recorded too, with ``"stall": false``. The excuses never apply to CPU
+  time, so a busy callback is caught however loaded the machine; they
+  can hide part of a sleeping stall while other Python threads wait for
+  a CPU (the watcher's own waits, a few milliseconds per look).
 - Elsewhere (no ``/proc``) only CPU time can be attributed: the blamed
   time is the loop thread's CPU time over the window
   (:func:`time.thread_time`), so a busy loop is caught but a sleeping call
@@ -74,7 +72,6 @@ import os
 import sys
 import threading
 import time
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -94,9 +91,15 @@ SAMPLE_EVERY = 0.05
 """Seconds between the watcher thread's samples of the machine (steal, the
 other threads' run-queue waits) and its looks at the loop."""
 
-STACK_EVERY = 0.01
+STACK_EVERY = 0.05
 """Seconds between the watcher's samples of the loop thread's stack while
-the loop is late."""
+the loop is late (no more often than its other looks: each wake-up of the
+watcher on a busy machine is a wait for a CPU, which excuses a sleeping
+stall)."""
+
+LATE_LOOK = 0.03
+"""Seconds past a tick's due time after which the watcher counts the loop
+as late and samples its stack."""
 
 FRAMES = 40
 """Innermost stack frames kept per sample (import machinery left out)."""
@@ -125,7 +128,7 @@ class _Samples:
     """Stacks of the loop thread seen during one late window."""
 
     epoch: float
-    stacks: collections.Counter[tuple[str, ...]] = field(default_factory=collections.Counter)
+    stacks: collections.Counter[Frames] = field(default_factory=collections.Counter)
 
 
 class _SchedStat:
@@ -196,15 +199,28 @@ class _Machine:
     threads: dict[int, tuple[int, int]]
 
 
-def _stack(frame: FrameType | None) -> tuple[str, ...]:
-    """The innermost :data:`FRAMES` frames of ``frame`` but the import
+Frames = tuple[tuple[str, int, str], ...]
+"""A sampled stack, innermost first: ``(file, line, function)`` per frame."""
+
+
+def _frames(frame: FrameType | None) -> Frames:
+    """The raw stack from ``frame`` outwards (cheap: the watcher takes it
+    holding the GIL; :func:`_describe` formats it later)."""
+    found = []
+    while frame is not None:
+        code = frame.f_code
+        found.append((code.co_filename, frame.f_lineno, code.co_name))
+        frame = frame.f_back
+    return tuple(found)
+
+
+def _describe(frames: Frames) -> list[str]:
+    """The innermost :data:`FRAMES` of ``frames`` but the import
     machinery's, innermost last, as ``path:line in function`` (paths
     relative to the working directory when inside it)."""
     here = os.getcwd() + os.sep
-    summary = traceback.StackSummary.extract(traceback.walk_stack(frame), lookup_lines=False) if frame else []
-    summary.reverse()
-    kept = [s for s in summary if not s.filename.startswith("<frozen importlib")][-FRAMES:]
-    return tuple(f"{s.filename.removeprefix(here)}:{s.lineno} in {s.name}" for s in kept)
+    kept = [f for f in frames if not f[0].startswith("<frozen importlib")][:FRAMES]
+    return [f"{path.removeprefix(here)}:{line} in {name}" for path, line, name in reversed(kept)]
 
 
 class LoopProbe:
@@ -237,7 +253,6 @@ class LoopProbe:
         self._samples = _Samples(epoch=0.0)
         self._history: collections.deque[_Machine] = collections.deque(maxlen=HISTORY)
         self._loop_tid = 0
-        self._watcher_tid = 0
         self._gc_ns = 0  # time the loop's thread spent collecting garbage
         self._others_gc_ns = 0  # time other threads did (holding the GIL the loop needs)
         self._gc_started: dict[int, int] = {}
@@ -258,7 +273,6 @@ class LoopProbe:
             self._sched = None
         self._watcher = threading.Thread(target=self._watch, name="mlxd-loop-probe", daemon=True)
         self._watcher.start()
-        self._watcher_tid = self._watcher.native_id or 0
         if self._sched is not None:
             self._history.append(self._machine())
         gc.callbacks.append(self._on_gc)
@@ -321,14 +335,15 @@ class LoopProbe:
         if self._sched is not None:
             runq = (end.runq_ns - start.runq_ns) / 1e9
             others, others_cpu, steal = self._machine_since(start.wall)
-            blamed = max(0.0, lateness - runq - others - min(steal, cpu * STOLEN_PER_CPU))
+            asleep = max(0.0, lateness - runq - cpu)
+            blamed = min(lateness, cpu) + max(0.0, asleep - others - min(steal, cpu * STOLEN_PER_CPU))
             rule = "schedstat"
         else:
             runq = others = others_cpu = steal = 0.0
             blamed = min(lateness, cpu)
             rule = "thread_time"
         samples = self._samples
-        stack = samples.stacks.most_common(1)[0][0] if samples.epoch == start.wall and samples.stacks else ()
+        stack = _describe(samples.stacks.most_common(1)[0][0]) if samples.epoch == start.wall and samples.stacks else []
         record = {
             "role": self.role,
             "pid": os.getpid(),
@@ -344,7 +359,7 @@ class LoopProbe:
             "blamed_ms": round(blamed * 1e3, 1),
             "stall": blamed > LIMIT,
             "rule": rule,
-            "stack": list(stack),
+            "stack": stack,
         }
         if self._fd is not None:
             os.write(self._fd, (json.dumps(record) + "\n").encode())
@@ -368,7 +383,7 @@ class LoopProbe:
 
     def _machine(self) -> _Machine:
         """The steal and other threads' run-queue counters now."""
-        skip = {self._loop_tid, self._watcher_tid}
+        skip = {self._loop_tid}
         return _Machine(time.monotonic(), _steal_ns(), _sched_by_thread(_python_threads(skip)))
 
     # -- on the watcher thread ----------------------------------------------------------
@@ -387,12 +402,12 @@ class LoopProbe:
         if self._sched is not None and (not self._history or now - self._history[-1].at >= SAMPLE_EVERY):
             self._history.append(self._machine())
         window = self._window
-        if window is None or now - window.wall < TICK + 2 * STACK_EVERY:
+        if window is None or now - window.wall < TICK + LATE_LOOK:
             return SAMPLE_EVERY
         frame = sys._current_frames().get(self._loop_ident)
         if self._samples.epoch != window.wall:
             self._samples = _Samples(epoch=window.wall)
-        self._samples.stacks[_stack(frame)] += 1
+        self._samples.stacks[_frames(frame)] += 1
         del frame
         return STACK_EVERY
 

@@ -31,7 +31,7 @@ import zmq
 import zmq.asyncio
 
 from gateway.loop_probe import start_probe
-from gateway.worker_process import Incarnation, run_incarnation, watch_children_without_threads
+from gateway.worker_process import Incarnation, run_incarnation
 from shared.codec import DecodeError, node_codec
 from shared.config import ModelConfig, NodeConfig, ServerConfig
 from shared.protocol import (
@@ -242,7 +242,6 @@ def run_node(config: NodeConfig) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         probe = start_probe("node")
-        watch_children_without_threads()
         try:
             await Node(config).run(stop)
         finally:

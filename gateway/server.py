@@ -31,10 +31,10 @@ from typing import Any, Callable, Iterator
 import uvicorn
 
 from gateway.app import build_app
+from gateway.child_process import watch_children_without_threads
 from gateway.http_guard import MAX_HEAD_BYTES, GuardedH11Protocol
 from gateway.loop_probe import start_probe
 from gateway.mcp_client import McpUnavailable
-from gateway.worker_process import watch_children_without_threads
 from shared.config import Config, ConfigError
 from shared.config_loader import load_config
 from shared.paths import default_pid_file
@@ -75,8 +75,9 @@ class _Server(uvicorn.Server):
         self._reloading = asyncio.Lock()
 
     async def serve(self, sockets: list[socket.socket] | None = None) -> None:
-        """Serve until stopped: child processes are waited for without
-        threads (:func:`gateway.worker_process.watch_children_without_threads`),
+        """Serve until stopped: child processes started through asyncio are
+        waited for without threads
+        (:func:`gateway.child_process.watch_children_without_threads`),
         and the event-loop stall probe runs when ``MLXD_LOOP_STALL_LOG``
         asks for it (:mod:`gateway.loop_probe`)."""
         probe = start_probe("gateway")

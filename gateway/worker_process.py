@@ -4,10 +4,10 @@
 and hands every decoded message to a callback until the process exits or
 falls silent for longer than allowed (then it is killed). It always leaves
 no process and no socket file behind. Runs on the gateway's event loop; the
-process is an asyncio subprocess (waited for through a pidfd, see
-:func:`watch_children_without_threads`), the sockets are ``zmq.asyncio``
-sockets and the worker's environment is made in a worker thread, so
-nothing blocks the loop.
+process is started in a worker thread and awaited on the loop
+(:mod:`gateway.child_process`), the sockets are ``zmq.asyncio`` sockets and
+the worker's environment is made in a worker thread, so nothing blocks the
+loop.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import Callable
 import zmq
 import zmq.asyncio
 
+from gateway.child_process import ChildProcess, spawn
 from shared.codec import DecodeError, gateway_codec
 from shared.config import ModelConfig, ServerConfig, encode_model_config
 from shared.protocol import WorkerMessage
@@ -58,26 +59,6 @@ def worker_key(name: str) -> str:
     on macOS)."""
     readable = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:24]
     return f"{readable}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
-
-
-def watch_children_without_threads() -> None:
-    """Have asyncio wait for child processes through pid file descriptors
-    on the running loop (Linux, Python 3.11; later versions do by default).
-
-    Python 3.11's default child watcher starts one thread per child and
-    blocks the event loop until that thread has run, which on a busy
-    machine takes seconds. Call it on the running loop before the first
-    worker starts; elsewhere it changes nothing.
-    """
-    if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
-        return
-    try:
-        os.close(os.pidfd_open(os.getpid()))  # the kernel (5.3+) and any sandbox allow pidfds
-    except OSError:
-        return
-    watcher = asyncio.PidfdChildWatcher()
-    watcher.attach_loop(asyncio.get_running_loop())
-    asyncio.set_child_watcher(watcher)
 
 
 def worker_environment() -> dict[str, str]:
@@ -123,7 +104,7 @@ async def run_incarnation(
     endpoints = endpoints_for(socket_dir, key, number)
     push, pull = open_worker_link(ctx, endpoints, "gateway")
     codec = gateway_codec()
-    proc: asyncio.subprocess.Process | None = None
+    proc: ChildProcess | None = None
     env = await asyncio.to_thread(worker_environment)  # finding OpenBLAS runs `ldconfig -p`
 
     def send(message: object) -> bool:
@@ -135,33 +116,33 @@ async def run_incarnation(
             return False
 
     try:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            # a tensor-parallel group: worker.tp_launch runs mlx.launch, one `python -m worker` per rank
-            *(
-                ["worker.tp_launch", "--parent-pid", str(os.getpid()), "--"]
-                if model.tensor_parallel > 1
-                else ["worker"]
-            ),
-            "--worker-id",
-            f"{key}-{number}",
-            "--model-config",
-            encode_model_config(model),
-            "--requests",
-            endpoints.requests,
-            "--outputs",
-            endpoints.outputs,
-            "--parent-pid",
-            str(os.getpid()),
-            "--log-level",
-            server.log_level,
-            *(["--log-file", server.log_file] if server.log_file else []),
-            *(["--memory-limit", str(memory_limit)] if memory_limit else []),
-            *(["--cache-limit", str(cache_limit)] if cache_limit is not None else []),
-            stdin=asyncio.subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,
+        proc = await spawn(
+            [
+                sys.executable,
+                "-m",
+                # a tensor-parallel group: worker.tp_launch runs mlx.launch, one `python -m worker` per rank
+                *(
+                    ["worker.tp_launch", "--parent-pid", str(os.getpid()), "--"]
+                    if model.tensor_parallel > 1
+                    else ["worker"]
+                ),
+                "--worker-id",
+                f"{key}-{number}",
+                "--model-config",
+                encode_model_config(model),
+                "--requests",
+                endpoints.requests,
+                "--outputs",
+                endpoints.outputs,
+                "--parent-pid",
+                str(os.getpid()),
+                "--log-level",
+                server.log_level,
+                *(["--log-file", server.log_file] if server.log_file else []),
+                *(["--memory-limit", str(memory_limit)] if memory_limit else []),
+                *(["--cache-limit", str(cache_limit)] if cache_limit is not None else []),
+            ],
+            env,
         )
         log.info("started worker for %s (pid %d)", model.name, proc.pid)
         started = proc
@@ -211,7 +192,7 @@ async def _drain(
 
 async def _pump(
     pull: zmq.asyncio.Socket,
-    proc: asyncio.subprocess.Process,
+    proc: ChildProcess,
     codec: object,
     on_message: Callable[[WorkerMessage], None],
     silence_limit: Callable[[], float],

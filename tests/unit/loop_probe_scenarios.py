@@ -16,7 +16,7 @@ The machine's fault (excused): a process at real-time priority
 (``SCHED_FIFO``) spins for :data:`SPIN_SECONDS` on one CPU, so nothing
 else runs there:
 
-- ``starved``: the loop's thread is on that CPU.
+- ``starved``: the loop's thread (alone) is on that CPU.
 - ``gil``: the loop's thread is on another CPU (at real-time priority
   too, so it never waits for a CPU itself), but a Python thread on the
   spinner's CPU wakes the spinner while holding the GIL and is preempted
@@ -142,7 +142,9 @@ async def run(scenario: str, records: Path, cpus: list[int]) -> None:
     elif scenario == "busy":
         loop.call_soon(busy_handler)
     elif scenario == "starved":
-        await (await Spinner.start(cpus[0])).spin()
+        spinner = await Spinner.start(cpus[0])
+        os.sched_setaffinity(0, {cpus[0]})  # the loop's thread only: no other thread waits with it
+        await spinner.spin()
     elif scenario == "gil":
         spinner = await Spinner.start(cpus[0])
         try:  # the loop's thread never waits for a CPU itself: all its lateness is the GIL's
@@ -163,13 +165,11 @@ async def run(scenario: str, records: Path, cpus: list[int]) -> None:
 
 
 def main() -> None:
-    """Run the scenario; the loop's thread is on the first CPU for
-    ``starved``, on the last for ``gil``."""
+    """Run the scenario; for ``gil`` the loop's thread is on the last CPU
+    (and the spinner on the first)."""
     scenario, records = sys.argv[1], Path(sys.argv[2])
     cpus = sorted(os.sched_getaffinity(0))
-    if scenario == "starved":
-        os.sched_setaffinity(0, {cpus[0]})
-    elif scenario == "gil":
+    if scenario == "gil":
         os.sched_setaffinity(0, {cpus[-1]})
     asyncio.run(run(scenario, records, cpus))
 
