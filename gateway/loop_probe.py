@@ -214,6 +214,24 @@ def _frames(frame: FrameType | None) -> Frames:
     return tuple(found)
 
 
+GATEWAY_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+"""Where the gateway's own modules are: a frame there is gateway code."""
+
+PROBE_FILE = os.path.abspath(__file__)
+"""This module (its frames are the probe's, not the gateway's)."""
+
+
+def _gateway_frame(frames: Frames) -> str | None:
+    """The innermost frame of ``frames`` in the gateway's own code, as
+    ``path:line in function`` (None: none is)."""
+    here = os.getcwd() + os.sep
+    for path, line, name in frames:
+        where = os.path.abspath(path)
+        if where.startswith(GATEWAY_DIR) and where != PROBE_FILE:  # the probe's own GC hook is not the gateway
+            return f"{path.removeprefix(here)}:{line} in {name}"
+    return None
+
+
 def _describe(frames: Frames) -> list[str]:
     """The innermost :data:`FRAMES` of ``frames`` but the import
     machinery's, innermost last, as ``path:line in function`` (paths
@@ -236,9 +254,11 @@ class LoopProbe:
     that held the GIL meanwhile is not excused, but this names it),
     ``steal_ms``, ``blamed_ms``, ``stall``
     (blamed above :data:`LIMIT`), ``rule`` (``schedstat`` or
-    ``thread_time``) and ``stack`` (the innermost frames sampled most
-    often while the loop was late, innermost last; empty when none was
-    taken).
+    ``thread_time``), ``stack`` (the innermost frames sampled most often
+    while the loop was late, innermost last; empty when none was taken)
+    and ``gateway_frame`` (the innermost of those frames in the
+    gateway's own code, or None: the loop was elsewhere, e.g. in a test's
+    client sharing the loop, or no stack was sampled).
     """
 
     def __init__(self, path: Path, role: str) -> None:
@@ -280,10 +300,13 @@ class LoopProbe:
         self._timer = self._loop.call_later(TICK, self._tick)
 
     def stop(self) -> None:
-        """Stop watching and close the record file (idempotent)."""
+        """Judge the window still open (a stall just before the stop, or
+        code that never let the timer run), then stop watching and close
+        the record file (idempotent)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+            self._check()
         if self._on_gc in gc.callbacks:
             gc.callbacks.remove(self._on_gc)
         self._stop.set()
@@ -321,14 +344,20 @@ class LoopProbe:
             self._others_gc_ns += time.perf_counter_ns() - started
 
     def _tick(self) -> None:
-        assert self._loop is not None and self._window is not None
+        assert self._loop is not None
+        self._check()
+        self._timer = self._loop.call_later(TICK, self._tick)
+
+    def _check(self) -> None:
+        """Judge the window since the last tick if it is late, and open the
+        next one."""
+        assert self._window is not None
         now = self._counters()
         start = self._window
         lateness = now.wall - start.wall - TICK
         if lateness > LIMIT:
             self._judge(start, now, lateness)
         self._window = now
-        self._timer = self._loop.call_later(TICK, self._tick)
 
     def _judge(self, start: _Window, end: _Window, lateness: float) -> None:
         cpu = (end.cpu_ns - start.cpu_ns) / 1e9
@@ -343,7 +372,7 @@ class LoopProbe:
             blamed = min(lateness, cpu)
             rule = "thread_time"
         samples = self._samples
-        stack = _describe(samples.stacks.most_common(1)[0][0]) if samples.epoch == start.wall and samples.stacks else []
+        frames = samples.stacks.most_common(1)[0][0] if samples.epoch == start.wall and samples.stacks else ()
         record = {
             "role": self.role,
             "pid": os.getpid(),
@@ -359,7 +388,8 @@ class LoopProbe:
             "blamed_ms": round(blamed * 1e3, 1),
             "stall": blamed > LIMIT,
             "rule": rule,
-            "stack": stack,
+            "stack": _describe(frames),
+            "gateway_frame": _gateway_frame(frames),
         }
         if self._fd is not None:
             os.write(self._fd, (json.dumps(record) + "\n").encode())
