@@ -11,7 +11,9 @@ killed) when the server shuts down.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import importlib
 import logging
 from typing import AsyncIterator, Callable
 
@@ -40,6 +42,20 @@ from shared.config import Config, ServerConfig
 from shared.config_values import is_loopback
 
 log = logging.getLogger("mlxd.gateway")
+
+LAZY_MODULES = ("anyio._backends._asyncio", "anyio._core._subprocesses")
+"""Modules a library imports the first time it is used, which would be on
+the event loop: anyio's asyncio backend (Starlette's streamed responses
+and thread hand-offs) and its subprocesses (MCP servers over stdio). The
+app imports them at start, in a worker thread."""
+
+
+def import_lazy_modules() -> None:
+    """Import :data:`LAZY_MODULES` (blocking: call it off the event loop;
+    a module missing from this version of its library is skipped)."""
+    for name in LAZY_MODULES:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
 
 
 async def health(request: Request) -> Response:
@@ -143,8 +159,9 @@ def build_app(config: Config, pool: WorkerPool | None = None) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        backend.start()
-        hub.start()
+        await asyncio.to_thread(import_lazy_modules)
+        await backend.start()
+        await hub.start()
         try:
             yield
         finally:

@@ -108,7 +108,7 @@ def node(config_path: str) -> int:
     settings = config.node
     if settings.log_file:
         Path(settings.log_file).expanduser().parent.mkdir(parents=True, exist_ok=True)
-    setup_logging(settings.log_level, name="node", log_file=settings.log_file or None)
+    setup_logging(settings.log_level, name="node", log_file=settings.log_file or None, background=True)
     return run_node(config)
 
 
@@ -158,6 +158,7 @@ def serve(
         log_file=server.log_file or None,
         max_bytes=parse_size(server.log_max_bytes, 0),
         backups=server.log_backups,
+        background=True,
     )
     raise_file_limit(files_needed(config))
     logging.getLogger("mlxd").info(

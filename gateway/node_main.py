@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import zmq
 import zmq.asyncio
 
+from gateway.metrics.loop_probe import start_probe
 from gateway.workers.process import Incarnation, run_incarnation
 from shared.codec import DecodeError, node_codec
 from shared.config import ModelConfig, NodeConfig, ServerConfig
@@ -240,7 +241,12 @@ def run_node(config: NodeConfig) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        await Node(config).run(stop)
+        probe = start_probe("node")
+        try:
+            await Node(config).run(stop)
+        finally:
+            if probe is not None:
+                probe.stop()
 
     try:
         asyncio.run(main())

@@ -58,6 +58,7 @@ short schema walk of :class:`_SchemaViews` and the assembly in
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import types
 import typing
@@ -1214,8 +1215,9 @@ async def openapi_response(request: Request) -> Response:
 
     The examples name the app's configured models (read from
     ``request.app.state.backend`` when it has one). The document is built
-    once per list of model names and served from a cache afterwards.
+    once per list of model names, in a worker thread (it takes long enough
+    to stall the event loop), and served from a cache afterwards.
     """
     backend = getattr(request.app.state, "backend", None)
     names = tuple(m.name for m in backend.models()) if backend is not None else ()
-    return Response(_document_json(names), media_type=JSON)
+    return Response(await asyncio.to_thread(_document_json, names), media_type=JSON)

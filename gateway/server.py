@@ -20,9 +20,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import gc
 import logging
 import os
 import signal
+import socket
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -31,6 +33,8 @@ import uvicorn
 from gateway.app import build_app
 from gateway.http.guard import MAX_HEAD_BYTES, GuardedH11Protocol
 from gateway.mcp.client import McpUnavailable
+from gateway.metrics.loop_probe import start_probe
+from gateway.workers.child_process import watch_children_without_threads
 from shared.config import Config, ConfigError
 from shared.config_loader import load_config
 from shared.paths import default_pid_file
@@ -68,6 +72,31 @@ class _Server(uvicorn.Server):
         self.config_path = config_path
         self.loader = loader or functools.partial(load_config, config_path)
         self._draining = False
+        self._reloading = asyncio.Lock()
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        """Serve until stopped: child processes started through asyncio are
+        waited for without threads
+        (:func:`gateway.workers.child_process.watch_children_without_threads`),
+        and the event-loop stall probe runs when ``MLXD_LOOP_STALL_LOG``
+        asks for it (:mod:`gateway.metrics.loop_probe`)."""
+        probe = start_probe("gateway")
+        watch_children_without_threads()
+        try:
+            await super().serve(sockets)
+        finally:
+            if probe is not None:
+                probe.stop()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        """Start listening once the app has started (its lifespan imported
+        what it needs and started the pool and MCP sessions), then take
+        every object made so far out of the garbage collector's sight
+        (:func:`gc.freeze`): a full collection then walks only what
+        requests made since, not the imported libraries, and pauses the
+        event loop for far less."""
+        await super().startup(sockets)
+        gc.freeze()
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:  # type: ignore[override]
@@ -101,19 +130,22 @@ class _Server(uvicorn.Server):
         self.should_exit = True
 
     async def reload(self) -> None:
-        """Re-read the config file and apply it (or keep the old one)."""
-        try:
-            config = await asyncio.to_thread(self.loader)
-        except ConfigError as exc:
-            log.error("reload refused, keeping the running config: %s", exc)
-            return
-        changes = self.mlxd_app.state.backend.reload(config)
-        try:
-            changes += await self.mlxd_app.state.mcp.reload(config.mcp_servers)
-        except McpUnavailable as exc:
-            log.error("reload: %s", exc)
-        self.mlxd_app.state.config = config
-        log.info("reloaded %s: %s", self.config_path, "; ".join(changes) or "no changes")
+        """Re-read the config file and apply it (or keep the old one). The
+        file and the model files are read in worker threads; reloads run
+        one at a time, in the order the signals came."""
+        async with self._reloading:
+            try:
+                config = await asyncio.to_thread(self.loader)
+            except ConfigError as exc:
+                log.error("reload refused, keeping the running config: %s", exc)
+                return
+            changes = await self.mlxd_app.state.backend.reload(config)
+            try:
+                changes += await self.mlxd_app.state.mcp.reload(config.mcp_servers)
+            except McpUnavailable as exc:
+                log.error("reload: %s", exc)
+            self.mlxd_app.state.config = config
+            log.info("reloaded %s: %s", self.config_path, "; ".join(changes) or "no changes")
 
 
 def run(config: Config, config_path: str, loader: Callable[[], Config] | None = None) -> None:
@@ -131,6 +163,7 @@ def run(config: Config, config_path: str, loader: Callable[[], Config] | None = 
             port=config.server.port,
             log_level="warning",
             access_log=False,
+            ws="none",  # no WebSocket routes: uvicorn need not import a WebSocket library at start
             timeout_keep_alive=30,
             h11_max_incomplete_event_size=MAX_HEAD_BYTES,
             http=functools.partial(GuardedH11Protocol, header_timeout=config.server.header_timeout),  # type: ignore[arg-type]

@@ -14,8 +14,10 @@ newsyslog, no signal) is needed.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import logging.handlers
+import queue
 import sys
 
 
@@ -26,6 +28,7 @@ def setup_logging(
     log_file: str | None = None,
     max_bytes: int = 0,
     backups: int = 0,
+    background: bool = False,
 ) -> None:
     """Configure the root logger once for this process.
 
@@ -33,7 +36,10 @@ def setup_logging(
     ``log_file`` records are appended to that file instead of stderr. With
     ``max_bytes`` > 0 and ``backups`` > 0 this process rotates the file when
     it would grow past ``max_bytes`` (the gateway); otherwise it reopens the
-    file when another process has rotated it (workers).
+    file when another process has rotated it (workers). With
+    ``background`` (the gateway and nodes, whose event loop must never wait
+    for a disk) a record is only queued where it is logged; a thread
+    writes it, and writes what is left when the process exits.
     """
     handler: logging.Handler
     if not log_file:
@@ -45,6 +51,12 @@ def setup_logging(
     else:
         handler = logging.handlers.WatchedFileHandler(log_file, encoding="utf-8")
     handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s [{name}] %(name)s: %(message)s"))
+    if background:
+        records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
+        listener = logging.handlers.QueueListener(records, handler)
+        listener.start()
+        atexit.register(listener.stop)
+        handler = logging.handlers.QueueHandler(records)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -31,6 +31,10 @@ from shared.config import DEFAULT_MODEL_SOURCE
 from tests.shapes import plugin as shapes
 from tests.shapes.serve import RECORD_ENV
 
+pytest_plugins = ["tests.loop_stalls"]
+"""Every test fails when a gateway's event loop stalls while it runs (see
+``tests/loop_stalls.py``)."""
+
 ROOT = Path(__file__).resolve().parent.parent
 API_KEY = "sk-test-key"
 TINY = "tiny"

@@ -67,3 +67,26 @@ def test_service_mode_logs_to_the_library_logs_folder(tmp_path, monkeypatch):
     assert _load(str(config), service=True).server.log_file == str(tmp_path / "Library" / "Logs" / "mlxd" / "mlxd.log")
     config.write_text('[server]\nlog_file = "/var/tmp/x.log"\n[[models]]\nname = "a"\n')
     assert _load(str(config), service=True).server.log_file == "/var/tmp/x.log"  # the config wins
+
+
+def test_background_logging_queues_and_writes_everything_by_exit(tmp_path):
+    """The gateway's records are only queued where they are logged (its
+    event loop never waits for the disk); a thread writes them, and what
+    is queued when the process exits is written before it ends."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    path = tmp_path / "gateway.log"
+    code = (
+        "import logging\n"
+        "from shared.logging import setup_logging\n"
+        f"setup_logging('info', log_file={str(path)!r}, max_bytes=1 << 30, backups=1, background=True)\n"
+        "assert type(logging.getLogger().handlers[0]) is logging.handlers.QueueHandler\n"
+        "for i in range(2000):\n"
+        "    logging.getLogger('mlxd.test').info('line %d', i)\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    subprocess.run([sys.executable, "-c", code], cwd=root, check=True, timeout=60)
+    lines = path.read_text().splitlines()
+    assert len(lines) == 2000 and lines[-1].endswith("[gateway] mlxd.test: line 1999")

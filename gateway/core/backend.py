@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Protocol
 
+from shared.model_kind import ModelKind
 from shared.protocol import EmbedRequest, GenerateRequest, RequestOutput
 
 
@@ -54,15 +55,22 @@ class Residency:
 
 @dataclass(frozen=True)
 class ModelFiles:
-    """What a configured model's files on the gateway's disk say, read
-    without loading the model (for listings such as Ollama's ``/api/tags``
-    and ``/api/show``): ``size_bytes`` on disk (0: unknown), ``config`` its
-    ``config.json`` (``{}`` when there is none or it is unreadable) and
-    ``chat_template`` its chat template text (``""`` when unknown)."""
+    """A configured model's files as the gateway found them on its disk
+    when it last read them, without loading the model.
 
-    size_bytes: int = 0
+    ``kind`` as the files (or the config) tell it (None: not known from
+    here); ``weight_bytes`` the size of its weight files (None: unknown);
+    ``config`` its ``config.json`` and ``chat_template`` its chat template
+    text (``{}`` and ``""`` when unknown)."""
+
+    kind: ModelKind | None = None
+    weight_bytes: int | None = None
     config: dict[str, Any] = field(default_factory=dict)
     chat_template: str = ""
+
+
+UNREAD = ModelFiles()
+"""What is known of a model whose files have not been read."""
 
 
 class RequestStream(Protocol):
@@ -151,7 +159,8 @@ class ModelBackend(Protocol):
         """The models whose workers are loaded, with memory and expiry."""
         ...
 
-    def model_files(self, model: str) -> ModelFiles:
-        """What canonical ``model``'s files on disk say (small reads of
-        local files; never the network, never the worker)."""
+    async def model_files(self, models: list[str]) -> dict[str, ModelFiles]:
+        """What each of the canonical ``models``' files on disk hold now,
+        by name (small reads of local files, in a worker thread, never on
+        the event loop; never the network, never the worker)."""
         ...

@@ -292,7 +292,9 @@ def _http_transport(cfg: McpServerConfig) -> contextlib.AbstractAsyncContextMana
     @contextlib.asynccontextmanager
     async def opened() -> Any:
         timeout = httpx2.Timeout(cfg.connect_timeout, read=max(cfg.call_timeout, 300.0))
-        async with httpx2.AsyncClient(headers=dict(cfg.headers), timeout=timeout) as client:
+        # made in a worker thread: the client's TLS context reads the CA bundle
+        client = await asyncio.to_thread(httpx2.AsyncClient, headers=dict(cfg.headers), timeout=timeout)
+        async with client:
             async with streamable_http_client(cfg.url, http_client=client) as streams:
                 yield streams[0], streams[1]
 
@@ -333,14 +335,15 @@ class McpHub:
         self.connections: dict[str, McpConnection] = {}
         self._configs = list(servers)
 
-    def start(self) -> None:
-        """Start every server's session task.
+    async def start(self) -> None:
+        """Start every server's session task (the SDK is imported first, in
+        a worker thread: importing it takes long enough to stall the loop).
 
         Raises:
             McpUnavailable: servers are configured but ``mcp`` is not installed.
         """
         if self._configs:
-            _require_sdk()
+            await asyncio.to_thread(_require_sdk)
         for cfg in self._configs:
             self._add(cfg)
 
@@ -363,7 +366,7 @@ class McpHub:
             McpUnavailable: servers are configured but ``mcp`` is not installed.
         """
         if servers:
-            _require_sdk()
+            await asyncio.to_thread(_require_sdk)
         new = {s.name: s for s in servers}
         changes = []
         for name in list(self.connections):
@@ -453,8 +456,17 @@ class McpHub:
 
 
 def _require_sdk() -> None:
-    """Raise :class:`McpUnavailable` unless the ``mcp`` SDK imports."""
+    """Import the ``mcp`` SDK and every module this one imports where it is
+    used (so those imports cost nothing on the event loop later); raise
+    :class:`McpUnavailable` when it is missing. Blocking: the gateway
+    calls it in a worker thread."""
     try:
+        import httpx2  # noqa: F401
+        import jsonschema  # noqa: F401
         import mcp  # noqa: F401
+        import mcp.client.stdio  # noqa: F401
+        import mcp.client.streamable_http  # noqa: F401
+        import mcp.shared.exceptions  # noqa: F401
+        import mcp_types  # noqa: F401
     except ImportError:
         raise McpUnavailable("[[mcp_servers]] needs the mcp package: pip install 'mlxd[mcp]'") from None

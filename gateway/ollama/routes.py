@@ -26,8 +26,9 @@ Also: ``GET /api/tags``, ``POST /api/show``, ``GET /api/ps``,
 ``/api/create``, ``/api/copy``, ``/api/delete``, which answer 403: models
 come from the config. Every error is Ollama's ``{"error": "..."}`` with the
 status of the matching OpenAI error (400, 401, 404, 413, 503, 504, 500).
-Runs on the gateway's event loop; reads a model's small JSON files
-(``config.json``, ``tokenizer_config.json``) for the listings.
+Runs on the gateway's event loop; the listings read a model's files
+(weight sizes, ``config.json``, the chat template) in a worker thread on
+every call (:meth:`gateway.core.backend.ModelBackend.model_files`).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
-from gateway.core.backend import ModelBackend, ModelInfo, RequestStream
+from gateway.core.backend import ModelBackend, ModelFiles, ModelInfo, RequestStream
 from gateway.core.errors import APIError, bad_request, worker_error
 from gateway.core.ids import new_id
 from gateway.frontend.answer_driver import answer
@@ -335,22 +336,31 @@ def sampling_parameters(defaults: dict[str, float] | None) -> str:
 # --- models and server --------------------------------------------------------------------
 
 
-def _entry(backend: ModelBackend, info: ModelInfo, **extra: Any) -> dict[str, Any]:
+async def _files_of(backend: ModelBackend, infos: list[ModelInfo]) -> dict[str, ModelFiles]:
+    """What each of ``infos``' files hold now, by model name: read in one
+    worker thread (never on the event loop), once per model however many
+    aliases it has, and on every call (so a listing never shows stale
+    files)."""
+    return await backend.model_files([info.name for info in infos])
+
+
+def _entry(info: ModelInfo, files: ModelFiles, **extra: Any) -> dict[str, Any]:
     """The listing entry of one configured model."""
-    files = backend.model_files(info.name)
-    size = extra.pop("size", None) or files.size_bytes
+    size = extra.pop("size", None) or files.weight_bytes or 0
     return model_entry(info.name, info.source, info.created, size, files.config, **extra)
 
 
 async def list_tags(request: Request) -> Response:
     """``GET /api/tags``: every configured model (aliases too, as their own
     entries) with its size on disk and details."""
-    entries = []
     backend = backend_of(request)
-    for info in backend.models():
-        entries.append(_entry(backend, info))
-        for alias in info.aliases:
-            entries.append({**_entry(backend, info), "name": alias, "model": alias})
+    infos = backend.models()
+    files = await _files_of(backend, infos)
+    entries = []
+    for info in infos:
+        entry = _entry(info, files[info.name])
+        entries.append(entry)
+        entries += [{**entry, "name": alias, "model": alias} for alias in info.aliases]
     return JSONResponse({"models": entries})
 
 
@@ -360,17 +370,18 @@ async def list_running(request: Request) -> Response:
     context length."""
     backend = backend_of(request)
     infos = {m.name: m for m in backend.models()}
+    resident = [r for r in backend.resident() if r.name in infos]
+    files = await _files_of(backend, [infos[r.name] for r in resident])
     running = [
         _entry(
-            backend,
             infos[r.name],
+            files[r.name],
             size=r.memory_bytes,
             expires_at=expiry(r.expires_at),
             size_vram=r.memory_bytes,
             context_length=r.context_length or 0,
         )
-        for r in backend.resident()
-        if r.name in infos
+        for r in resident
     ]
     return JSONResponse({"models": running})
 
@@ -386,9 +397,9 @@ async def show(request: Request) -> Response:
     except APIError as err:
         return ollama_error_response(err)
     info = _info(backend, model)
-    files = backend.model_files(model)
-    config, template = files.config, files.chat_template
-    entry = model_entry(info.name, info.source, info.created, 0, config)
+    files = (await _files_of(backend, [info]))[info.name]
+    template = files.chat_template
+    entry = model_entry(info.name, info.source, info.created, 0, files.config)
     family = entry["details"]["family"] or "unknown"
     model_info: dict[str, Any] = {"general.architecture": family}
     if info.context_length:

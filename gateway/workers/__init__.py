@@ -4,9 +4,11 @@
 Belongs here: the pool (:mod:`~gateway.workers.pool`), each configured
 model's handle and lifecycle (:mod:`~gateway.workers.handle`), one worker
 incarnation's process (:mod:`~gateway.workers.process`) or remote node link
-(:mod:`~gateway.workers.node_link`), the requests in flight
+(:mod:`~gateway.workers.node_link`), starting a child process off the
+event loop (:mod:`~gateway.workers.child_process`), the requests in flight
 (:mod:`~gateway.workers.inflight`), the memory budget, where model files live
-(:mod:`~gateway.workers.model_paths`) and what ``/health`` reports of a
+(:mod:`~gateway.workers.model_paths`) and what they hold
+(:mod:`~gateway.workers.model_files`, read in a worker thread) and what ``/health`` reports of a
 worker (:mod:`~gateway.workers.status`).
 
 Imports: :mod:`gateway.core`, :mod:`gateway.images` (a request's images are

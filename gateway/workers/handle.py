@@ -32,6 +32,7 @@ from typing import Any
 
 import msgspec
 
+from gateway.core.backend import UNREAD
 from gateway.core.errors import OVERLOADED_RETRY_AFTER, APIError, unavailable
 from gateway.workers.inflight import InflightRequests, PendingRequest, WorkerRequestStream
 from gateway.workers.process import Incarnation, run_incarnation
@@ -68,7 +69,9 @@ class WorkerHandle:
     read at each worker start; the pool sets it before :meth:`start`.
     ``node`` (a :class:`gateway.workers.node_link.NodeLink`, optional) runs the
     worker on another machine instead of as a local process; everything
-    else is the same.
+    else is the same. ``files`` is what the pool last read from the
+    model's files (:class:`gateway.workers.model_files.ModelFiles`: kind, weight
+    size), read off the event loop and set by the pool.
     """
 
     def __init__(
@@ -84,6 +87,7 @@ class WorkerHandle:
         self.node = node
         self.server = server
         self.status = WorkerStatus(node=node.name if node is not None else None)
+        self.files = UNREAD
         self.last_used = 0.0
         self._socket_dir = socket_dir
         self._metrics = metrics

@@ -9,7 +9,9 @@ machine only, and against that node's own ``memory_budget`` when its entry
 sets one (else the ``[server]`` budget, per machine).
 
 Runs on the gateway's event loop only (the pool calls it under its
-start lock); evicting awaits the victims' unload.
+start lock) and never touches the disk (the weight sizes come from
+:attr:`gateway.workers.handle.WorkerHandle.files`); evicting awaits the
+victims' unload.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ import psutil
 
 from gateway.core.errors import APIError
 from gateway.workers.handle import WorkerHandle
-from gateway.workers.model_paths import source_bytes
 from shared.config import NodeEntry, ServerConfig
 from shared.config_values import parse_size
 
@@ -34,6 +35,9 @@ UNKNOWN_MODEL_BYTES = 1 << 30
 EXPANSION = 1.5 if sys.platform == "darwin" else 4.0
 """Worker memory per byte of model files: on a CPU backend quantized
 weights are expanded to float32."""
+
+PHYSICAL_MEMORY = psutil.virtual_memory().total
+"""This machine's physical RAM in bytes (read once, at import)."""
 
 CACHE_SHARE = 0.25
 """Share of a worker's MLX memory limit its buffer cache (freed buffers
@@ -74,7 +78,7 @@ class MemoryBudget:
         if entry is not None and entry.memory_budget is not None:
             return parse_size(entry.memory_budget, 0)
         value = self._server().memory_budget
-        whole = psutil.virtual_memory().total
+        whole = PHYSICAL_MEMORY
         if isinstance(value, str) and value.strip().endswith("%"):
             whole = self.working_set(node) or whole
         return parse_size(value, whole)
@@ -86,10 +90,11 @@ class MemoryBudget:
 
     def estimate(self, handle: WorkerHandle) -> int:
         """Bytes ``handle``'s worker is expected to use once loaded: the
-        largest of a guess from the size of the model's weight files, the
+        largest of a guess from the size of the model's weight files (as
+        the pool last read them, :attr:`WorkerHandle.files`), the
         peak MLX memory its workers reported, and the configured
         ``memory_estimate``; when none is known, :data:`UNKNOWN_MODEL_BYTES`."""
-        size = source_bytes(handle.model.source)
+        size = handle.files.weight_bytes
         known = max(
             int(size * EXPANSION) if size else 0,
             handle.status.peak_memory_bytes or 0,

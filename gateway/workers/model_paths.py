@@ -1,18 +1,15 @@
 """Where a configured model source lives on disk, as far as the gateway
 can tell without loading it: for the memory estimate, for the
 ``models_root`` confinement check and for the model's kind. No MLX, no
-network. Also what a model's files say for listings
-(:func:`model_files`, behind :meth:`gateway.core.backend.ModelBackend.model_files`)."""
+network. Every function here touches the disk: the gateway calls them off
+its event loop (see :mod:`gateway.workers.model_files`)."""
 
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 from pathlib import Path
-from typing import Any
 
-from gateway.core.backend import ModelFiles
 from shared.model_kind import ModelKind, model_kind
 
 
@@ -69,9 +66,18 @@ def source_bytes(source: str) -> int | None:
     A Hugging Face repo id is sized from its snapshot in the local cache
     (the same snapshot the worker loads; never the network).
     """
-    path = local_path(source)
-    if path is None:
-        path = cached_snapshot(source)
+    return weight_bytes(located(source))
+
+
+def located(source: str) -> Path | None:
+    """Where ``source``'s files are here: its local path, else its
+    Hugging Face snapshot in the local cache (None: neither)."""
+    return local_path(source) or cached_snapshot(source)
+
+
+def weight_bytes(path: Path | None) -> int | None:
+    """Bytes of the weight files at ``path`` (a weight file, or a directory
+    whose top-level weight files count), or None when there are none."""
     if path is None or not path.exists():
         return None
     if path.is_file():
@@ -103,47 +109,3 @@ def cached_snapshot(repo_id: str) -> Path | None:
         return Path(snapshot_download(repo_id, local_files_only=True))
     except Exception:  # not cached, incomplete, or not a valid repo id
         return None
-
-
-def model_files(source: str) -> ModelFiles:
-    """What the files of ``source`` say: its size on disk, its
-    ``config.json`` and its chat template (each empty when unknown: a repo
-    id outside the local cache, a single file)."""
-    directory = _model_dir(source)
-    return ModelFiles(
-        size_bytes=source_bytes(source) or 0,
-        config=_json_file(directory, "config.json"),
-        chat_template=_chat_template(directory),
-    )
-
-
-def _model_dir(source: str) -> Path | None:
-    """The local directory of a model's files (None: unknown or a single
-    file)."""
-    path = local_path(source) or cached_snapshot(source)
-    return path if path is not None and path.is_dir() else None
-
-
-def _json_file(directory: Path | None, name: str) -> dict[str, Any]:
-    """A small JSON file of a model directory as a dict (``{}`` when
-    missing or unreadable)."""
-    if directory is None:
-        return {}
-    try:
-        value = json.loads((directory / name).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def _chat_template(directory: Path | None) -> str:
-    """The model's chat template text (``""`` when unknown)."""
-    template = _json_file(directory, "tokenizer_config.json").get("chat_template")
-    if isinstance(template, str):
-        return template
-    if directory is not None:
-        try:
-            return (directory / "chat_template.jinja").read_text(encoding="utf-8")
-        except OSError:
-            pass
-    return ""

@@ -5,7 +5,9 @@ starts workers on first use within the memory budget
 (:class:`gateway.workers.memory_budget.MemoryBudget`, which evicts the least
 recently used idle worker when needed), applies config reloads without
 dropping work, and drains everything at shutdown. Owns the gateway's private
-socket directory. Runs on the event loop only.
+socket directory. Runs on the event loop only; what it needs from disk
+(model files, the socket directory, CURVE keys) is read in worker threads
+(:func:`asyncio.to_thread`), never on the loop.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from gateway.images.request import ready_images
 from gateway.workers.handle import WorkerHandle
 from gateway.workers.inflight import WorkerRequestStream
 from gateway.workers.memory_budget import MemoryBudget
-from gateway.workers.model_paths import SourceOutsideRoot, check_inside_root, model_files, source_kind
+from gateway.workers.model_files import read_model_files, read_models_files
+from gateway.workers.model_paths import SourceOutsideRoot, check_inside_root
 from gateway.workers.node_link import NodeLink
 from shared.config import Config, ModelConfig
 from shared.model_kind import ModelKind, wrong_kind_message
@@ -35,9 +38,10 @@ log = logging.getLogger("mlxd.gateway.pool")
 class WorkerPool:
     """One :class:`WorkerHandle` per configured model.
 
-    Construct it anywhere; call :meth:`start` on the running loop (it starts
-    the ``preload`` models without waiting) and :meth:`stop` at shutdown.
-    ``metrics`` (optional) is handed to every handle. ``memory`` is the
+    Construct it anywhere; await :meth:`start` on the running loop (it
+    reads every model's files, then starts the ``preload`` models without
+    waiting) and :meth:`stop` at shutdown. ``metrics`` (optional) is handed
+    to every handle. ``memory`` is the
     :class:`gateway.workers.memory_budget.MemoryBudget` over its workers.
     """
 
@@ -51,7 +55,6 @@ class WorkerPool:
         self._socket_dir: str | None = None
         self._room = asyncio.Lock()
         self._retiring: set[asyncio.Task[None]] = set()
-        self._kinds: dict[str, ModelKind | None] = {}
         self._links: dict[str, NodeLink] = {}
         self.memory = MemoryBudget(
             lambda: self.config.server, lambda: list(self.handles.values()), lambda: self.config.nodes
@@ -59,10 +62,12 @@ class WorkerPool:
 
     # -- lifecycle --------------------------------------------------------------
 
-    def start(self) -> None:
-        """Create the socket directory and start the ``preload`` models."""
-        self._socket_dir = make_socket_dir()
-        self._apply_models(self.config.models)
+    async def start(self) -> None:
+        """Create the socket directory, read every model's files and the
+        CURVE keys (off the loop), then start the ``preload`` models."""
+        self._socket_dir = await asyncio.to_thread(make_socket_dir)
+        await asyncio.to_thread(self._node_links)
+        self._apply_models(self.config.models, await asyncio.to_thread(read_models_files, self.config.models))
         for model in self.config.models:
             if model.preload:
                 asyncio.create_task(self._preload(model.name))
@@ -78,7 +83,7 @@ class WorkerPool:
         await asyncio.gather(*self._retiring, return_exceptions=True)
         await asyncio.gather(*(h.stop() for h in self.handles.values()))
         if self._socket_dir is not None:
-            remove_socket_dir(self._socket_dir)
+            await asyncio.to_thread(remove_socket_dir, self._socket_dir)
 
     async def wait_ready(self, timeout: float) -> bool:
         """Wait until every preloaded worker is ready; False on timeout."""
@@ -107,15 +112,17 @@ class WorkerPool:
 
     # -- reload -----------------------------------------------------------------
 
-    def reload(self, config: Config) -> list[str]:
+    async def reload(self, config: Config) -> list[str]:
         """Apply a new config; return one line per change made.
 
-        Added models become available (and start if ``preload``), removed
-        ones stop taking requests and are drained and stopped, changed ones
-        are drained and restarted with their new settings; API keys and
-        other server settings that can change at run time take effect at
-        once (listen address changes need a restart).
+        Every model's files are read again first (off the loop); then the
+        change is applied at once: added models become available (and start
+        if ``preload``), removed ones stop taking requests and are drained
+        and stopped, changed ones are drained and restarted with their new
+        settings; API keys and other server settings that can change at run
+        time take effect at once (listen address changes need a restart).
         """
+        files = await asyncio.to_thread(read_models_files, config.models)
         old = {m.name: m for m in self.config.models}
         new = {m.name: m for m in config.models}
         changes = []
@@ -124,7 +131,6 @@ class WorkerPool:
         if config.nodes != self.config.nodes:
             changes.append("[[nodes]] changed: restart mlxd to apply it")
         self.config = config
-        self._kinds.clear()
         for name in old.keys() - new.keys():
             handle = self.handles.pop(name)
             self._retire(handle.unload("removed from the config"))
@@ -136,18 +142,21 @@ class WorkerPool:
             else:
                 handle.server = config.server  # used from the next worker start on
                 if model != old[name]:
-                    self._retire(self._restart(handle, model))
+                    self._retire(self._restart(handle, model, files[name]))
                     changes.append(f"changed model {name}: restarting it after its requests finish")
-        self._apply_models(config.models)
+                else:
+                    handle.files = files[name]
+        self._apply_models(config.models, files)
         for name in new.keys() - old.keys():
             if new[name].preload:
                 asyncio.create_task(self._preload(name))
         return changes
 
-    async def _restart(self, handle: WorkerHandle, model: ModelConfig) -> None:
+    async def _restart(self, handle: WorkerHandle, model: ModelConfig, files: ModelFiles) -> None:
         was_running = handle.resident
         await handle.unload("its configuration changed")
         handle.model = model
+        handle.files = files
         handle.status.peak_memory_bytes = None  # measured under the old configuration
         handle.server = self.config.server
         if was_running or model.preload:
@@ -168,7 +177,9 @@ class WorkerPool:
             self._links = {n.name: NodeLink(n, keys) for n in self.config.nodes}
         return self._links
 
-    def _apply_models(self, models: list[ModelConfig]) -> None:
+    def _apply_models(self, models: list[ModelConfig], files: dict[str, ModelFiles]) -> None:
+        """Make a handle for each model that has none (with its ``files``)
+        and map every name and alias to its model."""
         assert self._socket_dir is not None
         names: dict[str, str] = {}
         links = self._node_links()
@@ -181,6 +192,7 @@ class WorkerPool:
                     metrics=self._metrics,
                     node=links.get(model.node) if model.node else None,
                 )
+                self.handles[model.name].files = files[model.name]
             for name in (model.name, *model.aliases):
                 names[name] = model.name
         self._names = names
@@ -222,14 +234,11 @@ class WorkerPool:
 
     def kind(self, model: str) -> ModelKind | None:
         """Whether canonical ``model`` generates (text, or also images) or
-        embeds, from its config or its local files, else ``vision`` when
-        its worker reported so at load (None when unknown,
-        e.g. a Hugging Face repo id not in the local cache; its worker then
-        refuses the wrong requests itself). Cached until the next reload."""
-        if model not in self._kinds:
-            config = self.handles[model].model
-            self._kinds[model] = source_kind(config.source, config.kind)
-        kind = self._kinds[model]
+        embeds, from its config or its local files (as last read: at start,
+        on reload, at each worker start), else ``vision`` when its worker
+        reported so at load (None when unknown, e.g. a Hugging Face repo id;
+        its worker then refuses the wrong requests itself)."""
+        kind = self.handles[model].files.kind
         if kind is None and self.handles[model].status.vision:
             return "vision"
         return kind
@@ -301,10 +310,12 @@ class WorkerPool:
             )
         return found
 
-    def model_files(self, model: str) -> ModelFiles:
-        """What the files of canonical ``model``'s source say (see
-        :func:`gateway.workers.model_paths.model_files`)."""
-        return model_files(self.handles[model].model.source)
+    async def model_files(self, models: list[str]) -> dict[str, ModelFiles]:
+        """What each of the canonical ``models``' files hold now, by name:
+        read in one worker thread (never on the event loop), once per model,
+        on every call (so a listing never shows stale files)."""
+        sources = {name: (self.handles[name].model.source, self.handles[name].model.kind) for name in models}
+        return await asyncio.to_thread(lambda: {n: read_model_files(src, kind) for n, (src, kind) in sources.items()})
 
     async def _acquire(self, handle: WorkerHandle) -> None:
         await handle.settle(self.config.server.worker_start_timeout)
@@ -312,15 +323,19 @@ class WorkerPool:
             async with self._room:
                 if not handle.resident:
                     if not handle.model.node:
-                        self._check_path(handle)
+                        await self._check_path(handle)
+                    model = handle.model
+                    files = await asyncio.to_thread(read_model_files, model.source, model.kind)
+                    if handle.model is model:  # not changed by a reload meanwhile
+                        handle.files = files  # weights may have changed on disk: size them again
                     await self.memory.make_room(handle)
                     handle.mlx_limits = self.memory.mlx_limits(handle)
                     handle.start()
         await handle.acquire(self.config.server.worker_start_timeout)
 
-    def _check_path(self, handle: WorkerHandle) -> None:
+    async def _check_path(self, handle: WorkerHandle) -> None:
         try:
-            check_inside_root(handle.model.source, self.config.server.models_root)
+            await asyncio.to_thread(check_inside_root, handle.model.source, self.config.server.models_root)
         except SourceOutsideRoot as exc:
             raise APIError(503, str(exc), code="model_unavailable") from None
 

@@ -4,8 +4,10 @@
 and hands every decoded message to a callback until the process exits or
 falls silent for longer than allowed (then it is killed). It always leaves
 no process and no socket file behind. Runs on the gateway's event loop; the
-process is an asyncio subprocess and the sockets are ``zmq.asyncio``
-sockets, so nothing blocks the loop.
+process is started in a worker thread and awaited on the loop
+(:mod:`gateway.workers.child_process`), the sockets are ``zmq.asyncio`` sockets and
+the worker's environment is made in a worker thread, so nothing blocks the
+loop.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Callable
 import zmq
 import zmq.asyncio
 
+from gateway.workers.child_process import ChildProcess, spawn
 from shared.codec import DecodeError, gateway_codec
 from shared.config import ModelConfig, ServerConfig, encode_model_config
 from shared.protocol import WorkerMessage
@@ -64,7 +67,8 @@ def worker_environment() -> dict[str, str]:
     On Linux, when the system has OpenBLAS (Debian's libopenblas0-pthread)
     and ``MLXD_BLAS`` is not ``builtin``, it is preloaded so MLX's CPU
     matrix products use it instead of the reference BLAS (tens of times
-    faster). Nothing changes on macOS.
+    faster). Nothing changes on macOS. Blocking (finding the library may
+    run ``ldconfig``): call it off the event loop.
     """
     env = dict(os.environ)
     if sys.platform.startswith("linux") and env.get("MLXD_BLAS", "auto") != "builtin":
@@ -100,7 +104,8 @@ async def run_incarnation(
     endpoints = endpoints_for(socket_dir, key, number)
     push, pull = open_worker_link(ctx, endpoints, "gateway")
     codec = gateway_codec()
-    proc: asyncio.subprocess.Process | None = None
+    proc: ChildProcess | None = None
+    env = await asyncio.to_thread(worker_environment)  # finding OpenBLAS runs `ldconfig -p`
 
     def send(message: object) -> bool:
         try:
@@ -111,33 +116,33 @@ async def run_incarnation(
             return False
 
     try:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            # a tensor-parallel group: worker.tensor_parallel.launch runs mlx.launch, one `python -m worker` per rank
-            *(
-                ["worker.tensor_parallel.launch", "--parent-pid", str(os.getpid()), "--"]
-                if model.tensor_parallel > 1
-                else ["worker"]
-            ),
-            "--worker-id",
-            f"{key}-{number}",
-            "--model-config",
-            encode_model_config(model),
-            "--requests",
-            endpoints.requests,
-            "--outputs",
-            endpoints.outputs,
-            "--parent-pid",
-            str(os.getpid()),
-            "--log-level",
-            server.log_level,
-            *(["--log-file", server.log_file] if server.log_file else []),
-            *(["--memory-limit", str(memory_limit)] if memory_limit else []),
-            *(["--cache-limit", str(cache_limit)] if cache_limit is not None else []),
-            stdin=asyncio.subprocess.DEVNULL,
-            env=worker_environment(),
-            start_new_session=True,
+        proc = await spawn(
+            [
+                sys.executable,
+                "-m",
+                # a tensor-parallel group: worker.tensor_parallel.launch runs mlx.launch, one `python -m worker` per rank
+                *(
+                    ["worker.tensor_parallel.launch", "--parent-pid", str(os.getpid()), "--"]
+                    if model.tensor_parallel > 1
+                    else ["worker"]
+                ),
+                "--worker-id",
+                f"{key}-{number}",
+                "--model-config",
+                encode_model_config(model),
+                "--requests",
+                endpoints.requests,
+                "--outputs",
+                endpoints.outputs,
+                "--parent-pid",
+                str(os.getpid()),
+                "--log-level",
+                server.log_level,
+                *(["--log-file", server.log_file] if server.log_file else []),
+                *(["--memory-limit", str(memory_limit)] if memory_limit else []),
+                *(["--cache-limit", str(cache_limit)] if cache_limit is not None else []),
+            ],
+            env,
         )
         log.info("started worker for %s (pid %d)", model.name, proc.pid)
         started = proc
@@ -187,7 +192,7 @@ async def _drain(
 
 async def _pump(
     pull: zmq.asyncio.Socket,
-    proc: asyncio.subprocess.Process,
+    proc: ChildProcess,
     codec: object,
     on_message: Callable[[WorkerMessage], None],
     silence_limit: Callable[[], float],

@@ -9,6 +9,7 @@ import psutil
 import pytest
 
 from gateway.workers import memory_budget, model_paths
+from gateway.workers.model_files import read_models_files
 from gateway.workers.model_paths import source_bytes
 from gateway.workers.pool import WorkerPool
 from shared.config import Config, ModelConfig, ServerConfig
@@ -20,7 +21,7 @@ MIB = 1 << 20
 def make_pool(tmp_path, budget, *models: ModelConfig) -> WorkerPool:
     p = WorkerPool(Config(server=ServerConfig(memory_budget=budget), models=list(models)))
     p._socket_dir = str(tmp_path)
-    p._apply_models(p.config.models)
+    p._apply_models(p.config.models, read_models_files(p.config.models))  # what start() reads off the loop
     return p
 
 

@@ -13,6 +13,7 @@ import pytest
 from gateway.core.errors import APIError
 from gateway.images.parts import RemoteImage, image_part
 from gateway.images.request import has_images, ready_images
+from gateway.workers.model_files import read_models_files
 from gateway.workers.pool import WorkerPool
 from shared.config import Config, ImagesConfig, ModelConfig
 from shared.protocol import ChatMessage, GenerateRequest, Loaded, SamplingParams
@@ -52,7 +53,7 @@ def test_a_repo_ids_kind_comes_from_its_worker(tmp_path):
         Config(models=[ModelConfig(name="hub", source="org/some-vl"), ModelConfig(name="vlm", source=str(local))])
     )
     pool._socket_dir = str(tmp_path)
-    pool._apply_models(pool.config.models)
+    pool._apply_models(pool.config.models, read_models_files(pool.config.models))  # what start() reads off the loop
     assert pool.kind("vlm") == "vision"
     assert pool.kind("hub") is None
     pool.handles["hub"].status.loaded(

@@ -16,7 +16,7 @@ from shared.protocol import RequestOutput, StepOutputs
 
 
 class ExitedProcess:
-    """An asyncio process stand-in that has already exited with code 3."""
+    """A child process stand-in that has already exited with code 3."""
 
     pid = 0
     returncode = 3

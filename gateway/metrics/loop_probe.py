@@ -1,0 +1,454 @@
+"""An opt-in probe that records when the gateway's event loop stalls.
+
+The gateway must never block its event loop (invariant 8 of
+``docs/agents.md``). With the environment variable :data:`ENV` naming a
+directory, :func:`start_probe` (called by ``mlxd serve`` and ``mlxd node``
+as their loop starts) watches the loop and appends one JSON line per stall
+to ``<directory>/<role>-<pid>.jsonl``; the test suite sets it for every
+gateway it starts and fails a test during which a stall was recorded
+(``tests/loop_stalls.py``). Unset (production), nothing runs.
+
+How a stall is measured, and blamed:
+
+- A timer callback runs every :data:`TICK` seconds on the loop. Its
+  *lateness* (how much later than due it ran) bounds any stretch the loop
+  spent without returning to its selector: a callback blocking for ``D``
+  seconds makes the next tick at least ``D - TICK`` late.
+- Lateness alone cannot tell a blocking call from a machine too busy to
+  run the process. On Linux each tick also reads the loop thread's
+  scheduler counters (``/proc/self/task/<tid>/schedstat``: time on a CPU,
+  time runnable but waiting for one), and a watcher thread samples the
+  same counters of the process's other Python threads and the virtual
+  machine's per-CPU *steal* (``/proc/stat``: time the host ran something
+  else). A window more than :data:`LIMIT` late is judged by splitting its
+  lateness into the loop thread's time on a CPU, its time waiting for one
+  and the rest, when it was asleep. The loop is blamed for
+
+  - all its CPU time: it was running callbacks;
+  - its sleep (a ``time.sleep``, a file read, a DNS lookup, a wait for a
+    child process, the GIL held by a thread that computes), less what
+    the machine explains: the longest wait for a CPU of another Python
+    thread (the loop sleeps on one when it holds the GIL and is
+    preempted, or when it must run before ``Thread.start`` returns, as
+    ``asyncio.to_thread`` starts its pool's threads; threads without
+    Python code, such as ZeroMQ's, never hold the loop and are left out),
+    and the steal on the CPU that lost most, up to :data:`STOLEN_PER_CPU`
+    times the loop thread's CPU time (with paravirtual time accounting,
+    Linux on KVM as here, time stolen while a thread waits for a CPU is
+    already in that wait and time stolen while it runs shows as sleep; a
+    thread asleep in a blocking call is not excused by a busy host);
+  - not its wait for a CPU: a free machine would have run it.
+
+  Above :data:`LIMIT` it is a stall; a late window excused this way is
+  recorded too, with ``"stall": false``. The excuses never apply to CPU
+  time, so a busy callback is caught however loaded the machine; they
+  can hide part of a sleeping stall while other Python threads wait for
+  a CPU (the watcher's own waits, a few milliseconds per look).
+- Elsewhere (no ``/proc``) only CPU time can be attributed: the blamed
+  time is the loop thread's CPU time over the window
+  (:func:`time.thread_time`), so a busy loop is caught but a sleeping call
+  is not.
+- While the loop is late, the watcher samples the loop thread's Python
+  stack every :data:`STACK_EVERY` seconds; the record names the
+  innermost frames seen most often (the handler and the call that
+  blocked), and the garbage collections and other threads' CPU time in
+  the window.
+
+asyncio's own slow-callback report (debug mode with
+``slow_callback_duration``) is not used: debug mode records a traceback at
+every ``call_soon`` and checks every coroutine (measured: 100,000 loop
+steps cost 2.6 s of CPU in debug mode, 0.09 s without, and the same with
+this probe, whose own cost is about 1.4% of a core while idle), and it
+cannot tell a starved process from a blocked loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import gc
+import json
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+
+ENV = "MLXD_LOOP_STALL_LOG"
+"""The environment variable naming the directory stall records go to;
+unset or empty: no probe."""
+
+TICK = 0.01
+"""Seconds between the probe's timer callbacks: a blocking stretch of
+``LIMIT + TICK`` or more is always seen as at least ``LIMIT`` late."""
+
+LIMIT = 0.1
+"""A window whose blamed time exceeds this many seconds is a stall."""
+
+SAMPLE_EVERY = 0.05
+"""Seconds between the watcher thread's samples of the machine (steal, the
+other threads' run-queue waits) and its looks at the loop."""
+
+STACK_EVERY = 0.05
+"""Seconds between the watcher's samples of the loop thread's stack while
+the loop is late (no more often than its other looks: each wake-up of the
+watcher on a busy machine is a wait for a CPU, which excuses a sleeping
+stall)."""
+
+LATE_LOOK = 0.03
+"""Seconds past a tick's due time after which the watcher counts the loop
+as late and samples its stack."""
+
+FRAMES = 40
+"""Innermost stack frames kept per sample (import machinery left out)."""
+
+STOLEN_PER_CPU = 19
+"""The most steal excused per second of CPU time the loop's thread got in
+a window (the host taking up to 95% of a CPU): see the module docstring."""
+
+HISTORY = 1024
+"""Watcher samples kept (about 50 s at :data:`SAMPLE_EVERY`)."""
+
+
+@dataclass
+class _Window:
+    """The counters at the start of a tick window."""
+
+    wall: float
+    cpu_ns: int
+    runq_ns: int
+    gc_ns: int
+    others_gc_ns: int
+
+
+@dataclass
+class _Samples:
+    """Stacks of the loop thread seen during one late window."""
+
+    epoch: float
+    stacks: collections.Counter[Frames] = field(default_factory=collections.Counter)
+
+
+class _SchedStat:
+    """The scheduler counters of one thread (Linux): nanoseconds on a CPU
+    and waiting on a run queue, from ``/proc/self/task/<tid>/schedstat``."""
+
+    def __init__(self, tid: int) -> None:
+        self._fd = os.open(f"/proc/self/task/{tid}/schedstat", os.O_RDONLY)
+
+    def read(self) -> tuple[int, int]:
+        """``(cpu_ns, runq_ns)`` so far."""
+        fields = os.pread(self._fd, 128, 0).split()
+        return int(fields[0]), int(fields[1])
+
+    def close(self) -> None:
+        """Release the file."""
+        os.close(self._fd)
+
+
+def _steal_ns() -> list[int] | None:
+    """Steal time per CPU in nanoseconds from ``/proc/stat`` (None when
+    unreadable or not reported)."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            text = f.read()
+    except OSError:
+        return None
+    tick_ns = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+    values = []
+    for line in text.splitlines():
+        if line.startswith(b"cpu") and not line.startswith(b"cpu "):
+            fields = line.split()
+            if len(fields) > 8:
+                values.append(int(fields[8]) * tick_ns)
+    return values or None
+
+
+def _python_threads(skip: set[int]) -> list[int]:
+    """Native ids of this process's Python threads but those in ``skip``:
+    the threads that can hold the GIL, or whose start a caller waits for
+    (a thread that has not run yet has no id and cannot be read)."""
+    return [t.native_id for t in threading.enumerate() if t.native_id is not None and t.native_id not in skip]
+
+
+def _sched_by_thread(tids: list[int]) -> dict[int, tuple[int, int]]:
+    """``(cpu_ns, runq_ns)`` so far of each of threads ``tids`` of this
+    process (time on a CPU, time waiting for one), from
+    ``/proc/self/task/<tid>/schedstat``; a thread that ended meanwhile is
+    left out."""
+    found = {}
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat", "rb") as f:
+                fields = f.read().split()
+            found[tid] = int(fields[0]), int(fields[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+@dataclass
+class _Machine:
+    """What the watcher thread samples: when, per-CPU steal (ns), and the
+    CPU time and run-queue wait (ns) of each other Python thread."""
+
+    at: float
+    steal: list[int] | None
+    threads: dict[int, tuple[int, int]]
+
+
+Frames = tuple[tuple[str, int, str], ...]
+"""A sampled stack, innermost first: ``(file, line, function)`` per frame."""
+
+
+def _frames(frame: FrameType | None) -> Frames:
+    """The raw stack from ``frame`` outwards (cheap: the watcher takes it
+    holding the GIL; :func:`_describe` formats it later)."""
+    found = []
+    while frame is not None:
+        code = frame.f_code
+        found.append((code.co_filename, frame.f_lineno, code.co_name))
+        frame = frame.f_back
+    return tuple(found)
+
+
+GATEWAY_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+"""Where the gateway's own modules are: a frame there is gateway code."""
+
+PROBE_FILE = os.path.abspath(__file__)
+"""This module (its frames are the probe's, not the gateway's)."""
+
+
+def _gateway_frame(frames: Frames) -> str | None:
+    """The innermost frame of ``frames`` in the gateway's own code, as
+    ``path:line in function`` (None: none is)."""
+    here = os.getcwd() + os.sep
+    for path, line, name in frames:
+        where = os.path.abspath(path)
+        if where.startswith(GATEWAY_DIR) and where != PROBE_FILE:  # the probe's own GC hook is not the gateway
+            return f"{path.removeprefix(here)}:{line} in {name}"
+    return None
+
+
+def _describe(frames: Frames) -> list[str]:
+    """The innermost :data:`FRAMES` of ``frames`` but the import
+    machinery's, innermost last, as ``path:line in function`` (paths
+    relative to the working directory when inside it)."""
+    here = os.getcwd() + os.sep
+    kept = [f for f in frames if not f[0].startswith("<frozen importlib")][:FRAMES]
+    return [f"{path.removeprefix(here)}:{line} in {name}" for path, line, name in reversed(kept)]
+
+
+class LoopProbe:
+    """Watches the running loop it is started on and writes one JSON line
+    per late window to ``path`` (see the module docstring for the rule).
+
+    Start and stop it on the loop's thread. A record has ``role``,
+    ``pid``, ``at`` (Unix time the window began), ``lateness_ms``,
+    ``cpu_ms`` and ``runq_ms`` (the loop thread's), ``gc_ms`` (wall time
+    the loop's thread spent in garbage collections; ``others_gc_ms``: other
+    threads, which hold the GIL meanwhile), ``others_runq_ms``,
+    ``others_cpu_ms`` (the most CPU time another Python thread used: one
+    that held the GIL meanwhile is not excused, but this names it),
+    ``steal_ms``, ``blamed_ms``, ``stall``
+    (blamed above :data:`LIMIT`), ``rule`` (``schedstat`` or
+    ``thread_time``), ``stack`` (the innermost frames sampled most often
+    while the loop was late, innermost last; empty when none was taken)
+    and ``gateway_frame`` (the innermost of those frames in the
+    gateway's own code, or None: the loop was elsewhere, e.g. in a test's
+    client sharing the loop, or no stack was sampled).
+    """
+
+    def __init__(self, path: Path, role: str) -> None:
+        self.path = path
+        self.role = role
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._fd: int | None = None
+        self._sched: _SchedStat | None = None
+        self._window: _Window | None = None
+        self._loop_ident = 0
+        self._samples = _Samples(epoch=0.0)
+        self._history: collections.deque[_Machine] = collections.deque(maxlen=HISTORY)
+        self._loop_tid = 0
+        self._gc_ns = 0  # time the loop's thread spent collecting garbage
+        self._others_gc_ns = 0  # time other threads did (holding the GIL the loop needs)
+        self._gc_started: dict[int, int] = {}
+        self._stop = threading.Event()
+        self._watcher: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start watching the running loop (timer callback and watcher
+        thread)."""
+        self._loop = asyncio.get_running_loop()
+        self._loop_ident = threading.get_ident()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._loop_tid = threading.get_native_id()
+        try:
+            self._sched = _SchedStat(self._loop_tid)
+        except OSError:
+            self._sched = None
+        self._watcher = threading.Thread(target=self._watch, name="mlxd-loop-probe", daemon=True)
+        self._watcher.start()
+        if self._sched is not None:
+            self._history.append(self._machine())
+        gc.callbacks.append(self._on_gc)
+        self._window = self._counters()
+        self._timer = self._loop.call_later(TICK, self._tick)
+
+    def stop(self) -> None:
+        """Judge the window still open (a stall just before the stop, or
+        code that never let the timer run), then stop watching and close
+        the record file (idempotent)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+            self._check()
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
+        self._stop.set()
+        if self._watcher is not None:
+            self._watcher.join()
+            self._watcher = None
+        if self._sched is not None:
+            self._sched.close()
+            self._sched = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    # -- on the loop --------------------------------------------------------------------
+
+    def _counters(self) -> _Window:
+        if self._sched is not None:
+            cpu, runq = self._sched.read()
+        else:
+            cpu, runq = time.thread_time_ns(), 0
+        return _Window(time.monotonic(), cpu, runq, self._gc_ns, self._others_gc_ns)
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        """Time the garbage collections, on the loop's thread and on others."""
+        thread = threading.get_ident()
+        if phase == "start":
+            self._gc_started[thread] = time.perf_counter_ns()
+            return
+        started = self._gc_started.pop(thread, None)
+        if started is None:
+            return
+        if thread == self._loop_ident:
+            self._gc_ns += time.perf_counter_ns() - started
+        else:
+            self._others_gc_ns += time.perf_counter_ns() - started
+
+    def _tick(self) -> None:
+        assert self._loop is not None
+        self._check()
+        self._timer = self._loop.call_later(TICK, self._tick)
+
+    def _check(self) -> None:
+        """Judge the window since the last tick if it is late, and open the
+        next one."""
+        assert self._window is not None
+        now = self._counters()
+        start = self._window
+        lateness = now.wall - start.wall - TICK
+        if lateness > LIMIT:
+            self._judge(start, now, lateness)
+        self._window = now
+
+    def _judge(self, start: _Window, end: _Window, lateness: float) -> None:
+        cpu = (end.cpu_ns - start.cpu_ns) / 1e9
+        if self._sched is not None:
+            runq = (end.runq_ns - start.runq_ns) / 1e9
+            others, others_cpu, steal = self._machine_since(start.wall)
+            asleep = max(0.0, lateness - runq - cpu)
+            blamed = min(lateness, cpu) + max(0.0, asleep - others - min(steal, cpu * STOLEN_PER_CPU))
+            rule = "schedstat"
+        else:
+            runq = others = others_cpu = steal = 0.0
+            blamed = min(lateness, cpu)
+            rule = "thread_time"
+        samples = self._samples
+        frames = samples.stacks.most_common(1)[0][0] if samples.epoch == start.wall and samples.stacks else ()
+        record = {
+            "role": self.role,
+            "pid": os.getpid(),
+            "at": round(time.time() - (end.wall - start.wall), 3),
+            "lateness_ms": round(lateness * 1e3, 1),
+            "cpu_ms": round(cpu * 1e3, 1),
+            "gc_ms": round((end.gc_ns - start.gc_ns) / 1e6, 1),
+            "others_gc_ms": round((end.others_gc_ns - start.others_gc_ns) / 1e6, 1),
+            "runq_ms": round(runq * 1e3, 1),
+            "others_runq_ms": round(others * 1e3, 1),
+            "others_cpu_ms": round(others_cpu * 1e3, 1),
+            "steal_ms": round(steal * 1e3, 1),
+            "blamed_ms": round(blamed * 1e3, 1),
+            "stall": blamed > LIMIT,
+            "rule": rule,
+            "stack": _describe(frames),
+            "gateway_frame": _gateway_frame(frames),
+        }
+        if self._fd is not None:
+            os.write(self._fd, (json.dumps(record) + "\n").encode())
+
+    def _machine_since(self, begin: float) -> tuple[float, float, float]:
+        """From the last watcher sample at or before monotonic time
+        ``begin`` until now (a window a little wider than the late one):
+        the seconds another Python thread of this process waited for a CPU
+        and the seconds one ran (the most any one did), and the seconds of
+        steal (on the CPU that lost the most)."""
+        history = list(self._history)
+        before = next((m for m in reversed(history) if m.at <= begin), history[0])
+        now = self._machine()
+        was = {tid: before.threads.get(tid, (0, 0)) for tid in now.threads}
+        others = max([0, *(runq - was[tid][1] for tid, (_, runq) in now.threads.items())])
+        others_cpu = max([0, *(cpu - was[tid][0] for tid, (cpu, _) in now.threads.items())]) / 1e9
+        steal = 0.0
+        if before.steal is not None and now.steal is not None and len(before.steal) == len(now.steal):
+            steal = max(0, *(b - a for a, b in zip(before.steal, now.steal))) / 1e9
+        return others / 1e9, others_cpu, steal
+
+    def _machine(self) -> _Machine:
+        """The steal and other threads' run-queue counters now."""
+        skip = {self._loop_tid}
+        return _Machine(time.monotonic(), _steal_ns(), _sched_by_thread(_python_threads(skip)))
+
+    # -- on the watcher thread ----------------------------------------------------------
+
+    def _watch(self) -> None:
+        """Sample the machine every :data:`SAMPLE_EVERY` seconds and, while
+        the loop is late, its thread's stack every :data:`STACK_EVERY`.
+        """
+        wait = SAMPLE_EVERY
+        while not self._stop.wait(wait):
+            wait = self._look()
+
+    def _look(self) -> float:
+        """One look (see :meth:`_watch`); returns the seconds until the next."""
+        now = time.monotonic()
+        if self._sched is not None and (not self._history or now - self._history[-1].at >= SAMPLE_EVERY):
+            self._history.append(self._machine())
+        window = self._window
+        if window is None or now - window.wall < TICK + LATE_LOOK:
+            return SAMPLE_EVERY
+        frame = sys._current_frames().get(self._loop_ident)
+        if self._samples.epoch != window.wall:
+            self._samples = _Samples(epoch=window.wall)
+        self._samples.stacks[_frames(frame)] += 1
+        del frame
+        return STACK_EVERY
+
+
+def start_probe(role: str) -> LoopProbe | None:
+    """Start a :class:`LoopProbe` on the running loop when :data:`ENV`
+    names a directory (records go to ``<directory>/<role>-<pid>.jsonl``);
+    None otherwise. Call :meth:`LoopProbe.stop` before the loop closes."""
+    directory = os.environ.get(ENV)
+    if not directory:
+        return None
+    probe = LoopProbe(Path(directory) / f"{role}-{os.getpid()}.jsonl", role)
+    probe.start()
+    return probe

@@ -1,0 +1,57 @@
+"""The event-loop stall probe (gateway/metrics/loop_probe.py): a blocking call, a
+slow read and a busy callback on the loop are stalls, named by their
+function; a loop that only waited for a CPU (its own thread, or a Python
+thread holding the GIL) is excused. Each scenario runs in its own process
+(tests/unit/loop_probe_scenarios.py). Linux only."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.unit import loop_probe_scenarios
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the probe's full rule needs Linux")
+
+
+def records(scenario: str, tmp_path: Path) -> list[dict]:
+    """The probe's records of one scenario run."""
+    path = tmp_path / "records.jsonl"
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.unit.loop_probe_scenarios", scenario, str(path)], cwd=ROOT, timeout=60
+    )
+    if done.returncode == loop_probe_scenarios.NO_REAL_TIME:
+        pytest.skip("real-time priority is not allowed here")
+    assert done.returncode == 0
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.mark.parametrize(
+    ("scenario", "function"),
+    [("sleep", "blocking_handler"), ("slow_read", "slow_read_handler"), ("busy", "busy_handler")],
+)
+def test_a_blocked_loop_is_a_stall_named_by_its_function(scenario, function, tmp_path):
+    late = records(scenario, tmp_path)
+    stalls = [r for r in late if r["stall"]]
+    assert len(stalls) == 1, late
+    (stall,) = stalls
+    assert stall["rule"] == "schedstat" and stall["blamed_ms"] > 100
+    assert stall["stack"][-1].endswith(f"in {function}"), stall["stack"]
+    if scenario == "busy":
+        assert stall["cpu_ms"] >= 240
+
+
+@pytest.mark.parametrize("scenario", ["starved", "gil"])
+def test_waiting_for_a_cpu_is_excused(scenario, tmp_path):
+    late = records(scenario, tmp_path)
+    spun = [r for r in late if r["lateness_ms"] >= loop_probe_scenarios.SPIN_SECONDS * 1000 * 0.8]
+    assert spun, late  # the spinner did make the loop late
+    assert not [r for r in late if r["stall"]], late
+    if scenario == "gil":  # excused by the other thread's wait: the loop's thread never waited for a CPU
+        assert max(r["lateness_ms"] - r["runq_ms"] for r in spun) > 100, spun
