@@ -4,6 +4,9 @@
   the gateway and its workers until drained by SIGTERM/SIGINT.
 - ``mlxd reload [--config FILE]``: make the running server re-read its
   config (sends SIGHUP to the pid in its pid file).
+- ``mlxd pull MODEL``, ``mlxd ls``, ``mlxd rm MODEL [--force]``,
+  ``mlxd ps``, ``mlxd convert SRC ...``: models from the Hugging Face Hub
+  (see :mod:`gateway.hub.commands`).
 - ``mlxd install [--config FILE] [--env K=V ...] [--dry-run]``,
   ``mlxd uninstall``, ``mlxd status [--config FILE]``: the launchd agent on
   macOS.
@@ -74,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     keys.add_argument("--name", default="gateway", help="file name stem, e.g. gateway or the node's name")
     node = sub.add_parser("node", help="host model workers for a gateway on another machine")
     node.add_argument("--config", required=True, help="the node's TOML config ([node] and [[models]])")
+    from gateway.hub.commands import add_parsers
+
+    add_parsers(sub)
     return parser
 
 
@@ -260,6 +266,10 @@ def main(argv: list[str] | None = None) -> int:
         return make_keys(args.dir, args.name)
     if command == "node":
         return node(args.config)
+    from gateway.hub.commands import COMMANDS, run
+
+    if command in COMMANDS:
+        return run(args)
     config_path = getattr(args, "config", str(DEFAULT_CONFIG_PATH))
     as_service = command == "serve" and args.service
     overrides = (config_path, getattr(args, "host", None), getattr(args, "port", None), as_service)
