@@ -24,7 +24,9 @@ Faults a test can inject, each on one file of one repo: :meth:`HubStandin.cut`
 (the next download closes the connection after some bytes; the client's
 resume is a ``Range`` request), :meth:`HubStandin.corrupt` (the bytes served
 differ from the hashes advertised), :meth:`HubStandin.advertise` (the tree
-and headers claim another size) and :meth:`HubStandin.add_listing` (a tree
+and headers claim another size) :meth:`HubStandin.hold` (the download stops after some bytes until the test
+releases it, to interrupt a pull from outside) and
+:meth:`HubStandin.add_listing` (a tree
 entry whose name is hostile, e.g. ``../x`` or ``/etc/x``, with no file
 behind it). Every request is recorded in :attr:`HubStandin.requests`.
 """
@@ -64,6 +66,7 @@ class StoredFile:
     advertised_size: int | None = None
     corrupt: bool = False
     cuts: list[int] = field(default_factory=list)
+    hold_after: int | None = None
 
     @property
     def sha256(self) -> str:
@@ -125,6 +128,8 @@ class HubStandin:
     def __init__(self) -> None:
         self.repos: dict[str, StoredRepo] = {}
         self.requests: list[SeenRequest] = []
+        self.held = threading.Event()
+        self.release = threading.Event()
         self._lock = threading.Lock()
         self._hub = self._listen("hub")
         self._cdn = self._listen("cdn")
@@ -176,6 +181,11 @@ class HubStandin:
         """The next ``times`` downloads of ``path`` send their full
         ``Content-Length`` but close the connection after ``after`` bytes."""
         self.file(repo_id, path).cuts.extend([after] * times)
+
+    def hold(self, repo_id: str, path: str, after: int) -> None:
+        """Downloads of ``path`` send ``after`` bytes, set :attr:`held`, then
+        wait (up to a minute) for :attr:`release` and close the connection."""
+        self.file(repo_id, path).hold_after = after
 
     def corrupt(self, repo_id: str, path: str) -> None:
         """Serve ``path`` with one byte changed; hashes stay the true ones."""
@@ -352,7 +362,7 @@ class HubStandin:
                 handler.send_header(key, value)
             handler.end_headers()
             return
-        _send_file(handler, stored, common)
+        _send_file(self, handler, stored, common)
 
     def _cdn_file(self, handler: BaseHTTPRequestHandler, parts: list[str]) -> None:
         """``GET /lfs/{repo}/{sha256}`` on the CDN listener."""
@@ -364,13 +374,15 @@ class HubStandin:
         if stored is None:
             _error(handler, 404, "EntryNotFound")
             return
-        _send_file(handler, stored, {"ETag": f'"{stored.sha256}"', "Accept-Ranges": "bytes"})
+        _send_file(self, handler, stored, {"ETag": f'"{stored.sha256}"', "Accept-Ranges": "bytes"})
 
 
-def _send_file(handler: BaseHTTPRequestHandler, stored: StoredFile, headers: dict[str, str]) -> None:
+def _send_file(
+    standin: HubStandin, handler: BaseHTTPRequestHandler, stored: StoredFile, headers: dict[str, str]
+) -> None:
     """Answer with the file's bytes (a ``Range: bytes=N-`` gets 206), or
     with its headers alone for ``HEAD``; a pending cut closes the
-    connection early."""
+    connection early, and a hold waits for the test to release it."""
     data = stored.served()
     size = stored.size
     start = 0
@@ -387,6 +399,13 @@ def _send_file(handler: BaseHTTPRequestHandler, stored: StoredFile, headers: dic
         handler.send_header("Content-Range", f"bytes {start}-{size - 1}/{size}")
     handler.end_headers()
     if handler.command == "HEAD":
+        return
+    if stored.hold_after is not None:
+        handler.wfile.write(body[: stored.hold_after])
+        handler.wfile.flush()
+        standin.held.set()
+        standin.release.wait(60)
+        handler.close_connection = True
         return
     cut = stored.cuts.pop(0) if stored.cuts else None
     if cut is not None:

@@ -17,8 +17,10 @@
    ``snapshot_download`` at that exact commit, while a
    :class:`gateway.hub.progress.DownloadWatcher` reports progress;
    huggingface-hub resumes a file whose connection drops with ``Range``
-   requests, and a pull run again after an interruption keeps the files
-   already finished;
+   requests; a pull run again after an interruption keeps the files
+   already finished (a file cut short restarts from its beginning:
+   huggingface-hub 2.4 keeps no partial file between runs, so the
+   leftovers of a killed run are deleted);
 4. hash every chosen file against the listing (:mod:`gateway.hub.verify`,
    which huggingface-hub does not do); a mismatch deletes that file from
    the cache and fails the pull;
@@ -243,6 +245,7 @@ def _fetch(
         status = DownloadWatcher(target.label, folder / "blobs", plan.files, report).measure("complete")
         report(status)
         return PulledModel(target, plan.commit, done, plan.total, 0)
+    _drop_stale_partials(plan, cache)
     check_space(plan, max_bytes)
     missing = plan.missing_bytes()
     record = PullRecord(
@@ -262,8 +265,8 @@ def _fetch(
         snapshot = _download(plan, cache=cache, endpoint=endpoint, token=token)
     finally:
         watcher.stop()
-    status = watcher.measure("verifying")
-    report(status)
+    report(watcher.measure())
+    report(watcher.measure("verifying"))
     _verify(plan, snapshot)
     write_record(folder, PullRecord(**{**_fields(record), "state": "complete", "finished": time.time()}))
     write_ref(folder, target.ref.revision, plan.commit)
@@ -281,6 +284,31 @@ def _already_complete(plan: PullPlan) -> Path | None:
         return check_pulled(plan.folder, record)
     except SnapshotUnavailable:
         return None
+
+
+def _drop_stale_partials(plan: PullPlan, cache: Path) -> None:
+    """Delete the partial files an interrupted run left behind for the
+    chosen blobs (huggingface-hub 2.4 never resumes them: each run writes a
+    new ``<etag>.<id>.incomplete``), but only when huggingface-hub's own
+    lock on that blob is free, so a download running in another process
+    keeps its file."""
+    from filelock import FileLock, Timeout
+
+    blobs = plan.folder / "blobs"
+    for remote in plan.files:
+        partials = list(blobs.glob(f"{remote.blob_name}.*incomplete"))
+        if not partials:
+            continue
+        lock = FileLock(str(cache / ".locks" / plan.folder.name / f"{remote.blob_name}.lock"))
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            continue
+        try:
+            for partial in partials:
+                partial.unlink(missing_ok=True)
+        finally:
+            lock.release()
 
 
 def _download(plan: PullPlan, *, cache: Path, endpoint: str | None, token: str | None) -> Path:
