@@ -23,7 +23,8 @@ without messages or a generate with an empty prompt only loads the model
 Also: ``GET /api/tags``, ``POST /api/show``, ``GET /api/ps``,
 ``GET /api/version``, ``POST /api/embed``, ``POST /api/embeddings``,
 ``GET``/``HEAD /`` ("Ollama is running"), and ``/api/pull``, ``/api/push``,
-``/api/create``, ``/api/copy``, ``/api/delete``, which answer 403: models
+``/api/create``, ``/api/copy``, ``/api/delete``, which answer 403 (but pull
+and delete with ``server.allow_model_management``): models
 come from the config. Every error is Ollama's ``{"error": "..."}`` with the
 status of the matching OpenAI error (400, 401, 404, 413, 503, 504, 500).
 Runs on the gateway's event loop; reads a model's small JSON files
@@ -391,7 +392,9 @@ async def list_tags(request: Request) -> Response:
 async def list_running(request: Request) -> Response:
     """``GET /api/ps``: the models whose workers are loaded, with memory in
     use (``size`` and ``size_vram``: unified memory), idle expiry and
-    context length."""
+    context length; a model being pulled by ``server.auto_pull`` is listed
+    with size 0 and ``download`` (an mlxd extension: phase, bytes, rate,
+    seconds left)."""
     backend = backend_of(request)
     infos = {m.name: m for m in backend.models()}
     running = [
@@ -401,6 +404,7 @@ async def list_running(request: Request) -> Response:
             expires_at=expiry(r.expires_at),
             size_vram=r.memory_bytes,
             context_length=r.context_length or 0,
+            **({"download": r.download} if r.download is not None else {}),
         )
         for r in backend.resident()
         if r.name in infos
@@ -463,5 +467,14 @@ async def root(request: Request) -> Response:
 
 async def model_management(request: Request) -> Response:
     """``/api/pull``, ``/api/push``, ``/api/create``, ``/api/copy``,
-    ``/api/delete``: 403, models come from the config."""
+    ``/api/delete``: 403, models come from the config; with
+    ``server.allow_model_management``, ``POST /api/pull`` and
+    ``DELETE /api/delete`` manage pulled models (:mod:`gateway.hub.ollama_pull`)."""
+    if request.app.state.config.server.allow_model_management:
+        from gateway.hub.ollama_pull import delete_route, pull_route
+
+        if (request.url.path, request.method) == ("/api/pull", "POST"):
+            return await pull_route(request)
+        if (request.url.path, request.method) == ("/api/delete", "DELETE"):
+            return await delete_route(request)
     return ollama_error_response(APIError(403, FROM_CONFIG, code="models_from_config"))

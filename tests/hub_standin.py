@@ -183,8 +183,9 @@ class HubStandin:
         self.file(repo_id, path).cuts.extend([after] * times)
 
     def hold(self, repo_id: str, path: str, after: int) -> None:
-        """Downloads of ``path`` send ``after`` bytes, set :attr:`held`, then
-        wait (up to a minute) for :attr:`release` and close the connection."""
+        """Downloads of ``path`` send the file up to byte ``after`` (also when
+        resumed with ``Range``), set :attr:`held`, then wait (up to a
+        minute) for :attr:`release` and close the connection."""
         self.file(repo_id, path).hold_after = after
 
     def corrupt(self, repo_id: str, path: str) -> None:
@@ -401,7 +402,7 @@ def _send_file(
     if handler.command == "HEAD":
         return
     if stored.hold_after is not None:
-        handler.wfile.write(body[: stored.hold_after])
+        handler.wfile.write(body[: max(stored.hold_after - start, 0)])
         handler.wfile.flush()
         standin.held.set()
         standin.release.wait(60)

@@ -27,6 +27,7 @@ import argparse
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from shared.config import DEFAULT_CONFIG_PATH, Config, ConfigError, ServerConfig
@@ -70,6 +71,67 @@ def run(args: argparse.Namespace) -> int:
         return 2
     handler = {"pull": _pull, "ls": _ls, "rm": _rm, "ps": _ps, "convert": _convert}[args.command]
     return handler(args, config, catalog)
+
+
+def named_models_config(named: Sequence[str]) -> Config:
+    """The config of ``mlxd serve --model NAME ...``: the server's defaults
+    and one entry per name (see :func:`gateway.hub.served.models_for_names`).
+
+    Raises:
+        ConfigError: a bad name, an unknown catalog name, a model mlxd
+            cannot serve, or a name given twice.
+    """
+    from gateway.hub.catalog import CatalogError, load_catalog, resolve
+    from gateway.hub.names import InvalidName
+    from gateway.hub.served import models_for_names
+    from shared.config_loader import validate
+
+    try:
+        catalog = load_catalog()
+        models = models_for_names([resolve(name, catalog) for name in named])
+    except (InvalidName, CatalogError) as exc:
+        raise ConfigError(f"--model: {exc}") from exc
+    return validate(Config(server=ServerConfig(), models=models), "--model")
+
+
+def serving_config(config: Config, named: Sequence[str] = (), *, pull: bool = False) -> Config:
+    """``config`` as ``mlxd serve`` runs it: with ``pull``, every model whose
+    source is on the hub and not downloaded yet is pulled first (progress on
+    standard error); catalog-name sources become repo ids with the
+    catalog's kind and parsers, and with ``server.allow_model_management``
+    the pulled models are added (:mod:`gateway.hub.served`).
+
+    Raises:
+        ConfigError: the catalog file is invalid, or a pull failed.
+    """
+    from gateway.hub.audit import command_line_user
+    from gateway.hub.catalog import CatalogError
+    from gateway.hub.progress import LineReport, TerminalBar
+    from gateway.hub.pull import PullError
+    from gateway.hub.pull import pull as pull_model
+    from gateway.hub.served import catalog_of, expand_sources, pull_target, with_pulled_models
+
+    try:
+        catalog = catalog_of(config)
+        if pull:
+            for model in config.models:
+                target = pull_target(model, catalog)
+                if target is None:
+                    continue
+                report = (
+                    TerminalBar(sys.stderr)
+                    if sys.stderr.isatty()
+                    else LineReport(lambda s: print(s, file=sys.stderr), 5.0)
+                )
+                pull_model(
+                    target,
+                    who=command_line_user(),
+                    max_bytes=parse_size(config.server.max_pull_bytes, 0),
+                    listener=report,
+                )
+        return with_pulled_models(expand_sources(config, catalog), catalog)
+    except (CatalogError, PullError) as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def _config(path: str) -> Config:
