@@ -44,6 +44,7 @@ mlxd:prefix_cache_disk_hits_total             counter    heartbeat
 mlxd:prefix_cache_disk_tokens_total           counter    heartbeat
 mlxd:prefix_cache_disk_bytes                  gauge      heartbeat
 mlxd:prefix_cache_disk_rejected_total         counter    heartbeat
+mlxd:prefix_cache_refused_total               counter    heartbeat
 mlxd:spec_decode_num_draft_tokens_total       counter    heartbeat
 mlxd:spec_decode_num_accepted_tokens_total    counter    heartbeat
 mlxd:worker_restarts_total                    counter    snapshot

@@ -54,6 +54,7 @@ HEARTBEAT_SERIES: tuple[tuple[str, str, str, str], ...] = (
     ("counter", "prefix_cache_disk_tokens", "Prompt tokens loaded from the prefix cache's disk tier.", "disk_cached_tokens"),
     ("gauge", "prefix_cache_disk_bytes", "Bytes of prefix cache entries on disk.", "disk_cache_bytes"),
     ("counter", "prefix_cache_disk_rejected", "Disk cache files rejected (truncated, corrupt or another model's).", "disk_cache_rejected"),
+    ("counter", "prefix_cache_refused", "States the prefix cache refused to store: they did not hold exactly their key's tokens (a bug if ever above 0).", "cache_refused"),
     ("counter", "spec_decode_num_draft_tokens", "Tokens drafted by speculative decoding.", "draft_tokens"),
     ("counter", "spec_decode_num_accepted_tokens", "Drafted tokens that verification accepted.", "draft_accepted_tokens"),
     ("gauge", "mlx_active_memory_bytes", "Memory MLX has in use in the worker (latest heartbeat).", "active_memory_bytes"),

@@ -291,6 +291,10 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     files rejected (truncated, corrupt or another model's).
     ``draft_tokens`` / ``draft_accepted_tokens``: speculative decoding's
     drafted tokens and those verification accepted (0 when it is off).
+    ``cache_refused``: states the prefix cache refused to store because
+    they did not hold exactly the tokens of their key (always 0 unless a
+    bug moved a sequence past its key; see
+    :meth:`worker.prefix_cache.PrefixCache.insert`).
     """
 
     running: int = 0
@@ -320,6 +324,7 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     disk_cache_rejected: int = 0
     draft_tokens: int = 0
     draft_accepted_tokens: int = 0
+    cache_refused: int = 0
 
 
 class Hello(msgspec.Struct, frozen=True, kw_only=True, tag="hello"):

@@ -125,33 +125,34 @@ def test_host_log_softmax_matches_mlx():
     np.testing.assert_allclose(host_log_softmax(logits), np.asarray(ref), atol=1e-4)
 
 
-def joining_run(model, early: bool) -> tuple[dict[int, list[int]], int]:
+def joining_run(model, ours: bool) -> tuple[dict[int, list[int]], int]:
     """Start two prompts decoding, then insert a third while they decode;
     return prompt index -> greedy tokens and how many steps after its
-    insertion the third prompt's first token came out."""
+    insertion the third prompt's first token came out, on the worker's
+    engine (``ours``) or on mlx-lm's own with the same batch sizes."""
+    from mlx_lm.generate import BatchGenerator
+
     from worker.batch_engine import BatchEngine
     from worker.sampling import greedy
 
-    engine = BatchEngine(
-        model,
-        host_sampling=True,
-        stop_tokens=None,
-        sampler=greedy,
-        prefill_step_size=4,
-        prefill_batch_size=1,
-        early_first_token=early,
-    )
+    settings = dict(stop_tokens=None, sampler=greedy, prefill_step_size=4, prefill_batch_size=1)
+    if ours:
+        engine = BatchEngine(model, host_sampling=True, **settings)
+        step = engine.step
+    else:
+        engine = BatchGenerator(model, **settings)
+        step = engine.next
     first = engine.insert(PROMPTS[:2], max_tokens=[STEPS] * 2)
     out: dict[int, list[int]] = {uid: [] for uid in first}
     while not all(out.values()):
-        for r in engine.step()[1]:
+        for r in step()[1]:
             out[r.uid].append(r.token)
     (late,) = engine.insert([PROMPTS[2]], max_tokens=[STEPS])
     out[late] = []
     steps = 0
     while any(len(v) < STEPS for v in out.values()):
         steps += 1
-        for r in engine.step()[1]:
+        for r in step()[1]:
             if r.uid == late and not out[late]:
                 waited = steps
             out[r.uid].append(r.token)
@@ -159,13 +160,45 @@ def joining_run(model, early: bool) -> tuple[dict[int, list[int]], int]:
 
 
 def test_a_prompt_joining_a_decoding_batch_gets_its_first_token_a_step_sooner(model):
-    """With ``early_first_token`` the joining prompt's first token comes out
-    one engine step earlier, and every sequence's greedy tokens are the
-    same as without it (and as mlx-lm's own engine alone)."""
-    late_tokens, late_steps = joining_run(model, early=False)
-    early_tokens, early_steps = joining_run(model, early=True)
-    assert early_tokens == late_tokens
-    assert early_steps == late_steps - 1
+    """The joining prompt's first token comes out one engine step earlier
+    than on mlx-lm's own engine, and every sequence's greedy tokens are
+    the same (and as mlx-lm's engine gives each prompt alone)."""
+    stock_tokens, stock_steps = joining_run(model, ours=False)
+    our_tokens, our_steps = joining_run(model, ours=True)
+    assert our_tokens == stock_tokens
+    assert our_steps == stock_steps - 1
     expected = stock(model)
     for i in range(3):
-        assert early_tokens[i] == [t for t, _ in expected[i]]
+        assert our_tokens[i] == [t for t, _ in expected[i]]
+
+
+def test_between_steps_a_cache_holds_what_the_last_progress_reported(model):
+    """After every step, each sequence still in prefill holds exactly the
+    prompt tokens its last progress response counted (a prompt checkpoint
+    copied then is the state of that prefix), also for a prompt that
+    finishes its prefill while others decode."""
+    from worker.batch_engine import BatchEngine
+    from worker.cache_profile import held_tokens
+    from worker.sampling import greedy
+
+    engine = BatchEngine(
+        model, host_sampling=True, stop_tokens=None, sampler=greedy, prefill_step_size=4, prefill_batch_size=1
+    )
+    engine.insert(PROMPTS[:2], max_tokens=[STEPS] * 2)
+    while engine.running < 2:
+        engine.step()
+    prompt = list(range(300, 330))
+    (late,) = engine.insert_segments([[prompt[:-1], prompt[-1:]]], max_tokens=[STEPS])
+    seen = []
+    while True:
+        progress, _ = engine.step()
+        for r in progress:
+            if r.uid != late:
+                continue
+            cache, tokens = engine.extract_cache([late])[late]
+            seen.append((r.progress[0], r.end_of_prompt))
+            if not r.end_of_prompt:
+                assert held_tokens(cache) == r.progress[0] == len(tokens)
+        if seen and seen[-1][1]:
+            break
+    assert (len(prompt) - 1, False) in seen and seen[-1] == (len(prompt), True)

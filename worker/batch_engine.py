@@ -239,11 +239,9 @@ class BatchEngine(BatchGenerator):
     :mod:`worker.solo_cache`); every sequence runs on its model's own
     caches, one at a time (``completion_batch_size`` and
     ``prefill_batch_size`` are forced to 1).
-    ``early_first_token`` (default on; off for a solo engine): a prompt
-    that finishes its prefill while others decode gets its first token in
-    the same step (see :meth:`_start_prefilled`). Turn it off when prompt
-    states are snapshotted from progress responses (the moved sequence's
-    cache already holds its last token).
+    Between two :meth:`step` calls every sequence's cache holds exactly the
+    tokens its last progress response reported: a state copied then (a
+    prompt checkpoint) is the state of that prefix.
     Construct and use it on the scheduler thread only.
     """
 
@@ -255,7 +253,6 @@ class BatchEngine(BatchGenerator):
         speculation: Speculation | None = None,
         stop_tokens: Sequence[Sequence[int]] | None = None,
         solo: bool = False,
-        early_first_token: bool = True,
         **kwargs: Any,
     ) -> None:
         if solo:
@@ -270,7 +267,6 @@ class BatchEngine(BatchGenerator):
         generation.speculation = speculation
         self._generation_batch = generation
         self._prefill_chunk = self.prefill_batch_size
-        self.early_first_token = early_first_token and not solo
         self._eos_stops = StopSequences(stop_tokens)
         self._no_stops = StopSequences(None)
 
@@ -353,26 +349,32 @@ class BatchEngine(BatchGenerator):
         When nothing is decoding, every waiting prompt is prefilled at once
         (up to ``completion_batch_size``); otherwise new prompts join in
         chunks of the ``prefill_batch_size`` given at construction, so the
-        running sequences keep producing tokens.
+        running sequences keep producing tokens. A prompt whose prefill
+        the previous step finished joins the decoding batch first (see
+        :meth:`_start_prefilled`).
         """
+        moved: list[Any] = []
+        if len(self._generation_batch) > 0:
+            with mx.stream(self._stream):
+                moved = self._start_prefilled()
         decoding = len(self._generation_batch) > 0
         self.prefill_batch_size = self._prefill_chunk if decoding else self.completion_batch_size
         progress, responses = self.next()
-        if decoding and self.early_first_token:
-            with mx.stream(self._stream):
-                progress.extend(self._start_prefilled())
-        return progress, responses
+        return moved + progress, responses
 
     def _start_prefilled(self) -> list[Any]:
-        """Move every prompt whose prefill this step finished (only its last
-        token is left) into the decoding batch now, computing its first
+        """Move every prompt whose prefill an earlier step finished (only its
+        last token is left) into the decoding batch, computing its first
         token; return their end-of-prompt progress responses.
 
-        mlx-lm moves such a prompt at the start of the following step,
-        after that step's decode: the new sequence's first token would
-        wait one more decode step of the whole batch. Done here, its first
-        token is computed right after its prefill and comes out with the
-        next step's tokens."""
+        mlx-lm moves such a prompt only after the step's decode of the
+        running batch, so its first token would wait one more decode step
+        of the whole batch; moved here, before that decode, the first token
+        comes out in this step's responses. It runs at the start of a step,
+        never at the end of the one that finished the prefill: feeding the
+        last prompt token advances the sequence's cache past the position
+        that step's progress response reported, and the scheduler copies
+        prompt checkpoints between steps."""
         ready = [i for i, seq in enumerate(self._currently_processing) if len(seq[0]) == 1 and len(seq[0][0]) == 1]
         if not ready:
             return []

@@ -22,7 +22,8 @@ two ways that matter for serving:
   :mod:`worker.scheduler`'s prompt-end checkpoints).
 
 :func:`profile_model` inspects a fresh cache once at load;
-:func:`pin_untrimmable` keeps a stored chunked cache from being cut back.
+:func:`pin_untrimmable` keeps a stored chunked cache from being cut back;
+:func:`held_tokens` reads how many tokens a sequence's cache has consumed.
 Pure Python over mlx-lm objects; call them on the scheduler thread (they
 build or touch caches).
 """
@@ -126,3 +127,20 @@ def pin_untrimmable(cache: list[Any]) -> list[Any]:
             if type(leaf).__name__ == "ChunkedKVCache":
                 leaf.is_trimmable = _never_trimmable
     return cache
+
+
+def held_tokens(cache: list[Any]) -> int | None:
+    """How many tokens one sequence's ``cache`` has consumed, as its layers
+    that count them say (every KV kind keeps an ``offset``: the tokens
+    fed, also past a sliding window's wrap); None when no layer counts
+    (state-space layers only), -1 when the layers disagree.
+
+    A state stored under a token prefix must hold exactly that many
+    tokens; this is the check (see :meth:`worker.prefix_cache.PrefixCache.insert`).
+    """
+    counts = {
+        leaf.offset for layer in cache for leaf in _leaves(layer) if isinstance(getattr(leaf, "offset", None), int)
+    }
+    if not counts:
+        return None
+    return counts.pop() if len(counts) == 1 else -1

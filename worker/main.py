@@ -460,6 +460,7 @@ class Worker:
             active_memory_bytes=c.active_memory,
             cache_memory_bytes=c.cache_memory,
             peak_memory_bytes=c.peak_memory,
+            cache_refused=cache.refused if cache else 0,
         )
 
     def _admit(self, request: GenerateRequest) -> None:

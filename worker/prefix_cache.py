@@ -22,7 +22,7 @@ from typing import Any
 import mlx.core as mx
 from mlx_lm.models.cache import LRUPromptCache, can_trim_prompt_cache, trim_prompt_cache
 
-from worker.cache_profile import pin_untrimmable
+from worker.cache_profile import held_tokens, pin_untrimmable
 
 MAX_ENTRIES = 4096
 """Upper bound on cached sequences, whatever their size."""
@@ -88,6 +88,7 @@ class PrefixCache:
         self.queries = 0
         self.hits = 0
         self.reused_tokens = 0
+        self.refused = 0
 
     @property
     def nbytes(self) -> int:
@@ -175,9 +176,18 @@ class PrefixCache:
         """Keep ``cache`` (the KV state of exactly ``tokens``) for reuse.
 
         Evaluates the state first; the cache object is owned by the prefix
-        cache afterwards (lookups hand out copies).
+        cache afterwards (lookups hand out copies). A state whose layers do
+        not hold exactly ``len(tokens)`` tokens (see
+        :func:`~worker.cache_profile.held_tokens`) is never stored: it is
+        logged as an error and counted in :attr:`refused` (a later lookup
+        then misses instead of continuing from a wrong state).
         """
         if not tokens or self.budget_bytes <= 0:
+            return
+        held = held_tokens(cache)
+        if held is not None and held != len(tokens):
+            self.refused += 1
+            log.error("refused to cache a state holding %d tokens under a %d-token prefix", held, len(tokens))
             return
         if self.kv_bits:
             cache = _quantized(cache, self.kv_bits, self.kv_group_size)

@@ -218,9 +218,7 @@ class Scheduler:
         decoding, new prompts join in chunks of ``prefill_batch_size`` so
         running streams are not stalled by a long prefill.
         """
-        from worker.faults import reached
-
-        self._engine = self._new_engine()
+        self.start()
         try:
             while True:
                 idle = not self._seqs
@@ -228,24 +226,50 @@ class Scheduler:
                     return
                 if idle and self._seqs and not self._gather_burst():
                     return
-                if self._deadlines:
-                    self._expire(time.monotonic())
-                stepped = bool(self._seqs)
-                if self._lockstep is not None:
-                    self._lockstep.publish(stepped)
-                if stepped:
-                    reached("scheduler")
-                    self._run_step()
-                self._release_idle_memory(time.monotonic(), busy=stepped or bool(self._seqs))
-                self._spill(busy=bool(self._seqs))
-                self._update_gauges()
+                self.turn()
         finally:
-            self._engine.close()
-            if self.cache is not None:
-                try:
-                    self.cache.spill()  # what the disk tier has not got yet
-                except Exception:  # must not mask why the loop ended
-                    log.exception("could not hand the last prefix-cache entries to the disk tier")
+            self.close()
+
+    def start(self) -> None:
+        """Build the engine (:meth:`run` does; a test that drives the loop
+        turn by turn with :meth:`apply_pending` and :meth:`turn` calls it
+        first, on the thread that then drives)."""
+        self._engine = self._new_engine()
+
+    def apply_pending(self) -> bool:
+        """Apply every queued command without waiting; False when a
+        :class:`Stop` was among them (everything in flight is then
+        aborted)."""
+        return self._drain_inbox(block=False)
+
+    def turn(self) -> None:
+        """The rest of one loop turn, after the queued commands were
+        applied: end requests past their deadline, run one engine step when
+        sequences are in flight, then release idle memory, spill to the
+        disk tier and update the gauges."""
+        from worker.faults import reached
+
+        if self._deadlines:
+            self._expire(time.monotonic())
+        stepped = bool(self._seqs)
+        if self._lockstep is not None:
+            self._lockstep.publish(stepped)
+        if stepped:
+            reached("scheduler")
+            self._run_step()
+        self._release_idle_memory(time.monotonic(), busy=stepped or bool(self._seqs))
+        self._spill(busy=bool(self._seqs))
+        self._update_gauges()
+
+    def close(self) -> None:
+        """Close the engine and hand the prefix cache's last entries to the
+        disk tier (the end of :meth:`run`)."""
+        self._engine.close()
+        if self.cache is not None:
+            try:
+                self.cache.spill()  # what the disk tier has not got yet
+            except Exception:  # must not mask why the loop ended
+                log.exception("could not hand the last prefix-cache entries to the disk tier")
 
     def follow(self) -> None:
         """The loop of a tensor-parallel rank other than 0: apply each plan
@@ -298,7 +322,6 @@ class Scheduler:
             self._model,
             host_sampling=self._host_sampling,
             speculation=self.speculation,
-            early_first_token=not self._checkpoints,
             max_tokens=1,
             stop_tokens=[[t] for t in self._eos],
             sampler=greedy,

@@ -109,3 +109,37 @@ def test_family_edited_last_message_reuses_the_history(client, family):
     edited = chat(client, family, history + [{"role": "user", "content": "Edited question instead?"}])
     assert first.usage.prompt_tokens_details.cached_tokens < 30  # the template's preamble at most
     assert edited.usage.prompt_tokens_details.cached_tokens >= 40  # the whole history
+
+
+@pytest.mark.parametrize("family", NAMES)
+def test_family_repeat_of_a_prompt_prefilled_beside_a_decode_equals_the_cold_answer(client, family):
+    """A new prompt whose prefill ends while another request decodes, sent
+    again once that request is over: the repeat reuses all but its last
+    token and gives the cold answer (the prompt-end checkpoint is the
+    state of exactly its prefix, whatever moved the sequence)."""
+    import threading
+
+    decoding = threading.Event()
+
+    def long_answer():
+        stream = client.chat.completions.create(
+            model=family,
+            messages=user(f"Talk about {family} for a long time."),
+            max_tokens=160,
+            temperature=0,
+            stream=True,
+            extra_body={"ignore_eos": True},
+        )
+        for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                decoding.set()
+
+    with cf.ThreadPoolExecutor(1) as pool:
+        running = pool.submit(long_answer)
+        assert decoding.wait(120)
+        messages = user(f"A new {family} prompt, long enough to need two prefill chunks. " + "filler words " * 200)
+        first = chat(client, family, messages, max_tokens=8)
+        running.result(timeout=300)
+    repeat = chat(client, family, messages, max_tokens=8)
+    assert repeat.usage.prompt_tokens_details.cached_tokens == repeat.usage.prompt_tokens - 1
+    assert repeat.choices[0].message.content == first.choices[0].message.content
