@@ -70,3 +70,24 @@ def test_quantizing_a_quantized_model_is_refused(tmp_path, hub):
     assert not out.exists()
     exists = world.mlxd("convert", DEFAULT_MODEL_SOURCE, "--out", str(tmp_path))
     assert exists.returncode == 2 and "already exists" in exists.stderr
+
+
+def test_a_vision_model_is_quantized_with_mlx_vlm(tmp_path, hub):
+    from tests.tiny_vlm import build_tiny_vlm
+
+    source = build_tiny_vlm(tmp_path / "vlm")
+    world = HubWorld(tmp_path, hub)
+    world.write_config()
+    out = tmp_path / "vlm-q4"
+    result = world.mlxd("convert", str(source), "--quantize", "4", "--group-size", "32", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "(vision)" in result.stdout
+    config = json.loads((out / "config.json").read_text())
+    assert config["quantization"]["bits"] == 4 and "vision_config" in config
+    assert (out / "preprocessor_config.json").is_file()
+
+    import mlx.nn as nn
+    from mlx_vlm import load
+
+    model, _processor = load(str(out))
+    assert any(isinstance(m, nn.QuantizedLinear) for _, m in model.named_modules())
