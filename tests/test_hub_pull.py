@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import pty
+import signal
 import subprocess
 import sys
 import time
@@ -303,3 +304,31 @@ def test_rm_is_refused_while_a_config_entry_uses_the_model_unless_forced(world, 
     assert all(e["who"].startswith("user ") for e in world.audit_lines())
     gone = world.mlxd("rm", "tiny:rm")
     assert gone.returncode == 1 and "is not in the local store" in gone.stderr
+
+
+def test_ctrl_c_ends_a_pull_at_once_and_records_it(world, hub, tiny_model_dir):
+    repo = "test-org/tiny-sigint"
+    world.serve_tiny(repo, tiny_model_dir)
+    hub.hold(repo, "model.safetensors", after=11_000_000)
+    hub.held.clear()
+    hub.release.clear()
+    world.write_config()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "pull", repo, "--config", str(world.config)],
+        cwd=ROOT,
+        env=world.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert hub.held.wait(120)
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=20)  # not after the held download (up to a minute)
+    finally:
+        hub.file(repo, "model.safetensors").hold_after = None
+        hub.release.set()
+    assert proc.returncode == 130
+    assert f"pull of {repo} interrupted; run `mlxd pull {repo}` again to finish it" in err
+    assert world.audit_lines()[-1]["outcome"] == "interrupted by signal SIGINT"
+    assert "downloading" in next(line for line in world.mlxd("ls").stdout.splitlines() if repo in line)

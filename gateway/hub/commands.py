@@ -170,10 +170,12 @@ def _pull(args: argparse.Namespace, config: Config, catalog: dict) -> int:
         print(f"mlxd: {exc}", file=sys.stderr)
         return 2
     listener = TerminalBar(sys.stderr) if sys.stderr.isatty() else LineReport(lambda s: print(s, file=sys.stderr), 5.0)
+    who = command_line_user()
+    _exit_on_interrupt(target.label, who)
     try:
         pulled = pull(
             target,
-            who=command_line_user(),
+            who=who,
             max_bytes=parse_size(config.server.max_pull_bytes, 0),
             listener=listener,
         )
@@ -185,6 +187,25 @@ def _pull(args: argparse.Namespace, config: Config, catalog: dict) -> int:
     )
     print(f"serve it: mlxd serve --model {target.label}")
     return 0
+
+
+def _exit_on_interrupt(label: str, who: str) -> None:
+    """Make Ctrl-C (and SIGTERM) end a pull at once: huggingface-hub's
+    download threads would otherwise finish the files in flight first.
+    Nothing is lost: the pull's record still says ``downloading`` (so the
+    model is not served) and the next ``mlxd pull`` keeps the finished
+    files. The interruption is recorded."""
+    import signal
+
+    from gateway.hub import audit
+
+    def stop(signum: int, _frame: object) -> None:
+        print(f"\nmlxd: pull of {label} interrupted; run `mlxd pull {label}` again to finish it", file=sys.stderr)
+        audit.record("pull", label, who, f"interrupted by signal {signal.Signals(signum).name}")
+        os._exit(130)
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
 
 
 def _ls(args: argparse.Namespace, config: Config, catalog: dict) -> int:

@@ -13,8 +13,8 @@ failure ends the stream with ``{"error": ...}``. With ``"stream": false``
 one ``{"status": "success"}`` object (or an error status) answers when the
 pull ends. On success the model is served at once under its catalog name
 (else its repo id) and listed by ``/api/tags`` (see
-:func:`gateway.hub.served.with_pulled_models`). A pull goes on to its end
-when its client goes away.
+:func:`gateway.hub.served.with_pulled_models`). A pull goes on to its end,
+and its model is served, when its client goes away.
 
 ``DELETE /api/delete`` (``{"model": NAME}``) removes a model from the
 cache and stops serving it; it is refused (400) while an entry of the
@@ -102,14 +102,38 @@ def _file_config(config: Config) -> Config:
     return msgspec.structs.replace(config, models=[m for m in config.models if m.name not in added])
 
 
+_serving = asyncio.Lock()
+
+
 async def _serve_pulled(request: Request) -> None:
     """Re-apply the running config with the pulled models (after a pull or
-    a removal)."""
-    config = request.app.state.config
-    catalog = await asyncio.to_thread(catalog_of, config)
-    updated = await asyncio.to_thread(with_pulled_models, _file_config(config), catalog)
-    request.app.state.backend.reload(updated)
-    request.app.state.config = updated
+    a removal; one at a time)."""
+    async with _serving:
+        config = request.app.state.config
+        catalog = await asyncio.to_thread(catalog_of, config)
+        updated = await asyncio.to_thread(with_pulled_models, _file_config(config), catalog)
+        request.app.state.backend.reload(updated)
+        request.app.state.config = updated
+
+
+_finishing: set[asyncio.Task] = set()
+
+
+def _serve_when_done(request: Request, job: asyncio.Future) -> asyncio.Task:
+    """A task that waits for the pull and, if it succeeded, serves the
+    model; it runs to its end even when the client goes away."""
+
+    async def finish() -> None:
+        try:
+            await job
+        except Exception:  # the pull's own failure is reported by its stream or answer
+            return
+        await _serve_pulled(request)
+
+    task = asyncio.create_task(finish())
+    _finishing.add(task)
+    task.add_done_callback(_finishing.discard)
+    return task
 
 
 def _decode(request_body: bytes, kind: type) -> Any:
@@ -149,17 +173,20 @@ async def pull_route(request: Request) -> Response:
         ),
     )
     job.add_done_callback(lambda _job: loop.call_soon_threadsafe(queue.put_nowait, None))  # type: ignore[arg-type]
+    served = _serve_when_done(request, job)
     if not body.stream:
         try:
             await job
         except PullError as exc:
             return _error(400 if isinstance(exc, PullRefused) else 500, str(exc))
-        await _serve_pulled(request)
+        await asyncio.shield(served)
         return JSONResponse({"status": "success"})
-    return StreamingResponse(_stream(request, target, job, queue), media_type=NDJSON)
+    return StreamingResponse(_stream(target, job, served, queue), media_type=NDJSON)
 
 
-async def _stream(request: Request, target: Target, job: asyncio.Future, queue: asyncio.Queue) -> AsyncIterator[bytes]:
+async def _stream(
+    target: Target, job: asyncio.Future, served: asyncio.Task, queue: asyncio.Queue
+) -> AsyncIterator[bytes]:
     """The NDJSON lines of a streamed pull; the model is served before
     ``success`` is sent."""
     sent: dict[str, int] = {}
@@ -169,7 +196,7 @@ async def _stream(request: Request, target: Target, job: asyncio.Future, queue: 
             break
         objects = progress_objects(status, sent)
         if status.phase == "complete":
-            await _serve_pulled(request)
+            await asyncio.shield(served)
         for item in objects:
             yield msgspec.json.encode(item) + b"\n"
     error = job.exception()
