@@ -94,6 +94,10 @@ def test_pull_by_catalog_name_fetches_only_what_mlx_needs(world, hub, tiny_model
     assert entry["who"].startswith("user ")
     served = resolve_in_worker(world, "test-org/tiny-a")
     assert served.returncode == 0 and served.stdout.strip() == str(snapshot), served.stdout + served.stderr
+    before = len(requests_for(hub, "test-org/tiny-a"))
+    again = world.mlxd("pull", "tiny:a")
+    assert again.returncode == 0 and "16.4 MB, already complete)" in again.stdout
+    assert len(requests_for(hub, "test-org/tiny-a")) == before  # nothing fetched again
 
 
 def test_pull_draws_a_progress_bar_on_a_terminal(world, hub, tiny_model_dir):

@@ -182,8 +182,10 @@ def _pull(args: argparse.Namespace, config: Config, catalog: dict) -> int:
     except PullError as exc:
         print(f"mlxd: {exc}", file=sys.stderr)
         return 1
+    already = ", already complete" if pulled.fetched == 0 else ""
     print(
-        f"pulled {target.label} ({target.ref.repo_id}@{pulled.commit[:12]}, {human_bytes(pulled.bytes)}) to {pulled.path}"
+        f"pulled {target.label} ({target.ref.repo_id}@{pulled.commit[:12]}, {human_bytes(pulled.bytes)}{already})"
+        f" to {pulled.path}"
     )
     print(f"serve it: mlxd serve --model {target.label}")
     return 0
