@@ -218,6 +218,7 @@ def test_a_pull_larger_than_the_free_disk_is_refused_before_downloading(world, h
     assert result.returncode == 1
     assert "needs 1000.0 TB more on disk but" in result.stderr and "free" in result.stderr
     assert requests_for(hub, repo) == []
+    assert not world.folder(repo).exists()
     assert world.audit_lines()[-1]["outcome"].startswith("failed:")
 
 

@@ -198,6 +198,8 @@ def pull(
     report(PullStatus(target.label, "listing"))
     try:
         plan = plan_pull(target, cache_dir=cache, endpoint=endpoint, token=token)
+        if _already_complete(plan) is None:
+            check_space(plan, max_bytes)  # before the lock creates anything in the cache
         with repo_lock(plan.folder):
             pulled = _fetch(
                 plan,
