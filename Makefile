@@ -35,7 +35,7 @@ sysdeps:
 	fi
 
 model: setup
-	$(PY) -m worker.prepare --config $(CONFIG)
+	$(PY) -m worker.loading.prepare --config $(CONFIG)
 
 run: model
 	$(VENV)/bin/mlxd serve --config $(CONFIG)

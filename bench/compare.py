@@ -1,7 +1,7 @@
 """``make bench``: mlxd against mlx_lm.server, vllm-mlx and the in-process engine.
 
 One run, one machine, one environment: every contender gets OpenBLAS
-preloaded exactly as mlxd's workers do (``gateway.worker_process.
+preloaded exactly as mlxd's workers do (``gateway.workers.process.
 worker_environment``), and all serve the same weights:
 
 * the default model (SmolLM2-135M-Instruct) as one float32 directory written

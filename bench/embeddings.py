@@ -8,7 +8,7 @@ preloaded for both):
 * **mlxd**: a gateway with one embedding worker (``max_batch_size`` 64),
   driven over HTTP (``POST /v1/embeddings``, float vectors) by an async
   httpx client;
-* **in-process**: ``worker.embedding_model`` called directly (tokenize,
+* **in-process**: ``worker.embeddings.model`` called directly (tokenize,
   then ``EmbeddingModel.encode``), i.e. the same MLX encoder without
   gateway, wire or scheduler.
 
@@ -52,7 +52,7 @@ def reference(seconds: float) -> None:
     print one JSON line of inputs/s at batch 1 and batch 64."""
     sys.path.insert(0, str(ROOT))
     from shared.protocol import EmbedRequest
-    from worker.embedding_model import load_embedding_model
+    from worker.embeddings.model import load_embedding_model
 
     model = load_embedding_model(SOURCE)
     texts = inputs(4096)

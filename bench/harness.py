@@ -158,7 +158,7 @@ def percentile(values: list[float], q: float) -> float:
 def blas_environment() -> dict[str, str]:
     """The environment mlxd gives its workers (OpenBLAS preloaded on Linux),
     for every other contender's process so all run on the same BLAS."""
-    from gateway.worker_process import worker_environment
+    from gateway.workers.process import worker_environment
 
     return worker_environment()
 

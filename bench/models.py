@@ -36,7 +36,7 @@ TOKENIZER_FILES = (
 
 def bench_cache() -> Path:
     """Where the bench keeps its model directories (inside mlxd's model cache)."""
-    from worker.gguf_convert import default_cache_root
+    from worker.loading.gguf_convert import default_cache_root
 
     return default_cache_root() / "bench"
 
@@ -44,7 +44,7 @@ def bench_cache() -> Path:
 def float32_model() -> Path:
     """The float32 copy of the default model, written on first use."""
     from shared.config import DEFAULT_MODEL_SOURCE
-    from worker.loader import directory_fingerprint, resolve_source
+    from worker.loading.loader import directory_fingerprint, resolve_source
 
     source = resolve_source(DEFAULT_MODEL_SOURCE)
     out = bench_cache() / f"smollm2-135m-f32-{directory_fingerprint(source)}"
@@ -73,7 +73,7 @@ def write_float32_copy(out: Path) -> None:
     from mlx.utils import tree_flatten
 
     from shared.config import DEFAULT_MODEL_SOURCE
-    from worker.loader import load_model
+    from worker.loading.loader import load_model
 
     loaded = load_model(DEFAULT_MODEL_SOURCE, dtype="float32")
     tmp = out.with_name(out.name + ".partial")

@@ -14,7 +14,7 @@ does, and times, per step (median over the steps, milliseconds):
   ``argmax``, splitting the log-probabilities into one array per row;
 * a lean greedy loop: forward, ``argmax``, ``async_eval`` and one
   ``tolist`` a step, with no log-probabilities at all;
-* mlxd's own ``BatchEngine.next`` (``worker/batch_engine.py``) for plain greedy
+* mlxd's own ``BatchEngine.next`` (``worker/engine/batch_engine.py``) for plain greedy
   rows, temperature-sampled rows and rows with log-probabilities, with
   sampling on the host (NumPy) and on the device (MLX);
 * the output thread: ``OutputLoop`` handling one step's tokens
@@ -72,7 +72,7 @@ def split_engine(model, tokenizer, n: int, steps: int) -> dict[str, float]:
     import mlx.core as mx
     from mlx_lm.generate import BatchGenerator
 
-    from worker.sampling import greedy
+    from worker.sampling.samplers import greedy
 
     engine = BatchGenerator(model, stop_tokens=None, sampler=greedy, completion_batch_size=32, prefill_batch_size=32)
     fill(engine, prompts(tokenizer, n))
@@ -125,11 +125,11 @@ def split_scheduler(model, tokenizer, model_dir: Path, n: int, steps: int) -> di
     """mlxd's scheduler step and output-thread work for one step of ``n``."""
     from shared.codec import worker_codec
     from shared.protocol import SamplingDefaults, SamplingParams, WorkerStats
-    from worker.detok import TokenDecoder
+    from worker.engine.scheduler import Scheduler
     from worker.messages import Admission, TokenStep
-    from worker.output import OutputLoop
-    from worker.sampling_defaults import with_defaults
-    from worker.scheduler import Scheduler
+    from worker.output.detok import TokenDecoder
+    from worker.output.loop import OutputLoop
+    from worker.sampling.defaults import with_defaults
 
     emitted: list = []
     scheduler = Scheduler(
@@ -177,8 +177,8 @@ def split_sampling(model, tokenizer, n: int, steps: int) -> dict[str, float]:
     """mlxd's ``BatchEngine.next`` for ``n`` rows that are plain greedy, sampled
     at temperature 0.8, or greedy with log-probabilities, on the host (NumPy)
     and the device (MLX) sampling paths."""
-    from worker.batch_engine import BatchEngine
-    from worker.sampling import TokenSampler, greedy
+    from worker.engine.batch_engine import BatchEngine
+    from worker.sampling.samplers import TokenSampler, greedy
 
     out: dict[str, float] = {}
     kinds = {

@@ -3,7 +3,7 @@
 Routes, middleware (from the outside in: Host check, CORS when configured,
 API keys, body cap) and error handlers
 that answer every failure in the shape of the route's protocol (see
-:mod:`gateway.error_shapes`: Anthropic's under ``/v1/messages``,
+:mod:`gateway.frontend.error_shapes`: Anthropic's under ``/v1/messages``,
 Ollama's under ``/api/`` and at ``/``, else OpenAI's). The worker pool is
 started in the app's lifespan and stopped (workers asked to exit, then
 killed) when the server shuts down.
@@ -22,15 +22,20 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway import anthropic_routes, embeddings_routes, mcp_routes, ollama_routes, openai_routes, responses_routes
-from gateway.error_shapes import error_response_for
-from gateway.errors import APIError
-from gateway.mcp_client import McpHub
-from gateway.metrics import Metrics
-from gateway.metrics_snapshot import ModelSnapshot
-from gateway.middleware import APIKeyMiddleware, BodyLimitMiddleware, HostCheckMiddleware, ProtocolCORSMiddleware
+from gateway.anthropic import routes as anthropic_routes
+from gateway.core.errors import APIError
+from gateway.embeddings import routes as embeddings_routes
+from gateway.frontend.error_shapes import error_response_for
+from gateway.http.middleware import APIKeyMiddleware, BodyLimitMiddleware, HostCheckMiddleware, ProtocolCORSMiddleware
+from gateway.mcp import routes as mcp_routes
+from gateway.mcp.client import McpHub
+from gateway.metrics.registry import Metrics
+from gateway.metrics.snapshot import ModelSnapshot
+from gateway.ollama import routes as ollama_routes
+from gateway.openai import routes as openai_routes
 from gateway.openapi_document import openapi_response
-from gateway.pool import WorkerPool
+from gateway.responses import routes as responses_routes
+from gateway.workers.pool import WorkerPool
 from shared.config import Config, ServerConfig
 from shared.config_values import is_loopback
 
@@ -102,8 +107,23 @@ async def _internal_error(request: Request, exc: Exception) -> Response:
     return error_response_for(request.url.path, APIError(500, "Internal server error"))
 
 
+async def _model_management(request: Request) -> Response:
+    """Ollama's model-management routes: ``POST /api/pull`` and
+    ``DELETE /api/delete`` are :mod:`gateway.hub.ollama_pull`'s when
+    ``server.allow_model_management`` is true; everything else is the
+    Ollama front-end's 403."""
+    if request.app.state.config.server.allow_model_management:
+        from gateway.hub.ollama_pull import delete_route, pull_route
+
+        if (request.url.path, request.method) == ("/api/pull", "POST"):
+            return await pull_route(request)
+        if (request.url.path, request.method) == ("/api/delete", "DELETE"):
+            return await delete_route(request)
+    return await ollama_routes.model_management(request)
+
+
 def ollama_route_table() -> list[Route]:
-    """The Ollama-compatible routes (:mod:`gateway.ollama_routes`)."""
+    """The Ollama-compatible routes (:mod:`gateway.ollama.routes`)."""
     routes = [
         Route("/", ollama_routes.root, methods=["GET"]),
         Route("/api/version", ollama_routes.version, methods=["GET"]),
@@ -116,7 +136,7 @@ def ollama_route_table() -> list[Route]:
         Route("/api/embeddings", ollama_routes.embeddings, methods=["POST"]),
     ]
     for path in ("/api/pull", "/api/push", "/api/create", "/api/copy", "/api/delete"):
-        routes.append(Route(path, ollama_routes.model_management, methods=["POST", "DELETE"]))
+        routes.append(Route(path, _model_management, methods=["POST", "DELETE"]))
     return routes
 
 

@@ -149,7 +149,7 @@ def _load(
         config = load_config(path)
     log_file = config.server.log_file
     if service and not log_file:
-        from gateway.service_logs import SERVICE_LOG, default_log_dir
+        from gateway.service.logs import SERVICE_LOG, default_log_dir
 
         log_file = str(default_log_dir() / SERVICE_LOG)
     if host is None and port is None and log_file == config.server.log_file:
@@ -170,16 +170,16 @@ def serve(
 
     ``loader`` re-reads the config on reload (default: the file alone,
     without command-line overrides). Raises the open-file limit first
-    (see :mod:`gateway.file_limit`). ``as_service`` (launchd): first roll
+    (see :mod:`gateway.http.file_limit`). ``as_service`` (launchd): first roll
     over launchd's own stdout/stderr files when they are over
-    ``log_max_bytes`` (see :func:`gateway.service_logs.rotate_service_streams`).
+    ``log_max_bytes`` (see :func:`gateway.service.logs.rotate_service_streams`).
     """
-    from gateway.file_limit import files_needed, raise_file_limit
+    from gateway.http.file_limit import files_needed, raise_file_limit
     from gateway.server import run
 
     server = config.server
     if as_service:
-        from gateway.service_logs import default_log_dir, rotate_service_streams
+        from gateway.service.logs import default_log_dir, rotate_service_streams
 
         rotate_service_streams(default_log_dir(), parse_size(server.log_max_bytes, 0), server.log_backups)
     if server.log_file:
@@ -233,7 +233,8 @@ def _config_error(exc: Exception, as_service: bool) -> int:
 def service(command: str, config_path: str, config: Config | None, dry_run: bool, env: Sequence[str] = ()) -> int:
     """Run one launchd command; return the exit code. ``env`` holds the
     ``--env NAME=VALUE`` items of ``install``."""
-    from gateway import launchd, launchd_plist
+    from gateway.service import launchd
+    from gateway.service import plist as launchd_plist
 
     try:
         if command == "install":
@@ -266,9 +267,9 @@ def service(command: str, config_path: str, config: Config | None, dry_run: bool
 def _install_paths(config_path: str, config: Config) -> dict[str, str]:
     """What the agent will read, by what it is: the checkout, the Python
     interpreter, the config, the log file, the Hugging Face cache and every
-    local model source (for :func:`gateway.launchd_plist.privacy_warnings`)."""
-    from gateway.launchd_plist import PROJECT_ROOT
-    from gateway.model_paths import local_path
+    local model source (for :func:`gateway.service.plist.privacy_warnings`)."""
+    from gateway.service.plist import PROJECT_ROOT
+    from gateway.workers.model_paths import local_path
 
     paths = {"mlxd checkout": str(PROJECT_ROOT), "Python interpreter": sys.executable, "config": config_path}
     if config.server.log_file:

@@ -4,10 +4,10 @@ The node binds one ROUTER socket on its ``tcp://`` ``listen`` address as a
 CURVE server (so every byte is encrypted and plaintext peers never get
 through the handshake) and runs a ZAP handler that admits only the
 gateway public keys in ``allowed_clients``; any other key is refused and
-logged. Each gateway connection (a DEALER, see :mod:`gateway.node_link`)
+logged. Each gateway connection (a DEALER, see :mod:`gateway.workers.node_link`)
 is a session: its :class:`shared.protocol.NodeStart` names a model from
 the node's own ``[[models]]``, and the node runs that worker with
-:func:`gateway.worker_process.run_incarnation`, the very code a local
+:func:`gateway.workers.process.run_incarnation`, the very code a local
 gateway uses, relaying messages both ways and finishing with
 :class:`shared.protocol.NodeExited`.
 
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import zmq
 import zmq.asyncio
 
-from gateway.worker_process import Incarnation, run_incarnation
+from gateway.workers.process import Incarnation, run_incarnation
 from shared.codec import DecodeError, node_codec
 from shared.config import ModelConfig, NodeConfig, ServerConfig
 from shared.protocol import (

@@ -4,21 +4,21 @@
 wire formats, so it cannot drift from them:
 
 - Request bodies are the msgspec Structs the routes decode with
-  (:class:`~gateway.openai_schema.ChatCompletionRequest`,
-  :class:`~gateway.openai_schema.CompletionRequest`,
-  :class:`~gateway.responses_schema.ResponsesRequest`,
-  :class:`~gateway.anthropic_schema.MessagesRequest`,
-  :class:`~gateway.anthropic_schema.CountTokensRequest`,
-  :class:`~gateway.embeddings_schema.EmbeddingRequest`, whose ``input``
+  (:class:`~gateway.openai.schema.ChatCompletionRequest`,
+  :class:`~gateway.openai.schema.CompletionRequest`,
+  :class:`~gateway.responses.schema.ResponsesRequest`,
+  :class:`~gateway.anthropic.schema.MessagesRequest`,
+  :class:`~gateway.anthropic.schema.CountTokensRequest`,
+  :class:`~gateway.embeddings.schema.EmbeddingRequest`, whose ``input``
   is any JSON value here: its forms are checked after decoding). Their JSON
   Schema says what the *decoder* accepts: types, bounds, lengths, required and
   unknown fields. The semantic checks that run after decoding (roles, tool
   names referring to tools, a model's ``max_n``, ...) cannot be expressed
   there; such a body is answered with a documented 400.
 - Successful non-streamed answers are the Structs the format modules encode
-  (:mod:`gateway.openai_format`, :mod:`gateway.responses_format`,
-  :mod:`gateway.anthropic_format`,
-  :class:`gateway.embeddings_routes.EmbeddingList`); ``/health`` uses the
+  (:mod:`gateway.openai.format`, :mod:`gateway.responses.format`,
+  :mod:`gateway.anthropic.format`,
+  :class:`gateway.embeddings.routes.EmbeddingList`); ``/health`` uses the
   worker status dataclass.
 - Streamed answers (``"stream": true``) are ``text/event-stream``. Their
   schema describes one parsed event ``{"event", "data", "id"?, "retry"?}``
@@ -69,15 +69,18 @@ from msgspec import NODEFAULT, Raw
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway import anthropic_format, ollama_schema, openai_format, responses_format
-from gateway.anthropic_schema import CountTokensRequest, MessagesRequest
-from gateway.embeddings_routes import EmbeddingList
-from gateway.embeddings_schema import EmbeddingRequest
-from gateway.ollama_builder import NDJSON_MEDIA_TYPE
-from gateway.openai_schema import ChatCompletionRequest, CompletionRequest
-from gateway.responses_schema import ResponsesRequest
-from gateway.sse import MEDIA_TYPE as SSE_MEDIA_TYPE
-from gateway.worker_status import WorkerStatus
+from gateway.anthropic import format as anthropic_format
+from gateway.anthropic.schema import CountTokensRequest, MessagesRequest
+from gateway.embeddings.routes import EmbeddingList
+from gateway.embeddings.schema import EmbeddingRequest
+from gateway.frontend.sse import MEDIA_TYPE as SSE_MEDIA_TYPE
+from gateway.ollama import schema as ollama_schema
+from gateway.ollama.builder import NDJSON_MEDIA_TYPE
+from gateway.openai import format as openai_format
+from gateway.openai.schema import ChatCompletionRequest, CompletionRequest
+from gateway.responses import format as responses_format
+from gateway.responses.schema import ResponsesRequest
+from gateway.workers.status import WorkerStatus
 
 OPENAPI_VERSION = "3.1.0"
 """The OpenAPI version the document follows."""
@@ -487,7 +490,7 @@ OLLAMA_ERROR = {
 
 _OLLAMA_OBJECT = {"type": "object"}
 """The schema of Ollama's answers (plain dicts built by
-:mod:`gateway.ollama_builder`; their fields are listed in
+:mod:`gateway.ollama.builder`; their fields are listed in
 ``docs/api/ollama.md``)."""
 
 
@@ -856,7 +859,7 @@ class _Builder:
 
     def mcp_paths(self) -> dict[str, Any]:
         """``GET /v1/mcp/tools`` and ``POST /v1/mcp/execute`` (see
-        :mod:`gateway.mcp_routes`)."""
+        :mod:`gateway.mcp.routes`)."""
         text, obj = {"type": "string"}, {"type": "object"}
         tool = {
             "type": "object",

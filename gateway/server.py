@@ -8,7 +8,7 @@
   work (see :meth:`WorkerPool.reload`); an invalid one is refused with one
   log line and the old config stays in force.
 
-HTTP/1.1 is spoken by :class:`gateway.http_guard.GuardedH11Protocol`,
+HTTP/1.1 is spoken by :class:`gateway.http.guard.GuardedH11Protocol`,
 uvicorn's h11 protocol with a header timeout and a head-size limit.
 
 The server writes its pid to the pid file (for ``mlxd reload``) and removes
@@ -29,8 +29,8 @@ from typing import Any, Callable, Iterator
 import uvicorn
 
 from gateway.app import build_app
-from gateway.http_guard import MAX_HEAD_BYTES, GuardedH11Protocol
-from gateway.mcp_client import McpUnavailable
+from gateway.http.guard import MAX_HEAD_BYTES, GuardedH11Protocol
+from gateway.mcp.client import McpUnavailable
 from shared.config import Config, ConfigError
 from shared.config_loader import load_config
 from shared.paths import default_pid_file

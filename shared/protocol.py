@@ -34,7 +34,7 @@ incompatibly, so that check always works. Bump the version whenever a
 change is not one of: a new field appended last with a default, or a new
 optional message type the other side may ignore.
 
-Between machines (gateway <-> ``mlxd node``, see :mod:`gateway.node_link`
+Between machines (gateway <-> ``mlxd node``, see :mod:`gateway.workers.node_link`
 and :mod:`gateway.node_main`) the same messages travel over CURVE-encrypted
 tcp, plus a few transport messages: the gateway opens one session per
 worker incarnation with :class:`NodeStart` and may end it with
@@ -51,6 +51,9 @@ choice at once. These rules live here once: :attr:`RequestOutput.ends_choice`,
 :attr:`RequestOutput.ends_request` and :class:`OpenChoices` (the count of a
 request's choices still open); every reader uses them. New fields are appended last
 with defaults so older peers keep decoding.
+
+Longer than ~500 lines on purpose: the wire contract is one versioned whole
+(:data:`PROTOCOL_VERSION`): its message types and the few rules that go with them.
 """
 
 from __future__ import annotations
@@ -286,7 +289,7 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     buffers MLX keeps for reuse, and the most ever in use by this worker.
     On Metal these count GPU buffers that the process's RSS misses.
     ``disk_cache_*``: the prefix cache's disk tier (see
-    :mod:`worker.disk_cache`): bytes and entries on disk now; look-ups
+    :mod:`worker.caches.disk`): bytes and entries on disk now; look-ups
     served from disk and the prompt tokens they covered; entries written;
     files rejected (truncated, corrupt or another model's).
     ``draft_tokens`` / ``draft_accepted_tokens``: speculative decoding's
@@ -294,7 +297,7 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     ``cache_refused``: states the prefix cache refused to store because
     they did not hold exactly the tokens of their key (always 0 unless a
     bug moved a sequence past its key; see
-    :meth:`worker.prefix_cache.PrefixCache.insert`).
+    :meth:`worker.caches.prefix.PrefixCache.insert`).
     """
 
     running: int = 0

@@ -135,7 +135,7 @@ def open_wake_link(ctx: zmq.Context, endpoint: str, side: Literal["leader", "fol
 
     Rank 0 (``leader``) binds an XPUB socket that reports each subscription
     (one frame per follower that connected, see
-    :meth:`worker.tensor_parallel.Lockstep.await_followers`); each other rank
+    :meth:`worker.tensor_parallel.lockstep.Lockstep.await_followers`); each other rank
     (``follower``) connects a SUB socket subscribed to everything. The
     frames are empty: they only tell a waiting rank that a step plan is
     coming over the group itself, so it can sleep here instead of spinning

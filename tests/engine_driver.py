@@ -2,12 +2,12 @@
 must choose exactly when each request arrives or is cancelled.
 
 :class:`EngineDriver` loads a model the way a worker does (the language
-model through :mod:`worker.loader`, a vision model through
-:mod:`worker.vision_model`), builds the prompt builder, the prefix cache
+model through :mod:`worker.loading.loader`, a vision model through
+:mod:`worker.vision.model`), builds the prompt builder, the prefix cache
 (with a disk tier when asked), prompt checkpoints for models whose cache
 cannot be trimmed, speculation and the one-at-a-time engine for models
 whose cache cannot be batched, as the worker's composition does, and runs
-the real :class:`~worker.scheduler.Scheduler` one loop turn at a time on
+the real :class:`~worker.engine.scheduler.Scheduler` one loop turn at a time on
 the calling thread (which is then the scheduler thread: it must also be
 the thread that built the driver). Commands go through the scheduler's
 own inbox; everything it emits is collected into one :class:`Outcome` per
@@ -125,23 +125,23 @@ class EngineDriver:
     """
 
     def __init__(self, config: Any, *, vision: bool = False, host_sampling: bool = True) -> None:
-        from worker.cache_profile import profile_model
-        from worker.constrained_decoding import GrammarCompiler
-        from worker.model_formats import model_formats
+        from worker.caches.profile import profile_model
+        from worker.engine.scheduler import Scheduler
         from worker.model_setup import prefix_cache_for, speculation_for
-        from worker.prompt import PromptBuilder
-        from worker.scheduler import Scheduler
+        from worker.prompting.builder import PromptBuilder
+        from worker.prompting.model_formats import model_formats
+        from worker.sampling.constrained_decoding import GrammarCompiler
 
         images = None
         if vision:
-            from worker.vision_inputs import ImagePreparer
-            from worker.vision_model import load_vision_model
+            from worker.vision.inputs import ImagePreparer
+            from worker.vision.model import load_vision_model
 
             loaded, processor = load_vision_model(config.source)
             text_vocab = (loaded.config.get("text_config") or {}).get("vocab_size", 0)
             images = ImagePreparer(processor, max(len(loaded.tokenizer), int(text_vocab or 0)))
         else:
-            from worker.loader import load_model
+            from worker.loading.loader import load_model
 
             loaded = load_model(config.source)
         self.config = config

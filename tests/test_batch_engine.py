@@ -1,8 +1,8 @@
-"""The worker's decode step (worker/batch_engine.py) against mlx-lm's own engine,
-and host sampling (worker/sampling.py ``TokenSampler.sample_host``).
+"""The worker's decode step (worker/engine/batch_engine.py) against mlx-lm's own engine,
+and host sampling (worker/sampling/samplers.py ``TokenSampler.sample_host``).
 
 Runs the tiny random-weight model in this process: greedy tokens and
-log-probabilities from :class:`worker.batch_engine.BatchEngine`, on its host (NumPy)
+log-probabilities from :class:`worker.engine.batch_engine.BatchEngine`, on its host (NumPy)
 and device (MLX) paths, must equal what mlx-lm's stock ``BatchGenerator``
 produces for the same prompts.
 """
@@ -23,7 +23,7 @@ STEPS = 10
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
     """The tiny model, loaded in this process."""
-    from worker.loader import load_model
+    from worker.loading.loader import load_model
 
     return load_model(str(build_tiny_model(tmp_path_factory.mktemp("decode") / "model"))).model
 
@@ -42,14 +42,14 @@ def run(engine, samplers=None) -> dict[int, list[tuple[int, object]]]:
 def stock(model):
     from mlx_lm.generate import BatchGenerator
 
-    from worker.sampling import greedy
+    from worker.sampling.samplers import greedy
 
     return run(BatchGenerator(model, stop_tokens=None, sampler=greedy, prefill_step_size=4))
 
 
 def lean(model, host: bool, samplers=None):
-    from worker.batch_engine import BatchEngine
-    from worker.sampling import greedy
+    from worker.engine.batch_engine import BatchEngine
+    from worker.sampling.samplers import greedy
 
     engine = BatchEngine(model, host_sampling=host, stop_tokens=None, sampler=greedy, prefill_step_size=4)
     return run(engine, samplers)
@@ -68,7 +68,7 @@ def test_plain_greedy_matches_mlx_lm_and_skips_normalizing(model, host):
 def test_mixed_batch_logprob_rows_match_mlx_lm(model, host):
     """Rows 1 and 3 ask for log-probabilities, rows 0 and 2 do not: tokens
     stay greedy everywhere, and the normalized rows equal mlx-lm's."""
-    from worker.sampling import TokenSampler
+    from worker.sampling.samplers import TokenSampler
 
     expected = stock(model)
     samplers = [None, TokenSampler(0.0, logprobs=True), None, TokenSampler(0.0, logprobs=True)]
@@ -85,7 +85,7 @@ def test_mixed_batch_logprob_rows_match_mlx_lm(model, host):
 
 @pytest.mark.parametrize("host", [True, False], ids=["host", "device"])
 def test_seeded_sampling_repeats_and_seeds_differ(model, host):
-    from worker.sampling import TokenSampler
+    from worker.sampling.samplers import TokenSampler
 
     def sampled(seed: int) -> list[int]:
         samplers = [TokenSampler(1.5, seed=seed), None, TokenSampler(1.0, top_k=50, seed=seed + 1), None]
@@ -98,7 +98,7 @@ def test_seeded_sampling_repeats_and_seeds_differ(model, host):
 
 
 def test_host_sampler_filters():
-    from worker.sampling import TokenSampler
+    from worker.sampling.samplers import TokenSampler
 
     logprobs = np.log(np.array([0.05, 0.5, 0.3, 0.1, 0.05], dtype=np.float32))
     draws = lambda sampler, n=400: [sampler.sample_host(logprobs) for _ in range(n)]  # noqa: E731
@@ -118,7 +118,7 @@ def test_host_sampler_filters():
 def test_host_log_softmax_matches_mlx():
     import mlx.core as mx
 
-    from worker.sampling import host_log_softmax
+    from worker.sampling.samplers import host_log_softmax
 
     logits = np.random.default_rng(0).normal(scale=5.0, size=(3, 1000)).astype(np.float32)
     ref = mx.array(logits) - mx.logsumexp(mx.array(logits), axis=-1, keepdims=True)
@@ -132,8 +132,8 @@ def joining_run(model, ours: bool) -> tuple[dict[int, list[int]], int]:
     engine (``ours``) or on mlx-lm's own with the same batch sizes."""
     from mlx_lm.generate import BatchGenerator
 
-    from worker.batch_engine import BatchEngine
-    from worker.sampling import greedy
+    from worker.engine.batch_engine import BatchEngine
+    from worker.sampling.samplers import greedy
 
     settings = dict(stop_tokens=None, sampler=greedy, prefill_step_size=4, prefill_batch_size=1)
     if ours:
@@ -177,9 +177,9 @@ def test_between_steps_a_cache_holds_what_the_last_progress_reported(model):
     prompt tokens its last progress response counted (a prompt checkpoint
     copied then is the state of that prefix), also for a prompt that
     finishes its prefill while others decode."""
-    from worker.batch_engine import BatchEngine
-    from worker.cache_profile import held_tokens
-    from worker.sampling import greedy
+    from worker.caches.profile import held_tokens
+    from worker.engine.batch_engine import BatchEngine
+    from worker.sampling.samplers import greedy
 
     engine = BatchEngine(
         model, host_sampling=True, stop_tokens=None, sampler=greedy, prefill_step_size=4, prefill_batch_size=1

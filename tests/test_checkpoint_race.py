@@ -58,7 +58,7 @@ def test_a_state_that_does_not_hold_its_keys_tokens_is_never_stored():
     import mlx.core as mx
     from mlx_lm.models.cache import ArraysCache, KVCache
 
-    from worker.prefix_cache import PrefixCache
+    from worker.caches.prefix import PrefixCache
 
     def state(tokens: int) -> list:
         layer = KVCache()

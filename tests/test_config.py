@@ -161,7 +161,7 @@ def test_memory_budget_forms_reach_the_pool(tmp_path, value, expected):
     pool budgets with."""
     import psutil
 
-    from gateway.pool import WorkerPool
+    from gateway.workers.pool import WorkerPool
 
     config = load_config(write(tmp_path, f'[server]\nmemory_budget = {value}\n[[models]]\nname = "a"\n'))
     assert WorkerPool(config).memory.budget() == expected(psutil.virtual_memory().total)

@@ -1,6 +1,6 @@
 """Incremental detokenization and stop-string hold-back (no MLX needed)."""
 
-from worker.detok import TextStream
+from worker.output.detok import TextStream
 
 TABLE = [b"Hel", b"lo", b" wor", b"ld", b"\xe2\x82", b"\xac", b"!", b" STOP", b"S", b"TOP"]
 

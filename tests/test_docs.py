@@ -55,7 +55,7 @@ def test_the_docstring_gate_names_file_and_line(tmp_path):
     """Removing a docstring from a public function of a copy of the tree
     makes the check report exactly that function, at its line; private and
     function-nested definitions are not required to have one."""
-    source = (ROOT / "gateway" / "errors.py").read_text(encoding="utf-8")
+    source = (ROOT / "gateway" / "core" / "errors.py").read_text(encoding="utf-8")
     tree = ast.parse(source)
     target = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "bad_request")
     docstring = target.body[0]
@@ -82,13 +82,14 @@ def test_the_docstring_gate_names_file_and_line(tmp_path):
             return nested
         '''
     )
-    (tmp_path / "gateway").mkdir()
+    (tmp_path / "gateway" / "core").mkdir(parents=True)
     (tmp_path / "gateway" / "__init__.py").write_text('"""Package."""\n')
-    (tmp_path / "gateway" / "errors.py").write_text(stripped, encoding="utf-8")
+    (tmp_path / "gateway" / "core" / "__init__.py").write_text('"""Package."""\n')
+    (tmp_path / "gateway" / "core" / "errors.py").write_text(stripped, encoding="utf-8")
 
     gaps = apimap.missing_docstrings(tmp_path, ("gateway",))
 
-    assert gaps == [f"gateway/errors.py:{target.lineno}: function gateway.errors.bad_request"]
+    assert gaps == [f"gateway/core/errors.py:{target.lineno}: function gateway.core.errors.bad_request"]
     assert apimap.missing_docstrings(ROOT, ("gateway",)) != gaps  # the real tree is untouched
 
 
@@ -205,7 +206,7 @@ def test_inventory_symbols_carry_every_field(inventory):
 
 def test_inventory_reads_body_facts(inventory):
     symbols = {s["full_name"]: s for m in inventory["modules"] for s in m["symbols"]}
-    submit = symbols["gateway.pool.WorkerPool.submit"]
+    submit = symbols["gateway.workers.pool.WorkerPool.submit"]
     assert submit["kind"] == "async method"
     assert submit["public"] and submit["documented"]
     assert submit["signature"].startswith("(self, model: str, request: GenerateRequest | EmbedRequest")
@@ -213,7 +214,7 @@ def test_inventory_reads_body_facts(inventory):
     assert "self._acquire" in submit["awaits"]
     assert "handle.submit" in submit["calls"]
     assert submit["returns"] and not submit["yields"]
-    events = symbols["gateway.request_flow._keepalive_then"]
+    events = symbols["gateway.frontend.request_flow._keepalive_then"]
     assert events["yields"] and not events["public"]
 
 
@@ -230,7 +231,7 @@ def test_llms_txt_links_resolve(tmp_path):
     for target in re.findall(r"\]\(([^)]+\.(?:md|txt))\)", text):
         assert (tmp_path / target).exists() or target == "llms-full.txt", target
     full = (tmp_path / "llms-full.txt").read_text(encoding="utf-8")
-    assert "# Guide for coding agents" in full and "## gateway.pool (`gateway/pool.py`)" in full
+    assert "# Guide for coding agents" in full and "## gateway.workers.pool (`gateway/workers/pool.py`)" in full
 
 
 REPO_PATH = re.compile(r"`((?:gateway|worker|shared|tests|tools|bench|deploy|configs|docs)/[^`\s]*)`")

@@ -25,9 +25,9 @@ from shared.model_kind import detect_kind  # noqa: E402
 from shared.protocol import EmbedRequest  # noqa: E402
 from tests.test_embedding_model import run_scheduler  # noqa: E402
 from tests.tiny_xlm_roberta import TINY_XLMR, build_tiny_xlm_roberta  # noqa: E402
-from worker.embedding_model import load_embedding_model  # noqa: E402
-from worker.embedding_scheduler import EmbeddingScheduler, EmbedJob  # noqa: E402
-from worker.loader import ModelLoadError  # noqa: E402
+from worker.embeddings.model import load_embedding_model  # noqa: E402
+from worker.embeddings.scheduler import EmbeddingScheduler, EmbedJob  # noqa: E402
+from worker.loading.loader import ModelLoadError  # noqa: E402
 
 SENTENCES = [
     "Hello world",

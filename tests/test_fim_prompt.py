@@ -1,5 +1,5 @@
 """Fill-in-the-middle prompts (``GenerateRequest.suffix``) as the worker's
-:class:`worker.prompt.PromptBuilder` lays them out, with a stand-in
+:class:`worker.prompting.builder.PromptBuilder` lays them out, with a stand-in
 tokenizer (one id per character, specials parsed unless split)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from shared.protocol import GenerateRequest, SamplingParams
-from worker.model_formats import ModelFormats
-from worker.prompt import PromptBuilder, PromptError
+from worker.prompting.builder import PromptBuilder, PromptError
+from worker.prompting.model_formats import ModelFormats
 
 QWEN = {"<|fim_prefix|>": 900, "<|fim_suffix|>": 901, "<|fim_middle|>": 902}
 

@@ -5,7 +5,7 @@ Each test runs the ``mlxd`` command line in a child process whose
 ``HF_ENDPOINT`` points at the stand-in and whose Hugging Face cache is the
 test's own (:class:`tests.hub_support.HubWorld`); whether a snapshot may be
 served is asked of the worker's own resolution
-(:func:`worker.loader.resolve_source`) in a child process with the same
+(:func:`worker.loading.loader.resolve_source`) in a child process with the same
 environment.
 """
 
@@ -26,7 +26,7 @@ from tests.hub_support import EXTRA_FILES, ROOT, HubWorld
 
 _RESOLVE = """
 import sys
-from worker.loader import ModelLoadError, resolve_source
+from worker.loading.loader import ModelLoadError, resolve_source
 try:
     print(resolve_source(sys.argv[1]))
 except ModelLoadError as exc:

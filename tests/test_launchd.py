@@ -1,4 +1,4 @@
-"""gateway.launchd, gateway.launchd_plist and gateway.service_logs: the
+"""gateway.service.launchd, gateway.service.plist and gateway.service.logs: the
 rendered plist, the macOS install / uninstall / status paths driven by a
 fake launchctl runner under a temporary HOME, and the service's log
 rotation."""
@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from gateway import launchd, launchd_plist, service_logs
-from gateway.launchd import LAUNCHCTL, ServiceStatus
-from gateway.launchd_plist import LABEL, ServiceError
+from gateway.service import launchd
+from gateway.service import logs as service_logs
+from gateway.service import plist as launchd_plist
+from gateway.service.launchd import LAUNCHCTL, ServiceStatus
+from gateway.service.plist import LABEL, ServiceError
 
 PYTHON = "/opt/venv/bin/python"
 DRAIN = 30.5

@@ -1,4 +1,4 @@
-"""Tests for worker.gguf, worker.gguf_tokenizer and worker.gguf_convert (GGUF → mlx-lm conversion) and worker.loader.
+"""Tests for worker.loading.gguf, worker.loading.gguf_tokenizer and worker.loading.gguf_convert (GGUF → mlx-lm conversion) and worker.loading.loader.
 
 The tiny-model tests build a random two-layer llama GGUF with
 ``mx.save_gguf`` (which writes float tensors only; quantized layouts are
@@ -19,10 +19,10 @@ from pathlib import Path
 import mlx.core as mx
 import pytest
 
-from worker import gguf_convert
-from worker.gguf import ModelLoadError
-from worker.gguf_convert import ensure_converted
-from worker.loader import directory_fingerprint, load_model, resolve_source
+from worker.loading import gguf_convert
+from worker.loading.gguf import ModelLoadError
+from worker.loading.gguf_convert import ensure_converted
+from worker.loading.loader import directory_fingerprint, load_model, resolve_source
 
 CONTROL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 MERGES = ["Ġ t", "h e", "Ġt he", "l l", "e ll"]

@@ -1,4 +1,4 @@
-"""Tests of gateway.metrics, gateway.request_timer and gateway.metrics_snapshot: exact exposition values from explicit timings and snapshots."""
+"""Tests of gateway.metrics.registry, gateway.metrics.request_timer and gateway.metrics.snapshot: exact exposition values from explicit timings and snapshots."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.metrics import FINISHED_REASONS, Metrics
-from gateway.metrics_snapshot import MODEL_STATES, ModelSnapshot
+from gateway.metrics.registry import FINISHED_REASONS, Metrics
+from gateway.metrics.snapshot import MODEL_STATES, ModelSnapshot
 from shared.protocol import RequestOutput, WorkerStats
 
 M = "m1"
@@ -381,7 +381,7 @@ def test_worker_handle_accounting_meters_a_two_choice_request():
     """The path production uses: the worker handle's per-request record
     (``PendingRequest``) feeds the timer each output and finishes it once with the
     counts and the reason of the output that ended the request."""
-    from gateway.inflight import PendingRequest
+    from gateway.workers.inflight import PendingRequest
 
     clock = Clock()
     metrics = Metrics(Pool(), clock=clock)

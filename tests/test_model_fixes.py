@@ -1,5 +1,5 @@
 """Batched prefill of prompts of different lengths gives each prompt the
-answer it gets alone, for every test family (worker/model_fixes.py
+answer it gets alone, for every test family (worker/loading/model_fixes.py
 corrects the layers mlx-lm batches wrongly).
 
 The prompts share one prefill chunk, so the shorter ones are padded on the
@@ -27,8 +27,8 @@ def _prompts() -> list[list[int]]:
 def _answers(model, prompts: list[list[int]], together: bool) -> list[list[int]]:
     """Greedy tokens of each prompt, prefilled together (one chunk) or each
     alone."""
-    from worker.batch_engine import BatchEngine
-    from worker.sampling import greedy
+    from worker.engine.batch_engine import BatchEngine
+    from worker.sampling.samplers import greedy
 
     def engine():
         return BatchEngine(model, host_sampling=True, stop_tokens=None, sampler=greedy, prefill_step_size=512)
@@ -48,7 +48,7 @@ def _answers(model, prompts: list[list[int]], together: bool) -> list[list[int]]
 
 @pytest.mark.parametrize("family", BATCHED)
 def test_prompts_prefilled_together_answer_as_alone(family, tmp_path):
-    from worker.loader import load_model
+    from worker.loading.loader import load_model
 
     model = load_model(str(build_tiny_model(tmp_path / family, family=family))).model
     prompts = _prompts()
@@ -60,7 +60,7 @@ def test_the_nemotron_h_fix_is_still_needed(tmp_path):
     prompt wrongly (when this fails, mlx-lm fixed them: drop the fix)."""
     from mlx_lm.utils import load
 
-    from worker.model_fixes import apply_model_fixes
+    from worker.loading.model_fixes import apply_model_fixes
 
     path = build_tiny_model(tmp_path / "nemotron_h", family="nemotron_h")
     model, _ = load(str(path))

@@ -9,10 +9,10 @@ import sys
 import threading
 
 from shared.protocol import Heartbeat, StepOutputs, WorkerStats
-from worker.detok import TokenDecoder
 from worker.messages import Abort, Started, TokenStep
 from worker.model_setup import blas_in_use
-from worker.output import Exit, FailAll, OutputLoop
+from worker.output.detok import TokenDecoder
+from worker.output.loop import Exit, FailAll, OutputLoop
 
 TABLE = [b"Hel", b"lo", b" wor", b"ld", None]
 """Token 4 stands for a decoding bug: feeding it raises."""

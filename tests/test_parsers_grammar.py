@@ -89,7 +89,7 @@ def hf_tokenizer_file():
     """tokenizer.json of the default model (skips when it is not available)."""
     transformers = pytest.importorskip("transformers")
     from shared.config import DEFAULT_MODEL_SOURCE
-    from worker.loader import resolve_source
+    from worker.loading.loader import resolve_source
 
     try:
         path = resolve_source(DEFAULT_MODEL_SOURCE) / "tokenizer.json"
@@ -340,9 +340,9 @@ def test_prompt_builder_bounds_the_calls_of_a_turn(
     """The worker's call limit per request, and the forced grammar it
     compiles: exactly ``expected`` calls, then only end-of-sequence."""
     from shared.protocol import GenerateRequest, SamplingParams
-    from worker.constrained_decoding import GrammarCompiler
-    from worker.model_formats import ModelFormats
-    from worker.prompt import PromptBuilder
+    from worker.prompting.builder import PromptBuilder
+    from worker.prompting.model_formats import ModelFormats
+    from worker.sampling.constrained_decoding import GrammarCompiler
 
     transformers, path = hf_tokenizer_file
     hf = transformers.PreTrainedTokenizerFast(tokenizer_file=path)

@@ -1,4 +1,4 @@
-"""Sampling defaults (worker.sampling_defaults): what a model's
+"""Sampling defaults (worker.sampling.defaults): what a model's
 generation_config.json recommends, the config's ``[models.sampling_defaults]``
 over it, mlxd's fallback, and how a request's unset fields are filled."""
 
@@ -11,7 +11,7 @@ import pytest
 from shared.config import ConfigError, SamplingDefaultsConfig
 from shared.config_loader import load_config
 from shared.protocol import SamplingDefaults, SamplingParams
-from worker.sampling_defaults import generation_config_defaults, model_sampling_defaults, with_defaults
+from worker.sampling.defaults import generation_config_defaults, model_sampling_defaults, with_defaults
 
 
 def model_dir(tmp_path, **config):

@@ -14,10 +14,10 @@ from mlx_lm.generate import generate_step  # noqa: E402
 from mlx_lm.models.cache import ChunkedKVCache, load_prompt_cache, make_prompt_cache, save_prompt_cache  # noqa: E402
 
 from tests.tiny_model import SLIDING_WINDOW, build_tiny_model  # noqa: E402
-from worker.batch_engine import BatchEngine  # noqa: E402
-from worker.cache_profile import profile_model  # noqa: E402
-from worker.sampling import greedy  # noqa: E402
-from worker.solo_cache import SoloBatch, solo_caches  # noqa: E402
+from worker.caches.profile import profile_model  # noqa: E402
+from worker.engine.batch_engine import BatchEngine  # noqa: E402
+from worker.engine.solo_cache import SoloBatch, solo_caches  # noqa: E402
+from worker.sampling.samplers import greedy  # noqa: E402
 
 
 @pytest.fixture(scope="module")

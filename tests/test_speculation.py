@@ -1,5 +1,5 @@
-"""Prompt-lookup speculative decoding (worker/speculation.py and the
-speculative step of worker/batch_engine.py).
+"""Prompt-lookup speculative decoding (worker/speculation/prompt_lookup.py and the
+speculative step of worker/engine/batch_engine.py).
 
 Runs the tiny random-weight model in this process: greedy tokens with
 speculation on must equal the tokens without it, token for token, for a
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from tests.tiny_model import build_tiny_model
-from worker.speculation import ADAPTIVE_MIN_DRAFTED, ADAPTIVE_PAUSE_STEPS, Speculation, find_draft
+from worker.speculation.prompt_lookup import ADAPTIVE_MIN_DRAFTED, ADAPTIVE_PAUSE_STEPS, Speculation, find_draft
 
 REPEATED = [5, 17, 99, 23, 4, 250, 31, 77, 8, 61] * 6
 
@@ -26,7 +26,7 @@ REPEATED = [5, 17, 99, 23, 4, 250, 31, 77, 8, 61] * 6
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
     """The tiny model, loaded in this process."""
-    from worker.loader import load_model
+    from worker.loading.loader import load_model
 
     return load_model(str(build_tiny_model(tmp_path_factory.mktemp("spec") / "model"))).model
 
@@ -53,8 +53,8 @@ def generate(
     gets, for every step, how many tokens each row (by index) emitted;
     ``caches`` (a dict) gets each finished row's cache and tokens by
     index."""
-    from worker.batch_engine import BatchEngine
-    from worker.sampling import greedy
+    from worker.engine.batch_engine import BatchEngine
+    from worker.sampling.samplers import greedy
 
     engine = BatchEngine(
         model,
@@ -172,7 +172,7 @@ def family_model(request, tmp_path_factory):
     MLA (trimmed per row) and the linear-attention and state-space hybrids
     (recurrent state restored and the kept tokens fed again); as
     ``(family, model)``."""
-    from worker.loader import load_model
+    from worker.loading.loader import load_model
 
     root = tmp_path_factory.mktemp(f"spec-{request.param}")
     return request.param, load_model(str(build_tiny_model(root / "model", family=request.param))).model
@@ -232,7 +232,7 @@ def test_seeded_sampled_rows_draft_and_emit_the_same_tokens(model, host_sampling
     (the acceptance rule in its draw-and-compare form), so a seeded row's
     tokens are the same either way; a greedy row with log-probabilities
     reports the same log-probabilities."""
-    from worker.sampling import TokenSampler
+    from worker.sampling.samplers import TokenSampler
 
     samplers = [lambda i=i: TokenSampler(0.5, seed=i) for i in range(len(PROMPTS))]
     samplers[2] = lambda: TokenSampler(0.0, logprobs=True)
@@ -247,7 +247,7 @@ def test_seeded_sampled_rows_draft_and_emit_the_same_tokens(model, host_sampling
 
 def test_rows_with_logits_processors_never_draft(model):
     from shared.protocol import SamplingParams
-    from worker.sampling import make_processors
+    from worker.sampling.samplers import make_processors
 
     params = SamplingParams(temperature=0.0, repetition_penalty=1.3)
     processors = [lambda: []] * len(PROMPTS)
@@ -265,8 +265,8 @@ def test_row_removed_after_a_speculative_step_frees_its_kv(model):
     """Cancelling a row whose last step verified a draft (its next token
     pending) removes it cleanly: its cache rows go, the others finish with
     the tokens they have without speculation."""
-    from worker.batch_engine import BatchEngine
-    from worker.sampling import greedy
+    from worker.engine.batch_engine import BatchEngine
+    from worker.sampling.samplers import greedy
 
     plain, _ = generate(model, PROMPTS, 24)
     engine = BatchEngine(model, host_sampling=True, speculation=Speculation(tokens=5, ngram=3), sampler=greedy)
@@ -308,7 +308,7 @@ CHI2_5_999 = 20.52
 
 @pytest.mark.parametrize("drafted", [0, 2, 5])
 def test_deterministic_draft_rule_keeps_the_target_distribution(drafted):
-    from worker.speculation import accept_deterministic
+    from worker.speculation.prompt_lookup import accept_deterministic
 
     p = np.array([0.05, 0.1, 0.4, 0.2, 0.15, 0.1])
     rng = np.random.default_rng(7)
@@ -320,7 +320,7 @@ def test_engine_verification_keeps_each_position_distribution():
     """The draw-and-compare verification the engine runs: the first
     emitted token is distributed as position 0's p whatever the draft, and
     after an accepted draft token the next as position 1's."""
-    from worker.speculation import verify_draft
+    from worker.speculation.prompt_lookup import verify_draft
 
     p = np.array([[0.05, 0.1, 0.4, 0.2, 0.15, 0.1], [0.3, 0.05, 0.05, 0.2, 0.2, 0.2]])
     rng = np.random.default_rng(3)
@@ -335,7 +335,7 @@ def test_engine_verification_keeps_each_position_distribution():
 
 
 def test_draft_model_rule_keeps_the_target_distribution():
-    from worker.speculation import accept_from_draft_model
+    from worker.speculation.prompt_lookup import accept_from_draft_model
 
     p = np.array([0.05, 0.1, 0.4, 0.2, 0.15, 0.1])
     q = np.array([0.3, 0.3, 0.1, 0.1, 0.1, 0.1])
@@ -355,12 +355,12 @@ def test_scheduler_abort_after_a_speculative_step_ends_the_request_once(tmp_path
     exactly one finishing token; the heartbeat's batch size counts rows,
     not tokens."""
     from shared.protocol import GenerateRequest, SamplingParams
-    from worker.constrained_decoding import GrammarCompiler
-    from worker.loader import load_model
+    from worker.engine.scheduler import Scheduler
+    from worker.loading.loader import load_model
     from worker.messages import Terminal, TokenStep
-    from worker.model_formats import model_formats
-    from worker.prompt import PromptBuilder
-    from worker.scheduler import Scheduler
+    from worker.prompting.builder import PromptBuilder
+    from worker.prompting.model_formats import model_formats
+    from worker.sampling.constrained_decoding import GrammarCompiler
 
     loaded = load_model(str(build_tiny_model(tmp_path / "tiny")))
     builder = PromptBuilder(
@@ -421,9 +421,9 @@ def test_draft_model_rows_identical(model, tmp_path_factory, seed):
     """Drafts from a second model (the same weights: nearly all accepted;
     other weights: mostly rejected) leave greedy rows and seeded sampled
     rows with the tokens they have without speculation."""
-    from worker.draft_model import DraftModel
-    from worker.loader import load_model
-    from worker.sampling import TokenSampler
+    from worker.loading.loader import load_model
+    from worker.sampling.samplers import TokenSampler
+    from worker.speculation.draft_model import DraftModel
 
     draft = load_model(str(build_tiny_model(tmp_path_factory.mktemp(f"draft{seed}") / "m", seed=seed))).model
     samplers = [lambda: None, lambda: TokenSampler(0.5, seed=3)] * 2 + [lambda: None]

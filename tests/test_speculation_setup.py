@@ -11,7 +11,7 @@ import pytest
 
 from shared.config import ModelConfig
 from tests.tiny_model import build_tiny_model
-from worker.cache_profile import CacheProfile
+from worker.caches.profile import CacheProfile
 from worker.model_setup import speculation_for
 
 TRIMMED = CacheProfile({"KVCache": 2}, True, None)

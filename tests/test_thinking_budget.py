@@ -1,4 +1,4 @@
-"""The thinking-budget logits processor (worker/sampling.py): it lets a
+"""The thinking-budget logits processor (worker/sampling/samplers.py): it lets a
 reasoning block run for its budget, then forces the closing marker."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import mlx.core as mx
 
 from worker.messages import ThinkingBudget
-from worker.sampling import thinking_budget_processor
+from worker.sampling.samplers import thinking_budget_processor
 
 VOCAB = 32
 OPEN, CLOSE = (10,), (20, 21)
@@ -47,12 +47,12 @@ def test_grammar_waits_for_the_reasoning_block_to_close(tmp_path):
 
     from shared.protocol import ChatMessage, GenerateRequest, ResponseFormat, SamplingParams
     from tests.tiny_model import build_thinking_model, build_tiny_model
-    from worker.constrained_decoding import GrammarCompiler
-    from worker.loader import load_model
+    from worker.engine.scheduler import Scheduler
+    from worker.loading.loader import load_model
     from worker.messages import TokenStep
-    from worker.model_formats import model_formats
-    from worker.prompt import PromptBuilder
-    from worker.scheduler import Scheduler
+    from worker.prompting.builder import PromptBuilder
+    from worker.prompting.model_formats import model_formats
+    from worker.sampling.constrained_decoding import GrammarCompiler
 
     model_dir = build_thinking_model(tmp_path / "think", build_tiny_model(tmp_path / "tiny"))
     loaded = load_model(str(model_dir))
@@ -110,10 +110,10 @@ def test_best_effort_budget_is_ignored_where_reasoning_cannot_be_capped(tmp_path
 
     from shared.protocol import ChatMessage, GenerateRequest, SamplingParams
     from tests.tiny_model import build_tiny_model
-    from worker.constrained_decoding import GrammarCompiler
-    from worker.loader import load_model
-    from worker.model_formats import ModelFormats
-    from worker.prompt import PromptBuilder, PromptError
+    from worker.loading.loader import load_model
+    from worker.prompting.builder import PromptBuilder, PromptError
+    from worker.prompting.model_formats import ModelFormats
+    from worker.sampling.constrained_decoding import GrammarCompiler
 
     loaded = load_model(str(build_tiny_model(tmp_path / "tiny")))
     vocab = len(loaded.tokenizer)

@@ -28,7 +28,7 @@ def test_vision_tower_detected_from_the_config(tiny_vlm_path):
     directory and a file do not."""
     from shared.config import DEFAULT_MODEL_SOURCE
     from shared.model_kind import has_vision_tower
-    from worker.loader import resolve_source
+    from worker.loading.loader import resolve_source
 
     assert has_vision_tower(tiny_vlm_path)
     assert not has_vision_tower(resolve_source(DEFAULT_MODEL_SOURCE))
@@ -70,8 +70,8 @@ def test_kind_and_unsupported_families(tiny_vlm_path, tmp_path):
     import json
 
     from shared.model_kind import model_kind
-    from worker.loader import ModelLoadError
-    from worker.vision_model import load_vision_model
+    from worker.loading.loader import ModelLoadError
+    from worker.vision.model import load_vision_model
 
     assert model_kind(tiny_vlm_path) == "vision"
     assert model_kind(tiny_vlm_path, "generate") == "generate"

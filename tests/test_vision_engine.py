@@ -1,5 +1,5 @@
 """The vision path of the worker, in process: the tiny VLM loaded by
-worker.vision_model, prompts built by worker.prompt with images, run by the
+worker.vision.model, prompts built by worker.prompting.builder with images, run by the
 Scheduler over the batch engine. Greedy tokens equal mlx-vlm's own
 ``generate`` for the same image and question, alone and batched with a
 text request, and a repeated image is a prefix-cache hit (cached tokens
@@ -54,13 +54,13 @@ class _Engine:
 
     def _main(self, path) -> None:
         """Load, build, then run the scheduler loop."""
-        from worker.constrained_decoding import GrammarCompiler
-        from worker.model_formats import model_formats
-        from worker.prefix_cache import PrefixCache
-        from worker.prompt import PromptBuilder
-        from worker.scheduler import Scheduler
-        from worker.vision_inputs import ImagePreparer
-        from worker.vision_model import load_vision_model
+        from worker.caches.prefix import PrefixCache
+        from worker.engine.scheduler import Scheduler
+        from worker.prompting.builder import PromptBuilder
+        from worker.prompting.model_formats import model_formats
+        from worker.sampling.constrained_decoding import GrammarCompiler
+        from worker.vision.inputs import ImagePreparer
+        from worker.vision.model import load_vision_model
 
         loaded, self.processor = load_vision_model(str(path))
         self.vlm = loaded.model.vlm

@@ -1,4 +1,4 @@
-"""worker.vision_inputs with the tiny VLM's real processor: the prepared
+"""worker.vision.inputs with the tiny VLM's real processor: the prepared
 model ids and pixels equal what mlx-vlm's own processor call produces, the
 cache-key ids follow the image's content, and mismatches and bad images
 are refused."""
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from tests.tiny_vlm import build_tiny_vlm
-from worker.images import ImageError
-from worker.vision_inputs import ImagePreparer, image_markup
+from worker.vision.images import ImageError
+from worker.vision.inputs import ImagePreparer, image_markup
 
 
 def _image(fmt: str, size: tuple[int, int], color: tuple[int, int, int]) -> bytes:
@@ -118,7 +118,7 @@ def test_refusals(processor, preparer):
 def test_a_template_that_places_no_image_is_refused(processor, preparer):
     """A chat template that ignores image parts cannot serve images: the
     markup cannot be read, and that is an error, not a silent default."""
-    from worker.vision_inputs import UnsupportedProcessor
+    from worker.vision.inputs import UnsupportedProcessor
 
     class TextOnly:
         """A tokenizer whose template renders only text parts."""
@@ -136,8 +136,8 @@ def test_a_template_that_places_no_image_is_refused(processor, preparer):
 def _builder(processor, images):
     """A prompt builder over the tiny VLM's tokenizer (``images``: its
     preparer, or None as for a text model)."""
-    from worker.model_formats import ModelFormats
-    from worker.prompt import PromptBuilder
+    from worker.prompting.builder import PromptBuilder
+    from worker.prompting.model_formats import ModelFormats
 
     return PromptBuilder(
         processor.tokenizer,
@@ -166,7 +166,7 @@ def test_prompt_builder_places_images_and_text_models_refuse_them(processor, pre
     """The image's tokens stand at its offset in the text, the client's
     text stays plain text; a worker without vision refuses the request;
     a corrupt image is refused naming its request part."""
-    from worker.prompt import PromptError
+    from worker.prompting.builder import PromptError
 
     blob = _image("PNG", (64, 64), (9, 9, 9))
     admission = _builder(processor, preparer).build(_image_request("ab<|image_pad|>", blob, 1))

@@ -82,7 +82,7 @@ def test_hello_carries_the_protocol_version():
 
 
 def test_socket_paths_are_unique_per_model_and_short():
-    from gateway.worker_process import worker_key
+    from gateway.workers.process import worker_key
     from shared.sockets import endpoint_path, endpoints_for, make_socket_dir, remove_socket_dir
 
     long_a, long_b = "org/" + "x" * 60 + "-a", "org/" + "x" * 60 + "-b"

@@ -159,7 +159,7 @@ def build_tiny_model(out_dir: Path, seed: int = 0, dtype: str = "float32", famil
     import mlx.core as mx
     from mlx.utils import tree_flatten
 
-    from worker.loader import resolve_source
+    from worker.loading.loader import resolve_source
 
     if (out_dir / "model.safetensors").exists():
         return out_dir
@@ -285,7 +285,7 @@ def build_scripted_model(
     from tokenizers import AddedToken
     from transformers import AutoTokenizer
 
-    from worker.detok import TokenDecoder
+    from worker.output.detok import TokenDecoder
 
     if (out_dir / "model.safetensors").exists():
         return out_dir

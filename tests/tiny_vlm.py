@@ -48,7 +48,7 @@ def build_tiny_vlm(out_dir: Path, seed: int = 0) -> Path:
     from mlx_vlm.models import qwen3_vl
     from transformers import AutoTokenizer
 
-    from worker.loader import resolve_source
+    from worker.loading.loader import resolve_source
 
     if (out_dir / "model.safetensors").exists():
         return out_dir

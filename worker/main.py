@@ -10,15 +10,16 @@ Threads:
 
 A watchdog thread (:mod:`worker.parent_watch`) ends the process when the
 gateway that started it is gone, so a worker never outlives its gateway.
-What the worker builds around its model (prefix cache, speculation) comes
-from :mod:`worker.model_setup`.
+What the worker loads and builds around its model (the prompt builder,
+the scheduler, prefix cache, speculation, the tensor-parallel shard) is
+:mod:`worker.model_setup`; this module is the threads and the sockets.
 
 Tensor parallelism: with ``tensor_parallel`` > 1 this process is one rank
-of an MLX distributed group started by :mod:`worker.tp_launch`. Rank 0 is
+of an MLX distributed group started by :mod:`worker.tensor_parallel.launch`. Rank 0 is
 the worker the gateway sees (sockets, threads, heartbeats, all as above)
 and shares its scheduling decisions each loop turn; the other ranks open no
 socket, load and shard the same model and follow rank 0's plans
-(:mod:`worker.tensor_parallel`). A broken group (a dead rank) fails rank
+(:mod:`worker.tensor_parallel.lockstep`). A broken group (a dead rank) fails rank
 0's engine step, which is a thread death as below.
 
 Thread death: when any exception escapes the input, scheduler or output
@@ -53,7 +54,6 @@ from shared.protocol import (
     Failed,
     GenerateRequest,
     Hello,
-    Loaded,
     Ready,
     RequestOutput,
     Shutdown,
@@ -61,15 +61,15 @@ from shared.protocol import (
     WorkerStats,
 )
 from shared.sockets import Endpoints, open_worker_link
-from worker import mlx_memory
-from worker.disk_cache import disk_stats
+from worker.caches.disk import disk_stats
+from worker.engine import mlx_memory
+from worker.engine.scheduler import Scheduler
 from worker.faults import armed, reached
 from worker.messages import Abort, Stop
-from worker.model_setup import blas_in_use, prefix_cache_for, served_kind, serves_embeddings, speculation_for
-from worker.output import Exit, FailAll, OutputLoop
+from worker.model_setup import EmbeddingSetup, GenerationSetup, build_embedding, build_generation, serves_embeddings
+from worker.output.loop import Exit, FailAll, OutputLoop
 from worker.parent_watch import watch_parent
-from worker.prompt import PromptBuilder, PromptError
-from worker.scheduler import Scheduler
+from worker.prompting.builder import PromptBuilder, PromptError
 
 log = logging.getLogger("mlxd.worker")
 
@@ -91,7 +91,7 @@ class Worker:
     socket; :meth:`run` uses ``requests`` on the calling thread and hands
     ``outputs`` to the output thread. ``memory_limit`` and ``cache_limit``
     (bytes; 0 and None keep MLX's defaults) are applied on the scheduler
-    thread before the model loads (see :func:`worker.mlx_memory.apply_limits`).
+    thread before the model loads (see :func:`worker.engine.mlx_memory.apply_limits`).
     """
 
     def __init__(
@@ -173,7 +173,7 @@ class Worker:
     def healthy(self) -> bool:
         """True while every thread of this worker is alive and, for rank 0
         of a tensor-parallel group, the group is not stalled (a hung rank,
-        see :meth:`worker.tensor_parallel.Lockstep.stalled`); any thread."""
+        see :meth:`worker.tensor_parallel.lockstep.Lockstep.stalled`); any thread."""
         lockstep = self._lockstep
         if lockstep is not None and lockstep.stalled(time.monotonic()):
             return False
@@ -222,104 +222,30 @@ class Worker:
             os._exit(EXIT_THREAD_DIED)
 
     def _scheduler_main(self) -> None:
-        """Scheduler thread: load, warm up, announce, then run the engine."""
-        if serves_embeddings(self.config):
-            self._embedding_main()
-            return
+        """Scheduler thread: load, warm up, announce, then run the engine
+        (what is loaded and built: :mod:`worker.model_setup`)."""
+        embedding = serves_embeddings(self.config)
         try:
             started = time.monotonic()
-            import mlx.core as mx
-
-            from worker.batch_engine import default_host_sampling
-            from worker.cache_profile import profile_model
-            from worker.constrained_decoding import GrammarCompiler
-            from worker.detok import TokenDecoder
-            from worker.loader import load_model
-            from worker.model_formats import model_formats
-            from worker.sampling_defaults import model_sampling_defaults
-
-            mlx_memory.apply_limits(self.memory_limit, self.cache_limit)
-            vision = served_kind(self.config) == "vision"
-            images = None
-            lockstep = self._lockstep = self._join_group()
-            if vision:
-                from worker.vision_inputs import ImagePreparer
-                from worker.vision_model import load_vision_model
-
-                loaded, processor = load_vision_model(self.config.source, dtype=self.config.dtype)
-                text_vocab = (loaded.config.get("text_config") or {}).get("vocab_size", 0)
-                images = ImagePreparer(processor, max(len(loaded.tokenizer), int(text_vocab or 0)))
+            setup: GenerationSetup | EmbeddingSetup
+            if embedding:
+                setup = build_embedding(self.config, self.output.queue.put)
             else:
-                loaded = load_model(self.config.source, dtype=self.config.dtype)
-            if lockstep is not None:
-                from worker.tensor_parallel import shard_model
-
-                shard_model(loaded.model, lockstep.group, self.config.name)
-            sampling_defaults = model_sampling_defaults(loaded.path, self.config.sampling_defaults)
-            context = loaded.context_length
-            if self.config.context_length:
-                context = min(context, self.config.context_length)
-            vocab = len(loaded.tokenizer)
-            cache_profile = profile_model(loaded.model)
-            log.info("model %s %s", self.config.name, cache_profile.describe())
-            if cache_profile.solo:
-                log.warning(
-                    "model %s: mlx-lm cannot batch its cache (%s); serving one sequence at a time",
-                    self.config.name,
-                    cache_profile.unbatchable,
-                )
-            self.output.decoder = TokenDecoder(loaded.tokenizer, loaded.path)
-            self._prompts = PromptBuilder(
-                loaded.tokenizer,
-                context_length=context,
-                default_max_tokens=self.config.default_max_tokens,
-                max_tool_calls_per_turn=self.config.max_tool_calls_per_turn,
-                sampling_defaults=sampling_defaults,
-                message_boundaries=not cache_profile.trimmable and self.config.prefix_cache_bytes > 0,
-                vocab_size=vocab,
-                formats=model_formats(loaded.tokenizer, self.config.tool_parser, self.config.reasoning_parser),
-                grammars=GrammarCompiler(
-                    getattr(loaded.tokenizer, "_tokenizer", loaded.tokenizer),
-                    min(loaded.eos_token_ids),
-                    vocab,
-                ),
-                images=images,
-            )
-            host_sampling = default_host_sampling()
-            scheduler = Scheduler(
-                loaded.model,
-                set(loaded.eos_token_ids),
-                self.output.queue.put if self.rank == 0 else lambda item: None,
-                cache=prefix_cache_for(self.config, loaded, cache_profile.trimmable),
-                max_batch_size=self.config.max_batch_size,
-                prefill_batch_size=self.config.prefill_batch_size,
-                prefill_step_size=self.config.prefill_step_size,
-                host_sampling=host_sampling,
-                checkpoints=not cache_profile.trimmable,
-                speculation=None if vision else speculation_for(self.config, cache_profile, vocab),
-                solo=cache_profile.solo,
-                lockstep=lockstep,
-            )
-            memory = mlx_memory.sample()
-            self.output.queue.put(
-                Loaded(
-                    worker_id=self.worker_id,
-                    context_length=context,
-                    load_seconds=time.monotonic() - started,
-                    model_path=str(loaded.path),
-                    blas=blas_in_use(on_gpu=mx.default_device() == mx.gpu),
-                    sampling="host" if host_sampling else "device",
-                    sampling_defaults=sampling_defaults,
-                    active_memory_bytes=memory.active,
-                    cache_memory_bytes=memory.cache,
-                    peak_memory_bytes=memory.peak,
-                    working_set_bytes=mlx_memory.working_set_bytes(),
-                    memory_limit_bytes=mlx_memory.memory_limit(),
-                    vision=vision,
-                )
-            )
-            scheduler.warm_up(list(loaded.tokenizer.encode("Hello")) or [0])
-            self._scheduler = scheduler
+                mlx_memory.apply_limits(self.memory_limit, self.cache_limit)
+                self._lockstep = self._join_group()
+                emit = self.output.queue.put if self.rank == 0 else lambda item: None
+                setup = build_generation(self.config, emit, self._lockstep)
+                self.output.decoder = setup.decoder
+                self._prompts = setup.prompts
+            self.output.queue.put(setup.report(self.worker_id, time.monotonic() - started))
+            if isinstance(setup, EmbeddingSetup):
+                setup.scheduler.warm_up()
+                self._embedding = setup.model
+                context = setup.model.max_tokens
+            else:
+                setup.scheduler.warm_up(list(setup.loaded.tokenizer.encode("Hello")) or [0])
+                context = setup.context
+            self._scheduler = setup.scheduler  # type: ignore[assignment]
         except BaseException as exc:
             log.exception("model %s failed to load", self.config.name)
             self.output.queue.put(Failed(worker_id=self.worker_id, message=f"{type(exc).__name__}: {exc}"))
@@ -328,50 +254,16 @@ class Worker:
         grammars = self._prompts.grammars if self._prompts is not None else None
         if grammars is not None:
             threading.Thread(target=grammars.warm, name="mlxd-grammar-warm", daemon=True).start()
-        self._serve(scheduler, context)
+        self._serve(setup.scheduler, context)
 
     def _join_group(self) -> Any:
         """Scheduler thread: the tensor-parallel group's
-        :class:`~worker.tensor_parallel.Lockstep` (None: one process)."""
+        :class:`~worker.tensor_parallel.lockstep.Lockstep` (None: one process)."""
         if self.config.tensor_parallel == 1:
             return None
-        from worker.tensor_parallel import join_lockstep
+        from worker.tensor_parallel.lockstep import join_lockstep
 
         return join_lockstep(self.config.tensor_parallel, lambda: self._prompts)
-
-    def _embedding_main(self) -> None:
-        """Scheduler thread of an embedding worker: load the encoder, warm
-        up, announce, then batch and encode (see worker.embedding_scheduler)."""
-        try:
-            started = time.monotonic()
-            import mlx.core as mx
-
-            from worker.embedding_model import load_embedding_model
-            from worker.embedding_scheduler import EmbeddingScheduler
-
-            model = load_embedding_model(
-                self.config.source, dtype=self.config.dtype, context_length=self.config.context_length
-            )
-            scheduler = EmbeddingScheduler(model, self.output.queue.put, max_batch_size=self.config.max_batch_size)
-            self.output.queue.put(
-                Loaded(
-                    worker_id=self.worker_id,
-                    context_length=model.max_tokens,
-                    load_seconds=time.monotonic() - started,
-                    model_path=str(model.path),
-                    blas=blas_in_use(on_gpu=mx.default_device() == mx.gpu),
-                    sampling="none",
-                )
-            )
-            scheduler.warm_up()
-            self._embedding = model
-            self._scheduler = scheduler  # type: ignore[assignment]
-        except BaseException as exc:
-            log.exception("model %s failed to load", self.config.name)
-            self.output.queue.put(Failed(worker_id=self.worker_id, message=f"{type(exc).__name__}: {exc}"))
-            self._failed.set()
-            return
-        self._serve(scheduler, model.max_tokens)
 
     def _serve(self, scheduler: Any, context: int) -> None:
         """Announce Ready and run ``scheduler`` until it stops (an engine
@@ -495,8 +387,8 @@ class Worker:
         """Input thread: tokenize an embedding request and queue it for the
         scheduler, or refuse it (wrong kind of model, bad ``dimensions``,
         bad or over-long inputs)."""
-        from worker.embedding_model import EmbeddingInputError
-        from worker.embedding_scheduler import EmbedJob
+        from worker.embeddings.model import EmbeddingInputError
+        from worker.embeddings.scheduler import EmbedJob
 
         model = self._embedding
         if model is None:

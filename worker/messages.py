@@ -25,7 +25,22 @@ from shared.protocol import SamplingParams, Tool
 if TYPE_CHECKING:  # the matcher's type only; llguidance loads on the input thread
     from llguidance import LLMatcher
 
-    from worker.vision_inputs import VisionPrompt
+
+@dataclass(frozen=True)
+class VisionPrompt:
+    """What the scheduler needs to prefill a prompt with images:
+    ``model_ids`` (the prompt the model reads, image tokens expanded),
+    ``pixel_values`` and ``image_grid_thw`` (NumPy arrays, every image of
+    the request in order), and ``image_end``: the position just after the
+    last image token (a cached prefix shorter than this cannot be
+    continued without the vision tower); ``image_token_id``: the model's
+    image token."""
+
+    model_ids: list[int]
+    pixel_values: Any
+    image_grid_thw: Any
+    image_end: int
+    image_token_id: int
 
 
 @dataclass(frozen=True)
@@ -34,7 +49,7 @@ class OutputSpec:
     (None: no tool parsing), the reasoning format (None: no split), the
     offered tools, whether the prompt already opened a reasoning block, and
     the most tool calls kept (None: no limit; see
-    :meth:`worker.prompt.PromptBuilder.max_tool_calls`); ``end_on_repeat``:
+    :meth:`worker.prompting.builder.PromptBuilder.max_tool_calls`); ``end_on_repeat``:
     a forced (``required``) turn ends at the first call that repeats an
     earlier one."""
 
@@ -64,7 +79,7 @@ class Admission:
 
     ``max_tokens`` is already resolved against the context limit;
     ``params`` has every sampling setting filled in (the model's defaults
-    where the request set none, see :mod:`worker.sampling_defaults`);
+    where the request set none, see :mod:`worker.sampling.defaults`);
     ``deadline`` is a ``time.monotonic()`` instant or None; ``matchers``
     holds one grammar matcher per choice for constrained decoding;
     ``output`` is passed through to the output thread untouched (how to
@@ -77,11 +92,11 @@ class Admission:
     prompt positions where a chat message starts (the last message's
     start), where a model whose cache cannot be trimmed keeps a checkpoint.
     ``vision``: the request's images (None: none); ``prompt`` then holds
-    the cache-key ids of :mod:`worker.vision_inputs`, which the model
+    the cache-key ids of :mod:`worker.vision.inputs`, which the model
     never reads.
     ``request``: the ``GenerateRequest`` it was built from, kept only in a
     tensor-parallel group (rank 0 shares it with the other ranks, see
-    :mod:`worker.step_plan`); None otherwise.
+    :mod:`worker.engine.step_plan`); None otherwise.
     """
 
     request_id: str

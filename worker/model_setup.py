@@ -1,29 +1,205 @@
-"""What a worker builds around its model, from its config.
+"""What a worker builds around its model, from its config: the worker's composition.
 
-The prefix cache (with its disk tier), speculative decoding, the model's
-kind (text, vision or embedding), and which BLAS runs the matrix products (for
-the ``Loaded`` report). Called on the scheduler thread while the model
-loads (:func:`serves_embeddings` first); nothing here touches the engine.
+:func:`build_generation` loads a text or vision model (sharded over a
+tensor-parallel group when there is one) and builds what serves it: the
+detokenizer, the prompt builder (chat template, tool and reasoning formats,
+grammar compiler, image preparer), the cache profile, the prefix cache
+(with its disk tier), speculative decoding and the scheduler;
+:func:`build_embedding` loads an embedding model and its scheduler. Each
+gives a setup whose :meth:`~GenerationSetup.report` is the ``Loaded``
+message. Also the model's kind (text, vision or embedding) and which BLAS
+runs the matrix products.
+
+Called on the scheduler thread while the model loads (:func:`serves_embeddings`
+first), so every MLX object is created there; the modules that load MLX are
+imported inside the functions for the same reason (this module is imported
+by :mod:`worker.main` on the main thread).
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 from shared.config import DRAFT_PREFIX, ModelConfig
 from shared.model_kind import ModelKind
-from worker.speculation import Speculation
+from shared.protocol import Loaded, SamplingDefaults
+from worker.engine import mlx_memory
+from worker.engine.scheduler import Scheduler
+from worker.engine.step_plan import PlanLink
+from worker.output.detok import TokenDecoder
+from worker.prompting.builder import PromptBuilder
+from worker.speculation.prompt_lookup import Speculation
 
 if TYPE_CHECKING:  # load MLX; imported where they are used
-    from worker.cache_profile import CacheProfile
-    from worker.draft_model import DraftModel
-    from worker.loader import LoadedModel
-    from worker.prefix_cache import PrefixCache
+    from worker.caches.prefix import PrefixCache
+    from worker.caches.profile import CacheProfile
+    from worker.embeddings.model import EmbeddingModel
+    from worker.embeddings.scheduler import EmbeddingScheduler
+    from worker.loading.loader import LoadedModel
+    from worker.speculation.draft_model import DraftModel
 
 log = logging.getLogger("mlxd.worker")
+
+
+@dataclass(frozen=True)
+class GenerationSetup:
+    """A text or vision model and what serves it (see :func:`build_generation`)."""
+
+    loaded: LoadedModel
+    context: int
+    decoder: TokenDecoder
+    prompts: PromptBuilder
+    scheduler: Scheduler
+    sampling_defaults: SamplingDefaults
+    host_sampling: bool
+    vision: bool
+
+    def report(self, worker_id: str, load_seconds: float) -> Loaded:
+        """The ``Loaded`` message announcing this model (memory read now)."""
+        import mlx.core as mx
+
+        memory = mlx_memory.sample()
+        return Loaded(
+            worker_id=worker_id,
+            context_length=self.context,
+            load_seconds=load_seconds,
+            model_path=str(self.loaded.path),
+            blas=blas_in_use(on_gpu=mx.default_device() == mx.gpu),
+            sampling="host" if self.host_sampling else "device",
+            sampling_defaults=self.sampling_defaults,
+            active_memory_bytes=memory.active,
+            cache_memory_bytes=memory.cache,
+            peak_memory_bytes=memory.peak,
+            working_set_bytes=mlx_memory.working_set_bytes(),
+            memory_limit_bytes=mlx_memory.memory_limit(),
+            vision=self.vision,
+        )
+
+
+def build_generation(config: ModelConfig, emit: Callable[[Any], None], lockstep: Any = None) -> GenerationSetup:
+    """Scheduler thread: load ``config``'s text or vision model, shard it over
+    ``lockstep``'s group (a :class:`~worker.tensor_parallel.lockstep.Lockstep`;
+    None: one process) and build what serves it; the scheduler reports its
+    items to ``emit``.
+
+    Raises:
+        Exception: whatever loading the model raises (the caller reports it
+        as ``Failed``).
+    """
+    from worker.caches.profile import profile_model
+    from worker.engine.batch_engine import default_host_sampling
+    from worker.loading.loader import load_model
+    from worker.prompting.model_formats import model_formats
+    from worker.sampling.constrained_decoding import GrammarCompiler
+    from worker.sampling.defaults import model_sampling_defaults
+
+    vision = served_kind(config) == "vision"
+    images = None
+    if vision:
+        from worker.vision.inputs import ImagePreparer
+        from worker.vision.model import load_vision_model
+
+        loaded, processor = load_vision_model(config.source, dtype=config.dtype)
+        text_vocab = (loaded.config.get("text_config") or {}).get("vocab_size", 0)
+        images = ImagePreparer(processor, max(len(loaded.tokenizer), int(text_vocab or 0)))
+    else:
+        loaded = load_model(config.source, dtype=config.dtype)
+    if lockstep is not None:
+        from worker.tensor_parallel.lockstep import shard_model
+
+        shard_model(loaded.model, lockstep.group, config.name)
+    sampling_defaults = model_sampling_defaults(loaded.path, config.sampling_defaults)
+    context = loaded.context_length
+    if config.context_length:
+        context = min(context, config.context_length)
+    vocab = len(loaded.tokenizer)
+    cache_profile = profile_model(loaded.model)
+    log.info("model %s %s", config.name, cache_profile.describe())
+    if cache_profile.solo:
+        log.warning(
+            "model %s: mlx-lm cannot batch its cache (%s); serving one sequence at a time",
+            config.name,
+            cache_profile.unbatchable,
+        )
+    prompts = PromptBuilder(
+        loaded.tokenizer,
+        context_length=context,
+        default_max_tokens=config.default_max_tokens,
+        max_tool_calls_per_turn=config.max_tool_calls_per_turn,
+        sampling_defaults=sampling_defaults,
+        message_boundaries=not cache_profile.trimmable and config.prefix_cache_bytes > 0,
+        vocab_size=vocab,
+        formats=model_formats(loaded.tokenizer, config.tool_parser, config.reasoning_parser),
+        grammars=GrammarCompiler(
+            getattr(loaded.tokenizer, "_tokenizer", loaded.tokenizer), min(loaded.eos_token_ids), vocab
+        ),
+        images=images,
+    )
+    host_sampling = default_host_sampling()
+    link: PlanLink | None = lockstep
+    scheduler = Scheduler(
+        loaded.model,
+        set(loaded.eos_token_ids),
+        emit,
+        cache=prefix_cache_for(config, loaded, cache_profile.trimmable),
+        max_batch_size=config.max_batch_size,
+        prefill_batch_size=config.prefill_batch_size,
+        prefill_step_size=config.prefill_step_size,
+        host_sampling=host_sampling,
+        checkpoints=not cache_profile.trimmable,
+        speculation=None if vision else speculation_for(config, cache_profile, vocab),
+        solo=cache_profile.solo,
+        lockstep=link,
+    )
+    return GenerationSetup(
+        loaded=loaded,
+        context=context,
+        decoder=TokenDecoder(loaded.tokenizer, loaded.path),
+        prompts=prompts,
+        scheduler=scheduler,
+        sampling_defaults=sampling_defaults,
+        host_sampling=host_sampling,
+        vision=vision,
+    )
+
+
+@dataclass(frozen=True)
+class EmbeddingSetup:
+    """An embedding model and its scheduler (see :func:`build_embedding`)."""
+
+    model: EmbeddingModel
+    scheduler: EmbeddingScheduler
+
+    def report(self, worker_id: str, load_seconds: float) -> Loaded:
+        """The ``Loaded`` message announcing this model."""
+        import mlx.core as mx
+
+        return Loaded(
+            worker_id=worker_id,
+            context_length=self.model.max_tokens,
+            load_seconds=load_seconds,
+            model_path=str(self.model.path),
+            blas=blas_in_use(on_gpu=mx.default_device() == mx.gpu),
+            sampling="none",
+        )
+
+
+def build_embedding(config: ModelConfig, emit: Callable[[Any], None]) -> EmbeddingSetup:
+    """Scheduler thread: load ``config``'s embedding model and its scheduler,
+    which reports to ``emit``.
+
+    Raises:
+        Exception: whatever loading the model raises.
+    """
+    from worker.embeddings.model import load_embedding_model
+    from worker.embeddings.scheduler import EmbeddingScheduler
+
+    model = load_embedding_model(config.source, dtype=config.dtype, context_length=config.context_length)
+    return EmbeddingSetup(model, EmbeddingScheduler(model, emit, max_batch_size=config.max_batch_size))
 
 
 def prefix_cache_for(config: ModelConfig, loaded: LoadedModel, trimmable: bool) -> PrefixCache | None:
@@ -31,13 +207,13 @@ def prefix_cache_for(config: ModelConfig, loaded: LoadedModel, trimmable: bool) 
     budget is 0), with a disk tier when ``disk_cache_bytes`` is set (its
     writer thread is started here; a directory that cannot be created is
     logged and the tier left out). The disk tier's identity is the weights'
-    content hash (:mod:`worker.weights_digest`, memoized next to the tiers),
+    content hash (:mod:`worker.loading.weights_digest`, memoized next to the tiers),
     dtype and KV settings; the first load of new weights reads them once."""
     from shared.config_values import parse_size
     from shared.paths import state_dir
-    from worker.disk_cache import DiskTier
-    from worker.prefix_cache import PrefixCache
-    from worker.weights_digest import weights_digest
+    from worker.caches.disk import DiskTier
+    from worker.caches.prefix import PrefixCache
+    from worker.loading.weights_digest import weights_digest
 
     if config.prefix_cache_bytes <= 0:
         return None
@@ -68,7 +244,7 @@ def served_kind(config: ModelConfig) -> ModelKind:
     unresolvable source counts as a text generator, whose loader then
     reports why)."""
     from shared.model_kind import model_kind
-    from worker.loader import ModelLoadError, resolve_source
+    from worker.loading.loader import ModelLoadError, resolve_source
 
     if config.kind != "auto":
         return model_kind(Path("."), config.kind)
@@ -88,11 +264,11 @@ REPLAYABLE_KINDS = frozenset(("KVCache", "ArraysCache"))
 """Cache classes a speculative step can bring back to the kept tokens
 when not every layer can be trimmed: attention layers are trimmed,
 recurrent ``ArraysCache`` layers restored and the kept tokens fed again
-(:class:`worker.draft_rollback.ReplayKept`)."""
+(:class:`worker.speculation.draft_rollback.ReplayKept`)."""
 
 
 def speculation_for(config: ModelConfig, profile: CacheProfile, vocab: int = 0) -> Speculation | None:
-    """``config``'s :class:`~worker.speculation.Speculation` (None when
+    """``config``'s :class:`~worker.speculation.prompt_lookup.Speculation` (None when
     ``speculative`` is ``none``, or when it cannot run, with a log line:
     the model's cache (``profile``) cannot be brought back to the accepted
     tokens after a rejected draft (not trimmable and not only attention
@@ -134,11 +310,11 @@ def speculation_for(config: ModelConfig, profile: CacheProfile, vocab: int = 0) 
 
 
 def _draft_model(config: ModelConfig, source: str, vocab: int) -> DraftModel | None:
-    """The :class:`~worker.draft_model.DraftModel` of ``source`` for
+    """The :class:`~worker.speculation.draft_model.DraftModel` of ``source`` for
     ``config``'s model, or None (logged) when it cannot draft for it."""
-    from worker.cache_profile import profile_model
-    from worker.draft_model import DraftModel
-    from worker.loader import ModelLoadError, load_model
+    from worker.caches.profile import profile_model
+    from worker.loading.loader import ModelLoadError, load_model
+    from worker.speculation.draft_model import DraftModel
 
     try:
         loaded = load_model(source, dtype=config.dtype)

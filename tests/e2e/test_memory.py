@@ -15,7 +15,7 @@ import time
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.worker_process import run_incarnation
+from gateway.workers.process import run_incarnation
 from shared.config import ModelConfig, ServerConfig
 from shared.protocol import Heartbeat, Loaded, Ready, Shutdown
 from shared.sockets import make_socket_dir, remove_socket_dir

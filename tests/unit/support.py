@@ -2,7 +2,7 @@
 
 Shared by the route tests of each protocol (OpenAI, Anthropic, Responses):
 no MLX, no workers. :class:`ScriptedBackend` implements
-:class:`gateway.model_backend.ModelBackend` by replaying predetermined
+:class:`gateway.core.backend.ModelBackend` by replaying predetermined
 :class:`RequestOutput` items, ending each stream like a real
 ``RequestStream``; :class:`Gateway` serves a protocol's routes over such an
 engine to raw httpx, to the official SDKs (built on httpx2, which has the
@@ -24,8 +24,8 @@ import openai
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from gateway.errors import APIError, model_not_found
-from gateway.model_backend import ModelInfo, ModelLimits
+from gateway.core.backend import ModelInfo, ModelLimits
+from gateway.core.errors import APIError, model_not_found
 from shared.config import Config
 from shared.protocol import GenerateRequest, RequestOutput, TokenLogprob, ToolCallDelta
 

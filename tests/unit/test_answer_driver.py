@@ -1,5 +1,5 @@
-"""The answer driver (:mod:`gateway.answer_driver`) and the one tool-call
-assembler (:mod:`gateway.tool_calls`), without a worker."""
+"""The answer driver (:mod:`gateway.frontend.answer_driver`) and the one tool-call
+assembler (:mod:`gateway.frontend.tool_calls`), without a worker."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
-from gateway.answer_driver import AnswerRun, TokenTally
-from gateway.tool_calls import (
+from gateway.frontend.answer_driver import AnswerRun, TokenTally
+from gateway.frontend.tool_calls import (
     ANTHROPIC_CALL_IDS,
     OLLAMA_CALL_IDS,
     OPENAI_CALL_IDS,

@@ -7,10 +7,10 @@ import logging
 
 import pytest
 
-from gateway import anthropic_format as fmt
-from gateway.answer_driver import TokenTally
-from gateway.anthropic_builder import MessageBuilder
-from gateway.errors import APIError
+from gateway.anthropic import format as fmt
+from gateway.anthropic.builder import MessageBuilder
+from gateway.core.errors import APIError
+from gateway.frontend.answer_driver import TokenTally
 from shared.protocol import RequestOutput, ToolCallDelta
 
 

@@ -16,9 +16,9 @@ import anthropic
 import pytest
 from starlette.routing import Route
 
-from gateway.anthropic_routes import count_tokens, messages
-from gateway.error_shapes import anthropic_error_response
-from gateway.errors import APIError, unavailable
+from gateway.anthropic.routes import count_tokens, messages
+from gateway.core.errors import APIError, unavailable
+from gateway.frontend.error_shapes import anthropic_error_response
 from tests.unit.support import HELLO, Client, Gateway, ScriptedBackend, call, out, sse_events
 
 pytestmark = pytest.mark.anyio

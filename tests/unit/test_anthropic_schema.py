@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from gateway.anthropic_checks import decode_count_tokens_request, decode_messages_request
-from gateway.anthropic_translate import IMAGE_PLACEHOLDER, TOOL_ERROR_PREFIX, to_count_request, to_generate_request
-from gateway.errors import APIError
+from gateway.anthropic.checks import decode_count_tokens_request, decode_messages_request
+from gateway.anthropic.translate import IMAGE_PLACEHOLDER, TOOL_ERROR_PREFIX, to_count_request, to_generate_request
+from gateway.core.errors import APIError
 from shared.protocol import ChatMessage, SamplingParams, Tool, ToolCall
 
 USER = [{"role": "user", "content": "hi"}]

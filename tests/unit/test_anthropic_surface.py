@@ -9,19 +9,19 @@ import json
 
 import pytest
 
-from gateway.anthropic_checks import decode_count_tokens_request, decode_messages_request, tool_set
-from gateway.anthropic_context import CLEARED_RESULT, ClearToolUses, apply_edits
-from gateway.anthropic_tools import CLIENT_TOOL_SCHEMAS
-from gateway.anthropic_translate import (
+from gateway.anthropic.checks import decode_count_tokens_request, decode_messages_request, tool_set
+from gateway.anthropic.context import CLEARED_RESULT, ClearToolUses, apply_edits
+from gateway.anthropic.tools import CLIENT_TOOL_SCHEMAS
+from gateway.anthropic.translate import (
     context_edits,
     effort_budget,
     omit_thinking,
     to_count_request,
     to_generate_request,
 )
-from gateway.errors import APIError
+from gateway.core.errors import APIError
 from shared.protocol import ChatMessage, ResponseFormat, ToolCall
-from worker.chat_render import fold_late_system
+from worker.prompting.chat_render import fold_late_system
 
 USER = [{"role": "user", "content": "hi"}]
 TOOL = {"name": "get_weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
@@ -158,7 +158,7 @@ def test_late_system_renders_in_place_or_folds_when_the_template_refuses():
     from tokenizers import Tokenizer, models
     from transformers import PreTrainedTokenizerFast
 
-    from worker.chat_render import render
+    from worker.prompting.chat_render import render
 
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"x": 0}, unk_token="x")))
     messages = [ChatMessage(role="user", content="a"), ChatMessage(role="system", content="mid")]

@@ -1,4 +1,4 @@
-"""The idle scheduler's burst gathering (worker/scheduler.py ``_gather_burst``).
+"""The idle scheduler's burst gathering (worker/engine/scheduler.py ``_gather_burst``).
 
 Commands are fed from another thread with gaps longer than ``BURST_GAP``:
 without the input thread's ``preparing`` signal the gather stops at the
@@ -13,9 +13,9 @@ from __future__ import annotations
 import threading
 import time
 
-from worker import scheduler as scheduler_module
+from worker.engine import scheduler as scheduler_module
+from worker.engine.scheduler import Scheduler
 from worker.messages import Abort
-from worker.scheduler import Scheduler
 
 GAP = 0.2
 """Seconds between fed commands: beyond BURST_GAP and BURST_WINDOW."""

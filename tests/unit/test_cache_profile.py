@@ -1,11 +1,11 @@
-"""worker.cache_profile: which caches batch, which can be trimmed."""
+"""worker.caches.profile: which caches batch, which can be trimmed."""
 
 from __future__ import annotations
 
 import pytest
 from mlx_lm.models.cache import ArraysCache, CacheList, ChunkedKVCache, KVCache, QuantizedKVCache, RotatingKVCache
 
-from worker.cache_profile import pin_untrimmable, profile_model
+from worker.caches.profile import pin_untrimmable, profile_model
 
 
 class Model:

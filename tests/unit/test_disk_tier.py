@@ -1,4 +1,4 @@
-"""worker.disk_cache.DiskTier on its own: byte budget with least recently
+"""worker.caches.disk.DiskTier on its own: byte budget with least recently
 used files out first, the index rebuilt from disk, checks on load."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache
 
-from worker.disk_cache import MIN_TOKENS, DiskTier
+from worker.caches.disk import MIN_TOKENS, DiskTier
 
 
 def state(seed: int, tokens: int = MIN_TOKENS) -> list[KVCache]:

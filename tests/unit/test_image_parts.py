@@ -1,4 +1,4 @@
-"""gateway.image_parts: data URLs and base64 sources give the image's bytes;
+"""gateway.images.parts: data URLs and base64 sources give the image's bytes;
 http(s) URLs become remote placeholders; other schemes, non-image types and bad base64 are 400s naming
 the part."""
 
@@ -9,8 +9,8 @@ import io
 
 import pytest
 
-from gateway.errors import APIError
-from gateway.image_parts import (
+from gateway.core.errors import APIError
+from gateway.images.parts import (
     MAX_IMAGE_BYTES,
     RemoteImage,
     anthropic_image_source,

@@ -1,4 +1,4 @@
-"""worker.images: real PNG/JPEG bytes made with Pillow decode; every bad
+"""worker.vision.images: real PNG/JPEG bytes made with Pillow decode; every bad
 image (too many, too large, wrong type, enormous dimensions, decompression
 bomb, truncated) is refused with an ImageError naming it."""
 
@@ -10,7 +10,7 @@ import zlib
 
 import pytest
 
-from worker.images import ImageError, ImageLimits, decode_images
+from worker.vision.images import ImageError, ImageLimits, decode_images
 
 
 def _encode(fmt: str, size=(32, 24), color=(10, 200, 30), mode="RGB") -> bytes:

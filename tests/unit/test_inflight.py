@@ -1,4 +1,4 @@
-"""gateway/inflight.py: the requests in flight on one worker. Slots are
+"""gateway/workers/inflight.py: the requests in flight on one worker. Slots are
 counted per open choice, every request writes exactly one log line, and a
 request the gateway aborts frees its slot at once but logs when the worker
 reports its end (or when the worker dies). No processes: the worker's
@@ -10,7 +10,7 @@ import logging
 
 import pytest
 
-from gateway.inflight import MAX_BUFFERED_OUTPUTS, InflightRequests, PendingRequest, WorkerRequestStream
+from gateway.workers.inflight import MAX_BUFFERED_OUTPUTS, InflightRequests, PendingRequest, WorkerRequestStream
 from shared.protocol import AbortRequest, RequestOutput
 
 pytestmark = pytest.mark.anyio
@@ -22,7 +22,7 @@ def anyio_backend():
 
 
 class Incarnation:
-    """The part of :class:`gateway.worker_process.Incarnation` the table uses."""
+    """The part of :class:`gateway.workers.process.Incarnation` the table uses."""
 
     def __init__(self, number: int = 1) -> None:
         self.number = number

@@ -3,9 +3,9 @@ and the replay of MCP items and blocks sent back by a client."""
 
 from __future__ import annotations
 
-from gateway.anthropic_mcp_plan import replay_messages
-from gateway.mcp_client import McpTool, validate_arguments
-from gateway.responses_mcp_plan import Binding
+from gateway.anthropic.mcp_plan import replay_messages
+from gateway.mcp.client import McpTool, validate_arguments
+from gateway.responses.mcp_plan import Binding
 
 ADD = McpTool(
     "calc",
@@ -61,7 +61,7 @@ def test_only_transport_failures_break_the_session():
     from mcp.shared.exceptions import MCPError
     from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
-    from gateway.mcp_client import McpConnection
+    from gateway.mcp.client import McpConnection
     from shared.config import McpServerConfig
 
     class Session:

@@ -1,5 +1,5 @@
-"""Ollama request decoding and translation (:mod:`gateway.ollama_translate`)
-and reply building (:mod:`gateway.ollama_builder`), without a worker."""
+"""Ollama request decoding and translation (:mod:`gateway.ollama.translate`)
+and reply building (:mod:`gateway.ollama.builder`), without a worker."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from gateway.errors import APIError
-from gateway.ollama_builder import ReplyBuilder, Timing, line
-from gateway.ollama_routes import expiry
-from gateway.ollama_schema import OllamaChatRequest, OllamaGenerateRequest
-from gateway.ollama_translate import chat_request, check_generate, decode, generate_request, keep_alive_seconds
+from gateway.core.errors import APIError
+from gateway.ollama.builder import ReplyBuilder, Timing, line
+from gateway.ollama.routes import expiry
+from gateway.ollama.schema import OllamaChatRequest, OllamaGenerateRequest
+from gateway.ollama.translate import chat_request, check_generate, decode, generate_request, keep_alive_seconds
 from shared.protocol import RequestOutput, ToolCallDelta
 
 
@@ -193,8 +193,8 @@ def anyio_backend():
 
 @pytest.mark.anyio
 async def test_a_failure_mid_stream_is_an_error_line():
-    from gateway.answer_driver import AnswerRun
-    from gateway.errors import worker_error
+    from gateway.core.errors import worker_error
+    from gateway.frontend.answer_driver import AnswerRun
 
     stream = _Outputs(
         [RequestOutput(request_id="r", finish_reason="error", error="ran past its deadline", error_kind="timeout")]

@@ -17,10 +17,10 @@ import openai
 import pytest
 from starlette.routing import Route
 
-from gateway.error_shapes import openai_error_response
-from gateway.errors import APIError, unavailable
-from gateway.model_backend import ModelInfo
-from gateway.openai_routes import (
+from gateway.core.backend import ModelInfo
+from gateway.core.errors import APIError, unavailable
+from gateway.frontend.error_shapes import openai_error_response
+from gateway.openai.routes import (
     chat_completions,
     completions,
     list_models,
@@ -555,8 +555,8 @@ def NO_ERROR(output):
 
 @pytest.mark.parametrize("include_usage", [False, True])
 def test_chunk_templates_escape_everything(include_usage):
-    from gateway import openai_format as fmt
-    from gateway.openai_builder import ChatBuilder, CompletionBuilder
+    from gateway.openai import format as fmt
+    from gateway.openai.builder import ChatBuilder, CompletionBuilder
 
     rid, model, text = 'id"\\x', 'org/mo"del\n', 'a"\\\n\u2028\x00🙂'
     extra = {"usage": None} if include_usage else {}
@@ -1012,7 +1012,7 @@ async def test_overloaded_submit_always_has_retry_after():
 
 def test_chunk_builders_without_logprobs_use_templates_only():
     """The fast path never builds a logprobs object."""
-    from gateway.openai_builder import ChatBuilder, CompletionBuilder
+    from gateway.openai.builder import ChatBuilder, CompletionBuilder
 
     chat = ChatBuilder("r", 1, "m", False, NO_ERROR, n=3)
     comp = CompletionBuilder("r", 1, "m", False, NO_ERROR, n=3)
@@ -1357,7 +1357,7 @@ async def test_completions_refuse_tools_and_response_format():
 
 
 def test_chunk_stream_tool_call_escaping():
-    from gateway.openai_builder import ChatBuilder
+    from gateway.openai.builder import ChatBuilder
 
     chat = ChatBuilder("r", 1, "m", False, NO_ERROR, reasoning_field="reasoning")
     name, args, reasoning = 'we"ird\n', '{"q": "\\u2028\u2028"}', 'a"\n\x00'

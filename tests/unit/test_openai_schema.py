@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from gateway.error_shapes import openai_error_type
-from gateway.errors import APIError
-from gateway.model_backend import ModelLimits
-from gateway.openai_checks import check_limits, decode_chat_request, decode_completion_request
-from gateway.openai_translate import include_usage, to_generate_request
+from gateway.core.backend import ModelLimits
+from gateway.core.errors import APIError
+from gateway.frontend.error_shapes import openai_error_type
+from gateway.openai.checks import check_limits, decode_chat_request, decode_completion_request
+from gateway.openai.translate import include_usage, to_generate_request
 from shared.protocol import ChatMessage, GenerateRequest, ResponseFormat, SamplingParams, Tool, ToolCall
 
 USER = [{"role": "user", "content": "hi"}]
@@ -333,7 +333,7 @@ def test_image_parts_only_in_user_messages():
     import base64
     import hashlib
 
-    from gateway.image_parts import RemoteImage, remote_of
+    from gateway.images.parts import RemoteImage, remote_of
 
     content = [{"type": "text", "text": "a"}, {"type": "image_url", "image_url": {"url": "http://x"}}]
     err = chat_refused("messages[0].content[1].type", messages=[{"role": "system", "content": content}])
@@ -517,7 +517,7 @@ def test_completion_unsupported(field, value):
 
 
 def test_completion_echo():
-    from gateway.openai_checks import echoed_prompt
+    from gateway.openai.checks import echoed_prompt
 
     assert echoed_prompt(decode_completion_request(completion_body(echo=True))) == "Once"
     assert echoed_prompt(decode_completion_request(completion_body(echo=False))) == ""
@@ -562,7 +562,7 @@ def test_n_limit():
 
 
 def test_best_of_generates_candidates():
-    from gateway.openai_checks import check_limits
+    from gateway.openai.checks import check_limits
 
     gen = to_generate_request(decode_completion_request(completion_body(best_of=3)), "r")
     assert gen.n == 3 and gen.sampling.logprobs is True and gen.sampling.top_logprobs == 0
@@ -1073,7 +1073,7 @@ def test_refusal_parts_become_assistant_text():
 
 
 def test_web_search_options_is_a_dropped_tool():
-    from gateway.openai_checks import dropped_tools
+    from gateway.openai.checks import dropped_tools
 
     assert dropped_tools(decode_chat_request(chat_body(web_search_options={}))) == ["web_search"]
     assert dropped_tools(decode_chat_request(chat_body())) == []

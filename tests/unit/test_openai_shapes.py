@@ -20,8 +20,8 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response, ResponseStreamEvent
 from starlette.routing import Route
 
-from gateway.openai_routes import chat_completions, completions
-from gateway.responses_routes import create_response
+from gateway.openai.routes import chat_completions, completions
+from gateway.responses.routes import create_response
 from shared.protocol import TokenLogprob, TopLogprob
 from tests.unit.support import Gateway, ScriptedBackend, call, out, sse_events
 

@@ -1,4 +1,4 @@
-"""The memory budget's arithmetic (gateway/memory_budget.py, gateway/model_paths.py):
+"""The memory budget's arithmetic (gateway/workers/memory_budget.py, gateway/workers/model_paths.py):
 what a model is estimated to use, what a percentage budget is a share of,
 the MLX limits a worker gets, and Hugging Face snapshots sized from the
 local cache. No processes: handles are never started."""
@@ -8,9 +8,9 @@ from __future__ import annotations
 import psutil
 import pytest
 
-from gateway import memory_budget, model_paths
-from gateway.model_paths import source_bytes
-from gateway.pool import WorkerPool
+from gateway.workers import memory_budget, model_paths
+from gateway.workers.model_paths import source_bytes
+from gateway.workers.pool import WorkerPool
 from shared.config import Config, ModelConfig, ServerConfig
 
 GIB = 1 << 30

@@ -1,4 +1,4 @@
-"""worker.prefix_cache with ``kv_bits``: entries are kept quantized and
+"""worker.caches.prefix with ``kv_bits``: entries are kept quantized and
 handed out as plain KV layers the batch engine can merge."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import mlx.core as mx
 import pytest
 from mlx_lm.models.cache import ArraysCache, KVCache
 
-from worker.prefix_cache import PrefixCache
+from worker.caches.prefix import PrefixCache
 
 
 def kv_layer(tokens: int, width: int) -> KVCache:

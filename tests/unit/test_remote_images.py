@@ -1,4 +1,4 @@
-"""gateway.remote_images: the remote image URL trust boundary, over real
+"""gateway.images.remote: the remote image URL trust boundary, over real
 sockets to HTTP(S) servers on 127.0.0.1 and 127.0.0.2.
 
 Off by default; when on, only allowed hosts, only public addresses or the
@@ -20,9 +20,9 @@ import time
 
 import pytest
 
-from gateway.errors import APIError
-from gateway.remote_image_policy import is_public
-from gateway.remote_images import fetch_remote_image
+from gateway.core.errors import APIError
+from gateway.images.policy import is_public
+from gateway.images.remote import fetch_remote_image
 from shared.config import ConfigError, ImagesConfig
 from shared.config_loader import load_config
 from tests.unit import loopback_http

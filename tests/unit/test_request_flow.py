@@ -1,5 +1,5 @@
 """The request-reading plumbing the protocol front-ends share
-(``gateway.request_flow``), against a hand-made stream and ASGI ``receive``.
+(``gateway.frontend.request_flow``), against a hand-made stream and ASGI ``receive``.
 
 The endpoints' use of it is covered end to end by the route tests; these
 pin its own contract: what the helpers return, and that the request stream
@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 from starlette.responses import Response
 
-from gateway.request_flow import (
+from gateway.frontend.request_flow import (
     CLIENT_CLOSED_STATUS,
     DISCONNECTED,
     lost_output,
@@ -22,7 +22,7 @@ from gateway.request_flow import (
     respond_after_first_output,
     until_disconnect,
 )
-from gateway.sse import KEEPALIVE, SSEResponse
+from gateway.frontend.sse import KEEPALIVE, SSEResponse
 from shared.protocol import RequestOutput
 
 pytestmark = pytest.mark.anyio
@@ -292,7 +292,7 @@ async def test_stream_closed_when_collecting_fails():
 async def test_respond_to_only_output_answers_with_the_first_output():
     """The one-output answer (embeddings) hands its output to ``answer``
     and closes the stream; an error output is refused."""
-    from gateway.request_flow import respond_to_only_output
+    from gateway.frontend.request_flow import respond_to_only_output
 
     for first, expected in (
         (RequestOutput(request_id="r", finish_reason="stop", prompt_tokens=3), 200),

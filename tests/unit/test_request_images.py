@@ -1,4 +1,4 @@
-"""gateway.request_images and the pool's view of a model's kind: images
+"""gateway.images.request and the pool's view of a model's kind: images
 sent to a model without vision are refused before any worker sees them,
 remote images are resolved (refused under the default policy), a repo id's
 kind comes from its worker's Loaded report. No processes."""
@@ -10,10 +10,10 @@ import json
 
 import pytest
 
-from gateway.errors import APIError
-from gateway.image_parts import RemoteImage, image_part
-from gateway.pool import WorkerPool
-from gateway.request_images import has_images, ready_images
+from gateway.core.errors import APIError
+from gateway.images.parts import RemoteImage, image_part
+from gateway.images.request import has_images, ready_images
+from gateway.workers.pool import WorkerPool
 from shared.config import Config, ImagesConfig, ModelConfig
 from shared.protocol import ChatMessage, GenerateRequest, Loaded, SamplingParams
 
@@ -65,7 +65,7 @@ def test_a_repo_ids_kind_comes_from_its_worker(tmp_path):
 def test_images_in_all_stay_under_the_frame_cap():
     """Images adding up to more than the per-request total are a 400
     naming the part that crosses it (the wire frame would be refused)."""
-    from gateway.request_images import MAX_REQUEST_IMAGE_BYTES
+    from gateway.images.request import MAX_REQUEST_IMAGE_BYTES
     from shared.codec import MAX_FRAME_BYTES
 
     assert MAX_REQUEST_IMAGE_BYTES < MAX_FRAME_BYTES

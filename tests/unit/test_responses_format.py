@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from gateway.responses_builder import ResponseBuilder, ResponseHead
-from gateway.responses_format import ResponseSettings, encode, frames
-from gateway.responses_routes import error_of
+from gateway.responses.builder import ResponseBuilder, ResponseHead
+from gateway.responses.format import ResponseSettings, encode, frames
+from gateway.responses.submit import error_of
 from shared.protocol import RequestOutput, ToolCallDelta
 
 

@@ -13,8 +13,8 @@ import openai
 import pytest
 from starlette.routing import Route
 
-from gateway.errors import unavailable
-from gateway.responses_routes import create_response
+from gateway.core.errors import unavailable
+from gateway.responses.routes import create_response
 from shared.protocol import ResponseFormat
 from tests.unit.support import HELLO, Client, Gateway, ScriptedBackend, call, out, sse_events
 

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from gateway.error_shapes import openai_error_type
-from gateway.errors import APIError
-from gateway.responses_checks import decode_responses_request
-from gateway.responses_format import TextFormatEcho
-from gateway.responses_translate import response_settings, to_generate_request
+from gateway.core.errors import APIError
+from gateway.frontend.error_shapes import openai_error_type
+from gateway.responses.checks import decode_responses_request
+from gateway.responses.format import TextFormatEcho
+from gateway.responses.translate import response_settings, to_generate_request
 from shared.protocol import ChatMessage, ResponseFormat, SamplingParams, Tool, ToolCall
 
 FN = {"type": "function", "name": "f", "parameters": {"type": "object"}}
@@ -424,7 +424,7 @@ NAMESPACE = {"type": "namespace", "name": "crm", "description": "CRM tools.", "t
 
 
 def test_sealed_reasoning_round_trips():
-    from gateway.encrypted_reasoning import SealError, seal, unseal
+    from gateway.responses.encrypted_reasoning import SealError, seal, unseal
 
     text = "Let me think: 🙂 " * 50
     assert unseal(seal(text)) == text and unseal("gAAAAB-openai") is None
@@ -434,7 +434,7 @@ def test_sealed_reasoning_round_trips():
 
 
 def test_encrypted_reasoning_items_are_read_back():
-    from gateway.encrypted_reasoning import seal
+    from gateway.responses.encrypted_reasoning import seal
 
     item = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": seal("secret plan")}
     result = messages(input=[{"role": "user", "content": "q"}, item, {"role": "assistant", "content": "a"}])
@@ -445,7 +445,7 @@ def test_encrypted_reasoning_items_are_read_back():
 
 
 def test_namespace_and_custom_tools_are_flattened():
-    from gateway.responses_translate import output_options
+    from gateway.responses.translate import output_options
 
     req = decode(tools=[CUSTOM, NAMESPACE, {"type": "function", "name": "g"}, {"type": "web_search"}])
     tools = to_generate_request(req, "r").tools
@@ -459,7 +459,7 @@ def test_namespace_and_custom_tools_are_flattened():
 
 
 def test_dropped_tools_are_listed():
-    from gateway.responses_translate import dropped_tools
+    from gateway.responses.translate import dropped_tools
 
     req = decode(
         tools=[FN, {"type": "web_search"}, {"type": "file_search", "vector_store_ids": []}], tool_choice="auto"
@@ -604,7 +604,7 @@ def test_every_official_input_item_type_is_taken_or_refused_and_documented():
 
     from openai.types.responses import response_input_item_param as sdk
 
-    from gateway import responses_input_checks as schema
+    from gateway.responses import input_checks as schema
 
     kinds = set()
     for member in typing.get_args(sdk.ResponseInputItemParam):

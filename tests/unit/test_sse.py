@@ -10,7 +10,7 @@ import pytest
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from gateway import sse
+from gateway.frontend import sse
 
 
 def test_data_frame_single_line():

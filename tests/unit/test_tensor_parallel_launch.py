@@ -10,8 +10,8 @@ import pytest
 
 from shared.config import ModelConfig
 from shared.protocol import GenerateRequest, SamplingParams
-from worker.step_plan import Admit, Drop, Expire, Halt, ReleaseChoice, StepPlan, decode_plan, encode_plan
-from worker.tp_launch import BACKEND_ENV, WAKE_ENV, free_ports, launch_arguments, resolve_backend
+from worker.engine.step_plan import Admit, Drop, Expire, Halt, ReleaseChoice, StepPlan, decode_plan, encode_plan
+from worker.tensor_parallel.launch import BACKEND_ENV, WAKE_ENV, free_ports, launch_arguments, resolve_backend
 
 
 def test_a_plan_round_trips_in_order():

@@ -1,4 +1,4 @@
-"""The shared request validation (:mod:`gateway.validation`): one decoder and
+"""The shared request validation (:mod:`gateway.frontend.validation`): one decoder and
 one msgspec-error parser, worded per protocol."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import msgspec
 import pytest
 from msgspec import Raw
 
-from gateway.errors import APIError
-from gateway.validation import (
+from gateway.core.errors import APIError
+from gateway.frontend.validation import (
     NULL,
     LogitBias,
     MaxTokens,

@@ -1,4 +1,4 @@
-"""worker.weights_digest: a content identity of a model directory that
+"""worker.loading.weights_digest: a content identity of a model directory that
 survives moves and restarts, memoized per file, robust to a bad memo."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 
-from worker import weights_digest as wd
+from worker.loading import weights_digest as wd
 
 
 def make_model(directory, weights: bytes = b"\x00\x01" * 64):

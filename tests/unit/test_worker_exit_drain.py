@@ -1,5 +1,5 @@
 """A worker's last frames reach the gateway even when its exit is seen
-first (gateway.worker_process._pump): a dying worker sends each request's
+first (gateway.workers.process._pump): a dying worker sends each request's
 error, lingers, then exits; the gateway must dispatch those errors rather
 than replace them with its own."""
 
@@ -10,7 +10,7 @@ import asyncio
 import zmq
 import zmq.asyncio
 
-from gateway.worker_process import _pump
+from gateway.workers.process import _pump
 from shared.codec import gateway_codec, worker_codec
 from shared.protocol import RequestOutput, StepOutputs
 

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_messages_prompt_and_output_do_not_import_mlx():
     code = (
         "import sys\n"
-        "import worker.messages, worker.prompt, worker.output\n"
+        "import worker.messages, worker.prompting.builder, worker.output.loop\n"
         "loaded = sorted(m for m in sys.modules if m == 'mlx' or m.startswith(('mlx.', 'mlx_lm')))\n"
         "print(','.join(loaded))\n"
     )
@@ -26,7 +26,8 @@ def test_messages_prompt_and_output_do_not_import_mlx():
 def test_the_scheduler_uses_the_messages_module():
     """The scheduler's commands and reports are the messages module's own
     classes (one definition of the contract)."""
-    from worker import messages, scheduler
+    from worker import messages
+    from worker.engine import scheduler
 
     assert scheduler.Admission is messages.Admission
     assert scheduler.TokenStep is messages.TokenStep

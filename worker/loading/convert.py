@@ -4,7 +4,7 @@ make an MLX model directory from a checkpoint with mlx-lm's own
 detected by :func:`shared.model_kind.detect_kind`).
 
 ``SRC`` is any model source the worker accepts
-(:func:`worker.loader.resolve_source`): a model directory, a ``.gguf``
+(:func:`worker.loading.loader.resolve_source`): a model directory, a ``.gguf``
 file (converted to an MLX directory first, as serving it does), a
 ``package:`` source or a Hugging Face repo id already in the local cache
 (``mlxd convert`` turns catalog names into repo ids). Nothing is
@@ -63,7 +63,7 @@ def convert(source: str, out: Path, *, bits: int | None, group_size: int = 64, d
             asked to be quantized, or the converter or the check failed.
     """
     from shared.model_kind import detect_kind
-    from worker.loader import ModelLoadError, one_line, resolve_source
+    from worker.loading.loader import ModelLoadError, one_line, resolve_source
 
     try:
         path = resolve_source(source)
@@ -119,7 +119,7 @@ def _check_loads(out: Path, kind: str) -> None:
     Raises:
         ConversionError: it does not load.
     """
-    from worker.loader import one_line
+    from worker.loading.loader import one_line
 
     try:
         if kind == "vision":

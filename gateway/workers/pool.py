@@ -1,0 +1,345 @@
+"""The :class:`gateway.core.backend.ModelBackend` backed by worker processes.
+
+Maps configured model names and aliases to their :class:`WorkerHandle`,
+starts workers on first use within the memory budget
+(:class:`gateway.workers.memory_budget.MemoryBudget`, which evicts the least
+recently used idle worker when needed), applies config reloads without
+dropping work, and drains everything at shutdown. Owns the gateway's private
+socket directory. Runs on the event loop only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import msgspec
+
+from gateway.core.backend import ModelFiles, ModelInfo, ModelLimits, Residency
+from gateway.core.errors import APIError, bad_request, model_not_found, unavailable
+from gateway.images.request import ready_images
+from gateway.workers.handle import WorkerHandle
+from gateway.workers.inflight import WorkerRequestStream
+from gateway.workers.memory_budget import MemoryBudget
+from gateway.workers.model_paths import SourceOutsideRoot, check_inside_root, model_files, source_kind
+from gateway.workers.node_link import NodeLink
+from shared.config import Config, ModelConfig
+from shared.model_kind import ModelKind, wrong_kind_message
+from shared.protocol import EmbedRequest, GenerateRequest
+from shared.sockets import make_socket_dir, read_key_pair, remove_socket_dir
+
+log = logging.getLogger("mlxd.gateway.pool")
+
+
+class WorkerPool:
+    """One :class:`WorkerHandle` per configured model.
+
+    Construct it anywhere; call :meth:`start` on the running loop (it starts
+    the ``preload`` models without waiting) and :meth:`stop` at shutdown.
+    ``metrics`` (optional) is handed to every handle. ``memory`` is the
+    :class:`gateway.workers.memory_budget.MemoryBudget` over its workers.
+    """
+
+    def __init__(self, config: Config, metrics: object = None) -> None:
+        self.config = config
+        self.created = int(time.time())
+        self.handles: dict[str, WorkerHandle] = {}
+        self.draining = False
+        self._metrics = metrics
+        self._names: dict[str, str] = {}
+        self._socket_dir: str | None = None
+        self._room = asyncio.Lock()
+        self._retiring: set[asyncio.Task[None]] = set()
+        self._kinds: dict[str, ModelKind | None] = {}
+        self._links: dict[str, NodeLink] = {}
+        self.memory = MemoryBudget(
+            lambda: self.config.server, lambda: list(self.handles.values()), lambda: self.config.nodes
+        )
+
+    # -- lifecycle --------------------------------------------------------------
+
+    def start(self) -> None:
+        """Create the socket directory and start the ``preload`` models."""
+        self._socket_dir = make_socket_dir()
+        self._apply_models(self.config.models)
+        for model in self.config.models:
+            if model.preload:
+                asyncio.create_task(self._preload(model.name))
+
+    async def _preload(self, name: str) -> None:
+        try:
+            await self._acquire(self.handles[name])
+        except APIError as err:
+            log.error("could not preload %s: %s", name, err.message)
+
+    async def stop(self) -> None:
+        """Stop every worker (in parallel) and remove the socket directory."""
+        await asyncio.gather(*self._retiring, return_exceptions=True)
+        await asyncio.gather(*(h.stop() for h in self.handles.values()))
+        if self._socket_dir is not None:
+            remove_socket_dir(self._socket_dir)
+
+    async def wait_ready(self, timeout: float) -> bool:
+        """Wait until every preloaded worker is ready; False on timeout."""
+        wanted = [self.handles[m.name] for m in self.config.models if m.preload]
+        results = await asyncio.gather(*(h.wait_ready(timeout) for h in wanted))
+        return all(results)
+
+    def begin_drain(self) -> None:
+        """Refuse new requests from now on (503); in-flight ones go on."""
+        self.draining = True
+
+    async def wait_idle(self, timeout: float) -> bool:
+        """Wait until nothing is in flight; False on timeout."""
+        deadline = time.monotonic() + timeout
+        while any(h.inflight for h in self.handles.values()):
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.05)
+        return True
+
+    def end_inflight(self, message: str) -> None:
+        """End every request still in flight, on every worker, with an error
+        carrying ``message`` (see :meth:`WorkerHandle.end_inflight`)."""
+        for handle in self.handles.values():
+            handle.end_inflight(message)
+
+    # -- reload -----------------------------------------------------------------
+
+    def reload(self, config: Config) -> list[str]:
+        """Apply a new config; return one line per change made.
+
+        Added models become available (and start if ``preload``), removed
+        ones stop taking requests and are drained and stopped, changed ones
+        are drained and restarted with their new settings; API keys and
+        other server settings that can change at run time take effect at
+        once (listen address changes need a restart).
+        """
+        old = {m.name: m for m in self.config.models}
+        new = {m.name: m for m in config.models}
+        changes = []
+        if (config.server.host, config.server.port) != (self.config.server.host, self.config.server.port):
+            changes.append("listen address changed: restart mlxd to apply it")
+        if config.nodes != self.config.nodes:
+            changes.append("[[nodes]] changed: restart mlxd to apply it")
+        self.config = config
+        self._kinds.clear()
+        for name in old.keys() - new.keys():
+            handle = self.handles.pop(name)
+            self._retire(handle.unload("removed from the config"))
+            changes.append(f"removed model {name}")
+        for name, model in new.items():
+            handle = self.handles.get(name)
+            if handle is None:
+                changes.append(f"added model {name}")
+            else:
+                handle.server = config.server  # used from the next worker start on
+                if model != old[name]:
+                    self._retire(self._restart(handle, model))
+                    changes.append(f"changed model {name}: restarting it after its requests finish")
+        self._apply_models(config.models)
+        for name in new.keys() - old.keys():
+            if new[name].preload:
+                asyncio.create_task(self._preload(name))
+        return changes
+
+    async def _restart(self, handle: WorkerHandle, model: ModelConfig) -> None:
+        was_running = handle.resident
+        await handle.unload("its configuration changed")
+        handle.model = model
+        handle.status.peak_memory_bytes = None  # measured under the old configuration
+        handle.server = self.config.server
+        if was_running or model.preload:
+            await self._acquire(handle)
+
+    def _retire(self, coro: object) -> None:
+        task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    def _node_links(self) -> dict[str, NodeLink]:
+        """A :class:`NodeLink` per ``[[nodes]]`` entry, with the gateway's
+        CURVE key pair (read once; raises
+        :class:`shared.sockets.CurveKeyError` when a key is unusable)."""
+        if self.config.nodes and not self._links:
+            server = self.config.server
+            keys = read_key_pair(server.curve_public_key_file, server.curve_secret_key_file)
+            self._links = {n.name: NodeLink(n, keys) for n in self.config.nodes}
+        return self._links
+
+    def _apply_models(self, models: list[ModelConfig]) -> None:
+        assert self._socket_dir is not None
+        names: dict[str, str] = {}
+        links = self._node_links()
+        for model in models:
+            if model.name not in self.handles:
+                self.handles[model.name] = WorkerHandle(
+                    model,
+                    self.config.server,
+                    self._socket_dir,
+                    metrics=self._metrics,
+                    node=links.get(model.node) if model.node else None,
+                )
+            for name in (model.name, *model.aliases):
+                names[name] = model.name
+        self._names = names
+
+    # -- ModelBackend -------------------------------------------------------------------
+
+    def resolve(self, name: str) -> str:
+        """Canonical model name for ``name``; raises the 404 APIError."""
+        try:
+            return self._names[name]
+        except KeyError:
+            raise model_not_found(name) from None
+
+    def limits(self, model: str) -> ModelLimits:
+        """The configured request limits of canonical model ``model``."""
+        return ModelLimits(max_n=self.handles[model].model.max_n)
+
+    def models(self) -> list[ModelInfo]:
+        """Every configured model, in config order, with its state."""
+        infos = []
+        for m in self.config.models:
+            if m.name not in self.handles:
+                continue
+            status = self.handles[m.name].status
+            defaults = status.sampling_defaults
+            infos.append(
+                ModelInfo(
+                    name=m.name,
+                    created=self.created,
+                    state=status.state,
+                    aliases=tuple(m.aliases),
+                    sampling_defaults=None if defaults is None else msgspec.structs.asdict(defaults),
+                    context_length=status.context_length,
+                    source=m.source,
+                    kind=self.kind(m.name),
+                )
+            )
+        return infos
+
+    def kind(self, model: str) -> ModelKind | None:
+        """Whether canonical ``model`` generates (text, or also images) or
+        embeds, from its config or its local files, else ``vision`` when
+        its worker reported so at load (None when unknown,
+        e.g. a Hugging Face repo id not in the local cache; its worker then
+        refuses the wrong requests itself). Cached until the next reload."""
+        if model not in self._kinds:
+            config = self.handles[model].model
+            self._kinds[model] = source_kind(config.source, config.kind)
+        kind = self._kinds[model]
+        if kind is None and self.handles[model].status.vision:
+            return "vision"
+        return kind
+
+    async def submit(
+        self, model: str, request: GenerateRequest | EmbedRequest, keep_alive: float | None = None
+    ) -> WorkerRequestStream:
+        """Route ``request`` to ``model``'s worker, starting it if needed;
+        ``keep_alive`` as in :meth:`WorkerHandle.submit`.
+
+        Raises:
+            gateway.core.errors.APIError: 400 ``wrong_model_kind`` when the model
+                is of the other kind (an embedding model asked to generate
+                or the reverse); 400 for images a text model cannot read or
+                a remote image that may not be fetched
+                (:func:`gateway.images.request.ready_images`); 503 while draining, when the model cannot
+                be loaded (or not within the memory budget), or when its
+                queue is full.
+        """
+        if self.draining:
+            raise unavailable("the server is shutting down", retry_after=5)
+        handle = self.handles.get(model)
+        if handle is None:
+            raise model_not_found(model)
+        kind = self.kind(model)
+        if kind is not None and (kind == "embedding") != isinstance(request, EmbedRequest):
+            raise bad_request(wrong_kind_message(model, kind), param="model", code="wrong_model_kind")
+        if isinstance(request, GenerateRequest):
+            request = await ready_images(request, model, kind, self.config.images)
+        await self._acquire(handle)
+        return handle.submit(request, keep_alive=keep_alive)
+
+    async def load(self, model: str, keep_alive: float | None = None) -> None:
+        """Start canonical ``model``'s worker if needed and wait until it is
+        ready, then set its idle time to ``keep_alive`` (see
+        :meth:`WorkerHandle.keep`).
+
+        Raises:
+            gateway.core.errors.APIError: 503 as :meth:`submit`.
+        """
+        if self.draining:
+            raise unavailable("the server is shutting down", retry_after=5)
+        handle = self.handles[model]
+        await self._acquire(handle)
+        handle.keep(keep_alive)
+
+    async def unload(self, model: str) -> None:
+        """Unload canonical ``model``'s worker once its requests finish
+        (no-op when it is not resident); it starts again on next use."""
+        await self.handles[model].unload("asked to unload (keep_alive 0)", soft=True)
+
+    def resident(self) -> list[Residency]:
+        """Every model whose worker is loaded (state ``ready``), in config
+        order, with its memory and idle expiry, and every model being
+        downloaded for its worker (with the pull's progress)."""
+        found = []
+        for m in self.config.models:
+            handle = self.handles.get(m.name)
+            if handle is not None and handle.status.state == "downloading":
+                found.append(Residency(m.name, 0, None, None, download=handle.status.download))
+            if handle is None or handle.status.state != "ready":
+                continue
+            stats = handle.status.stats
+            found.append(
+                Residency(
+                    name=m.name,
+                    memory_bytes=max(stats.active_memory_bytes, handle.status.memory_bytes or 0)
+                    or self.memory.estimate(handle),
+                    expires_at=handle.expires_at(),
+                    context_length=handle.status.context_length,
+                )
+            )
+        return found
+
+    def model_files(self, model: str) -> ModelFiles:
+        """What the files of canonical ``model``'s source say (see
+        :func:`gateway.workers.model_paths.model_files`)."""
+        return model_files(self.handles[model].model.source)
+
+    async def _acquire(self, handle: WorkerHandle) -> None:
+        await handle.settle(self.config.server.worker_start_timeout)
+        if handle.status.state != "ready":
+            async with self._room:
+                if not handle.resident:
+                    if not handle.model.node:
+                        self._check_path(handle)
+                    await self.memory.make_room(handle)
+                    handle.mlx_limits = self.memory.mlx_limits(handle)
+                    handle.start()
+        await handle.acquire(self.config.server.worker_start_timeout)
+
+    def _check_path(self, handle: WorkerHandle) -> None:
+        try:
+            check_inside_root(handle.model.source, self.config.server.models_root)
+        except SourceOutsideRoot as exc:
+            raise APIError(503, str(exc), code="model_unavailable") from None
+
+    # -- health ------------------------------------------------------------------------
+
+    def health(self) -> dict[str, object]:
+        """The body of ``GET /health``: each model's worker status."""
+        return {
+            "status": "draining" if self.draining else "ok",
+            "models": {name: msgspec.to_builtins(h.status) for name, h in self.handles.items()},
+        }
+
+    def readiness(self) -> tuple[bool, dict[str, object]]:
+        """Whether every preloaded model is ready (and the server is not
+        draining), with each model's state, for ``GET /ready``."""
+        states = {name: h.status.state for name, h in self.handles.items()}
+        preloaded = [m.name for m in self.config.models if m.preload]
+        ready = not self.draining and all(states.get(n) == "ready" for n in preloaded)
+        return ready, {"ready": ready, "models": states}

@@ -1,0 +1,10 @@
+"""Embedding models (``kind = "embedding"``).
+
+Belongs here: loading an embedding model and turning token ids into vectors
+(:mod:`~worker.embeddings.model`), the BERT encoder
+(:mod:`~worker.embeddings.bert`), and the embedding worker's scheduler
+thread (:mod:`~worker.embeddings.scheduler`).
+
+Imports: :mod:`worker.loading`, :mod:`worker.messages`, :mod:`shared`, MLX.
+Runs on the embedding scheduler thread.
+"""

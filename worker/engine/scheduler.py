@@ -1,0 +1,668 @@
+"""The scheduler thread: the only thread of the worker that touches MLX.
+
+It runs continuous batching on mlx-lm's ``BatchGenerator``: each loop
+iteration applies every queued command (admit, abort, release, stop), ends
+requests past their deadline, then runs one engine step in which new prompts
+are prefilled while running sequences decode. The tokens of a step (with
+log-probabilities where asked) go to the output thread as one
+:class:`TokenStep`; text, stop strings and wire messages are that thread's
+job.
+
+Prompts start from the longest reusable prefix in the :class:`PrefixCache`,
+and finished (or aborted) sequences leave their state there. For a model
+whose cache cannot be trimmed (state-space layers, sliding windows; see
+:mod:`worker.caches.profile`) a finished sequence's state only helps a prompt
+that continues exactly where it ended, so the scheduler also keeps
+prompt-end checkpoints (see :mod:`worker.engine.checkpoints`). A request with ``n``
+choices is prefilled once; each choice then decodes from its own copy.
+
+Every mlx-lm internal stays in :mod:`worker.engine.batch_engine`; the scheduler
+uses the engine's public methods only.
+
+Threads: :meth:`Scheduler.run` and :meth:`Scheduler.warm_up` execute on the
+scheduler thread; :meth:`Scheduler.submit` may be called from any thread
+(the inbox is a thread-safe queue). ``counters`` is written only here and
+read by the output thread (plain numbers, each update atomic under the GIL).
+MLX's memory counters are sampled into ``counters`` on every loop turn, and
+once the engine has been idle for :data:`IDLE_CLEAR_SECONDS` MLX's buffer
+cache is cleared (here, never from another thread).
+
+Longer than ~500 lines on purpose: it is one thread's loop. Admission,
+prefill, decode, expiry, release and the tensor-parallel plan all act on
+the same batch state, in a fixed order each turn; the pieces that do not
+need that state live beside it (the batch engine, prompt checkpoints, the
+step plan, sampling, speculation, the prefix cache).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from worker.caches.prefix import Lookup, PrefixCache
+from worker.engine import mlx_memory
+from worker.engine.checkpoints import PromptCheckpoints
+from worker.engine.step_plan import Expire, PlanLink
+from worker.messages import (
+    Abort,
+    Admission,
+    Counters,
+    Release,
+    Started,
+    Stop,
+    Terminal,
+    TokenEvent,
+    TokenLogprobs,
+    TokenStep,
+)
+from worker.speculation.prompt_lookup import Speculation
+
+if TYPE_CHECKING:  # loads MLX; imported on the scheduler thread
+    from worker.engine.batch_engine import BatchEngine
+
+log = logging.getLogger("mlxd.worker.scheduler")
+
+BURST_GAP = 0.004
+"""Seconds without a new command that end a burst (see ``_gather_burst``)."""
+
+BURST_WINDOW = 0.02
+"""The longest an idle engine waits for the rest of a burst, in seconds."""
+
+PREPARING_WINDOW = 0.25
+"""The longest an idle engine waits for the rest of a burst while the
+worker's input thread is still preparing requests (see
+:attr:`Scheduler.preparing`), in seconds: rendering and tokenizing a long
+prompt takes longer than :data:`BURST_GAP`, but far less than prefilling it."""
+
+SPILL_EVERY = 64
+"""Engine steps between two disk-tier spills while the engine is busy."""
+
+IDLE_CLEAR_SECONDS = 2.0
+"""Seconds the engine must stay idle before MLX's buffer cache is cleared:
+long enough that back-to-back requests (an agent's next turn) reuse the
+cached buffers, short enough that an idle model gives its cache back."""
+
+
+_PREFILL_UID = -1
+"""The engine uid a lone prefill's position delta is bound to."""
+
+
+def _model_ids_only(processor: Callable[[Any, Any], Any], image_token_id: int) -> Callable[[Any, Any], Any]:
+    """``processor`` reading the tokens as the model does: a prompt's image
+    cache keys (ids past the vocabulary, see :mod:`worker.vision.inputs`)
+    read as the image token."""
+    import mlx.core as mx
+
+    def apply(tokens: Any, logits: Any) -> Any:
+        keyed = tokens >= logits.shape[-1]
+        return processor(mx.where(keyed, mx.array(image_token_id, dtype=tokens.dtype), tokens), logits)
+
+    return apply
+
+
+@dataclass
+class _Seq:
+    """One choice of one request inside the engine."""
+
+    request_id: str
+    index: int
+    top_logprobs: int | None  # None: no logprobs wanted
+
+
+class Scheduler:
+    """Owns the model's ``BatchGenerator`` and runs it on its own thread.
+
+    ``emit`` receives :class:`Started`, :class:`TokenStep` and
+    :class:`Terminal` items in the order they happen (it must be
+    thread-safe and non-blocking, e.g. a queue's ``put``). ``model`` must
+    have been loaded on the thread that calls :meth:`run`. ``cache`` is the
+    prefix cache (None disables reuse). ``preparing`` is an event the
+    worker's input thread sets while it has requests it is still turning
+    into admissions; an idle engine waits longer for the rest of a burst
+    while it is set (see :meth:`_gather_burst`). At most ``max_batch_size``
+    sequences decode together (``prefill_batch_size`` is capped by it).
+    ``host_sampling`` picks where
+    sampling and log-probabilities are computed (see :mod:`worker.engine.batch_engine`;
+    None: NumPy on the CPU backend, MLX on a GPU). ``checkpoints``: keep
+    prompt-end and message-boundary snapshots (for caches that cannot be
+    trimmed; see the module docstring). ``speculation``: a
+    :class:`~worker.speculation.prompt_lookup.Speculation` turns on prompt-lookup
+    drafting (None: off; only for models whose cache can be trimmed).
+    ``solo``: the model's cache cannot be batched; sequences run one at a
+    time (the engine's batch sizes are then 1; see :mod:`worker.engine.solo_cache`).
+    ``lockstep``: this scheduler is one rank of a tensor-parallel group
+    (:mod:`worker.tensor_parallel.lockstep`); rank 0 runs :meth:`run` and shares
+    each loop turn, the other ranks run :meth:`follow`.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        eos_token_ids: set[int],
+        emit: Callable[[object], None],
+        *,
+        cache: PrefixCache | None,
+        max_batch_size: int,
+        prefill_batch_size: int,
+        prefill_step_size: int,
+        host_sampling: bool | None = None,
+        checkpoints: bool = False,
+        speculation: Speculation | None = None,
+        solo: bool = False,
+        lockstep: PlanLink | None = None,
+    ) -> None:
+        self._model = model
+        self._eos = sorted(eos_token_ids)
+        self._emit = emit
+        self.cache = cache
+        self._host_sampling = host_sampling
+        self.speculation = speculation
+        self._lockstep = lockstep
+        # mlx-lm decodes max(completion, prefill) batch sizes together: keep
+        # the prefill batch within max_batch_size so that one is the limit
+        self._prefill_batch = min(prefill_batch_size, max_batch_size)
+        self._checkpoints = PromptCheckpoints(checkpoints and cache is not None)
+        self._batch_kwargs = dict(
+            solo=solo,
+            completion_batch_size=max_batch_size,
+            prefill_batch_size=self._prefill_batch,
+            prefill_step_size=prefill_step_size,
+        )
+        self.inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self.preparing = threading.Event()
+        self.counters = Counters()
+        self._seqs: dict[int, _Seq] = {}
+        self._uids: dict[str, list[int]] = {}
+        self._deadlines: dict[str, float] = {}
+        self._waiting_since: dict[str, float] = {}
+        self._engine: BatchEngine | None = None
+        self._step = 0
+        self._idle_since: float | None = None
+        self._cache_cleared = False
+        self._spilled_at = 0
+
+    def submit(self, item: object) -> None:
+        """Queue a command for the scheduler thread; any thread may call."""
+        self.inbox.put(item)
+
+    def warm_up(self, prompt: list[int]) -> None:
+        """Run ``prompt`` through a throwaway engine for two tokens.
+
+        Allocates buffers and builds kernels before the worker says Ready.
+        The engine is closed before returning (a ``BatchGenerator`` restores
+        the wired-memory limit when closed, and must not do so later, from
+        the garbage collector, under the engine :meth:`run` starts).
+        """
+        engine = self._new_engine()
+        try:
+            (uid,) = engine.insert([prompt], max_tokens=[2])
+            done = False
+            while not done:
+                _, responses = engine.next()
+                done = any(r.uid == uid and r.finish_reason for r in responses)
+        finally:
+            engine.close()
+
+    def run(self) -> None:
+        """The scheduler loop; returns after a :class:`Stop` command.
+
+        Any exception that escapes a step or the loop itself (a failed
+        engine step, a bug) propagates to the caller: the engine and its
+        arrays cannot be trusted any more, so the worker fails every
+        request in flight and exits (see ``worker.main``). One bad command
+        or one request that cannot be admitted does not stop the loop.
+
+        When the engine was idle and a request arrives, the loop first
+        gathers the rest of its burst (see :meth:`_gather_burst`) and then
+        prefills every waiting prompt in one batch; while sequences are
+        decoding, new prompts join in chunks of ``prefill_batch_size`` so
+        running streams are not stalled by a long prefill.
+        """
+        self.start()
+        try:
+            while True:
+                idle = not self._seqs
+                if not self._drain_inbox(block=idle):
+                    return
+                if idle and self._seqs and not self._gather_burst():
+                    return
+                self.turn()
+        finally:
+            self.close()
+
+    def start(self) -> None:
+        """Build the engine (:meth:`run` does; a test that drives the loop
+        turn by turn with :meth:`apply_pending` and :meth:`turn` calls it
+        first, on the thread that then drives)."""
+        self._engine = self._new_engine()
+
+    def apply_pending(self) -> bool:
+        """Apply every queued command without waiting; False when a
+        :class:`Stop` was among them (everything in flight is then
+        aborted)."""
+        return self._drain_inbox(block=False)
+
+    def turn(self) -> None:
+        """The rest of one loop turn, after the queued commands were
+        applied: end requests past their deadline, run one engine step when
+        sequences are in flight, then release idle memory, spill to the
+        disk tier and update the gauges."""
+        from worker.faults import reached
+
+        if self._deadlines:
+            self._expire(time.monotonic())
+        stepped = bool(self._seqs)
+        if self._lockstep is not None:
+            self._lockstep.publish(stepped)
+        if stepped:
+            reached("scheduler")
+            self._run_step()
+        self._release_idle_memory(time.monotonic(), busy=stepped or bool(self._seqs))
+        self._spill(busy=bool(self._seqs))
+        self._update_gauges()
+
+    def close(self) -> None:
+        """Close the engine and hand the prefix cache's last entries to the
+        disk tier (the end of :meth:`run`)."""
+        self._engine.close()
+        if self.cache is not None:
+            try:
+                self.cache.spill()  # what the disk tier has not got yet
+            except Exception:  # must not mask why the loop ended
+                log.exception("could not hand the last prefix-cache entries to the disk tier")
+
+    def follow(self) -> None:
+        """The loop of a tensor-parallel rank other than 0: apply each plan
+        rank 0 shares (:meth:`~worker.engine.step_plan.PlanLink.receive`) and step when it steps;
+        returns after the plan's stop. Anything that goes wrong here (a
+        broken group, a plan this rank cannot apply) propagates: a rank out
+        of step must take the group down rather than compute garbage."""
+        assert self._lockstep is not None
+        self._engine = self._new_engine()
+        try:
+            while True:
+                plan = self._lockstep.receive()
+                for item in plan.items:
+                    command = self._lockstep.command(item)
+                    if isinstance(command, Stop):
+                        self._abort(list(self._uids))
+                        return
+                    if isinstance(command, Expire):
+                        self._end_expired(command.request_ids)
+                    else:
+                        self._apply(command)
+                if plan.step:
+                    self._run_step()
+                self._release_idle_memory(time.monotonic(), busy=plan.step or bool(self._seqs))
+        finally:
+            self._engine.close()
+
+    def _spill(self, busy: bool) -> None:
+        """Hand new prefix-cache entries to the disk tier: one per loop turn
+        while the engine is idle (a request that arrives meanwhile waits for
+        one entry's copy at most), one every :data:`SPILL_EVERY` steps while
+        it is busy (each is a copy of the entry's state on this thread; the
+        file write happens on the tier's writer thread)."""
+        cache = self.cache
+        if cache is None or cache.disk is None:
+            return
+        if not busy:
+            cache.spill(limit=1)
+        elif self._step - self._spilled_at >= SPILL_EVERY:
+            self._spilled_at = self._step
+            cache.spill(limit=1)
+
+    # -- engine -------------------------------------------------------------
+
+    def _new_engine(self) -> BatchEngine:
+        from worker.engine.batch_engine import BatchEngine
+        from worker.sampling.samplers import greedy
+
+        return BatchEngine(
+            self._model,
+            host_sampling=self._host_sampling,
+            speculation=self.speculation,
+            max_tokens=1,
+            stop_tokens=[[t] for t in self._eos],
+            sampler=greedy,
+            **self._batch_kwargs,
+        )
+
+    def _drain_inbox(self, block: bool) -> bool:
+        """Apply queued commands; False when a Stop was seen."""
+        try:
+            item = self.inbox.get(timeout=0.5) if block else self.inbox.get_nowait()
+        except queue.Empty:
+            return True
+        return self._apply_queued(item)
+
+    def _gather_burst(self) -> bool:
+        """Keep applying commands until none arrived for ``BURST_GAP``
+        seconds, or ``BURST_WINDOW`` seconds passed (``PREPARING_WINDOW``
+        while :attr:`preparing` is set); False when a Stop was seen.
+        Requests of a burst reach the worker a few milliseconds apart (HTTP
+        parsing, then rendering and tokenizing, one request at a time):
+        waiting for them lets the first step prefill them together instead
+        of one by one behind decode steps of the growing batch."""
+        start = time.monotonic()
+        while True:
+            window = PREPARING_WINDOW if self.preparing.is_set() else BURST_WINDOW
+            wait = min(BURST_GAP, start + window - time.monotonic())
+            if wait <= 0:
+                return True
+            try:
+                item = self.inbox.get(timeout=wait)
+            except queue.Empty:
+                if self.preparing.is_set():
+                    continue
+                return True
+            if not self._apply_queued(item):
+                return False
+
+    def _apply_queued(self, item: object) -> bool:
+        """Apply ``item`` and every command queued behind it; False when a
+        Stop was seen (everything in flight is then aborted)."""
+        while True:
+            if self._lockstep is not None:
+                item = self._lockstep.record(item)
+            if isinstance(item, Stop):
+                self._abort(list(self._uids))
+                if self._lockstep is not None:
+                    self._lockstep.publish(False)
+                return False
+            try:
+                self._apply(item)
+            except Exception:  # one bad command must not stop the loop
+                log.exception("scheduler command %s failed", type(item).__name__)
+            try:
+                item = self.inbox.get_nowait()
+            except queue.Empty:
+                return True
+
+    def _apply(self, item: object) -> None:
+        if isinstance(item, Admission):
+            self._admit(item)
+        elif isinstance(item, Abort):
+            self._abort(item.request_ids)
+        elif isinstance(item, Release):
+            self._release(item)
+
+    # -- admission ----------------------------------------------------------
+
+    def _admit(self, adm: Admission) -> None:
+        try:
+            uids, cached, from_disk = self._insert(adm)
+        except Exception:  # a bad request must not take the worker down
+            log.exception("could not admit %s", adm.request_id)
+            self._emit(Started(adm.request_id, adm.n, len(adm.prompt), 0, [], adm.output))
+            self._emit(Terminal(adm.request_id, "error", "internal", "the request could not be started"))
+            return
+        self._uids[adm.request_id] = uids
+        self._waiting_since[adm.request_id] = adm.received or time.monotonic()
+        if adm.deadline is not None:
+            self._deadlines[adm.request_id] = adm.deadline
+        self._emit(
+            Started(adm.request_id, adm.n, len(adm.prompt), cached, list(adm.params.stop), adm.output, from_disk)
+        )
+
+    def _insert(self, adm: Admission) -> tuple[list[int], int, int]:
+        """Insert every choice of ``adm`` into the engine; return the uids,
+        the number of prompt tokens reused from the prefix cache and how
+        many of those came from its disk tier."""
+        from worker.sampling.samplers import make_sampler
+
+        prompt = adm.prompt
+        found = self.cache.fetch(prompt) if self.cache else Lookup(None, 0, list(prompt))
+        base, remaining = found.cache, found.remaining
+        cached, from_disk, delta = found.cached, found.from_disk, 0
+        engine = self._engine
+        if adm.vision is not None:
+            base, remaining, delta = self._vision_prefix(adm, base, remaining)
+            if base is not found.cache:
+                cached = from_disk = 0
+        if adm.n > 1 and len(remaining) > 1:
+            base = self._prefill(base, prompt, len(prompt) - len(remaining), delta)
+            remaining = prompt[-1:]
+        done = len(prompt) - len(remaining)
+        self.counters.prompt_tokens += len(remaining)
+        params = adm.params
+        stops = engine.stop_sequences(params.ignore_eos)
+        marks = self._checkpoints.marks_for(adm, done) if adm.n == 1 else set()
+        uids = []
+        for i in range(adm.n):
+            cache = copy.deepcopy(base) if base is not None and adm.n > 1 else base
+            (uid,) = engine.insert_segments(
+                [self._checkpoints.segments(remaining, done, marks)],
+                max_tokens=[adm.max_tokens],
+                caches=[cache] if cache is not None else None,
+                all_tokens=[list(prompt[:done])],
+                samplers=[make_sampler(params, choice=i)],
+                logits_processors=[self._processors(adm, i)],
+                stop_sequences=[stops],
+            )
+            engine.set_delta(uid, delta)
+            if self.speculation is not None and not params.speculative:
+                self.speculation.opt_out(uid)
+            top = params.top_logprobs if params.logprobs else None
+            self._seqs[uid] = _Seq(adm.request_id, i, top)
+            uids.append(uid)
+            self._checkpoints.track(uid, prompt, done, marks)
+        return uids, cached, from_disk
+
+    def _vision_prefix(
+        self, adm: Admission, base: list[Any] | None, remaining: list[int]
+    ) -> tuple[Any, list[int], int]:
+        """For a prompt with images: the cache to start from, the prompt
+        tokens still to feed and the position delta. A cached prefix that
+        covers every image token (keyed by the images' content, see
+        :mod:`worker.vision.inputs`) is kept and the vision tower is not
+        run; otherwise all but the last prompt token are prefilled with
+        the images now (and that state kept in the prefix cache)."""
+        vision = adm.vision
+        engine = self._engine
+        if len(adm.prompt) - len(remaining) >= vision.image_end:
+            return base, remaining, engine.position_delta(vision)
+        cache, delta = engine.prefill_images(vision)
+        self.counters.prompt_tokens += len(adm.prompt) - 1
+        if self.cache is not None:
+            self.cache.insert(list(adm.prompt[:-1]), copy.deepcopy(cache))
+        return cache, list(adm.prompt[-1:]), delta
+
+    def _processors(self, adm: Admission, choice: int) -> list[Any]:
+        """The logits processors of one choice: sampling penalties and biases,
+        then its grammar (last, so nothing can re-allow a masked token)."""
+        from worker.sampling.constrained_decoding import after_marker, grammar_processor
+        from worker.sampling.samplers import make_processors, thinking_budget_processor
+
+        processors = make_processors(adm.params, len(adm.prompt), self._eos)
+        if adm.vision is not None and processors:
+            processors = [_model_ids_only(p, adm.vision.image_token_id) for p in processors]
+        if adm.thinking_budget is not None:
+            processors.append(thinking_budget_processor(adm.thinking_budget, len(adm.prompt)))
+        if adm.matchers is not None:
+            matcher = adm.matchers[choice]
+            if adm.reasoning_close:
+                processors.append(
+                    after_marker(lambda start: grammar_processor(matcher, start), len(adm.prompt), adm.reasoning_close)
+                )
+            else:
+                processors.append(grammar_processor(matcher, len(adm.prompt)))
+        return processors
+
+    def _prefill(self, cache: list[Any] | None, prompt: list[int], start: int, delta: int = 0) -> list[Any]:
+        """Feed ``prompt[start:-1]`` into ``cache`` (a fresh one when None) so
+        it covers all but the last prompt token; keep a copy in the prefix
+        cache. Used to prefill once for all choices of an ``n`` > 1 request
+        (``delta``: its position delta, see :mod:`worker.vision.model`)."""
+        engine = self._engine
+        engine.set_delta(_PREFILL_UID, delta)  # type: ignore[union-attr]
+        try:
+            cache = engine.prefill(cache, prompt[start:-1], uid=_PREFILL_UID)  # type: ignore[union-attr]
+        finally:
+            engine.drop_delta(_PREFILL_UID)  # type: ignore[union-attr]
+        if self.cache is not None:
+            self.cache.insert(prompt[:-1], copy.deepcopy(cache))
+        return cache
+
+    # -- removal --------------------------------------------------------------
+
+    def _forget(self, request_id: str) -> list[int]:
+        """Drop a request from the maps; return its live uids."""
+        uids = self._uids.pop(request_id, [])
+        self._deadlines.pop(request_id, None)
+        self._waiting_since.pop(request_id, None)
+        for uid in uids:
+            self._seqs.pop(uid, None)
+            self._engine.drop_delta(uid)  # type: ignore[union-attr]
+            self._checkpoints.forget(uid)
+            if self.speculation is not None:
+                self.speculation.forget(uid)
+        return uids
+
+    def _remove_keeping_state(self, uids: list[int]) -> None:
+        """Take ``uids`` out of the engine; what they had computed stays in
+        the prefix cache (a client that retries an aborted or timed-out
+        request continues from it)."""
+        caches = self._engine.remove(uids, return_prompt_caches=self.cache is not None)
+        for cache, tokens in caches.values():
+            if tokens and cache:
+                self.cache.insert(list(tokens), cache)  # type: ignore[union-attr]
+
+    def _abort(self, request_ids: list[str]) -> None:
+        for request_id in request_ids:
+            if request_id not in self._uids:
+                continue
+            uids = self._forget(request_id)
+            if uids:
+                self._remove_keeping_state(uids)
+            self.counters.requests_aborted += 1
+            self._emit(Terminal(request_id, "abort"))
+
+    def _release(self, item: Release) -> None:
+        uids = self._uids.get(item.request_id, [])
+        uid = next((u for u in uids if self._seqs[u].index == item.index), None)
+        if uid is None:
+            return
+        caches = self._engine.remove([uid], return_prompt_caches=self.cache is not None)
+        self._finish_seq(uid)
+        if uid in caches:
+            cache, tokens = caches[uid]
+            self.cache.insert(tokens, cache)  # type: ignore[union-attr]
+
+    def _finish_seq(self, uid: int) -> None:
+        seq = self._seqs.pop(uid)
+        self._engine.drop_delta(uid)  # type: ignore[union-attr]
+        self._checkpoints.forget(uid)
+        if self.speculation is not None:
+            self.speculation.forget(uid)
+        uids = self._uids[seq.request_id]
+        uids.remove(uid)
+        if not uids:
+            del self._uids[seq.request_id]
+            self._deadlines.pop(seq.request_id, None)
+            self.counters.requests_finished += 1
+
+    def _expire(self, now: float) -> None:
+        expired = [request_id for request_id, deadline in self._deadlines.items() if deadline <= now]
+        if expired and self._lockstep is not None:
+            self._lockstep.record_expired(expired)
+        self._end_expired(expired)
+
+    def _end_expired(self, request_ids: list[str]) -> None:
+        """End ``request_ids`` with a timeout error, keeping their state."""
+        for request_id in request_ids:
+            uids = self._forget(request_id)
+            if uids:
+                self._remove_keeping_state(uids)
+            self.counters.requests_timed_out += 1
+            self._emit(Terminal(request_id, "error", "timeout", "the request exceeded its time limit"))
+
+    # -- stepping ---------------------------------------------------------------
+
+    def _run_step(self) -> None:
+        started = time.perf_counter()
+        engine = self._engine
+        progress, responses = engine.step()
+        self._step += 1
+        if self._checkpoints:
+            self._checkpoints.take(progress, self._seqs, engine, self.cache)
+        scheduled = self._scheduled(progress, responses)
+        events = self._events(responses)
+        c = self.counters
+        c.step_seconds += time.perf_counter() - started
+        c.steps = self._step
+        c.generated_tokens += len(events)
+        # a speculative step gives a row several events: count rows
+        c.max_batch_seen = max(c.max_batch_seen, len({(e[0], e[1]) for e in events}))
+        if events or scheduled:
+            self._emit(TokenStep(self._step, events, scheduled))
+
+    def _scheduled(self, progress: list[Any], responses: list[Any]) -> list[tuple[str, float]]:
+        """Requests the engine worked on for the first time in this step,
+        with how long each waited since the worker received it."""
+        if not self._waiting_since:
+            return []
+        now = time.monotonic()
+        found: list[tuple[str, float]] = []
+        for r in (*progress, *responses):
+            seq = self._seqs.get(r.uid)
+            if seq is not None and seq.request_id in self._waiting_since:
+                found.append((seq.request_id, now - self._waiting_since.pop(seq.request_id)))
+        return found
+
+    def _events(self, responses: list[Any]) -> list[TokenEvent]:
+        """Turn engine responses into token events; retire finished choices."""
+        wanted = [r for r in responses if r.uid in self._seqs and self._wants_logprobs(r)]
+        logprobs = self._logprobs(wanted) if wanted else {}
+        events: list[TokenEvent] = []
+        for r in responses:
+            seq = self._seqs.get(r.uid)
+            if seq is None:
+                continue
+            events.append((seq.request_id, seq.index, r.token, r.finish_reason, logprobs.get(id(r))))
+            if r.finish_reason is not None:
+                self._finish_seq(r.uid)
+                if self.cache is not None and r.prompt_cache is not None:
+                    self.cache.insert(r.all_tokens, r.prompt_cache)
+        return events
+
+    def _wants_logprobs(self, r: Any) -> bool:
+        return self._seqs[r.uid].top_logprobs is not None and r.finish_reason != "stop"
+
+    def _logprobs(self, responses: list[Any]) -> dict[int, TokenLogprobs]:
+        """Each response's token log-probability and its top alternatives
+        (see :func:`worker.engine.batch_engine.response_logprobs`), by the
+        response's ``id`` (a speculative step returns several responses
+        for one row)."""
+        from worker.engine.batch_engine import response_logprobs
+
+        wants = [self._seqs[r.uid].top_logprobs or 0 for r in responses]
+        return {id(r): found for r, found in zip(responses, response_logprobs(responses, wants))}
+
+    def _update_gauges(self) -> None:
+        engine = self._engine
+        running = engine.running if engine is not None else 0
+        self.counters.running = running
+        self.counters.waiting = max(0, len(self._seqs) - running)
+        memory = mlx_memory.sample()
+        self.counters.active_memory = memory.active
+        self.counters.cache_memory = memory.cache
+        self.counters.peak_memory = memory.peak
+
+    def _release_idle_memory(self, now: float, busy: bool) -> None:
+        """Clear MLX's buffer cache once per idle period, after the engine
+        has had nothing to run for :data:`IDLE_CLEAR_SECONDS` (``busy``: a
+        step ran in this loop turn, or sequences remain)."""
+        if busy:
+            self._idle_since = None
+            self._cache_cleared = False
+        elif self._idle_since is None:
+            self._idle_since = now
+        elif not self._cache_cleared and now - self._idle_since >= IDLE_CLEAR_SECONDS:
+            mlx_memory.clear_cache()
+            self._cache_cleared = True

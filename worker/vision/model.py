@@ -1,0 +1,178 @@
+"""Loading a vision-language model with mlx-vlm and serving it through
+mlxd's batch engine.
+
+:func:`load_vision_model` loads the model and its processor with mlx-vlm
+(weights cast as :func:`worker.loading.loader.load_model` does) and wraps the model
+in a :class:`VisionLanguageModel`: the text-only face that mlx-lm's batch
+engine (:mod:`worker.engine.batch_engine`) steps like any language model, one
+token id per position. Images never pass through the batch: a prompt with
+images is prefilled once, outside it, by mlx-vlm's own model call
+(:meth:`VisionLanguageModel.prefill_images`: vision tower, image features
+merged into the embeddings, multimodal rotary positions), and the
+resulting KV cache joins the batch like a cached prefix. Text and image
+requests then decode together.
+
+Positions: Qwen-VL models number the tokens after an image from the
+image's grid, not from the sequence length, so a sequence's rotary
+position is its cache offset plus a per-sequence delta (0 for text-only
+prompts; mlx-vlm's ``get_rope_index`` gives it for a prompt with images).
+The engine tells the wrapper which sequences each forward pass holds
+(:meth:`VisionLanguageModel.bind_rows`), and the wrapper passes explicit
+position ids, so no state of mlx-vlm's language model leaks between
+sequences.
+
+Supported: mlx-vlm's Qwen-VL family (``qwen2_vl``, ``qwen2_5_vl``,
+``qwen3_vl``: :data:`FAMILIES`); other VLMs are refused at load. Threads:
+load and call everything here on the scheduler thread only.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from worker.loading.loader import (
+    DTYPES,
+    LoadedModel,
+    ModelLoadError,
+    cast_weights,
+    context_length_of,
+    directory_fingerprint,
+    one_line,
+    resolve_source,
+)
+
+FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl"})
+"""mlx-vlm ``model_type`` values served (multimodal rotary positions with
+``get_rope_index`` and explicit ``position_ids``)."""
+
+
+class _Positions:
+    """Per-sequence position deltas, kept off the module's parameter tree
+    (an ``nn.Module`` would register a dict or array attribute as a
+    parameter): ``deltas`` by engine uid (absent: 0) and ``rows``, the
+    deltas of the rows of the next forward passes (None: all 0)."""
+
+    def __init__(self) -> None:
+        self.deltas: dict[int, int] = {}
+        self.rows: mx.array | None = None
+
+
+class VisionLanguageModel(nn.Module):
+    """An mlx-vlm model seen as a text language model by mlx-lm's batch
+    engine (see the module docstring). ``vlm`` is mlx-vlm's model."""
+
+    def __init__(self, vlm: nn.Module) -> None:
+        super().__init__()
+        self.vlm = vlm
+        self._positions = _Positions()
+
+    @property
+    def deltas(self) -> dict[int, int]:
+        """Each engine uid's position delta (absent: 0); the engine writes it."""
+        return self._positions.deltas
+
+    @property
+    def layers(self) -> list[Any]:
+        """The language model's decoder layers (what mlx-lm sizes caches by)."""
+        return self.vlm.language_model.model.layers
+
+    def bind_rows(self, uids: list[int]) -> None:
+        """The next forward passes hold the sequences ``uids``, row by row."""
+        deltas = [self._positions.deltas.get(uid, 0) for uid in uids]
+        self._positions.rows = mx.array(deltas, dtype=mx.int32) if any(deltas) else None
+
+    def __call__(self, inputs: mx.array, cache: list[Any] | None = None) -> mx.array:
+        """The logits of ``inputs`` (``[batch, length]`` token ids, never an
+        image token) at their positions: each row's cache offset, plus its
+        bound delta, onward.
+
+        Raises:
+            RuntimeError: deltas are bound for another number of rows (an
+                engine bug; the scheduler thread then dies, failing every
+                request, rather than answer from wrong positions).
+        """
+        batch, length = inputs.shape
+        offset = cache[0].offset if cache else 0
+        if isinstance(offset, mx.array) and offset.ndim > 0:
+            start = offset[:batch].astype(mx.int32).reshape(-1, 1)
+        else:
+            start = mx.full((batch, 1), int(offset), dtype=mx.int32)
+        rows = self._positions.rows
+        if rows is not None:
+            if rows.shape[0] != batch:  # a forward pass the engine did not bind: positions would be wrong
+                raise RuntimeError(f"position deltas bound for {rows.shape[0]} rows, the batch has {batch}")
+            start = start + rows.reshape(-1, 1)
+        positions = start + mx.arange(length, dtype=mx.int32)[None]
+        positions = mx.broadcast_to(positions[None], (3, batch, length))
+        return self.vlm.language_model(inputs, cache=cache, position_ids=positions).logits
+
+    def position_delta(self, model_ids: list[int], image_grid_thw: Any) -> int:
+        """The position delta of a prompt with images (``model_ids`` as the
+        model reads them, the images' grids as the processor gave them)."""
+        _, deltas = self.vlm.language_model.get_rope_index(mx.array([model_ids]), mx.array(image_grid_thw))
+        return int(mx.array(deltas).reshape(-1)[0].item())
+
+    def prefill_images(self, model_ids: list[int], pixel_values: Any, image_grid_thw: Any, cache: list[Any]) -> None:
+        """Run ``model_ids`` (holding every image token of the prompt) with
+        their images through mlx-vlm's model into ``cache`` (fresh, one
+        sequence), evaluating it."""
+        self.vlm(
+            mx.array([model_ids]),
+            mx.array(pixel_values),
+            cache=cache,
+            image_grid_thw=mx.array(image_grid_thw),
+        )
+        mx.eval([c.state for c in cache])
+
+
+def load_vision_model(source: str, *, dtype: str = "auto") -> tuple[LoadedModel, Any]:
+    """Resolve ``source`` and load it with mlx-vlm; return the model (as a
+    :class:`VisionLanguageModel` in a :class:`~worker.loading.loader.LoadedModel`
+    with mlx-lm's tokenizer wrapper) and mlx-vlm's processor. ``dtype`` as
+    :func:`worker.loading.loader.load_model`. No custom model code is run.
+
+    Raises:
+        ModelLoadError: bad ``dtype``, unresolvable source, a model family
+            outside :data:`FAMILIES`, or mlx-vlm cannot load it.
+    """
+    if dtype not in DTYPES:
+        raise ModelLoadError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    path = resolve_source(source)
+    try:
+        raw = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"model source {source!r}: no readable config.json in {path}: {one_line(exc)}") from exc
+    family = str(raw.get("model_type", ""))
+    if family not in FAMILIES:
+        raise ModelLoadError(
+            f"model source {source!r}: vision model type {family!r} is not supported "
+            f"(supported: {', '.join(sorted(FAMILIES))})"
+        )
+    try:
+        from mlx_lm.utils import load_tokenizer
+        from mlx_vlm import load as vlm_load
+
+        vlm, processor = vlm_load(str(path), lazy=True, trust_remote_code=False)
+    except Exception as exc:
+        raise ModelLoadError(f"model source {source!r}: mlx-vlm cannot load {path}: {one_line(exc)}") from exc
+    effective = cast_weights(vlm, dtype)
+    eos = raw.get("eos_token_id", (raw.get("text_config") or {}).get("eos_token_id"))
+    eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
+    tokenizer = load_tokenizer(path, eos_token_ids=eos_ids or None)
+    if not getattr(tokenizer, "chat_template", None) and getattr(processor, "chat_template", None):
+        tokenizer._tokenizer.chat_template = processor.chat_template
+    loaded = LoadedModel(
+        model=VisionLanguageModel(vlm),
+        tokenizer=tokenizer,
+        path=path,
+        context_length=context_length_of(raw),
+        eos_token_ids={int(t) for t in tokenizer.eos_token_ids},
+        model_id=f"{path}#{directory_fingerprint(path)}:{effective}:vision",
+        dtype=effective,
+        config=raw,
+    )
+    return loaded, processor
