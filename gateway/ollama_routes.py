@@ -23,8 +23,9 @@ without messages or a generate with an empty prompt only loads the model
 Also: ``GET /api/tags``, ``POST /api/show``, ``GET /api/ps``,
 ``GET /api/version``, ``POST /api/embed``, ``POST /api/embeddings``,
 ``GET``/``HEAD /`` ("Ollama is running"), and ``/api/pull``, ``/api/push``,
-``/api/create``, ``/api/copy``, ``/api/delete``, which answer 403 (but pull
-and delete with ``server.allow_model_management``): models
+``/api/create``, ``/api/copy``, ``/api/delete``, which answer 403 (pull and
+delete are :mod:`gateway.hub.ollama_pull`'s with
+``server.allow_model_management``; :mod:`gateway.app` routes them): models
 come from the config. Every error is Ollama's ``{"error": "..."}`` with the
 status of the matching OpenAI error (400, 401, 404, 413, 503, 504, 500).
 Runs on the gateway's event loop; reads a model's small JSON files
@@ -467,14 +468,5 @@ async def root(request: Request) -> Response:
 
 async def model_management(request: Request) -> Response:
     """``/api/pull``, ``/api/push``, ``/api/create``, ``/api/copy``,
-    ``/api/delete``: 403, models come from the config; with
-    ``server.allow_model_management``, ``POST /api/pull`` and
-    ``DELETE /api/delete`` manage pulled models (:mod:`gateway.hub.ollama_pull`)."""
-    if request.app.state.config.server.allow_model_management:
-        from gateway.hub.ollama_pull import delete_route, pull_route
-
-        if (request.url.path, request.method) == ("/api/pull", "POST"):
-            return await pull_route(request)
-        if (request.url.path, request.method) == ("/api/delete", "DELETE"):
-            return await delete_route(request)
+    ``/api/delete``: 403, models come from the config."""
     return ollama_error_response(APIError(403, FROM_CONFIG, code="models_from_config"))

@@ -2,9 +2,13 @@
 (with progress, hash checks and a free-disk check), the local store
 (listing, removal) and the audit log of who pulled or removed what.
 
-MLX-free: only huggingface-hub and the standard library, so the gateway
-and the command line can use it. Conversion, which needs mlx-lm, runs in
-its own process (``python -m worker.loading.convert``).
+Imports: :mod:`shared`, huggingface-hub and the standard library (and
+Starlette for the Ollama routes it serves); nothing else of the gateway, so
+the command line, the workers' handles (``server.auto_pull``) and
+:mod:`gateway.app` (``/api/pull``, ``/api/delete``) can use it. Never MLX:
+conversion, which needs mlx-lm, runs in its own process
+(``python -m worker.loading.convert``). Blocking work (network, hashing,
+scanning the cache) runs in threads, never on the event loop.
 
 Modules: :mod:`gateway.hub.names` (validating repo ids, revisions, file
 names, catalog names), :mod:`gateway.hub.catalog` (short names such as
