@@ -633,3 +633,11 @@ def test_service_start_rolls_over_launchds_own_log_files(tmp_path):
     assert (tmp_path / f"{service_logs.OUT_LOG}.2").read_text() == "older"
     assert small.read_text() == "y" * 10 + "more"
     assert service_logs.rotate_service_streams(tmp_path, 0, backups=3, streams=streams[:1]) == []
+
+
+def test_the_agent_runs_in_the_source_checkout():
+    """The agent's working directory is the checkout's root, where the plist
+    template and the default config are (whatever package the module is in)."""
+    root = Path(__file__).resolve().parent.parent
+    assert launchd_plist.PROJECT_ROOT == root
+    assert launchd_plist.TEMPLATE_PATH.is_file()

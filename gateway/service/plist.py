@@ -24,7 +24,7 @@ from gateway.service.logs import ERR_LOG, OUT_LOG
 LABEL = "com.mlxd.server"
 """The launchd label (and plist file name) of the mlxd agent."""
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 """The source checkout; the agent's working directory."""
 
 TEMPLATE_PATH = PROJECT_ROOT / "deploy" / "com.mlxd.server.plist.in"

@@ -45,7 +45,7 @@ from typing import Any
 
 import mlx.core as mx
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("worker.gguf")  # the name it had before the move, shared with gguf_convert and gguf_tokenizer
 
 _GLOBAL_TENSORS = {
     "token_embd": "model.embed_tokens",
