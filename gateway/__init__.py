@@ -17,6 +17,8 @@ The packages, each importing only those listed before it (and :mod:`shared`):
 - :mod:`gateway.frontend`: the toolkit every protocol front-end shares.
 - :mod:`gateway.images`: image parts, remote image fetching.
 - :mod:`gateway.mcp`: MCP sessions, routes, the one tool-round driver.
+- :mod:`gateway.hub`: models from the Hugging Face Hub (catalog, pulls,
+  the local store; imports nothing of the gateway).
 - :mod:`gateway.workers`: the pool behind the backend interface.
 - :mod:`gateway.metrics`: ``GET /metrics``.
 - the protocol front-ends :mod:`gateway.openai`, :mod:`gateway.responses`,

@@ -123,6 +123,21 @@ async def _internal_error(request: Request, exc: Exception) -> Response:
     return error_response_for(request.url.path, APIError(500, "Internal server error"))
 
 
+async def _model_management(request: Request) -> Response:
+    """Ollama's model-management routes: ``POST /api/pull`` and
+    ``DELETE /api/delete`` are :mod:`gateway.hub.ollama_pull`'s when
+    ``server.allow_model_management`` is true; everything else is the
+    Ollama front-end's 403."""
+    if request.app.state.config.server.allow_model_management:
+        from gateway.hub.ollama_pull import delete_route, pull_route
+
+        if (request.url.path, request.method) == ("/api/pull", "POST"):
+            return await pull_route(request)
+        if (request.url.path, request.method) == ("/api/delete", "DELETE"):
+            return await delete_route(request)
+    return await ollama_routes.model_management(request)
+
+
 def ollama_route_table() -> list[Route]:
     """The Ollama-compatible routes (:mod:`gateway.ollama.routes`)."""
     routes = [
@@ -137,7 +152,7 @@ def ollama_route_table() -> list[Route]:
         Route("/api/embeddings", ollama_routes.embeddings, methods=["POST"]),
     ]
     for path in ("/api/pull", "/api/push", "/api/create", "/api/copy", "/api/delete"):
-        routes.append(Route(path, ollama_routes.model_management, methods=["POST", "DELETE"]))
+        routes.append(Route(path, _model_management, methods=["POST", "DELETE"]))
     return routes
 
 

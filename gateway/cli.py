@@ -1,9 +1,14 @@
 """The ``mlxd`` command line.
 
 - ``mlxd serve [--config FILE] [--host H] [--port P]`` (the default): run
-  the gateway and its workers until drained by SIGTERM/SIGINT.
+  the gateway and its workers until drained by SIGTERM/SIGINT;
+  ``mlxd serve --model NAME [--model NAME2 ...] [--pull]`` serves those
+  hub models with default settings and no config file.
 - ``mlxd reload [--config FILE]``: make the running server re-read its
   config (sends SIGHUP to the pid in its pid file).
+- ``mlxd pull MODEL``, ``mlxd ls``, ``mlxd rm MODEL [--force]``,
+  ``mlxd ps``, ``mlxd convert SRC ...``: models from the Hugging Face Hub
+  (see :mod:`gateway.hub.commands`).
 - ``mlxd install [--config FILE] [--env K=V ...] [--dry-run]``,
   ``mlxd uninstall``, ``mlxd status [--config FILE]``: the launchd agent on
   macOS.
@@ -54,6 +59,19 @@ def build_parser() -> argparse.ArgumentParser:
             help="run as the launchd agent: a config error exits 0 (so launchd does not restart it) "
             "and logs default to ~/Library/Logs/mlxd/mlxd.log",
         )
+    serve.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="MODEL",
+        help="serve this model (catalog name such as qwen3:4b, or org/name[@revision]) with default settings "
+        "instead of the config's [[models]] and [server] (repeatable)",
+    )
+    serve.add_argument(
+        "--pull",
+        action="store_true",
+        help="first pull the models (of --model or the config) that are not downloaded yet",
+    )
     reload = sub.add_parser("reload", help="make the running server re-read its config")
     install = sub.add_parser("install", help="install and start the launchd agent (macOS)")
     install.add_argument("--dry-run", action="store_true", help="print the plist, change nothing")
@@ -74,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     keys.add_argument("--name", default="gateway", help="file name stem, e.g. gateway or the node's name")
     node = sub.add_parser("node", help="host model workers for a gateway on another machine")
     node.add_argument("--config", required=True, help="the node's TOML config ([node] and [[models]])")
+    from gateway.hub.commands import add_parsers
+
+    add_parsers(sub)
     return parser
 
 
@@ -112,10 +133,20 @@ def node(config_path: str) -> int:
     return run_node(config)
 
 
-def _load(path: str, host: str | None = None, port: int | None = None, service: bool = False) -> Config:
+def _load(
+    path: str | None, host: str | None = None, port: int | None = None, service: bool = False, named: Sequence[str] = ()
+) -> Config:
     """Load the config, applying command-line overrides and, for the
-    launchd ``service``, the default log file (ConfigError on error)."""
-    config = load_config(path)
+    launchd ``service``, the default log file (ConfigError on error).
+    With ``named`` models (``serve --model``) no file is read (``path``
+    None): the server's defaults and those models (see
+    :func:`gateway.hub.commands.named_models_config`)."""
+    if path is None:
+        from gateway.hub.commands import named_models_config
+
+        config = named_models_config(named)
+    else:
+        config = load_config(path)
     log_file = config.server.log_file
     if service and not log_file:
         from gateway.service.logs import SERVICE_LOG, default_log_dir
@@ -262,11 +293,22 @@ def main(argv: list[str] | None = None) -> int:
         return make_keys(args.dir, args.name)
     if command == "node":
         return node(args.config)
+    from gateway.hub.commands import COMMANDS, run
+
+    if command in COMMANDS:
+        return run(args)
     config_path = getattr(args, "config", str(DEFAULT_CONFIG_PATH))
     as_service = command == "serve" and args.service
     overrides = (config_path, getattr(args, "host", None), getattr(args, "port", None), as_service)
+    from gateway.hub.commands import serving_config
+
+    named = getattr(args, "model", []) if command == "serve" else []
+    if named:
+        overrides = (None, *overrides[1:])
     try:
-        config = None if command == "uninstall" else _load(*overrides)
+        config = None if command == "uninstall" else _load(*overrides, named)
+        if command == "serve" and config is not None:
+            config = serving_config(config, named, pull=getattr(args, "pull", False))
         if command == "serve" and config is not None and config.nodes:
             from shared.sockets import CurveKeyError, read_key_pair
 
@@ -278,7 +320,9 @@ def main(argv: list[str] | None = None) -> int:
         return _config_error(exc, as_service)
     if command == "serve":
         assert config is not None
-        return serve(config, config_path, lambda: _load(*overrides), as_service=as_service)
+        return serve(
+            config, config_path, lambda: serving_config(_load(*overrides, named), named), as_service=as_service
+        )
     if command == "reload":
         assert config is not None
         return reload(config)

@@ -91,6 +91,16 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     mlxd runs the model's MCP calls; the last turn's answer is returned.
     ``curve_public_key_file`` / ``curve_secret_key_file``: the gateway's
     CURVE key pair (from ``mlxd keys``), needed when ``[[nodes]]`` is set.
+    ``auto_pull``: a ``[[models]]`` ``source`` that is a catalog name or a
+    Hugging Face repo id not yet downloaded is pulled when its worker
+    starts (the model reports ``downloading``); false: such a source is an
+    error at load. ``allow_model_management``: Ollama's ``POST /api/pull``
+    and ``DELETE /api/delete`` work (with an API key when keys are set)
+    instead of answering 403. ``max_pull_bytes``: the largest model a pull
+    may fetch (bytes or a size such as ``"128GiB"``; 0: no cap).
+    ``catalog_file``: a TOML file of extra short model names (empty:
+    ``~/.config/mlxd/catalog.toml`` when it exists; see
+    ``gateway/hub/catalog.toml``).
     """
 
     host: str = "127.0.0.1"
@@ -119,6 +129,10 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     mcp_max_rounds: PositiveInt = 8
     curve_public_key_file: str = ""
     curve_secret_key_file: str = ""
+    auto_pull: bool = False
+    allow_model_management: bool = False
+    max_pull_bytes: int | str = "128GiB"
+    catalog_file: str = ""
 
 
 class SamplingDefaultsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -138,7 +152,9 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """``[[models]]``: one model served by one pinned worker process.
 
     ``source``: a ``.gguf`` file, a local mlx-lm model directory, a Hugging
-    Face repo id already in the local cache, or ``package:<pkg>/<file>``.
+    Face repo id (``org/name[@revision]``) or catalog name (``qwen3:4b``)
+    already pulled (or pulled at start with ``server.auto_pull``), or
+    ``package:<pkg>/<file>``.
     ``max_batch_size``: most sequences decoded together in one step.
     ``prefill_batch_size``: most new prompts prefilled together in one step
     while other sequences decode (an idle worker prefills a whole burst,

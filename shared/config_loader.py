@@ -101,6 +101,11 @@ def validate(config: Config, origin: str = "config") -> Config:
         raise ConfigError(f"{origin}: server.log_max_bytes: {exc}") from None
     if isinstance(config.server.log_max_bytes, str) and config.server.log_max_bytes.strip().endswith("%"):
         raise ConfigError(f"{origin}: server.log_max_bytes: a size, not a share")
+    try:
+        if parse_size(config.server.max_pull_bytes, 0) < 0 or str(config.server.max_pull_bytes).strip().endswith("%"):
+            raise ValueError("a size such as 128GiB, or 0 for no cap (not a share)")
+    except ValueError as exc:
+        raise ConfigError(f"{origin}: server.max_pull_bytes: {exc}") from None
     if config.server.log_level not in _LOG_LEVELS:
         raise ConfigError(f"{origin}: server.log_level must be one of {sorted(_LOG_LEVELS)}")
     if not is_loopback(config.server.host) and not config.server.api_keys:

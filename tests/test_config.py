@@ -273,3 +273,20 @@ def test_a_draft_named_by_model_name_becomes_that_models_source(tmp_path):
     assert config.models[0].speculative == "draft:/models/small"
     assert config.models[2].speculative == "draft:/models/elsewhere"
     assert validate(config).models[0].speculative == "draft:/models/small"
+
+
+def test_model_download_keys_default_to_off_and_are_checked(tmp_path):
+    server = load_config(write(tmp_path, '[[models]]\nname = "a"\n')).server
+    assert (server.auto_pull, server.allow_model_management, server.max_pull_bytes) == (False, False, "128GiB")
+    for bad in ('"75%"', '"lots"', "-1"):
+        with pytest.raises(ConfigError, match="server.max_pull_bytes"):
+            load_config(write(tmp_path, f'[server]\nmax_pull_bytes = {bad}\n[[models]]\nname = "a"\n'))
+
+
+def test_default_chat_model_keeps_agent_sessions_and_samples_as_its_authors_show():
+    """The default config keeps long prompts across restarts (a bounded disk
+    tier) and samples SmolLM2 as its model card does (temperature 0.2,
+    top_p 0.9; its generation_config.json recommends nothing)."""
+    chat = load_config(DEFAULT_CONFIG_PATH).models[0]
+    assert chat.disk_cache_bytes == "4GiB"
+    assert (chat.sampling_defaults.temperature, chat.sampling_defaults.top_p) == (0.2, 0.9)

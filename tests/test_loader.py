@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import sys
 import threading
 from pathlib import Path
@@ -399,13 +400,20 @@ def test_resolve_source_accepts_dirs_and_the_local_hf_cache(
     hub = tmp_path / "hf"
     snapshot = hub / "models--tiny-org--tiny-llama" / "snapshots" / "0123abcd"
     snapshot.mkdir(parents=True)
-    for file in model_dir.iterdir():
-        (snapshot / file.name).symlink_to(file)
+    blobs = hub / "models--tiny-org--tiny-llama" / "blobs"
+    blobs.mkdir()
+    for file in model_dir.iterdir():  # huggingface-hub's layout: snapshot links to blobs in the same folder
+        shutil.copy(file, blobs / f"blob-{file.name}")
+        (snapshot / file.name).symlink_to(Path("../../blobs") / f"blob-{file.name}")
     (hub / "models--tiny-org--tiny-llama" / "refs").mkdir()
     (hub / "models--tiny-org--tiny-llama" / "refs" / "main").write_text("0123abcd")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(hub))
     assert resolve_source("tiny-org/tiny-llama") == snapshot
     assert directory_fingerprint(snapshot) == directory_fingerprint(snapshot)
+    (snapshot / "config.json").unlink()  # a link planted to read a file outside the cache is refused
+    (snapshot / "config.json").symlink_to(model_dir / "config.json")
+    with pytest.raises(ModelLoadError, match="config.json resolve outside the Hugging Face cache"):
+        resolve_source("tiny-org/tiny-llama")
 
 
 # --------------------------------------------------------------------------

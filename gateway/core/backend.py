@@ -45,12 +45,15 @@ class Residency:
     """A model whose worker is loaded (Ollama's ``GET /api/ps``):
     ``memory_bytes`` its MLX memory in use (or the pool's estimate),
     ``expires_at`` the Unix time at which it unloads if left idle (None:
-    never), ``context_length`` its context in tokens (None: unknown)."""
+    never), ``context_length`` its context in tokens (None: unknown);
+    ``download``: the progress of the pull of a model still
+    ``downloading`` (listed with no memory yet), else None."""
 
     name: str
     memory_bytes: int
     expires_at: float | None
     context_length: int | None
+    download: dict | None = None
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,9 @@ without messages or a generate with an empty prompt only loads the model
 Also: ``GET /api/tags``, ``POST /api/show``, ``GET /api/ps``,
 ``GET /api/version``, ``POST /api/embed``, ``POST /api/embeddings``,
 ``GET``/``HEAD /`` ("Ollama is running"), and ``/api/pull``, ``/api/push``,
-``/api/create``, ``/api/copy``, ``/api/delete``, which answer 403: models
+``/api/create``, ``/api/copy``, ``/api/delete``, which answer 403 (pull and
+delete are :mod:`gateway.hub.ollama_pull`'s with
+``server.allow_model_management``; :mod:`gateway.app` routes them): models
 come from the config. Every error is Ollama's ``{"error": "..."}`` with the
 status of the matching OpenAI error (400, 401, 404, 413, 503, 504, 500).
 Runs on the gateway's event loop; the listings read a model's files
@@ -367,7 +369,9 @@ async def list_tags(request: Request) -> Response:
 async def list_running(request: Request) -> Response:
     """``GET /api/ps``: the models whose workers are loaded, with memory in
     use (``size`` and ``size_vram``: unified memory), idle expiry and
-    context length."""
+    context length; a model being pulled by ``server.auto_pull`` is listed
+    with size 0 and ``download`` (an mlxd extension: phase, bytes, rate,
+    seconds left)."""
     backend = backend_of(request)
     infos = {m.name: m for m in backend.models()}
     resident = [r for r in backend.resident() if r.name in infos]
@@ -380,6 +384,7 @@ async def list_running(request: Request) -> Response:
             expires_at=expiry(r.expires_at),
             size_vram=r.memory_bytes,
             context_length=r.context_length or 0,
+            **({"download": r.download} if r.download is not None else {}),
         )
         for r in resident
     ]

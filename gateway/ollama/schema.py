@@ -37,7 +37,8 @@ NO_VISION = "images cannot be combined with raw or suffix: they go into a chat t
 
 FROM_CONFIG = (
     "mlxd serves the models of its config file; models cannot be pulled, pushed, created, copied or deleted "
-    "through the API (edit the config's [[models]] and reload instead)"
+    "through the API (edit the config's [[models]] and reload instead; "
+    "server.allow_model_management = true enables /api/pull and /api/delete)"
 )
 """The answer of the model-management routes."""
 

@@ -12,6 +12,7 @@ event loop (:mod:`~gateway.workers.child_process`), the requests in flight
 worker (:mod:`~gateway.workers.status`).
 
 Imports: :mod:`gateway.core`, :mod:`gateway.images` (a request's images are
-made ready on submission) and :mod:`shared`; never a front-end. Runs on the
+made ready on submission), :mod:`gateway.hub` (``server.auto_pull`` fetches
+a model before its worker starts) and :mod:`shared`; never a front-end. Runs on the
 gateway's event loop; process spawning and socket I/O never block it.
 """

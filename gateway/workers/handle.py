@@ -11,8 +11,9 @@ The requests in flight on it, their accounting and their log lines are
 kept by :class:`gateway.workers.inflight.InflightRequests`; what is known about the
 worker by :class:`gateway.workers.status.WorkerStatus`.
 
-States: ``unloaded`` (no process), ``starting`` and ``loading`` (process up,
-model loading), ``ready``, ``draining`` (finishing in-flight work, taking no
+States: ``unloaded`` (no process), ``downloading`` (``server.auto_pull``
+fetching the model before its worker starts), ``starting`` and ``loading``
+(process up, model loading), ``ready``, ``draining`` (finishing in-flight work, taking no
 new requests), ``restarting`` (after a crash, waiting to retry),
 ``failed`` (the model could not be loaded; retried with back-off; or the
 worker speaks another wire protocol version: stopped and never started
@@ -276,6 +277,12 @@ class WorkerHandle:
     async def _supervise(self) -> None:
         backoff = 1.0
         while self._wanted:
+            if not await self._fetch_source():
+                if not self._wanted:
+                    return
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF)
+                continue
             started = time.monotonic()
             self.status.incarnation += 1
             self.status.stats = WorkerStats()
@@ -306,6 +313,34 @@ class WorkerHandle:
             log.warning("worker for %s ended (%s); restarting in %.0fs", self.model.name, why, backoff)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, MAX_BACKOFF)
+
+    async def _fetch_source(self) -> bool:
+        """With ``server.auto_pull``, pull the model's source before its
+        worker starts when it is not local yet: state ``downloading``,
+        progress in ``status.download`` (see :mod:`gateway.hub.auto_pull`).
+        False when the pull failed (state ``failed``; a refused pull, such
+        as an unknown repo or one over the size cap, is not retried until
+        the next request, a failed transfer is retried with back-off)."""
+        from gateway.hub.auto_pull import download_report, ensure_local
+        from gateway.hub.catalog import CatalogError
+        from gateway.hub.pull import PullError, PullRefused
+
+        def progress(status: Any) -> None:
+            self.status.download = download_report(status)
+            if status.phase in ("listing", "downloading", "verifying") and self.status.state != "downloading":
+                self._set_state("downloading")
+
+        try:
+            if await ensure_local(self.model, self.server, progress):
+                self._set_state("starting")
+            return True
+        except (PullError, CatalogError) as exc:
+            self.status.last_error = f"could not pull the model: {exc}"
+            if isinstance(exc, (PullRefused, CatalogError)):
+                self._wanted = False
+            self._set_state("failed")
+            log.error("model %s: %s", self.model.name, self.status.last_error)
+            return False
 
     def _started(self, incarnation: Incarnation) -> None:
         self._incarnation = incarnation

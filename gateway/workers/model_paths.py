@@ -98,14 +98,17 @@ def source_kind(source: str, configured: str = "auto") -> ModelKind | None:
 
 
 def cached_snapshot(repo_id: str) -> Path | None:
-    """The local Hugging Face cache snapshot of ``repo_id`` (honouring
-    ``HF_HOME`` / ``HF_HUB_CACHE``), or None when it is not cached or not a
-    repo id. Looks only at the local cache."""
-    if repo_id.count("/") != 1 or repo_id.startswith((".", "~", "/")):
+    """The local Hugging Face cache snapshot of ``repo_id``
+    (``org/name[@revision]``, honouring ``HF_HOME`` / ``HF_HUB_CACHE``)
+    that may be served (:func:`shared.hub_snapshots.local_snapshot`), or
+    None when there is none or it is not a repo id. Looks only at the
+    local cache."""
+    from shared.hub_snapshots import SnapshotUnavailable, local_snapshot
+
+    repo, _, revision = repo_id.partition("@")
+    if repo.count("/") != 1 or repo.startswith((".", "~", "/")):
         return None
     try:
-        from huggingface_hub import snapshot_download
-
-        return Path(snapshot_download(repo_id, local_files_only=True))
-    except Exception:  # not cached, incomplete, or not a valid repo id
+        return local_snapshot(repo, revision or "main")
+    except (SnapshotUnavailable, ValueError):  # not cached, not servable, or not a valid repo id
         return None

@@ -292,10 +292,13 @@ class WorkerPool:
 
     def resident(self) -> list[Residency]:
         """Every model whose worker is loaded (state ``ready``), in config
-        order, with its memory and idle expiry."""
+        order, with its memory and idle expiry, and every model being
+        downloaded for its worker (with the pull's progress)."""
         found = []
         for m in self.config.models:
             handle = self.handles.get(m.name)
+            if handle is not None and handle.status.state == "downloading":
+                found.append(Residency(m.name, 0, None, None, download=handle.status.download))
             if handle is None or handle.status.state != "ready":
                 continue
             stats = handle.status.stats

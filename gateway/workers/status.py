@@ -35,7 +35,10 @@ class WorkerStatus:
     as the worker reported them in ``Loaded``. ``node`` names the
     ``[[nodes]]`` entry whose machine runs the worker (None: this one);
     ``pid`` is then a pid on that machine. ``vision``: the loaded model
-    takes images (None until a worker has loaded it)."""
+    takes images (None until a worker has loaded it). ``download``: the
+    progress of the pull that ``server.auto_pull`` runs before the worker
+    starts (see :func:`gateway.hub.auto_pull.download_report`; None when
+    none runs)."""
 
     state: str = "unloaded"
     pid: int | None = None
@@ -54,6 +57,7 @@ class WorkerStatus:
     memory_limit_bytes: int | None = None
     node: str | None = None
     vision: bool | None = None
+    download: dict | None = None
 
     def loaded(self, message: Loaded) -> None:
         """Take what the worker's ``Loaded`` message reports: its context

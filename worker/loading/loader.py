@@ -4,8 +4,9 @@ A *source* (``[[models]].source`` in the config) is one of:
 
 * a path to a ``.gguf`` file (converted once, see :mod:`worker.loading.gguf_convert`);
 * a local mlx-lm model directory (one with ``config.json``);
-* a Hugging Face repo id ``org/name`` that is already in the local Hugging
-  Face cache (the network is never used);
+* a Hugging Face repo id ``org/name[@revision]`` that is already in the
+  local Hugging Face cache and may be served
+  (:func:`shared.hub_snapshots.local_snapshot`; the network is never used);
 * ``package:<python package>/<relative path>``: a file or directory shipped
   inside an installed Python package, found without importing the package.
 
@@ -100,8 +101,9 @@ def resolve_source(source: str) -> Path:
     path = Path(text).expanduser()
     if path.exists():
         return _resolve_path(path, source)
-    if _REPO_ID.fullmatch(text) and not text.startswith((".", "~")):
-        return _resolve_path(_cached_repo(text), source)
+    repo_id, at, revision = text.partition("@")
+    if _REPO_ID.fullmatch(repo_id) and not text.startswith((".", "~")) and (revision or not at):
+        return _resolve_path(_cached_repo(repo_id, revision or "main"), source)
     raise ModelLoadError(
         f"model source {source!r}: no such file or directory (and not a package: source or a Hugging Face repo id)"
     )
@@ -177,22 +179,22 @@ def _package_dirs(package: str) -> list[Path]:
     return [root.joinpath(*rest) for root in roots if root.joinpath(*rest).is_dir()]
 
 
-def _cached_repo(repo_id: str) -> Path:
-    """The local snapshot of a Hugging Face repo, from the cache only.
+def _cached_repo(repo_id: str, revision: str = "main") -> Path:
+    """The local snapshot of a Hugging Face repo, from the cache only, as
+    :func:`shared.hub_snapshots.local_snapshot` allows it (a pull mlxd has
+    not finished is never loaded).
 
     Raises:
-        ModelLoadError: the repo is not in the local Hugging Face cache.
+        ModelLoadError: the repo is not in the local Hugging Face cache, or
+            its snapshot may not be served.
     """
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import LocalEntryNotFoundError
+    from shared.hub_snapshots import SnapshotUnavailable, local_snapshot
 
     try:
-        return Path(snapshot_download(repo_id, local_files_only=True))
-    except Exception as exc:  # LocalEntryNotFoundError, incomplete snapshots, bad ids
-        reason = "" if isinstance(exc, LocalEntryNotFoundError) else f" ({one_line(exc)})"
+        return local_snapshot(repo_id, revision)
+    except SnapshotUnavailable as exc:
         raise ModelLoadError(
-            f"model source {repo_id!r}: not a local path and not in the local Hugging Face "
-            f"cache{reason}; mlxd never downloads, fetch it first (e.g. `hf download {repo_id}`)"
+            f"model source {repo_id!r}: not a local path, and {exc}; fetch it first (`mlxd pull {repo_id}`)"
         ) from exc
 
 
