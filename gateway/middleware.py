@@ -18,6 +18,7 @@ from starlette.datastructures import Headers
 from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
 
+from gateway.dashboard.pages import PAGE_PATHS
 from gateway.error_shapes import error_response_for
 from gateway.errors import APIError
 
@@ -27,10 +28,10 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-ALWAYS_PUBLIC = frozenset({"/health", "/openapi.json", "/", "/api/version"})
+ALWAYS_PUBLIC = frozenset({"/health", "/openapi.json", "/", "/api/version"}) | PAGE_PATHS
 """Routes that never need an API key (``/`` and ``/api/version`` are what
 Ollama clients probe before anything else; neither reveals more than
-``/health``)."""
+``/health``; the dashboard page's files hold no data)."""
 
 MONITORING_PATHS = frozenset({"/ready", "/metrics"})
 """Routes that need a key only when ``server.metrics_require_key`` is set."""
