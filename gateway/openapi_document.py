@@ -963,7 +963,7 @@ class _Builder:
             "required": True,
             "content": {JSON: {"schema": self.refs["model_action"], "example": {"model": self.model}}},
         }
-        bad_body = {400: "The body is not `{\"model\": NAME}`", 413: _OPENAI_ERRORS[413]}
+        bad_body = {400: 'The body is not `{"model": NAME}`', 413: _OPENAI_ERRORS[413]}
         result = self.refs["admin_action"]
 
         def admin(operation_id: str, summary: str, body: Any, ok: str, errors: dict[int, str]) -> dict[str, Any]:

@@ -91,9 +91,7 @@ class StatusBuilder:
         """The snapshot now; ``samples`` only after Unix time ``since`` when
         given."""
         pool = self.pool
-        models = [
-            self._model(m.name, pool.handles[m.name], m) for m in pool.config.models if m.name in pool.handles
-        ]
+        models = [self._model(m.name, pool.handles[m.name], m) for m in pool.config.models if m.name in pool.handles]
         return Status(
             version=self.version,
             time=self.wall(),
