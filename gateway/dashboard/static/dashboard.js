@@ -99,17 +99,17 @@
       const query = state.lastT === null ? "" : `?since=${encodeURIComponent(state.lastT)}`;
       const result = await call("GET", `/v1/status${query}`);
       if (result.ok) {
+        $("connection").textContent = "";
         render(result.data);
-        if ($("notice").className === "error" && $("notice").dataset.source === "poll") notice("");
       } else {
         $("server-state").textContent = result.status === 401 ? "needs a key" : `error ${result.status}`;
         $("server-state").className = "badge state-error";
-        notice(errorText(result), true);
-        $("notice").dataset.source = "poll";
+        $("connection").textContent = errorText(result);
       }
     } catch (e) {
       $("server-state").textContent = "unreachable";
       $("server-state").className = "badge state-error";
+      $("connection").textContent = `the server does not answer (${e.message || e})`;
     } finally {
       setTimeout(poll, POLL_MS);
     }
@@ -238,7 +238,6 @@
     state.busy.add(model || "*");
     const what = model ? `${action} ${model}` : action;
     notice(`${what}…`);
-    $("notice").dataset.source = "action";
     try {
       const result = await call("POST", `/v1/admin/${action}`, model ? { model } : undefined);
       if (result.ok) notice(result.data.changes.join("; ") || `${what}: done`);
@@ -255,7 +254,7 @@
 
   function drawChart(canvas, series, format) {
     const ratio = window.devicePixelRatio || 1;
-    const width = canvas.clientWidth || 460;
+    const width = canvas.clientWidth || 420;
     const height = canvas.clientHeight || 170;
     if (canvas.width !== width * ratio) { canvas.width = width * ratio; canvas.height = height * ratio; }
     const ctx = canvas.getContext("2d");
@@ -310,8 +309,20 @@
     });
   }
 
+  function readings(samples) {
+    const last = samples.length ? samples[samples.length - 1] : null;
+    const peak = samples.reduce((m, s) => Math.max(m, s.tokens_per_second), 0);
+    $("now-tokens").textContent = last ? `now ${last.tokens_per_second.toFixed(1)} · peak ${peak.toFixed(1)}` : "";
+    const timed = samples.filter((s) => s.ttft_p50 !== null);
+    const latest = timed.length ? timed[timed.length - 1] : null;
+    $("now-ttft").textContent = latest ? `latest p50 ${seconds(latest.ttft_p50)} · p95 ${seconds(latest.ttft_p95)}` : "no requests yet";
+    const total = last ? Object.values(last.memory_bytes).reduce((a, b) => a + b, 0) : 0;
+    $("now-memory").textContent = last ? `now ${bytes(total)}` : "";
+  }
+
   function drawCharts(models) {
     const samples = state.samples;
+    readings(samples);
     drawChart($("chart-tokens"), [
       { label: "tokens/s", color: COLORS[0], points: samples.map((s) => [s.t, s.tokens_per_second]) },
     ], (v) => v.toFixed(v < 10 ? 1 : 0));
