@@ -21,7 +21,6 @@ import json
 import os
 import shutil
 import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -98,7 +97,13 @@ def server(tiny_model_dir, tmp_path_factory):
 def browser(server):
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1400,1800"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1400,1800",
+    ):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
     try:
@@ -216,7 +221,10 @@ def test_traffic_makes_the_numbers_move(browser, server):
 
     def all_listed(d):
         rows = {r.get_attribute("data-request"): r for r in d.find_elements(By.CSS_SELECTOR, "tr[data-request]")}
-        return all(i in rows and rows[i].find_element(By.CSS_SELECTOR, '[data-field="finish"]').text in ("length", "stop") for i in ids)
+        return all(
+            i in rows and rows[i].find_element(By.CSS_SELECTOR, '[data-field="finish"]').text in ("length", "stop")
+            for i in ids
+        )
 
     wait(browser, all_listed, what="the recent requests")
     row = browser.find_element(By.CSS_SELECTOR, f'tr[data-request="{ids[-1]}"]')
