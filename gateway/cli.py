@@ -6,7 +6,9 @@
   config (sends SIGHUP to the pid in its pid file).
 - ``mlxd install [--config FILE] [--env K=V ...] [--dry-run]``,
   ``mlxd uninstall``, ``mlxd status [--config FILE]``: the launchd agent on
-  macOS.
+  macOS; ``status`` also prints the running server's models.
+- ``mlxd top`` (a live view) and ``mlxd ps`` (one table) of the running
+  server: :mod:`gateway.dashboard.top`.
 
 A config error prints one line and exits with status 2; other failures
 print one line and exit 1. ``serve --service`` is how launchd starts mlxd:
@@ -29,6 +31,13 @@ from pathlib import Path
 
 import msgspec
 
+from gateway.dashboard.commands import COMMANDS as DASHBOARD_COMMANDS
+from gateway.dashboard.commands import (
+    add_dashboard_parsers,
+    add_target_arguments,
+    print_server_models,
+    run_dashboard_command,
+)
 from shared.config import DEFAULT_CONFIG_PATH, Config, ConfigError
 from shared.config_loader import load_config, validate
 from shared.config_values import parse_size
@@ -65,9 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="add a variable to the agent's environment (repeatable); HF_HOME, HF_HUB_CACHE, "
         "XDG_CACHE_HOME and MLXD_* are copied from this shell automatically",
     )
-    status = sub.add_parser("status", help="is the launchd agent loaded and healthy?")
+    status = sub.add_parser("status", help="is the launchd agent loaded and healthy? and the server's models")
     for p in (reload, install, status):
         p.add_argument("--config", default=str(DEFAULT_CONFIG_PATH), help="TOML config file")
+    add_target_arguments(status)
+    add_dashboard_parsers(sub)
     sub.add_parser("uninstall", help="stop and remove the launchd agent (macOS)")
     keys = sub.add_parser("keys", help="make a CURVE key pair for a gateway or a node (mlxd node)")
     keys.add_argument("--dir", default="~/.config/mlxd/keys", help="where to write NAME.pub and NAME.key")
@@ -260,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
         return make_keys(args.dir, args.name)
     if command == "node":
         return node(args.config)
+    if command in DASHBOARD_COMMANDS:
+        return run_dashboard_command(args)
     config_path = getattr(args, "config", str(DEFAULT_CONFIG_PATH))
     as_service = command == "serve" and args.service
     overrides = (config_path, getattr(args, "host", None), getattr(args, "port", None), as_service)
@@ -280,7 +293,10 @@ def main(argv: list[str] | None = None) -> int:
     if command == "reload":
         assert config is not None
         return reload(config)
-    return service(command, config_path, config, getattr(args, "dry_run", False), getattr(args, "env", []))
+    code = service(command, config_path, config, getattr(args, "dry_run", False), getattr(args, "env", []))
+    if command == "status" and code == 0:
+        print_server_models(args, config_path)  # what the running server has loaded
+    return code
 
 
 if __name__ == "__main__":
