@@ -290,7 +290,7 @@ def test_screenshot(browser, server):
     chat(server, "One more, for the picture.", max_tokens=32)
     start = renders(browser)
     wait(browser, lambda d: renders(d) >= start + 2 and field(d, TINY, "state") == "ready", what="a fresh render")
-    browser.set_window_size(1400, 1150)  # the whole page, without empty space under it
+    browser.set_window_size(1400, 1350)  # the whole page, without empty space under it
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / "dashboard.png"
     assert browser.save_screenshot(str(path))

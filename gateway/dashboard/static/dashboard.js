@@ -254,7 +254,7 @@
 
   function drawChart(canvas, series, format) {
     const ratio = window.devicePixelRatio || 1;
-    const width = canvas.clientWidth || 420;
+    const width = canvas.clientWidth || 400;
     const height = canvas.clientHeight || 170;
     if (canvas.width !== width * ratio) { canvas.width = width * ratio; canvas.height = height * ratio; }
     const ctx = canvas.getContext("2d");
