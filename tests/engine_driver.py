@@ -119,10 +119,12 @@ class EngineDriver:
     (``disk_cache_bytes``, ``disk_cache_dir``), speculation and batch
     sizes are built by the worker's own composition functions
     (:mod:`worker.model_setup`). ``vision``: load it as a
-    vision-language model.
+    vision-language model. ``host_sampling``: sample and normalize on the
+    host with NumPy (the CPU backend's default) or with MLX (False: the
+    path a Metal GPU takes).
     """
 
-    def __init__(self, config: Any, *, vision: bool = False) -> None:
+    def __init__(self, config: Any, *, vision: bool = False, host_sampling: bool = True) -> None:
         from worker.cache_profile import profile_model
         from worker.constrained_decoding import GrammarCompiler
         from worker.model_formats import model_formats
@@ -169,7 +171,7 @@ class EngineDriver:
             max_batch_size=config.max_batch_size,
             prefill_batch_size=config.prefill_batch_size,
             prefill_step_size=config.prefill_step_size,
-            host_sampling=True,
+            host_sampling=host_sampling,
             checkpoints=not self.profile.trimmable,
             speculation=spec,
             solo=self.profile.solo,

@@ -30,6 +30,7 @@ from mlx.utils import tree_map_with_path
 
 from worker.gguf import ModelLoadError
 from worker.gguf_convert import ensure_converted
+from worker.model_fixes import apply_model_fixes
 from worker.weights_digest import identity_files
 
 __all__ = ["DTYPES", "LoadedModel", "ModelLoadError", "load_model", "resolve_source"]
@@ -215,7 +216,8 @@ def load_model(source: str, *, dtype: str = "auto") -> LoadedModel:
       replacement ``nn.Embedding`` has ``as_linear``.
 
     Custom model code is never executed (``trust_remote_code=False``). All
-    parameters are evaluated before returning.
+    parameters are evaluated before returning. Layers mlx-lm is known to
+    batch wrongly are corrected first (:mod:`worker.model_fixes`).
 
     Thread note: call this on the thread that will run the model. MLX
     streams are per thread, and the arrays created here belong to this
@@ -236,6 +238,7 @@ def load_model(source: str, *, dtype: str = "auto") -> LoadedModel:
         raise ModelLoadError(f"model source {source!r}: mlx-lm cannot load {path}: {one_line(exc)}") from exc
 
     effective = cast_weights(model, dtype)
+    apply_model_fixes(model)
     return LoadedModel(
         model=model,
         tokenizer=tokenizer,
