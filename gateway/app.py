@@ -26,9 +26,13 @@ from starlette.routing import Route
 
 from gateway.anthropic import routes as anthropic_routes
 from gateway.core.errors import APIError
+from gateway.dashboard.pages import PAGE_PATHS
+from gateway.dashboard.recorder import RequestProtocolMiddleware
+from gateway.dashboard.routes import Dashboard, dashboard_routes
 from gateway.embeddings import routes as embeddings_routes
 from gateway.frontend.error_shapes import error_response_for
 from gateway.http.middleware import APIKeyMiddleware, BodyLimitMiddleware, HostCheckMiddleware, ProtocolCORSMiddleware
+from gateway.hub.ollama_pull import delete_route, pull_route
 from gateway.mcp import routes as mcp_routes
 from gateway.mcp.client import McpHub
 from gateway.metrics.registry import Metrics
@@ -129,13 +133,21 @@ async def _model_management(request: Request) -> Response:
     ``server.allow_model_management`` is true; everything else is the
     Ollama front-end's 403."""
     if request.app.state.config.server.allow_model_management:
-        from gateway.hub.ollama_pull import delete_route, pull_route
-
         if (request.url.path, request.method) == ("/api/pull", "POST"):
             return await pull_route(request)
         if (request.url.path, request.method) == ("/api/delete", "DELETE"):
             return await delete_route(request)
     return await ollama_routes.model_management(request)
+
+
+MODEL_MANAGEMENT = (
+    ("/api/pull", "POST"),
+    ("/api/delete", "DELETE"),
+    ("/api/push", "POST"),
+    ("/api/create", "POST"),
+    ("/api/copy", "POST"),
+)
+"""Ollama's model-management routes, each with the method Ollama serves it on."""
 
 
 def ollama_route_table() -> list[Route]:
@@ -151,8 +163,8 @@ def ollama_route_table() -> list[Route]:
         Route("/api/embed", ollama_routes.embed, methods=["POST"]),
         Route("/api/embeddings", ollama_routes.embeddings, methods=["POST"]),
     ]
-    for path in ("/api/pull", "/api/push", "/api/create", "/api/copy", "/api/delete"):
-        routes.append(Route(path, _model_management, methods=["POST", "DELETE"]))
+    for path, method in MODEL_MANAGEMENT:
+        routes.append(Route(path, _model_management, methods=[method]))
     return routes
 
 
@@ -161,13 +173,16 @@ def build_app(config: Config, pool: WorkerPool | None = None) -> Starlette:
 
     ``pool`` defaults to a :class:`WorkerPool` over ``config`` with metrics;
     it is started when the app starts and stopped when it stops, as are the
-    sessions with the configured MCP servers (``app.state.mcp``).
+    sessions with the configured MCP servers (``app.state.mcp``) and the
+    dashboard's sampling (``app.state.dashboard``, see
+    :mod:`gateway.dashboard.routes`).
     """
+    dashboard = Dashboard()
     backend = pool
     if backend is None:
         holder: list[WorkerPool] = []
         meter = Metrics(lambda: snapshots(holder[0])())
-        backend = WorkerPool(config, metrics=meter)
+        backend = WorkerPool(config, metrics=dashboard.metrics(meter))
         holder.append(backend)
     else:
         meter = Metrics(snapshots(backend))
@@ -177,9 +192,11 @@ def build_app(config: Config, pool: WorkerPool | None = None) -> Starlette:
         await asyncio.to_thread(import_lazy_modules)
         await backend.start()
         await hub.start()
+        dashboard.start(backend, hub)
         try:
             yield
         finally:
+            await dashboard.stop()
             await hub.stop()
             await backend.stop()
 
@@ -200,6 +217,7 @@ def build_app(config: Config, pool: WorkerPool | None = None) -> Starlette:
         *ollama_route_table(),
         Route("/v1/mcp/tools", mcp_routes.list_tools, methods=["GET"]),
         Route("/v1/mcp/execute", mcp_routes.execute, methods=["POST"]),
+        *dashboard_routes(),
     ]
 
     def get_server() -> ServerConfig:
@@ -209,8 +227,9 @@ def build_app(config: Config, pool: WorkerPool | None = None) -> Starlette:
     if config.server.cors_origins:
         middleware.append(Middleware(ProtocolCORSMiddleware, origins=config.server.cors_origins))
     middleware += [
-        Middleware(APIKeyMiddleware, get_server=get_server),
+        Middleware(APIKeyMiddleware, get_server=get_server, public=PAGE_PATHS),
         Middleware(BodyLimitMiddleware, limit=config.server.max_body_bytes, timeout=config.server.body_timeout),
+        Middleware(RequestProtocolMiddleware),
     ]
     app = Starlette(
         routes=routes,
@@ -226,4 +245,5 @@ def build_app(config: Config, pool: WorkerPool | None = None) -> Starlette:
     app.state.metrics = meter
     app.state.config = config
     app.state.mcp = hub
+    app.state.dashboard = dashboard
     return app

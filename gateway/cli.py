@@ -7,11 +7,14 @@
 - ``mlxd reload [--config FILE]``: make the running server re-read its
   config (sends SIGHUP to the pid in its pid file).
 - ``mlxd pull MODEL``, ``mlxd ls``, ``mlxd rm MODEL [--force]``,
-  ``mlxd ps``, ``mlxd convert SRC ...``: models from the Hugging Face Hub
+  ``mlxd convert SRC ...``: models from the Hugging Face Hub
   (see :mod:`gateway.hub.commands`).
 - ``mlxd install [--config FILE] [--env K=V ...] [--dry-run]``,
   ``mlxd uninstall``, ``mlxd status [--config FILE]``: the launchd agent on
-  macOS.
+  macOS; ``status`` also prints the running server's models.
+- ``mlxd top`` (a live view) and ``mlxd ps`` (one table: every model's
+  state, context, memory, caches and idle expiry) of the running server:
+  :mod:`gateway.dashboard.top`.
 
 A config error prints one line and exits with status 2; other failures
 print one line and exit 1. ``serve --service`` is how launchd starts mlxd:
@@ -34,6 +37,13 @@ from pathlib import Path
 
 import msgspec
 
+from gateway.dashboard.commands import COMMANDS as DASHBOARD_COMMANDS
+from gateway.dashboard.commands import (
+    add_dashboard_parsers,
+    add_target_arguments,
+    print_server_models,
+    run_dashboard_command,
+)
 from shared.config import DEFAULT_CONFIG_PATH, Config, ConfigError
 from shared.config_loader import load_config, validate
 from shared.config_values import parse_size
@@ -83,9 +93,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="add a variable to the agent's environment (repeatable); HF_HOME, HF_HUB_CACHE, "
         "XDG_CACHE_HOME and MLXD_* are copied from this shell automatically",
     )
-    status = sub.add_parser("status", help="is the launchd agent loaded and healthy?")
+    status = sub.add_parser("status", help="is the launchd agent loaded and healthy? and the server's models")
     for p in (reload, install, status):
         p.add_argument("--config", default=str(DEFAULT_CONFIG_PATH), help="TOML config file")
+    add_target_arguments(status)
+    add_dashboard_parsers(sub)
     sub.add_parser("uninstall", help="stop and remove the launchd agent (macOS)")
     keys = sub.add_parser("keys", help="make a CURVE key pair for a gateway or a node (mlxd node)")
     keys.add_argument("--dir", default="~/.config/mlxd/keys", help="where to write NAME.pub and NAME.key")
@@ -293,6 +305,8 @@ def main(argv: list[str] | None = None) -> int:
         return make_keys(args.dir, args.name)
     if command == "node":
         return node(args.config)
+    if command in DASHBOARD_COMMANDS:
+        return run_dashboard_command(args)
     from gateway.hub.commands import COMMANDS, run
 
     if command in COMMANDS:
@@ -326,7 +340,10 @@ def main(argv: list[str] | None = None) -> int:
     if command == "reload":
         assert config is not None
         return reload(config)
-    return service(command, config_path, config, getattr(args, "dry_run", False), getattr(args, "env", []))
+    code = service(command, config_path, config, getattr(args, "dry_run", False), getattr(args, "env", []))
+    if command == "status" and code == 0:
+        print_server_models(args, config_path)  # what the running server has loaded
+    return code
 
 
 if __name__ == "__main__":

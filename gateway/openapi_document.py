@@ -19,7 +19,8 @@ wire formats, so it cannot drift from them:
   (:mod:`gateway.openai.format`, :mod:`gateway.responses.format`,
   :mod:`gateway.anthropic.format`,
   :class:`gateway.embeddings.routes.EmbeddingList`); ``/health`` uses the
-  worker status dataclass.
+  worker status dataclass, ``/v1/status`` and ``/v1/admin/*`` the Structs
+  of :mod:`gateway.dashboard.schema`.
 - Streamed answers (``"stream": true``) are ``text/event-stream``. Their
   schema describes one parsed event ``{"event", "data", "id"?, "retry"?}``
   whose ``data`` is JSON (``contentMediaType``/``contentSchema``) of the
@@ -72,6 +73,7 @@ from starlette.responses import Response
 
 from gateway.anthropic import format as anthropic_format
 from gateway.anthropic.schema import CountTokensRequest, MessagesRequest
+from gateway.dashboard.schema import ActionResult, ModelAction, Status
 from gateway.embeddings.routes import EmbeddingList
 from gateway.embeddings.schema import EmbeddingRequest
 from gateway.frontend.sse import MEDIA_TYPE as SSE_MEDIA_TYPE
@@ -387,6 +389,9 @@ _TYPES: dict[str, Any] = {
     "embedding_list": EmbeddingList,
     "health": Health,
     "readiness": Readiness,
+    "status": Status,
+    "admin_action": ActionResult,
+    "model_action": ModelAction,
     # errors
     "openai_error": OpenAIError,
     "anthropic_error": AnthropicError,
@@ -418,6 +423,7 @@ _DECODED = frozenset(
         "ollama_embed_request",
         "ollama_embeddings_request",
         "ollama_show_request",
+        "model_action",
     }
 )
 """The keys of :data:`_TYPES` the server decodes; it encodes all the others."""
@@ -953,6 +959,98 @@ class _Builder:
             },
         }
 
+    def dashboard_paths(self) -> dict[str, Any]:
+        """The status snapshot, the admin actions and the dashboard page
+        (:mod:`gateway.dashboard.routes`)."""
+        key = {401: _OPENAI_ERRORS[401]}
+        model_body = {
+            "required": True,
+            "content": {JSON: {"schema": self.refs["model_action"], "example": {"model": self.model}}},
+        }
+        bad_body = {400: 'The body is not `{"model": NAME}`', 413: _OPENAI_ERRORS[413]}
+        result = self.refs["admin_action"]
+
+        def admin(operation_id: str, summary: str, body: Any, ok: str, errors: dict[int, str]) -> dict[str, Any]:
+            operation = {
+                "operationId": operation_id,
+                "summary": summary,
+                "tags": ["Operations"],
+                "responses": {**self._ok(ok, result), **self._error_responses({**key, **errors}, False)},
+            }
+            if body is not None:
+                operation["requestBody"] = body
+            return {"post": operation}
+
+        return {
+            "/v1/status": {
+                "get": {
+                    "operationId": "status",
+                    "summary": "Every model's state, memory, caches and requests; recent samples and requests",
+                    "tags": ["Operations"],
+                    "parameters": [
+                        {
+                            "name": "since",
+                            "in": "query",
+                            "required": False,
+                            "description": "Only the samples after this Unix time (the `t` of the last one seen)",
+                            "schema": {"type": "number"},
+                        }
+                    ],
+                    "responses": {
+                        **self._ok("The status snapshot", self.refs["status"]),
+                        **self._error_responses(
+                            {**key, 400: "`since` is not a number", 503: "The gateway is still starting"}, False
+                        ),
+                    },
+                }
+            },
+            "/v1/admin/load": admin(
+                "adminLoad",
+                "Load a model; answers once it is ready",
+                model_body,
+                "The model is ready",
+                {
+                    **bad_body,
+                    404: _OPENAI_ERRORS[404],
+                    503: "The model cannot be loaded (failed, draining, over the memory budget, or not ready in "
+                    "`worker_start_timeout`)",
+                },
+            ),
+            "/v1/admin/unload": admin(
+                "adminUnload",
+                "Unload a model once its requests have finished",
+                model_body,
+                "The model is unloaded (or was not loaded)",
+                {**bad_body, 404: _OPENAI_ERRORS[404]},
+            ),
+            "/v1/admin/reload": admin(
+                "adminReload",
+                "Re-read the config file and apply it (as SIGHUP and `mlxd reload` do)",
+                {
+                    "required": False,
+                    "content": {JSON: {"schema": {"type": "object", "maxProperties": 0}, "example": {}}},
+                },
+                "The config was applied; one line per change",
+                {
+                    400: "A body other than `{}`",
+                    409: "The config file is invalid; the running config stays",
+                    413: _OPENAI_ERRORS[413],
+                    503: "The gateway was not started by `mlxd serve` (no config file to reload)",
+                },
+            ),
+            "/dashboard": {
+                "get": {
+                    "operationId": "dashboard",
+                    "summary": "The live dashboard page (reads `GET /v1/status`)",
+                    "tags": ["Operations"],
+                    "security": [],
+                    "responses": {
+                        "200": {"description": "The page", "content": {"text/html": {"schema": {"type": "string"}}}}
+                    },
+                }
+            },
+        }
+
     def paths(self, include_openapi_route: bool) -> dict[str, Any]:
         """Every path item."""
         model = self.model
@@ -1078,6 +1176,7 @@ class _Builder:
                 }
             },
             **self.mcp_paths(),
+            **self.dashboard_paths(),
             "/health": {
                 "get": {
                     "operationId": "health",
@@ -1190,7 +1289,7 @@ def openapi_document(
             {"name": "Anthropic", "description": "Anthropic Messages API (Anthropic error shape)"},
             {"name": "Ollama", "description": "Ollama-compatible endpoints under /api/ (Ollama error shape)"},
             {"name": "MCP", "description": "Tools of the configured MCP servers (OpenAI error shape)"},
-            {"name": "Operations", "description": "Health, readiness, metrics"},
+            {"name": "Operations", "description": "Health, readiness, metrics, status, admin actions, dashboard"},
         ],
         "security": [{BEARER_SCHEME: []}, {API_KEY_SCHEME: []}],
         "paths": builder.paths(include_openapi_route),

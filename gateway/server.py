@@ -129,16 +129,18 @@ class _Server(uvicorn.Server):
             pool.end_inflight(f"the server is shutting down (drain_timeout of {timeout:g}s passed)")
         self.should_exit = True
 
-    async def reload(self) -> None:
-        """Re-read the config file and apply it (or keep the old one). The
-        file and the model files are read in worker threads; reloads run
-        one at a time, in the order the signals came."""
+    async def reload(self) -> tuple[bool, list[str]]:
+        """Re-read the config file and apply it (or keep the old one).
+        Returns whether it was applied, and one line per change made (or
+        the one reason it was refused). SIGHUP and ``POST /v1/admin/reload``
+        both come here. The file and the model files are read in worker
+        threads; reloads run one at a time, in the order they came."""
         async with self._reloading:
             try:
                 config = await asyncio.to_thread(self.loader)
             except ConfigError as exc:
                 log.error("reload refused, keeping the running config: %s", exc)
-                return
+                return False, [f"reload refused, keeping the running config: {exc}"]
             changes = await self.mlxd_app.state.backend.reload(config)
             try:
                 changes += await self.mlxd_app.state.mcp.reload(config.mcp_servers)
@@ -146,6 +148,7 @@ class _Server(uvicorn.Server):
                 log.error("reload: %s", exc)
             self.mlxd_app.state.config = config
             log.info("reloaded %s: %s", self.config_path, "; ".join(changes) or "no changes")
+            return True, changes
 
 
 def run(config: Config, config_path: str, loader: Callable[[], Config] | None = None) -> None:
@@ -172,5 +175,6 @@ def run(config: Config, config_path: str, loader: Callable[[], Config] | None = 
         config_path,
         loader,
     )
+    app.state.reload_config = server.reload
     with pid_file(pid_file_for(config)):
         server.run()

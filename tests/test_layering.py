@@ -37,6 +37,7 @@ GATEWAY: dict[str, set[str]] = {
     "hub": set(),
     "workers": {"core", "images", "hub"},
     "metrics": {"core", "workers"},
+    "dashboard": {"core"},
     "openai": _FRONT_END,
     "responses": _FRONT_END | {"openai"},
     "anthropic": _FRONT_END,

@@ -30,7 +30,8 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 ALWAYS_PUBLIC = frozenset({"/health", "/openapi.json", "/", "/api/version"})
 """Routes that never need an API key (``/`` and ``/api/version`` are what
 Ollama clients probe before anything else; neither reveals more than
-``/health``)."""
+``/health``). The composition may add more (the dashboard page's files,
+which hold no data) through :class:`APIKeyMiddleware`'s ``public``."""
 
 MONITORING_PATHS = frozenset({"/ready", "/metrics"})
 """Routes that need a key only when ``server.metrics_require_key`` is set."""
@@ -156,19 +157,21 @@ def _refused_preflight(path: str, refusal: Response) -> Response:
 
 class APIKeyMiddleware:
     """Requires one of the configured keys on every HTTP request outside
-    :data:`ALWAYS_PUBLIC` (and :data:`MONITORING_PATHS` unless the config
-    says otherwise); with no keys configured it lets everything pass.
+    :data:`ALWAYS_PUBLIC` and ``public`` (and :data:`MONITORING_PATHS`
+    unless the config says otherwise); with no keys configured it lets
+    everything pass.
 
     ``get_server`` returns the current ``ServerConfig`` and is read on every
     request, so a config reload takes effect at once.
     """
 
-    def __init__(self, app: ASGIApp, get_server: Callable[[], Any]) -> None:
+    def __init__(self, app: ASGIApp, get_server: Callable[[], Any], public: frozenset[str] = frozenset()) -> None:
         self.app = app
         self.get_server = get_server
+        self.public = ALWAYS_PUBLIC | public
 
     def _public(self, path: str, server: Any) -> bool:
-        if path in ALWAYS_PUBLIC:
+        if path in self.public:
             return True
         return path in MONITORING_PATHS and not server.metrics_require_key
 

@@ -1,4 +1,5 @@
-"""The model commands of ``mlxd``: ``pull``, ``ls``, ``rm``, ``ps`` and ``convert``.
+"""The model commands of ``mlxd``: ``pull``, ``ls``, ``rm`` and ``convert``
+(what a running server has loaded: ``mlxd ps``, :mod:`gateway.dashboard.commands`).
 
 - ``mlxd pull MODEL``: MODEL is a catalog name (``qwen3:4b``) or
   ``org/name[@revision]``; shows a progress bar on a terminal and plain
@@ -8,8 +9,6 @@
   config entries using them.
 - ``mlxd rm MODEL [--force]``: removes a model from the cache; refused
   while a config entry uses it, unless forced.
-- ``mlxd ps``: what a running server has loaded, read from its
-  ``GET /api/ps`` (the server of the config, or ``--url``).
 - ``mlxd convert SRC --quantize 4|8 [--group-size N] --out DIR``: runs
   ``python -m worker.loading.convert`` (mlx-lm's or mlx-vlm's own
   conversion) in a child process, after turning a catalog name into its
@@ -33,7 +32,7 @@ from pathlib import Path
 from shared.config import DEFAULT_CONFIG_PATH, Config, ConfigError, ServerConfig
 from shared.config_values import parse_size
 
-COMMANDS = ("pull", "ls", "rm", "ps", "convert")
+COMMANDS = ("pull", "ls", "rm", "convert")
 """The subcommands this module adds to ``mlxd``."""
 
 
@@ -46,16 +45,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     rm = sub.add_parser("rm", help="remove a model from the local Hugging Face cache")
     rm.add_argument("model", help="catalog name or org/name")
     rm.add_argument("--force", action="store_true", help="remove it even while a config entry uses it")
-    ps = sub.add_parser("ps", help="what a running server has loaded (its /api/ps)")
-    ps.add_argument("--url", help="the server's base URL (default: from the config's host and port)")
-    ps.add_argument("--api-key", help="API key (default: MLXD_API_KEY, else the config's first key)")
     convert = sub.add_parser("convert", help="convert or quantize a model to MLX weights with mlx-lm / mlx-vlm")
     convert.add_argument("source", help="a model directory, .gguf file, catalog name or org/name in the cache")
     convert.add_argument("--quantize", type=int, choices=(4, 8), help="bits per weight (omit to keep floats)")
     convert.add_argument("--group-size", type=int, choices=(32, 64, 128), default=64, help="quantization group size")
     convert.add_argument("--dtype", choices=("float16", "bfloat16", "float32"), help="type of unquantized weights")
     convert.add_argument("--out", required=True, help="the new model directory (must not exist)")
-    for parser in (pull, ls, rm, ps, convert):
+    for parser in (pull, ls, rm, convert):
         parser.add_argument("--config", default=str(DEFAULT_CONFIG_PATH), help="TOML config file")
 
 
@@ -69,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, CatalogError) as exc:
         print(f"mlxd: {exc}", file=sys.stderr)
         return 2
-    handler = {"pull": _pull, "ls": _ls, "rm": _rm, "ps": _ps, "convert": _convert}[args.command]
+    handler = {"pull": _pull, "ls": _ls, "rm": _rm, "convert": _convert}[args.command]
     return handler(args, config, catalog)
 
 
@@ -255,35 +251,6 @@ def _rm(args: argparse.Namespace, config: Config, catalog: dict) -> int:
         print(f"mlxd: {exc}", file=sys.stderr)
         return 1
     print(f"removed {target.label} ({target.ref.repo_id}, {human_bytes(freed)})")
-    return 0
-
-
-def _ps(args: argparse.Namespace, config: Config, catalog: dict) -> int:
-    """``mlxd ps``."""
-    import httpx
-
-    from gateway.hub.progress import human_bytes
-
-    server = config.server
-    host = "127.0.0.1" if server.host in ("0.0.0.0", "::", "") else server.host
-    url = (args.url or f"http://{'[' + host + ']' if ':' in host else host}:{server.port}").rstrip("/")
-    key = args.api_key or os.environ.get("MLXD_API_KEY") or (server.api_keys[0] if server.api_keys else "")
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
-    try:
-        response = httpx.get(f"{url}/api/ps", headers=headers, timeout=10)
-    except httpx.HTTPError as exc:
-        print(f"mlxd: no server answering at {url}: {exc}", file=sys.stderr)
-        return 1
-    if response.status_code != 200:
-        print(f"mlxd: {url}/api/ps answered {response.status_code}: {response.text[:200]}", file=sys.stderr)
-        return 1
-    rows = [("NAME", "SIZE", "CONTEXT", "UNTIL")]
-    for model in response.json().get("models", []):
-        until = "forever" if str(model.get("expires_at", "")).startswith("2318") else model.get("expires_at", "")
-        rows.append((model["name"], human_bytes(model.get("size", 0)), str(model.get("context_length", "")), until))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
     return 0
 
 

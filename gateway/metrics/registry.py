@@ -203,15 +203,17 @@ class Metrics:
         ):
             metric.labels(model)
 
-    def request_started(self, model: str, *, now: float | None = None) -> RequestTimer:
+    def request_started(self, model: str, *, now: float | None = None, request_id: str = "") -> RequestTimer:
         """Start timing one request for canonical model ``model``.
 
         Call it when the request arrives (before validation/queueing costs
         you want included in TTFT and e2e latency). ``now`` is a
         :func:`time.monotonic` value, defaulting to the metrics' clock.
+        ``request_id`` is kept on the timer (for wrappers that also record
+        the request, see :mod:`gateway.dashboard.recorder`).
         """
         self._ensure_model(model)
-        return RequestTimer(self._series, model, self.clock() if now is None else now)
+        return RequestTimer(self._series, model, self.clock() if now is None else now, request_id)
 
     def render(self) -> tuple[bytes, str]:
         """The ``GET /metrics`` response: exposition body and content type.

@@ -66,6 +66,7 @@ class RequestTimer:
     __slots__ = (
         "_metrics",
         "model",
+        "request_id",
         "start",
         "_done",
         "_first_token",
@@ -77,10 +78,11 @@ class RequestTimer:
         "_itl",
     )
 
-    def __init__(self, metrics: RequestSeries, model: str, start: float) -> None:
+    def __init__(self, metrics: RequestSeries, model: str, start: float, request_id: str = "") -> None:
         """Use :meth:`gateway.metrics.registry.Metrics.request_started` instead of constructing this."""
         self._metrics = metrics
         self.model = model
+        self.request_id = request_id
         self.start = start
         self._done = False
         self._first_token = False

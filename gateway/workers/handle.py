@@ -258,7 +258,8 @@ class WorkerHandle:
             )
         if self.model.request_timeout and request.timeout is None:
             request = msgspec.structs.replace(request, timeout=self.model.request_timeout)
-        timer = self._metrics.request_started(self.model.name) if self._metrics is not None else None
+        metrics = self._metrics
+        timer = None if metrics is None else metrics.request_started(self.model.name, request_id=request.request_id)
         pending = PendingRequest(incarnation.number, request.n, timer, self.model.name)
         self._requests.add(request.request_id, pending)
         self._keep_alive = keep_alive

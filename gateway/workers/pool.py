@@ -285,10 +285,11 @@ class WorkerPool:
         await self._acquire(handle)
         handle.keep(keep_alive)
 
-    async def unload(self, model: str) -> None:
+    async def unload(self, model: str, why: str = "asked to unload (keep_alive 0)") -> None:
         """Unload canonical ``model``'s worker once its requests finish
-        (no-op when it is not resident); it starts again on next use."""
-        await self.handles[model].unload("asked to unload (keep_alive 0)", soft=True)
+        (no-op when it is not resident); it starts again on next use.
+        ``why`` goes into the log line."""
+        await self.handles[model].unload(why, soft=True)
 
     def resident(self) -> list[Residency]:
         """Every model whose worker is loaded (state ``ready``), in config

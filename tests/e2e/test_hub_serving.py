@@ -110,9 +110,10 @@ def test_pull_then_serve_by_name_without_a_config(world, hub, tiny_model_dir):
             timeout=60,
         )
         assert ps.returncode == 0, ps.stderr
-        header, row = ps.stdout.splitlines()
-        assert header.split() == ["NAME", "SIZE", "CONTEXT", "UNTIL"]
-        assert row.split()[0] == "tiny:serve" and row.split()[-1] == "forever" and "2048" in row
+        header = next(line for line in ps.stdout.splitlines() if "MODEL" in line)
+        assert ["MODEL", "KIND", "STATE", "CTX"] == header.split()[:4] and header.split()[-1] == "UNTIL"
+        row = next(line.split() for line in ps.stdout.splitlines() if line.split()[:1] == ["tiny:serve"])
+        assert row[2:4] == ["ready", "2048"] and row[-1] == "never"
     finally:
         server.stop()
 

@@ -365,7 +365,7 @@ def test_embed_and_embeddings(client):
         ("/api/generate", {"model": TINY, "prompt": "x", "keep_alive": "soon"}, 400, "keep_alive"),
         ("/api/chat", {"model": TINY, "messages": ASK, "think": "very"}, 400, "think"),
         ("/api/pull", {"model": TINY}, 403, "config"),
-        ("/api/delete", {"model": TINY}, 403, "config"),
+        ("/api/copy", {"source": TINY, "destination": "x"}, 403, "config"),
         ("/api/show", {"model": "nope"}, 404, "not found"),
     ],
 )
@@ -374,6 +374,11 @@ def test_errors_in_ollama_shape(server, path, body, status, words):
     assert r.status_code == status, r.text
     data = r.json()
     assert list(data) == ["error"] and words in data["error"]
+
+
+def test_delete_is_refused_in_ollama_shape_without_model_management(server):
+    r = httpx.request("DELETE", f"{server.url}/api/delete", json={"model": TINY}, headers=server.headers, timeout=60)
+    assert r.status_code == 403 and list(r.json()) == ["error"] and "config" in r.json()["error"]
 
 
 def test_client_raises_response_errors(client, server):

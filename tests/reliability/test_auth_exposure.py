@@ -3,8 +3,9 @@
 With a key configured, every route of the app (enumerated from
 ``build_app``, so a new route is covered automatically) answers 401 to any
 method without a key or with a wrong one, except ``/health``,
-``/openapi.json``, and the Ollama probes ``/`` and ``/api/version`` (and
-``/ready`` and ``/metrics`` unless ``server.metrics_require_key``). Path,
+``/openapi.json``, the Ollama probes ``/`` and ``/api/version``, the
+dashboard page's files (no data in them) (and ``/ready`` and ``/metrics``
+unless ``server.metrics_require_key``). Path,
 Host, request-target and forwarding-header tricks reach no model data.
 Model names that happen to be paths on disk answer exactly like any other
 unknown name and never load anything. Starting on a non-loopback address
@@ -31,7 +32,8 @@ from tests.reliability.test_http_edges import exchange, head, port_of
 LAZY = "lazy"
 """A configured model that is never preloaded: it must stay unloaded."""
 
-ALWAYS_PUBLIC = {"/health", "/openapi.json", "/", "/api/version"}
+DASHBOARD_PAGE = {"/dashboard", "/dashboard/dashboard.css", "/dashboard/dashboard.js"}
+ALWAYS_PUBLIC = {"/health", "/openapi.json", "/", "/api/version"} | DASHBOARD_PAGE
 MONITORING = {"/ready", "/metrics"}
 METHODS = ("GET", "POST", "HEAD", "OPTIONS")
 WRONG_CREDENTIALS = [

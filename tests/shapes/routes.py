@@ -51,6 +51,7 @@ import openai.types.responses as openai_responses
 import pydantic
 from openai.pagination import SyncPage
 
+from gateway.dashboard.pages import PAGE_PATHS
 from tests.shapes.frames import ndjson_lines, sse_events
 from tests.shapes.official import validate
 
@@ -223,6 +224,11 @@ ROUTES: dict[tuple[str, str], Shapes] = {
     ),
     ("POST", "/api/embed"): Shapes(body=(ollama_types.EmbedResponse,)),
     ("POST", "/api/embeddings"): Shapes(body=(ollama_types.EmbeddingsResponse,)),
+    ("POST", "/api/pull"): Shapes(
+        body=(ollama_types.ProgressResponse,),
+        stream=ndjson_stream((ollama_types.ProgressResponse,)),
+        framing="ndjson",
+    ),
 }
 """(method, path pattern) -> the official types of the answer."""
 
@@ -240,18 +246,31 @@ UNTYPED: dict[str, str] = {
     "/api/version": "no official client type (a one-field object)",
     "/v1/mcp/tools": "mlxd's own listing",
     "/v1/mcp/execute": "mlxd's own",
+    "/api/delete": "an empty 200, as Ollama's (the client reads only the status)",
 }
 """Protocol paths with no official response type, and why (their error
 bodies are still checked)."""
 
-OWN = ("/health", "/ready", "/metrics", "/openapi.json")
-"""mlxd's operational endpoints: their answers are mlxd's own formats,
-failures included (``/ready`` answers 503 with its own body), so nothing
-there is checked."""
+OWN = (
+    "/health",
+    "/ready",
+    "/metrics",
+    "/openapi.json",
+    "/v1/status",
+    "/v1/admin/load",
+    "/v1/admin/unload",
+    "/v1/admin/reload",
+    *sorted(PAGE_PATHS),
+)
+"""mlxd's operational endpoints and the dashboard page's files: their
+answers are mlxd's own formats, failures included (``/ready`` answers 503
+with its own body; ``/v1/status`` and the admin actions are checked against
+their own Structs by their tests), so nothing there is checked."""
 
-REFUSED = ("/api/pull", "/api/push", "/api/create", "/api/copy", "/api/delete")
-"""Ollama's model-management routes: mlxd always refuses them (403 in
-Ollama's error shape), so a success there is itself a failure."""
+REFUSED = ("/api/push", "/api/create", "/api/copy")
+"""Ollama's model-management routes mlxd always refuses (403 in Ollama's
+error shape), so a success there is itself a failure. ``/api/pull`` and
+``/api/delete`` answer when ``server.allow_model_management`` is set."""
 
 
 def roots() -> list[Any]:

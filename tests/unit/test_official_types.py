@@ -291,7 +291,7 @@ def test_every_route_of_the_app_is_typed_or_named_untyped():
         for method in sorted((route.methods or set()) - {"HEAD"}):
             assert path in UNTYPED or path in OWN or path in REFUSED or route_of(method, path), (method, path)
     with pytest.raises(AssertionError, match="model-management"):
-        check_exchange(exchange("/api/pull", "{}"))
+        check_exchange(exchange("/api/push", "{}"))
 
 
 # --- frames ----------------------------------------------------------------------------------
