@@ -202,16 +202,26 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     because mlx-lm's batch engine cannot batch a quantized cache.
     ``node``: the name of the ``[[nodes]]`` entry whose machine runs this
     model's worker (empty: this machine); the node's own config says where
-    the model's files are.    ``speculative``: ``none`` (default), ``prompt_lookup`` (n-gram
-    drafting from the prompt and output) or ``draft:<model>``
+    the model's files are.    ``speculative``: ``auto`` (default: ``suffix`` for every model
+    whose cache can be cut back after a rejected draft, off for the
+    others, for vision models and tensor-parallel groups, without a
+    warning), ``suffix`` (drafts from an index over the running rows'
+    prompts and outputs and earlier requests', kept apart per API key),
+    ``none``, ``prompt_lookup`` (n-gram
+    drafting from the row's own prompt and output) or ``draft:<model>``
     (greedy drafts of a smaller model of the same tokenizer, loaded in the
     same worker; ``<model>`` is another entry's name or alias, which the
     loader replaces with its source, or a source), verified inside the shared batch; greedy output is
     unchanged, sampled output keeps its distribution; see
     ``docs/concepts/batching.md``;
+    Every mode drafts only while it pays: rows whose drafts keep missing,
+    and batches where verification costs more than it gains, decode
+    plainly (see :mod:`worker.speculation.controller`).
     ``speculative_tokens``: most draft tokens per step; ``speculative_ngram``:
-    the longest suffix matched against the history; ``speculative_max_batch``:
-    no row drafts while more sequences than this decode together.
+    the longest suffix matched against the history (``prompt_lookup``);
+    ``speculative_max_batch``: no row drafts while more sequences than this
+    decode together; ``speculative_index_tokens``: the most tokens of
+    earlier requests the ``suffix`` index keeps (about 300 bytes each).
     ``tensor_parallel``: ranks of an MLX distributed group the model is
     sharded over with mlx-lm's own ``Model.shard`` (1: one process); the
     group is started with ``mlx.launch``. ``tensor_parallel_hosts``: one IP
@@ -255,10 +265,11 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     kv_bits: int = 0
     kv_group_size: PositiveInt = 64
     node: str = ""
-    speculative: str = "none"
+    speculative: str = "auto"
     speculative_tokens: Annotated[int, msgspec.Meta(ge=1, le=64)] = 8
     speculative_ngram: Annotated[int, msgspec.Meta(ge=1, le=16)] = 3
-    speculative_max_batch: PositiveInt = 8
+    speculative_max_batch: PositiveInt = 32
+    speculative_index_tokens: Annotated[int, msgspec.Meta(ge=0)] = 131072
     tensor_parallel: PositiveInt = 1
     tensor_parallel_hosts: list[str] = []
     tensor_parallel_hostfile: str = ""
@@ -391,7 +402,7 @@ REASONING_PARSERS = ("auto", "none", "think", "think_mistral", "harmony")
 MODEL_KINDS = ("auto", "generate", "vision", "embedding")
 """Accepted ``kind`` values."""
 
-SPECULATIVE_MODES = ("none", "prompt_lookup")
+SPECULATIVE_MODES = ("auto", "none", "suffix", "prompt_lookup")
 """Accepted ``speculative`` values, besides ``draft:<model source>``."""
 
 DRAFT_PREFIX = "draft:"

@@ -238,6 +238,11 @@ class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True, tag="generate")
     before the gap) and ``suffix`` (the text after it), with no chat
     template; a model whose vocabulary has no such tokens refuses the
     request (``invalid_request``, ``error_param`` ``suffix``).
+    ``key_name``: which of the server's API keys the request presented
+    (a name derived from the key, never the key itself; ``""`` when the
+    server has no keys). The worker keeps what one key's requests wrote
+    apart from every other key's (speculative drafting from earlier
+    requests, see :mod:`worker.speculation.drafting`).
     """
 
     request_id: str
@@ -260,6 +265,7 @@ class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True, tag="generate")
     thinking_budget_best_effort: bool = False
     max_tokens_ceiling: bool = False
     suffix: str | None = None
+    key_name: str = ""
 
 
 class AbortRequest(msgspec.Struct, frozen=True, tag="abort"):
@@ -461,6 +467,10 @@ class RequestOutput(msgspec.Struct, frozen=True, kw_only=True):
     output) is how long it waited in the worker before the engine took it.
     ``disk_cached_tokens``: the part of ``cached_tokens`` loaded from the
     prefix cache's disk tier.
+    ``accepted_prediction_tokens`` / ``rejected_prediction_tokens``: this
+    choice's speculative draft tokens that verification kept / threw away
+    (running totals, as ``completion_tokens``; accepted ones are part of
+    ``completion_tokens``, rejected ones are not).
     An :class:`EmbedRequest` is answered by one output with
     ``finish_reason="stop"``, ``prompt_tokens`` the tokens of all its
     inputs, and ``embeddings`` its vectors: little-endian float32,
@@ -485,6 +495,8 @@ class RequestOutput(msgspec.Struct, frozen=True, kw_only=True):
     disk_cached_tokens: int = 0
     embeddings: bytes | None = None
     embedding_dim: int = 0
+    accepted_prediction_tokens: int = 0
+    rejected_prediction_tokens: int = 0
 
     @property
     def ends_choice(self) -> bool:

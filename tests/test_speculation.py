@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from tests.tiny_model import build_tiny_model
-from worker.speculation.prompt_lookup import ADAPTIVE_MIN_DRAFTED, ADAPTIVE_PAUSE_STEPS, Speculation, find_draft
+from worker.speculation.drafting import Speculation
+from worker.speculation.prompt_lookup import find_draft
 
 REPEATED = [5, 17, 99, 23, 4, 250, 31, 77, 8, 61] * 6
 
@@ -100,21 +101,6 @@ def test_find_draft_prefers_latest_and_longest_match():
     # a loop: the latest occurrence runs into the end, an earlier one has a full draft
     assert find_draft([7, 7, 7, 7, 7, 7], 2, 3) == [7, 7, 7]
     assert find_draft([1, 2, 8, 1, 2, 9, 4], 2, 3) == [] and find_draft([1, 2, 8, 5, 1, 2], 2, 3) == [8, 5, 1]
-
-
-def test_adaptive_pauses_a_failing_row_then_retries():
-    spec = Speculation(tokens=4, ngram=2)
-    spec.record(1, ADAPTIVE_MIN_DRAFTED, 1)
-    spec.record(2, ADAPTIVE_MIN_DRAFTED, ADAPTIVE_MIN_DRAFTED)
-    assert [spec.enabled_for(1) for _ in range(ADAPTIVE_PAUSE_STEPS)] == [False] * ADAPTIVE_PAUSE_STEPS
-    assert spec.enabled_for(1)
-    assert spec.enabled_for(2) and spec.enabled_for(3)
-    spec.record(1, ADAPTIVE_MIN_DRAFTED, 1)
-    assert not spec.enabled_for(1)
-    spec.forget(1)
-    assert spec.enabled_for(1)
-    spec.opt_out(4)
-    assert not spec.enabled_for(4)
 
 
 @pytest.mark.parametrize("max_tokens", [1, 2, 7, 40])

@@ -97,6 +97,8 @@ class Admission:
     ``request``: the ``GenerateRequest`` it was built from, kept only in a
     tensor-parallel group (rank 0 shares it with the other ranks, see
     :mod:`worker.engine.step_plan`); None otherwise.
+    ``key_name``: the API key's name the request came with
+    (``GenerateRequest.key_name``), the scope of its speculative drafts.
     """
 
     request_id: str
@@ -113,6 +115,7 @@ class Admission:
     boundaries: tuple[int, ...] = ()
     vision: VisionPrompt | None = None
     request: Any = None
+    key_name: str = ""
 
 
 @dataclass
@@ -161,12 +164,15 @@ None, ``"stop"`` (the token is an end-of-sequence token) or ``"length"``."""
 
 @dataclass
 class TokenStep:
-    """Every token one engine step produced, and the requests the engine
-    took up in this step with the seconds each had waited."""
+    """Every token one engine step produced, the requests the engine
+    took up in this step with the seconds each had waited, and the
+    speculative verifications of the step as ``(request_id, choice index,
+    drafted, accepted)``."""
 
     step: int
     tokens: list[TokenEvent]
     scheduled: list[tuple[str, float]] = field(default_factory=list)
+    drafts: list[tuple[str, int, int, int]] = field(default_factory=list)
 
 
 @dataclass

@@ -32,7 +32,9 @@ from worker.engine.scheduler import Scheduler
 from worker.engine.step_plan import PlanLink
 from worker.output.detok import TokenDecoder
 from worker.prompting.builder import PromptBuilder
-from worker.speculation.prompt_lookup import Speculation
+from worker.speculation.controller import DraftController
+from worker.speculation.drafting import SUFFIX_ORDERS, Speculation
+from worker.speculation.suffix_index import TokenIndex
 
 if TYPE_CHECKING:  # load MLX; imported where they are used
     from worker.caches.prefix import PrefixCache
@@ -159,7 +161,7 @@ def build_generation(config: ModelConfig, emit: Callable[[Any], None], lockstep:
         prefill_step_size=config.prefill_step_size,
         host_sampling=host_sampling,
         checkpoints=not cache_profile.trimmable,
-        speculation=None if vision else speculation_for(config, cache_profile, vocab),
+        speculation=None if vision else speculation_for(config, cache_profile, vocab, grouped=lockstep is not None),
         solo=cache_profile.solo,
         lockstep=link,
     )
@@ -275,37 +277,48 @@ recurrent ``ArraysCache`` layers restored and the kept tokens fed again
 (:class:`worker.speculation.draft_rollback.ReplayKept`)."""
 
 
-def speculation_for(config: ModelConfig, profile: CacheProfile, vocab: int = 0) -> Speculation | None:
-    """``config``'s :class:`~worker.speculation.prompt_lookup.Speculation` (None when
-    ``speculative`` is ``none``, or when it cannot run, with a log line:
-    the model's cache (``profile``) cannot be brought back to the accepted
-    tokens after a rejected draft (not trimmable and not only attention
-    and recurrent layers, or not batchable), or the draft model of
-    ``draft:<source>`` does not load, has a vocabulary other than
-    ``vocab`` (the target's tokenizer size) or a cache that cannot be
-    trimmed). A draft model is loaded here, with the target's ``dtype``
-    (call on the scheduler thread: its MLX work runs there)."""
-    if config.speculative == "none":
+def speculation_for(
+    config: ModelConfig, profile: CacheProfile, vocab: int = 0, grouped: bool = False
+) -> Speculation | None:
+    """``config``'s :class:`~worker.speculation.drafting.Speculation` (None when
+    ``speculative`` is ``none``, or when it cannot run: the model's cache
+    (``profile``) cannot be brought back to the accepted tokens after a
+    rejected draft (not trimmable and not only attention and recurrent
+    layers, or not batchable), or the draft model of ``draft:<source>``
+    does not load, has a vocabulary other than ``vocab`` (the target's
+    tokenizer size) or a cache that cannot be trimmed; logged as a warning
+    for a mode asked for by name, quietly for ``auto``, which is also off
+    in a tensor-parallel group (``grouped``)). ``auto`` and ``suffix``
+    draft from a :class:`~worker.speculation.suffix_index.TokenIndex` of
+    ``speculative_index_tokens`` tokens. Every mode gets a
+    :class:`~worker.speculation.controller.DraftController`, timed unless
+    ``grouped`` (the ranks of a group must take the same decisions).
+    A draft model is loaded here, with the target's ``dtype`` (call on the
+    scheduler thread: its MLX work runs there)."""
+    mode = config.speculative
+    if mode == "none" or (mode == "auto" and grouped):
         return None
     replay = not profile.trimmable and profile.kinds.keys() <= REPLAYABLE_KINDS
     if profile.solo or not (profile.trimmable or replay):
-        log.warning(
+        (log.info if mode == "auto" else log.warning)(
             "model %s: speculative decoding turned off: its cache (%s) cannot be trimmed after a rejected draft",
             config.name,
             ", ".join(sorted(profile.kinds)),
         )
         return None
     draft_model = None
-    if config.speculative.startswith(DRAFT_PREFIX):
-        draft_model = _draft_model(config, config.speculative[len(DRAFT_PREFIX) :].strip(), vocab)
+    if mode.startswith(DRAFT_PREFIX):
+        draft_model = _draft_model(config, mode[len(DRAFT_PREFIX) :].strip(), vocab)
         if draft_model is None:
             return None
+    index = None
+    if mode in ("auto", "suffix"):
+        index = TokenIndex(SUFFIX_ORDERS, budget=config.speculative_index_tokens)
     log.info(
-        "model %s: speculative decoding %s (k=%d, ngram=%d, up to %d rows decoding%s)",
+        "model %s: speculative decoding %s (k=%d, up to %d rows decoding%s)",
         config.name,
-        config.speculative,
+        mode,
         config.speculative_tokens,
-        config.speculative_ngram,
         config.speculative_max_batch,
         "; recurrent layers restored and kept tokens fed again after each verification" if replay else "",
     )
@@ -314,6 +327,8 @@ def speculation_for(config: ModelConfig, profile: CacheProfile, vocab: int = 0) 
         ngram=config.speculative_ngram,
         max_batch=config.speculative_max_batch,
         draft_model=draft_model,
+        index=index,
+        controller=DraftController(tokens=config.speculative_tokens, timed=not grouped),
     )
 
 

@@ -19,6 +19,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
 
 from gateway.core.errors import APIError
+from gateway.core.key_scope import enter_key
 from gateway.frontend.error_shapes import error_response_for
 
 Scope = dict[str, Any]
@@ -182,12 +183,14 @@ class APIKeyMiddleware:
             await self.app(scope, receive, send)
             return
         presented = _presented_key(scope) or b""
-        ok = False
+        matched = None
         for key in keys:
-            ok |= hmac.compare_digest(presented, key.encode())
-        if not ok:
+            if hmac.compare_digest(presented, key.encode()):
+                matched = key
+        if matched is None:
             await send_error(scope, receive, send, APIError(401, "Invalid or missing API key", code="invalid_api_key"))
             return
+        enter_key(matched)
         await self.app(scope, receive, send)
 
 

@@ -20,6 +20,7 @@ import msgspec
 
 from gateway.core.backend import ModelFiles, ModelInfo, ModelLimits, Residency
 from gateway.core.errors import APIError, bad_request, model_not_found, unavailable
+from gateway.core.key_scope import current_key_name
 from gateway.images.request import ready_images
 from gateway.workers.handle import WorkerHandle
 from gateway.workers.inflight import WorkerRequestStream
@@ -268,6 +269,8 @@ class WorkerPool:
             raise bad_request(wrong_kind_message(model, kind), param="model", code="wrong_model_kind")
         if isinstance(request, GenerateRequest):
             request = await ready_images(request, model, kind, self.config.images)
+            if not request.key_name:
+                request = msgspec.structs.replace(request, key_name=current_key_name())
         await self._acquire(handle)
         return handle.submit(request, keep_alive=keep_alive)
 

@@ -43,6 +43,7 @@ which is why ``pyproject.toml`` pins mlx-lm to one minor version.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any, Sequence
 
 import mlx.core as mx
@@ -53,7 +54,7 @@ from mlx_lm.models.cache import make_prompt_cache
 from worker.engine.solo_cache import SoloBatch, solo_caches
 from worker.messages import TokenLogprobs
 from worker.sampling.samplers import TokenSampler, host_log_softmax
-from worker.speculation.prompt_lookup import Speculation
+from worker.speculation.drafting import Speculation
 from worker.speculation.step import SpeculativeSteps
 
 HOST_SAMPLING_ENV = "MLXD_HOST_SAMPLING"
@@ -97,12 +98,20 @@ class LeanGenerationBatch(SpeculativeSteps, GenerationBatch):
         """One step: a speculative step when
         :meth:`~worker.speculation.step.SpeculativeSteps._speculate` takes it
         (rows with drafts verify them in the same forward as the others
-        decode), else mlx-lm's step."""
-        if self.speculation is not None and self.uids:
-            responses = self._speculate(self.speculation)
-            if responses is not None:
-                return responses
-        return super().next()
+        decode), else mlx-lm's step; either's wall time goes to the
+        speculation's controller (:meth:`Speculation.timed_step`)."""
+        spec = self.speculation
+        if spec is None or not self.uids:
+            return super().next()
+        rows = len(self.uids)
+        started = time.perf_counter()
+        responses = self._speculate(spec)
+        if responses is None:
+            responses = super().next()
+            spec.timed_step(rows, False, time.perf_counter() - started)
+        else:
+            spec.timed_step(rows, True, time.perf_counter() - started)
+        return responses
 
     def _step(self) -> tuple[list[int], list[Any]]:
         self._current_tokens = self._next_tokens

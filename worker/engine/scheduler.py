@@ -60,7 +60,7 @@ from worker.messages import (
     TokenLogprobs,
     TokenStep,
 )
-from worker.speculation.prompt_lookup import Speculation
+from worker.speculation.drafting import Speculation
 
 if TYPE_CHECKING:  # loads MLX; imported on the scheduler thread
     from worker.engine.batch_engine import BatchEngine
@@ -131,7 +131,7 @@ class Scheduler:
     None: NumPy on the CPU backend, MLX on a GPU). ``checkpoints``: keep
     prompt-end and message-boundary snapshots (for caches that cannot be
     trimmed; see the module docstring). ``speculation``: a
-    :class:`~worker.speculation.prompt_lookup.Speculation` turns on prompt-lookup
+    :class:`~worker.speculation.drafting.Speculation` turns on speculative
     drafting (None: off; only for models whose cache can be trimmed).
     ``solo``: the model's cache cannot be batched; sequences run one at a
     time (the engine's batch sizes are then 1; see :mod:`worker.engine.solo_cache`).
@@ -446,8 +446,8 @@ class Scheduler:
                 stop_sequences=[stops],
             )
             engine.set_delta(uid, delta)
-            if self.speculation is not None and not params.speculative:
-                self.speculation.opt_out(uid)
+            if self.speculation is not None:
+                self.speculation.begin(uid, adm.key_name, params.speculative)
             top = params.top_logprobs if params.logprobs else None
             self._seqs[uid] = _Seq(adm.request_id, i, top)
             uids.append(uid)
@@ -556,12 +556,14 @@ class Scheduler:
             cache, tokens = caches[uid]
             self.cache.insert(tokens, cache)  # type: ignore[union-attr]
 
-    def _finish_seq(self, uid: int) -> None:
+    def _finish_seq(self, uid: int, tokens: list[int] | None = None) -> None:
+        """Retire choice ``uid`` (``tokens``: its prompt and output, when
+        known, kept for drafting later requests)."""
         seq = self._seqs.pop(uid)
         self._engine.drop_delta(uid)  # type: ignore[union-attr]
         self._checkpoints.forget(uid)
         if self.speculation is not None:
-            self.speculation.forget(uid)
+            self.speculation.forget(uid, tokens)
         uids = self._uids[seq.request_id]
         uids.remove(uid)
         if not uids:
@@ -594,6 +596,7 @@ class Scheduler:
         if self._checkpoints:
             self._checkpoints.take(progress, self._seqs, engine, self.cache)
         scheduled = self._scheduled(progress, responses)
+        drafts = self._drafts()
         events = self._events(responses)
         c = self.counters
         c.step_seconds += time.perf_counter() - started
@@ -602,7 +605,7 @@ class Scheduler:
         # a speculative step gives a row several events: count rows
         c.max_batch_seen = max(c.max_batch_seen, len({(e[0], e[1]) for e in events}))
         if events or scheduled:
-            self._emit(TokenStep(self._step, events, scheduled))
+            self._emit(TokenStep(self._step, events, scheduled, drafts))
 
     def _scheduled(self, progress: list[Any], responses: list[Any]) -> list[tuple[str, float]]:
         """Requests the engine worked on for the first time in this step,
@@ -617,6 +620,17 @@ class Scheduler:
                 found.append((seq.request_id, now - self._waiting_since.pop(seq.request_id)))
         return found
 
+    def _drafts(self) -> list[tuple[str, int, int, int]]:
+        """This step's speculative verifications, by request and choice."""
+        if self.speculation is None:
+            return []
+        found = []
+        for uid, drafted, accepted in self.speculation.take_records():
+            seq = self._seqs.get(uid)
+            if seq is not None:
+                found.append((seq.request_id, seq.index, drafted, accepted))
+        return found
+
     def _events(self, responses: list[Any]) -> list[TokenEvent]:
         """Turn engine responses into token events; retire finished choices."""
         wanted = [r for r in responses if r.uid in self._seqs and self._wants_logprobs(r)]
@@ -628,7 +642,7 @@ class Scheduler:
                 continue
             events.append((seq.request_id, seq.index, r.token, r.finish_reason, logprobs.get(id(r))))
             if r.finish_reason is not None:
-                self._finish_seq(r.uid)
+                self._finish_seq(r.uid, r.all_tokens)
                 if self.cache is not None and r.prompt_cache is not None:
                     self.cache.insert(r.all_tokens, r.prompt_cache)
         return events

@@ -48,11 +48,14 @@ log = logging.getLogger("mlxd.worker.output")
 @dataclass
 class _Choice:
     """Text state of one choice of a running request: its detokenizer and
-    stop-string matcher, and its parser (None when its text is plain)."""
+    stop-string matcher, its parser (None when its text is plain), and its
+    running token counts."""
 
     stream: TextStream
     parser: Any = None
     completion_tokens: int = 0
+    accepted_predictions: int = 0
+    rejected_predictions: int = 0
 
 
 def _parser(spec: OutputSpec | None) -> Any:
@@ -157,6 +160,12 @@ class OutputLoop:
             for request_id, waited in item.scheduled:
                 if request_id in self._live:
                     self._live[request_id].queue_seconds = waited
+            for request_id, index, drafted, accepted in item.drafts:
+                request = self._live.get(request_id)
+                choice = request.choices.get(index) if request else None
+                if choice is not None:
+                    choice.accepted_predictions += accepted
+                    choice.rejected_predictions += drafted - accepted
             outputs = [o for o in (self._token_or_error(*t) for t in item.tokens) if o is not None]
             if outputs:
                 self._send(StepOutputs(step=item.step, outputs=outputs))
@@ -224,6 +233,8 @@ class OutputLoop:
             cached_tokens=request.cached_tokens,
             disk_cached_tokens=request.disk_cached_tokens,
             completion_tokens=choice.completion_tokens,
+            accepted_prediction_tokens=choice.accepted_predictions,
+            rejected_prediction_tokens=choice.rejected_predictions,
             finish_reason=finish,  # type: ignore[arg-type]
             logprobs=[self._logprob(token, lp)] if lp is not None else None,
             reasoning=reasoning,
@@ -285,6 +296,8 @@ class OutputLoop:
             cached_tokens=request.cached_tokens,
             disk_cached_tokens=request.disk_cached_tokens,
             completion_tokens=sum(c.completion_tokens for c in request.choices.values()),
+            accepted_prediction_tokens=sum(c.accepted_predictions for c in request.choices.values()),
+            rejected_prediction_tokens=sum(c.rejected_predictions for c in request.choices.values()),
             finish_reason=item.reason,  # type: ignore[arg-type]
             error=item.message,
             error_kind=item.error_kind,  # type: ignore[arg-type]

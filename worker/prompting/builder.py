@@ -223,6 +223,7 @@ class PromptBuilder:
             reasoning_close=self._reasoning_close(output.thinking_open) if matchers is not None else None,
             boundaries=self._boundaries(request, ids) if vision is None else (),
             vision=vision,
+            key_name=request.key_name,
         )
 
     def _boundaries(self, request: GenerateRequest, ids: list[int]) -> tuple[int, ...]:

@@ -8,34 +8,19 @@ verifies every drafting row's draft in the batch's one forward pass and
 keeps the longest prefix that matches what the row's own decoding picks
 there, so output is unchanged.
 
-:class:`Speculation` holds the settings, the per-row acceptance record
-that turns drafting off for a row whose drafts keep failing, and the
-drafted/accepted totals reported in ``/metrics``; and the speculative-
-sampling acceptance rules (:func:`accept_deterministic`,
-:func:`accept_from_draft_model`). Pure Python and NumPy; used on the
-scheduler thread only (the totals are plain ints, read by other threads
-under the GIL).
+Also here: the speculative-sampling acceptance rules
+(:func:`accept_deterministic`, :func:`verify_draft`,
+:func:`accept_from_draft_model`), which every drafter's drafts go
+through. The drafting settings and records of a model live in
+:mod:`worker.speculation.drafting`. Pure Python and NumPy; used on the
+scheduler thread only.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
-
-ADAPTIVE_MIN_DRAFTED = 16
-"""Draft tokens a row must have proposed before its rate is judged."""
-
-ADAPTIVE_MIN_RATE = 0.25
-"""A row whose accepted/drafted rate falls below this stops drafting for
-:data:`ADAPTIVE_PAUSE_STEPS` steps."""
-
-ADAPTIVE_PAUSE_STEPS = 32
-"""Steps a row with a low acceptance rate decodes without drafting before
-it is tried again with a fresh record (the text it copies may come later,
-as when an answer re-emits a file after a sentence of its own)."""
-
 
 def find_draft(history: list[int], ngram: int, limit: int) -> list[int]:
     """Up to ``limit`` tokens that followed an earlier occurrence of
@@ -113,80 +98,3 @@ def accept_from_draft_model(p: np.ndarray, q: np.ndarray, drafted: int, rng: np.
         return drafted
     rest = np.maximum(p.astype(np.float64) - q, 0.0)
     return int(rng.choice(rest.shape[0], p=rest / rest.sum()))
-
-
-@dataclass
-class _RowRecord:
-    drafted: int = 0
-    accepted: int = 0
-    opted_out: bool = False
-    paused: int = 0
-
-
-@dataclass
-class Speculation:
-    """Drafting settings of one model, per-row records and totals.
-
-    ``tokens``: most draft tokens verified per step (k); ``ngram``: the
-    longest suffix matched by prompt lookup; ``max_batch``: no row drafts
-    in a step of a batch with more rows than this (verification stops
-    paying once the batch already uses the weights it reads);
-    ``draft_model``: a :class:`worker.speculation.draft_model.DraftModel` that drafts
-    instead of prompt lookup (None: prompt lookup). ``drafted`` /
-    ``accepted``: totals since load.
-    """
-
-    tokens: int = 8
-    ngram: int = 3
-    max_batch: int = 8
-    draft_model: Any = None
-    drafted: int = 0
-    accepted: int = 0
-    _rows: dict[int, _RowRecord] = field(default_factory=dict)
-
-    def enabled_for(self, uid: int) -> bool:
-        """Whether row ``uid`` drafts in this step: False when its request
-        opted out (:meth:`opt_out`), and for :data:`ADAPTIVE_PAUSE_STEPS`
-        calls once it has drafted enough tokens to be judged and accepted
-        fewer than :data:`ADAPTIVE_MIN_RATE` of them (then its record starts
-        afresh). Call once per step of the row."""
-        record = self._rows.get(uid)
-        if record is None:
-            return True
-        if record.opted_out:
-            return False
-        if record.paused:
-            record.paused -= 1
-            return False
-        if record.drafted >= ADAPTIVE_MIN_DRAFTED and record.accepted < ADAPTIVE_MIN_RATE * record.drafted:
-            record.paused, record.drafted, record.accepted = ADAPTIVE_PAUSE_STEPS - 1, 0, 0
-            return False
-        return True
-
-    def record(self, uid: int, drafted: int, accepted: int) -> None:
-        """Count one verification of row ``uid``."""
-        row = self._rows.setdefault(uid, _RowRecord())
-        row.drafted += drafted
-        row.accepted += accepted
-        self.drafted += drafted
-        self.accepted += accepted
-
-    def opt_out(self, uid: int) -> None:
-        """Never draft for row ``uid`` (its request set ``speculative``
-        false)."""
-        self._rows.setdefault(uid, _RowRecord()).opted_out = True
-
-    def draft(self, uid: int, history: list[int], limit: int) -> list[int]:
-        """Row ``uid``'s draft after ``history`` (its tokens and pending
-        token), at most ``limit`` tokens: the draft model's when there is
-        one, else prompt lookup's (:func:`find_draft`)."""
-        if self.draft_model is not None:
-            return self.draft_model.draft(uid, history, limit)
-        return find_draft(history, self.ngram, limit)
-
-    def forget(self, uid: int) -> None:
-        """Drop row ``uid``'s record, and its draft-model cache (it finished
-        or was removed)."""
-        self._rows.pop(uid, None)
-        if self.draft_model is not None:
-            self.draft_model.forget(uid)

@@ -2,8 +2,8 @@
 
 :class:`SpeculativeSteps` is mixed into the engine's generation batch
 (:class:`worker.engine.batch_engine.LeanGenerationBatch`): when some rows of the
-batch have a draft (:meth:`worker.speculation.prompt_lookup.Speculation.draft`: prompt
-lookup or a draft model),
+batch have a draft (:meth:`worker.speculation.drafting.Speculation.draft`: the suffix
+index, prompt lookup or a draft model),
 one forward pass feeds every row its pending token followed by its draft,
 all rows padded to the longest draft plus one (a row without a draft gets
 padding after its pending token; padding sits after every real position,
@@ -41,7 +41,8 @@ import numpy as np
 
 from worker.sampling.samplers import TokenSampler, host_log_softmax
 from worker.speculation.draft_rollback import Rollback, rollback_for
-from worker.speculation.prompt_lookup import Speculation, verify_draft
+from worker.speculation.drafting import Speculation
+from worker.speculation.prompt_lookup import verify_draft
 
 
 class SpeculativeSteps:
@@ -67,11 +68,15 @@ class SpeculativeSteps:
         rollback = rollback_for(self.prompt_cache, len(self.uids))
         if rollback is None:
             return None
+        spec.tick()
         eligible = [self._may_draft(i, spec) for i in range(len(self.uids))]
-        if not any(eligible):
+        if not spec.pays(len(self.uids), [uid for uid, ok in zip(self.uids, eligible) if ok]):
             return None  # the plain step keeps mlx-lm's pipelining: no host sync
         pending = self._next_tokens.tolist()
         drafts = [self._draft(i, pending[i], spec) if eligible[i] else [] for i in range(len(self.uids))]
+        for i, ok in enumerate(eligible):
+            if ok and not drafts[i]:
+                spec.record(self.uids[i], 0, 0)
         if not any(drafts):
             return None
         width = 1 + max(len(d) for d in drafts)
@@ -110,8 +115,8 @@ class SpeculativeSteps:
     def _may_draft(self, i: int, spec: Speculation) -> bool:
         """Whether row ``i`` may draft this step (decided before its pending
         token is read): not with logits processors, not when it opted out
-        or is paused (:meth:`Speculation.enabled_for`, called once per
-        step of an otherwise eligible row), not one token from its
+        or the controller has it switched off (:meth:`Speculation.enabled_for`,
+        called once per step of an otherwise eligible row), not one token from its
         ``max_tokens``."""
         if self.logits_processors and self.logits_processors[i]:
             return False
@@ -125,7 +130,8 @@ class SpeculativeSteps:
         (empty: it decodes one token this step), at most the tokens left
         before its ``max_tokens``."""
         room = self.max_tokens[i] - self._num_tokens[i] - 1
-        return spec.draft(self.uids[i], [*self.tokens[i], pending], min(spec.tokens, room))
+        uid = self.uids[i]
+        return spec.draft(uid, [*self.tokens[i], pending], min(spec.limit(uid), room))
 
     def _verify(self, logits: mx.array, draft: list[int], sampler: Any) -> tuple[int, int, list[Any]]:
         """Verify one row's ``draft`` against its logits at the pending
