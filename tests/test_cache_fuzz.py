@@ -59,14 +59,18 @@ VLM = "qwen3_vl"
 
 VARIANTS = {
     "cache": {},  # sampled on the device (MLX), as on a Metal GPU; the others on the host
-    "speculation": {"speculative": "prompt_lookup", "speculative_tokens": 4, "speculative_ngram": 2},
+    "speculation": {"speculative": "auto", "speculative_tokens": 4},
     "evict+disk": {"prefix_cache_bytes": 96 * 1024, "disk_cache_bytes": 64 << 20},
 }
 """Config overrides of each variant (on top of :data:`BASE`)."""
 
-BASE = dict(max_batch_size=6, prefill_batch_size=2, prefill_step_size=32, prefix_cache_bytes=64 << 20)
+BASE = dict(
+    max_batch_size=6, prefill_batch_size=2, prefill_step_size=32, prefix_cache_bytes=64 << 20, speculative="none"
+)
 """Small prefill chunks, so prompts take several steps and arrivals land
-beside prefills as well as decodes."""
+beside prefills as well as decodes; speculation off but in its variant
+(the default ``auto``: suffix drafting from the rows' own and earlier
+requests' tokens, with the drafting controller)."""
 
 
 @dataclass
@@ -225,7 +229,9 @@ class Fuzzer:
         assert not scheduler._seqs and not scheduler._uids, f"sequences left behind\n{schedule}"
         assert scheduler._engine.running == 0, f"the engine still decodes\n{schedule}"
         if scheduler.speculation is not None:
-            assert not scheduler.speculation._rows, f"drafting records left behind\n{schedule}"
+            assert scheduler.speculation.idle, f"drafting records left behind\n{schedule}"
+            if self.schedule.variant == "speculation":
+                assert scheduler.speculation.index is not None, "the variant must run the suffix drafter"
         finished = []
         for ask in self.asks:
             outcome = driver.outcomes[ask.request_id]
