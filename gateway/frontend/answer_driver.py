@@ -188,7 +188,9 @@ class TokenTally:
     Feed it every output of the request (:meth:`add`): ``prompt``,
     ``cached`` and ``disk_cached`` are the largest running values seen (the
     prompt counts once), ``completion`` the sum over choices of each
-    choice's latest ``completion_tokens``.
+    choice's latest ``completion_tokens``; ``accepted`` and ``rejected``
+    likewise of the choices' speculative draft tokens kept and thrown
+    away (``accepted_prediction_tokens`` / ``rejected_prediction_tokens``).
     """
 
     def __init__(self) -> None:
@@ -196,6 +198,8 @@ class TokenTally:
         self.cached = 0
         self.disk_cached = 0
         self._completion: dict[int, int] = {}
+        self._accepted: dict[int, int] = {}
+        self._rejected: dict[int, int] = {}
 
     def add(self, output: RequestOutput) -> None:
         """Account for one output."""
@@ -204,6 +208,20 @@ class TokenTally:
         self.disk_cached = max(self.disk_cached, output.disk_cached_tokens)
         seen = self._completion.get(output.index, 0)
         self._completion[output.index] = max(seen, output.completion_tokens)
+        if output.accepted_prediction_tokens or output.rejected_prediction_tokens:
+            i = output.index
+            self._accepted[i] = max(self._accepted.get(i, 0), output.accepted_prediction_tokens)
+            self._rejected[i] = max(self._rejected.get(i, 0), output.rejected_prediction_tokens)
+
+    @property
+    def accepted(self) -> int:
+        """Speculative draft tokens kept, over all choices."""
+        return sum(self._accepted.values())
+
+    @property
+    def rejected(self) -> int:
+        """Speculative draft tokens thrown away, over all choices."""
+        return sum(self._rejected.values())
 
     @property
     def completion(self) -> int:

@@ -71,9 +71,11 @@ class PromptTokensDetails(msgspec.Struct, kw_only=True):
 
 
 class CompletionTokensDetails(msgspec.Struct, kw_only=True):
-    """``usage.completion_tokens_details``: all 0. The worker does not
-    count reasoning tokens apart from the rest, there is no audio, and
-    ``prediction`` is never used."""
+    """``usage.completion_tokens_details``. The worker does not count
+    reasoning tokens apart from the rest and there is no audio (both 0);
+    ``accepted_prediction_tokens`` / ``rejected_prediction_tokens`` count
+    the speculative draft tokens verification kept / threw away (mlxd
+    drafts by itself: the request's ``prediction`` is not used)."""
 
     reasoning_tokens: int = 0
     audio_tokens: int = 0
@@ -91,7 +93,14 @@ class Usage(msgspec.Struct, kw_only=True):
     completion_tokens_details: CompletionTokensDetails = msgspec.field(default_factory=CompletionTokensDetails)
 
 
-def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0, disk_cached_tokens: int = 0) -> Usage:
+def usage(
+    prompt_tokens: int,
+    completion_tokens: int,
+    cached_tokens: int = 0,
+    disk_cached_tokens: int = 0,
+    accepted_predictions: int = 0,
+    rejected_predictions: int = 0,
+) -> Usage:
     """Return the usage object for these counts (``disk_cached_tokens``
     appears only when positive)."""
     details = PromptTokensDetails(cached_tokens=cached_tokens)
@@ -102,12 +111,15 @@ def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0, di
         completion_tokens=completion_tokens,
         total_tokens=prompt_tokens + completion_tokens,
         prompt_tokens_details=details,
+        completion_tokens_details=CompletionTokensDetails(
+            accepted_prediction_tokens=accepted_predictions, rejected_prediction_tokens=rejected_predictions
+        ),
     )
 
 
 def usage_of(tally: TokenTally) -> Usage:
     """The usage object for the counts of ``tally``."""
-    return usage(tally.prompt, tally.completion, tally.cached, tally.disk_cached)
+    return usage(tally.prompt, tally.completion, tally.cached, tally.disk_cached, tally.accepted, tally.rejected)
 
 
 # --- whole responses ---------------------------------------------------------------

@@ -8,9 +8,10 @@ whether the batch speculates at all:
 
 * each row has a *gain*: an exponential average of the draft tokens it got
   accepted per drafting step (a step where it found no draft counts as
-  0). A new row starts from the model-wide average gain, so on a workload
-  where drafts keep missing new rows start switched off. A row whose gain
-  falls below :data:`ROW_MIN_GAIN` stops drafting;
+  0). A new row starts from the model-wide average gain, but at least
+  :data:`ROW_MIN_GAIN`: on a workload where drafts keep missing, a new
+  row drafts once and stops at its first miss. A row whose gain falls
+  below :data:`ROW_MIN_GAIN` stops drafting;
 * rows that stopped drafting are tried again all together in one *probe*
   step every ``probe`` steps: ``probe`` starts at :data:`PROBE_FIRST`,
   doubles after a probe whose rows got nothing accepted (up to
@@ -93,7 +94,7 @@ class DraftController:
     def _row(self, uid: int) -> _Row:
         row = self._rows.get(uid)
         if row is None:
-            row = self._rows[uid] = _Row(self.gain, self.tokens)
+            row = self._rows[uid] = _Row(max(self.gain, ROW_MIN_GAIN), self.tokens)
         return row
 
     def wants(self, uid: int) -> bool:
@@ -108,8 +109,8 @@ class DraftController:
         want to draft, should speculate this step."""
         if not drafting:
             return False
-        if self._probe_step and any(self._row(u).probing for u in drafting):
-            return True
+        if self._probe_step:
+            return True  # also re-measures a cost that may have been judged on noise
         gain = sum(self._row(u).gain for u in drafting)
         return gain >= rows * (self.cost(rows) - 1.0)
 
