@@ -59,3 +59,26 @@ def test_draft_model_that_cannot_draft_turns_speculation_off(tiny_dir, caplog, s
     with caplog.at_level(logging.WARNING, logger="mlxd.worker"):
         assert speculation_for(config(f"draft:{source or tiny_dir}"), TRIMMED, vocab=vocab) is None
     assert "speculative decoding turned off" in caplog.text and why in caplog.text
+
+
+def test_auto_is_the_default_and_drafts_from_a_suffix_index_with_a_controller():
+    assert ModelConfig(name="m").speculative == "auto"
+    for mode in ("auto", "suffix"):
+        spec = speculation_for(config(mode), TRIMMED)
+        assert spec is not None and spec.index is not None and spec.controller is not None
+        assert spec.index.budget == ModelConfig(name="m").speculative_index_tokens
+    lookup = speculation_for(config("prompt_lookup"), TRIMMED)
+    assert lookup.index is None and lookup.controller is not None and lookup.controller.timed
+
+
+@pytest.mark.parametrize("profile", [WINDOW, CHUNKED])
+def test_auto_is_quietly_off_where_drafts_cannot_be_cut_back(profile, caplog):
+    with caplog.at_level(logging.WARNING, logger="mlxd.worker"):
+        assert speculation_for(config("auto"), profile) is None
+    assert "speculative decoding turned off" not in caplog.text
+
+
+def test_auto_is_off_in_a_tensor_parallel_group_and_named_modes_decide_alike_there():
+    assert speculation_for(config("auto"), TRIMMED, grouped=True) is None
+    spec = speculation_for(config("suffix"), TRIMMED, grouped=True)
+    assert spec is not None and not spec.controller.timed
