@@ -152,6 +152,7 @@ def plot_speculative(envelope: dict[str, Any], out: Path) -> list[Path]:
     rows = results["workloads"]
     names = {
         "none_tok_s": "mlxd, no speculation",
+        "auto_tok_s": "mlxd, default (auto: suffix drafting)",
         "prompt_lookup_tok_s": "mlxd, prompt lookup",
         "draft_model_tok_s": "mlxd, draft model",
         "mlx_lm_server_tok_s": "mlx_lm.server",
@@ -161,7 +162,7 @@ def plot_speculative(envelope: dict[str, Any], out: Path) -> list[Path]:
         for key, label in names.items()
         if any(row.get(key) is not None for row in rows)
     }
-    colors = dict(zip(names.values(), ("#9bb7ea", COLORS["mlxd"], "#16a2b8", COLORS["mlx_lm.server"])))
+    colors = dict(zip(names.values(), ("#9bb7ea", COLORS["mlxd"], "#f0a500", "#16a2b8", COLORS["mlx_lm.server"])))
     fig, (ax,) = _figure(
         envelope, f"Speculative decoding: tokens/s ({results['model']}, {results['max_tokens']} tokens)"
     )

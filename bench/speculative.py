@@ -1,25 +1,31 @@
-"""Speculative decoding bench: prompt lookup on the edit and chat workloads.
+"""Speculative decoding bench: the workloads of issue #32, speculation off
+against the default config (``speculative = "auto"``: suffix drafting with
+the drafting controller).
 
-The edit workload: a ~400-token Python file in the prompt and an
-instruction to return it with one small change, greedy, so the answer
-re-emits most of the prompt (what prompt-lookup drafting predicts). The
-chat workload: a story prompt whose answer repeats little. Each runs the
-same weights (default: the float32 copy of the default model, see
-``bench/models.py``) in an mlxd gateway with ``speculative = "none"`` and
-with ``"prompt_lookup"``, and the edit workload also in ``mlx_lm.server``
-(settings as ``bench/compare.py``'s). Prints tokens/s, drafted and
-accepted token counts, whether mlxd's texts are identical with and
-without speculation (they must be), and issue #18's ratios as PASS/MISS
-lines: edit single stream vs mlx_lm.server (>= 2), chat single stream vs
-no speculation (>= 0.95: no slower within noise), edit at ``--streams``
-(16) vs no speculation (>= 1.3).
+Workloads, greedy, each at 1 stream and at ``--streams`` (16) streams:
+
+* ``copy``: repeat a ~400-token document (the model copies: the ceiling);
+* ``edit``: return a Python file with one rename (the model paraphrases
+  part of it);
+* ``agent``: a three-turn session whose later turns ask the model to
+  re-emit the tool output (a file) it was shown and wrote before; each
+  stream is its own session (its own file), turns one after the other;
+* ``chat``: a story (little to copy);
+* ``random``: continue a list of random words (drafts should all miss:
+  the worst case, where the controller must keep the cost within 3%).
+
+Each runs the same weights (default: the float32 copy of the default
+model, see ``bench/models.py``) in an mlxd gateway with ``speculative =
+"none"`` and with the default config (no ``speculative`` key), started and
+waited on ``/ready``; optionally (``--peer``) the 1-stream edit and copy
+workloads also in ``mlx_lm.server``. Prints tokens/s per workload, whether
+the texts are identical (they must be), the drafted/accepted counts and
+the issue's targets as PASS/MISS lines. Nothing here asserts; results go
+to ``bench/results/speculative.json``.
 
 Usage: ``python bench/speculative.py [--model DIR] [--max-tokens N]
-[--streams S] [--rounds R] [--max-batch B] [--no-peer] [--draft SOURCE]``
-(``--draft``: also a gateway drafting with that model): the speculative
-gateway lets rows draft in batches of up to ``B`` rows (default: ``S``, so
-the many-stream line measures verification at that batch size). Nothing here asserts: it prints
-measurements and writes them to ``bench/results/speculative.json``.
+[--streams S] [--rounds R] [--workloads copy,edit,...] [--peer]
+[--draft SOURCE]`` (``--draft``: also a gateway drafting with that model).
 """
 
 from __future__ import annotations
@@ -77,146 +83,166 @@ EDIT_PROMPT = (
     "in one code block and nothing else."
 )
 CHAT_PROMPT = "Write a short story about a lighthouse keeper who finds a map inside a bottle."
+COPY_PROMPT = "Repeat the following document exactly, with nothing before or after it:\n\n" + code_file()
+WORDS = ("amber", "quartz", "meadow", "violet", "engine", "harbor", "pencil", "glacier", "saddle", "orbit")
 
 
-def request(prompt: str, max_tokens: int, model: str = NAME) -> dict:
-    """A greedy chat request for ``prompt`` to ``model``."""
-    return {
-        "model": model,
-        "messages": [{"role": "user", "content": prompt}],
-        "max_tokens": max_tokens,
-        "temperature": 0,
-    }
+def random_prompt(seed: int) -> str:
+    """Continue a list of pseudo-random words (nothing to copy)."""
+    import random
+
+    rng = random.Random(seed)
+    return "Continue this list of random words: " + " ".join(rng.choice(WORDS) for _ in range(40))
 
 
-async def run(url: str, body: dict, streams: int) -> tuple[list[str], int, float]:
-    """Send ``streams`` copies of ``body`` at once; return the texts, the
+def agent_file(session: int) -> str:
+    """The file session ``session``'s tool returns (its own numbers)."""
+    rows = [f"setting_{i} = {session * 100 + i}  # value of setting {i}" for i in range(30)]
+    return "\n".join(rows) + "\n"
+
+
+def agent_turns(session: int) -> list[str]:
+    """The user turns of an agent session: read a file (given as a tool
+    output), then re-emit it with changes, twice."""
+    return [
+        "The tool read_file returned this file:\n\n" + agent_file(session) + "\nShow me the file exactly as it is.",
+        "Show the same file again, with setting_3 set to 0.",
+        "Show the file once more, exactly as you last wrote it.",
+    ]
+
+
+def request(prompt: str | list[dict], max_tokens: int, model: str = NAME) -> dict:
+    """A greedy chat request for ``prompt`` (text or messages) to ``model``."""
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+    return {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0}
+
+
+async def one(client: httpx.AsyncClient, url: str, body: dict) -> tuple[str, int]:
+    """One request's text and completion tokens."""
+    reply = (await client.post(f"{url}/v1/chat/completions", json=body)).raise_for_status().json()
+    return reply["choices"][0]["message"]["content"] or "", reply["usage"]["completion_tokens"]
+
+
+async def session(client: httpx.AsyncClient, url: str, index: int, max_tokens: int, model: str) -> tuple[str, int]:
+    """One agent session, turn after turn; its texts joined and its tokens."""
+    messages: list[dict] = []
+    texts, tokens = [], 0
+    for turn in agent_turns(index):
+        messages.append({"role": "user", "content": turn})
+        text, count = await one(client, url, request(list(messages), max_tokens, model))
+        messages.append({"role": "assistant", "content": text})
+        texts.append(text)
+        tokens += count
+    return "\n---\n".join(texts), tokens
+
+
+async def run(url: str, workload: str, streams: int, max_tokens: int, model: str) -> tuple[list[str], int, float]:
+    """``streams`` concurrent copies of ``workload``; the texts, the
     completion tokens and the wall seconds."""
-    async with httpx.AsyncClient(timeout=600) as client:
+    prompts = {"copy": COPY_PROMPT, "edit": EDIT_PROMPT, "chat": CHAT_PROMPT}
+    async with httpx.AsyncClient(timeout=1800) as client:
         started = time.perf_counter()
-        replies = await asyncio.gather(*(client.post(f"{url}/v1/chat/completions", json=body) for _ in range(streams)))
+        if workload == "agent":
+            jobs = [session(client, url, i, max_tokens, model) for i in range(streams)]
+        elif workload == "random":
+            jobs = [one(client, url, request(random_prompt(i), max_tokens, model)) for i in range(streams)]
+        else:
+            jobs = [one(client, url, request(prompts[workload], max_tokens, model)) for _ in range(streams)]
+        done = await asyncio.gather(*jobs)
         wall = time.perf_counter() - started
-    data = [r.raise_for_status().json() for r in replies]
-    return (
-        [d["choices"][0]["message"]["content"] for d in data],
-        sum(d["usage"]["completion_tokens"] for d in data),
-        wall,
-    )
+    return [text for text, _ in done], sum(tokens for _, tokens in done), wall
 
 
-def best_rate(url: str, body: dict, streams: int, rounds: int) -> tuple[list[str], float]:
-    """Best tokens/s over ``rounds`` rounds of ``streams`` copies of
-    ``body`` (after one warm-up request), with the last round's texts."""
-    asyncio.run(run(url, body, 1))
+def best_rate(url: str, workload: str, streams: int, args: argparse.Namespace, model: str = NAME) -> tuple[list, float]:
+    """Best tokens/s over ``args.rounds`` rounds, with the last round's texts."""
     best, texts = 0.0, []
-    for _ in range(rounds):
-        texts, tokens, wall = asyncio.run(run(url, body, streams))
+    for _ in range(args.rounds):
+        texts, tokens, wall = asyncio.run(run(url, workload, streams, args.max_tokens, model))
         best = max(best, tokens / wall)
     return texts, best
 
 
-def measure_mlxd(source: Path, mode: str, args: argparse.Namespace, tmp: Path) -> dict:
-    """Every workload on one mlxd gateway with ``speculative = mode``:
-    ``{workload: (texts, tok/s)}`` plus the worker counters under
-    ``"stats"``."""
-    model = {
-        "name": NAME,
-        "source": str(source),
-        "speculative": mode,
-        "max_batch_size": max(8, args.streams),
-        "speculative_max_batch": args.max_batch or args.streams,
-    }
+def measure_mlxd(source: Path, mode: str | None, args: argparse.Namespace, tmp: Path) -> dict:
+    """Every workload at 1 and ``args.streams`` streams on one mlxd gateway
+    (``mode``: its ``speculative``; None: the default config):
+    ``{(workload, streams): (texts, tok/s)}`` plus the worker counters
+    under ``"stats"``."""
+    model = {"name": NAME, "source": str(source), "max_batch_size": max(8, args.streams)}
+    if mode is not None:
+        model["speculative"] = mode
     found: dict = {}
-    with mlxd(tmp / mode, model) as server:
-        found["edit"] = best_rate(server.url, request(EDIT_PROMPT, args.max_tokens), 1, args.rounds)
-        found["chat"] = best_rate(server.url, request(CHAT_PROMPT, args.max_tokens), 1, args.rounds)
-        found["edit-many"] = best_rate(server.url, request(EDIT_PROMPT, args.max_tokens), args.streams, args.rounds)
+    label = (mode or "default").replace(":", "-").replace("/", "-")
+    with mlxd(tmp / label, model) as server:
+        asyncio.run(run(server.url, "chat", 1, 8, NAME))  # warm-up: the first request's one-time costs
+        for workload in args.workloads:
+            for streams in (1, args.streams):
+                found[(workload, streams)] = best_rate(server.url, workload, streams, args)
         time.sleep(1.5)  # one heartbeat
         found["stats"] = server.worker(NAME)["stats"]
     return found
 
 
-def measure_peer(source: Path, args: argparse.Namespace, tmp: Path) -> tuple[list[str], float]:
-    """The single-stream edit workload on ``mlx_lm.server``."""
+def measure_peer(source: Path, args: argparse.Namespace, tmp: Path) -> dict:
+    """The 1-stream copy and edit workloads on ``mlx_lm.server``."""
     with mlx_lm_server(tmp / "peer", source) as peer:
-        return best_rate(peer.url, request(EDIT_PROMPT, args.max_tokens, PEER_MODEL), 1, args.rounds)
+        return {(w, 1): best_rate(peer.url, w, 1, args, PEER_MODEL) for w in ("copy", "edit") if w in args.workloads}
+
+
+TARGETS = {("agent", 1): 1.5, ("copy", 1): 2.5, ("copy", 16): 1.2, ("random", 1): 0.97, ("random", 16): 0.97}
+"""Issue #32's targets, default config / speculation off; every other
+workload at 16 streams: at least 1.0."""
 
 
 def main() -> None:
-    """Parse the options, run mlxd in both modes (and the peer), print the
-    rates and the ratio lines."""
+    """Parse the options, run mlxd with speculation off and with the default
+    config (and the peer), print the rates and the ratio lines."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, help="an MLX model directory (default: the float32 default model)")
-    parser.add_argument("--max-tokens", type=int, default=450)
+    parser.add_argument("--max-tokens", type=int, default=300)
     parser.add_argument("--streams", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument(
-        "--max-batch", type=int, default=0, help="speculative_max_batch of the speculative gateway (0: --streams)"
-    )
-    parser.add_argument("--no-peer", action="store_true", help="skip mlx_lm.server")
+    parser.add_argument("--workloads", default="copy,edit,agent,chat,random")
+    parser.add_argument("--peer", action="store_true", help="also mlx_lm.server (copy and edit, 1 stream)")
     parser.add_argument("--draft", help="also run speculative = draft:DRAFT (a model source of the same tokenizer)")
     args = parser.parse_args()
+    args.workloads = [w for w in args.workloads.split(",") if w]
     source = args.model or float32_model()
     with tempfile.TemporaryDirectory(prefix="mlxd-spec-bench-") as name:
         tmp = Path(name)
         plain = measure_mlxd(source, "none", args, tmp)
-        spec = measure_mlxd(source, "prompt_lookup", args, tmp)
+        auto = measure_mlxd(source, None, args, tmp)
         drafted = measure_mlxd(source, f"draft:{args.draft}", args, tmp) if args.draft else None
-        peer = None if args.no_peer else measure_peer(source, args, tmp)
+        peer = measure_peer(source, args, tmp) if args.peer else {}
     print(f"speculative decoding, {source.name}, max_tokens {args.max_tokens}")
-    for workload, label in (
-        ("edit", "edit, 1 stream"),
-        ("chat", "chat, 1 stream"),
-        ("edit-many", f"edit, {args.streams} streams"),
-    ):
-        print(f"  {label:<20} none {plain[workload][1]:8.1f} tok/s  prompt_lookup {spec[workload][1]:8.1f} tok/s")
-        print(f"  {'':<20} identical text: {plain[workload][0] == spec[workload][0]}")
-    if peer is not None:
-        print(
-            f"  {'edit, 1 stream':<20} mlx_lm.server {peer[1]:8.1f} tok/s  same text as mlxd: {peer[0] == plain['edit'][0]}"
-        )
-    stats = spec["stats"]
+    rows, lines = [], []
+    for workload in args.workloads:
+        for streams in (1, args.streams):
+            key = (workload, streams)
+            label = f"{workload}, {streams} stream{'s' if streams > 1 else ''}"
+            same = plain[key][0] == auto[key][0]
+            print(f"  {label:<20} none {plain[key][1]:8.1f} tok/s  default {auto[key][1]:8.1f} tok/s  identical: {same}")
+            row = {"workload": label, "none_tok_s": plain[key][1], "auto_tok_s": auto[key][1], "identical_text": same}
+            if drafted is not None:
+                row["draft_model_tok_s"] = drafted[key][1]
+            if key in peer:
+                row["mlx_lm_server_tok_s"] = peer[key][1]
+                print(f"  {'':<20} mlx_lm.server {peer[key][1]:8.1f} tok/s")
+            rows.append(row)
+            target = TARGETS.get((workload, 1 if streams == 1 else 16), 1.0 if streams > 1 else None)
+            if target is not None:
+                lines.append(ratio_line(f"{label}: default / speculation off", auto[key][1], plain[key][1], target))
+    stats = auto["stats"]
     print(f"  drafted {stats['draft_tokens']}, accepted {stats['draft_accepted_tokens']}")
-    if drafted is not None:
-        for workload in ("edit", "chat", "edit-many"):
-            same = drafted[workload][0] == plain[workload][0]
-            print(f"  {workload:<20} draft model {drafted[workload][1]:8.1f} tok/s  identical text: {same}")
-        stats = drafted["stats"]
-        print(f"  draft model drafted {stats['draft_tokens']}, accepted {stats['draft_accepted_tokens']}")
     print()
-    print(
-        ratio_line(
-            "edit, 1 stream: mlxd prompt_lookup / mlx_lm.server", spec["edit"][1], peer[1] if peer else None, 2.0
-        )
-    )
-    print(ratio_line("chat, 1 stream: mlxd prompt_lookup / mlxd none", spec["chat"][1], plain["chat"][1], 0.95))
-    many = f"edit, {args.streams} streams: mlxd prompt_lookup / mlxd none"
-    print(ratio_line(many, spec["edit-many"][1], plain["edit-many"][1], 1.3))
-    workloads = []
-    for workload, label in (
-        ("edit", "edit, 1 stream"),
-        ("chat", "chat, 1 stream"),
-        ("edit-many", f"edit, {args.streams} streams"),
-    ):
-        row = {
-            "workload": label,
-            "none_tok_s": plain[workload][1],
-            "prompt_lookup_tok_s": spec[workload][1],
-            "identical_text": plain[workload][0] == spec[workload][0],
-        }
-        if drafted is not None:
-            row["draft_model_tok_s"] = drafted[workload][1]
-        if workload == "edit" and peer is not None:
-            row["mlx_lm_server_tok_s"] = peer[1]
-        workloads.append(row)
+    print("\n".join(lines))
     write_results(
         "speculative",
         {
             "model": source.name,
             "max_tokens": args.max_tokens,
-            "workloads": workloads,
-            "drafted_tokens": spec["stats"]["draft_tokens"],
-            "accepted_tokens": spec["stats"]["draft_accepted_tokens"],
+            "workloads": rows,
+            "drafted_tokens": stats["draft_tokens"],
+            "accepted_tokens": stats["draft_accepted_tokens"],
         },
     )
 
