@@ -220,7 +220,9 @@ def main() -> None:
             key = (workload, streams)
             label = f"{workload}, {streams} stream{'s' if streams > 1 else ''}"
             same = plain[key][0] == auto[key][0]
-            print(f"  {label:<20} none {plain[key][1]:8.1f} tok/s  default {auto[key][1]:8.1f} tok/s  identical: {same}")
+            print(
+                f"  {label:<20} none {plain[key][1]:8.1f} tok/s  default {auto[key][1]:8.1f} tok/s  identical: {same}"
+            )
             row = {"workload": label, "none_tok_s": plain[key][1], "auto_tok_s": auto[key][1], "identical_text": same}
             if drafted is not None:
                 row["draft_model_tok_s"] = drafted[key][1]

@@ -18,7 +18,7 @@ import pytest
 
 from tests.test_speculation import NEVER_REPEATS, PROMPTS, assert_cache_holds, generate
 from tests.tiny_model import build_tiny_model
-from worker.speculation.controller import PROBE_FIRST, PROBE_LAST, ROW_MIN_GAIN, DraftController
+from worker.speculation.controller import PROBE_FIRST, PROBE_LAST, DraftController
 from worker.speculation.drafting import SUFFIX_ORDERS, Speculation
 from worker.speculation.suffix_index import TokenIndex
 
@@ -197,10 +197,14 @@ def test_a_repeated_request_drafts_from_the_earlier_output_per_family(family_mod
     assert again.accepted > accepted or accepted >= 0.8 * drafted
 
 
-def test_another_keys_requests_are_not_drafted_from(family_model):
-    family, model = family_model
-    if family != "nemotron_h":
-        pytest.skip("needs a family whose output never repeats itself")
+def test_another_keys_requests_are_not_drafted_from(tmp_path):
+    """On a family whose output never repeats itself (so nothing is
+    accepted but from an earlier request), the same request under another
+    key gets nothing from the first key's."""
+    from worker.loading.loader import load_model
+
+    assert "nemotron_h" in NEVER_REPEATS
+    model = load_model(str(build_tiny_model(tmp_path / "model", family="nemotron_h"))).model
     plain, _ = generate(model, PROMPTS[:1], 24)
     spec = suffix_spec()
     engine_prompts = PROMPTS[:1]
@@ -225,3 +229,14 @@ def test_another_keys_requests_are_not_drafted_from(family_model):
         if scope == "key-a":
             first = spec.accepted
     assert spec.accepted == first == 0
+    # the same key: the earlier output is drafted from
+    engine = BatchEngine(model, host_sampling=True, speculation=spec, sampler=greedy, prefill_step_size=16)
+    (uid,) = engine.insert(engine_prompts, max_tokens=[24])
+    spec.begin(uid, "key-a")
+    tokens, finished = [], False
+    while not finished:
+        _, responses = engine.next()
+        tokens += [r.token for r in responses]
+        finished = any(r.finish_reason for r in responses)
+    engine.close()
+    assert tokens == plain[0] and spec.accepted > 0

@@ -22,6 +22,7 @@ from typing import Callable
 
 import numpy as np
 
+
 def find_draft(history: list[int], ngram: int, limit: int) -> list[int]:
     """Up to ``limit`` tokens that followed an earlier occurrence of
     ``history``'s last ``ngram`` tokens (shorter suffixes are tried down to
