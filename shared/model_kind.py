@@ -120,6 +120,20 @@ KIND_CAPABILITIES: dict[str, tuple[str, ...]] = {
 template may add ``tools`` and ``thinking``)."""
 
 
+def capabilities(kind: str | None, chat_template: str = "") -> list[str]:
+    """What a model of ``kind`` can do, in Ollama's capability names: the
+    kind's own (:data:`KIND_CAPABILITIES`), and for a generator whose
+    ``chat_template`` mentions them, ``tools`` and ``thinking`` (before
+    ``vision``). Empty when the kind is not known."""
+    if kind not in KIND_CAPABILITIES:
+        return []
+    found = list(KIND_CAPABILITIES[kind])
+    if kind in ("generate", "vision"):
+        extra = [name for name, marker in (("tools", "tools"), ("thinking", "think")) if marker in chat_template]
+        found[1:1] = extra
+    return found
+
+
 def serves(kind: str, needed: str) -> bool:
     """Whether a model of ``kind`` serves a request that needs ``needed``
     (``generate``, ``embedding`` or ``rerank``; a vision model generates)."""

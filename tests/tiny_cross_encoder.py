@@ -35,10 +35,9 @@ def build_cross_encoder(
 ) -> dict[str, np.ndarray]:
     """Write a tiny ``family`` (``bert`` or ``xlm-roberta``) cross-encoder
     to ``out`` and return its weights (float32, checkpoint names)."""
+    import mlx.core as mx
     from tokenizers import Tokenizer
     from tokenizers.processors import RobertaProcessing
-
-    import mlx.core as mx
 
     out.mkdir(parents=True, exist_ok=True)
     source = local_path(MINILM)
@@ -135,7 +134,10 @@ def reference_logits(w: dict[str, np.ndarray], family: str, ids: list[int], type
         s = q @ k.transpose(0, 2, 1) / np.sqrt(d)
         s = np.exp(s - s.max(-1, keepdims=True))
         a = (s / s.sum(-1, keepdims=True)) @ v
-        h = ln(lin(a.transpose(1, 0, 2).reshape(n, HIDDEN), p + "attention.output.dense") + x, p + "attention.output.LayerNorm")
+        h = ln(
+            lin(a.transpose(1, 0, 2).reshape(n, HIDDEN), p + "attention.output.dense") + x,
+            p + "attention.output.LayerNorm",
+        )
         x = ln(lin(gelu(lin(h, p + "intermediate.dense")), p + "output.dense") + h, p + "output.LayerNorm")
     if bert:
         return lin(np.tanh(lin(x[0], "bert.pooler.dense")), "classifier")

@@ -45,7 +45,7 @@ import mlx.nn as nn
 import numpy as np
 
 from shared.protocol import RerankRequest
-from worker.embeddings.bert import ROBERTA_FAMILY, BertConfig, BertModel, UnsupportedModel
+from worker.embeddings.bert import BertConfig, BertModel, UnsupportedModel
 from worker.loading.loader import DTYPES, ModelLoadError, cast_weights, resolve_source
 
 
@@ -242,9 +242,7 @@ def score_activation(config: dict[str, Any], labels: int) -> str:
     if labels == 2:
         return "softmax"
     if labels != 1:
-        raise ModelLoadError(
-            f"the classifier has {labels} labels; a reranker scores with one label (or two: softmax)"
-        )
+        raise ModelLoadError(f"the classifier has {labels} labels; a reranker scores with one label (or two: softmax)")
     named = config.get("sentence_transformers", {})
     name = named.get("activation_fn") if isinstance(named, dict) else None
     name = name or config.get("sbert_ce_default_activation_function")
