@@ -132,6 +132,7 @@ def test_model_kind_is_checked(tmp_path):
         load_config(write(tmp_path, '[[models]]\nname = "a"\nkind = "rerank"\n'))
     config = load_config(write(tmp_path, '[[models]]\nname = "a"\nkind = "embedding"\nshorten_dimensions = true\n'))
     assert config.models[0].kind == "embedding" and config.models[0].max_inputs == 2048
+    assert load_config(write(tmp_path, '[[models]]\nname = "a"\nkind = "rerank"\n')).models[0].kind == "rerank"
 
 
 def test_default_config_serves_an_embedding_model():
