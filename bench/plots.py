@@ -48,6 +48,7 @@ COLORS = {
     "mlx_lm.server": "#d9822b",
     "vllm-mlx": "#1e7f4f",
     "in-process": "#7f8c8d",
+    "mlx-vlm in-process": "#8e44ad",
 }
 """A fixed colour per contender, the same in every plot."""
 

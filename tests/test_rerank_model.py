@@ -101,6 +101,30 @@ def test_scores_equal_the_reference_alone_and_batched(tiny):
     assert len(set(np.argsort(-batched).tolist())) == len(DOCS) and np.ptp(batched) > 0.05  # documents differ
 
 
+def test_scores_equal_mlx_vlm_reranker_classes(tiny):
+    """The library's own forward: mlx-vlm's ``SequenceClassificationModel``
+    (the ``vision`` extra) on the same checkpoint and token ids, alone and
+    as one right-padded batch."""
+    mlx_vlm_loader = pytest.importorskip("mlx_vlm.reranker_loader", reason="pip install 'mlxd[vision]'")
+    import mlx.core as mx
+
+    family, path, _ = tiny
+    theirs = mlx_vlm_loader.load_sequence_classification_model(path)
+    model = load_rerank_model(str(path))
+    pairs = model.tokenizer.prepare(ask())
+
+    def library(rows) -> np.ndarray:
+        n = max(len(p) for p in rows)
+        ids, types, mask = (np.zeros((len(rows), n), np.int32) for _ in range(3))
+        for r, p in enumerate(rows):
+            ids[r, : len(p)], types[r, : len(p)], mask[r, : len(p)] = p.ids, p.types, 1
+        out = theirs(mx.array(ids), attention_mask=mx.array(mask), token_type_ids=mx.array(types))
+        return np.array(mx.sigmoid(out.logits[:, 0].astype(mx.float32)))
+
+    np.testing.assert_allclose(model.encode(pairs), library(pairs), atol=2e-6)
+    np.testing.assert_allclose([model.encode([p])[0] for p in pairs], [library([p])[0] for p in pairs], atol=2e-6)
+
+
 def test_two_labels_score_the_second_by_softmax_and_identity_gives_logits(tmp_path):
     weights = build_cross_encoder(tmp_path / "two", "bert", labels=2)
     model = load_rerank_model(str(tmp_path / "two"))
