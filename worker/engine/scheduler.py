@@ -207,6 +207,7 @@ class Scheduler:
                 done = any(r.uid == uid and r.finish_reason for r in responses)
         finally:
             engine.close()
+        self._update_gauges()  # heartbeats from now on report the loaded weights
 
     def run(self) -> None:
         """The scheduler loop; returns after a :class:`Stop` command.
