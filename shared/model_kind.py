@@ -148,9 +148,9 @@ def wrong_kind_message(model: str, kind: str, needed: str | None = None) -> str:
     if needed is None:
         needed = "generate" if kind == "embedding" else "embedding"
     noun = {"generate": "a generation", "vision": "a generation", "embedding": "an embedding", "rerank": "a rerank"}
-    serves = KIND_SERVES.get(kind, kind)
+    offered = KIND_SERVES.get(kind, kind)
     return (
-        f"model '{model}' is {noun.get(kind, 'a')} model (kind '{kind}'): it serves only {serves}; "
+        f"model '{model}' is {noun.get(kind, 'a')} model (kind '{kind}'): it serves only {offered}; "
         f"this request needs a model of kind '{needed}' ({KIND_SERVES.get(needed, needed)})"
     )
 
