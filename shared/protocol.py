@@ -377,6 +377,9 @@ class Loaded(msgspec.Struct, frozen=True, kw_only=True, tag="loaded"):
     reports none, as on the CPU backend) and ``memory_limit_bytes`` MLX's
     memory limit in effect (``mx.get_memory_limit``). ``vision``: the model
     takes images (a vision worker, see :mod:`shared.model_kind`).
+    ``speculation``: the speculative drafting in effect (``suffix``,
+    ``prompt_lookup`` or ``draft:<source>``; ``""``: off, also when the
+    config asked for it and the model cannot speculate).
     """
 
     worker_id: str
@@ -392,6 +395,7 @@ class Loaded(msgspec.Struct, frozen=True, kw_only=True, tag="loaded"):
     working_set_bytes: int = 0
     memory_limit_bytes: int = 0
     vision: bool = False
+    speculation: str = ""
 
 
 class Ready(msgspec.Struct, frozen=True, kw_only=True, tag="ready"):

@@ -82,6 +82,7 @@ class GenerationSetup:
             working_set_bytes=mlx_memory.working_set_bytes(),
             memory_limit_bytes=mlx_memory.memory_limit(),
             vision=self.vision,
+            speculation=self.scheduler.speculation.method if self.scheduler.speculation is not None else "",
         )
 
 
@@ -367,6 +368,7 @@ def speculation_for(
         draft_model=draft_model,
         index=index,
         controller=DraftController(tokens=config.speculative_tokens, timed=not grouped),
+        method="suffix" if index is not None else mode,
     )
 
 

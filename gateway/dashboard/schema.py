@@ -73,7 +73,9 @@ class DiskTierStatus(msgspec.Struct, kw_only=True):
 
 class SpeculationStatus(msgspec.Struct, kw_only=True):
     """Speculative decoding of one worker, since it started: ``method`` as
-    configured (``prompt_lookup`` or ``draft:<model>``), tokens drafted and
+    the loaded worker runs it (``suffix``, ``prompt_lookup`` or
+    ``draft:<model>``; before a worker has loaded: as configured, e.g.
+    ``auto``), tokens drafted and
     accepted, and ``acceptance`` = accepted / drafted (None before the first
     draft)."""
 

@@ -120,9 +120,10 @@ class StatusBuilder:
         status = handle.status
         stats: WorkerStats = status.stats if status.pid is not None else WorkerStats()
         speculation = None
-        if config.speculative and config.speculative != "none":
+        method = status.speculation if status.speculation is not None else config.speculative
+        if method and method != "none":
             speculation = SpeculationStatus(
-                method=config.speculative,
+                method=method,
                 draft_tokens=stats.draft_tokens,
                 accepted_tokens=stats.draft_accepted_tokens,
                 acceptance=ratio(stats.draft_accepted_tokens, stats.draft_tokens),

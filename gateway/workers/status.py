@@ -35,7 +35,9 @@ class WorkerStatus:
     as the worker reported them in ``Loaded``. ``node`` names the
     ``[[nodes]]`` entry whose machine runs the worker (None: this one);
     ``pid`` is then a pid on that machine. ``vision``: the loaded model
-    takes images (None until a worker has loaded it). ``download``: the
+    takes images (None until a worker has loaded it). ``speculation``:
+    the drafting the loaded worker runs (``""``: none; None until a worker
+    has loaded). ``download``: the
     progress of the pull that ``server.auto_pull`` runs before the worker
     starts (see :func:`gateway.hub.auto_pull.download_report`; None when
     none runs)."""
@@ -57,6 +59,7 @@ class WorkerStatus:
     memory_limit_bytes: int | None = None
     node: str | None = None
     vision: bool | None = None
+    speculation: str | None = None
     download: dict | None = None
 
     def loaded(self, message: Loaded) -> None:
@@ -72,6 +75,7 @@ class WorkerStatus:
         self.working_set_bytes = message.working_set_bytes
         self.memory_limit_bytes = message.memory_limit_bytes
         self.vision = message.vision
+        self.speculation = message.speculation
         self.stats = msgspec.structs.replace(
             self.stats,
             active_memory_bytes=message.active_memory_bytes,

@@ -104,7 +104,7 @@ def test_snapshot_matches_the_published_schema(server):
     tiny = model(snapshot, TINY)
     assert tiny.state == "ready" and tiny.kind == "generate" and tiny.aliases == ["small"]
     assert tiny.pid and tiny.memory.mlx_active_bytes > 0 and tiny.memory.estimate_bytes > 0
-    assert tiny.speculation is None
+    assert tiny.speculation is not None and tiny.speculation.method == "suffix"  # the default: auto
     assert model(snapshot, BROKEN).state == "unloaded" and model(snapshot, BROKEN).pid is None
     assert snapshot.mcp_servers == [] and snapshot.nodes == [] and not snapshot.draining
     assert snapshot.started_at <= snapshot.time

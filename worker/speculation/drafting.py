@@ -57,7 +57,9 @@ class Speculation:
     the index or prompt lookup); ``index``: the suffix drafter's
     :class:`~worker.speculation.suffix_index.TokenIndex` (None: prompt
     lookup); ``controller``: when rows draft and how much (None: always,
-    ``tokens``). ``drafted`` / ``accepted``: totals since load.
+    ``tokens``). ``method``: what drafts, as reported (``suffix``,
+    ``prompt_lookup`` or ``draft:<source>``). ``drafted`` / ``accepted``:
+    totals since load.
     """
 
     tokens: int = 8
@@ -66,6 +68,7 @@ class Speculation:
     draft_model: Any = None
     index: TokenIndex | None = None
     controller: DraftController | None = None
+    method: str = "prompt_lookup"
     drafted: int = 0
     accepted: int = 0
     _rows: dict[int, _RowRecord] = field(default_factory=dict)
