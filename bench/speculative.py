@@ -175,7 +175,7 @@ def measure_mlxd(source: Path, mode: str | None, args: argparse.Namespace, tmp: 
     with mlxd(tmp / label, model) as server:
         asyncio.run(run(server.url, "chat", 1, 8, NAME))  # warm-up: the first request's one-time costs
         for workload in args.workloads:
-            for streams in (1, args.streams):
+            for streams in sorted({1, args.streams}):
                 found[(workload, streams)] = best_rate(server.url, workload, streams, args)
         time.sleep(1.5)  # one heartbeat
         found["stats"] = server.worker(NAME)["stats"]
@@ -216,7 +216,7 @@ def main() -> None:
     print(f"speculative decoding, {source.name}, max_tokens {args.max_tokens}")
     rows, lines = [], []
     for workload in args.workloads:
-        for streams in (1, args.streams):
+        for streams in sorted({1, args.streams}):
             key = (workload, streams)
             label = f"{workload}, {streams} stream{'s' if streams > 1 else ''}"
             same = plain[key][0] == auto[key][0]
