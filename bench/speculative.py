@@ -4,15 +4,19 @@ the drafting controller).
 
 Workloads, greedy, each at 1 stream and at ``--streams`` (16) streams:
 
-* ``copy``: repeat a ~400-token document (the model copies: the ceiling);
+* ``copy``: copy a ~600-token log line by line (SmolLM2 copies a log,
+  with a few changes, where it answers a request to repeat a code file
+  with one line: the mechanism's ceiling);
 * ``edit``: return a Python file with one rename (the model paraphrases
   part of it);
 * ``agent``: a three-turn session whose later turns ask the model to
   re-emit the tool output (a file) it was shown and wrote before; each
   stream is its own session (its own file), turns one after the other;
 * ``chat``: a story (little to copy);
-* ``random``: continue a list of random words (drafts should all miss:
-  the worst case, where the controller must keep the cost within 3%).
+* ``random``: continue a list of random words, sampled at temperature 1
+  with a seed per stream (greedy output loops, which drafts would catch;
+  sampled, nearly every draft misses: the worst case, where the controller
+  must keep the cost within 3%).
 
 Each runs the same weights (default: the float32 copy of the default
 model, see ``bench/models.py``) in an mlxd gateway with ``speculative =
@@ -83,7 +87,18 @@ EDIT_PROMPT = (
     "in one code block and nothing else."
 )
 CHAT_PROMPT = "Write a short story about a lighthouse keeper who finds a map inside a bottle."
-COPY_PROMPT = "Repeat the following document exactly, with nothing before or after it:\n\n" + code_file()
+
+
+def log_document() -> str:
+    """A deterministic server log of roughly 400 tokens."""
+    events = ("started worker", "loaded model", "accepted request", "finished request", "freed cache")
+    return "".join(
+        f"2026-12-02 10:{i // 6:02d}:{i * 7 % 60:02d} INFO worker-{i % 3} {events[i % len(events)]} id={1000 + i}\n"
+        for i in range(24)
+    )
+
+
+COPY_PROMPT = "Here is a log:\n\n" + log_document() + "\nCopy the log above exactly, line by line."
 WORDS = ("amber", "quartz", "meadow", "violet", "engine", "harbor", "pencil", "glacier", "saddle", "orbit")
 
 
@@ -111,10 +126,11 @@ def agent_turns(session: int) -> list[str]:
     ]
 
 
-def request(prompt: str | list[dict], max_tokens: int, model: str = NAME) -> dict:
-    """A greedy chat request for ``prompt`` (text or messages) to ``model``."""
+def request(prompt: str | list[dict], max_tokens: int, model: str = NAME, **sampling: float) -> dict:
+    """A chat request for ``prompt`` (text or messages) to ``model``: greedy
+    unless ``sampling`` says otherwise."""
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
-    return {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0}
+    return {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0, **sampling}
 
 
 async def one(client: httpx.AsyncClient, url: str, body: dict) -> tuple[str, int]:
@@ -145,7 +161,10 @@ async def run(url: str, workload: str, streams: int, max_tokens: int, model: str
         if workload == "agent":
             jobs = [session(client, url, i, max_tokens, model) for i in range(streams)]
         elif workload == "random":
-            jobs = [one(client, url, request(random_prompt(i), max_tokens, model)) for i in range(streams)]
+            jobs = [
+                one(client, url, request(random_prompt(i), max_tokens, model, temperature=1.0, seed=i))
+                for i in range(streams)
+            ]
         else:
             jobs = [one(client, url, request(prompts[workload], max_tokens, model)) for _ in range(streams)]
         done = await asyncio.gather(*jobs)
