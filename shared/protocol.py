@@ -148,12 +148,17 @@ class ImagePart(msgspec.Struct, frozen=True, kw_only=True):
     ``offset`` the character position in the turn's ``content`` where the
     image stands (0: before the text; ``len(content)``: after it), and
     ``param`` the request part it came from in the client's protocol (e.g.
-    ``messages[0].content[1].image_url.url``), which a refusal names."""
+    ``messages[0].content[1].image_url.url``), which a refusal names.
+    ``kind``: what the bytes are, ``image`` or ``video`` (a video file,
+    sampled into frames by a vision worker that takes videos); a turn's
+    images and videos share one order, by ``offset``. (Appended with a
+    default: a worker that predates it refuses a video as a bad image.)"""
 
     data: bytes
     sha256: str
     offset: int = 0
     param: str = ""
+    kind: Literal["image", "video"] = "image"
 
 
 class ChatMessage(msgspec.Struct, frozen=True, kw_only=True):
@@ -303,7 +308,7 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     reader can tell a fresh heartbeat from one it has already seen.
     ``vision_prefills``: prompts whose images went through the vision
     tower (a prompt whose images were all found in the prefix cache is not
-    counted); ``vision_image_tokens``: the image tokens of those prompts.
+    counted); ``vision_image_tokens``: the image and video tokens of those prompts.
     """
 
     running: int = 0

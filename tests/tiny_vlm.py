@@ -24,12 +24,14 @@ CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
     "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
     "{% for part in message['content'] %}{% if part['type'] == 'image' %}"
-    "<|vision_start|><|image_pad|><|vision_end|>{% elif part['type'] == 'text' %}{{ part['text'] }}"
+    "<|vision_start|><|image_pad|><|vision_end|>{% elif part['type'] == 'video' %}"
+    "<|vision_start|><|video_pad|><|vision_end|>{% elif part['type'] == 'text' %}{{ part['text'] }}"
     "{% endif %}{% endfor %}{% endif %}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 """A ChatML template whose content-part lists place an image's tokens where
-each ``{"type": "image"}`` part stands."""
+each ``{"type": "image"}`` part stands, and a video's (as Qwen3-VL's
+template does) where each ``{"type": "video"}`` part stands."""
 
 PIXELS = {"min_pixels": 32 * 32, "max_pixels": 64 * 64}
 """The image processor's bounds: every image is resized to at most 64x64

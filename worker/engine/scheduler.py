@@ -471,6 +471,8 @@ class Scheduler:
         self.counters.prompt_tokens += len(adm.prompt) - 1
         self.counters.vision_prefills += 1
         self.counters.vision_image_tokens += vision.model_ids.count(vision.image_token_id)
+        if vision.video_token_id is not None:
+            self.counters.vision_image_tokens += vision.model_ids.count(vision.video_token_id)
         if self.cache is not None:
             self.cache.insert(list(adm.prompt[:-1]), copy.deepcopy(cache))
         return cache, list(adm.prompt[-1:]), delta

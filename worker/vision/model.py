@@ -110,21 +110,41 @@ class VisionLanguageModel(nn.Module):
         positions = mx.broadcast_to(positions[None], (3, batch, length))
         return self.vlm.language_model(inputs, cache=cache, position_ids=positions).logits
 
-    def position_delta(self, model_ids: list[int], image_grid_thw: Any) -> int:
-        """The position delta of a prompt with images (``model_ids`` as the
-        model reads them, the images' grids as the processor gave them)."""
-        _, deltas = self.vlm.language_model.get_rope_index(mx.array([model_ids]), mx.array(image_grid_thw))
+    def position_delta(self, model_ids: list[int], image_grid_thw: Any, video_grid_thw: Any = None) -> int:
+        """The position delta of a prompt with images or videos
+        (``model_ids`` as the model reads them, the grids as the processor
+        gave them; None: none of that kind)."""
+        _, deltas = self.vlm.language_model.get_rope_index(
+            mx.array([model_ids]),
+            None if image_grid_thw is None else mx.array(image_grid_thw),
+            None if video_grid_thw is None else mx.array(video_grid_thw),
+        )
         return int(mx.array(deltas).reshape(-1)[0].item())
 
-    def prefill_images(self, model_ids: list[int], pixel_values: Any, image_grid_thw: Any, cache: list[Any]) -> None:
-        """Run ``model_ids`` (holding every image token of the prompt) with
-        their images through mlx-vlm's model into ``cache`` (fresh, one
-        sequence), evaluating it."""
+    def prefill_images(
+        self,
+        model_ids: list[int],
+        pixel_values: Any,
+        image_grid_thw: Any,
+        cache: list[Any],
+        pixel_values_videos: Any = None,
+        video_grid_thw: Any = None,
+    ) -> None:
+        """Run ``model_ids`` (holding every image and video token of the
+        prompt) with their images and videos (None: none of that kind)
+        through mlx-vlm's model into ``cache`` (fresh, one sequence),
+        evaluating it."""
+        media: dict[str, Any] = {}
+        if image_grid_thw is not None:
+            media["image_grid_thw"] = mx.array(image_grid_thw)
+        if pixel_values_videos is not None:
+            media["pixel_values_videos"] = mx.array(pixel_values_videos)
+            media["video_grid_thw"] = mx.array(video_grid_thw)
         self.vlm(
             mx.array([model_ids]),
-            mx.array(pixel_values),
+            None if pixel_values is None else mx.array(pixel_values),
             cache=cache,
-            image_grid_thw=mx.array(image_grid_thw),
+            **media,
         )
         mx.eval([c.state for c in cache])
 
