@@ -149,16 +149,17 @@ class ImagePart(msgspec.Struct, frozen=True, kw_only=True):
     image stands (0: before the text; ``len(content)``: after it), and
     ``param`` the request part it came from in the client's protocol (e.g.
     ``messages[0].content[1].image_url.url``), which a refusal names.
-    ``kind``: what the bytes are, ``image`` or ``video`` (a video file,
-    sampled into frames by a vision worker that takes videos); a turn's
-    images and videos share one order, by ``offset``. (Appended with a
-    default: a worker that predates it refuses a video as a bad image.)"""
+    ``kind``: what the bytes are, ``image``, ``video`` (a video file,
+    sampled into frames by a vision worker that takes videos) or ``audio``
+    (an OpenAI ``input_audio`` clip, ``wav`` or ``mp3``); a turn's parts
+    share one order, by ``offset``. (Appended with a default: a worker that
+    predates it refuses a video or audio clip as a bad image.)"""
 
     data: bytes
     sha256: str
     offset: int = 0
     param: str = ""
-    kind: Literal["image", "video"] = "image"
+    kind: Literal["image", "video", "audio"] = "image"
 
 
 class ChatMessage(msgspec.Struct, frozen=True, kw_only=True):

@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from shared.model_kind import AUDIO_MODELS, cannot_read_message
 from worker.messages import VisionPrompt
 from worker.vision.images import DEFAULT_LIMITS, ImageError, ImageLimits, decode_images
 from worker.vision.video import VideoLayout, VideoLimits, group_seconds, sample_video
@@ -115,11 +116,15 @@ class ImagePreparer:
 
         Raises:
             worker.vision.images.ImageError: a part is unusable (names it by
-                its index), its digest does not match its bytes, or it is a
-                video and this model takes none.
+                its index), its digest does not match its bytes, it is a
+                video and this model takes none, or it is audio (no vision
+                model reads audio).
             ValueError: the markers do not match the parts.
         """
         kinds = kinds or ["image"] * len(blobs)
+        if "audio" in kinds:
+            at = kinds.index("audio")
+            raise ImageError(cannot_read_message(None, "vision", "audio", AUDIO_MODELS), at)
         for index, (blob, digest) in enumerate(blobs):
             if hashlib.sha256(blob).hexdigest() != digest:
                 raise ImageError(f"{kinds[index]} {index}'s sha256 does not match its bytes", index)
