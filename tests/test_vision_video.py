@@ -120,3 +120,33 @@ def test_video_requests_match_mlx_vlm_and_hit_the_cache(engine, clips):
     assert mixed["red"][0] == want_red
     assert mixed["moving2"][0] == want_moving and mixed["moving2"][1] > 0  # from the cache
     assert _temp_files() == before
+
+
+def test_refusals_name_the_video_and_leave_no_temp_files(engine, clips):
+    """An unreadable video, one over the duration limit, a video for a
+    family served without videos and an audio clip are refused naming the
+    part; no temporary file is left behind by any of them."""
+    from worker.vision.images import ImageError
+    from worker.vision.inputs import ImagePreparer
+    from worker.vision.video import VideoLimits
+
+    vocab = engine.prompts.vocab_size
+    red = clips["red"][1]
+
+    def prepare(blob: bytes, kind: str = "video", **options) -> None:
+        preparer = ImagePreparer(engine.processor, vocab, model_type=options.pop("family", "qwen3_vl"), **options)
+        preparer.prepare([5, -1, 6], [(blob, hashlib.sha256(blob).hexdigest())], [kind])
+
+    before = _temp_files()
+    with pytest.raises(ImageError, match="video 0 is not a video OpenCV can read") as raised:
+        prepare(b"not a video" * 100)
+    assert raised.value.index == 0
+    with pytest.raises(ImageError, match="video 0 lasts 3.0 s, over the limit of 1 s"):
+        prepare(red, video_limits=VideoLimits(max_seconds=1.0))
+    with pytest.raises(ImageError, match="video 0 is 1[0-9]+ bytes, over the limit of 100"):
+        prepare(red, video_limits=VideoLimits(max_bytes=100))
+    with pytest.raises(ImageError, match=r"this vision model \(qwen2_5_vl\) does not take videos"):
+        prepare(red, family="qwen2_5_vl")
+    with pytest.raises(ImageError, match=r"this model \(kind 'vision'\) cannot read audio"):
+        prepare(b"RIFF", kind="audio")
+    assert _temp_files() == before
