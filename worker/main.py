@@ -237,7 +237,6 @@ class Worker:
                 setup = build_generation(self.config, emit, self._lockstep)
                 self.output.decoder = setup.decoder
                 self._prompts = setup.prompts
-            self.output.queue.put(setup.report(self.worker_id, time.monotonic() - started))
             if isinstance(setup, EmbeddingSetup):
                 setup.scheduler.warm_up()
                 self._embedding = setup.model
@@ -246,6 +245,8 @@ class Worker:
                 setup.scheduler.warm_up(list(setup.loaded.tokenizer.encode("Hello")) or [0])
                 context = setup.context
             self._scheduler = setup.scheduler  # type: ignore[assignment]
+            # announced once warm, with the memory the heartbeats report from now on
+            self.output.queue.put(setup.report(self.worker_id, time.monotonic() - started))
         except BaseException as exc:
             log.exception("model %s failed to load", self.config.name)
             self.output.queue.put(Failed(worker_id=self.worker_id, message=f"{type(exc).__name__}: {exc}"))
