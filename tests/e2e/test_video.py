@@ -207,7 +207,7 @@ def test_responses_and_anthropic_name_the_video_part(server, clips):
     assert response.status_code == 400, response.text
     assert response.json()["type"] == "error"
     assert "messages[0].content[0]" in response.json()["error"]["message"]
-    assert "video" in response.json()["error"]["message"]
+    assert "content block type 'video'" in response.json()["error"]["message"]
 
 
 def test_remote_video_fetched_when_the_config_allows(tiny_model_dir, tmp_path_factory, clips):
