@@ -233,6 +233,8 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     (bytes or a size such as ``"32MiB"``; at most 48 MiB, what one request
     may carry to its worker); ``video_max_count``, the most videos in one
     request.
+    Vision models served for audio (``input_audio`` parts; Gemma 4 with an
+    audio tower): ``audio_max_seconds``, the longest clip accepted.
     """
 
     name: str
@@ -277,6 +279,7 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     video_max_seconds: Annotated[float, msgspec.Meta(gt=0)] = 600.0
     video_max_bytes: int | str = "32MiB"
     video_max_count: PositiveInt = 2
+    audio_max_seconds: Annotated[float, msgspec.Meta(gt=0, le=30)] = 30.0
 
 
 class McpServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

@@ -147,6 +147,6 @@ def test_refusals_name_the_video_and_leave_no_temp_files(engine, clips):
         prepare(red, video_limits=VideoLimits(max_bytes=100))
     with pytest.raises(ImageError, match=r"this vision model \(qwen2_5_vl\) does not take videos"):
         prepare(red, family="qwen2_5_vl")
-    with pytest.raises(ImageError, match=r"this model \(kind 'vision'\) cannot read audio"):
+    with pytest.raises(ImageError, match=r"this model \(kind 'vision', family qwen3_vl\) cannot read audio"):
         prepare(b"RIFF", kind="audio")
     assert _temp_files() == before

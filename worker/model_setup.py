@@ -101,6 +101,7 @@ def build_generation(config: ModelConfig, emit: Callable[[Any], None], lockstep:
     images = None
     if vision:
         from shared.config_values import parse_size
+        from worker.vision.audio import AudioLimits
         from worker.vision.inputs import ImagePreparer
         from worker.vision.model import load_vision_model
         from worker.vision.video import VideoLimits
@@ -119,6 +120,7 @@ def build_generation(config: ModelConfig, emit: Callable[[Any], None], lockstep:
             max(len(loaded.tokenizer), int(text_vocab or 0)),
             model_type=str(loaded.config.get("model_type", "")),
             video_limits=videos,
+            audio_limits=AudioLimits(max_seconds=config.audio_max_seconds),
         )
     else:
         loaded = load_model(config.source, dtype=config.dtype)

@@ -42,9 +42,11 @@ async def ready_images(
     vision).
 
     Raises:
-        APIError: 400 for an audio part (no model kind reads audio in
-            chat yet; code ``model_has_no_audio``, naming the part and the
-            model's kind), when ``model`` is known to take no images (a video
+        APIError: 400 for an audio part sent to a model known not to be
+            a vision model (code ``model_has_no_audio``, naming the part
+            and the model's kind; a vision model's worker refuses audio
+            itself unless its family reads it), when ``model`` is known to
+            take no images (a video
             part: code ``model_has_no_video``, naming the part and the
             model's kind), or (code
             ``invalid_image``, naming the part) when a remote image may not
@@ -54,7 +56,7 @@ async def ready_images(
     if not has_images(request):
         return request
     audio = _first(request, "audio")
-    if audio is not None:
+    if audio is not None and kind is not None and kind != "vision":
         raise bad_request(
             cannot_read_message(model, kind, "audio", AUDIO_MODELS),
             param=audio.param or "messages",

@@ -1,9 +1,11 @@
 """Videos and audio clips in chat, end to end: a real gateway configured
 from a TOML file (``video_*`` keys) serves the tiny random-weight Qwen3-VL
-of ``tests/tiny_vlm.py`` (a real mlx-vlm worker) next to the tiny text
-model, asked through the official openai SDK and plain HTTP with real MP4
-bytes written by OpenCV. Greedy decoding; that the worker's answers equal
-mlx-vlm's own is checked in process by ``tests/test_vision_video.py``."""
+and the tiny Gemma 4 with an audio tower of ``tests/tiny_vlm.py`` (real
+mlx-vlm workers) next to the tiny text model, asked through the official
+openai SDK and plain HTTP with real MP4 bytes written by OpenCV and WAV
+bytes written by the standard library. Greedy decoding; that the workers'
+answers equal mlx-vlm's own is checked in process by
+``tests/test_vision_video.py`` and ``tests/test_vision_audio.py``."""
 
 from __future__ import annotations
 
@@ -16,10 +18,12 @@ import openai
 import pytest
 
 from tests.conftest import API_KEY, TINY, settled_stats, start_server
+from tests.test_vision_audio import make_wav
 from tests.test_vision_video import make_clip
-from tests.tiny_vlm import build_tiny_vlm
+from tests.tiny_vlm import build_tiny_audio_vlm, build_tiny_vlm
 
 VLM = "tiny-vlm"
+AUDIO = "tiny-audio"
 TOKENS = 6
 VIDEO_CONFIG = {"video_fps": 2.0, "video_max_frames": 8, "video_max_seconds": 5.0, "video_max_bytes": "1MiB"}
 
@@ -42,12 +46,15 @@ def clips(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(tiny_model_dir, tmp_path_factory):
-    """A gateway serving the tiny VLM with video limits, and the tiny text model."""
+    """A gateway serving the tiny VLM with video limits, the tiny audio
+    model (clips of at most 5 s) and the tiny text model."""
     vlm = build_tiny_vlm(tmp_path_factory.mktemp("tiny-vlm") / "m", seed=1)
+    audio = build_tiny_audio_vlm(tmp_path_factory.mktemp("tiny-audio") / "m")
     srv = start_server(
         tmp_path_factory.mktemp("video-gw"),
         [
             {"name": VLM, "source": str(vlm), "max_batch_size": 4, **VIDEO_CONFIG},
+            {"name": AUDIO, "source": str(audio), "max_batch_size": 4, "audio_max_seconds": 5.0},
             {"name": TINY, "source": str(tiny_model_dir), "max_batch_size": 2},
         ],
     )
@@ -159,29 +166,85 @@ def test_request_shape_refusals(server, clips):
     assert response.status_code == 400 and response.json()["error"]["param"] == "messages[0].content[1].type"
 
 
+def _audio_part(clip: bytes, fmt: str = "wav") -> dict:
+    """An ``input_audio`` part carrying ``clip``."""
+    return {"type": "input_audio", "input_audio": {"data": base64.b64encode(clip).decode(), "format": fmt}}
+
+
+def _ask_audio(client, clip: bytes, model: str = AUDIO):
+    """A greedy chat completion for "Hi" and one clip, through the SDK."""
+    content = [{"type": "text", "text": "Hi"}, _audio_part(clip)]
+    return client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": content}], max_tokens=TOKENS, temperature=0
+    )
+
+
+def test_openai_sdk_audio_answers_and_cache(server, client):
+    """The clip decides the answer; a repeat comes from the prefix cache
+    (the audio tower does not run again) with the same answer as cold."""
+    tone, noise = make_wav("tone"), make_wav("noise")
+    before = settled_stats(server, AUDIO)
+    cold = _ask_audio(client, tone)
+    middle = settled_stats(server, AUDIO)
+    assert middle["vision_prefills"] - before["vision_prefills"] == 1
+    assert cold.choices[0].message.content != _ask_audio(client, noise).choices[0].message.content
+    after_other = settled_stats(server, AUDIO)
+    warm = _ask_audio(client, tone)
+    assert warm.choices[0].message.content == cold.choices[0].message.content
+    assert settled_stats(server, AUDIO)["vision_prefills"] == after_other["vision_prefills"]
+    assert warm.usage.prompt_tokens_details.cached_tokens >= warm.usage.prompt_tokens - 1
+
+
+AUDIO_PARAM = "messages[0].content[1].input_audio.data"
+
+
+def test_bad_clips_are_400s_naming_the_part(server, client):
+    """Undecodable bytes and a clip over the model's 5 s are 400s naming the
+    part; the worker keeps serving."""
+    for clip, words in ((b"RIFF junk" * 40, "audio 0 is not WAV, MP3"), (make_wav("tone", 6.0), "lasts 6.0 s")):
+        with pytest.raises(openai.BadRequestError) as raised:
+            _ask_audio(client, clip)
+        assert words in raised.value.body["message"] and raised.value.body["param"] == AUDIO_PARAM
+    assert _ask_audio(client, make_wav("noise")).choices[0].message.content
+
+
 def test_models_that_cannot_take_a_part_name_their_kind(server, clips):
-    """A video sent to the text model, and an audio clip sent to either
-    model, is a 400 naming the part and the model's kind."""
-    body = {"model": TINY, "messages": [{"role": "user", "content": _content(_data_url(clips["red"]))}]}
-    response = _post(server, "/v1/chat/completions", {**body, "max_tokens": 2})
-    assert response.status_code == 400
-    error = response.json()["error"]
-    assert error["code"] == "model_has_no_video" and error["param"] == PARAM
-    assert f"model '{TINY}' (kind 'generate') cannot read videos" in error["message"]
-    audio = {
-        "type": "input_audio",
-        "input_audio": {"data": base64.b64encode(b"RIFF....WAVE").decode(), "format": "wav"},
-    }
-    for model, kind in ((VLM, "vision"), (TINY, "generate")):
-        body = {"model": model, "max_tokens": 2, "messages": [{"role": "user", "content": [audio]}]}
+    """A video or audio clip sent to the text model is a 400 naming the part
+    and the model's kind (from the gateway); audio sent to the Qwen3-VL
+    model, and a video or image sent to the audio model, are 400s naming
+    the part and the family (from the worker)."""
+    video = {"type": "video_url", "video_url": {"url": _data_url(clips["red"])}}
+    audio = _audio_part(make_wav("tone", 0.5))
+    png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC"
+    image = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{png}"}}
+    cases = [
+        (TINY, video, "model_has_no_video", f"model '{TINY}' (kind 'generate') cannot read videos", PARAM),
+        (TINY, audio, "model_has_no_audio", f"model '{TINY}' (kind 'generate') cannot read audio", AUDIO_PARAM),
+        (VLM, audio, None, "(kind 'vision', family qwen3_vl) cannot read audio", AUDIO_PARAM),
+        (AUDIO, video, None, "this vision model (gemma4) does not take videos", PARAM),
+        (
+            AUDIO,
+            image,
+            None,
+            "this vision model (gemma4) is served for audio only",
+            "messages[0].content[1].image_url.url",
+        ),
+    ]
+    for model, part, code, words, param in cases:
+        body = {
+            "model": model,
+            "max_tokens": 2,
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}, part]}],
+        }
         response = _post(server, "/v1/chat/completions", body)
-        assert response.status_code == 400
+        assert response.status_code == 400, (model, response.text)
         error = response.json()["error"]
-        assert error["code"] == "model_has_no_audio", error
-        assert f"(kind '{kind}') cannot read audio" in error["message"]
-        assert error["param"] == "messages[0].content[0].input_audio.data"
+        assert words in error["message"], error
+        assert error["param"] == param, error
+        if code:
+            assert error["code"] == code
     bad = {**audio, "input_audio": {"data": "AAAA", "format": "flac"}}
-    body = {"model": VLM, "max_tokens": 2, "messages": [{"role": "user", "content": [bad]}]}
+    body = {"model": AUDIO, "max_tokens": 2, "messages": [{"role": "user", "content": [bad]}]}
     response = _post(server, "/v1/chat/completions", body)
     assert (
         response.status_code == 400 and response.json()["error"]["param"] == "messages[0].content[0].input_audio.format"

@@ -327,6 +327,8 @@ class BatchEngine(BatchGenerator):
                 cache,
                 vision.pixel_values_videos,
                 vision.video_grid_thw,
+                vision.input_features,
+                vision.input_features_mask,
             )
             delta = self.position_delta(vision)
         mx.clear_cache()

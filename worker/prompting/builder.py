@@ -30,15 +30,19 @@ from worker.prompting.model_formats import ModelFormats
 from worker.sampling.constrained_decoding import GrammarCompiler, GrammarError
 from worker.sampling.defaults import with_defaults
 from worker.vision.images import ImageError
-from worker.vision.inputs import ImagePreparer, UnsupportedProcessor, image_markup, video_markup
+from worker.vision.inputs import ImagePreparer, UnsupportedProcessor, image_markup, media_markup, video_markup
 
 _SENTINEL = re.compile("(\ue000mlxd[0-9a-z.]+\ue001)")
 """Placeholders for client-written contents and images while the template
 renders (private-use code points a template does not produce)."""
 
-_IMAGE_KEY = re.compile("\ue000mlxd([iv])(\\d+)\ue001")
-"""The placeholder of media part ``k`` of a request, ``i`` for an image and
-``v`` for a video (see :func:`protect_contents`)."""
+_IMAGE_KEY = re.compile("\ue000mlxd([iva])(\\d+)\ue001")
+"""The placeholder of media part ``k`` of a request, ``i`` for an image,
+``v`` for a video, ``a`` for an audio clip (see :func:`protect_contents`)."""
+
+
+_LETTERS = {"image": "i", "video": "v", "audio": "a"}
+"""The placeholder letter of each media part kind (see :data:`_IMAGE_KEY`)."""
 
 
 def protect_contents(messages: list[ChatMessage]) -> tuple[list[ChatMessage], dict[str, str]]:
@@ -52,7 +56,7 @@ def protect_contents(messages: list[ChatMessage]) -> tuple[list[ChatMessage], di
     ``images`` is protected whatever its role: its text pieces between
     images get placeholders of their own and image ``k`` of the request
     (counting in message order, then by offset) the placeholder
-    ``\ue000mlxdi<k>\ue001`` (``v`` in place of ``i`` for a video; mapped
+    ``\ue000mlxdi<k>\ue001`` (``v`` for a video, ``a`` for audio; mapped
     to ""), so each image keeps its place in the text; the images are
     then dropped from the message.
     """
@@ -67,7 +71,7 @@ def protect_contents(messages: list[ChatMessage]) -> tuple[list[ChatMessage], di
                     key = f"\ue000mlxd{i}.{j}\ue001"
                     originals[key] = message.content[start:at]
                     pieces.append(key)
-                key = f"\ue000mlxd{'v' if part.kind == 'video' else 'i'}{image}\ue001"
+                key = f"\ue000mlxd{_LETTERS[part.kind]}{image}\ue001"
                 originals[key] = ""
                 pieces.append(key)
                 image += 1
@@ -167,7 +171,14 @@ class PromptBuilder:
     ) -> None:
         self._tokenizer = tokenizer
         self.images = images
-        self._image_markup = image_markup(tokenizer, images.image_token_id) if images is not None else ([], [])
+        takes_images = images is not None and images.takes_images
+        self._image_markup = image_markup(tokenizer, images.image_token_id) if takes_images else ([], [])
+        self._audio_ids: tuple[list[int], list[int]] | str = ([], [])
+        if images is not None and images.audio_layout is not None:
+            try:
+                self._audio_ids = media_markup(tokenizer, "audio", images.audio_layout.audio_token_id)
+            except UnsupportedProcessor as exc:
+                self._audio_ids = str(exc)
         self._video_ids: tuple[list[int], list[int]] | str = ([], [])
         if images is not None and images.video_layout is not None:
             try:
@@ -414,7 +425,11 @@ class PromptBuilder:
                 continue
             image = _IMAGE_KEY.fullmatch(piece)
             if image is not None:
-                before, after = self._image_markup if image.group(1) == "i" else self._video_markup()
+                letter = image.group(1)
+                if letter == "v":
+                    before, after = self._video_markup()
+                else:
+                    before, after = self._audio_markup() if letter == "a" else self._image_markup
                 ids += [*before, -int(image.group(2)) - 1, *after]
             elif piece in originals:
                 ids += self._tokenizer.encode(originals[piece], add_special_tokens=False, split_special_tokens=True)
@@ -433,6 +448,18 @@ class PromptBuilder:
         if isinstance(self._video_ids, str):
             raise PromptError("invalid_request", f"this model cannot take videos: {self._video_ids}", "messages")
         return self._video_ids
+
+    def _audio_markup(self) -> tuple[list[int], list[int]]:
+        """The template's ids around an audio clip's marker (none for a
+        model that takes no audio: :meth:`ImagePreparer.prepare` refuses it).
+
+        Raises:
+            PromptError: the model takes audio but its chat template cannot
+                place a clip.
+        """
+        if isinstance(self._audio_ids, str):
+            raise PromptError("invalid_request", f"this model cannot take audio: {self._audio_ids}", "messages")
+        return self._audio_ids
 
     @staticmethod
     def _offered_tools(request: GenerateRequest) -> list[Tool] | None:

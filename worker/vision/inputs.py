@@ -32,6 +32,7 @@ from typing import Any
 
 from shared.model_kind import AUDIO_MODELS, cannot_read_message
 from worker.messages import VisionPrompt
+from worker.vision.audio import MAX_CLIPS, AudioLayout, AudioLimits, decode_audio
 from worker.vision.images import DEFAULT_LIMITS, ImageError, ImageLimits, decode_images
 from worker.vision.video import VideoLayout, VideoLimits, group_seconds, sample_video
 
@@ -39,6 +40,10 @@ VIDEO_FAMILIES = frozenset({"qwen3_vl"})
 """mlx-vlm ``model_type`` values whose videos are served (their processor
 lays a video out with time stamps per temporal patch, and their forward
 pass takes images and videos together)."""
+
+AUDIO_FAMILIES = frozenset({"gemma4"})
+"""mlx-vlm ``model_type`` values served for audio (an audio tower and a
+processor with a NumPy feature extractor); their images are not served."""
 
 KEY_BITS = 30
 """Bits of an image token's cache key above the vocabulary."""
@@ -55,11 +60,14 @@ class ImagePreparer:
 
     ``model_type`` is the model's family; videos are taken when it is in
     :data:`VIDEO_FAMILIES` and the processor has a video processor
-    (``video_limits`` bound and sample them), refused otherwise.
+    (``video_limits`` bound and sample them), refused otherwise; audio
+    clips when it is in :data:`AUDIO_FAMILIES` (``audio_limits`` bound
+    them; such a model takes no images, and :attr:`image_token_id` is then
+    its audio token: the token its prompts' cache keys read as).
 
     Raises:
         UnsupportedProcessor: at construction, for a processor outside the
-            Qwen-VL family.
+            Qwen-VL family and the audio families.
     """
 
     def __init__(
@@ -70,17 +78,24 @@ class ImagePreparer:
         *,
         model_type: str = "",
         video_limits: VideoLimits | None = None,
+        audio_limits: AudioLimits | None = None,
     ) -> None:
-        image_processor = getattr(processor, "image_processor", None)
-        token = getattr(processor, "image_token", None)
-        merge = getattr(image_processor, "merge_size", None)
-        if image_processor is None or not isinstance(token, str) or not isinstance(merge, int):
-            raise UnsupportedProcessor(f"the {type(processor).__name__} processor is not supported for images")
         tokenizer = getattr(processor, "tokenizer", processor)
-        self.image_token = token
-        self.image_token_id = int(tokenizer.convert_tokens_to_ids(token))
-        self._image_processor = image_processor
-        self._merge = merge
+        self.audio_limits = audio_limits or AudioLimits()
+        self.audio_layout: AudioLayout | None = None
+        self.takes_images = model_type not in AUDIO_FAMILIES
+        if self.takes_images:
+            image_processor = getattr(processor, "image_processor", None)
+            token = getattr(processor, "image_token", None)
+            merge = getattr(image_processor, "merge_size", None)
+            if image_processor is None or not isinstance(token, str) or not isinstance(merge, int):
+                raise UnsupportedProcessor(f"the {type(processor).__name__} processor is not supported for images")
+            self.image_token = token
+            self.image_token_id = int(tokenizer.convert_tokens_to_ids(token))
+            self._image_processor = image_processor
+            self._merge = merge
+        else:
+            self._audio_setup(processor, tokenizer)
         self.vocab_size = vocab_size
         self.limits = limits
         self.model_type = model_type
@@ -104,6 +119,27 @@ class ImagePreparer:
                 processor, {"fps": self.video_limits.fps, "max_frames": self.video_limits.max_frames}
             )
 
+    def _audio_setup(self, processor: Any, tokenizer: Any) -> None:
+        """Read the audio layout and feature extractor of an audio family's
+        processor.
+
+        Raises:
+            UnsupportedProcessor: it has no feature extractor or no audio,
+                begin-of-audio and end-of-audio tokens.
+        """
+        extractor = getattr(processor, "feature_extractor", None)
+        names = [getattr(processor, name, None) for name in ("boa_token", "eoa_token", "audio_token")]
+        if extractor is None or not all(isinstance(name, str) and name for name in names):
+            raise UnsupportedProcessor(f"the {type(processor).__name__} processor is not supported for audio")
+        begin, end, audio = (int(tokenizer.convert_tokens_to_ids(name)) for name in names)
+        self.audio_layout = AudioLayout(
+            begin, end, audio, int(processor.audio_ms_per_token), int(processor.audio_seq_length)
+        )
+        self.image_token = names[2]
+        self.image_token_id = audio
+        self._extractor = extractor
+        self._sample_rate = int(extractor.sampling_rate)
+
     def prepare(
         self, ids: list[int], blobs: list[tuple[bytes, str]], kinds: list[str] | None = None
     ) -> tuple[list[int], VisionPrompt]:
@@ -122,9 +158,16 @@ class ImagePreparer:
             ValueError: the markers do not match the parts.
         """
         kinds = kinds or ["image"] * len(blobs)
-        if "audio" in kinds:
+        if "audio" in kinds and self.audio_layout is None:
             at = kinds.index("audio")
-            raise ImageError(cannot_read_message(None, "vision", "audio", AUDIO_MODELS), at)
+            raise ImageError(cannot_read_message(None, "vision", "audio", AUDIO_MODELS, self.model_type), at)
+        if "image" in kinds and not self.takes_images:
+            at = kinds.index("image")
+            raise ImageError(
+                f"this vision model ({self.model_type}) is served for audio only: its images are not read "
+                "(images are read by Qwen-VL models)",
+                at,
+            )
         for index, (blob, digest) in enumerate(blobs):
             if hashlib.sha256(blob).hexdigest() != digest:
                 raise ImageError(f"{kinds[index]} {index}'s sha256 does not match its bytes", index)
@@ -145,6 +188,10 @@ class ImagePreparer:
         video_pixels = video_grids = None
         if video_at:
             video_pixels, video_grids = self._videos(blobs, video_at, expansions)
+        audio_at = [k for k, kind in enumerate(kinds) if kind == "audio"]
+        features = features_mask = None
+        if audio_at:
+            features, features_mask = self._audio(blobs, audio_at, expansions)
         model_ids: list[int] = []
         key_ids: list[int] = []
         seen = 0
@@ -172,8 +219,42 @@ class ImagePreparer:
             pixel_values_videos=video_pixels,
             video_grid_thw=video_grids,
             video_token_id=self.video_layout.video_token_id if self.video_layout is not None else None,
+            input_features=features,
+            input_features_mask=features_mask,
         )
         return key_ids, vision
+
+    def _audio(
+        self, blobs: list[tuple[bytes, str]], audio_at: list[int], expansions: dict[int, tuple[list[int], list[int]]]
+    ) -> tuple[Any, Any]:
+        """Decode the clips at ``audio_at`` of ``blobs``, record each one's
+        model ids and key ids in ``expansions``; return their features and
+        feature mask (one row per clip).
+
+        Raises:
+            ImageError: too many clips, or a clip breaks a limit (see
+                :mod:`worker.vision.audio`).
+        """
+        import numpy as np
+
+        layout = self.audio_layout
+        assert layout is not None  # checked by prepare
+        if len(audio_at) > MAX_CLIPS:
+            raise ImageError(f"too many audio clips: {len(audio_at)} given, at most {MAX_CLIPS} per request")
+        waves = []
+        for k in audio_at:
+            blob, digest = blobs[k]
+            wave = decode_audio(blob, k, self.audio_limits, self._sample_rate)
+            count = layout.count(wave.size, self._sample_rate)
+            keys = image_keys(f"audio:{digest}", count, self.vocab_size)
+            expansions[k] = (layout.ids(count), layout.ids(count, keys))
+            waves.append(wave)
+        result = self._extractor(waves, sampling_rate=self._sample_rate, return_attention_mask=True)
+        features = np.stack(
+            [np.asarray(f, dtype=np.float32).reshape(np.shape(f)[-2:]) for f in result["input_features"]]
+        )
+        mask = np.stack([np.asarray(m).reshape(-1) for m in result["input_features_mask"]])
+        return features, mask
 
     def _videos(
         self, blobs: list[tuple[bytes, str]], video_at: list[int], expansions: dict[int, tuple[list[int], list[int]]]
