@@ -58,6 +58,7 @@ def test_default_config_loads():
         ('[[models]]\nname = "a"\nvideo_max_bytes = 0\n', "video_max_bytes"),
         ('[[models]]\nname = "a"\nvideo_max_frames = 1\n', "video_max_frames"),
         ('[[models]]\nname = "a"\nvideo_fps = 0\n', "video_fps"),
+        ('[[models]]\nname = "a"\naudio_max_seconds = 31\n', "audio_max_seconds"),
         ("not toml [", "not valid TOML"),
     ],
 )
