@@ -309,7 +309,7 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     reader can tell a fresh heartbeat from one it has already seen.
     ``vision_prefills``: prompts whose images went through the vision
     tower (a prompt whose images were all found in the prefix cache is not
-    counted); ``vision_image_tokens``: the image and video tokens of those prompts.
+    counted); ``vision_image_tokens``: the image, video and audio tokens of those prompts.
     """
 
     running: int = 0

@@ -50,9 +50,16 @@ def audio_request(request_id: str, text: str, clip: bytes) -> GenerateRequest:
 
 @pytest.fixture(scope="module")
 def clips(tmp_path_factory):
-    """Clips as (path, bytes): a tone, noise, and the tone at 22.05 kHz."""
+    """Clips as (path, bytes): a tone, noise, the tone at 22.05 kHz, and a
+    3 s tone (75 audio tokens: the prompt outgrows the tiny model's
+    64-token sliding window, so its rotating caches wrap)."""
     root = tmp_path_factory.mktemp("clips")
-    made = {"tone": make_wav("tone"), "noise": make_wav("noise"), "tone22k": make_wav("tone", rate=22050)}
+    made = {
+        "tone": make_wav("tone"),
+        "noise": make_wav("noise"),
+        "tone22k": make_wav("tone", rate=22050),
+        "long": make_wav("tone", seconds=3.0),
+    }
     for name, blob in made.items():
         (root / f"{name}.wav").write_bytes(blob)
     return {name: (root / f"{name}.wav", blob) for name, blob in made.items()}
@@ -109,6 +116,11 @@ def test_audio_requests_match_mlx_vlm_alone_batched_and_cached(engine, reference
     assert mixed["noise"][0] == want["noise"]
     assert mixed["tone22k"][0] == want["tone22k"]
     assert mixed["tone2"][0] == want["tone"] and mixed["tone2"][1] > 0  # from the cache
+    long_cold = engine.run(audio_request("long", "Hi", clips["long"][1]))
+    assert long_cold["long"] == (want["long"], 0)
+    long_warm = engine.run(audio_request("long2", "Hi", clips["long"][1]), audio_request("n2", "Hi", clips["noise"][1]))
+    assert long_warm["long2"][0] == want["long"] and long_warm["n2"][0] == want["noise"]
+    assert long_warm["long2"][1] > 0 and long_warm["n2"][1] > 0  # both from the cache, wrapped windows too
 
 
 def test_bad_clips_are_refused_naming_the_part(engine, clips):
