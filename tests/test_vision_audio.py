@@ -88,32 +88,41 @@ def reference(model_dir):
 
 
 def _reference(reference, text: str, clip_path) -> list[int]:
-    """mlx-vlm's own greedy tokens for the same turn and clip."""
+    """mlx-vlm's own greedy tokens for the same turn and clip (None: text only)."""
     from mlx_vlm import generate
 
     model, processor = reference
-    content = [{"type": "text", "text": text}, {"type": "audio"}]
+    content = [{"type": "text", "text": text}] + ([{"type": "audio"}] if clip_path else [])
     prompt = processor.tokenizer.apply_chat_template(
         [{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False
     )
-    result = generate(model, processor, prompt, audio=[str(clip_path)], max_tokens=TOKENS, temperature=0.0)
+    audio = [str(clip_path)] if clip_path else None
+    result = generate(model, processor, prompt, audio=audio, max_tokens=TOKENS, temperature=0.0)
     return list(result.token_ids)
 
 
 def test_audio_requests_match_mlx_vlm_alone_batched_and_cached(engine, reference, clips):
     """Each clip's answer equals mlx-vlm's (a resampled one too); the
-    answers differ; a repeat, batched with another clip, is served from the
-    prefix cache with the same tokens."""
+    answers differ; a repeat, batched with other clips and a text request
+    (whose answer equals mlx-vlm's text answer), is served from the prefix
+    cache with the same tokens."""
     want = {name: _reference(reference, "Hi", path) for name, (path, _) in clips.items()}
     assert want["tone"] != want["noise"]  # the clip decides the answer
     cold = engine.run(audio_request("tone", "Hi", clips["tone"][1]))
     assert cold["tone"] == (want["tone"], 0)
+    text = GenerateRequest(
+        request_id="text",
+        sampling=SamplingParams(max_tokens=TOKENS, temperature=0.0),
+        messages=[ChatMessage(role="user", content="Hello there, what is said?")],
+    )
     mixed = engine.run(
+        text,
         audio_request("noise", "Hi", clips["noise"][1]),
         audio_request("tone2", "Hi", clips["tone"][1]),
         audio_request("tone22k", "Hi", clips["tone22k"][1]),
     )
     assert mixed["noise"][0] == want["noise"]
+    assert mixed["text"][0] == _reference(reference, "Hello there, what is said?", None)
     assert mixed["tone22k"][0] == want["tone22k"]
     assert mixed["tone2"][0] == want["tone"] and mixed["tone2"][1] > 0  # from the cache
     long_cold = engine.run(audio_request("long", "Hi", clips["long"][1]))
