@@ -30,6 +30,7 @@ _PART_FIELDS = {
     "reasoning_text": ("text",),
     "summary_text": ("text",),
     "input_image": ("image_url", "detail", "file_id"),
+    "input_audio": ("input_audio",),
     "input_file": ("file_data", "file_id", "file_url", "filename", "detail"),
 }
 """Supported part types and the fields each may carry (the first is
@@ -44,7 +45,7 @@ _VIDEO_PARTS = ("input_video", "video_url")
 """Video part types other APIs use; the Responses API has none, so they are
 refused pointing at chat completions' ``video_url`` parts."""
 
-_USER_PARTS = ("input_text", "input_image")
+_USER_PARTS = ("input_text", "input_image", "input_audio")
 _TOOL_OUTPUT_PARTS = ("input_text", "input_image", "input_file")
 _ASSISTANT_PARTS = ("output_text", "refusal", "input_text")
 

@@ -118,8 +118,8 @@ class ContentPartParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     content or summary, function-call output).
 
     Every field of the OpenAI part types is recognised so a part is judged
-    by its ``type`` (see :data:`_PART_FIELDS`); images, files and audio are
-    refused by type, and so is a video part (``input_video`` / ``video_url``
+    by its ``type`` (see :data:`_PART_FIELDS`); images and audio where a
+    message may not carry them, and files, are refused by type, and so is a video part (``input_video`` / ``video_url``
     with a ``video_url``), which the Responses API does not have.
     """
 

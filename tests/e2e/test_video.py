@@ -193,6 +193,14 @@ def test_openai_sdk_audio_answers_and_cache(server, client):
     assert warm.choices[0].message.content == cold.choices[0].message.content
     assert settled_stats(server, AUDIO)["vision_prefills"] == after_other["vision_prefills"]
     assert warm.usage.prompt_tokens_details.cached_tokens >= warm.usage.prompt_tokens - 1
+    # the Responses API's input_audio part: the same turn, the same answer
+    response = client.responses.create(
+        model=AUDIO,
+        input=[{"role": "user", "content": [{"type": "input_text", "text": "Hi"}, _audio_part(tone)]}],
+        max_output_tokens=TOKENS,
+        temperature=0,
+    )
+    assert response.output_text == cold.choices[0].message.content
 
 
 AUDIO_PARAM = "messages[0].content[1].input_audio.data"
@@ -253,7 +261,8 @@ def test_models_that_cannot_take_a_part_name_their_kind(server, clips):
 
 def test_responses_and_anthropic_name_the_video_part(server, clips):
     """Responses and Anthropic have no video part: one sent anyway is a 400
-    naming the part."""
+    naming the part; a Responses input_audio part sent to the text model is
+    a 400 naming the part and its kind."""
     url = _data_url(clips["red"])
     body = {
         "model": VLM,
@@ -263,6 +272,14 @@ def test_responses_and_anthropic_name_the_video_part(server, clips):
     response = _post(server, "/v1/responses", body)
     assert response.status_code == 400, response.text
     assert response.json()["error"]["param"].startswith("input[0].content[0]")
+    audio_body = {
+        "model": TINY,
+        "max_output_tokens": 2,
+        "input": [{"role": "user", "content": [_audio_part(make_wav("tone", 0.5))]}],
+    }
+    refused = _post(server, "/v1/responses", audio_body)
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "model_has_no_audio"
+    assert refused.json()["error"]["param"] == "input[0].content[0].input_audio.data"
     assert "input_video" in response.json()["error"]["message"]
     video_block = {"type": "video", "source": {"type": "base64", "media_type": "video/mp4", "data": url.split(",")[1]}}
     body = {"model": VLM, "max_tokens": 2, "messages": [{"role": "user", "content": [video_block]}]}
