@@ -149,9 +149,11 @@ where each ``{"type": "audio"}`` part stands (the processor expands it)."""
 def build_tiny_audio_vlm(out_dir: Path, seed: int = 0) -> Path:
     """Write an mlx-vlm ``gemma4`` model directory with an audio tower and
     random weights to ``out_dir`` and return it (an existing build is
-    reused): a 2-layer, 64-wide language model (one sliding-window layer
-    of 64 tokens, one full-attention layer), 1-layer vision and audio
-    towers, and a 400-token byte-level BPE tokenizer trained here.
+    reused): a 3-layer, 64-wide language model (sliding-window layers of
+    64 tokens and full-attention layers alternating; the last layer reuses
+    an earlier layer's keys and values, as Gemma 4's KV-shared layers do),
+    1-layer vision and audio towers, and a 400-token byte-level BPE
+    tokenizer trained here.
 
     Raises ImportError without mlx-vlm.
     """
@@ -189,7 +191,7 @@ def build_tiny_audio_vlm(out_dir: Path, seed: int = 0) -> Path:
     text = {
         "model_type": "gemma4_text",
         "hidden_size": 64,
-        "num_hidden_layers": 2,
+        "num_hidden_layers": 3,
         "intermediate_size": 128,
         "num_attention_heads": 2,
         "head_dim": 16,
@@ -198,7 +200,7 @@ def build_tiny_audio_vlm(out_dir: Path, seed: int = 0) -> Path:
         "vocab_size": vocab_size,
         "vocab_size_per_layer_input": vocab_size,
         "hidden_size_per_layer_input": 16,
-        "num_kv_shared_layers": 0,
+        "num_kv_shared_layers": 1,
         "sliding_window": 64,
         "sliding_window_pattern": 2,
         "use_double_wide_mlp": False,
