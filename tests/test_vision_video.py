@@ -150,3 +150,29 @@ def test_refusals_name_the_video_and_leave_no_temp_files(engine, clips):
     with pytest.raises(ImageError, match=r"this model \(kind 'vision', family qwen3_vl\) cannot read audio"):
         prepare(b"RIFF", kind="audio")
     assert _temp_files() == before
+
+
+def test_penalties_read_video_keys_as_the_video_token(engine, clips):
+    """A video's cache keys lie in their own range, so a logits processor
+    (penalties) reads each prompt position as the token the model read:
+    image keys as the image token, video keys as the video token."""
+    import mlx.core as mx
+
+    from worker.engine.scheduler import _model_ids_only
+
+    key_ids, vision = engine.prompts.images.prepare(
+        [5, -1, 6], [(red := clips["red"][1], hashlib.sha256(red).hexdigest())], ["video"]
+    )
+    assert vision.video_keys_from is not None
+    assert all(k >= vision.video_keys_from for k in key_ids if k >= engine.prompts.vocab_size)
+    assert max(key_ids) < 2**31  # every key fits an int32
+    seen = []
+    wrapped = _model_ids_only(
+        lambda tokens, logits: seen.append(tokens.tolist()) or logits,
+        vision.image_token_id,
+        vision.video_token_id,
+        vision.video_keys_from,
+    )
+    image_key = engine.prompts.vocab_size + 3
+    wrapped(mx.array([*key_ids, image_key]), mx.zeros((1, engine.prompts.vocab_size)))
+    assert seen[0][:-1] == vision.model_ids and seen[0][-1] == vision.image_token_id

@@ -36,7 +36,9 @@ class VisionPrompt:
     continued without the vision tower); ``image_token_id``: the model's
     image token. Videos: ``pixel_values_videos`` and ``video_grid_thw``
     (None: no video; ``pixel_values`` and ``image_grid_thw`` are None when
-    the request has videos only) and the model's ``video_token_id``.
+    the request has videos only), the model's ``video_token_id``, and
+    ``video_keys_from``: the cache keys at or past it stand for video
+    tokens (the others past the vocabulary for ``image_token_id``).
     Audio clips (a model served for audio): ``input_features`` and
     ``input_features_mask`` (NumPy, one row per clip; None: none);
     ``image_token_id`` is then the model's audio token."""
@@ -49,6 +51,7 @@ class VisionPrompt:
     pixel_values_videos: Any = None
     video_grid_thw: Any = None
     video_token_id: int | None = None
+    video_keys_from: int | None = None
     input_features: Any = None
     input_features_mask: Any = None
 

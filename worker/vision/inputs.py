@@ -22,7 +22,10 @@ Videos (Qwen3-VL only, see :mod:`worker.vision.video`): the request's
 media parts are images and videos in one order; a video's marker expands
 to one block per temporal patch (``<t.t seconds>``, vision start, its video
 tokens, vision end), and its keys derive from its digest and the frame
-sampling settings (which change its tokens).
+sampling settings (which change its tokens); they lie in their own range
+(:data:`VIDEO_KEYS`). Audio clips (Gemma 4, see :mod:`worker.vision.audio`)
+expand to begin-of-audio, their audio tokens, end-of-audio; keyed by
+content like images.
 """
 
 from __future__ import annotations
@@ -47,6 +50,11 @@ processor with a NumPy feature extractor); their images are not served."""
 
 KEY_BITS = 30
 """Bits of an image token's cache key above the vocabulary."""
+
+VIDEO_KEYS = 1 << KEY_BITS
+"""Where a video token's cache keys start above the vocabulary (past every
+image or audio key; ``KEY_BITS - 1`` bits, so every key fits an int32), so
+a key tells which token the model read there."""
 
 
 class UnsupportedProcessor(TypeError):
@@ -219,6 +227,7 @@ class ImagePreparer:
             pixel_values_videos=video_pixels,
             video_grid_thw=video_grids,
             video_token_id=self.video_layout.video_token_id if self.video_layout is not None else None,
+            video_keys_from=self.vocab_size + VIDEO_KEYS if video_at else None,
             input_features=features,
             input_features_mask=features_mask,
         )
@@ -290,17 +299,22 @@ class ImagePreparer:
             seconds = group_seconds(sampled.indices, sampled.source_fps, self._video_group)
             if len(seconds) != int(grid[0]):
                 raise ImageError(f"video {k}'s frames do not match the processor's temporal patches", k)
-            keys = image_keys(f"{digest}:{limits.sampling_key()}", per_frame * len(seconds), self.vocab_size)
+            keys = image_keys(
+                f"{digest}:{limits.sampling_key()}",
+                per_frame * len(seconds),
+                self.vocab_size + VIDEO_KEYS,
+                KEY_BITS - 1,
+            )
             expansions[k] = (layout.ids(seconds, per_frame), layout.ids(seconds, per_frame, keys))
             all_pixels.append(features["pixel_values_videos"])
             all_grids.append(features["video_grid_thw"])
         return np.concatenate(all_pixels, axis=0), np.concatenate(all_grids, axis=0)
 
 
-def image_keys(digest: str, count: int, vocab_size: int) -> list[int]:
+def image_keys(digest: str, count: int, vocab_size: int, bits: int = KEY_BITS) -> list[int]:
     """The ``count`` cache-key ids of an image with SHA-256 ``digest`` (see
-    the module docstring)."""
-    mask = (1 << KEY_BITS) - 1
+    the module docstring), ``bits`` bits above ``vocab_size``."""
+    mask = (1 << bits) - 1
     keys = []
     for j in range(count):
         h = hashlib.sha256(f"{digest}:{j}".encode()).digest()
