@@ -15,10 +15,12 @@ Rules, first match wins:
 4. ``config.json`` whose ``model_type`` is an encoder-only family
    (:data:`ENCODER_TYPES`, e.g. ``bert``) is an embedding model: such
    models cannot generate text;
-5. ``config.json`` with a ``vision_config`` object (as every mlx-vlm image
+5. ``config.json`` whose ``model_type`` is a text-to-speech family
+   (:data:`SPEECH_TYPES`, e.g. ``kokoro``) is a speech model;
+6. ``config.json`` with a ``vision_config`` object (as every mlx-vlm image
    model's has) is a vision model (``vision``: a generator that also takes
    images);
-6. anything else is a (text) generator.
+7. anything else is a (text) generator.
 """
 
 from __future__ import annotations
@@ -27,23 +29,40 @@ import json
 from pathlib import Path
 from typing import Literal
 
-ModelKind = Literal["generate", "vision", "embedding"]
+ModelKind = Literal["generate", "vision", "embedding", "speech"]
 """``generate``: chat, completions, responses, messages. ``vision``: the
 same, and the requests may carry images. ``embedding``:
-``/v1/embeddings``."""
+``/v1/embeddings``. ``speech``: ``/v1/audio/speech`` (text to speech)."""
 
-KINDS: tuple[ModelKind, ...] = ("generate", "vision", "embedding")
+KINDS: tuple[ModelKind, ...] = ("generate", "vision", "embedding", "speech")
 """Every kind, for validating a configured ``kind``."""
 
 ENCODER_TYPES = frozenset({"bert", "roberta", "xlm-roberta", "distilbert", "modernbert", "nomic_bert", "new"})
 """``model_type`` values of encoder-only families (embedding models)."""
+
+SPEECH_TYPES = frozenset({"kokoro"})
+"""``model_type`` values of text-to-speech families the ``speech`` worker runs."""
+
+REQUEST_KINDS: dict[str, tuple[ModelKind, ...]] = {
+    "generate": ("generate", "vision"),
+    "embed": ("embedding",),
+    "speech": ("speech",),
+}
+"""The kinds of model that serve each wire request (by its msgspec tag:
+``generate``, ``embed``, ``speech``)."""
+
+_REQUEST_ENDPOINTS = {
+    "generate": "chat, completions, responses or messages",
+    "embed": "/v1/embeddings",
+    "speech": "/v1/audio/speech",
+}
 
 _SMALL_FILE = 1 << 20
 
 
 def detect_kind(path: Path) -> ModelKind:
     """The kind of the model at ``path`` (a file or a model directory) by
-    rules 2-6 of the module docstring. Never raises: unreadable or
+    rules 2-7 of the module docstring. Never raises: unreadable or
     malformed metadata counts as absent."""
     if not path.is_dir():
         return "generate"
@@ -52,6 +71,8 @@ def detect_kind(path: Path) -> ModelKind:
     config = _read_json(path / "config.json")
     if isinstance(config, dict) and str(config.get("model_type", "")).lower() in ENCODER_TYPES:
         return "embedding"
+    if isinstance(config, dict) and str(config.get("model_type", "")).lower() in SPEECH_TYPES:
+        return "speech"
     if isinstance(config, dict) and isinstance(config.get("vision_config"), dict):
         return "vision"
     return "generate"
@@ -110,3 +131,22 @@ def no_vision_message(model: str | None) -> str:
     worker, which says "this model")."""
     name = "this model" if model is None else f"model '{model}'"
     return f"{name} has no vision support: it cannot read images (send text only, or use a vision model)"
+
+
+def serves_request(kind: ModelKind, tag: str) -> bool:
+    """Whether a model of ``kind`` serves a wire request tagged ``tag``
+    (see :data:`REQUEST_KINDS`; an unknown tag is served by no kind)."""
+    return kind in REQUEST_KINDS.get(tag, ())
+
+
+def wrong_request_message(model: str, kind: ModelKind, tag: str) -> str:
+    """The client-facing refusal of a request (wire tag ``tag``) sent to a
+    model of another ``kind``, naming both kinds and where the model serves."""
+    wanted = " or ".join(f"'{k}'" for k in REQUEST_KINDS.get(tag, ()))
+    serves = next((endpoint for t, endpoint in _REQUEST_ENDPOINTS.items() if kind in REQUEST_KINDS[t]), "nothing")
+    asked = _REQUEST_ENDPOINTS.get(tag, tag)
+    noun = {"generate": "generation", "vision": "vision-language generation"}.get(kind, kind)
+    return (
+        f"model '{model}' is a {noun} model (kind '{kind}'): it serves {serves}, not {asked}, "
+        f"which needs a model of kind {wanted}"
+    )

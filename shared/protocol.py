@@ -15,7 +15,8 @@ may need to bump; splitting it would let one side's copy drift.
 
 Direction gateway -> worker (``GatewayMessage``):
     :class:`GenerateRequest`, :class:`AbortRequest`, :class:`Shutdown`,
-    :class:`EmbedRequest` (embedding workers).
+    :class:`EmbedRequest` (embedding workers), :class:`SpeechRequest`
+    (speech workers).
 Direction worker -> gateway (``WorkerMessage``):
     :class:`Hello`, :class:`Loaded`, :class:`Ready`, :class:`Heartbeat`,
     :class:`StepOutputs`, :class:`Failed`.
@@ -465,6 +466,12 @@ class RequestOutput(msgspec.Struct, frozen=True, kw_only=True):
     ``finish_reason="stop"``, ``prompt_tokens`` the tokens of all its
     inputs, and ``embeddings`` its vectors: little-endian float32,
     row-major, ``embedding_dim`` values per input, in input order.
+    A :class:`SpeechRequest` is answered by outputs whose ``audio`` holds
+    the next bytes of the encoded audio (a streamed request: one output per
+    synthesised chunk, the bytes in order make the file; otherwise the whole
+    file in the terminal output) and ``audio_seconds`` the seconds of audio
+    those bytes add; ``prompt_tokens`` is the input's phoneme count and
+    ``completion_tokens`` the audio samples so far.
     """
 
     request_id: str
@@ -485,6 +492,8 @@ class RequestOutput(msgspec.Struct, frozen=True, kw_only=True):
     disk_cached_tokens: int = 0
     embeddings: bytes | None = None
     embedding_dim: int = 0
+    audio: bytes | None = None
+    audio_seconds: float = 0.0
 
     @property
     def ends_choice(self) -> bool:
@@ -577,7 +586,36 @@ class EmbedRequest(msgspec.Struct, frozen=True, kw_only=True, tag="embed"):
         return 1
 
 
-GatewayMessage = Union[GenerateRequest, AbortRequest, Shutdown, EmbedRequest]
+class SpeechRequest(msgspec.Struct, frozen=True, kw_only=True, tag="speech"):
+    """Synthesise speech with a speech worker.
+
+    ``input`` is the text, ``voice`` one of the model's voices,
+    ``response_format`` the container or raw encoding (``mp3``, ``opus``,
+    ``aac``, ``flac``, ``wav``, ``pcm``), ``speed`` the speaking rate
+    (1: the model's own), ``instructions`` how to speak (None: none; a
+    model that cannot follow them refuses the request). ``stream``: send
+    the audio as it is synthesised, chunk by chunk, in a byte stream that
+    is a valid file when concatenated (else one terminal output holds the
+    whole file). ``timeout`` as for :class:`GenerateRequest`. Answered as
+    :class:`RequestOutput` says; aborted like a generation.
+    """
+
+    request_id: str
+    input: str
+    voice: str
+    response_format: str = "mp3"
+    speed: float = 1.0
+    instructions: str | None = None
+    stream: bool = False
+    timeout: float | None = None
+
+    @property
+    def n(self) -> int:
+        """A speech request has one result (one terminal output)."""
+        return 1
+
+
+GatewayMessage = Union[GenerateRequest, AbortRequest, Shutdown, EmbedRequest, SpeechRequest]
 """Any message the gateway sends to a worker."""
 
 WorkerMessage = Union[Hello, Loaded, Ready, Failed, Heartbeat, StepOutputs]
@@ -624,7 +662,9 @@ class NodeExited(msgspec.Struct, frozen=True, kw_only=True, tag="node_exited"):
     reason: str
 
 
-NodeInbound = Union[NodeStart, NodeKill, NodeAlive, GenerateRequest, AbortRequest, Shutdown, EmbedRequest]
+NodeInbound = Union[
+    NodeStart, NodeKill, NodeAlive, GenerateRequest, AbortRequest, Shutdown, EmbedRequest, SpeechRequest
+]
 """Any message a gateway sends to a node."""
 
 NodeOutbound = Union[NodeStarted, NodeExited, NodeAlive, Hello, Loaded, Ready, Failed, Heartbeat, StepOutputs]

@@ -57,6 +57,7 @@ from shared.protocol import (
     Ready,
     RequestOutput,
     Shutdown,
+    SpeechRequest,
     StepOutputs,
     WorkerStats,
 )
@@ -66,7 +67,15 @@ from worker.engine import mlx_memory
 from worker.engine.scheduler import Scheduler
 from worker.faults import armed, reached
 from worker.messages import Abort, Stop
-from worker.model_setup import EmbeddingSetup, GenerationSetup, build_embedding, build_generation, serves_embeddings
+from worker.model_setup import (
+    EmbeddingSetup,
+    GenerationSetup,
+    SpeechSetup,
+    build_embedding,
+    build_generation,
+    build_speech,
+    served_kind,
+)
 from worker.output.loop import Exit, FailAll, OutputLoop
 from worker.parent_watch import watch_parent
 from worker.prompting.builder import PromptBuilder, PromptError
@@ -116,6 +125,7 @@ class Worker:
         self._scheduler: Scheduler | None = None
         self._prompts: PromptBuilder | None = None
         self._embedding: Any = None  # the EmbeddingModel of an embedding worker
+        self._speech: Any = None  # the SpeechModel and Phonemizer of a speech worker
         self._lockstep: Any = None  # a tensor-parallel group's Lockstep, once joined
         self._ready = threading.Event()
         self._failed = threading.Event()
@@ -224,12 +234,14 @@ class Worker:
     def _scheduler_main(self) -> None:
         """Scheduler thread: load, warm up, announce, then run the engine
         (what is loaded and built: :mod:`worker.model_setup`)."""
-        embedding = serves_embeddings(self.config)
+        kind = served_kind(self.config)
         try:
             started = time.monotonic()
-            setup: GenerationSetup | EmbeddingSetup
-            if embedding:
+            setup: GenerationSetup | EmbeddingSetup | SpeechSetup
+            if kind == "embedding":
                 setup = build_embedding(self.config, self.output.queue.put)
+            elif kind == "speech":
+                setup = build_speech(self.config, self.output.queue.put)
             else:
                 mlx_memory.apply_limits(self.memory_limit, self.cache_limit)
                 self._lockstep = self._join_group()
@@ -242,6 +254,12 @@ class Worker:
                 setup.scheduler.warm_up()
                 self._embedding = setup.model
                 context = setup.model.max_tokens
+            elif isinstance(setup, SpeechSetup):
+                from worker.speech.text import Phonemizer
+
+                setup.scheduler.warm_up()
+                self._speech = (setup.model, Phonemizer(setup.model.max_phonemes))
+                context = setup.model.max_phonemes
             else:
                 setup.scheduler.warm_up(list(setup.loaded.tokenizer.encode("Hello")) or [0])
                 context = setup.context
@@ -306,6 +324,8 @@ class Worker:
                 self._admit(message)
             elif isinstance(message, EmbedRequest):
                 self._embed(message)
+            elif isinstance(message, SpeechRequest):
+                self._speak(message)
             elif isinstance(message, AbortRequest):
                 self._scheduler.submit(Abort(list(message.request_ids)))  # type: ignore[union-attr]
         return 1
@@ -358,12 +378,8 @@ class Worker:
         )
 
     def _admit(self, request: GenerateRequest) -> None:
-        if self._embedding is not None:
-            from shared.model_kind import wrong_kind_message
-
-            self._refuse(
-                request.request_id, "invalid_request", wrong_kind_message(self.config.name, "embedding"), "model"
-            )
+        if self._embedding is not None or self._speech is not None:
+            self._refuse_kind(request.request_id, "generate")
             return
         assert self._prompts is not None and self._scheduler is not None
         try:
@@ -394,11 +410,7 @@ class Worker:
 
         model = self._embedding
         if model is None:
-            from shared.model_kind import wrong_kind_message
-
-            self._refuse(
-                request.request_id, "invalid_request", wrong_kind_message(self.config.name, "generate"), "model"
-            )
+            self._refuse_kind(request.request_id, "embed")
             return
         dims = request.dimensions
         if dims is not None and dims != model.dim:
@@ -435,6 +447,63 @@ class Worker:
         now = time.monotonic()
         deadline = now + request.timeout if request.timeout else None
         self._scheduler.submit(EmbedJob(request.request_id, inputs, dims, deadline, now))  # type: ignore[union-attr]
+
+    def _speak(self, request: SpeechRequest) -> None:
+        """Input thread: check a speech request's voice, format and
+        instructions, cut its text into phoneme chunks and queue it for the
+        scheduler, or refuse it."""
+        from worker.speech.encode import FORMATS, missing_encoder
+        from worker.speech.model import SpeechInputError
+        from worker.speech.scheduler import SpeechJob
+        from worker.speech.text import SpeechTextError
+
+        if self._speech is None:
+            self._refuse_kind(request.request_id, "speech")
+            return
+        model, phonemizer = self._speech
+        try:
+            if request.instructions:
+                raise SpeechInputError(
+                    f"model '{self.config.name}' ({model.family}) cannot follow instructions: "
+                    "it has no input for them (leave instructions out)",
+                    "instructions",
+                )
+            if request.response_format not in FORMATS:
+                raise SpeechInputError(f"response_format must be one of {', '.join(FORMATS)}", "response_format")
+            missing = missing_encoder(request.response_format)
+            if missing is not None:
+                raise SpeechInputError(missing, "response_format")
+            model.check_voice(request.voice)
+            chunks = phonemizer.chunks(request.input, request.voice)
+        except (SpeechInputError, SpeechTextError) as exc:
+            self._refuse(request.request_id, "invalid_request", exc.message, exc.field)
+            return
+        except Exception as exc:  # never let one request take the input thread down
+            log.exception("could not prepare request %s", request.request_id)
+            self._refuse(
+                request.request_id, "invalid_request", f"the input could not be prepared: {type(exc).__name__}"
+            )
+            return
+        now = time.monotonic()
+        deadline = now + request.timeout if request.timeout else None
+        job = SpeechJob(
+            request.request_id,
+            chunks,
+            request.voice,
+            request.speed,
+            request.response_format,
+            request.stream,
+            deadline,
+            now,
+        )
+        self._scheduler.submit(job)  # type: ignore[union-attr]
+
+    def _refuse_kind(self, request_id: str, tag: str) -> None:
+        """Refuse a request (wire tag ``tag``) this worker's kind of model does not serve."""
+        from shared.model_kind import wrong_request_message
+
+        kind = "embedding" if self._embedding is not None else "speech" if self._speech is not None else "generate"
+        self._refuse(request_id, "invalid_request", wrong_request_message(self.config.name, kind, tag), "model")
 
     def _refuse(self, request_id: str, kind: str, message: str, field: str | None = None) -> None:
         """End a request that never reached the engine with an error

@@ -5,12 +5,13 @@ tensor-parallel group when there is one) and builds what serves it: the
 detokenizer, the prompt builder (chat template, tool and reasoning formats,
 grammar compiler, image preparer), the cache profile, the prefix cache
 (with its disk tier), speculative decoding and the scheduler;
-:func:`build_embedding` loads an embedding model and its scheduler. Each
+:func:`build_embedding` loads an embedding model and its scheduler;
+:func:`build_speech` a text-to-speech model and its scheduler. Each
 gives a setup whose :meth:`~GenerationSetup.report` is the ``Loaded``
 message. Also the model's kind (text, vision or embedding) and which BLAS
 runs the matrix products.
 
-Called on the scheduler thread while the model loads (:func:`serves_embeddings`
+Called on the scheduler thread while the model loads (:func:`served_kind`
 first), so every MLX object is created there; the modules that load MLX are
 imported inside the functions for the same reason (this module is imported
 by :mod:`worker.main` on the main thread).
@@ -41,6 +42,8 @@ if TYPE_CHECKING:  # load MLX; imported where they are used
     from worker.embeddings.scheduler import EmbeddingScheduler
     from worker.loading.loader import LoadedModel
     from worker.speculation.draft_model import DraftModel
+    from worker.speech.model import SpeechModel
+    from worker.speech.scheduler import SpeechScheduler
 
 log = logging.getLogger("mlxd.worker")
 
@@ -208,6 +211,42 @@ def build_embedding(config: ModelConfig, emit: Callable[[Any], None]) -> Embeddi
 
     model = load_embedding_model(config.source, dtype=config.dtype, context_length=config.context_length)
     return EmbeddingSetup(model, EmbeddingScheduler(model, emit, max_batch_size=config.max_batch_size))
+
+
+@dataclass(frozen=True)
+class SpeechSetup:
+    """A text-to-speech model and its scheduler (see :func:`build_speech`)."""
+
+    model: SpeechModel
+    scheduler: SpeechScheduler
+
+    def report(self, worker_id: str, load_seconds: float) -> Loaded:
+        """The ``Loaded`` message announcing this model (``context_length``:
+        the most phonemes one chunk may hold)."""
+        import mlx.core as mx
+
+        return Loaded(
+            worker_id=worker_id,
+            context_length=self.model.max_phonemes,
+            load_seconds=load_seconds,
+            model_path=str(self.model.path),
+            blas=blas_in_use(on_gpu=mx.default_device() == mx.gpu),
+            sampling="none",
+        )
+
+
+def build_speech(config: ModelConfig, emit: Callable[[Any], None]) -> SpeechSetup:
+    """Scheduler thread: load ``config``'s text-to-speech model and its
+    scheduler, which reports to ``emit``.
+
+    Raises:
+        Exception: whatever loading the model raises.
+    """
+    from worker.speech.model import load_speech_model
+    from worker.speech.scheduler import SpeechScheduler
+
+    model = load_speech_model(config.source)
+    return SpeechSetup(model, SpeechScheduler(model, emit))
 
 
 def prefix_cache_for(config: ModelConfig, loaded: LoadedModel, trimmable: bool) -> PrefixCache | None:

@@ -28,7 +28,7 @@ from gateway.workers.model_files import read_model_files, read_models_files
 from gateway.workers.model_paths import SourceOutsideRoot, check_inside_root
 from gateway.workers.node_link import NodeLink
 from shared.config import Config, ModelConfig
-from shared.model_kind import ModelKind, wrong_kind_message
+from shared.model_kind import ModelKind, serves_request, wrong_request_message
 from shared.protocol import EmbedRequest, GenerateRequest
 from shared.sockets import make_socket_dir, read_key_pair, remove_socket_dir
 
@@ -264,8 +264,9 @@ class WorkerPool:
         if handle is None:
             raise model_not_found(model)
         kind = self.kind(model)
-        if kind is not None and (kind == "embedding") != isinstance(request, EmbedRequest):
-            raise bad_request(wrong_kind_message(model, kind), param="model", code="wrong_model_kind")
+        tag = type(request).__struct_config__.tag
+        if kind is not None and not serves_request(kind, tag):
+            raise bad_request(wrong_request_message(model, kind, tag), param="model", code="wrong_model_kind")
         if isinstance(request, GenerateRequest):
             request = await ready_images(request, model, kind, self.config.images)
         await self._acquire(handle)
