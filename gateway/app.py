@@ -41,6 +41,7 @@ from gateway.ollama import routes as ollama_routes
 from gateway.openai import routes as openai_routes
 from gateway.openapi_document import openapi_response
 from gateway.responses import routes as responses_routes
+from gateway.speech import routes as speech_routes
 from gateway.workers.pool import WorkerPool
 from shared.config import Config, ServerConfig
 from shared.config_values import is_loopback
@@ -211,6 +212,8 @@ def build_app(config: Config, pool: WorkerPool | None = None) -> Starlette:
         Route("/v1/chat/completions", openai_routes.chat_completions, methods=["POST"]),
         Route("/v1/completions", openai_routes.completions, methods=["POST"]),
         Route("/v1/embeddings", embeddings_routes.create_embeddings, methods=["POST"]),
+        Route("/v1/audio/speech", speech_routes.create_speech, methods=["POST"]),
+        Route("/v1/audio/voices", speech_routes.list_voices, methods=["GET"]),
         Route("/v1/responses", responses_routes.create_response, methods=["POST"]),
         Route("/v1/messages", anthropic_routes.messages, methods=["POST"]),
         Route("/v1/messages/count_tokens", anthropic_routes.count_tokens, methods=["POST"]),

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Protocol
 
 from shared.model_kind import ModelKind
-from shared.protocol import EmbedRequest, GenerateRequest, RequestOutput
+from shared.protocol import EmbedRequest, GenerateRequest, RequestOutput, SpeechRequest
 
 
 @dataclass(frozen=True)
@@ -64,12 +64,14 @@ class ModelFiles:
     ``kind`` as the files (or the config) tell it (None: not known from
     here); ``weight_bytes`` the size of its weight files (None: unknown);
     ``config`` its ``config.json`` and ``chat_template`` its chat template
-    text (``{}`` and ``""`` when unknown)."""
+    text (``{}`` and ``""`` when unknown); ``voices`` the voice packs of a
+    speech model (``voices/<name>.safetensors``), sorted."""
 
     kind: ModelKind | None = None
     weight_bytes: int | None = None
     config: dict[str, Any] = field(default_factory=dict)
     chat_template: str = ""
+    voices: tuple[str, ...] = ()
 
 
 UNREAD = ModelFiles()
@@ -127,7 +129,7 @@ class ModelBackend(Protocol):
         ...
 
     async def submit(
-        self, model: str, request: GenerateRequest | EmbedRequest, keep_alive: float | None = None
+        self, model: str, request: GenerateRequest | EmbedRequest | SpeechRequest, keep_alive: float | None = None
     ) -> RequestStream:
         """Send ``request`` to the worker of canonical model ``model``.
 
@@ -137,12 +139,13 @@ class ModelBackend(Protocol):
 
         The backend fills in the model's configured deadline (``timeout``).
         An :class:`~shared.protocol.EmbedRequest` yields one output (its
-        vectors or its error).
+        vectors or its error); a :class:`~shared.protocol.SpeechRequest`
+        its audio outputs (see the wire contract).
 
         Raises:
             gateway.core.errors.APIError: 400 ``wrong_model_kind`` when the
-                model is not of the request's kind (generation or
-                embedding); 503 when the worker is not ready, or
+                model is not of the request's kind (generation,
+                embedding or speech); 503 when the worker is not ready, or
                 503 ``overloaded`` (with ``Retry-After``) when the model's
                 queue is full.
         """

@@ -29,7 +29,7 @@ from gateway.workers.model_paths import SourceOutsideRoot, check_inside_root
 from gateway.workers.node_link import NodeLink
 from shared.config import Config, ModelConfig
 from shared.model_kind import ModelKind, serves_request, wrong_request_message
-from shared.protocol import EmbedRequest, GenerateRequest
+from shared.protocol import EmbedRequest, GenerateRequest, SpeechRequest
 from shared.sockets import make_socket_dir, read_key_pair, remove_socket_dir
 
 log = logging.getLogger("mlxd.gateway.pool")
@@ -244,7 +244,7 @@ class WorkerPool:
         return kind
 
     async def submit(
-        self, model: str, request: GenerateRequest | EmbedRequest, keep_alive: float | None = None
+        self, model: str, request: GenerateRequest | EmbedRequest | SpeechRequest, keep_alive: float | None = None
     ) -> WorkerRequestStream:
         """Route ``request`` to ``model``'s worker, starting it if needed;
         ``keep_alive`` as in :meth:`WorkerHandle.submit`.

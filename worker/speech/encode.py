@@ -45,16 +45,6 @@ import numpy as np
 FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
 """Every ``response_format`` (OpenAI's list)."""
 
-MEDIA_TYPES = {
-    "mp3": "audio/mpeg",
-    "opus": "audio/ogg",
-    "aac": "audio/aac",
-    "flac": "audio/flac",
-    "wav": "audio/wav",
-    "pcm": "audio/pcm",
-}
-"""The ``Content-Type`` of each format's response."""
-
 _SOUNDFILE = {"mp3": ("MP3", "MPEG_LAYER_III"), "opus": ("OGG", "OPUS"), "flac": ("FLAC", "PCM_16")}
 
 _UNKNOWN_SIZE = 0xFFFFFFFF
