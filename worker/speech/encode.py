@@ -123,7 +123,7 @@ class AudioEncoder:
             return head + pcm16(samples)
         if self.fmt == "aac":
             return _ffmpeg_aac(samples, self.sample_rate) if samples.size else b""
-        self._open().write(samples)
+        self._open().write(self._for_soundfile(samples))
         return self._take()
 
     def finish(self) -> bytes:
@@ -146,7 +146,7 @@ class AudioEncoder:
         if self.fmt == "aac":
             return _ffmpeg_aac(samples, self.sample_rate)
         handle = self._open()
-        handle.write(samples)
+        handle.write(self._for_soundfile(samples))
         handle.close()
         assert self._sink is not None
         return bytes(self._sink.data)
@@ -159,6 +159,12 @@ class AudioEncoder:
             except Exception:  # noqa: BLE001 - a half-written file is dropped either way
                 pass
         self._held = []
+
+    def _for_soundfile(self, samples: np.ndarray) -> np.ndarray:
+        """What libsndfile gets: 16-bit integers for flac (quantised as wav
+        and pcm are, so every lossless format holds the same samples), the
+        float samples for the lossy encoders."""
+        return np.frombuffer(pcm16(samples), dtype="<i2") if self.fmt == "flac" else samples
 
     def _open(self):  # noqa: ANN202 - a soundfile.SoundFile
         if self._file is None:
