@@ -471,7 +471,7 @@ class RequestOutput(msgspec.Struct, frozen=True, kw_only=True):
     synthesised chunk, the bytes in order make the file; otherwise the whole
     file in the terminal output) and ``audio_seconds`` the seconds of audio
     those bytes add; ``prompt_tokens`` is the input's phoneme count and
-    ``completion_tokens`` the audio samples so far.
+    ``completion_tokens`` 0 (the model makes samples, not tokens).
     """
 
     request_id: str

@@ -167,6 +167,7 @@ class Metrics:
         self.e2e_request_latency = histogram(
             "e2e_request_latency_seconds", "Time from request arrival to its end, whatever the outcome.", E2E_BUCKETS
         )
+        self.audio_seconds_out = counter("audio_seconds_out", "Seconds of audio synthesised by speech models.")
         self.request_queue_time = histogram(
             "request_queue_time_seconds",
             "Time a request waited in the worker before it started decoding.",
@@ -183,6 +184,7 @@ class Metrics:
             inter_token_latency=self.inter_token_latency,
             e2e_request_latency=self.e2e_request_latency,
             request_queue_time=self.request_queue_time,
+            audio_seconds_out=self.audio_seconds_out,
         )
 
     def _ensure_model(self, model: str) -> None:
@@ -200,6 +202,7 @@ class Metrics:
             self.inter_token_latency,
             self.e2e_request_latency,
             self.request_queue_time,
+            self.audio_seconds_out,
         ):
             metric.labels(model)
 

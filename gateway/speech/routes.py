@@ -16,8 +16,8 @@ that leaves aborts the request in the worker). Then, by ``stream_format``:
   incomplete body, never a file that looks whole);
 - ``sse``: ``data:`` frames ``{"type": "speech.audio.delta", "audio":
   base64}`` per chunk and a last ``{"type": "speech.audio.done", "usage":
-  {...}}`` (``input_tokens``: the input's phonemes; ``output_tokens``: the
-  audio samples; ``total_tokens`` their sum); an error after the start is an
+  {...}}`` (``input_tokens``: the input's phonemes; ``output_tokens``: 0,
+  the model makes audio samples, not tokens; ``total_tokens`` their sum); an error after the start is an
   OpenAI error frame.
 
 Errors before the answer starts are OpenAI error objects with the worker's

@@ -211,7 +211,6 @@ def _chunk_output(live: _Live, samples: np.ndarray, last: bool, sample_rate: int
         output = RequestOutput(
             request_id=request_id,
             prompt_tokens=live.phonemes,
-            completion_tokens=total,
             finish_reason="stop" if last else None,
             audio=data,
             audio_seconds=(total if last and not live.job.stream else samples.size) / sample_rate,
@@ -238,7 +237,6 @@ def _terminal_error(live: _Live, reason: str, kind: str | None, message: str | N
         output = RequestOutput(
             request_id=live.job.request_id,
             prompt_tokens=live.phonemes,
-            completion_tokens=live.samples,
             finish_reason=reason,  # type: ignore[arg-type]
             error=message,
             error_kind=kind,  # type: ignore[arg-type]
