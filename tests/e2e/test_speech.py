@@ -58,7 +58,7 @@ def server(kokoro_dir, tiny_model_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key=server.api_key, timeout=600, max_retries=0)
+    return openai.OpenAI(base_url=server.url + "/v1", api_key=server.api_key, timeout=240, max_retries=0)
 
 
 def expected_pcm(kokoro_dir, text: str, voice: str, speed: float = 1.0) -> np.ndarray:
