@@ -9,6 +9,7 @@ wire formats, so it cannot drift from them:
   :class:`~gateway.responses.schema.ResponsesRequest`,
   :class:`~gateway.anthropic.schema.MessagesRequest`,
   :class:`~gateway.anthropic.schema.CountTokensRequest`,
+  :class:`~gateway.speech.schema.SpeechBody`,
   :class:`~gateway.embeddings.schema.EmbeddingRequest`, whose ``input``
   is any JSON value here: its forms are checked after decoding). Their JSON
   Schema says what the *decoder* accepts: types, bounds, lengths, required and
@@ -18,7 +19,9 @@ wire formats, so it cannot drift from them:
 - Successful non-streamed answers are the Structs the format modules encode
   (:mod:`gateway.openai.format`, :mod:`gateway.responses.format`,
   :mod:`gateway.anthropic.format`,
-  :class:`gateway.embeddings.routes.EmbeddingList`); ``/health`` uses the
+  :class:`gateway.embeddings.routes.EmbeddingList`,
+  :class:`gateway.speech.routes.VoiceList`; speech audio is binary of its
+  format's media type); ``/health`` uses the
   worker status dataclass, ``/v1/status`` and ``/v1/admin/*`` the Structs
   of :mod:`gateway.dashboard.schema`.
 - Streamed answers (``"stream": true``) are ``text/event-stream``. Their
@@ -83,6 +86,8 @@ from gateway.openai import format as openai_format
 from gateway.openai.schema import ChatCompletionRequest, CompletionRequest
 from gateway.responses import format as responses_format
 from gateway.responses.schema import ResponsesRequest
+from gateway.speech import routes as speech_routes
+from gateway.speech.schema import SpeechBody
 from gateway.workers.status import WorkerStatus
 
 OPENAPI_VERSION = "3.1.0"
@@ -367,6 +372,7 @@ _TYPES: dict[str, Any] = {
     "messages_request": MessagesRequest,
     "count_tokens_request": CountTokensRequest,
     "embedding_request": EmbeddingRequest,
+    "speech_request": SpeechBody,
     "ollama_chat_request": ollama_schema.OllamaChatRequest,
     "ollama_generate_request": ollama_schema.OllamaGenerateRequest,
     "ollama_embed_request": ollama_schema.OllamaEmbedRequest,
@@ -387,6 +393,9 @@ _TYPES: dict[str, Any] = {
     "content_block": anthropic_format.ContentBlock,
     "token_count": TokenCount,
     "embedding_list": EmbeddingList,
+    "voice_list": speech_routes.VoiceList,
+    "speech_audio_delta": speech_routes.SpeechAudioDelta,
+    "speech_audio_done": speech_routes.SpeechAudioDone,
     "health": Health,
     "readiness": Readiness,
     "status": Status,
@@ -418,6 +427,7 @@ _DECODED = frozenset(
         "messages_request",
         "count_tokens_request",
         "embedding_request",
+        "speech_request",
         "ollama_chat_request",
         "ollama_generate_request",
         "ollama_embed_request",
@@ -730,6 +740,70 @@ class _Builder:
             "tags": [tag],
             "requestBody": self._body(body, example, SSE_MEDIA_TYPE in ok["200"]["content"]),
             "responses": {**ok, **self._error_responses(errors, anthropic)},
+        }
+
+    def speech_paths(self) -> dict[str, Any]:
+        """``POST /v1/audio/speech`` (audio of each format, or SSE with
+        ``stream_format: "sse"``) and ``GET /v1/audio/voices``."""
+        audio = {"type": "string", "contentEncoding": "binary"}
+        content: dict[str, Any] = {media: {"schema": audio} for media in speech_routes.MEDIA_TYPES.values()}
+        payload = {
+            "anyOf": [self.refs["speech_audio_delta"], self.refs["speech_audio_done"], self.refs["openai_error"]]
+        }
+        content[SSE_MEDIA_TYPE] = {"schema": self._sse_event(None, _json_text(payload))}
+        example = {"model": self.model, "input": "Good morning.", "voice": "af_heart", "response_format": "wav"}
+        return {
+            "/v1/audio/speech": {
+                "post": {
+                    "operationId": "createSpeech",
+                    "summary": "Text to speech (OpenAI); needs a speech model",
+                    "tags": ["OpenAI"],
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            JSON: {
+                                "schema": self.refs["speech_request"],
+                                "examples": {
+                                    "whole": {"summary": "A wav file", "value": example},
+                                    "streamed": {
+                                        "summary": "Audio as it is synthesised",
+                                        "value": {**example, "stream_format": "audio"},
+                                    },
+                                },
+                            }
+                        },
+                    },
+                    "responses": {
+                        "200": {
+                            "description": "The audio in `response_format` (whole, or streamed with "
+                            "`stream_format: audio`), or with `stream_format: sse` `speech.audio.delta` "
+                            "events and a last `speech.audio.done`",
+                            "content": content,
+                        },
+                        **self._error_responses(_OPENAI_ERRORS, False),
+                    },
+                }
+            },
+            "/v1/audio/voices": {
+                "get": {
+                    "operationId": "listVoices",
+                    "summary": "The voices of the speech models (`?model=` for one)",
+                    "tags": ["OpenAI"],
+                    "parameters": [
+                        {
+                            "name": "model",
+                            "in": "query",
+                            "required": False,
+                            "description": "A speech model's name or alias",
+                            "schema": {"type": "string", "minLength": 1},
+                        }
+                    ],
+                    "responses": {
+                        **self._ok("The voices, as `audio.voice` objects with their `model`", self.refs["voice_list"]),
+                        **self._error_responses({s: _OPENAI_ERRORS[s] for s in (400, 401, 404)}, False),
+                    },
+                }
+            },
         }
 
     def _ollama_errors(self, statuses: Iterable[int]) -> dict[str, Any]:
@@ -1102,6 +1176,7 @@ class _Builder:
                     ),
                 )
             },
+            **self.speech_paths(),
             "/v1/responses": {
                 "post": self.generation(
                     operation_id="createResponse",
