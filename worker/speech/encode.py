@@ -19,8 +19,8 @@ Formats and what encodes them:
   (Ogg Opus) and ``flac`` (16-bit) through soundfile's libsndfile, written
   incrementally. libsndfile rewrites a header when it closes a file (the
   MP3 Xing frame, FLAC's STREAMINFO): a streamed file keeps the header as
-  first sent, which says "unknown length" (FLAC: total samples, frame
-  sizes and MD5 zeroed, as the format allows; MP3: an empty info frame,
+  first written, which says "unknown length" (FLAC: total samples, frame
+  sizes and MD5 zero, as the format allows; MP3: an empty info frame,
   which decoders play as a silent frame); a whole file is sent as
   libsndfile finished it.
 - ``aac`` (ADTS): the ``ffmpeg`` program's AAC encoder; libsndfile has
@@ -179,24 +179,7 @@ class AudioEncoder:
 
     def _take(self) -> bytes:
         assert self._sink is not None
-        out = self._sink.take()
-        if out and self.fmt == "flac" and not self._started:
-            out = _flac_unknown_length(out)
-        self._started = self._started or bool(out)
-        return out
-
-
-def _flac_unknown_length(head: bytes) -> bytes:
-    """``head`` (a FLAC stream's first bytes) with STREAMINFO's frame
-    sizes, total samples and MD5 set to 0 (unknown)."""
-    if len(head) < 42 or head[:4] != b"fLaC":
-        return head
-    out = bytearray(head)
-    out[12:18] = bytes(6)  # min/max frame size (3 bytes each) after "fLaC", block header, block sizes
-    out[21] &= 0xF0  # the low 4 bits of total samples share a byte with bits per sample
-    out[22:26] = bytes(4)
-    out[26:42] = bytes(16)  # MD5 of the samples
-    return bytes(out)
+        return self._sink.take()
 
 
 def _ffmpeg_aac(samples: np.ndarray, sample_rate: int) -> bytes:
