@@ -11,7 +11,8 @@ wire formats, so it cannot drift from them:
   :class:`~gateway.anthropic.schema.CountTokensRequest`,
   :class:`~gateway.speech.schema.SpeechBody`,
   :class:`~gateway.embeddings.schema.EmbeddingRequest`, whose ``input``
-  is any JSON value here: its forms are checked after decoding). Their JSON
+  is any JSON value here: its forms are checked after decoding;
+  :class:`~gateway.rerank.schema.RerankBody`). Their JSON
   Schema says what the *decoder* accepts: types, bounds, lengths, required and
   unknown fields. The semantic checks that run after decoding (roles, tool
   names referring to tools, a model's ``max_n``, ...) cannot be expressed
@@ -20,6 +21,7 @@ wire formats, so it cannot drift from them:
   (:mod:`gateway.openai.format`, :mod:`gateway.responses.format`,
   :mod:`gateway.anthropic.format`,
   :class:`gateway.embeddings.routes.EmbeddingList`,
+  :class:`gateway.rerank.routes.RerankResponse`,
   :class:`gateway.speech.routes.VoiceList`; speech audio is binary of its
   format's media type); ``/health`` uses the
   worker status dataclass, ``/v1/status`` and ``/v1/admin/*`` the Structs
@@ -84,6 +86,8 @@ from gateway.ollama import schema as ollama_schema
 from gateway.ollama.builder import NDJSON_MEDIA_TYPE
 from gateway.openai import format as openai_format
 from gateway.openai.schema import ChatCompletionRequest, CompletionRequest
+from gateway.rerank.routes import RerankResponse
+from gateway.rerank.schema import RerankBody
 from gateway.responses import format as responses_format
 from gateway.responses.schema import ResponsesRequest
 from gateway.speech import routes as speech_routes
@@ -372,6 +376,7 @@ _TYPES: dict[str, Any] = {
     "messages_request": MessagesRequest,
     "count_tokens_request": CountTokensRequest,
     "embedding_request": EmbeddingRequest,
+    "rerank_request": RerankBody,
     "speech_request": SpeechBody,
     "ollama_chat_request": ollama_schema.OllamaChatRequest,
     "ollama_generate_request": ollama_schema.OllamaGenerateRequest,
@@ -393,6 +398,7 @@ _TYPES: dict[str, Any] = {
     "content_block": anthropic_format.ContentBlock,
     "token_count": TokenCount,
     "embedding_list": EmbeddingList,
+    "rerank_response": RerankResponse,
     "voice_list": speech_routes.VoiceList,
     "speech_audio_delta": speech_routes.SpeechAudioDelta,
     "speech_audio_done": speech_routes.SpeechAudioDone,
@@ -427,6 +433,7 @@ _DECODED = frozenset(
         "messages_request",
         "count_tokens_request",
         "embedding_request",
+        "rerank_request",
         "speech_request",
         "ollama_chat_request",
         "ollama_generate_request",
@@ -1176,6 +1183,26 @@ class _Builder:
                     ),
                 )
             },
+            **{
+                path: {
+                    "post": self.generation(
+                        operation_id="rerank" + suffix,
+                        summary="Rank documents against a query (Cohere/Jina/vLLM shape); needs a rerank model",
+                        tag="Rerank",
+                        body="rerank_request",
+                        example={
+                            "model": model,
+                            "query": "what is MLX?",
+                            "documents": ["MLX is an array framework", "Bananas"],
+                        },
+                        ok=self._ok(
+                            "The documents' `results` (`index`, `relevance_score`, `document`), best first, and `usage`",
+                            self.refs["rerank_response"],
+                        ),
+                    )
+                }
+                for path, suffix in (("/v1/rerank", ""), ("/rerank", "Unversioned"), ("/v2/rerank", "V2"))
+            },
             **self.speech_paths(),
             "/v1/responses": {
                 "post": self.generation(
@@ -1363,6 +1390,7 @@ def openapi_document(
             {"name": "OpenAI", "description": "OpenAI-compatible endpoints (OpenAI error shape)"},
             {"name": "Anthropic", "description": "Anthropic Messages API (Anthropic error shape)"},
             {"name": "Ollama", "description": "Ollama-compatible endpoints under /api/ (Ollama error shape)"},
+            {"name": "Rerank", "description": "Reranking with cross-encoders (OpenAI error shape)"},
             {"name": "MCP", "description": "Tools of the configured MCP servers (OpenAI error shape)"},
             {"name": "Operations", "description": "Health, readiness, metrics, status, admin actions, dashboard"},
         ],

@@ -1,5 +1,6 @@
 """What kind of model a directory holds: a text generator, a
-vision-language generator (takes images) or an embedding model.
+vision-language generator (takes images), an embedding model, a
+reranker (cross-encoder) or a text-to-speech model.
 
 Both the gateway (to refuse a request for the wrong kind of model before
 starting its worker) and the worker (to pick its engine) ask here. Only
@@ -12,15 +13,18 @@ Rules, first match wins:
 2. a file (a GGUF) is a generator;
 3. a sentence-transformers layout (``modules.json`` naming a ``Pooling``
    module, or a ``1_Pooling`` directory) is an embedding model;
+3a. ``config.json`` whose ``architectures`` name a
+   ``*ForSequenceClassification`` class (what cross-encoder checkpoints
+   ship) is a reranker (``rerank``);
 4. ``config.json`` whose ``model_type`` is an encoder-only family
    (:data:`ENCODER_TYPES`, e.g. ``bert``) is an embedding model: such
    models cannot generate text;
-5. ``config.json`` whose ``model_type`` is a text-to-speech family
-   (:data:`SPEECH_TYPES`, e.g. ``kokoro``) is a speech model;
-6. ``config.json`` with a ``vision_config`` object (as every mlx-vlm image
+4a. ``config.json`` whose ``model_type`` is a text-to-speech family
+   (:data:`SPEECH_TYPES`, e.g. ``kokoro``) is a speech model (``speech``);
+5. ``config.json`` with a ``vision_config`` object (as every mlx-vlm image
    model's has) is a vision model (``vision``: a generator that also takes
    images);
-7. anything else is a (text) generator.
+6. anything else is a (text) generator.
 """
 
 from __future__ import annotations
@@ -29,12 +33,13 @@ import json
 from pathlib import Path
 from typing import Literal
 
-ModelKind = Literal["generate", "vision", "embedding", "speech"]
+ModelKind = Literal["generate", "vision", "embedding", "rerank", "speech"]
 """``generate``: chat, completions, responses, messages. ``vision``: the
 same, and the requests may carry images. ``embedding``:
-``/v1/embeddings``. ``speech``: ``/v1/audio/speech`` (text to speech)."""
+``/v1/embeddings``. ``rerank``: ``/v1/rerank``. ``speech``:
+``/v1/audio/speech`` (text to speech)."""
 
-KINDS: tuple[ModelKind, ...] = ("generate", "vision", "embedding", "speech")
+KINDS: tuple[ModelKind, ...] = ("generate", "vision", "embedding", "rerank", "speech")
 """Every kind, for validating a configured ``kind``."""
 
 ENCODER_TYPES = frozenset({"bert", "roberta", "xlm-roberta", "distilbert", "modernbert", "nomic_bert", "new"})
@@ -43,32 +48,20 @@ ENCODER_TYPES = frozenset({"bert", "roberta", "xlm-roberta", "distilbert", "mode
 SPEECH_TYPES = frozenset({"kokoro"})
 """``model_type`` values of text-to-speech families the ``speech`` worker runs."""
 
-REQUEST_KINDS: dict[str, tuple[ModelKind, ...]] = {
-    "generate": ("generate", "vision"),
-    "embed": ("embedding",),
-    "speech": ("speech",),
-}
-"""The kinds of model that serve each wire request (by its msgspec tag:
-``generate``, ``embed``, ``speech``)."""
-
-_REQUEST_ENDPOINTS = {
-    "generate": "chat, completions, responses or messages",
-    "embed": "/v1/embeddings",
-    "speech": "/v1/audio/speech",
-}
-
 _SMALL_FILE = 1 << 20
 
 
 def detect_kind(path: Path) -> ModelKind:
     """The kind of the model at ``path`` (a file or a model directory) by
-    rules 2-7 of the module docstring. Never raises: unreadable or
+    rules 2-6 of the module docstring. Never raises: unreadable or
     malformed metadata counts as absent."""
     if not path.is_dir():
         return "generate"
     if (path / "1_Pooling").is_dir() or _names_pooling(path / "modules.json"):
         return "embedding"
     config = _read_json(path / "config.json")
+    if isinstance(config, dict) and _classifies_sequences(config):
+        return "rerank"
     if isinstance(config, dict) and str(config.get("model_type", "")).lower() in ENCODER_TYPES:
         return "embedding"
     if isinstance(config, dict) and str(config.get("model_type", "")).lower() in SPEECH_TYPES:
@@ -83,6 +76,12 @@ def model_kind(path: Path, configured: str = "auto") -> ModelKind:
     if configured in KINDS:
         return configured  # type: ignore[return-value]
     return detect_kind(path)
+
+
+def _classifies_sequences(config: dict) -> bool:
+    """Whether a ``config.json`` names a ``*ForSequenceClassification`` architecture."""
+    names = config.get("architectures")
+    return isinstance(names, list) and any(str(n).endswith("ForSequenceClassification") for n in names)
 
 
 def _names_pooling(path: Path) -> bool:
@@ -111,17 +110,64 @@ def has_vision_tower(path: Path) -> bool:
     return detect_kind(path) == "vision"
 
 
-def wrong_kind_message(model: str, kind: ModelKind) -> str:
-    """The client-facing refusal of a request for the other kind of model
-    (``kind`` is the model's own), used by the gateway and the worker alike."""
-    if kind == "embedding":
-        return (
-            f"model '{model}' is an embedding model (kind 'embedding'): it serves only POST /v1/embeddings, "
-            "not chat, completions, responses or messages"
-        )
+KIND_SERVES: dict[str, str] = {
+    "generate": "chat, completions, responses and messages",
+    "vision": "chat, completions, responses and messages (with images)",
+    "embedding": "POST /v1/embeddings",
+    "rerank": "POST /v1/rerank",
+    "speech": "POST /v1/audio/speech",
+}
+"""What a model of each kind serves, for refusals and the model lists."""
+
+KIND_CAPABILITIES: dict[str, tuple[str, ...]] = {
+    "generate": ("completion",),
+    "vision": ("completion", "vision"),
+    "embedding": ("embedding",),
+    "rerank": ("rerank",),
+    "speech": ("speech",),
+}
+"""The capabilities each kind has at least (Ollama's names; a generator's
+template may add ``tools`` and ``thinking``)."""
+
+
+def capabilities(kind: str | None, chat_template: str = "") -> list[str]:
+    """What a model of ``kind`` can do, in Ollama's capability names: the
+    kind's own (:data:`KIND_CAPABILITIES`), and for a generator whose
+    ``chat_template`` mentions them, ``tools`` and ``thinking`` (before
+    ``vision``). Empty when the kind is not known."""
+    if kind not in KIND_CAPABILITIES:
+        return []
+    found = list(KIND_CAPABILITIES[kind])
+    if kind in ("generate", "vision"):
+        extra = [name for name, marker in (("tools", "tools"), ("thinking", "think")) if marker in chat_template]
+        found[1:1] = extra
+    return found
+
+
+def serves(kind: str, needed: str) -> bool:
+    """Whether a model of ``kind`` serves a request that needs ``needed``
+    (``generate``, ``embedding``, ``rerank`` or ``speech``; a vision model generates)."""
+    return kind in ("generate", "vision") if needed == "generate" else kind == needed
+
+
+def wrong_kind_message(model: str, kind: str, needed: str | None = None) -> str:
+    """The client-facing refusal of a request for another kind of model,
+    naming both kinds: ``kind`` is the model's own, ``needed`` the kind the
+    request needs (None: the other of generation and embedding). Used by
+    the gateway and the worker alike."""
+    if needed is None:
+        needed = "generate" if kind == "embedding" else "embedding"
+    noun = {
+        "generate": "a generation",
+        "vision": "a generation",
+        "embedding": "an embedding",
+        "rerank": "a rerank",
+        "speech": "a speech",
+    }
+    offered = KIND_SERVES.get(kind, kind)
     return (
-        f"model '{model}' is a generation model (kind '{kind}'): it does not serve /v1/embeddings; "
-        "use an embedding model"
+        f"model '{model}' is {noun.get(kind, 'a')} model (kind '{kind}'): it serves only {offered}; "
+        f"this request needs a model of kind '{needed}' ({KIND_SERVES.get(needed, needed)})"
     )
 
 
@@ -131,22 +177,3 @@ def no_vision_message(model: str | None) -> str:
     worker, which says "this model")."""
     name = "this model" if model is None else f"model '{model}'"
     return f"{name} has no vision support: it cannot read images (send text only, or use a vision model)"
-
-
-def serves_request(kind: ModelKind, tag: str) -> bool:
-    """Whether a model of ``kind`` serves a wire request tagged ``tag``
-    (see :data:`REQUEST_KINDS`; an unknown tag is served by no kind)."""
-    return kind in REQUEST_KINDS.get(tag, ())
-
-
-def wrong_request_message(model: str, kind: ModelKind, tag: str) -> str:
-    """The client-facing refusal of a request (wire tag ``tag``) sent to a
-    model of another ``kind``, naming both kinds and where the model serves."""
-    wanted = " or ".join(f"'{k}'" for k in REQUEST_KINDS.get(tag, ()))
-    serves = next((endpoint for t, endpoint in _REQUEST_ENDPOINTS.items() if kind in REQUEST_KINDS[t]), "nothing")
-    asked = _REQUEST_ENDPOINTS.get(tag, tag)
-    noun = {"generate": "generation", "vision": "vision-language generation"}.get(kind, kind)
-    return (
-        f"model '{model}' is a {noun} model (kind '{kind}'): it serves {serves}, not {asked}, "
-        f"which needs a model of kind {wanted}"
-    )

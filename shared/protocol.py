@@ -15,8 +15,8 @@ may need to bump; splitting it would let one side's copy drift.
 
 Direction gateway -> worker (``GatewayMessage``):
     :class:`GenerateRequest`, :class:`AbortRequest`, :class:`Shutdown`,
-    :class:`EmbedRequest` (embedding workers), :class:`SpeechRequest`
-    (speech workers).
+    :class:`EmbedRequest` (embedding workers), :class:`RerankRequest`
+    (rerank workers), :class:`SpeechRequest` (speech workers).
 Direction worker -> gateway (``WorkerMessage``):
     :class:`Hello`, :class:`Loaded`, :class:`Ready`, :class:`Heartbeat`,
     :class:`StepOutputs`, :class:`Failed`.
@@ -305,6 +305,7 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     ``vision_prefills``: prompts whose images went through the vision
     tower (a prompt whose images were all found in the prefix cache is not
     counted); ``vision_image_tokens``: the image tokens of those prompts.
+    ``rerank_pairs``: query-document pairs a rerank worker scored.
     """
 
     running: int = 0
@@ -338,6 +339,7 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     heartbeat_seq: int = 0
     vision_prefills: int = 0
     vision_image_tokens: int = 0
+    rerank_pairs: int = 0
 
 
 class Hello(msgspec.Struct, frozen=True, kw_only=True, tag="hello"):
@@ -466,6 +468,9 @@ class RequestOutput(msgspec.Struct, frozen=True, kw_only=True):
     ``finish_reason="stop"``, ``prompt_tokens`` the tokens of all its
     inputs, and ``embeddings`` its vectors: little-endian float32,
     row-major, ``embedding_dim`` values per input, in input order.
+    A :class:`RerankRequest` is answered likewise, with ``scores`` holding
+    each document's relevance score in document order (``prompt_tokens``:
+    the tokens of every pair).
     A :class:`SpeechRequest` is answered by outputs whose ``audio`` holds
     the next bytes of the encoded audio (a streamed request: one output per
     synthesised chunk, the bytes in order make the file; otherwise the whole
@@ -492,6 +497,7 @@ class RequestOutput(msgspec.Struct, frozen=True, kw_only=True):
     disk_cached_tokens: int = 0
     embeddings: bytes | None = None
     embedding_dim: int = 0
+    scores: list[float] | None = None
     audio: bytes | None = None
     audio_seconds: float = 0.0
 
@@ -586,6 +592,31 @@ class EmbedRequest(msgspec.Struct, frozen=True, kw_only=True, tag="embed"):
         return 1
 
 
+class RerankRequest(msgspec.Struct, frozen=True, kw_only=True, tag="rerank"):
+    """Score ``documents`` against ``query`` with a rerank (cross-encoder)
+    worker: each document is paired with the query and the pair scored.
+
+    ``documents`` is non-empty and no text is empty. A pair longer than the
+    model's limit fails the request with ``context_length_exceeded``
+    unless ``truncate`` is true (then the document is cut, keeping its
+    start; a query that leaves no room for any document text still fails).
+    ``timeout`` as for :class:`GenerateRequest`. Answered by exactly one
+    terminal :class:`RequestOutput` (``scores`` in document order; sorting
+    and ``top_n`` are the gateway's); aborted like a generation.
+    """
+
+    request_id: str
+    query: str
+    documents: list[str]
+    truncate: bool = False
+    timeout: float | None = None
+
+    @property
+    def n(self) -> int:
+        """A rerank request has one result (one terminal output)."""
+        return 1
+
+
 class SpeechRequest(msgspec.Struct, frozen=True, kw_only=True, tag="speech"):
     """Synthesise speech with a speech worker.
 
@@ -615,7 +646,7 @@ class SpeechRequest(msgspec.Struct, frozen=True, kw_only=True, tag="speech"):
         return 1
 
 
-GatewayMessage = Union[GenerateRequest, AbortRequest, Shutdown, EmbedRequest, SpeechRequest]
+GatewayMessage = Union[GenerateRequest, AbortRequest, Shutdown, EmbedRequest, RerankRequest, SpeechRequest]
 """Any message the gateway sends to a worker."""
 
 WorkerMessage = Union[Hello, Loaded, Ready, Failed, Heartbeat, StepOutputs]
@@ -663,7 +694,15 @@ class NodeExited(msgspec.Struct, frozen=True, kw_only=True, tag="node_exited"):
 
 
 NodeInbound = Union[
-    NodeStart, NodeKill, NodeAlive, GenerateRequest, AbortRequest, Shutdown, EmbedRequest, SpeechRequest
+    NodeStart,
+    NodeKill,
+    NodeAlive,
+    GenerateRequest,
+    AbortRequest,
+    Shutdown,
+    EmbedRequest,
+    RerankRequest,
+    SpeechRequest,
 ]
 """Any message a gateway sends to a node."""
 

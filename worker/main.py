@@ -56,6 +56,7 @@ from shared.protocol import (
     Hello,
     Ready,
     RequestOutput,
+    RerankRequest,
     Shutdown,
     SpeechRequest,
     StepOutputs,
@@ -70,9 +71,11 @@ from worker.messages import Abort, Stop
 from worker.model_setup import (
     EmbeddingSetup,
     GenerationSetup,
+    RerankSetup,
     SpeechSetup,
     build_embedding,
     build_generation,
+    build_rerank,
     build_speech,
     served_kind,
 )
@@ -125,6 +128,7 @@ class Worker:
         self._scheduler: Scheduler | None = None
         self._prompts: PromptBuilder | None = None
         self._embedding: Any = None  # the EmbeddingModel of an embedding worker
+        self._reranker: Any = None  # the RerankModel of a rerank worker
         self._speech: Any = None  # the SpeechModel and Phonemizer of a speech worker
         self._lockstep: Any = None  # a tensor-parallel group's Lockstep, once joined
         self._ready = threading.Event()
@@ -237,9 +241,11 @@ class Worker:
         kind = served_kind(self.config)
         try:
             started = time.monotonic()
-            setup: GenerationSetup | EmbeddingSetup | SpeechSetup
+            setup: GenerationSetup | EmbeddingSetup | RerankSetup | SpeechSetup
             if kind == "embedding":
                 setup = build_embedding(self.config, self.output.queue.put)
+            elif kind == "rerank":
+                setup = build_rerank(self.config, self.output.queue.put)
             elif kind == "speech":
                 setup = build_speech(self.config, self.output.queue.put)
             else:
@@ -249,10 +255,13 @@ class Worker:
                 setup = build_generation(self.config, emit, self._lockstep)
                 self.output.decoder = setup.decoder
                 self._prompts = setup.prompts
-            self.output.queue.put(setup.report(self.worker_id, time.monotonic() - started))
             if isinstance(setup, EmbeddingSetup):
                 setup.scheduler.warm_up()
                 self._embedding = setup.model
+                context = setup.model.max_tokens
+            elif isinstance(setup, RerankSetup):
+                setup.scheduler.warm_up()
+                self._reranker = setup.model
                 context = setup.model.max_tokens
             elif isinstance(setup, SpeechSetup):
                 from worker.speech.text import Phonemizer
@@ -264,6 +273,8 @@ class Worker:
                 setup.scheduler.warm_up(list(setup.loaded.tokenizer.encode("Hello")) or [0])
                 context = setup.context
             self._scheduler = setup.scheduler  # type: ignore[assignment]
+            # announced once warm, with the memory the heartbeats report from now on
+            self.output.queue.put(setup.report(self.worker_id, time.monotonic() - started))
         except BaseException as exc:
             log.exception("model %s failed to load", self.config.name)
             self.output.queue.put(Failed(worker_id=self.worker_id, message=f"{type(exc).__name__}: {exc}"))
@@ -324,6 +335,8 @@ class Worker:
                 self._admit(message)
             elif isinstance(message, EmbedRequest):
                 self._embed(message)
+            elif isinstance(message, RerankRequest):
+                self._rerank(message)
             elif isinstance(message, SpeechRequest):
                 self._speak(message)
             elif isinstance(message, AbortRequest):
@@ -375,11 +388,19 @@ class Worker:
             cache_refused=cache.refused if cache else 0,
             vision_prefills=c.vision_prefills,
             vision_image_tokens=c.vision_image_tokens,
+            rerank_pairs=c.rerank_pairs,
         )
 
     def _admit(self, request: GenerateRequest) -> None:
-        if self._embedding is not None or self._speech is not None:
-            self._refuse_kind(request.request_id, "generate")
+        if self._own_kind() != "generate":
+            from shared.model_kind import wrong_kind_message
+
+            self._refuse(
+                request.request_id,
+                "invalid_request",
+                wrong_kind_message(self.config.name, self._own_kind(), "generate"),
+                "model",
+            )
             return
         assert self._prompts is not None and self._scheduler is not None
         try:
@@ -410,7 +431,14 @@ class Worker:
 
         model = self._embedding
         if model is None:
-            self._refuse_kind(request.request_id, "embed")
+            from shared.model_kind import wrong_kind_message
+
+            self._refuse(
+                request.request_id,
+                "invalid_request",
+                wrong_kind_message(self.config.name, self._own_kind(), "embedding"),
+                "model",
+            )
             return
         dims = request.dimensions
         if dims is not None and dims != model.dim:
@@ -448,6 +476,56 @@ class Worker:
         deadline = now + request.timeout if request.timeout else None
         self._scheduler.submit(EmbedJob(request.request_id, inputs, dims, deadline, now))  # type: ignore[union-attr]
 
+    def _own_kind(self) -> str:
+        """What this worker serves: ``embedding``, ``rerank``, ``speech`` or ``generate``."""
+        if self._embedding is not None:
+            return "embedding"
+        if self._speech is not None:
+            return "speech"
+        return "rerank" if self._reranker is not None else "generate"
+
+    def _rerank(self, request: RerankRequest) -> None:
+        """Input thread: pair and tokenize a rerank request and queue it for
+        the scheduler, or refuse it (wrong kind of model, too many
+        documents, empty or over-long texts)."""
+        from worker.rerank.model import RerankInputError
+        from worker.rerank.scheduler import RerankJob
+
+        model = self._reranker
+        if model is None:
+            from shared.model_kind import wrong_kind_message
+
+            self._refuse(
+                request.request_id,
+                "invalid_request",
+                wrong_kind_message(self.config.name, self._own_kind(), "rerank"),
+                "model",
+            )
+            return
+        if len(request.documents) > self.config.max_inputs:
+            self._refuse(
+                request.request_id,
+                "invalid_request",
+                f"{len(request.documents)} documents; model '{self.config.name}' takes at most "
+                f"{self.config.max_inputs} per request",
+                "documents",
+            )
+            return
+        try:
+            pairs = model.tokenizer.prepare(request)
+        except RerankInputError as exc:
+            self._refuse(request.request_id, exc.kind, exc.message, exc.field)
+            return
+        except Exception as exc:  # never let one request take the input thread down
+            log.exception("could not prepare request %s", request.request_id)
+            self._refuse(
+                request.request_id, "invalid_request", f"the documents could not be prepared: {type(exc).__name__}"
+            )
+            return
+        now = time.monotonic()
+        deadline = now + request.timeout if request.timeout else None
+        self._scheduler.submit(RerankJob(request.request_id, pairs, None, deadline, now))  # type: ignore[union-attr]
+
     def _speak(self, request: SpeechRequest) -> None:
         """Input thread: check a speech request's voice, format and
         instructions, cut its text into phoneme chunks and queue it for the
@@ -458,7 +536,14 @@ class Worker:
         from worker.speech.text import SpeechTextError
 
         if self._speech is None:
-            self._refuse_kind(request.request_id, "speech")
+            from shared.model_kind import wrong_kind_message
+
+            self._refuse(
+                request.request_id,
+                "invalid_request",
+                wrong_kind_message(self.config.name, self._own_kind(), "speech"),
+                "model",
+            )
             return
         model, phonemizer = self._speech
         try:
@@ -497,13 +582,6 @@ class Worker:
             now,
         )
         self._scheduler.submit(job)  # type: ignore[union-attr]
-
-    def _refuse_kind(self, request_id: str, tag: str) -> None:
-        """Refuse a request (wire tag ``tag``) this worker's kind of model does not serve."""
-        from shared.model_kind import wrong_request_message
-
-        kind = "embedding" if self._embedding is not None else "speech" if self._speech is not None else "generate"
-        self._refuse(request_id, "invalid_request", wrong_request_message(self.config.name, kind, tag), "model")
 
     def _refuse(self, request_id: str, kind: str, message: str, field: str | None = None) -> None:
         """End a request that never reached the engine with an error

@@ -202,6 +202,7 @@ class Counters:
     peak_memory: int = 0
     vision_prefills: int = 0
     vision_image_tokens: int = 0
+    rerank_pairs: int = 0
 
 
 @dataclass

@@ -37,6 +37,9 @@ the official wire format (each applied only where stated):
   that format; a ``POST /v1/audio/speech`` answer that is audio (any
   ``audio/*`` content type, :data:`AUDIO_MEDIA`) is binary with no type to
   check (the tests decode it).
+
+The rerank routes have no official type in any SDK: they are checked against
+mlxd's own (:mod:`tests.shapes.rerank`), written from the clients' shape.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ from openai.pagination import SyncPage
 from gateway.dashboard.pages import PAGE_PATHS
 from tests.shapes.frames import ndjson_lines, sse_events
 from tests.shapes.official import validate
+from tests.shapes.rerank import RerankResponse
 
 # --- error bodies ----------------------------------------------------------------------
 
@@ -296,6 +300,7 @@ ROUTES: dict[tuple[str, str], Shapes] = {
     ),
     ("POST", "/api/embed"): Shapes(body=(ollama_types.EmbedResponse,)),
     ("POST", "/api/embeddings"): Shapes(body=(ollama_types.EmbeddingsResponse,)),
+    **{("POST", path): Shapes(body=(RerankResponse,)) for path in ("/v1/rerank", "/rerank", "/v2/rerank")},
     ("POST", "/v1/audio/speech"): Shapes(stream=speech_stream, binary=AUDIO_MEDIA),
     ("GET", "/v1/audio/voices"): Shapes(body=(VoiceList,)),
     ("POST", "/api/pull"): Shapes(
