@@ -262,3 +262,15 @@ def test_phoneme_chunks_and_refusals(ours):
         ours.check_voice("af_nobody")
     assert err.value.field == "voice" and "af_tiny" in err.value.message
     ours.check_voice("af_tiny,am_tiny")
+
+
+def test_kind_detection_and_refusal_wording(kokoro_dir):
+    """A Kokoro directory is a speech model; its capability is ``speech``; a
+    request for another kind names both kinds and what each serves."""
+    from shared.model_kind import capabilities, detect_kind, serves, wrong_kind_message
+
+    assert detect_kind(kokoro_dir) == "speech"
+    assert capabilities("speech") == ["speech"]
+    assert serves("speech", "speech") and not serves("speech", "generate") and not serves("generate", "speech")
+    message = wrong_kind_message("tts", "speech", "generate")
+    assert "kind 'speech'" in message and "/v1/audio/speech" in message and "'generate'" in message
