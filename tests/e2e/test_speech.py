@@ -30,7 +30,7 @@ pytest.importorskip("misaki")
 
 import soundfile as sf  # noqa: E402
 
-from tests.conftest import start_server  # noqa: E402
+from tests.conftest import start_server, wait_for_stats  # noqa: E402
 from tests.test_speech_model import READ_BY_FFMPEG, decode, library_audio  # noqa: E402
 from tests.tiny_kokoro import build_tiny_kokoro  # noqa: E402
 from worker.speech.encode import pcm16  # noqa: E402
@@ -161,6 +161,19 @@ def test_requests_share_the_worker(client, server):
         long.result()
         short.result()
     assert done["short"] < done["long"]
+
+
+def test_client_leaving_a_stream_aborts_the_request(server):
+    """A client that reads the first streamed chunk of a long input and
+    leaves: the worker aborts the request (one terminal, counted) instead of
+    synthesising the rest, and is idle again."""
+    before = server.worker(TTS)["stats"]["requests_aborted"]
+    body = {"model": TTS, "voice": "af_tiny", "input": "Hi. Hey. Yo. Ok. Go. No.", "stream_format": "audio"}
+    with httpx.stream("POST", server.url + "/v1/audio/speech", json=body, headers=server.headers, timeout=240) as r:
+        assert r.status_code == 200 and r.headers["content-type"] == "audio/mpeg"
+        next(r.iter_bytes())
+    stats = wait_for_stats(server, TTS, lambda s: s["requests_aborted"] > before and s["running"] == 0)
+    assert stats["requests_aborted"] == before + 1
 
 
 def test_refusals_name_the_field(client, server):
