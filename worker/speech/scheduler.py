@@ -182,7 +182,6 @@ class SpeechScheduler:
         c = self.counters
         c.steps += 1
         c.step_seconds += time.perf_counter() - started
-        c.generated_tokens += samples.size
         c.max_batch_seen = max(c.max_batch_seen, len(self._round) + 1)
         if last:
             c.requests_finished += 1
