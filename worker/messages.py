@@ -202,3 +202,4 @@ class Counters:
     peak_memory: int = 0
     vision_prefills: int = 0
     vision_image_tokens: int = 0
+    audio_seconds_in: float = 0.0
