@@ -55,7 +55,9 @@ class TranscribeJob:
     """A decoded upload (built on the input thread): 16 kHz mono
     ``samples`` and the request's options; ``deadline`` a
     ``time.monotonic()`` instant or None; ``received`` when the worker got
-    it."""
+    it; ``fallback``: a ``temperature`` of 0 falls back to higher ones
+    where a window's decode looks failed (OpenAI's rule; False: greedy
+    only)."""
 
     request_id: str
     samples: np.ndarray
@@ -66,6 +68,7 @@ class TranscribeJob:
     words: bool = False
     deadline: float | None = None
     received: float = 0.0
+    fallback: bool = True
 
 
 @dataclass
@@ -238,7 +241,7 @@ class TranscriptionScheduler:
                 language=language or "",
                 task=job.task,
                 prompt_tokens=[],
-                temperatures=FALLBACK_TEMPERATURES if job.temperature == 0 else (job.temperature,),
+                temperatures=FALLBACK_TEMPERATURES if job.temperature == 0 and job.fallback else (job.temperature,),
                 words=job.words,
                 mel_ctx=model.dims.n_audio_ctx,
             )
