@@ -30,6 +30,7 @@ from gateway.dashboard.pages import PAGE_PATHS
 from gateway.dashboard.recorder import RequestProtocolMiddleware
 from gateway.dashboard.routes import Dashboard, dashboard_routes
 from gateway.embeddings import routes as embeddings_routes
+from gateway.transcription import routes as transcription_routes
 from gateway.frontend.error_shapes import error_response_for
 from gateway.http.middleware import APIKeyMiddleware, BodyLimitMiddleware, HostCheckMiddleware, ProtocolCORSMiddleware
 from gateway.hub.ollama_pull import delete_route, pull_route
@@ -211,6 +212,8 @@ def build_app(config: Config, pool: WorkerPool | None = None) -> Starlette:
         Route("/v1/chat/completions", openai_routes.chat_completions, methods=["POST"]),
         Route("/v1/completions", openai_routes.completions, methods=["POST"]),
         Route("/v1/embeddings", embeddings_routes.create_embeddings, methods=["POST"]),
+        Route("/v1/audio/transcriptions", transcription_routes.create_transcription, methods=["POST"]),
+        Route("/v1/audio/translations", transcription_routes.create_translation, methods=["POST"]),
         Route("/v1/responses", responses_routes.create_response, methods=["POST"]),
         Route("/v1/messages", anthropic_routes.messages, methods=["POST"]),
         Route("/v1/messages/count_tokens", anthropic_routes.count_tokens, methods=["POST"]),

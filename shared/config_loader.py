@@ -73,6 +73,11 @@ def validate(config: Config, origin: str = "config") -> Config:
             parse_size(model.disk_cache_bytes, 0)
         except ValueError as exc:
             raise ConfigError(f"{origin}: model {model.name!r}: disk_cache_bytes: {exc}") from None
+        try:
+            if parse_size(model.max_audio_bytes, 0) <= 0:
+                raise ValueError("must be above 0")
+        except ValueError as exc:
+            raise ConfigError(f"{origin}: model {model.name!r}: max_audio_bytes: {exc}") from None
         draft = model.speculative.startswith(DRAFT_PREFIX) and model.speculative[len(DRAFT_PREFIX) :].strip()
         if model.speculative not in SPECULATIVE_MODES and not draft:
             raise ConfigError(

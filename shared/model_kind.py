@@ -1,5 +1,6 @@
 """What kind of model a directory holds: a text generator, a
-vision-language generator (takes images) or an embedding model.
+vision-language generator (takes images), an embedding model or a
+speech-to-text model (``transcription``).
 
 Both the gateway (to refuse a request for the wrong kind of model before
 starting its worker) and the worker (to pick its engine) ask here. Only
@@ -15,6 +16,8 @@ Rules, first match wins:
 4. ``config.json`` whose ``model_type`` is an encoder-only family
    (:data:`ENCODER_TYPES`, e.g. ``bert``) is an embedding model: such
    models cannot generate text;
+4a. ``config.json`` whose ``model_type`` is ``whisper`` is a
+   speech-to-text model (``transcription``);
 5. ``config.json`` with a ``vision_config`` object (as every mlx-vlm image
    model's has) is a vision model (``vision``: a generator that also takes
    images);
@@ -27,12 +30,13 @@ import json
 from pathlib import Path
 from typing import Literal
 
-ModelKind = Literal["generate", "vision", "embedding"]
+ModelKind = Literal["generate", "vision", "embedding", "transcription"]
 """``generate``: chat, completions, responses, messages. ``vision``: the
 same, and the requests may carry images. ``embedding``:
-``/v1/embeddings``."""
+``/v1/embeddings``. ``transcription``: ``/v1/audio/transcriptions`` and
+``/v1/audio/translations``."""
 
-KINDS: tuple[ModelKind, ...] = ("generate", "vision", "embedding")
+KINDS: tuple[ModelKind, ...] = ("generate", "vision", "embedding", "transcription")
 """Every kind, for validating a configured ``kind``."""
 
 ENCODER_TYPES = frozenset({"bert", "roberta", "xlm-roberta", "distilbert", "modernbert", "nomic_bert", "new"})
@@ -52,6 +56,8 @@ def detect_kind(path: Path) -> ModelKind:
     config = _read_json(path / "config.json")
     if isinstance(config, dict) and str(config.get("model_type", "")).lower() in ENCODER_TYPES:
         return "embedding"
+    if isinstance(config, dict) and str(config.get("model_type", "")).lower() == "whisper":
+        return "transcription"
     if isinstance(config, dict) and isinstance(config.get("vision_config"), dict):
         return "vision"
     return "generate"
@@ -90,9 +96,19 @@ def has_vision_tower(path: Path) -> bool:
     return detect_kind(path) == "vision"
 
 
-def wrong_kind_message(model: str, kind: ModelKind) -> str:
+def wrong_kind_message(model: str, kind: ModelKind, needed: ModelKind | None = None) -> str:
     """The client-facing refusal of a request for the other kind of model
-    (``kind`` is the model's own), used by the gateway and the worker alike."""
+    (``kind`` is the model's own; ``needed`` the kind the request needs when
+    one of them is ``transcription``), used by the gateway and the worker alike."""
+    if "transcription" in (kind, needed):
+        serves = {
+            "transcription": "POST /v1/audio/transcriptions and /v1/audio/translations",
+            "embedding": "POST /v1/embeddings",
+        }.get(kind, "chat, completions, responses and messages")
+        return (
+            f"model '{model}' is of kind '{kind}': it serves only {serves}; "
+            f"this request needs a model of kind '{needed or 'generate'}'"
+        )
     if kind == "embedding":
         return (
             f"model '{model}' is an embedding model (kind 'embedding'): it serves only POST /v1/embeddings, "

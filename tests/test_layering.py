@@ -25,7 +25,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = ("gateway", "worker", "shared")
-MLX = ("mlx", "mlx_lm", "mlx_vlm", "mlx_embeddings", "mlx_metal")
+MLX = ("mlx", "mlx_lm", "mlx_vlm", "mlx_embeddings", "mlx_metal", "mlx_audio")
 
 _FRONT_END = {"core", "frontend", "images", "mcp"}
 
@@ -43,6 +43,7 @@ GATEWAY: dict[str, set[str]] = {
     "anthropic": _FRONT_END,
     "ollama": _FRONT_END,
     "embeddings": {"core", "frontend"},
+    "transcription": {"core", "frontend"},
     "http": {"core", "frontend"},
     "service": set(),
 }
@@ -52,7 +53,7 @@ GATEWAY_TOP = {"__init__", "__main__", "app", "cli", "server", "node_main", "ope
 """The gateway's entry points and composition: they may import any package;
 no package imports them."""
 
-FRONT_ENDS = {"openai", "responses", "anthropic", "ollama", "embeddings"}
+FRONT_ENDS = {"openai", "responses", "anthropic", "ollama", "embeddings", "transcription"}
 """The protocol front-ends."""
 
 WORKER: dict[str, set[str]] = {
@@ -63,6 +64,7 @@ WORKER: dict[str, set[str]] = {
     "loading": set(),
     "vision": {"loading"},
     "embeddings": {"loading"},
+    "transcription": {"loading"},
     "prompting": {"parsers", "sampling", "vision"},
     "output": {"parsers"},
     "engine": {"sampling", "speculation", "caches"},

@@ -46,7 +46,9 @@ def tiny(tmp_path_factory: pytest.TempPathFactory):
     return load_whisper(str(tiny_whisper(tmp_path_factory.mktemp("tiny") / "whisper")))
 
 
-def run(model, jobs: list[TranscribeJob], max_batch_size: int = 8) -> tuple[dict[str, list[RequestOutput]], list[str], TranscriptionScheduler]:
+def run(
+    model, jobs: list[TranscribeJob], max_batch_size: int = 8
+) -> tuple[dict[str, list[RequestOutput]], list[str], TranscriptionScheduler]:
     """Run a scheduler on this thread until every job ended: each request's
     outputs, and the order their terminals came in."""
     outputs: dict[str, list[RequestOutput]] = {}
@@ -69,9 +71,7 @@ def run(model, jobs: list[TranscribeJob], max_batch_size: int = 8) -> tuple[dict
 
 def library(model, samples: np.ndarray, **options) -> dict:
     """The library's own transcription of ``samples`` with the worker's rules."""
-    result = model.model.generate(
-        samples, condition_on_previous_text=False, fp16=False, verbose=None, **options
-    )
+    result = model.model.generate(samples, condition_on_previous_text=False, fp16=False, verbose=None, **options)
     return {"text": result.text, "language": result.language, "segments": result.segments}
 
 
@@ -156,7 +156,9 @@ def test_translation_and_prompt_equal_the_library(tiny, clips) -> None:
     """``translate`` and a ``prompt`` give the library's tokens."""
     job = TranscribeJob("t", clips["short"], task="translate", language="de", prompt="Guten Tag", fallback=False)
     outputs, _, _ = run(tiny, [job])
-    reference = library(tiny, clips["short"], temperature=0.0, task="translate", language="de", initial_prompt="Guten Tag")
+    reference = library(
+        tiny, clips["short"], temperature=0.0, task="translate", language="de", initial_prompt="Guten Tag"
+    )
     same(outputs["t"][-1], reference, words=False)
     assert outputs["t"][-1].transcript.language == "english"
 

@@ -226,7 +226,9 @@ def real_whisper(directory: Path) -> Path:
     heads = json.loads((source / "config.json").read_text(encoding="utf-8"))["alignment_heads"]
     (directory / "generation_config.json").write_text(json.dumps({"alignment_heads": heads}))
     (directory / "config.json").write_text(json.dumps({"model_type": "whisper", **TINY_EN_DIMS}))
-    mx.save_safetensors(str(directory / "model.safetensors"), {k: mx.array(v.astype(np.float32)) for k, v in out.items()})
+    mx.save_safetensors(
+        str(directory / "model.safetensors"), {k: mx.array(v.astype(np.float32)) for k, v in out.items()}
+    )
     return directory
 
 

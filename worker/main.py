@@ -58,6 +58,7 @@ from shared.protocol import (
     RequestOutput,
     Shutdown,
     StepOutputs,
+    TranscribeRequest,
     WorkerStats,
 )
 from shared.sockets import Endpoints, open_worker_link
@@ -66,7 +67,15 @@ from worker.engine import mlx_memory
 from worker.engine.scheduler import Scheduler
 from worker.faults import armed, reached
 from worker.messages import Abort, Stop
-from worker.model_setup import EmbeddingSetup, GenerationSetup, build_embedding, build_generation, serves_embeddings
+from worker.model_setup import (
+    EmbeddingSetup,
+    GenerationSetup,
+    TranscriptionSetup,
+    build_embedding,
+    build_generation,
+    build_transcription,
+    served_kind,
+)
 from worker.output.loop import Exit, FailAll, OutputLoop
 from worker.parent_watch import watch_parent
 from worker.prompting.builder import PromptBuilder, PromptError
@@ -116,6 +125,7 @@ class Worker:
         self._scheduler: Scheduler | None = None
         self._prompts: PromptBuilder | None = None
         self._embedding: Any = None  # the EmbeddingModel of an embedding worker
+        self._transcriber: Any = None  # the WhisperModel of a transcription worker
         self._lockstep: Any = None  # a tensor-parallel group's Lockstep, once joined
         self._ready = threading.Event()
         self._failed = threading.Event()
@@ -224,12 +234,14 @@ class Worker:
     def _scheduler_main(self) -> None:
         """Scheduler thread: load, warm up, announce, then run the engine
         (what is loaded and built: :mod:`worker.model_setup`)."""
-        embedding = serves_embeddings(self.config)
+        kind = served_kind(self.config)
         try:
             started = time.monotonic()
-            setup: GenerationSetup | EmbeddingSetup
-            if embedding:
+            setup: GenerationSetup | EmbeddingSetup | TranscriptionSetup
+            if kind == "embedding":
                 setup = build_embedding(self.config, self.output.queue.put)
+            elif kind == "transcription":
+                setup = build_transcription(self.config, self.output.queue.put)
             else:
                 mlx_memory.apply_limits(self.memory_limit, self.cache_limit)
                 self._lockstep = self._join_group()
@@ -242,6 +254,10 @@ class Worker:
                 setup.scheduler.warm_up()
                 self._embedding = setup.model
                 context = setup.model.max_tokens
+            elif isinstance(setup, TranscriptionSetup):
+                setup.scheduler.warm_up()
+                self._transcriber = setup.model
+                context = setup.model.model.dims.n_text_ctx
             else:
                 setup.scheduler.warm_up(list(setup.loaded.tokenizer.encode("Hello")) or [0])
                 context = setup.context
@@ -306,6 +322,8 @@ class Worker:
                 self._admit(message)
             elif isinstance(message, EmbedRequest):
                 self._embed(message)
+            elif isinstance(message, TranscribeRequest):
+                self._transcribe(message)
             elif isinstance(message, AbortRequest):
                 self._scheduler.submit(Abort(list(message.request_ids)))  # type: ignore[union-attr]
         return 1
@@ -355,14 +373,16 @@ class Worker:
             cache_refused=cache.refused if cache else 0,
             vision_prefills=c.vision_prefills,
             vision_image_tokens=c.vision_image_tokens,
+            audio_seconds_in=c.audio_seconds_in,
         )
 
     def _admit(self, request: GenerateRequest) -> None:
-        if self._embedding is not None:
+        if self._embedding is not None or self._transcriber is not None:
             from shared.model_kind import wrong_kind_message
 
+            kind = "embedding" if self._embedding is not None else "transcription"
             self._refuse(
-                request.request_id, "invalid_request", wrong_kind_message(self.config.name, "embedding"), "model"
+                request.request_id, "invalid_request", wrong_kind_message(self.config.name, kind, "generate"), "model"
             )
             return
         assert self._prompts is not None and self._scheduler is not None
@@ -396,8 +416,12 @@ class Worker:
         if model is None:
             from shared.model_kind import wrong_kind_message
 
+            kind = "transcription" if self._transcriber is not None else "generate"
             self._refuse(
-                request.request_id, "invalid_request", wrong_kind_message(self.config.name, "generate"), "model"
+                request.request_id,
+                "invalid_request",
+                wrong_kind_message(self.config.name, kind, "embedding"),
+                "model",
             )
             return
         dims = request.dimensions
@@ -435,6 +459,39 @@ class Worker:
         now = time.monotonic()
         deadline = now + request.timeout if request.timeout else None
         self._scheduler.submit(EmbedJob(request.request_id, inputs, dims, deadline, now))  # type: ignore[union-attr]
+
+    def _transcribe(self, request: TranscribeRequest) -> None:
+        """Input thread: decode a transcription's audio (numpy only) and queue
+        it for the scheduler, or refuse it (wrong kind of model; an empty,
+        unknown, corrupt or too long file, naming why)."""
+        from worker.transcription.audio import AudioError, decode_audio
+        from worker.transcription.scheduler import TranscribeJob
+
+        if self._transcriber is None:
+            from shared.model_kind import wrong_kind_message
+
+            kind = "embedding" if self._embedding is not None else "generate"
+            message = wrong_kind_message(self.config.name, kind, "transcription")
+            self._refuse(request.request_id, "invalid_request", message, "model")
+            return
+        try:
+            samples = decode_audio(request.audio, self.config.max_audio_seconds)
+        except AudioError as exc:
+            self._refuse(request.request_id, "invalid_request", str(exc), "file")
+            return
+        now = time.monotonic()
+        job = TranscribeJob(
+            request.request_id,
+            samples,
+            task=request.task,
+            language=request.language,
+            prompt=request.prompt,
+            temperature=request.temperature,
+            words=request.words,
+            deadline=now + request.timeout if request.timeout else None,
+            received=now,
+        )
+        self._scheduler.submit(job)  # type: ignore[union-attr]
 
     def _refuse(self, request_id: str, kind: str, message: str, field: str | None = None) -> None:
         """End a request that never reached the engine with an error

@@ -5,7 +5,8 @@ tensor-parallel group when there is one) and builds what serves it: the
 detokenizer, the prompt builder (chat template, tool and reasoning formats,
 grammar compiler, image preparer), the cache profile, the prefix cache
 (with its disk tier), speculative decoding and the scheduler;
-:func:`build_embedding` loads an embedding model and its scheduler. Each
+:func:`build_embedding` loads an embedding model and its scheduler,
+:func:`build_transcription` a Whisper model and its round scheduler. Each
 gives a setup whose :meth:`~GenerationSetup.report` is the ``Loaded``
 message. Also the model's kind (text, vision or embedding) and which BLAS
 runs the matrix products.
@@ -208,6 +209,42 @@ def build_embedding(config: ModelConfig, emit: Callable[[Any], None]) -> Embeddi
 
     model = load_embedding_model(config.source, dtype=config.dtype, context_length=config.context_length)
     return EmbeddingSetup(model, EmbeddingScheduler(model, emit, max_batch_size=config.max_batch_size))
+
+
+@dataclass(frozen=True)
+class TranscriptionSetup:
+    """A Whisper model and its round scheduler (see :func:`build_transcription`)."""
+
+    model: Any
+    scheduler: Any
+
+    def report(self, worker_id: str, load_seconds: float) -> Loaded:
+        """The ``Loaded`` message announcing this model (context: Whisper's
+        text context in tokens)."""
+        import mlx.core as mx
+
+        return Loaded(
+            worker_id=worker_id,
+            context_length=self.model.model.dims.n_text_ctx,
+            load_seconds=load_seconds,
+            model_path=str(self.model.path),
+            blas=blas_in_use(on_gpu=mx.default_device() == mx.gpu),
+            sampling="none",
+        )
+
+
+def build_transcription(config: ModelConfig, emit: Callable[[Any], None]) -> TranscriptionSetup:
+    """Scheduler thread: load ``config``'s Whisper model and its round
+    scheduler, which reports to ``emit``.
+
+    Raises:
+        Exception: whatever loading the model raises.
+    """
+    from worker.transcription.model import load_whisper
+    from worker.transcription.scheduler import TranscriptionScheduler
+
+    model = load_whisper(config.source, dtype=config.dtype)
+    return TranscriptionSetup(model, TranscriptionScheduler(model, emit, max_batch_size=config.max_batch_size))
 
 
 def prefix_cache_for(config: ModelConfig, loaded: LoadedModel, trimmable: bool) -> PrefixCache | None:

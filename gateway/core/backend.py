@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Protocol
 
 from shared.model_kind import ModelKind
-from shared.protocol import EmbedRequest, GenerateRequest, RequestOutput
+from shared.protocol import EmbedRequest, GenerateRequest, RequestOutput, TranscribeRequest
 
 
 @dataclass(frozen=True)
@@ -102,9 +102,11 @@ class RequestStream(Protocol):
 
 @dataclass(frozen=True)
 class ModelLimits:
-    """Per-model request limits from the config: the largest ``n``."""
+    """Per-model request limits from the config: the largest ``n``; the
+    largest audio upload in bytes (transcription models)."""
 
     max_n: int = 1
+    max_audio_bytes: int = 25 * 1024 * 1024
 
 
 class ModelBackend(Protocol):
@@ -127,7 +129,7 @@ class ModelBackend(Protocol):
         ...
 
     async def submit(
-        self, model: str, request: GenerateRequest | EmbedRequest, keep_alive: float | None = None
+        self, model: str, request: GenerateRequest | EmbedRequest | TranscribeRequest, keep_alive: float | None = None
     ) -> RequestStream:
         """Send ``request`` to the worker of canonical model ``model``.
 
@@ -136,6 +138,8 @@ class ModelBackend(Protocol):
         later request sets its own.
 
         The backend fills in the model's configured deadline (``timeout``).
+        A :class:`~shared.protocol.TranscribeRequest` yields one output per
+        decoded window and its transcript (or its error).
         An :class:`~shared.protocol.EmbedRequest` yields one output (its
         vectors or its error).
 

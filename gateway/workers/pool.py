@@ -29,7 +29,7 @@ from gateway.workers.model_paths import SourceOutsideRoot, check_inside_root
 from gateway.workers.node_link import NodeLink
 from shared.config import Config, ModelConfig
 from shared.model_kind import ModelKind, wrong_kind_message
-from shared.protocol import EmbedRequest, GenerateRequest
+from shared.protocol import EmbedRequest, GenerateRequest, TranscribeRequest
 from shared.sockets import make_socket_dir, read_key_pair, remove_socket_dir
 
 log = logging.getLogger("mlxd.gateway.pool")
@@ -208,7 +208,10 @@ class WorkerPool:
 
     def limits(self, model: str) -> ModelLimits:
         """The configured request limits of canonical model ``model``."""
-        return ModelLimits(max_n=self.handles[model].model.max_n)
+        from shared.config_values import parse_size
+
+        config = self.handles[model].model
+        return ModelLimits(max_n=config.max_n, max_audio_bytes=parse_size(config.max_audio_bytes, 0))
 
     def models(self) -> list[ModelInfo]:
         """Every configured model, in config order, with its state."""
@@ -244,7 +247,7 @@ class WorkerPool:
         return kind
 
     async def submit(
-        self, model: str, request: GenerateRequest | EmbedRequest, keep_alive: float | None = None
+        self, model: str, request: GenerateRequest | EmbedRequest | TranscribeRequest, keep_alive: float | None = None
     ) -> WorkerRequestStream:
         """Route ``request`` to ``model``'s worker, starting it if needed;
         ``keep_alive`` as in :meth:`WorkerHandle.submit`.
@@ -264,6 +267,10 @@ class WorkerPool:
         if handle is None:
             raise model_not_found(model)
         kind = self.kind(model)
+        if kind is not None and isinstance(request, TranscribeRequest) != (kind == "transcription"):
+            needed = "transcription" if isinstance(request, TranscribeRequest) else None
+            needed = needed or ("embedding" if isinstance(request, EmbedRequest) else "generate")
+            raise bad_request(wrong_kind_message(model, kind, needed), param="model", code="wrong_model_kind")  # type: ignore[arg-type]
         if kind is not None and (kind == "embedding") != isinstance(request, EmbedRequest):
             raise bad_request(wrong_kind_message(model, kind), param="model", code="wrong_model_kind")
         if isinstance(request, GenerateRequest):

@@ -80,7 +80,9 @@ def load_whisper(source: str, *, dtype: str = "auto") -> WhisperModel:
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"model source {source!r}: {exc}") from None
     if str(config.get("model_type", "")).lower() != "whisper":
-        raise ModelLoadError(f"model source {source!r} is not a Whisper model (model_type {config.get('model_type')!r})")
+        raise ModelLoadError(
+            f"model source {source!r} is not a Whisper model (model_type {config.get('model_type')!r})"
+        )
     if dtype == "auto":
         dtype = "float16" if mx.default_device() == mx.gpu else "float32"
     dims = {k: v for k, v in config.items() if k not in ("model_type", "quantization")}

@@ -120,7 +120,9 @@ class TranscriptionScheduler:
         live = _Live(TranscribeJob("warm-up", np.zeros(8000, np.float32), language=None))
         self._prepare([live])
         assert live.state is not None
-        decode(self._model.model, live.state.window(self._model.model.dtype)[None], live.state.options(self._model.fp16))
+        decode(
+            self._model.model, live.state.window(self._model.model.dtype)[None], live.state.options(self._model.fp16)
+        )
 
     def run(self) -> None:
         """The loop: apply commands, expire deadlines, run one round.
@@ -137,7 +139,9 @@ class TranscriptionScheduler:
                         return
                 except Exception:
                     log.exception("transcription failed; failing %d requests", len(self._live))
-                    self._end(list(self._live), "error", "internal", "the model worker failed while transcribing; retry")
+                    self._end(
+                        list(self._live), "error", "internal", "the model worker failed while transcribing; retry"
+                    )
                     raise
             c = self.counters
             c.running = len(self._live)

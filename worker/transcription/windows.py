@@ -168,7 +168,9 @@ class Transcription:
                 piece = tokens[last:cut]
                 start = int(piece[0]) - tokenizer.timestamp_begin
                 end = int(piece[-1]) - tokenizer.timestamp_begin
-                segments.append(self._segment(offset + start * precision, offset + end * precision, piece, result, tokenizer))
+                segments.append(
+                    self._segment(offset + start * precision, offset + end * precision, piece, result, tokenizer)
+                )
                 last = cut
             if single_ending:
                 self.seek += size
