@@ -35,7 +35,9 @@ only one touching MLX; :meth:`submit` may be called from any thread.
 from __future__ import annotations
 
 import logging
+import math
 import queue
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -164,6 +166,7 @@ class TranscriptionScheduler:
                     log.error("duplicate transcription request id %s dropped", item.request_id)
                 else:
                     self._live[item.request_id] = _Live(item)
+                    self.counters.running = len(self._live)
             elif isinstance(item, Abort):
                 self._end([r for r in item.request_ids if r in self._live], "abort")
             try:
@@ -340,9 +343,9 @@ class TranscriptionScheduler:
                 text=s["text"],
                 tokens=s["tokens"],
                 temperature=s["temperature"],
-                avg_logprob=s["avg_logprob"],
-                compression_ratio=s["compression_ratio"],
-                no_speech_prob=s["no_speech_prob"],
+                avg_logprob=finite(s["avg_logprob"]),
+                compression_ratio=finite(s["compression_ratio"]),
+                no_speech_prob=finite(s["no_speech_prob"]),
                 words=[
                     TranscriptWord(word=w["word"], start=round(float(w["start"]), 3), end=round(float(w["end"]), 3))
                     for w in s.get("words") or []
@@ -361,6 +364,16 @@ class TranscriptionScheduler:
                 segments=segments,
             ),
         )
+
+
+def finite(value: float) -> float:
+    """``value`` as a JSON-safe number: NaN as 0, infinities as the largest
+    float of their sign (a degenerate decode can yield them)."""
+    if math.isnan(value):
+        return 0.0
+    if math.isinf(value):
+        return math.copysign(sys.float_info.max, value)
+    return float(value)
 
 
 def mx_stack(arrays: list[Any]) -> Any:
