@@ -71,6 +71,7 @@ bench: model
 	-$(PY) bench/peers.py ensure-vllm-mlx
 	$(PY) bench/compare.py
 	$(PY) bench/embeddings.py
+	$(PY) bench/transcription.py
 	$(PY) bench/speculative.py
 	$(PY) bench/agent_session.py
 	$(PY) bench/tensor_parallel.py

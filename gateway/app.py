@@ -30,7 +30,6 @@ from gateway.dashboard.pages import PAGE_PATHS
 from gateway.dashboard.recorder import RequestProtocolMiddleware
 from gateway.dashboard.routes import Dashboard, dashboard_routes
 from gateway.embeddings import routes as embeddings_routes
-from gateway.transcription import routes as transcription_routes
 from gateway.frontend.error_shapes import error_response_for
 from gateway.http.middleware import APIKeyMiddleware, BodyLimitMiddleware, HostCheckMiddleware, ProtocolCORSMiddleware
 from gateway.hub.ollama_pull import delete_route, pull_route
@@ -42,6 +41,7 @@ from gateway.ollama import routes as ollama_routes
 from gateway.openai import routes as openai_routes
 from gateway.openapi_document import openapi_response
 from gateway.responses import routes as responses_routes
+from gateway.transcription import routes as transcription_routes
 from gateway.workers.pool import WorkerPool
 from shared.config import Config, ServerConfig
 from shared.config_values import is_loopback
