@@ -26,7 +26,8 @@ class ModelInfo:
     sets none; None until the worker has loaded the model.
     ``context_length`` is the model's context in tokens (None until its
     worker has loaded it once); ``source`` its configured ``source``;
-    ``kind`` ``generate``, ``vision`` (takes images) or ``embedding``
+    ``kind`` ``generate``, ``vision`` (takes images), ``embedding`` or
+    ``transcription``
     (None: not known yet).
     """
 

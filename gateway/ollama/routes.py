@@ -411,6 +411,8 @@ async def show(request: Request) -> Response:
         model_info[f"{family}.context_length"] = info.context_length
     if info.kind == "embedding":
         capabilities = ["embedding"]
+    elif info.kind == "transcription":
+        capabilities = ["transcription"]
     else:
         capabilities = ["completion"]
         if "tools" in template:

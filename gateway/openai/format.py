@@ -273,7 +273,9 @@ class ModelCard(msgspec.Struct, kw_only=True):
     ``aliases`` the other names it answers to and ``sampling_defaults`` the
     sampling settings it uses where a request sets none (null until the
     model has been loaded), ``vision`` whether it takes images (null when
-    not known before its worker loads it, e.g. a Hugging Face repo id).
+    not known before its worker loads it, e.g. a Hugging Face repo id),
+    ``kind`` what it serves (``generate``, ``vision``, ``embedding``,
+    ``transcription``; null when not known yet).
     """
 
     id: str
@@ -284,6 +286,7 @@ class ModelCard(msgspec.Struct, kw_only=True):
     aliases: list[str] = []
     sampling_defaults: dict[str, float] | None = None
     vision: bool | None = None
+    kind: str | None = None
 
 
 class ModelList(msgspec.Struct, kw_only=True):
@@ -377,6 +380,7 @@ def model_card(info: ModelInfo) -> ModelCard:
         aliases=list(info.aliases),
         sampling_defaults=info.sampling_defaults,
         vision=None if info.kind is None else info.kind == "vision",
+        kind=info.kind,
     )
 
 
