@@ -40,6 +40,7 @@ from gateway.metrics.snapshot import ModelSnapshot
 from gateway.ollama import routes as ollama_routes
 from gateway.openai import routes as openai_routes
 from gateway.openapi_document import openapi_response
+from gateway.rerank import routes as rerank_routes
 from gateway.responses import routes as responses_routes
 from gateway.transcription import routes as transcription_routes
 from gateway.workers.pool import WorkerPool
@@ -141,6 +142,9 @@ async def _model_management(request: Request) -> Response:
     return await ollama_routes.model_management(request)
 
 
+RERANK_PATHS = ("/v1/rerank", "/rerank", "/v2/rerank")
+"""Where the rerank endpoint answers (the paths rerank clients call)."""
+
 MODEL_MANAGEMENT = (
     ("/api/pull", "POST"),
     ("/api/delete", "DELETE"),
@@ -212,6 +216,7 @@ def build_app(config: Config, pool: WorkerPool | None = None) -> Starlette:
         Route("/v1/chat/completions", openai_routes.chat_completions, methods=["POST"]),
         Route("/v1/completions", openai_routes.completions, methods=["POST"]),
         Route("/v1/embeddings", embeddings_routes.create_embeddings, methods=["POST"]),
+        *(Route(path, rerank_routes.rerank, methods=["POST"]) for path in RERANK_PATHS),
         Route("/v1/audio/transcriptions", transcription_routes.create_transcription, methods=["POST"]),
         Route("/v1/audio/translations", transcription_routes.create_translation, methods=["POST"]),
         Route("/v1/responses", responses_routes.create_response, methods=["POST"]),

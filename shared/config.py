@@ -184,8 +184,11 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     (see :class:`SamplingDefaultsConfig`).
     ``kind``: ``generate`` (chat and completions), ``vision`` (the same,
     with images in requests; the model is loaded with mlx-vlm),
-    ``embedding`` (``/v1/embeddings``) or ``auto`` (detected from the model directory,
-    see :mod:`shared.model_kind`). Embedding models only:
+    ``embedding`` (``/v1/embeddings``), ``rerank`` (``/v1/rerank``, a
+    cross-encoder) or ``auto`` (detected from the model directory,
+    see :mod:`shared.model_kind`). Embedding models only (and rerankers,
+    for ``max_inputs``, ``max_batch_size`` and ``context_length``, counting
+    documents and pairs):
     ``max_inputs``, the most inputs one request may hold;
     ``shorten_dimensions``, whether a request's ``dimensions`` may shorten
     the vectors (only for models trained for it, e.g. Matryoshka models);
@@ -228,6 +231,16 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     ``port + N``; 0: free loopback ports picked at
     each start, for single-host groups only). See
     ``docs/operations/tensor-parallel.md``.
+    Vision models that take videos (``video_url`` parts; Qwen3-VL):
+    ``video_fps``, the frames sampled per second of video;
+    ``video_max_frames``, the most frames taken from one video (each two
+    frames make one temporal patch of tokens); ``video_max_seconds``, the
+    longest video accepted; ``video_max_bytes``, the largest video file
+    (bytes or a size such as ``"32MiB"``; at most 48 MiB, what one request
+    may carry to its worker); ``video_max_count``, the most videos in one
+    request.
+    Vision models served for audio (``input_audio`` parts; Gemma 4 with an
+    audio tower): ``audio_max_seconds``, the longest clip accepted.
     """
 
     name: str
@@ -269,6 +282,12 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     tensor_parallel_hostfile: str = ""
     tensor_parallel_backend: str = "auto"
     tensor_parallel_port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 0
+    video_fps: Annotated[float, msgspec.Meta(gt=0, le=60)] = 2.0
+    video_max_frames: Annotated[int, msgspec.Meta(ge=2, le=768)] = 32
+    video_max_seconds: Annotated[float, msgspec.Meta(gt=0)] = 600.0
+    video_max_bytes: int | str = "32MiB"
+    video_max_count: PositiveInt = 2
+    audio_max_seconds: Annotated[float, msgspec.Meta(gt=0, le=30)] = 30.0
 
 
 class McpServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -393,7 +412,7 @@ cannot import the worker, so the names are listed here and
 REASONING_PARSERS = ("auto", "none", "think", "think_mistral", "harmony")
 """Accepted ``reasoning_parser`` values."""
 
-MODEL_KINDS = ("auto", "generate", "vision", "embedding", "transcription")
+MODEL_KINDS = ("auto", "generate", "vision", "embedding", "rerank", "transcription")
 """Accepted ``kind`` values."""
 
 SPECULATIVE_MODES = ("none", "prompt_lookup")

@@ -39,6 +39,12 @@ _DTYPES = {"auto", "float32", "float16", "bfloat16", "quantized"}
 _LOG_LEVELS = {"debug", "info", "warning", "error"}
 
 
+MAX_VIDEO_BYTES = 48 * 1024 * 1024
+"""The largest ``video_max_bytes``: what one request may carry to its
+worker (the gateway's cap on a request's media, under the wire's frame
+cap)."""
+
+
 def validate(config: Config, origin: str = "config") -> Config:
     """Check cross-field rules msgspec cannot express; return ``config``.
 
@@ -73,6 +79,12 @@ def validate(config: Config, origin: str = "config") -> Config:
             parse_size(model.disk_cache_bytes, 0)
         except ValueError as exc:
             raise ConfigError(f"{origin}: model {model.name!r}: disk_cache_bytes: {exc}") from None
+        try:
+            video_bytes = parse_size(model.video_max_bytes, 0)
+        except ValueError as exc:
+            raise ConfigError(f"{origin}: model {model.name!r}: video_max_bytes: {exc}") from None
+        if not 0 < video_bytes <= MAX_VIDEO_BYTES or str(model.video_max_bytes).strip().endswith("%"):
+            raise ConfigError(f"{origin}: model {model.name!r}: video_max_bytes must be 1 byte to 48MiB")
         try:
             if parse_size(model.max_audio_bytes, 0) <= 0:
                 raise ValueError("must be above 0")
@@ -188,7 +200,7 @@ def _validate_tensor_parallel(model: ModelConfig, where: str) -> None:
     remote = bool(model.tensor_parallel_hostfile) or any(h != "127.0.0.1" for h in hosts)
     if remote and not model.tensor_parallel_port:
         raise ConfigError(f"{where}: a group across machines needs tensor_parallel_port (open in their firewalls)")
-    if model.kind == "embedding":
+    if model.kind in ("embedding", "rerank"):
         raise ConfigError(f"{where}: tensor_parallel applies to generation models only")
     if parse_size(model.disk_cache_bytes, 0):
         raise ConfigError(f"{where}: tensor_parallel cannot be combined with disk_cache_bytes")

@@ -15,8 +15,8 @@ may need to bump; splitting it would let one side's copy drift.
 
 Direction gateway -> worker (``GatewayMessage``):
     :class:`GenerateRequest`, :class:`AbortRequest`, :class:`Shutdown`,
-    :class:`EmbedRequest` (embedding workers), :class:`TranscribeRequest`
-    (transcription workers).
+    :class:`EmbedRequest` (embedding workers), :class:`RerankRequest`
+    (rerank workers), :class:`TranscribeRequest` (transcription workers).
 Direction worker -> gateway (``WorkerMessage``):
     :class:`Hello`, :class:`Loaded`, :class:`Ready`, :class:`Heartbeat`,
     :class:`StepOutputs`, :class:`Failed`.
@@ -149,12 +149,18 @@ class ImagePart(msgspec.Struct, frozen=True, kw_only=True):
     ``offset`` the character position in the turn's ``content`` where the
     image stands (0: before the text; ``len(content)``: after it), and
     ``param`` the request part it came from in the client's protocol (e.g.
-    ``messages[0].content[1].image_url.url``), which a refusal names."""
+    ``messages[0].content[1].image_url.url``), which a refusal names.
+    ``kind``: what the bytes are, ``image``, ``video`` (a video file,
+    sampled into frames by a vision worker that takes videos) or ``audio``
+    (an OpenAI ``input_audio`` clip, ``wav`` or ``mp3``); a turn's parts
+    share one order, by ``offset``. (Appended with a default: a worker that
+    predates it refuses a video or audio clip as a bad image.)"""
 
     data: bytes
     sha256: str
     offset: int = 0
     param: str = ""
+    kind: Literal["image", "video", "audio"] = "image"
 
 
 class ChatMessage(msgspec.Struct, frozen=True, kw_only=True):
@@ -304,7 +310,8 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     reader can tell a fresh heartbeat from one it has already seen.
     ``vision_prefills``: prompts whose images went through the vision
     tower (a prompt whose images were all found in the prefix cache is not
-    counted); ``vision_image_tokens``: the image tokens of those prompts.
+    counted); ``vision_image_tokens``: the image, video and audio tokens of those prompts.
+    ``rerank_pairs``: query-document pairs a rerank worker scored.
     ``audio_seconds_in``: seconds of audio a transcription worker has
     transcribed (counted when a request finishes).
     """
@@ -340,6 +347,7 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     heartbeat_seq: int = 0
     vision_prefills: int = 0
     vision_image_tokens: int = 0
+    rerank_pairs: int = 0
     audio_seconds_in: float = 0.0
 
 
@@ -469,6 +477,9 @@ class RequestOutput(msgspec.Struct, frozen=True, kw_only=True):
     ``finish_reason="stop"``, ``prompt_tokens`` the tokens of all its
     inputs, and ``embeddings`` its vectors: little-endian float32,
     row-major, ``embedding_dim`` values per input, in input order.
+    A :class:`RerankRequest` is answered likewise, with ``scores`` holding
+    each document's relevance score in document order (``prompt_tokens``:
+    the tokens of every pair).
     A :class:`TranscribeRequest` gets one output per decoded 30-second
     window with that window's new ``text`` (may be empty), then one
     ``finish_reason="stop"`` output holding the whole ``transcript``.
@@ -492,6 +503,7 @@ class RequestOutput(msgspec.Struct, frozen=True, kw_only=True):
     disk_cached_tokens: int = 0
     embeddings: bytes | None = None
     embedding_dim: int = 0
+    scores: list[float] | None = None
     transcript: Transcript | None = None
 
     @property
@@ -585,6 +597,31 @@ class EmbedRequest(msgspec.Struct, frozen=True, kw_only=True, tag="embed"):
         return 1
 
 
+class RerankRequest(msgspec.Struct, frozen=True, kw_only=True, tag="rerank"):
+    """Score ``documents`` against ``query`` with a rerank (cross-encoder)
+    worker: each document is paired with the query and the pair scored.
+
+    ``documents`` is non-empty and no text is empty. A pair longer than the
+    model's limit fails the request with ``context_length_exceeded``
+    unless ``truncate`` is true (then the document is cut, keeping its
+    start; a query that leaves no room for any document text still fails).
+    ``timeout`` as for :class:`GenerateRequest`. Answered by exactly one
+    terminal :class:`RequestOutput` (``scores`` in document order; sorting
+    and ``top_n`` are the gateway's); aborted like a generation.
+    """
+
+    request_id: str
+    query: str
+    documents: list[str]
+    truncate: bool = False
+    timeout: float | None = None
+
+    @property
+    def n(self) -> int:
+        """A rerank request has one result (one terminal output)."""
+        return 1
+
+
 class TranscriptWord(msgspec.Struct, frozen=True, kw_only=True):
     """One word of a transcript: its text and where it is spoken (seconds)."""
 
@@ -650,7 +687,7 @@ class TranscribeRequest(msgspec.Struct, frozen=True, kw_only=True, tag="transcri
         return 1
 
 
-GatewayMessage = Union[GenerateRequest, AbortRequest, Shutdown, EmbedRequest, TranscribeRequest]
+GatewayMessage = Union[GenerateRequest, AbortRequest, Shutdown, EmbedRequest, RerankRequest, TranscribeRequest]
 """Any message the gateway sends to a worker."""
 
 WorkerMessage = Union[Hello, Loaded, Ready, Failed, Heartbeat, StepOutputs]
@@ -698,7 +735,15 @@ class NodeExited(msgspec.Struct, frozen=True, kw_only=True, tag="node_exited"):
 
 
 NodeInbound = Union[
-    NodeStart, NodeKill, NodeAlive, GenerateRequest, AbortRequest, Shutdown, EmbedRequest, TranscribeRequest
+    NodeStart,
+    NodeKill,
+    NodeAlive,
+    GenerateRequest,
+    AbortRequest,
+    Shutdown,
+    EmbedRequest,
+    RerankRequest,
+    TranscribeRequest,
 ]
 """Any message a gateway sends to a node."""
 

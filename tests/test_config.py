@@ -53,6 +53,12 @@ def test_default_config_loads():
         ('[[models]]\nname = "a"\ntensor_parallel = 2\nkind = "embedding"\n', "generation models only"),
         ('[[models]]\nname = "a"\ntensor_parallel = 2\ntensor_parallel_port = 65535\n', "below 65536"),
         ('[[models]]\nname = "a"\ntensor_parallel = 2\ndisk_cache_bytes = "1GiB"\n', "disk_cache_bytes"),
+        ('[[models]]\nname = "a"\nvideo_max_bytes = "64MiB"\n', "video_max_bytes"),
+        ('[[models]]\nname = "a"\nvideo_max_bytes = "50%"\n', "video_max_bytes"),
+        ('[[models]]\nname = "a"\nvideo_max_bytes = 0\n', "video_max_bytes"),
+        ('[[models]]\nname = "a"\nvideo_max_frames = 1\n', "video_max_frames"),
+        ('[[models]]\nname = "a"\nvideo_fps = 0\n', "video_fps"),
+        ('[[models]]\nname = "a"\naudio_max_seconds = 31\n', "audio_max_seconds"),
         ("not toml [", "not valid TOML"),
     ],
 )
@@ -129,9 +135,10 @@ def test_unknown_tool_parser(tmp_path):
 
 def test_model_kind_is_checked(tmp_path):
     with pytest.raises(ConfigError, match="kind must be one of"):
-        load_config(write(tmp_path, '[[models]]\nname = "a"\nkind = "rerank"\n'))
+        load_config(write(tmp_path, '[[models]]\nname = "a"\nkind = "classify"\n'))
     config = load_config(write(tmp_path, '[[models]]\nname = "a"\nkind = "embedding"\nshorten_dimensions = true\n'))
     assert config.models[0].kind == "embedding" and config.models[0].max_inputs == 2048
+    assert load_config(write(tmp_path, '[[models]]\nname = "a"\nkind = "rerank"\n')).models[0].kind == "rerank"
 
 
 def test_default_config_serves_an_embedding_model():

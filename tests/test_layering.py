@@ -43,6 +43,7 @@ GATEWAY: dict[str, set[str]] = {
     "anthropic": _FRONT_END,
     "ollama": _FRONT_END,
     "embeddings": {"core", "frontend"},
+    "rerank": {"core", "frontend"},
     "transcription": {"core", "frontend"},
     "http": {"core", "frontend"},
     "service": set(),
@@ -53,7 +54,7 @@ GATEWAY_TOP = {"__init__", "__main__", "app", "cli", "server", "node_main", "ope
 """The gateway's entry points and composition: they may import any package;
 no package imports them."""
 
-FRONT_ENDS = {"openai", "responses", "anthropic", "ollama", "embeddings", "transcription"}
+FRONT_ENDS = {"openai", "responses", "anthropic", "ollama", "embeddings", "rerank", "transcription"}
 """The protocol front-ends."""
 
 WORKER: dict[str, set[str]] = {
@@ -64,6 +65,7 @@ WORKER: dict[str, set[str]] = {
     "loading": set(),
     "vision": {"loading"},
     "embeddings": {"loading"},
+    "rerank": {"embeddings", "loading"},
     "transcription": {"loading"},
     "prompting": {"parsers", "sampling", "vision"},
     "output": {"parsers"},

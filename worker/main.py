@@ -56,6 +56,7 @@ from shared.protocol import (
     Hello,
     Ready,
     RequestOutput,
+    RerankRequest,
     Shutdown,
     StepOutputs,
     TranscribeRequest,
@@ -70,9 +71,11 @@ from worker.messages import Abort, Stop
 from worker.model_setup import (
     EmbeddingSetup,
     GenerationSetup,
+    RerankSetup,
     TranscriptionSetup,
     build_embedding,
     build_generation,
+    build_rerank,
     build_transcription,
     served_kind,
 )
@@ -125,6 +128,7 @@ class Worker:
         self._scheduler: Scheduler | None = None
         self._prompts: PromptBuilder | None = None
         self._embedding: Any = None  # the EmbeddingModel of an embedding worker
+        self._reranker: Any = None  # the RerankModel of a rerank worker
         self._transcriber: Any = None  # the WhisperModel of a transcription worker
         self._lockstep: Any = None  # a tensor-parallel group's Lockstep, once joined
         self._ready = threading.Event()
@@ -237,9 +241,11 @@ class Worker:
         kind = served_kind(self.config)
         try:
             started = time.monotonic()
-            setup: GenerationSetup | EmbeddingSetup | TranscriptionSetup
+            setup: GenerationSetup | EmbeddingSetup | RerankSetup | TranscriptionSetup
             if kind == "embedding":
                 setup = build_embedding(self.config, self.output.queue.put)
+            elif kind == "rerank":
+                setup = build_rerank(self.config, self.output.queue.put)
             elif kind == "transcription":
                 setup = build_transcription(self.config, self.output.queue.put)
             else:
@@ -249,10 +255,13 @@ class Worker:
                 setup = build_generation(self.config, emit, self._lockstep)
                 self.output.decoder = setup.decoder
                 self._prompts = setup.prompts
-            self.output.queue.put(setup.report(self.worker_id, time.monotonic() - started))
             if isinstance(setup, EmbeddingSetup):
                 setup.scheduler.warm_up()
                 self._embedding = setup.model
+                context = setup.model.max_tokens
+            elif isinstance(setup, RerankSetup):
+                setup.scheduler.warm_up()
+                self._reranker = setup.model
                 context = setup.model.max_tokens
             elif isinstance(setup, TranscriptionSetup):
                 setup.scheduler.warm_up()
@@ -262,6 +271,8 @@ class Worker:
                 setup.scheduler.warm_up(list(setup.loaded.tokenizer.encode("Hello")) or [0])
                 context = setup.context
             self._scheduler = setup.scheduler  # type: ignore[assignment]
+            # announced once warm, with the memory the heartbeats report from now on
+            self.output.queue.put(setup.report(self.worker_id, time.monotonic() - started))
         except BaseException as exc:
             log.exception("model %s failed to load", self.config.name)
             self.output.queue.put(Failed(worker_id=self.worker_id, message=f"{type(exc).__name__}: {exc}"))
@@ -322,6 +333,8 @@ class Worker:
                 self._admit(message)
             elif isinstance(message, EmbedRequest):
                 self._embed(message)
+            elif isinstance(message, RerankRequest):
+                self._rerank(message)
             elif isinstance(message, TranscribeRequest):
                 self._transcribe(message)
             elif isinstance(message, AbortRequest):
@@ -373,16 +386,19 @@ class Worker:
             cache_refused=cache.refused if cache else 0,
             vision_prefills=c.vision_prefills,
             vision_image_tokens=c.vision_image_tokens,
+            rerank_pairs=c.rerank_pairs,
             audio_seconds_in=c.audio_seconds_in,
         )
 
     def _admit(self, request: GenerateRequest) -> None:
-        if self._embedding is not None or self._transcriber is not None:
+        if self._own_kind() != "generate":
             from shared.model_kind import wrong_kind_message
 
-            kind = "embedding" if self._embedding is not None else "transcription"
             self._refuse(
-                request.request_id, "invalid_request", wrong_kind_message(self.config.name, kind, "generate"), "model"
+                request.request_id,
+                "invalid_request",
+                wrong_kind_message(self.config.name, self._own_kind(), "generate"),
+                "model",
             )
             return
         assert self._prompts is not None and self._scheduler is not None
@@ -416,11 +432,10 @@ class Worker:
         if model is None:
             from shared.model_kind import wrong_kind_message
 
-            kind = "transcription" if self._transcriber is not None else "generate"
             self._refuse(
                 request.request_id,
                 "invalid_request",
-                wrong_kind_message(self.config.name, kind, "embedding"),
+                wrong_kind_message(self.config.name, self._own_kind(), "embedding"),
                 "model",
             )
             return
@@ -470,8 +485,7 @@ class Worker:
         if self._transcriber is None:
             from shared.model_kind import wrong_kind_message
 
-            kind = "embedding" if self._embedding is not None else "generate"
-            message = wrong_kind_message(self.config.name, kind, "transcription")
+            message = wrong_kind_message(self.config.name, self._own_kind(), "transcription")
             self._refuse(request.request_id, "invalid_request", message, "model")
             return
         try:
@@ -492,6 +506,57 @@ class Worker:
             received=now,
         )
         self._scheduler.submit(job)  # type: ignore[union-attr]
+
+    def _own_kind(self) -> str:
+        """What this worker serves: ``embedding``, ``rerank``,
+        ``transcription`` or ``generate``."""
+        if self._embedding is not None:
+            return "embedding"
+        if self._transcriber is not None:
+            return "transcription"
+        return "rerank" if self._reranker is not None else "generate"
+
+    def _rerank(self, request: RerankRequest) -> None:
+        """Input thread: pair and tokenize a rerank request and queue it for
+        the scheduler, or refuse it (wrong kind of model, too many
+        documents, empty or over-long texts)."""
+        from worker.rerank.model import RerankInputError
+        from worker.rerank.scheduler import RerankJob
+
+        model = self._reranker
+        if model is None:
+            from shared.model_kind import wrong_kind_message
+
+            self._refuse(
+                request.request_id,
+                "invalid_request",
+                wrong_kind_message(self.config.name, self._own_kind(), "rerank"),
+                "model",
+            )
+            return
+        if len(request.documents) > self.config.max_inputs:
+            self._refuse(
+                request.request_id,
+                "invalid_request",
+                f"{len(request.documents)} documents; model '{self.config.name}' takes at most "
+                f"{self.config.max_inputs} per request",
+                "documents",
+            )
+            return
+        try:
+            pairs = model.tokenizer.prepare(request)
+        except RerankInputError as exc:
+            self._refuse(request.request_id, exc.kind, exc.message, exc.field)
+            return
+        except Exception as exc:  # never let one request take the input thread down
+            log.exception("could not prepare request %s", request.request_id)
+            self._refuse(
+                request.request_id, "invalid_request", f"the documents could not be prepared: {type(exc).__name__}"
+            )
+            return
+        now = time.monotonic()
+        deadline = now + request.timeout if request.timeout else None
+        self._scheduler.submit(RerankJob(request.request_id, pairs, None, deadline, now))  # type: ignore[union-attr]
 
     def _refuse(self, request_id: str, kind: str, message: str, field: str | None = None) -> None:
         """End a request that never reached the engine with an error

@@ -6,12 +6,14 @@ detokenizer, the prompt builder (chat template, tool and reasoning formats,
 grammar compiler, image preparer), the cache profile, the prefix cache
 (with its disk tier), speculative decoding and the scheduler;
 :func:`build_embedding` loads an embedding model and its scheduler,
+:func:`build_rerank` a reranker (cross-encoder) and its scheduler,
 :func:`build_transcription` a Whisper model and its round scheduler. Each
 gives a setup whose :meth:`~GenerationSetup.report` is the ``Loaded``
-message. Also the model's kind (text, vision or embedding) and which BLAS
+message. Also the model's kind (text, vision, embedding, rerank or
+transcription) and which BLAS
 runs the matrix products.
 
-Called on the scheduler thread while the model loads (:func:`serves_embeddings`
+Called on the scheduler thread while the model loads (:func:`served_kind`
 first), so every MLX object is created there; the modules that load MLX are
 imported inside the functions for the same reason (this module is imported
 by :mod:`worker.main` on the main thread).
@@ -41,6 +43,8 @@ if TYPE_CHECKING:  # load MLX; imported where they are used
     from worker.embeddings.model import EmbeddingModel
     from worker.embeddings.scheduler import EmbeddingScheduler
     from worker.loading.loader import LoadedModel
+    from worker.rerank.model import RerankModel
+    from worker.rerank.scheduler import RerankScheduler
     from worker.speculation.draft_model import DraftModel
 
 log = logging.getLogger("mlxd.worker")
@@ -101,12 +105,28 @@ def build_generation(config: ModelConfig, emit: Callable[[Any], None], lockstep:
     vision = served_kind(config) == "vision"
     images = None
     if vision:
+        from shared.config_values import parse_size
+        from worker.vision.audio import AudioLimits
         from worker.vision.inputs import ImagePreparer
         from worker.vision.model import load_vision_model
+        from worker.vision.video import VideoLimits
 
         loaded, processor = load_vision_model(config.source, dtype=config.dtype)
         text_vocab = (loaded.config.get("text_config") or {}).get("vocab_size", 0)
-        images = ImagePreparer(processor, max(len(loaded.tokenizer), int(text_vocab or 0)))
+        videos = VideoLimits(
+            max_videos=config.video_max_count,
+            max_bytes=parse_size(config.video_max_bytes, 0),
+            max_seconds=config.video_max_seconds,
+            max_frames=config.video_max_frames,
+            fps=config.video_fps,
+        )
+        images = ImagePreparer(
+            processor,
+            max(len(loaded.tokenizer), int(text_vocab or 0)),
+            model_type=str(loaded.config.get("model_type", "")),
+            video_limits=videos,
+            audio_limits=AudioLimits(max_seconds=config.audio_max_seconds),
+        )
     else:
         loaded = load_model(config.source, dtype=config.dtype)
     if lockstep is not None:
@@ -209,6 +229,41 @@ def build_embedding(config: ModelConfig, emit: Callable[[Any], None]) -> Embeddi
 
     model = load_embedding_model(config.source, dtype=config.dtype, context_length=config.context_length)
     return EmbeddingSetup(model, EmbeddingScheduler(model, emit, max_batch_size=config.max_batch_size))
+
+
+@dataclass(frozen=True)
+class RerankSetup:
+    """A reranker and its scheduler (see :func:`build_rerank`)."""
+
+    model: RerankModel
+    scheduler: RerankScheduler
+
+    def report(self, worker_id: str, load_seconds: float) -> Loaded:
+        """The ``Loaded`` message announcing this model."""
+        import mlx.core as mx
+
+        return Loaded(
+            worker_id=worker_id,
+            context_length=self.model.max_tokens,
+            load_seconds=load_seconds,
+            model_path=str(self.model.path),
+            blas=blas_in_use(on_gpu=mx.default_device() == mx.gpu),
+            sampling="none",
+        )
+
+
+def build_rerank(config: ModelConfig, emit: Callable[[Any], None]) -> RerankSetup:
+    """Scheduler thread: load ``config``'s reranker and its scheduler,
+    which reports to ``emit``.
+
+    Raises:
+        Exception: whatever loading the model raises.
+    """
+    from worker.rerank.model import load_rerank_model
+    from worker.rerank.scheduler import RerankScheduler
+
+    model = load_rerank_model(config.source, dtype=config.dtype, context_length=config.context_length)
+    return RerankSetup(model, RerankScheduler(model, emit, max_batch_size=config.max_batch_size))
 
 
 @dataclass(frozen=True)

@@ -210,10 +210,11 @@ def test_with_the_key_every_model_server_and_node_shows(browser, server):
 def test_traffic_makes_the_numbers_move(browser, server):
     hits_before = field(browser, TINY, "hit-rate")
     # a request that runs until the page has shown it running (then its client leaves)
-    long = {**CHAT_BODY, "max_tokens": 4000, "ignore_eos": True, "stream": True}
+    long = {**CHAT_BODY, "max_tokens": 1500, "ignore_eos": True, "stream": True}
     with httpx.stream("POST", f"{server.url}/v1/chat/completions", json=long, headers=server.headers, timeout=60) as r:
         assert r.status_code == 200
-        next(line for line in r.iter_lines() if line.startswith("data: {"))
+        lines = r.iter_lines()  # held: a dropped iterator would close the stream (the request aborts)
+        next(line for line in lines if line.startswith("data: {"))
         wait(browser, lambda d: "running" in text(d, "#requests tbody"), what="a running request")
     ids = [chat(server, "Say something about the sea." if i % 2 else "Count to ten, slowly.") for i in range(6)]
 

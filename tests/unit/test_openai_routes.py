@@ -477,6 +477,7 @@ async def test_list_and_retrieve_models():
                 "sampling_defaults": {"temperature": 0.6, "top_p": 0.95, "top_k": 20},
                 "vision": None,
                 "kind": None,
+                "capabilities": [],
             },
             {
                 "id": "org/other",
@@ -488,6 +489,7 @@ async def test_list_and_retrieve_models():
                 "sampling_defaults": None,
                 "vision": None,
                 "kind": None,
+                "capabilities": [],
             },
         ],
     }
