@@ -1132,6 +1132,137 @@ class _Builder:
             },
         }
 
+    def audio_paths(self) -> dict[str, Any]:
+        """``/v1/audio/transcriptions`` and ``/v1/audio/translations``: a
+        multipart form in, JSON, plain text or (transcriptions) an SSE stream
+        out (:mod:`gateway.transcription`)."""
+        number = {"type": "number"}
+        segment = {
+            "type": "object",
+            "required": [
+                "id",
+                "seek",
+                "start",
+                "end",
+                "text",
+                "tokens",
+                "temperature",
+                "avg_logprob",
+                "compression_ratio",
+                "no_speech_prob",
+            ],
+            "properties": {
+                "id": {"type": "integer"},
+                "seek": {"type": "integer"},
+                "start": number,
+                "end": number,
+                "text": {"type": "string"},
+                "tokens": {"type": "array", "items": {"type": "integer"}},
+                "temperature": number,
+                "avg_logprob": number,
+                "compression_ratio": number,
+                "no_speech_prob": number,
+            },
+        }
+        word = {
+            "type": "object",
+            "required": ["word", "start", "end"],
+            "properties": {"word": {"type": "string"}, "start": number, "end": number},
+        }
+        usage = {
+            "type": "object",
+            "required": ["type", "seconds"],
+            "properties": {"type": {"const": "duration"}, "seconds": number},
+        }
+        answer = {
+            "type": "object",
+            "required": ["text"],
+            "properties": {
+                "text": {"type": "string"},
+                "task": {"enum": ["transcribe", "translate"]},
+                "language": {"type": "string"},
+                "duration": number,
+                "segments": {"type": "array", "items": segment},
+                "words": {"type": "array", "items": word},
+                "usage": usage,
+            },
+        }
+        text_field = {"type": "string"}
+
+        def form(task: str) -> dict[str, Any]:
+            properties: dict[str, Any] = {
+                "file": {
+                    "type": "string",
+                    "contentMediaType": "application/octet-stream",
+                    "description": "The audio file: WAV, FLAC, MP3, OGG Vorbis or OGG Opus",
+                },
+                "model": {"type": "string", "minLength": 1},
+                "prompt": text_field,
+                "response_format": {"enum": ["json", "text", "srt", "verbose_json", "vtt"], "default": "json"},
+                "temperature": {"type": "number", "minimum": 0, "maximum": 1, "default": 0},
+            }
+            if task == "transcribe":
+                properties["language"] = text_field
+                properties["timestamp_granularities[]"] = {"type": "array", "items": {"enum": ["word", "segment"]}}
+                properties["stream"] = {"type": "boolean", "default": False}
+            return {
+                "required": True,
+                "content": {
+                    "multipart/form-data": {
+                        "schema": {"type": "object", "required": ["file", "model"], "properties": properties}
+                    }
+                },
+            }
+
+        def operation(task: str, operation_id: str, summary: str) -> dict[str, Any]:
+            content: dict[str, Any] = {
+                JSON: {"schema": answer},
+                "text/plain": {"schema": {"type": "string"}},
+                "application/x-subrip": {"schema": {"type": "string"}},
+                "text/vtt": {"schema": {"type": "string"}},
+            }
+            if task == "transcribe":
+                event = {
+                    "type": "object",
+                    "required": ["type"],
+                    "properties": {
+                        "type": {"enum": ["transcript.text.delta", "transcript.text.done"]},
+                        "delta": {"type": "string"},
+                        "text": {"type": "string"},
+                    },
+                }
+                payload = {"anyOf": [event, self.refs["openai_error"]]}
+                data = {"type": "string", "if": {"const": DONE_DATA}, "else": _json_text(payload)}
+                content[SSE_MEDIA_TYPE] = {"schema": self._sse_event(None, data)}
+            return {
+                "operationId": operation_id,
+                "summary": summary,
+                "tags": ["OpenAI"],
+                "requestBody": form(task),
+                "responses": {
+                    "200": {
+                        "description": "The transcript in `response_format` (or its stream events)",
+                        "content": content,
+                    },
+                    **self._error_responses(_OPENAI_ERRORS, False),
+                },
+            }
+
+        return {
+            "/v1/audio/transcriptions": {
+                "post": operation(
+                    "transcribe", "createTranscription", "Transcribe audio (OpenAI); needs a transcription model"
+                )
+            },
+            "/v1/audio/translations": {
+                "post": operation(
+                    "translate",
+                    "createTranslation",
+                    "Translate audio into English text (OpenAI); needs a multilingual transcription model",
+                )
+            },
+        }
+
     def paths(self, include_openapi_route: bool) -> dict[str, Any]:
         """Every path item."""
         model = self.model
@@ -1320,6 +1451,7 @@ class _Builder:
                 }
             },
         }
+        paths.update(self.audio_paths())
         paths.update(self.ollama_paths())
         if include_openapi_route:
             paths["/openapi.json"] = {

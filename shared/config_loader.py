@@ -85,6 +85,11 @@ def validate(config: Config, origin: str = "config") -> Config:
             raise ConfigError(f"{origin}: model {model.name!r}: video_max_bytes: {exc}") from None
         if not 0 < video_bytes <= MAX_VIDEO_BYTES or str(model.video_max_bytes).strip().endswith("%"):
             raise ConfigError(f"{origin}: model {model.name!r}: video_max_bytes must be 1 byte to 48MiB")
+        try:
+            if parse_size(model.max_audio_bytes, 0) <= 0:
+                raise ValueError("must be above 0")
+        except ValueError as exc:
+            raise ConfigError(f"{origin}: model {model.name!r}: max_audio_bytes: {exc}") from None
         draft = model.speculative.startswith(DRAFT_PREFIX) and model.speculative[len(DRAFT_PREFIX) :].strip()
         if model.speculative not in SPECULATIVE_MODES and not draft:
             raise ConfigError(

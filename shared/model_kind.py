@@ -1,6 +1,7 @@
 """What kind of model a directory holds: a text generator, a
 vision-language generator (takes images), an embedding model, a
-reranker (cross-encoder) or a text-to-speech model.
+reranker (cross-encoder), a text-to-speech model (``speech``) or a
+speech-to-text model (``transcription``).
 
 Both the gateway (to refuse a request for the wrong kind of model before
 starting its worker) and the worker (to pick its engine) ask here. Only
@@ -21,6 +22,8 @@ Rules, first match wins:
    models cannot generate text;
 4a. ``config.json`` whose ``model_type`` is a text-to-speech family
    (:data:`SPEECH_TYPES`, e.g. ``kokoro``) is a speech model (``speech``);
+4b. ``config.json`` whose ``model_type`` is ``whisper`` is a
+   speech-to-text model (``transcription``);
 5. ``config.json`` with a ``vision_config`` object (as every mlx-vlm image
    model's has) is a vision model (``vision``: a generator that also takes
    images);
@@ -33,13 +36,14 @@ import json
 from pathlib import Path
 from typing import Literal
 
-ModelKind = Literal["generate", "vision", "embedding", "rerank", "speech"]
+ModelKind = Literal["generate", "vision", "embedding", "rerank", "speech", "transcription"]
 """``generate``: chat, completions, responses, messages. ``vision``: the
 same, and the requests may carry images. ``embedding``:
 ``/v1/embeddings``. ``rerank``: ``/v1/rerank``. ``speech``:
-``/v1/audio/speech`` (text to speech)."""
+``/v1/audio/speech`` (text to speech). ``transcription``:
+``/v1/audio/transcriptions`` and ``/v1/audio/translations``."""
 
-KINDS: tuple[ModelKind, ...] = ("generate", "vision", "embedding", "rerank", "speech")
+KINDS: tuple[ModelKind, ...] = ("generate", "vision", "embedding", "rerank", "speech", "transcription")
 """Every kind, for validating a configured ``kind``."""
 
 ENCODER_TYPES = frozenset({"bert", "roberta", "xlm-roberta", "distilbert", "modernbert", "nomic_bert", "new"})
@@ -66,6 +70,8 @@ def detect_kind(path: Path) -> ModelKind:
         return "embedding"
     if isinstance(config, dict) and str(config.get("model_type", "")).lower() in SPEECH_TYPES:
         return "speech"
+    if isinstance(config, dict) and str(config.get("model_type", "")).lower() == "whisper":
+        return "transcription"
     if isinstance(config, dict) and isinstance(config.get("vision_config"), dict):
         return "vision"
     return "generate"
@@ -116,6 +122,7 @@ KIND_SERVES: dict[str, str] = {
     "embedding": "POST /v1/embeddings",
     "rerank": "POST /v1/rerank",
     "speech": "POST /v1/audio/speech",
+    "transcription": "POST /v1/audio/transcriptions and /v1/audio/translations",
 }
 """What a model of each kind serves, for refusals and the model lists."""
 
@@ -125,6 +132,7 @@ KIND_CAPABILITIES: dict[str, tuple[str, ...]] = {
     "embedding": ("embedding",),
     "rerank": ("rerank",),
     "speech": ("speech",),
+    "transcription": ("transcription",),
 }
 """The capabilities each kind has at least (Ollama's names; a generator's
 template may add ``tools`` and ``thinking``)."""
@@ -146,7 +154,7 @@ def capabilities(kind: str | None, chat_template: str = "") -> list[str]:
 
 def serves(kind: str, needed: str) -> bool:
     """Whether a model of ``kind`` serves a request that needs ``needed``
-    (``generate``, ``embedding``, ``rerank`` or ``speech``; a vision model generates)."""
+    (``generate``, ``embedding``, ``rerank``, ``speech`` or ``transcription``; a vision model generates)."""
     return kind in ("generate", "vision") if needed == "generate" else kind == needed
 
 
@@ -163,6 +171,7 @@ def wrong_kind_message(model: str, kind: str, needed: str | None = None) -> str:
         "embedding": "an embedding",
         "rerank": "a rerank",
         "speech": "a speech",
+        "transcription": "a transcription",
     }
     offered = KIND_SERVES.get(kind, kind)
     return (

@@ -16,7 +16,8 @@ may need to bump; splitting it would let one side's copy drift.
 Direction gateway -> worker (``GatewayMessage``):
     :class:`GenerateRequest`, :class:`AbortRequest`, :class:`Shutdown`,
     :class:`EmbedRequest` (embedding workers), :class:`RerankRequest`
-    (rerank workers), :class:`SpeechRequest` (speech workers).
+    (rerank workers), :class:`SpeechRequest` (speech workers),
+    :class:`TranscribeRequest` (transcription workers).
 Direction worker -> gateway (``WorkerMessage``):
     :class:`Hello`, :class:`Loaded`, :class:`Ready`, :class:`Heartbeat`,
     :class:`StepOutputs`, :class:`Failed`.
@@ -312,6 +313,8 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     tower (a prompt whose images were all found in the prefix cache is not
     counted); ``vision_image_tokens``: the image, video and audio tokens of those prompts.
     ``rerank_pairs``: query-document pairs a rerank worker scored.
+    ``audio_seconds_in``: seconds of audio a transcription worker has
+    transcribed (counted when a request finishes).
     """
 
     running: int = 0
@@ -346,6 +349,7 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     vision_prefills: int = 0
     vision_image_tokens: int = 0
     rerank_pairs: int = 0
+    audio_seconds_in: float = 0.0
 
 
 class Hello(msgspec.Struct, frozen=True, kw_only=True, tag="hello"):
@@ -483,6 +487,9 @@ class RequestOutput(msgspec.Struct, frozen=True, kw_only=True):
     file in the terminal output) and ``audio_seconds`` the seconds of audio
     those bytes add; ``prompt_tokens`` is the input's phoneme count and
     ``completion_tokens`` 0 (the model makes samples, not tokens).
+    A :class:`TranscribeRequest` gets one output per decoded 30-second
+    window with that window's new ``text`` (may be empty), then one
+    ``finish_reason="stop"`` output holding the whole ``transcript``.
     """
 
     request_id: str
@@ -506,6 +513,7 @@ class RequestOutput(msgspec.Struct, frozen=True, kw_only=True):
     scores: list[float] | None = None
     audio: bytes | None = None
     audio_seconds: float = 0.0
+    transcript: Transcript | None = None
 
     @property
     def ends_choice(self) -> bool:
@@ -652,7 +660,74 @@ class SpeechRequest(msgspec.Struct, frozen=True, kw_only=True, tag="speech"):
         return 1
 
 
-GatewayMessage = Union[GenerateRequest, AbortRequest, Shutdown, EmbedRequest, RerankRequest, SpeechRequest]
+class TranscriptWord(msgspec.Struct, frozen=True, kw_only=True):
+    """One word of a transcript: its text and where it is spoken (seconds)."""
+
+    word: str
+    start: float
+    end: float
+
+
+class TranscriptSegment(msgspec.Struct, frozen=True, kw_only=True):
+    """One segment of a transcript, in the shape of OpenAI's ``verbose_json``
+    segment; ``words`` is empty unless word timestamps were asked for."""
+
+    id: int
+    seek: int
+    start: float
+    end: float
+    text: str
+    tokens: list[int]
+    temperature: float
+    avg_logprob: float
+    compression_ratio: float
+    no_speech_prob: float
+    words: list[TranscriptWord] = []
+
+
+class Transcript(msgspec.Struct, frozen=True, kw_only=True):
+    """A finished transcription: the whole ``text``, the spoken ``language``
+    (its English name in lower case, e.g. ``english``), the audio's
+    ``duration`` in seconds and its ``segments``."""
+
+    text: str
+    language: str
+    duration: float
+    segments: list[TranscriptSegment] = []
+
+
+class TranscribeRequest(msgspec.Struct, frozen=True, kw_only=True, tag="transcribe"):
+    """Transcribe (``task`` ``transcribe``) or translate into English
+    (``translate``) one uploaded audio file with a transcription worker.
+
+    ``audio`` is the file's bytes (decoded by the worker; an unknown,
+    corrupt, empty or too long file fails the request with
+    ``invalid_request`` naming the reason). ``language`` (ISO-639-1, None:
+    detected), ``prompt`` (text that prompts the first window),
+    ``temperature`` (0: greedy with the fallback to higher temperatures),
+    ``words``: word timestamps. ``timeout`` as for :class:`GenerateRequest`.
+    Answered by window outputs and one terminal :class:`RequestOutput`
+    (see there); aborted like a generation.
+    """
+
+    request_id: str
+    audio: bytes
+    task: Literal["transcribe", "translate"] = "transcribe"
+    language: str | None = None
+    prompt: str | None = None
+    temperature: float = 0.0
+    words: bool = False
+    timeout: float | None = None
+
+    @property
+    def n(self) -> int:
+        """A transcription has one result (one terminal output)."""
+        return 1
+
+
+GatewayMessage = Union[
+    GenerateRequest, AbortRequest, Shutdown, EmbedRequest, RerankRequest, SpeechRequest, TranscribeRequest
+]
 """Any message the gateway sends to a worker."""
 
 WorkerMessage = Union[Hello, Loaded, Ready, Failed, Heartbeat, StepOutputs]
@@ -709,6 +784,7 @@ NodeInbound = Union[
     EmbedRequest,
     RerankRequest,
     SpeechRequest,
+    TranscribeRequest,
 ]
 """Any message a gateway sends to a node."""
 

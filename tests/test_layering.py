@@ -45,6 +45,7 @@ GATEWAY: dict[str, set[str]] = {
     "embeddings": {"core", "frontend"},
     "rerank": {"core", "frontend"},
     "speech": {"core", "frontend"},
+    "transcription": {"core", "frontend"},
     "http": {"core", "frontend"},
     "service": set(),
 }
@@ -54,7 +55,7 @@ GATEWAY_TOP = {"__init__", "__main__", "app", "cli", "server", "node_main", "ope
 """The gateway's entry points and composition: they may import any package;
 no package imports them."""
 
-FRONT_ENDS = {"openai", "responses", "anthropic", "ollama", "embeddings", "rerank"}
+FRONT_ENDS = {"openai", "responses", "anthropic", "ollama", "embeddings", "rerank", "transcription"}
 """The protocol front-ends."""
 
 WORKER: dict[str, set[str]] = {
@@ -67,6 +68,7 @@ WORKER: dict[str, set[str]] = {
     "embeddings": {"loading"},
     "rerank": {"embeddings", "loading"},
     "speech": {"loading"},
+    "transcription": {"loading"},
     "prompting": {"parsers", "sampling", "vision"},
     "output": {"parsers"},
     "engine": {"sampling", "speculation", "caches"},

@@ -216,6 +216,7 @@ class Counters:
     vision_prefills: int = 0
     vision_image_tokens: int = 0
     rerank_pairs: int = 0
+    audio_seconds_in: float = 0.0
 
 
 @dataclass

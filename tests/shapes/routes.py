@@ -267,7 +267,16 @@ class Shapes:
     framing: str = "sse"
     adapt: Callable[[dict], dict] = lambda d: d
     binary: str = ""
+    plain: tuple[str, ...] = ()
+    """Media types the route also answers in with no official type (the
+    speech-to-text ``text``, ``srt`` and ``vtt`` formats)."""
+    verbose: tuple[Any, ...] = ()
+    """The types of a body carrying ``segments`` or ``words`` (the
+    speech-to-text ``verbose_json`` answer), checked instead of ``body``."""
 
+
+SPEECH_TEXT = ("text/plain", "application/x-subrip", "text/vtt")
+"""The plain-text answers of the speech-to-text routes (``text``, ``srt``, ``vtt``)."""
 
 ROUTES: dict[tuple[str, str], Shapes] = {
     ("GET", "/v1/models"): Shapes(body=(SyncPage[openai_types.Model],)),
@@ -279,6 +288,15 @@ ROUTES: dict[tuple[str, str], Shapes] = {
         body=(openai_types.Completion,), stream=openai_stream((openai_types.Completion,), completion_chunk)
     ),
     ("POST", "/v1/embeddings"): Shapes(body=(openai_types.CreateEmbeddingResponse,), adapt=decoded_embeddings),
+    ("POST", "/v1/audio/transcriptions"): Shapes(
+        body=(openai_audio.Transcription,),
+        stream=openai_stream((openai_audio.TranscriptionStreamEvent,)),
+        plain=SPEECH_TEXT,
+        verbose=(openai_audio.TranscriptionVerbose,),
+    ),
+    ("POST", "/v1/audio/translations"): Shapes(
+        body=(openai_audio.Translation,), plain=SPEECH_TEXT, verbose=(openai_audio.TranslationVerbose,)
+    ),
     ("POST", "/v1/responses"): Shapes(
         body=(openai_responses.Response,), stream=named_stream((openai_responses.ResponseStreamEvent,))
     ),
@@ -358,7 +376,7 @@ def roots() -> list[Any]:
     found += [openai_chat.ChatCompletionChunk, openai_responses.ResponseStreamEvent]
     found += [anthropic_types.RawMessageStreamEvent, anthropic_beta.BetaRawMessageStreamEvent]
     for shapes in [*ROUTES.values(), *BETA_ROUTES.values()]:
-        found += shapes.body
+        found += shapes.body + shapes.verbose
     return found
 
 
@@ -435,8 +453,12 @@ def check_exchange(ex: Exchange) -> int:
     if media == "application/json" and shapes.body:
         if not ex.complete:
             return 0
-        _all(shapes.body, shapes.adapt(json.loads(ex.body)))
+        data = shapes.adapt(json.loads(ex.body))
+        verbose = shapes.verbose and isinstance(data, dict) and ("segments" in data or "words" in data)
+        _all(shapes.verbose if verbose else shapes.body, data)
         return 1
+    if media in shapes.plain:
+        return 0
     raise AssertionError(f"unexpected content type {ex.content_type!r} for this route")
 
 
