@@ -932,17 +932,28 @@ class _Builder:
                 False,
             ),
         }
-        for name in ("pull", "push", "create", "copy", "delete"):
-            refusal = {
+        managed = {
+            "pull": "Download a model from the Hugging Face Hub and serve it (Ollama `pull`; streamed progress "
+            "unless `stream` is false) when `server.allow_model_management` is set, else refused",
+            "delete": "Remove a pulled model from the local cache (Ollama `delete`) when "
+            "`server.allow_model_management` is set, else refused",
+        }
+        for name, method in (
+            ("pull", "post"),
+            ("delete", "delete"),
+            ("push", "post"),
+            ("create", "post"),
+            ("copy", "post"),
+        ):
+            operation = {
                 "operationId": f"ollama{name.capitalize()}",
-                "summary": f"Refused: models come from the config (Ollama `{name}`)",
+                "summary": managed.get(name, f"Refused: models come from the config or a pull (Ollama `{name}`)"),
                 "tags": ["Ollama"],
-                "responses": self._ollama_errors([401, 403]),
+                "responses": self._ollama_errors([400, 401, 403, 404] if name in managed else [401, 403]),
             }
-            paths[f"/api/{name}"] = {
-                "post": refusal,
-                "delete": {**refusal, "operationId": f"ollama{name.capitalize()}Delete"},
-            }
+            if name in managed:
+                operation["responses"]["200"] = {"description": "Done (for a pull: NDJSON progress lines)"}
+            paths[f"/api/{name}"] = {method: operation}
         return paths
 
     def mcp_paths(self) -> dict[str, Any]:
