@@ -59,6 +59,9 @@ def test_default_config_loads():
         ('[[models]]\nname = "a"\nvideo_max_frames = 1\n', "video_max_frames"),
         ('[[models]]\nname = "a"\nvideo_fps = 0\n', "video_fps"),
         ('[[models]]\nname = "a"\naudio_max_seconds = 31\n', "audio_max_seconds"),
+        ('[[models]]\nname = "a"\nmax_audio_bytes = 0\n', "max_audio_bytes"),
+        ('[[models]]\nname = "a"\nmax_audio_bytes = "lots"\n', "max_audio_bytes"),
+        ('[[models]]\nname = "a"\nmax_audio_seconds = -1\n', "max_audio_seconds"),
         ("not toml [", "not valid TOML"),
     ],
 )
