@@ -82,3 +82,10 @@ def test_auto_is_off_in_a_tensor_parallel_group_and_named_modes_decide_alike_the
     assert speculation_for(config("auto"), TRIMMED, grouped=True) is None
     spec = speculation_for(config("suffix"), TRIMMED, grouped=True)
     assert spec is not None and not spec.controller.timed
+
+
+def test_timing_can_be_turned_off_by_the_environment(monkeypatch):
+    monkeypatch.setenv("MLXD_SPECULATION_TIMING", "0")
+    assert not speculation_for(config("auto"), TRIMMED).controller.timed
+    monkeypatch.delenv("MLXD_SPECULATION_TIMING")
+    assert speculation_for(config("auto"), TRIMMED).controller.timed

@@ -23,6 +23,7 @@ by :mod:`worker.main` on the main thread).
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -409,6 +410,11 @@ recurrent ``ArraysCache`` layers restored and the kept tokens fed again
 (:class:`worker.speculation.draft_rollback.ReplayKept`)."""
 
 
+SPECULATION_TIMING_ENV = "MLXD_SPECULATION_TIMING"
+"""``0``: the drafting controller decides from acceptance alone, not from
+measured step times (see :func:`speculation_for`)."""
+
+
 def speculation_for(
     config: ModelConfig, profile: CacheProfile, vocab: int = 0, grouped: bool = False
 ) -> Speculation | None:
@@ -424,7 +430,10 @@ def speculation_for(
     draft from a :class:`~worker.speculation.suffix_index.TokenIndex` of
     ``speculative_index_tokens`` tokens. Every mode gets a
     :class:`~worker.speculation.controller.DraftController`, timed unless
-    ``grouped`` (the ranks of a group must take the same decisions).
+    ``grouped`` (the ranks of a group must take the same decisions) or the
+    environment sets :data:`SPECULATION_TIMING_ENV` to ``0`` (decisions
+    from acceptance alone, the same on every run: what the end-to-end
+    tests that count drafts use).
     A draft model is loaded here, with the target's ``dtype`` (call on the
     scheduler thread: its MLX work runs there)."""
     mode = config.speculative
@@ -460,7 +469,10 @@ def speculation_for(
         max_batch=config.speculative_max_batch,
         draft_model=draft_model,
         index=index,
-        controller=DraftController(tokens=config.speculative_tokens, timed=not grouped),
+        controller=DraftController(
+            tokens=config.speculative_tokens,
+            timed=not grouped and os.environ.get(SPECULATION_TIMING_ENV, "").strip() != "0",
+        ),
         method="suffix" if index is not None else mode,
     )
 
