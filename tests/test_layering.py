@@ -44,6 +44,7 @@ GATEWAY: dict[str, set[str]] = {
     "ollama": _FRONT_END,
     "embeddings": {"core", "frontend"},
     "http": {"core", "frontend"},
+    "limits": {"core", "frontend"},
     "service": set(),
 }
 """Each gateway package and the gateway packages it may import."""

@@ -261,6 +261,8 @@ class WorkerHandle:
         metrics = self._metrics
         timer = None if metrics is None else metrics.request_started(self.model.name, request_id=request.request_id)
         pending = PendingRequest(incarnation.number, request.n, timer, self.model.name)
+        if getattr(request, "count_only", False):
+            pending.grant = None  # counting a prompt's tokens spends none
         self._requests.add(request.request_id, pending)
         self._keep_alive = keep_alive
         self._cancel_idle_timer()

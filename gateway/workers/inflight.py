@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from gateway.core.grants import current_grant
 from shared.protocol import AbortRequest, OpenChoices, RequestOutput
 
 if TYPE_CHECKING:
@@ -56,7 +57,9 @@ class PendingRequest:
     ``prompt_tokens`` and ``cached_tokens`` the worker's counts from its
     latest output. After a gateway abort, ``unsettled`` counts the choices
     whose end the worker has still to report and ``wait`` is the timer
-    that writes the log line if it never does.
+    that writes the log line if it never does. ``grant`` is the API key's
+    :class:`~gateway.core.grants.KeyGrant` the request was submitted
+    under (None: none), told the request's tokens once, at its end.
     """
 
     __slots__ = (
@@ -72,6 +75,7 @@ class PendingRequest:
         "cached_tokens",
         "unsettled",
         "wait",
+        "grant",
     )
 
     def __init__(self, incarnation: int, n: int, timer: Any, model: str) -> None:
@@ -87,6 +91,7 @@ class PendingRequest:
         self.cached_tokens = 0
         self.unsettled: OpenChoices | None = None
         self.wait: asyncio.TimerHandle | None = None
+        self.grant = current_grant.get()
 
     def record(self, output: RequestOutput) -> None:
         """Count ``output``'s new tokens for metrics and keep the worker's
@@ -108,6 +113,8 @@ class PendingRequest:
         completion = sum(self.tokens.values())
         prompt = last.prompt_tokens or self.prompt_tokens
         cached = last.cached_tokens if last.prompt_tokens else self.cached_tokens
+        if self.grant is not None:
+            self.grant.spent(prompt + completion)
         if self.timer is not None:
             self.timer.finished(
                 reason=reason,

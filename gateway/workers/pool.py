@@ -20,6 +20,7 @@ import msgspec
 
 from gateway.core.backend import ModelFiles, ModelInfo, ModelLimits, Residency
 from gateway.core.errors import APIError, bad_request, model_not_found, unavailable
+from gateway.core.grants import current_grant
 from gateway.images.request import ready_images
 from gateway.workers.handle import WorkerHandle
 from gateway.workers.inflight import WorkerRequestStream
@@ -200,11 +201,22 @@ class WorkerPool:
     # -- ModelBackend -------------------------------------------------------------------
 
     def resolve(self, name: str) -> str:
-        """Canonical model name for ``name``; raises the 404 APIError."""
-        try:
-            return self._names[name]
-        except KeyError:
-            raise model_not_found(name) from None
+        """Canonical model name for ``name``; raises the 404 APIError, also
+        for a model the request's API key may not use
+        (:data:`gateway.core.grants.current_grant`)."""
+        canonical = self._names.get(name)
+        if canonical is None or not self._granted(canonical):
+            raise model_not_found(name)
+        return canonical
+
+    def _granted(self, canonical: str) -> bool:
+        """Whether the request's key (if any) may use model ``canonical``."""
+        grant = current_grant.get()
+        if grant is None:
+            return True
+        handle = self.handles.get(canonical)
+        aliases = handle.model.aliases if handle is not None else []
+        return grant.allows(canonical, *aliases)
 
     def limits(self, model: str) -> ModelLimits:
         """The configured request limits of canonical model ``model``."""
@@ -214,7 +226,7 @@ class WorkerPool:
         """Every configured model, in config order, with its state."""
         infos = []
         for m in self.config.models:
-            if m.name not in self.handles:
+            if m.name not in self.handles or not self._granted(m.name):
                 continue
             status = self.handles[m.name].status
             defaults = status.sampling_defaults
