@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gateway.anthropic import routes as anthropic_routes
+from gateway.control.routes import control_routes
 from gateway.core.errors import APIError
 from gateway.dashboard.pages import PAGE_PATHS
 from gateway.dashboard.recorder import RequestProtocolMiddleware
@@ -221,6 +222,7 @@ def build_app(config: Config, pool: WorkerPool | None = None) -> Starlette:
         Route("/v1/mcp/tools", mcp_routes.list_tools, methods=["GET"]),
         Route("/v1/mcp/execute", mcp_routes.execute, methods=["POST"]),
         *dashboard_routes(),
+        *control_routes(),
     ]
 
     def get_server() -> ServerConfig:

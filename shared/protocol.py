@@ -15,10 +15,10 @@ may need to bump; splitting it would let one side's copy drift.
 
 Direction gateway -> worker (``GatewayMessage``):
     :class:`GenerateRequest`, :class:`AbortRequest`, :class:`Shutdown`,
-    :class:`EmbedRequest` (embedding workers).
+    :class:`EmbedRequest` (embedding workers), :class:`ClearCache`.
 Direction worker -> gateway (``WorkerMessage``):
     :class:`Hello`, :class:`Loaded`, :class:`Ready`, :class:`Heartbeat`,
-    :class:`StepOutputs`, :class:`Failed`.
+    :class:`StepOutputs`, :class:`Failed`, :class:`CacheCleared`.
 
 Lifecycle: a worker sends ``Hello`` as soon as its sockets are up, ``Loaded``
 once the model and tokenizer are in memory, ``Ready`` after warm-up, then
@@ -304,6 +304,11 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     ``vision_prefills``: prompts whose images went through the vision
     tower (a prompt whose images were all found in the prefix cache is not
     counted); ``vision_image_tokens``: the image tokens of those prompts.
+    ``cache_evictions`` / ``disk_cache_evictions``: entries the memory /
+    disk tier dropped to stay within its budget (not those a clear or a
+    longer entry of the same prefix replaced). ``warm_prompts`` /
+    ``warm_tokens``: the model's ``warm_prompts`` prefilled into the prefix
+    cache at load, and their prompt tokens.
     """
 
     running: int = 0
@@ -337,6 +342,10 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     heartbeat_seq: int = 0
     vision_prefills: int = 0
     vision_image_tokens: int = 0
+    cache_evictions: int = 0
+    disk_cache_evictions: int = 0
+    warm_prompts: int = 0
+    warm_tokens: int = 0
 
 
 class Hello(msgspec.Struct, frozen=True, kw_only=True, tag="hello"):
@@ -577,10 +586,31 @@ class EmbedRequest(msgspec.Struct, frozen=True, kw_only=True, tag="embed"):
         return 1
 
 
-GatewayMessage = Union[GenerateRequest, AbortRequest, Shutdown, EmbedRequest]
+class ClearCache(msgspec.Struct, frozen=True, kw_only=True, tag="clear_cache"):
+    """Empty the prefix cache, memory and disk tiers (the worker's
+    scheduler thread does it between engine steps; requests running go on
+    from their own state). Answered by one :class:`CacheCleared` with the
+    same ``clear_id``."""
+
+    clear_id: str
+
+
+class CacheCleared(msgspec.Struct, frozen=True, kw_only=True, tag="cache_cleared"):
+    """The answer to :class:`ClearCache` ``clear_id``: the entries and bytes
+    dropped from the memory tier and from the disk tier (files deleted)."""
+
+    worker_id: str
+    clear_id: str
+    entries: int = 0
+    bytes: int = 0
+    disk_entries: int = 0
+    disk_bytes: int = 0
+
+
+GatewayMessage = Union[GenerateRequest, AbortRequest, Shutdown, EmbedRequest, ClearCache]
 """Any message the gateway sends to a worker."""
 
-WorkerMessage = Union[Hello, Loaded, Ready, Failed, Heartbeat, StepOutputs]
+WorkerMessage = Union[Hello, Loaded, Ready, Failed, Heartbeat, StepOutputs, CacheCleared]
 """Any message a worker sends to the gateway."""
 
 
@@ -624,8 +654,10 @@ class NodeExited(msgspec.Struct, frozen=True, kw_only=True, tag="node_exited"):
     reason: str
 
 
-NodeInbound = Union[NodeStart, NodeKill, NodeAlive, GenerateRequest, AbortRequest, Shutdown, EmbedRequest]
+NodeInbound = Union[NodeStart, NodeKill, NodeAlive, GenerateRequest, AbortRequest, Shutdown, EmbedRequest, ClearCache]
 """Any message a gateway sends to a node."""
 
-NodeOutbound = Union[NodeStarted, NodeExited, NodeAlive, Hello, Loaded, Ready, Failed, Heartbeat, StepOutputs]
+NodeOutbound = Union[
+    NodeStarted, NodeExited, NodeAlive, Hello, Loaded, Ready, Failed, Heartbeat, StepOutputs, CacheCleared
+]
 """Any message a node sends to a gateway."""

@@ -38,6 +38,7 @@ GATEWAY: dict[str, set[str]] = {
     "workers": {"core", "images", "hub"},
     "metrics": {"core", "workers"},
     "dashboard": {"core"},
+    "control": {"core"},
     "openai": _FRONT_END,
     "responses": _FRONT_END | {"openai"},
     "anthropic": _FRONT_END,

@@ -1,7 +1,7 @@
 """The worker's inter-thread contract: what its threads hand each other.
 
-The input thread builds an :class:`Admission` (and sends :class:`Abort`)
-for the scheduler thread; the output thread sends :class:`Release` back;
+The input thread builds an :class:`Admission` (and sends :class:`Abort`
+and :class:`ClearPrefixCache`) for the scheduler thread; the output thread sends :class:`Release` back;
 :class:`Stop` ends the scheduler loop. The scheduler thread reports
 :class:`Started`, :class:`TokenStep` and :class:`Terminal` items, in the
 order they happen, to the output thread, and keeps :class:`Counters` that
@@ -123,6 +123,16 @@ class Abort:
 
 
 @dataclass
+class ClearPrefixCache:
+    """Empty the prefix cache (memory and disk tiers) and report it as
+    :class:`shared.protocol.CacheCleared` ``clear_id`` of worker
+    ``worker_id``."""
+
+    clear_id: str
+    worker_id: str = ""
+
+
+@dataclass
 class Release:
     """Drop one choice the output thread already finished (stop string)."""
 
@@ -202,3 +212,5 @@ class Counters:
     peak_memory: int = 0
     vision_prefills: int = 0
     vision_image_tokens: int = 0
+    warm_prompts: int = 0
+    warm_tokens: int = 0

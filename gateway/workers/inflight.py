@@ -232,6 +232,19 @@ class InflightRequests:
             if alive:
                 incarnation.send(AbortRequest([request_id]))  # type: ignore[union-attr]
 
+    def cancel(self, request_id: str, incarnation: Incarnation | None, name: str | None) -> bool:
+        """End ``request_id`` at once for its client with one terminal
+        ``abort`` output and abort it as a client disconnect does
+        (:meth:`abort`); False when no such request is in flight, or it was
+        submitted under another API key than ``name`` (None: any)."""
+        pending = self._inflight.get(request_id)
+        if pending is None or (name is not None and (pending.grant is None or pending.grant.name != name)):
+            return False
+        output = RequestOutput(request_id=request_id, finish_reason="abort", error="The request was cancelled")
+        pending.queue.put_nowait(output)
+        self.abort(request_id, pending, incarnation)
+        return True
+
     def fail_all(self, message: str) -> None:
         """End every request in flight with a terminal ``unavailable``
         error carrying ``message``, and write the log lines of the aborted

@@ -30,7 +30,7 @@ from gateway.workers.model_paths import SourceOutsideRoot, check_inside_root
 from gateway.workers.node_link import NodeLink
 from shared.config import Config, ModelConfig
 from shared.model_kind import ModelKind, wrong_kind_message
-from shared.protocol import EmbedRequest, GenerateRequest
+from shared.protocol import CacheCleared, EmbedRequest, GenerateRequest, WorkerStats
 from shared.sockets import make_socket_dir, read_key_pair, remove_socket_dir
 
 log = logging.getLogger("mlxd.gateway.pool")
@@ -282,6 +282,30 @@ class WorkerPool:
             request = await ready_images(request, model, kind, self.config.images)
         await self._acquire(handle)
         return handle.submit(request, keep_alive=keep_alive)
+
+    def cancel(self, request_id: str) -> str | None:
+        """End the request in flight with id ``request_id`` as a client
+        disconnect would (its client gets one terminal ``abort``); return
+        its model, or None when no such request is in flight (or it was
+        made with another API key than the current request's)."""
+        grant = current_grant.get()
+        for name, handle in self.handles.items():
+            if handle.cancel(request_id, grant.name if grant is not None else None):
+                return name
+        return None
+
+    async def clear_cache(self, model: str) -> CacheCleared | None:
+        """Empty canonical ``model``'s prefix cache, memory and disk tiers;
+        what was dropped, or None when its worker is not ready (see
+        :meth:`WorkerHandle.clear_cache`)."""
+        return await self.handles[model].clear_cache(self.config.server.drain_timeout)
+
+    def cache_stats(self, model: str) -> tuple[str, WorkerStats | None]:
+        """Canonical ``model``'s state and its worker's latest heartbeat
+        counters (None: no running worker has sent a heartbeat yet)."""
+        status = self.handles[model].status
+        reported = status.pid and status.stats.heartbeat_seq
+        return status.state, status.stats if reported else None
 
     async def load(self, model: str, keep_alive: float | None = None) -> None:
         """Start canonical ``model``'s worker if needed and wait until it is

@@ -89,6 +89,7 @@ class PrefixCache:
         self.hits = 0
         self.reused_tokens = 0
         self.refused = 0
+        self.evictions = 0
 
     @property
     def nbytes(self) -> int:
@@ -193,11 +194,26 @@ class PrefixCache:
             cache = _quantized(cache, self.kv_bits, self.kv_group_size)
         pin_untrimmable(cache)
         mx.eval([c.state for c in cache])
+        if not self._make_room(sum(c.nbytes for c in cache)):
+            return
         self._lru.insert_cache(self.model_key, list(tokens), cache)
         if self.disk is not None and len(tokens) >= self.disk_min_tokens:
             self._unspilled[tuple(tokens)] = cache
             while len(self._unspilled) > MAX_UNSPILLED:
                 self._unspilled.pop(next(iter(self._unspilled)))
+
+    def _make_room(self, nbytes: int) -> bool:
+        """Evict least recently used entries until one of ``nbytes`` fits
+        (counted in :attr:`evictions`); False when it cannot fit at all
+        (larger than the budget: it is not kept, and nothing is evicted)."""
+        if nbytes > self.budget_bytes:
+            return False
+        room = self.budget_bytes - nbytes
+        if self._lru.nbytes > room or len(self._lru) >= MAX_ENTRIES:
+            before = len(self._lru)
+            self._lru.trim_to(n_sequences=MAX_ENTRIES - 1, n_bytes=room)
+            self.evictions += before - len(self._lru)
+        return True
 
     @property
     def disk_min_tokens(self) -> int:
@@ -206,11 +222,18 @@ class PrefixCache:
 
         return MIN_TOKENS
 
-    def clear(self) -> None:
-        """Drop every entry (model reloaded, or memory pressure); entries
-        already on disk stay there."""
+    def clear(self, disk: bool = False) -> tuple[int, int, int, int]:
+        """Drop every entry (model reloaded, memory pressure, or asked to);
+        entries already on disk stay there unless ``disk`` (then the disk
+        tier is emptied too, see :meth:`worker.caches.disk.DiskTier.clear`).
+        Returns the entries and bytes dropped from memory, then from disk."""
+        entries, nbytes = self.entries, self.nbytes
         self._lru.trim_to(n_sequences=0)
         self._unspilled.clear()
+        disk_entries = disk_bytes = 0
+        if disk and self.disk is not None:
+            disk_entries, disk_bytes = self.disk.clear()
+        return entries, nbytes, disk_entries, disk_bytes
 
 
 def _quantized(cache: list[Any], bits: int, group_size: int) -> list[Any]:
