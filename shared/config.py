@@ -262,7 +262,7 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     the same way (an agent's system prompt and tools) finds them cached:
     a list whose items are a list of chat messages, or an object with
     ``messages`` and optional ``tools`` (OpenAI function tools); see
-    ``docs/operations/caching.md`` (empty: none).
+    ``docs/concepts/prefix-cache.md`` (empty: none).
     """
 
     name: str
