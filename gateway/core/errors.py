@@ -123,16 +123,14 @@ def worker_error(output: RequestOutput, prompt_param: str = "prompt", params: di
 
     ``error_kind`` picks the row of :data:`WORKER_ERRORS` (an unknown or
     missing kind is ``internal``); an abort is :data:`ABORTED`. The
-    output's ``error`` text is the message when it has one (a cancelled
-    request's says so). ``param`` is
+    worker's ``error`` text is the message when it sent one. ``param`` is
     the worker's ``error_param`` in the endpoint's terms: ``prompt`` (and
     any context-length error) becomes ``prompt_param`` (``messages``,
     ``prompt`` or ``input``), other names go through ``params`` (e.g.
     ``response_format`` -> ``text.format``) or stay as they are.
     """
     if output.finish_reason == "abort":
-        message = output.error or ABORTED.message
-        return APIError(ABORTED.status, message, code=ABORTED.code, retry_after=ABORTED.retry_after)
+        return APIError(ABORTED.status, ABORTED.message, code=ABORTED.code, retry_after=ABORTED.retry_after)
     kind = WORKER_ERRORS.get(output.error_kind or "internal", WORKER_ERRORS["internal"])
     field = output.error_param
     if output.error_kind == "context_length_exceeded" or field == "prompt":

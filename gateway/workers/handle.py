@@ -29,13 +29,13 @@ import asyncio
 import contextlib
 import logging
 import time
-import uuid
 from typing import Any
 
 import msgspec
 
 from gateway.core.backend import UNREAD
 from gateway.core.errors import OVERLOADED_RETRY_AFTER, APIError, unavailable
+from gateway.core.ids import new_id
 from gateway.workers.inflight import InflightRequests, PendingRequest, WorkerRequestStream
 from gateway.workers.process import Incarnation, run_incarnation
 from gateway.workers.status import WorkerStatus, resident_bytes
@@ -293,7 +293,7 @@ class WorkerHandle:
         incarnation = self._incarnation
         if self.status.state != "ready" or incarnation is None:
             return None
-        clear_id = f"clear-{uuid.uuid4().hex}"
+        clear_id = new_id("clear-")
         answer: asyncio.Future[CacheCleared] = asyncio.get_running_loop().create_future()
         self._clears[clear_id] = answer
         try:

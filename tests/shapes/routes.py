@@ -269,7 +269,7 @@ answers are mlxd's own formats, failures included (``/ready`` answers 503
 with its own body; ``/v1/status`` and the admin actions are checked against
 their own Structs by their tests), so nothing there is checked."""
 
-OWN_PATTERNS = (re.compile(r"/v1/requests/[^/]+/cancel"),)
+OWN_PATTERNS = (re.compile(r"/v1/requests/[^/]+/cancel"),)  # also matches the route's own {request_id}
 """mlxd's own endpoints with a path parameter (cancelling a request), as
 :data:`OWN`."""
 
