@@ -50,8 +50,11 @@ model: setup
 run: model
 	$(VENV)/bin/mlxd serve --config $(CONFIG)
 
+# TEST_JOBS test processes (each test file runs whole, in order, on one of them);
+# the 30 slowest tests are listed at the end (docs/testing.md: where the time goes)
+TEST_JOBS ?= 2
 test: model
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile --durations=30 tests
 
 # Each script writes its results to bench/results/NAME.json; plots.py draws
 # bench/results/plots/*.png from them last (README shows those).
@@ -60,6 +63,7 @@ bench: model
 	-$(PY) bench/peers.py ensure-vllm-mlx
 	$(PY) bench/compare.py
 	$(PY) bench/embeddings.py
+	$(PY) bench/rerank.py
 	$(PY) bench/speculative.py
 	$(PY) bench/agent_session.py
 	$(PY) bench/tensor_parallel.py

@@ -12,6 +12,8 @@ JSON envelope per script, the latest run) and draws, with matplotlib:
 - ``agent_session.png``: time to first token per turn of the agent session,
   per contender;
 - ``embeddings.png``: inputs/s per shape, mlxd against the in-process encoder.
+- ``rerank.png``: pairs/s per shape, mlxd against the cross-encoder in-process
+  (mlxd's model code and mlx-vlm's classes).
 
 Every plot carries, under its title, the date of the run, the machine and
 where the numbers come from (a seed transcribed from ``bench/NOTES.md`` says
@@ -46,6 +48,7 @@ COLORS = {
     "mlx_lm.server": "#d9822b",
     "vllm-mlx": "#1e7f4f",
     "in-process": "#7f8c8d",
+    "mlx-vlm in-process": "#8e44ad",
 }
 """A fixed colour per contender, the same in every plot."""
 
@@ -219,11 +222,29 @@ def plot_embeddings(envelope: dict[str, Any], out: Path) -> list[Path]:
     return [_save(fig, out, "embeddings.png")]
 
 
+def plot_rerank(envelope: dict[str, Any], out: Path) -> list[Path]:
+    """Pairs/s per shape, mlxd against the cross-encoder in-process (mlxd's
+    model code, and mlx-vlm's classes; a side that did not run leaves a gap)."""
+    results = envelope["results"]
+    shapes = results["shapes"]
+    series = {
+        "mlxd": [s["mlxd_pairs_s"] for s in shapes],
+        "in-process": [s["in_process_pairs_s"] for s in shapes],
+        "mlx-vlm in-process": [s["mlx_vlm_pairs_s"] for s in shapes],
+    }
+    fig, (ax,) = _figure(envelope, "Rerank throughput")
+    ax.set_title(results["model"], fontsize=10)
+    _grouped_bars(ax, [textwrap.fill(s["shape"], 22) for s in shapes], series, COLORS)
+    ax.set_ylabel("pairs/s")
+    return [_save(fig, out, "rerank.png")]
+
+
 PLOTTERS: dict[str, Callable[[dict[str, Any], Path], list[Path]]] = {
     "compare": plot_compare,
     "speculative": plot_speculative,
     "agent_session": plot_agent_session,
     "embeddings": plot_embeddings,
+    "rerank": plot_rerank,
 }
 """Bench name -> the function drawing its plots (each returns the files it wrote)."""
 

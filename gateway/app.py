@@ -44,6 +44,7 @@ from gateway.metrics.snapshot import ModelSnapshot
 from gateway.ollama import routes as ollama_routes
 from gateway.openai import routes as openai_routes
 from gateway.openapi_document import openapi_response
+from gateway.rerank import routes as rerank_routes
 from gateway.responses import routes as responses_routes
 from gateway.workers.pool import WorkerPool
 from shared.config import Config, ServerConfig
@@ -144,6 +145,9 @@ async def _model_management(request: Request) -> Response:
     return await ollama_routes.model_management(request)
 
 
+RERANK_PATHS = ("/v1/rerank", "/rerank", "/v2/rerank")
+"""Where the rerank endpoint answers (the paths rerank clients call)."""
+
 MODEL_MANAGEMENT = (
     ("/api/pull", "POST"),
     ("/api/delete", "DELETE"),
@@ -215,6 +219,7 @@ def build_app(config: Config, pool: WorkerPool | None = None) -> Starlette:
         Route("/v1/chat/completions", openai_routes.chat_completions, methods=["POST"]),
         Route("/v1/completions", openai_routes.completions, methods=["POST"]),
         Route("/v1/embeddings", embeddings_routes.create_embeddings, methods=["POST"]),
+        *(Route(path, rerank_routes.rerank, methods=["POST"]) for path in RERANK_PATHS),
         Route("/v1/responses", responses_routes.create_response, methods=["POST"]),
         Route("/v1/messages", anthropic_routes.messages, methods=["POST"]),
         Route("/v1/messages/count_tokens", anthropic_routes.count_tokens, methods=["POST"]),

@@ -10,7 +10,8 @@ wire formats, so it cannot drift from them:
   :class:`~gateway.anthropic.schema.MessagesRequest`,
   :class:`~gateway.anthropic.schema.CountTokensRequest`,
   :class:`~gateway.embeddings.schema.EmbeddingRequest`, whose ``input``
-  is any JSON value here: its forms are checked after decoding). Their JSON
+  is any JSON value here: its forms are checked after decoding;
+  :class:`~gateway.rerank.schema.RerankBody`). Their JSON
   Schema says what the *decoder* accepts: types, bounds, lengths, required and
   unknown fields. The semantic checks that run after decoding (roles, tool
   names referring to tools, a model's ``max_n``, ...) cannot be expressed
@@ -18,7 +19,8 @@ wire formats, so it cannot drift from them:
 - Successful non-streamed answers are the Structs the format modules encode
   (:mod:`gateway.openai.format`, :mod:`gateway.responses.format`,
   :mod:`gateway.anthropic.format`,
-  :class:`gateway.embeddings.routes.EmbeddingList`); ``/health`` uses the
+  :class:`gateway.embeddings.routes.EmbeddingList`,
+  :class:`gateway.rerank.routes.RerankResponse`); ``/health`` uses the
   worker status dataclass, ``/v1/status`` and ``/v1/admin/*`` the Structs
   of :mod:`gateway.dashboard.schema`.
 - Streamed answers (``"stream": true``) are ``text/event-stream``. Their
@@ -82,6 +84,8 @@ from gateway.ollama import schema as ollama_schema
 from gateway.ollama.builder import NDJSON_MEDIA_TYPE
 from gateway.openai import format as openai_format
 from gateway.openai.schema import ChatCompletionRequest, CompletionRequest
+from gateway.rerank.routes import RerankResponse
+from gateway.rerank.schema import RerankBody
 from gateway.responses import format as responses_format
 from gateway.responses.schema import ResponsesRequest
 from gateway.workers.status import WorkerStatus
@@ -368,6 +372,7 @@ _TYPES: dict[str, Any] = {
     "messages_request": MessagesRequest,
     "count_tokens_request": CountTokensRequest,
     "embedding_request": EmbeddingRequest,
+    "rerank_request": RerankBody,
     "ollama_chat_request": ollama_schema.OllamaChatRequest,
     "ollama_generate_request": ollama_schema.OllamaGenerateRequest,
     "ollama_embed_request": ollama_schema.OllamaEmbedRequest,
@@ -388,6 +393,7 @@ _TYPES: dict[str, Any] = {
     "content_block": anthropic_format.ContentBlock,
     "token_count": TokenCount,
     "embedding_list": EmbeddingList,
+    "rerank_response": RerankResponse,
     "health": Health,
     "readiness": Readiness,
     "status": Status,
@@ -422,6 +428,7 @@ _DECODED = frozenset(
         "messages_request",
         "count_tokens_request",
         "embedding_request",
+        "rerank_request",
         "ollama_chat_request",
         "ollama_generate_request",
         "ollama_embed_request",
@@ -1175,6 +1182,26 @@ class _Builder:
                     ),
                 )
             },
+            **{
+                path: {
+                    "post": self.generation(
+                        operation_id="rerank" + suffix,
+                        summary="Rank documents against a query (Cohere/Jina/vLLM shape); needs a rerank model",
+                        tag="Rerank",
+                        body="rerank_request",
+                        example={
+                            "model": model,
+                            "query": "what is MLX?",
+                            "documents": ["MLX is an array framework", "Bananas"],
+                        },
+                        ok=self._ok(
+                            "The documents' `results` (`index`, `relevance_score`, `document`), best first, and `usage`",
+                            self.refs["rerank_response"],
+                        ),
+                    )
+                }
+                for path, suffix in (("/v1/rerank", ""), ("/rerank", "Unversioned"), ("/v2/rerank", "V2"))
+            },
             "/v1/responses": {
                 "post": self.generation(
                     operation_id="createResponse",
@@ -1362,6 +1389,7 @@ def openapi_document(
             {"name": "OpenAI", "description": "OpenAI-compatible endpoints (OpenAI error shape)"},
             {"name": "Anthropic", "description": "Anthropic Messages API (Anthropic error shape)"},
             {"name": "Ollama", "description": "Ollama-compatible endpoints under /api/ (Ollama error shape)"},
+            {"name": "Rerank", "description": "Reranking with cross-encoders (OpenAI error shape)"},
             {"name": "MCP", "description": "Tools of the configured MCP servers (OpenAI error shape)"},
             {"name": "Operations", "description": "Health, readiness, metrics, status, admin actions, dashboard"},
         ],

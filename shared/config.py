@@ -216,8 +216,11 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     (see :class:`SamplingDefaultsConfig`).
     ``kind``: ``generate`` (chat and completions), ``vision`` (the same,
     with images in requests; the model is loaded with mlx-vlm),
-    ``embedding`` (``/v1/embeddings``) or ``auto`` (detected from the model directory,
-    see :mod:`shared.model_kind`). Embedding models only:
+    ``embedding`` (``/v1/embeddings``), ``rerank`` (``/v1/rerank``, a
+    cross-encoder) or ``auto`` (detected from the model directory,
+    see :mod:`shared.model_kind`). Embedding models only (and rerankers,
+    for ``max_inputs``, ``max_batch_size`` and ``context_length``, counting
+    documents and pairs):
     ``max_inputs``, the most inputs one request may hold;
     ``shorten_dimensions``, whether a request's ``dimensions`` may shorten
     the vectors (only for models trained for it, e.g. Matryoshka models);
@@ -427,7 +430,7 @@ cannot import the worker, so the names are listed here and
 REASONING_PARSERS = ("auto", "none", "think", "think_mistral", "harmony")
 """Accepted ``reasoning_parser`` values."""
 
-MODEL_KINDS = ("auto", "generate", "vision", "embedding")
+MODEL_KINDS = ("auto", "generate", "vision", "embedding", "rerank")
 """Accepted ``kind`` values."""
 
 SPECULATIVE_MODES = ("none", "prompt_lookup")

@@ -216,7 +216,7 @@ def _validate_tensor_parallel(model: ModelConfig, where: str) -> None:
     remote = bool(model.tensor_parallel_hostfile) or any(h != "127.0.0.1" for h in hosts)
     if remote and not model.tensor_parallel_port:
         raise ConfigError(f"{where}: a group across machines needs tensor_parallel_port (open in their firewalls)")
-    if model.kind == "embedding":
+    if model.kind in ("embedding", "rerank"):
         raise ConfigError(f"{where}: tensor_parallel applies to generation models only")
     if parse_size(model.disk_cache_bytes, 0):
         raise ConfigError(f"{where}: tensor_parallel cannot be combined with disk_cache_bytes")

@@ -1,5 +1,6 @@
 """What kind of model a directory holds: a text generator, a
-vision-language generator (takes images) or an embedding model.
+vision-language generator (takes images), an embedding model or a
+reranker (cross-encoder).
 
 Both the gateway (to refuse a request for the wrong kind of model before
 starting its worker) and the worker (to pick its engine) ask here. Only
@@ -12,6 +13,9 @@ Rules, first match wins:
 2. a file (a GGUF) is a generator;
 3. a sentence-transformers layout (``modules.json`` naming a ``Pooling``
    module, or a ``1_Pooling`` directory) is an embedding model;
+3a. ``config.json`` whose ``architectures`` name a
+   ``*ForSequenceClassification`` class (what cross-encoder checkpoints
+   ship) is a reranker (``rerank``);
 4. ``config.json`` whose ``model_type`` is an encoder-only family
    (:data:`ENCODER_TYPES`, e.g. ``bert``) is an embedding model: such
    models cannot generate text;
@@ -27,12 +31,12 @@ import json
 from pathlib import Path
 from typing import Literal
 
-ModelKind = Literal["generate", "vision", "embedding"]
+ModelKind = Literal["generate", "vision", "embedding", "rerank"]
 """``generate``: chat, completions, responses, messages. ``vision``: the
 same, and the requests may carry images. ``embedding``:
-``/v1/embeddings``."""
+``/v1/embeddings``. ``rerank``: ``/v1/rerank``."""
 
-KINDS: tuple[ModelKind, ...] = ("generate", "vision", "embedding")
+KINDS: tuple[ModelKind, ...] = ("generate", "vision", "embedding", "rerank")
 """Every kind, for validating a configured ``kind``."""
 
 ENCODER_TYPES = frozenset({"bert", "roberta", "xlm-roberta", "distilbert", "modernbert", "nomic_bert", "new"})
@@ -50,6 +54,8 @@ def detect_kind(path: Path) -> ModelKind:
     if (path / "1_Pooling").is_dir() or _names_pooling(path / "modules.json"):
         return "embedding"
     config = _read_json(path / "config.json")
+    if isinstance(config, dict) and _classifies_sequences(config):
+        return "rerank"
     if isinstance(config, dict) and str(config.get("model_type", "")).lower() in ENCODER_TYPES:
         return "embedding"
     if isinstance(config, dict) and isinstance(config.get("vision_config"), dict):
@@ -62,6 +68,12 @@ def model_kind(path: Path, configured: str = "auto") -> ModelKind:
     if configured in KINDS:
         return configured  # type: ignore[return-value]
     return detect_kind(path)
+
+
+def _classifies_sequences(config: dict) -> bool:
+    """Whether a ``config.json`` names a ``*ForSequenceClassification`` architecture."""
+    names = config.get("architectures")
+    return isinstance(names, list) and any(str(n).endswith("ForSequenceClassification") for n in names)
 
 
 def _names_pooling(path: Path) -> bool:
@@ -90,17 +102,56 @@ def has_vision_tower(path: Path) -> bool:
     return detect_kind(path) == "vision"
 
 
-def wrong_kind_message(model: str, kind: ModelKind) -> str:
-    """The client-facing refusal of a request for the other kind of model
-    (``kind`` is the model's own), used by the gateway and the worker alike."""
-    if kind == "embedding":
-        return (
-            f"model '{model}' is an embedding model (kind 'embedding'): it serves only POST /v1/embeddings, "
-            "not chat, completions, responses or messages"
-        )
+KIND_SERVES: dict[str, str] = {
+    "generate": "chat, completions, responses and messages",
+    "vision": "chat, completions, responses and messages (with images)",
+    "embedding": "POST /v1/embeddings",
+    "rerank": "POST /v1/rerank",
+}
+"""What a model of each kind serves, for refusals and the model lists."""
+
+KIND_CAPABILITIES: dict[str, tuple[str, ...]] = {
+    "generate": ("completion",),
+    "vision": ("completion", "vision"),
+    "embedding": ("embedding",),
+    "rerank": ("rerank",),
+}
+"""The capabilities each kind has at least (Ollama's names; a generator's
+template may add ``tools`` and ``thinking``)."""
+
+
+def capabilities(kind: str | None, chat_template: str = "") -> list[str]:
+    """What a model of ``kind`` can do, in Ollama's capability names: the
+    kind's own (:data:`KIND_CAPABILITIES`), and for a generator whose
+    ``chat_template`` mentions them, ``tools`` and ``thinking`` (before
+    ``vision``). Empty when the kind is not known."""
+    if kind not in KIND_CAPABILITIES:
+        return []
+    found = list(KIND_CAPABILITIES[kind])
+    if kind in ("generate", "vision"):
+        extra = [name for name, marker in (("tools", "tools"), ("thinking", "think")) if marker in chat_template]
+        found[1:1] = extra
+    return found
+
+
+def serves(kind: str, needed: str) -> bool:
+    """Whether a model of ``kind`` serves a request that needs ``needed``
+    (``generate``, ``embedding`` or ``rerank``; a vision model generates)."""
+    return kind in ("generate", "vision") if needed == "generate" else kind == needed
+
+
+def wrong_kind_message(model: str, kind: str, needed: str | None = None) -> str:
+    """The client-facing refusal of a request for another kind of model,
+    naming both kinds: ``kind`` is the model's own, ``needed`` the kind the
+    request needs (None: the other of generation and embedding). Used by
+    the gateway and the worker alike."""
+    if needed is None:
+        needed = "generate" if kind == "embedding" else "embedding"
+    noun = {"generate": "a generation", "vision": "a generation", "embedding": "an embedding", "rerank": "a rerank"}
+    offered = KIND_SERVES.get(kind, kind)
     return (
-        f"model '{model}' is a generation model (kind '{kind}'): it does not serve /v1/embeddings; "
-        "use an embedding model"
+        f"model '{model}' is {noun.get(kind, 'a')} model (kind '{kind}'): it serves only {offered}; "
+        f"this request needs a model of kind '{needed}' ({KIND_SERVES.get(needed, needed)})"
     )
 
 

@@ -15,7 +15,8 @@ may need to bump; splitting it would let one side's copy drift.
 
 Direction gateway -> worker (``GatewayMessage``):
     :class:`GenerateRequest`, :class:`AbortRequest`, :class:`Shutdown`,
-    :class:`EmbedRequest` (embedding workers), :class:`ClearCache`.
+    :class:`EmbedRequest` (embedding workers), :class:`RerankRequest`
+    (rerank workers), :class:`ClearCache`.
 Direction worker -> gateway (``WorkerMessage``):
     :class:`Hello`, :class:`Loaded`, :class:`Ready`, :class:`Heartbeat`,
     :class:`StepOutputs`, :class:`Failed`, :class:`CacheCleared`.
@@ -304,6 +305,7 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     ``vision_prefills``: prompts whose images went through the vision
     tower (a prompt whose images were all found in the prefix cache is not
     counted); ``vision_image_tokens``: the image tokens of those prompts.
+    ``rerank_pairs``: query-document pairs a rerank worker scored.
     ``cache_evictions`` / ``disk_cache_evictions``: entries the memory /
     disk tier dropped to stay within its budget (not those a clear or a
     longer entry of the same prefix replaced). ``warm_prompts`` /
@@ -342,6 +344,7 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     heartbeat_seq: int = 0
     vision_prefills: int = 0
     vision_image_tokens: int = 0
+    rerank_pairs: int = 0
     cache_evictions: int = 0
     disk_cache_evictions: int = 0
     warm_prompts: int = 0
@@ -474,6 +477,9 @@ class RequestOutput(msgspec.Struct, frozen=True, kw_only=True):
     ``finish_reason="stop"``, ``prompt_tokens`` the tokens of all its
     inputs, and ``embeddings`` its vectors: little-endian float32,
     row-major, ``embedding_dim`` values per input, in input order.
+    A :class:`RerankRequest` is answered likewise, with ``scores`` holding
+    each document's relevance score in document order (``prompt_tokens``:
+    the tokens of every pair).
     """
 
     request_id: str
@@ -494,6 +500,7 @@ class RequestOutput(msgspec.Struct, frozen=True, kw_only=True):
     disk_cached_tokens: int = 0
     embeddings: bytes | None = None
     embedding_dim: int = 0
+    scores: list[float] | None = None
 
     @property
     def ends_choice(self) -> bool:
@@ -586,6 +593,31 @@ class EmbedRequest(msgspec.Struct, frozen=True, kw_only=True, tag="embed"):
         return 1
 
 
+class RerankRequest(msgspec.Struct, frozen=True, kw_only=True, tag="rerank"):
+    """Score ``documents`` against ``query`` with a rerank (cross-encoder)
+    worker: each document is paired with the query and the pair scored.
+
+    ``documents`` is non-empty and no text is empty. A pair longer than the
+    model's limit fails the request with ``context_length_exceeded``
+    unless ``truncate`` is true (then the document is cut, keeping its
+    start; a query that leaves no room for any document text still fails).
+    ``timeout`` as for :class:`GenerateRequest`. Answered by exactly one
+    terminal :class:`RequestOutput` (``scores`` in document order; sorting
+    and ``top_n`` are the gateway's); aborted like a generation.
+    """
+
+    request_id: str
+    query: str
+    documents: list[str]
+    truncate: bool = False
+    timeout: float | None = None
+
+    @property
+    def n(self) -> int:
+        """A rerank request has one result (one terminal output)."""
+        return 1
+
+
 class ClearCache(msgspec.Struct, frozen=True, kw_only=True, tag="clear_cache"):
     """Empty the prefix cache, memory and disk tiers (the worker's
     scheduler thread does it between engine steps; requests running go on
@@ -607,7 +639,7 @@ class CacheCleared(msgspec.Struct, frozen=True, kw_only=True, tag="cache_cleared
     disk_bytes: int = 0
 
 
-GatewayMessage = Union[GenerateRequest, AbortRequest, Shutdown, EmbedRequest, ClearCache]
+GatewayMessage = Union[GenerateRequest, AbortRequest, Shutdown, EmbedRequest, RerankRequest, ClearCache]
 """Any message the gateway sends to a worker."""
 
 WorkerMessage = Union[Hello, Loaded, Ready, Failed, Heartbeat, StepOutputs, CacheCleared]
@@ -654,7 +686,9 @@ class NodeExited(msgspec.Struct, frozen=True, kw_only=True, tag="node_exited"):
     reason: str
 
 
-NodeInbound = Union[NodeStart, NodeKill, NodeAlive, GenerateRequest, AbortRequest, Shutdown, EmbedRequest, ClearCache]
+NodeInbound = Union[
+    NodeStart, NodeKill, NodeAlive, GenerateRequest, AbortRequest, Shutdown, EmbedRequest, RerankRequest, ClearCache
+]
 """Any message a gateway sends to a node."""
 
 NodeOutbound = Union[

@@ -136,9 +136,10 @@ def test_unknown_tool_parser(tmp_path):
 
 def test_model_kind_is_checked(tmp_path):
     with pytest.raises(ConfigError, match="kind must be one of"):
-        load_config(write(tmp_path, '[[models]]\nname = "a"\nkind = "rerank"\n'))
+        load_config(write(tmp_path, '[[models]]\nname = "a"\nkind = "classify"\n'))
     config = load_config(write(tmp_path, '[[models]]\nname = "a"\nkind = "embedding"\nshorten_dimensions = true\n'))
     assert config.models[0].kind == "embedding" and config.models[0].max_inputs == 2048
+    assert load_config(write(tmp_path, '[[models]]\nname = "a"\nkind = "rerank"\n')).models[0].kind == "rerank"
 
 
 def test_default_config_serves_an_embedding_model():

@@ -44,6 +44,7 @@ GATEWAY: dict[str, set[str]] = {
     "anthropic": _FRONT_END,
     "ollama": _FRONT_END,
     "embeddings": {"core", "frontend"},
+    "rerank": {"core", "frontend"},
     "http": {"core", "frontend"},
     "limits": {"core", "frontend"},
     "service": set(),
@@ -54,7 +55,7 @@ GATEWAY_TOP = {"__init__", "__main__", "app", "cli", "server", "node_main", "ope
 """The gateway's entry points and composition: they may import any package;
 no package imports them."""
 
-FRONT_ENDS = {"openai", "responses", "anthropic", "ollama", "embeddings"}
+FRONT_ENDS = {"openai", "responses", "anthropic", "ollama", "embeddings", "rerank"}
 """The protocol front-ends."""
 
 WORKER: dict[str, set[str]] = {
@@ -65,6 +66,7 @@ WORKER: dict[str, set[str]] = {
     "loading": set(),
     "vision": {"loading"},
     "embeddings": {"loading"},
+    "rerank": {"embeddings", "loading"},
     "prompting": {"parsers", "sampling", "vision"},
     "output": {"parsers"},
     "engine": {"sampling", "speculation", "caches"},

@@ -58,6 +58,7 @@ from shared.protocol import (
     Hello,
     Ready,
     RequestOutput,
+    RerankRequest,
     Shutdown,
     StepOutputs,
     WorkerStats,
@@ -68,7 +69,15 @@ from worker.engine import mlx_memory
 from worker.engine.scheduler import Scheduler
 from worker.faults import armed, reached
 from worker.messages import Abort, ClearPrefixCache, Stop
-from worker.model_setup import EmbeddingSetup, GenerationSetup, build_embedding, build_generation, serves_embeddings
+from worker.model_setup import (
+    EmbeddingSetup,
+    GenerationSetup,
+    RerankSetup,
+    build_embedding,
+    build_generation,
+    build_rerank,
+    served_kind,
+)
 from worker.output.loop import Exit, FailAll, OutputLoop
 from worker.parent_watch import watch_parent
 from worker.prompting.builder import PromptBuilder, PromptError
@@ -118,6 +127,7 @@ class Worker:
         self._scheduler: Scheduler | None = None
         self._prompts: PromptBuilder | None = None
         self._embedding: Any = None  # the EmbeddingModel of an embedding worker
+        self._reranker: Any = None  # the RerankModel of a rerank worker
         self._lockstep: Any = None  # a tensor-parallel group's Lockstep, once joined
         self._ready = threading.Event()
         self._failed = threading.Event()
@@ -226,12 +236,14 @@ class Worker:
     def _scheduler_main(self) -> None:
         """Scheduler thread: load, warm up, announce, then run the engine
         (what is loaded and built: :mod:`worker.model_setup`)."""
-        embedding = serves_embeddings(self.config)
+        kind = served_kind(self.config)
         try:
             started = time.monotonic()
-            setup: GenerationSetup | EmbeddingSetup
-            if embedding:
+            setup: GenerationSetup | EmbeddingSetup | RerankSetup
+            if kind == "embedding":
                 setup = build_embedding(self.config, self.output.queue.put)
+            elif kind == "rerank":
+                setup = build_rerank(self.config, self.output.queue.put)
             else:
                 mlx_memory.apply_limits(self.memory_limit, self.cache_limit)
                 self._lockstep = self._join_group()
@@ -239,10 +251,13 @@ class Worker:
                 setup = build_generation(self.config, emit, self._lockstep)
                 self.output.decoder = setup.decoder
                 self._prompts = setup.prompts
-            self.output.queue.put(setup.report(self.worker_id, time.monotonic() - started))
             if isinstance(setup, EmbeddingSetup):
                 setup.scheduler.warm_up()
                 self._embedding = setup.model
+                context = setup.model.max_tokens
+            elif isinstance(setup, RerankSetup):
+                setup.scheduler.warm_up()
+                self._reranker = setup.model
                 context = setup.model.max_tokens
             else:
                 setup.scheduler.warm_up(list(setup.loaded.tokenizer.encode("Hello")) or [0])
@@ -250,6 +265,8 @@ class Worker:
                     self._warm_prefix(setup)
                 context = setup.context
             self._scheduler = setup.scheduler  # type: ignore[assignment]
+            # announced once warm, with the memory the heartbeats report from now on
+            self.output.queue.put(setup.report(self.worker_id, time.monotonic() - started))
         except BaseException as exc:
             log.exception("model %s failed to load", self.config.name)
             self.output.queue.put(Failed(worker_id=self.worker_id, message=f"{type(exc).__name__}: {exc}"))
@@ -327,6 +344,8 @@ class Worker:
                 self._admit(message)
             elif isinstance(message, EmbedRequest):
                 self._embed(message)
+            elif isinstance(message, RerankRequest):
+                self._rerank(message)
             elif isinstance(message, AbortRequest):
                 self._scheduler.submit(Abort(list(message.request_ids)))  # type: ignore[union-attr]
             elif isinstance(message, ClearCache):
@@ -335,8 +354,8 @@ class Worker:
 
     def _clear_cache(self, message: ClearCache) -> None:
         """Input thread: have the scheduler empty the prefix cache; an
-        embedding worker has none and answers at once."""
-        if self._embedding is not None:
+        embedding or rerank worker has none and answers at once."""
+        if self._embedding is not None or self._reranker is not None:
             self.output.queue.put(CacheCleared(worker_id=self.worker_id, clear_id=message.clear_id))
             return
         self._scheduler.submit(ClearPrefixCache(message.clear_id, self.worker_id))  # type: ignore[union-attr]
@@ -389,14 +408,18 @@ class Worker:
             warm_tokens=c.warm_tokens,
             vision_prefills=c.vision_prefills,
             vision_image_tokens=c.vision_image_tokens,
+            rerank_pairs=c.rerank_pairs,
         )
 
     def _admit(self, request: GenerateRequest) -> None:
-        if self._embedding is not None:
+        if self._own_kind() != "generate":
             from shared.model_kind import wrong_kind_message
 
             self._refuse(
-                request.request_id, "invalid_request", wrong_kind_message(self.config.name, "embedding"), "model"
+                request.request_id,
+                "invalid_request",
+                wrong_kind_message(self.config.name, self._own_kind(), "generate"),
+                "model",
             )
             return
         assert self._prompts is not None and self._scheduler is not None
@@ -431,7 +454,10 @@ class Worker:
             from shared.model_kind import wrong_kind_message
 
             self._refuse(
-                request.request_id, "invalid_request", wrong_kind_message(self.config.name, "generate"), "model"
+                request.request_id,
+                "invalid_request",
+                wrong_kind_message(self.config.name, self._own_kind(), "embedding"),
+                "model",
             )
             return
         dims = request.dimensions
@@ -469,6 +495,54 @@ class Worker:
         now = time.monotonic()
         deadline = now + request.timeout if request.timeout else None
         self._scheduler.submit(EmbedJob(request.request_id, inputs, dims, deadline, now))  # type: ignore[union-attr]
+
+    def _own_kind(self) -> str:
+        """What this worker serves: ``embedding``, ``rerank`` or ``generate``."""
+        if self._embedding is not None:
+            return "embedding"
+        return "rerank" if self._reranker is not None else "generate"
+
+    def _rerank(self, request: RerankRequest) -> None:
+        """Input thread: pair and tokenize a rerank request and queue it for
+        the scheduler, or refuse it (wrong kind of model, too many
+        documents, empty or over-long texts)."""
+        from worker.rerank.model import RerankInputError
+        from worker.rerank.scheduler import RerankJob
+
+        model = self._reranker
+        if model is None:
+            from shared.model_kind import wrong_kind_message
+
+            self._refuse(
+                request.request_id,
+                "invalid_request",
+                wrong_kind_message(self.config.name, self._own_kind(), "rerank"),
+                "model",
+            )
+            return
+        if len(request.documents) > self.config.max_inputs:
+            self._refuse(
+                request.request_id,
+                "invalid_request",
+                f"{len(request.documents)} documents; model '{self.config.name}' takes at most "
+                f"{self.config.max_inputs} per request",
+                "documents",
+            )
+            return
+        try:
+            pairs = model.tokenizer.prepare(request)
+        except RerankInputError as exc:
+            self._refuse(request.request_id, exc.kind, exc.message, exc.field)
+            return
+        except Exception as exc:  # never let one request take the input thread down
+            log.exception("could not prepare request %s", request.request_id)
+            self._refuse(
+                request.request_id, "invalid_request", f"the documents could not be prepared: {type(exc).__name__}"
+            )
+            return
+        now = time.monotonic()
+        deadline = now + request.timeout if request.timeout else None
+        self._scheduler.submit(RerankJob(request.request_id, pairs, None, deadline, now))  # type: ignore[union-attr]
 
     def _refuse(self, request_id: str, kind: str, message: str, field: str | None = None) -> None:
         """End a request that never reached the engine with an error

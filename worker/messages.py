@@ -212,5 +212,6 @@ class Counters:
     peak_memory: int = 0
     vision_prefills: int = 0
     vision_image_tokens: int = 0
+    rerank_pairs: int = 0
     warm_prompts: int = 0
     warm_tokens: int = 0

@@ -5,12 +5,13 @@ tensor-parallel group when there is one) and builds what serves it: the
 detokenizer, the prompt builder (chat template, tool and reasoning formats,
 grammar compiler, image preparer), the cache profile, the prefix cache
 (with its disk tier), speculative decoding and the scheduler;
-:func:`build_embedding` loads an embedding model and its scheduler. Each
+:func:`build_embedding` loads an embedding model and its scheduler,
+:func:`build_rerank` a reranker (cross-encoder) and its scheduler. Each
 gives a setup whose :meth:`~GenerationSetup.report` is the ``Loaded``
-message. Also the model's kind (text, vision or embedding) and which BLAS
+message. Also the model's kind (text, vision, embedding or rerank) and which BLAS
 runs the matrix products.
 
-Called on the scheduler thread while the model loads (:func:`serves_embeddings`
+Called on the scheduler thread while the model loads (:func:`served_kind`
 first), so every MLX object is created there; the modules that load MLX are
 imported inside the functions for the same reason (this module is imported
 by :mod:`worker.main` on the main thread).
@@ -40,6 +41,8 @@ if TYPE_CHECKING:  # load MLX; imported where they are used
     from worker.embeddings.model import EmbeddingModel
     from worker.embeddings.scheduler import EmbeddingScheduler
     from worker.loading.loader import LoadedModel
+    from worker.rerank.model import RerankModel
+    from worker.rerank.scheduler import RerankScheduler
     from worker.speculation.draft_model import DraftModel
 
 log = logging.getLogger("mlxd.worker")
@@ -208,6 +211,41 @@ def build_embedding(config: ModelConfig, emit: Callable[[Any], None]) -> Embeddi
 
     model = load_embedding_model(config.source, dtype=config.dtype, context_length=config.context_length)
     return EmbeddingSetup(model, EmbeddingScheduler(model, emit, max_batch_size=config.max_batch_size))
+
+
+@dataclass(frozen=True)
+class RerankSetup:
+    """A reranker and its scheduler (see :func:`build_rerank`)."""
+
+    model: RerankModel
+    scheduler: RerankScheduler
+
+    def report(self, worker_id: str, load_seconds: float) -> Loaded:
+        """The ``Loaded`` message announcing this model."""
+        import mlx.core as mx
+
+        return Loaded(
+            worker_id=worker_id,
+            context_length=self.model.max_tokens,
+            load_seconds=load_seconds,
+            model_path=str(self.model.path),
+            blas=blas_in_use(on_gpu=mx.default_device() == mx.gpu),
+            sampling="none",
+        )
+
+
+def build_rerank(config: ModelConfig, emit: Callable[[Any], None]) -> RerankSetup:
+    """Scheduler thread: load ``config``'s reranker and its scheduler,
+    which reports to ``emit``.
+
+    Raises:
+        Exception: whatever loading the model raises.
+    """
+    from worker.rerank.model import load_rerank_model
+    from worker.rerank.scheduler import RerankScheduler
+
+    model = load_rerank_model(config.source, dtype=config.dtype, context_length=config.context_length)
+    return RerankSetup(model, RerankScheduler(model, emit, max_batch_size=config.max_batch_size))
 
 
 def prefix_cache_for(config: ModelConfig, loaded: LoadedModel, trimmable: bool) -> PrefixCache | None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Protocol
 
 from shared.model_kind import ModelKind
-from shared.protocol import EmbedRequest, GenerateRequest, RequestOutput
+from shared.protocol import EmbedRequest, GenerateRequest, RequestOutput, RerankRequest
 
 
 @dataclass(frozen=True)
@@ -26,8 +26,8 @@ class ModelInfo:
     sets none; None until the worker has loaded the model.
     ``context_length`` is the model's context in tokens (None until its
     worker has loaded it once); ``source`` its configured ``source``;
-    ``kind`` ``generate``, ``vision`` (takes images) or ``embedding``
-    (None: not known yet).
+    ``kind`` ``generate``, ``vision`` (takes images), ``embedding`` or
+    ``rerank`` (None: not known yet).
     """
 
     name: str
@@ -127,7 +127,7 @@ class ModelBackend(Protocol):
         ...
 
     async def submit(
-        self, model: str, request: GenerateRequest | EmbedRequest, keep_alive: float | None = None
+        self, model: str, request: GenerateRequest | EmbedRequest | RerankRequest, keep_alive: float | None = None
     ) -> RequestStream:
         """Send ``request`` to the worker of canonical model ``model``.
 
@@ -137,12 +137,13 @@ class ModelBackend(Protocol):
 
         The backend fills in the model's configured deadline (``timeout``).
         An :class:`~shared.protocol.EmbedRequest` yields one output (its
-        vectors or its error).
+        vectors or its error), a :class:`~shared.protocol.RerankRequest`
+        one output (its scores or its error).
 
         Raises:
             gateway.core.errors.APIError: 400 ``wrong_model_kind`` when the
-                model is not of the request's kind (generation or
-                embedding); 503 when the worker is not ready, or
+                model is not of the request's kind (generation, embedding
+                or rerank); 503 when the worker is not ready, or
                 503 ``overloaded`` (with ``Retry-After``) when the model's
                 queue is full.
         """

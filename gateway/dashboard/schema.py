@@ -90,7 +90,7 @@ class ModelStatus(msgspec.Struct, kw_only=True):
     ``draining``, ``restarting`` (its worker died; restarted after a
     back-off), ``failed`` (could not be loaded; ``error`` says why) or
     ``stopped``; ``error`` is the last load or crash error (None once
-    ready). ``kind``: ``generate``, ``vision`` or ``embedding`` (None when
+    ready). ``kind``: ``generate``, ``vision``, ``embedding`` or ``rerank`` (None when
     not known before a load). ``node``: the ``[[nodes]]`` entry running
     it (None: this machine). ``inflight``: requests the gateway has sent
     to it and not seen end; ``running`` and ``waiting``: sequences decoding

@@ -112,7 +112,7 @@ async def _serve_pulled(request: Request) -> None:
         config = request.app.state.config
         catalog = await asyncio.to_thread(catalog_of, config)
         updated = await asyncio.to_thread(with_pulled_models, _file_config(config), catalog)
-        request.app.state.backend.reload(updated)
+        await request.app.state.backend.reload(updated)
         request.app.state.config = updated
 
 

@@ -49,6 +49,7 @@ mlxd:spec_decode_num_draft_tokens_total       counter    heartbeat
 mlxd:spec_decode_num_accepted_tokens_total    counter    heartbeat
 mlxd:vision_prefills_total                    counter    heartbeat
 mlxd:vision_image_tokens_total                counter    heartbeat
+mlxd:rerank_pairs_total                       counter    heartbeat
 mlxd:worker_restarts_total                    counter    snapshot
 mlxd:worker_memory_bytes                      gauge      psutil RSS of pid
 mlxd:mlx_active_memory_bytes                  gauge      heartbeat

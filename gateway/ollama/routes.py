@@ -77,7 +77,7 @@ from gateway.ollama.translate import (
     keep_alive_seconds,
     show_model_name,
 )
-from shared.model_kind import wrong_kind_message
+from shared.model_kind import capabilities, wrong_kind_message
 from shared.protocol import RequestOutput
 
 OLLAMA_VERSION = "0.12.0"
@@ -238,8 +238,9 @@ async def _embedding(request: Request, kind: type) -> Response:
         model = _resolve(backend, body.model)
         keep = keep_alive_seconds(body.keep_alive)
         if isinstance(body, OllamaEmbeddingsRequest) and not body.prompt:
-            if _info(backend, model).kind == "generation":
-                raise bad_request(wrong_kind_message(model, "generation"), "model", code="wrong_model_kind")
+            kind = _info(backend, model).kind
+            if kind is not None and kind != "embedding":
+                raise bad_request(wrong_kind_message(model, kind, "embedding"), "model", code="wrong_model_kind")
             await backend.load(model, keep)
             return JSONResponse({"embedding": []})
         work = embed_request(body, new_id("ollama-embd-"))
@@ -354,13 +355,16 @@ def _entry(info: ModelInfo, files: ModelFiles, **extra: Any) -> dict[str, Any]:
 
 async def list_tags(request: Request) -> Response:
     """``GET /api/tags``: every configured model (aliases too, as their own
-    entries) with its size on disk and details."""
+    entries) with its size on disk and details, and (mlxd extensions) its
+    ``kind`` and ``capabilities`` as ``/api/show`` names them."""
     backend = backend_of(request)
     infos = backend.models()
     files = await _files_of(backend, infos)
     entries = []
     for info in infos:
-        entry = _entry(info, files[info.name])
+        entry = _entry(
+            info, files[info.name], kind=info.kind, capabilities=capabilities(info.kind, files[info.name].chat_template)
+        )
         entries.append(entry)
         entries += [{**entry, "name": alias, "model": alias} for alias in info.aliases]
     return JSONResponse({"models": entries})
@@ -393,8 +397,9 @@ async def list_running(request: Request) -> Response:
 
 async def show(request: Request) -> Response:
     """``POST /api/show``: a configured model's details, chat template,
-    sampling defaults (as ``parameters``), ``model_info`` and
-    capabilities."""
+    sampling defaults (as ``parameters``), ``model_info``, capabilities
+    (:func:`shared.model_kind.capabilities`) and (an mlxd extension) its
+    ``kind``."""
     try:
         body: OllamaShowRequest = decode(OllamaShowRequest, await request.body())
         backend = backend_of(request)
@@ -409,16 +414,6 @@ async def show(request: Request) -> Response:
     model_info: dict[str, Any] = {"general.architecture": family}
     if info.context_length:
         model_info[f"{family}.context_length"] = info.context_length
-    if info.kind == "embedding":
-        capabilities = ["embedding"]
-    else:
-        capabilities = ["completion"]
-        if "tools" in template:
-            capabilities.append("tools")
-        if "think" in template:
-            capabilities.append("thinking")
-        if info.kind == "vision":
-            capabilities.append("vision")
     return JSONResponse(
         {
             "modelfile": f"# mlxd serves this model from its config: source = {info.source}\n",
@@ -426,7 +421,8 @@ async def show(request: Request) -> Response:
             "template": template,
             "details": entry["details"],
             "model_info": model_info,
-            "capabilities": capabilities,
+            "capabilities": capabilities(info.kind or "generate", template),
+            "kind": info.kind,
             "modified_at": entry["modified_at"],
         }
     )

@@ -30,6 +30,7 @@ from gateway.frontend.answer_driver import TokenTally
 from gateway.frontend.custom_tools import custom_input
 from gateway.frontend.request_flow import FinalReason
 from gateway.openai.logprobs import ChatLogprobs, CompletionLogprobs, chat_logprobs, completion_logprobs
+from shared.model_kind import capabilities
 from shared.protocol import TokenLogprob, ToolCall
 
 OWNED_BY = "mlxd"
@@ -273,7 +274,12 @@ class ModelCard(msgspec.Struct, kw_only=True):
     ``aliases`` the other names it answers to and ``sampling_defaults`` the
     sampling settings it uses where a request sets none (null until the
     model has been loaded), ``vision`` whether it takes images (null when
-    not known before its worker loads it, e.g. a Hugging Face repo id).
+    not known before its worker loads it, e.g. a Hugging Face repo id),
+    ``kind`` what it serves (``generate``, ``vision``, ``embedding``,
+    ``rerank``; null when not known yet) and ``capabilities`` that kind's
+    capabilities in Ollama's names (``completion``, ``vision``,
+    ``embedding``, ``rerank``; ``/api/show`` adds ``tools`` and ``thinking``
+    from the chat template).
     """
 
     id: str
@@ -284,6 +290,8 @@ class ModelCard(msgspec.Struct, kw_only=True):
     aliases: list[str] = []
     sampling_defaults: dict[str, float] | None = None
     vision: bool | None = None
+    kind: str | None = None
+    capabilities: list[str] = []
 
 
 class ModelList(msgspec.Struct, kw_only=True):
@@ -377,6 +385,8 @@ def model_card(info: ModelInfo) -> ModelCard:
         aliases=list(info.aliases),
         sampling_defaults=info.sampling_defaults,
         vision=None if info.kind is None else info.kind == "vision",
+        kind=info.kind,
+        capabilities=capabilities(info.kind),
     )
 
 

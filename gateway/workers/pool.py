@@ -29,8 +29,8 @@ from gateway.workers.model_files import read_model_files, read_models_files
 from gateway.workers.model_paths import SourceOutsideRoot, check_inside_root
 from gateway.workers.node_link import NodeLink
 from shared.config import Config, ModelConfig
-from shared.model_kind import ModelKind, wrong_kind_message
-from shared.protocol import CacheCleared, EmbedRequest, GenerateRequest, WorkerStats
+from shared.model_kind import ModelKind, serves, wrong_kind_message
+from shared.protocol import CacheCleared, EmbedRequest, GenerateRequest, RerankRequest, WorkerStats
 from shared.sockets import make_socket_dir, read_key_pair, remove_socket_dir
 
 log = logging.getLogger("mlxd.gateway.pool")
@@ -256,15 +256,15 @@ class WorkerPool:
         return kind
 
     async def submit(
-        self, model: str, request: GenerateRequest | EmbedRequest, keep_alive: float | None = None
+        self, model: str, request: GenerateRequest | EmbedRequest | RerankRequest, keep_alive: float | None = None
     ) -> WorkerRequestStream:
         """Route ``request`` to ``model``'s worker, starting it if needed;
         ``keep_alive`` as in :meth:`WorkerHandle.submit`.
 
         Raises:
             gateway.core.errors.APIError: 400 ``wrong_model_kind`` when the model
-                is of the other kind (an embedding model asked to generate
-                or the reverse); 400 for images a text model cannot read or
+                is of another kind than the request needs (an embedding
+                model asked to generate, a generator asked to rerank, ...); 400 for images a text model cannot read or
                 a remote image that may not be fetched
                 (:func:`gateway.images.request.ready_images`); 503 while draining, when the model cannot
                 be loaded (or not within the memory budget), or when its
@@ -276,8 +276,9 @@ class WorkerPool:
         if handle is None:
             raise model_not_found(model)
         kind = self.kind(model)
-        if kind is not None and (kind == "embedding") != isinstance(request, EmbedRequest):
-            raise bad_request(wrong_kind_message(model, kind), param="model", code="wrong_model_kind")
+        needed = needed_kind(request)
+        if kind is not None and not serves(kind, needed):
+            raise bad_request(wrong_kind_message(model, kind, needed), param="model", code="wrong_model_kind")
         if isinstance(request, GenerateRequest):
             request = await ready_images(request, model, kind, self.config.images)
         await self._acquire(handle)
@@ -395,3 +396,13 @@ class WorkerPool:
         preloaded = [m.name for m in self.config.models if m.preload]
         ready = not self.draining and all(states.get(n) == "ready" for n in preloaded)
         return ready, {"ready": ready, "models": states}
+
+
+def needed_kind(request: GenerateRequest | EmbedRequest | RerankRequest) -> str:
+    """The kind of model ``request`` needs: ``embedding``, ``rerank`` or
+    ``generate`` (which a vision model also serves)."""
+    if isinstance(request, EmbedRequest):
+        return "embedding"
+    if isinstance(request, RerankRequest):
+        return "rerank"
+    return "generate"

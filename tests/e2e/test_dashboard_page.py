@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import threading
 from pathlib import Path
 
 import httpx
@@ -160,6 +159,10 @@ def renders(driver) -> int:
     return int(driver.execute_script("return Number(document.body.dataset.polls || 0)"))
 
 
+CHAT_BODY = {"model": TINY, "messages": [{"role": "user", "content": "Tell a long story."}]}
+"""A chat request body (a test adds what it needs)."""
+
+
 def chat(server, content: str, max_tokens: int = 24) -> str:
     """One streamed chat request; returns its id."""
     body = {
@@ -206,18 +209,14 @@ def test_with_the_key_every_model_server_and_node_shows(browser, server):
 
 def test_traffic_makes_the_numbers_move(browser, server):
     hits_before = field(browser, TINY, "hit-rate")
-    ids: list[str] = []
-
-    def traffic():
-        for i in range(6):
-            ids.append(chat(server, "Say something about the sea." if i % 2 else "Count to ten, slowly."))
-
-    sender = threading.Thread(target=traffic)
-    sender.start()
-    # while it runs: requests show up as running, then finished
-    wait(browser, lambda d: "running" in text(d, "#requests tbody"), what="a running request")
-    sender.join(timeout=120)
-    assert len(ids) == 6
+    # a request that runs until the page has shown it running (then its client leaves)
+    long = {**CHAT_BODY, "max_tokens": 1500, "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", f"{server.url}/v1/chat/completions", json=long, headers=server.headers, timeout=60) as r:
+        assert r.status_code == 200
+        lines = r.iter_lines()  # held: a dropped iterator would close the stream (the request aborts)
+        next(line for line in lines if line.startswith("data: {"))
+        wait(browser, lambda d: "running" in text(d, "#requests tbody"), what="a running request")
+    ids = [chat(server, "Say something about the sea." if i % 2 else "Count to ten, slowly.") for i in range(6)]
 
     def all_listed(d):
         rows = {r.get_attribute("data-request"): r for r in d.find_elements(By.CSS_SELECTOR, "tr[data-request]")}

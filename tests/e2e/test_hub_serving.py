@@ -18,6 +18,7 @@ official ``ollama`` client:
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -110,9 +111,10 @@ def test_pull_then_serve_by_name_without_a_config(world, hub, tiny_model_dir):
             timeout=60,
         )
         assert ps.returncode == 0, ps.stderr
-        header = next(line for line in ps.stdout.splitlines() if "MODEL" in line)
-        assert ["MODEL", "KIND", "STATE", "CTX"] == header.split()[:4] and header.split()[-1] == "UNTIL"
-        row = next(line.split() for line in ps.stdout.splitlines() if line.split()[:1] == ["tiny:serve"])
+        lines = [re.sub(r"[│┃|]", " ", line).split() for line in ps.stdout.splitlines()]
+        header = next(cells for cells in lines if "MODEL" in cells)
+        assert ["MODEL", "KIND", "STATE", "CTX"] == header[:4] and header[-1] == "UNTIL"
+        row = next(cells for cells in lines if cells[:1] == ["tiny:serve"])
         assert row[2:4] == ["ready", "2048"] and row[-1] == "never"
     finally:
         server.stop()

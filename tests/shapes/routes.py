@@ -30,6 +30,9 @@ the official wire format (each applied only where stated):
   is checked decoded;
 * Anthropic's ``ping`` event has no SDK type (the SDK skips it); it must be
   exactly ``{"type": "ping"}``.
+
+The rerank routes have no official type in any SDK: they are checked against
+mlxd's own (:mod:`tests.shapes.rerank`), written from the clients' shape.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from openai.pagination import SyncPage
 from gateway.dashboard.pages import PAGE_PATHS
 from tests.shapes.frames import ndjson_lines, sse_events
 from tests.shapes.official import validate
+from tests.shapes.rerank import RerankResponse
 
 # --- error bodies ----------------------------------------------------------------------
 
@@ -224,6 +228,7 @@ ROUTES: dict[tuple[str, str], Shapes] = {
     ),
     ("POST", "/api/embed"): Shapes(body=(ollama_types.EmbedResponse,)),
     ("POST", "/api/embeddings"): Shapes(body=(ollama_types.EmbeddingsResponse,)),
+    **{("POST", path): Shapes(body=(RerankResponse,)) for path in ("/v1/rerank", "/rerank", "/v2/rerank")},
     ("POST", "/api/pull"): Shapes(
         body=(ollama_types.ProgressResponse,),
         stream=ndjson_stream((ollama_types.ProgressResponse,)),

@@ -476,6 +476,8 @@ async def test_list_and_retrieve_models():
                 "aliases": ["alias"],
                 "sampling_defaults": {"temperature": 0.6, "top_p": 0.95, "top_k": 20},
                 "vision": None,
+                "kind": None,
+                "capabilities": [],
             },
             {
                 "id": "org/other",
@@ -486,6 +488,8 @@ async def test_list_and_retrieve_models():
                 "aliases": [],
                 "sampling_defaults": None,
                 "vision": None,
+                "kind": None,
+                "capabilities": [],
             },
         ],
     }

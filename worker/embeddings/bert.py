@@ -1,4 +1,4 @@
-"""A BERT encoder on ``mlx.nn``, for embedding models.
+"""A BERT encoder on ``mlx.nn``, for embedding models and cross-encoders.
 
 Module and parameter names follow Hugging Face's ``BertModel`` (and so
 mlx-embeddings' ``bert`` model): ``embeddings.word_embeddings``,
@@ -11,6 +11,12 @@ on mlx-vlm and transformers>=5, so it is only the optional ``embeddings``
 extra; the default embedding model (a BERT) must load on a plain install.
 Other families run on mlx-embeddings when it is installed (see
 :mod:`worker.embeddings.model`).
+
+The same encoder runs the RoBERTa family's architecture (``roberta``,
+``xlm-roberta``, ``camembert``: identical layers, positions counted from
+``pad_token_id + 1`` over the real tokens) for cross-encoders
+(:mod:`worker.rerank.model`), and takes token-type ids (a pair's second
+segment is type 1 in BERT): one encoder for embeddings and reranking.
 
 Every call touches MLX: use it on the worker's scheduler thread only.
 """
@@ -33,13 +39,22 @@ _ACTIVATIONS = {
 }
 
 
+ROBERTA_FAMILY = frozenset({"roberta", "xlm-roberta", "xlm_roberta", "camembert"})
+"""``model_type`` values of the RoBERTa family (BERT's layers, RoBERTa's positions)."""
+
+
 class UnsupportedModel(ValueError):
     """The model config describes something this encoder cannot run."""
 
 
 @dataclass(frozen=True)
 class BertConfig:
-    """The shape of a BERT encoder, read from a model's ``config.json``."""
+    """The shape of a BERT encoder, read from a model's ``config.json``.
+
+    ``position_offset`` is None for BERT (positions ``0..n-1``) and
+    ``pad_token_id`` for the RoBERTa family (a real token's position is
+    ``pad_token_id + 1 +`` its index among the real tokens).
+    """
 
     vocab_size: int
     hidden_size: int
@@ -50,19 +65,22 @@ class BertConfig:
     type_vocab_size: int = 2
     layer_norm_eps: float = 1e-12
     hidden_act: str = "gelu"
+    position_offset: int | None = None
 
     @classmethod
     def from_dict(cls, config: dict[str, Any]) -> BertConfig:
         """Read the fields from ``config``.
 
         Raises:
-            UnsupportedModel: not a ``bert`` model, a missing field, an
-                unknown activation, or relative position embeddings.
+            UnsupportedModel: not a ``bert`` or RoBERTa-family model
+                (:data:`ROBERTA_FAMILY`), a missing field, an unknown
+                activation, or relative position embeddings.
         """
         model_type = config.get("model_type")
-        if model_type != "bert":
+        roberta = str(model_type).lower() in ROBERTA_FAMILY
+        if model_type != "bert" and not roberta:
             raise UnsupportedModel(
-                f"model_type {model_type!r} is not supported by mlxd's encoder (it runs BERT models)"
+                f"model_type {model_type!r} is not supported by mlxd's encoder (it runs BERT and RoBERTa models)"
             )
         if config.get("position_embedding_type", "absolute") != "absolute":
             raise UnsupportedModel("only absolute position embeddings are supported")
@@ -79,6 +97,7 @@ class BertConfig:
                 type_vocab_size=int(config.get("type_vocab_size", 2)),
                 layer_norm_eps=float(config.get("layer_norm_eps", 1e-12)),
                 hidden_act=str(config.get("hidden_act", "gelu")),
+                position_offset=int(config.get("pad_token_id") or 0) if roberta else None,
             )
         except KeyError as exc:
             raise UnsupportedModel(f"config.json lacks {exc.args[0]!r}") from None
@@ -89,15 +108,21 @@ class _Embeddings(nn.Module):
 
     def __init__(self, c: BertConfig) -> None:
         super().__init__()
+        self._offset = c.position_offset
         self.word_embeddings = nn.Embedding(c.vocab_size, c.hidden_size)
         self.position_embeddings = nn.Embedding(c.max_position_embeddings, c.hidden_size)
         self.token_type_embeddings = nn.Embedding(c.type_vocab_size, c.hidden_size)
         self.LayerNorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
 
-    def __call__(self, ids: mx.array) -> mx.array:
-        positions = mx.arange(ids.shape[1])[None, :]
+    def __call__(self, ids: mx.array, mask: mx.array, types: mx.array | None) -> mx.array:
+        if self._offset is None:
+            positions = mx.arange(ids.shape[1])[None, :]
+        else:  # RoBERTa: real tokens count from pad + 1; padding sits at the pad position
+            real = mask.astype(mx.int32)
+            positions = mx.cumsum(real, axis=1) * real + self._offset
         x = self.word_embeddings(ids) + self.position_embeddings(positions)
-        return self.LayerNorm(x + self.token_type_embeddings.weight[0])
+        kinds = self.token_type_embeddings.weight[0] if types is None else self.token_type_embeddings(types)
+        return self.LayerNorm(x + kinds)
 
 
 class _SelfAttention(nn.Module):
@@ -183,12 +208,13 @@ class _Encoder(nn.Module):
 class BertModel(nn.Module):
     """The encoder: token ids and their attention mask in, hidden states out.
 
-    ``__call__(ids, mask)``: ``ids`` int32 ``(batch, length)`` padded on the
-    right, ``mask`` ``(batch, length)`` with 1 for real tokens and 0 for
-    padding; returns the last hidden states ``(batch, length, hidden)``.
-    Padding never influences the real tokens' states (it is masked out of
-    attention), so a batch gives each input the states it gets alone.
-    All inputs use token type 0.
+    ``__call__(ids, mask, types=None)``: ``ids`` int32 ``(batch, length)``
+    padded on the right, ``mask`` ``(batch, length)`` with 1 for real tokens
+    and 0 for padding, ``types`` the token-type ids ``(batch, length)``
+    (None: every token type 0); returns the last hidden states
+    ``(batch, length, hidden)``. Padding never influences the real tokens'
+    states (it is masked out of attention), so a batch gives each input the
+    states it gets alone.
     """
 
     def __init__(self, config: BertConfig) -> None:
@@ -197,8 +223,8 @@ class BertModel(nn.Module):
         self.embeddings = _Embeddings(config)
         self.encoder = _Encoder(config)
 
-    def __call__(self, ids: mx.array, mask: mx.array) -> mx.array:
-        x = self.embeddings(ids)
+    def __call__(self, ids: mx.array, mask: mx.array, types: mx.array | None = None) -> mx.array:
+        x = self.embeddings(ids, mask, types)
         keep = mask[:, None, None, :].astype(mx.bool_)
         additive = mx.where(keep, mx.array(0.0, x.dtype), mx.array(-1e4 if x.dtype != mx.float32 else -1e9, x.dtype))
         for layer in self.encoder.layer:

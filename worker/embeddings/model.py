@@ -335,6 +335,11 @@ def load_embedding_model(source: str, *, dtype: str = "auto", context_length: in
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"model source {source!r}: {exc}") from None
     try:
+        if config_dict.get("model_type") != "bert":  # other families' embedding models: mlx-embeddings
+            raise UnsupportedModel(
+                f"model_type {config_dict.get('model_type')!r} is not supported by mlxd's encoder for embeddings "
+                "(it embeds with BERT models)"
+            )
         config = BertConfig.from_dict(config_dict)
     except (UnsupportedModel, ValueError, KeyError) as exc:
         return _load_with_mlx_embeddings(path, source, config_dict, dtype, context_length, refused=str(exc))

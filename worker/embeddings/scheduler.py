@@ -26,7 +26,7 @@ import queue
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -44,7 +44,8 @@ STEP_TOKENS = 16384
 class EmbedJob:
     """A tokenized embedding request (built on the input thread).
 
-    ``inputs`` are the token ids of each input; ``dimensions`` the vector
+    ``inputs`` are the token ids of each input (any sized rows the model's
+    ``encode`` takes, e.g. a reranker's token pairs); ``dimensions`` the vector
     length asked for (None: the model's); ``deadline`` a
     ``time.monotonic()`` instant or None; ``received`` when the worker got
     it.
@@ -83,7 +84,9 @@ class EmbeddingScheduler:
 
     ``emit`` takes ready contract messages (thread-safe and non-blocking,
     e.g. the output thread's queue ``put``). ``max_batch_size`` is the most
-    inputs encoded in one step. ``cache`` and ``speculation`` are always
+    inputs encoded in one step. ``model`` needs ``encode(rows)`` returning
+    one result per row; a subclass answers with other results by
+    overriding :meth:`_answer` (see :mod:`worker.rerank.scheduler`). ``cache`` and ``speculation`` are always
     None (no prefix cache, no drafting; the heartbeat code reads both, as
     on a generation scheduler).
     """
@@ -91,7 +94,7 @@ class EmbeddingScheduler:
     cache = None
     speculation = None
 
-    def __init__(self, model: EmbeddingModel, emit: Callable[[object], None], *, max_batch_size: int) -> None:
+    def __init__(self, model: EmbeddingModel | Any, emit: Callable[[object], None], *, max_batch_size: int) -> None:
         self._model = model
         self._emit = emit
         self._max_batch = max_batch_size
@@ -223,22 +226,22 @@ class EmbeddingScheduler:
         done = [r for r, live in self._live.items() if live.missing == 0]
         if not done:
             return
-        outputs = []
-        for request_id in done:
-            live = self._live.pop(request_id)
-            matrix = shorten(np.stack(live.vectors), live.job.dimensions, self._model.pooling.normalize)  # type: ignore[arg-type]
-            outputs.append(
-                RequestOutput(
-                    request_id=request_id,
-                    prompt_tokens=live.tokens,
-                    finish_reason="stop",
-                    embeddings=np.ascontiguousarray(matrix, dtype="<f4").tobytes(),
-                    embedding_dim=matrix.shape[1],
-                    queue_seconds=live.queue_seconds,
-                )
-            )
+        outputs = [self._answer(request_id, self._live.pop(request_id)) for request_id in done]
         self.counters.requests_finished += len(done)
         self._emit(StepOutputs(step=self.counters.steps, outputs=outputs))
+
+    def _answer(self, request_id: str, live: _Live) -> RequestOutput:
+        """The terminal output of a request whose every input is encoded
+        (a subclass answering with other results overrides this)."""
+        matrix = shorten(np.stack(live.vectors), live.job.dimensions, self._model.pooling.normalize)  # type: ignore[arg-type]
+        return RequestOutput(
+            request_id=request_id,
+            prompt_tokens=live.tokens,
+            finish_reason="stop",
+            embeddings=np.ascontiguousarray(matrix, dtype="<f4").tobytes(),
+            embedding_dim=matrix.shape[1],
+            queue_seconds=live.queue_seconds,
+        )
 
 
 def _groups(items: list[_Item]) -> list[list[_Item]]:

@@ -209,6 +209,7 @@ class Scheduler:
                 done = any(r.uid == uid and r.finish_reason for r in responses)
         finally:
             engine.close()
+        self._update_gauges()  # heartbeats from now on report the loaded weights
 
     def warm_prefix(self, prompts: list[list[int]]) -> int:
         """Prefill each of ``prompts`` (all but its last token, as a
@@ -263,8 +264,11 @@ class Scheduler:
     def start(self) -> None:
         """Build the engine (:meth:`run` does; a test that drives the loop
         turn by turn with :meth:`apply_pending` and :meth:`turn` calls it
-        first, on the thread that then drives)."""
+        first, on the thread that then drives), and read the memory gauges
+        once, so the heartbeats of an idle worker report its weights from
+        the start (they are read again after every loop turn)."""
         self._engine = self._new_engine()
+        self._update_gauges()
 
     def apply_pending(self) -> bool:
         """Apply every queued command without waiting; False when a

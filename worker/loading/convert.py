@@ -76,8 +76,10 @@ def convert(source: str, out: Path, *, bits: int | None, group_size: int = 64, d
             f"{source} is already quantized ({existing.get('bits', '?')} bits); quantize its full-precision checkpoint"
         )
     kind = detect_kind(path)
-    if kind == "embedding":
-        raise ConversionError(f"{source} is an embedding model; mlxd serves those without conversion")
+    if kind in ("embedding", "rerank"):
+        raise ConversionError(
+            f"{source} is {'an embedding' if kind == 'embedding' else 'a rerank'} model; mlxd serves those without conversion"
+        )
     print(f"converting {path} ({kind}) to {out}" + (f", {bits}-bit, group size {group_size}" if bits else ""))
     options = {
         "hf_path": str(path),
