@@ -102,7 +102,8 @@ def test_warm_prompt_makes_the_first_request_hit(server):
 
 
 def test_cache_stats_shape_and_errors(server):
-    (model,) = stats(server, model=TINY)["models"]
+    assert agent_turn(server, "Run the tests.").status_code == 200  # a hit on the warm prompt at least
+    (model,) = wait_for(lambda: stats(server, model=TINY)["models"][0]["memory"]["hits"] and stats(server)["models"])
     assert set(model["memory"]) == {
         "entries",
         "bytes",
