@@ -84,17 +84,23 @@ class PrefixCache:
         self.disk = disk
         self.trimmable = trimmable
         self._unspilled: dict[tuple[int, ...], list[Any]] = {}
-        self._lru = LRUPromptCache(max_size=MAX_ENTRIES, max_bytes=budget_bytes)
+        self._lru = _CountingLRU(max_size=MAX_ENTRIES, max_bytes=budget_bytes)
         self.queries = 0
         self.hits = 0
         self.reused_tokens = 0
         self.refused = 0
-        self.evictions = 0
 
     @property
     def nbytes(self) -> int:
         """Bytes of KV state held now (never above the budget)."""
         return self._lru.nbytes
+
+    @property
+    def evictions(self) -> int:
+        """Entries evicted (least recently used first) to stay within the
+        budget and :data:`MAX_ENTRIES`; not those a longer entry of the
+        same prefix replaced, nor a :meth:`clear`."""
+        return self._lru.evictions
 
     @property
     def entries(self) -> int:
@@ -194,26 +200,11 @@ class PrefixCache:
             cache = _quantized(cache, self.kv_bits, self.kv_group_size)
         pin_untrimmable(cache)
         mx.eval([c.state for c in cache])
-        if not self._make_room(sum(c.nbytes for c in cache)):
-            return
         self._lru.insert_cache(self.model_key, list(tokens), cache)
         if self.disk is not None and len(tokens) >= self.disk_min_tokens:
             self._unspilled[tuple(tokens)] = cache
             while len(self._unspilled) > MAX_UNSPILLED:
                 self._unspilled.pop(next(iter(self._unspilled)))
-
-    def _make_room(self, nbytes: int) -> bool:
-        """Evict least recently used entries until one of ``nbytes`` fits
-        (counted in :attr:`evictions`); False when it cannot fit at all
-        (larger than the budget: it is not kept, and nothing is evicted)."""
-        if nbytes > self.budget_bytes:
-            return False
-        room = self.budget_bytes - nbytes
-        if self._lru.nbytes > room or len(self._lru) >= MAX_ENTRIES:
-            before = len(self._lru)
-            self._lru.trim_to(n_sequences=MAX_ENTRIES - 1, n_bytes=room)
-            self.evictions += before - len(self._lru)
-        return True
 
     @property
     def disk_min_tokens(self) -> int:
@@ -234,6 +225,33 @@ class PrefixCache:
         if disk and self.disk is not None:
             disk_entries, disk_bytes = self.disk.clear()
         return entries, nbytes, disk_entries, disk_bytes
+
+
+class _CountingLRU(LRUPromptCache):
+    """mlx-lm's ``LRUPromptCache``, unchanged, counting in ``evictions`` the
+    entries its inserts evict for room: during ``insert_cache`` each call
+    of its recency order's ``pop`` is one (an entry a longer one of the
+    same prefix supersedes leaves through ``remove`` instead; ``trim_to``,
+    which a clear uses, is not counted)."""
+
+    def __init__(self, max_size: int, max_bytes: int) -> None:
+        super().__init__(max_size=max_size, max_bytes=max_bytes)
+        self.evictions = 0
+
+    def insert_cache(self, *args: Any, **kwargs: Any) -> None:
+        """``LRUPromptCache.insert_cache``, counting its evictions."""
+        order = self._lru
+        pop = order.pop
+
+        def counted() -> Any:
+            self.evictions += 1
+            return pop()
+
+        order.pop = counted
+        try:
+            super().insert_cache(*args, **kwargs)
+        finally:
+            del order.pop  # the class's own pop again
 
 
 def _quantized(cache: list[Any], bits: int, group_size: int) -> list[Any]:
