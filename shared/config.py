@@ -260,6 +260,16 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     ``port + N``; 0: free loopback ports picked at
     each start, for single-host groups only). See
     ``docs/operations/tensor-parallel.md``.
+    Vision models that take videos (``video_url`` parts; Qwen3-VL):
+    ``video_fps``, the frames sampled per second of video;
+    ``video_max_frames``, the most frames taken from one video (each two
+    frames make one temporal patch of tokens); ``video_max_seconds``, the
+    longest video accepted; ``video_max_bytes``, the largest video file
+    (bytes or a size such as ``"32MiB"``; at most 48 MiB, what one request
+    may carry to its worker); ``video_max_count``, the most videos in one
+    request.
+    Vision models served for audio (``input_audio`` parts; Gemma 4 with an
+    audio tower): ``audio_max_seconds``, the longest clip accepted.
     ``warm_prompts``: a JSON file of prompts the worker prefills into the
     prefix cache right after loading, so the first request that starts
     the same way (an agent's system prompt and tools) finds them cached:
@@ -305,6 +315,12 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     tensor_parallel_hostfile: str = ""
     tensor_parallel_backend: str = "auto"
     tensor_parallel_port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 0
+    video_fps: Annotated[float, msgspec.Meta(gt=0, le=60)] = 2.0
+    video_max_frames: Annotated[int, msgspec.Meta(ge=2, le=768)] = 32
+    video_max_seconds: Annotated[float, msgspec.Meta(gt=0)] = 600.0
+    video_max_bytes: int | str = "32MiB"
+    video_max_count: PositiveInt = 2
+    audio_max_seconds: Annotated[float, msgspec.Meta(gt=0, le=30)] = 30.0
     warm_prompts: str = ""
 
 

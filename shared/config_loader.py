@@ -40,6 +40,12 @@ _DTYPES = {"auto", "float32", "float16", "bfloat16", "quantized"}
 _LOG_LEVELS = {"debug", "info", "warning", "error"}
 
 
+MAX_VIDEO_BYTES = 48 * 1024 * 1024
+"""The largest ``video_max_bytes``: what one request may carry to its
+worker (the gateway's cap on a request's media, under the wire's frame
+cap)."""
+
+
 def validate(config: Config, origin: str = "config") -> Config:
     """Check cross-field rules msgspec cannot express; return ``config``.
 
@@ -74,6 +80,12 @@ def validate(config: Config, origin: str = "config") -> Config:
             parse_size(model.disk_cache_bytes, 0)
         except ValueError as exc:
             raise ConfigError(f"{origin}: model {model.name!r}: disk_cache_bytes: {exc}") from None
+        try:
+            video_bytes = parse_size(model.video_max_bytes, 0)
+        except ValueError as exc:
+            raise ConfigError(f"{origin}: model {model.name!r}: video_max_bytes: {exc}") from None
+        if not 0 < video_bytes <= MAX_VIDEO_BYTES or str(model.video_max_bytes).strip().endswith("%"):
+            raise ConfigError(f"{origin}: model {model.name!r}: video_max_bytes must be 1 byte to 48MiB")
         draft = model.speculative.startswith(DRAFT_PREFIX) and model.speculative[len(DRAFT_PREFIX) :].strip()
         if model.speculative not in SPECULATIVE_MODES and not draft:
             raise ConfigError(

@@ -161,3 +161,20 @@ def no_vision_message(model: str | None) -> str:
     worker, which says "this model")."""
     name = "this model" if model is None else f"model '{model}'"
     return f"{name} has no vision support: it cannot read images (send text only, or use a vision model)"
+
+
+def cannot_read_message(model: str | None, kind: str | None, what: str, needs: str, family: str = "") -> str:
+    """The client-facing refusal of a media part a model cannot take:
+    ``what`` (e.g. ``videos``) sent to ``model`` (None: "this model") of
+    ``kind`` (None: not known) and mlx-vlm ``family`` (the worker knows
+    it); ``needs`` says which models take it."""
+    name = "this model" if model is None else f"model '{model}'"
+    of_kind = f" (kind '{kind}'{f', family {family}' if family else ''})" if kind else ""
+    return f"{name}{of_kind} cannot read {what}: {needs}"
+
+
+VIDEO_MODELS = "videos are read by vision models of the Qwen3-VL family (kind 'vision')"
+"""Which models take ``video_url`` parts (for refusals)."""
+
+AUDIO_MODELS = "audio is read by vision models of the Gemma 4 family with an audio tower (kind 'vision')"
+"""Which models take ``input_audio`` parts (for refusals)."""

@@ -149,12 +149,18 @@ class ImagePart(msgspec.Struct, frozen=True, kw_only=True):
     ``offset`` the character position in the turn's ``content`` where the
     image stands (0: before the text; ``len(content)``: after it), and
     ``param`` the request part it came from in the client's protocol (e.g.
-    ``messages[0].content[1].image_url.url``), which a refusal names."""
+    ``messages[0].content[1].image_url.url``), which a refusal names.
+    ``kind``: what the bytes are, ``image``, ``video`` (a video file,
+    sampled into frames by a vision worker that takes videos) or ``audio``
+    (an OpenAI ``input_audio`` clip, ``wav`` or ``mp3``); a turn's parts
+    share one order, by ``offset``. (Appended with a default: a worker that
+    predates it refuses a video or audio clip as a bad image.)"""
 
     data: bytes
     sha256: str
     offset: int = 0
     param: str = ""
+    kind: Literal["image", "video", "audio"] = "image"
 
 
 class ChatMessage(msgspec.Struct, frozen=True, kw_only=True):
@@ -304,7 +310,7 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     reader can tell a fresh heartbeat from one it has already seen.
     ``vision_prefills``: prompts whose images went through the vision
     tower (a prompt whose images were all found in the prefix cache is not
-    counted); ``vision_image_tokens``: the image tokens of those prompts.
+    counted); ``vision_image_tokens``: the image, video and audio tokens of those prompts.
     ``rerank_pairs``: query-document pairs a rerank worker scored.
     ``cache_evictions`` / ``disk_cache_evictions``: entries the memory /
     disk tier dropped to stay within its budget (not those a clear or a

@@ -43,9 +43,11 @@ def _request(request_id: str, text: str, image: bytes | None) -> GenerateRequest
 
 class _Engine:
     """The tiny VLM's prompt builder and scheduler, the scheduler running
-    on its own thread (which also loads the model, as in a worker)."""
+    on its own thread (which also loads the model, as in a worker);
+    ``video_limits``: the videos' limits and sampling (None: defaults)."""
 
-    def __init__(self, path) -> None:
+    def __init__(self, path, video_limits=None) -> None:
+        self.video_limits = video_limits
         self.outputs: queue.SimpleQueue = queue.SimpleQueue()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._main, args=(path,), daemon=True)
@@ -72,7 +74,9 @@ class _Engine:
             vocab_size=vocab,
             formats=model_formats(loaded.tokenizer, "auto", "auto"),
             grammars=GrammarCompiler(loaded.tokenizer._tokenizer, min(loaded.eos_token_ids), vocab),
-            images=ImagePreparer(self.processor, vocab),
+            images=ImagePreparer(
+                self.processor, vocab, model_type=loaded.config["model_type"], video_limits=self.video_limits
+            ),
         )
         self.scheduler = Scheduler(
             loaded.model,

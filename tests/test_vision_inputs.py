@@ -102,7 +102,7 @@ def test_refusals(processor, preparer):
     a wrong digest an ImageError naming the image."""
     _, ids = _marked(processor, preparer, 1)
     small = _image("PNG", (28, 28), (1, 1, 1))
-    with pytest.raises(ValueError, match="places 1 images but the request carries 2"):
+    with pytest.raises(ValueError, match="places 1 images and videos but the request carries 2"):
         preparer.prepare(ids, [_part(small)] * 2)
     from PIL import Image
 

@@ -24,12 +24,14 @@ CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
     "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
     "{% for part in message['content'] %}{% if part['type'] == 'image' %}"
-    "<|vision_start|><|image_pad|><|vision_end|>{% elif part['type'] == 'text' %}{{ part['text'] }}"
+    "<|vision_start|><|image_pad|><|vision_end|>{% elif part['type'] == 'video' %}"
+    "<|vision_start|><|video_pad|><|vision_end|>{% elif part['type'] == 'text' %}{{ part['text'] }}"
     "{% endif %}{% endfor %}{% endif %}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 """A ChatML template whose content-part lists place an image's tokens where
-each ``{"type": "image"}`` part stands."""
+each ``{"type": "image"}`` part stands, and a video's (as Qwen3-VL's
+template does) where each ``{"type": "video"}`` part stands."""
 
 PIXELS = {"min_pixels": 32 * 32, "max_pixels": 64 * 64}
 """The image processor's bounds: every image is resized to at most 64x64
@@ -120,4 +122,122 @@ def build_tiny_vlm(out_dir: Path, seed: int = 0) -> Path:
     (out_dir / "preprocessor_config.json").write_text(json.dumps(image_processor, indent=2))
     (out_dir / "processor_config.json").write_text(json.dumps({"processor_class": "Qwen3VLProcessor"}, indent=2))
     (out_dir / "video_preprocessor_config.json").write_text(json.dumps(image_processor, indent=2))
+    return out_dir
+
+
+AUDIO_ROLES = {
+    "audio_token": "<audio_soft_token>",
+    "boa_token": "<start_of_audio>",
+    "eoa_token": "<end_of_audio>",
+    "image_token": "<image_soft_token>",
+    "boi_token": "<start_of_image>",
+    "eoi_token": "<end_of_image>",
+}
+"""The special tokens a Gemma 4 processor reads from its tokenizer, by role."""
+
+AUDIO_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}<start_of_turn>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'audio' %}<audio_soft_token>{% elif part['type'] == 'text' %}{{ part['text'] }}"
+    "{% endif %}{% endfor %}{% endif %}<end_of_turn>\n{% endfor %}"
+    "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+)
+"""A Gemma-style template whose content-part lists place the audio token
+where each ``{"type": "audio"}`` part stands (the processor expands it)."""
+
+
+def build_tiny_audio_vlm(out_dir: Path, seed: int = 0) -> Path:
+    """Write an mlx-vlm ``gemma4`` model directory with an audio tower and
+    random weights to ``out_dir`` and return it (an existing build is
+    reused): a 3-layer, 64-wide language model (sliding-window layers of
+    64 tokens and full-attention layers alternating; the last layer reuses
+    an earlier layer's keys and values, as Gemma 4's KV-shared layers do),
+    1-layer vision and audio towers, and a 400-token byte-level BPE
+    tokenizer trained here.
+
+    Raises ImportError without mlx-vlm.
+    """
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+    from mlx_vlm.models import gemma4
+    from mlx_vlm.models.gemma4.config import AudioConfig, TextConfig, VisionConfig
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    if (out_dir / "model.safetensors").exists():
+        return out_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    specials = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>", *AUDIO_ROLES.values()]
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    corpus = ["What is said in this clip? Listen to the audio and answer. Hi there, hello."] * 20
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    bpe.train_from_iterator(corpus, trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        bos_token="<bos>",
+        eos_token="<end_of_turn>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        extra_special_tokens=AUDIO_ROLES,
+    )
+    tokenizer.chat_template = AUDIO_TEMPLATE
+    tokenizer.save_pretrained(str(out_dir))
+    ids = {role: tokenizer.convert_tokens_to_ids(token) for role, token in AUDIO_ROLES.items()}
+    vocab_size = len(tokenizer)
+    text = {
+        "model_type": "gemma4_text",
+        "hidden_size": 64,
+        "num_hidden_layers": 3,
+        "intermediate_size": 128,
+        "num_attention_heads": 2,
+        "head_dim": 16,
+        "global_head_dim": 16,
+        "num_key_value_heads": 1,
+        "vocab_size": vocab_size,
+        "vocab_size_per_layer_input": vocab_size,
+        "hidden_size_per_layer_input": 16,
+        "num_kv_shared_layers": 1,
+        "sliding_window": 64,
+        "sliding_window_pattern": 2,
+        "use_double_wide_mlp": False,
+    }
+    config = {
+        "model_type": "gemma4",
+        "text_config": text,
+        "vocab_size": vocab_size,
+        "hidden_size": 64,
+        "vision_config": {
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 2,
+            "head_dim": 16,
+            "global_head_dim": 16,
+        },
+        "audio_config": {
+            "hidden_size": 32,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "subsampling_conv_channels": [16, 8],
+            "output_proj_dims": 32,
+        },
+        **{f"{role}_id": ids[role] for role in AUDIO_ROLES},
+        "eos_token_id": [tokenizer.convert_tokens_to_ids("<end_of_turn>")],
+    }
+    mx.random.seed(seed)
+    model_config = gemma4.ModelConfig.from_dict(config)
+    # from_dict leaves the nested configs as dicts (mlx_vlm.load converts them the same way)
+    model_config.text_config = TextConfig.from_dict(text)
+    model_config.vision_config = VisionConfig.from_dict(config["vision_config"])
+    model_config.audio_config = AudioConfig.from_dict(config["audio_config"])
+    model = gemma4.Model(model_config)
+    mx.save_safetensors(str(out_dir / "model.safetensors"), dict(tree_flatten(model.parameters())))
+    (out_dir / "config.json").write_text(json.dumps(config, indent=2))
+    processor = {"processor_class": "Gemma4Processor", "audio_seq_length": 750, "audio_ms_per_token": 40}
+    (out_dir / "processor_config.json").write_text(json.dumps(processor, indent=2))
     return out_dir

@@ -32,15 +32,28 @@ class VisionPrompt:
     ``model_ids`` (the prompt the model reads, image tokens expanded),
     ``pixel_values`` and ``image_grid_thw`` (NumPy arrays, every image of
     the request in order), and ``image_end``: the position just after the
-    last image token (a cached prefix shorter than this cannot be
+    last image or video token (a cached prefix shorter than this cannot be
     continued without the vision tower); ``image_token_id``: the model's
-    image token."""
+    image token. Videos: ``pixel_values_videos`` and ``video_grid_thw``
+    (None: no video; ``pixel_values`` and ``image_grid_thw`` are None when
+    the request has videos only), the model's ``video_token_id``, and
+    ``video_keys_from``: the cache keys at or past it stand for video
+    tokens (the others past the vocabulary for ``image_token_id``).
+    Audio clips (a model served for audio): ``input_features`` and
+    ``input_features_mask`` (NumPy, one row per clip; None: none);
+    ``image_token_id`` is then the model's audio token."""
 
     model_ids: list[int]
     pixel_values: Any
     image_grid_thw: Any
     image_end: int
     image_token_id: int
+    pixel_values_videos: Any = None
+    video_grid_thw: Any = None
+    video_token_id: int | None = None
+    video_keys_from: int | None = None
+    input_features: Any = None
+    input_features_mask: Any = None
 
 
 @dataclass(frozen=True)

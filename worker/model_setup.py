@@ -103,12 +103,28 @@ def build_generation(config: ModelConfig, emit: Callable[[Any], None], lockstep:
     vision = served_kind(config) == "vision"
     images = None
     if vision:
+        from shared.config_values import parse_size
+        from worker.vision.audio import AudioLimits
         from worker.vision.inputs import ImagePreparer
         from worker.vision.model import load_vision_model
+        from worker.vision.video import VideoLimits
 
         loaded, processor = load_vision_model(config.source, dtype=config.dtype)
         text_vocab = (loaded.config.get("text_config") or {}).get("vocab_size", 0)
-        images = ImagePreparer(processor, max(len(loaded.tokenizer), int(text_vocab or 0)))
+        videos = VideoLimits(
+            max_videos=config.video_max_count,
+            max_bytes=parse_size(config.video_max_bytes, 0),
+            max_seconds=config.video_max_seconds,
+            max_frames=config.video_max_frames,
+            fps=config.video_fps,
+        )
+        images = ImagePreparer(
+            processor,
+            max(len(loaded.tokenizer), int(text_vocab or 0)),
+            model_type=str(loaded.config.get("model_type", "")),
+            video_limits=videos,
+            audio_limits=AudioLimits(max_seconds=config.audio_max_seconds),
+        )
     else:
         loaded = load_model(config.source, dtype=config.dtype)
     if lockstep is not None:

@@ -254,6 +254,7 @@ REFUSED_BLOCKS: dict[str, str] = {
     "tool_addition": "tool changes inside messages are not supported (list every tool in 'tools')",
     "tool_removal": "tool changes inside messages are not supported (list every tool in 'tools')",
     "browser_state": "browser tools are not supported",
+    "video": "the Messages API has no video block; send videos as 'video_url' parts to /v1/chat/completions",
 }
 """Block types recognised only to be refused, with the reason."""
 

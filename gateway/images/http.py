@@ -8,7 +8,8 @@ that checked address itself: there is no second lookup for a rebinding
 DNS server to answer differently. The ``Host`` header, TLS SNI and
 certificate verification still use the host name (system trust store,
 hostname checking on). Redirects are followed by hand, each hop checked
-again like the first. The body must be a 200 with an ``image/*`` type and
+again like the first. The body must be a 200 with an ``image/*`` type
+(``video/*`` for a video download) and
 at most ``max_bytes`` (the declared length is checked before reading, the
 bytes read are counted). Every socket operation waits at most until the
 fetch's deadline; :meth:`ImageDownload.abort`, called from another
@@ -64,11 +65,14 @@ class ImageDownload:
     ``deadline``: a :func:`time.monotonic` instant after which every
     operation fails as a timeout. ``host`` is the host of the URL being
     fetched (the latest hop), ``redirects`` how many were followed: both
-    for the caller's log line. Thread-safe only for :meth:`abort`.
+    for the caller's log line. ``media``: ``image`` or ``video``, the
+    top-level content type asked for and required. Thread-safe only for
+    :meth:`abort`.
     """
 
-    def __init__(self, url: str, rules: FetchRules, deadline: float) -> None:
+    def __init__(self, url: str, rules: FetchRules, deadline: float, media: str = "image") -> None:
         self.url = url
+        self.media = media
         self.rules = rules
         self.deadline = deadline
         self.host = _host_of(url)
@@ -149,7 +153,7 @@ class ImageDownload:
         connection = _PinnedConnection(target, self._connect(target, addresses))
         try:
             with self._failures(target):
-                connection.request("GET", target.path, headers=_HEADERS)
+                connection.request("GET", target.path, headers={**_HEADERS, "Accept": f"{self.media}/*"})
                 return connection.getresponse()
         except BaseException:
             connection.close()
@@ -225,16 +229,18 @@ class ImageDownload:
         """The body of a final (non-redirect) ``response``.
 
         Raises:
-            FetchRefused: not 200, not ``image/*``, compressed, larger than
+            FetchRefused: not 200, not ``image/*`` (``video/*``), compressed, larger than
                 ``max_bytes`` (declared or read), cut short, or too slow.
         """
         host = target.host
         if response.status != 200:
             raise FetchRefused(f"image host {host!r} answered HTTP {response.status}, not 200")
         content_type = (response.getheader("Content-Type") or "").split(";")[0].strip().lower()
-        if not content_type.startswith("image/") or content_type == "image/":
+        media = self.media
+        if not content_type.startswith(f"{media}/") or content_type == f"{media}/":
             raise FetchRefused(
-                f"the answer from image host {host!r} is not an image (its content type is not image/*)",
+                f"the answer from image host {host!r} is not a{'n' if media == 'image' else ''} {media} "
+                f"(its content type is not {media}/*)",
                 f"content type {content_type[:80]!r}",
             )
         encoding = (response.getheader("Content-Encoding") or "identity").strip().lower()

@@ -11,6 +11,12 @@ image becomes an :func:`image_part` carrying its bytes and their SHA-256.
 Whether the bytes are a valid picture is decided by the worker
 (:mod:`worker.vision.images`) off the scheduler thread.
 
+Videos (OpenAI chat ``video_url`` parts, the shape vLLM and mlx-vlm's
+server read) travel the same way as a part of kind ``video``, under
+:data:`MAX_VIDEO_BYTES`; refusals have code ``invalid_video``. Audio
+(OpenAI chat ``input_audio`` parts) as a part of kind ``audio``, under
+:data:`MAX_AUDIO_BYTES`; refusals have code ``invalid_audio``.
+
 Every refusal is :func:`gateway.core.errors.bad_request` naming the offending
 part (``param``) with code ``invalid_image``.
 """
@@ -36,6 +42,23 @@ the model's own resolution)."""
 MAX_IMAGE_BYTES = 20 * 1024 * 1024
 """The largest decoded image accepted from a client, in bytes."""
 
+VIDEO_MEDIA_TYPES = frozenset(
+    {"video/mp4", "video/webm", "video/quicktime", "video/x-matroska", "video/x-msvideo", "video/mpeg", "video/ogg"}
+)
+"""The media types a client may declare for a video (the worker decides
+from the bytes whether it can read them)."""
+
+AUDIO_FORMATS = frozenset({"wav", "mp3"})
+"""The ``format`` values of an OpenAI ``input_audio`` part."""
+
+MAX_AUDIO_BYTES = 20 * 1024 * 1024
+"""The largest decoded audio clip accepted from a client, in bytes."""
+
+MAX_VIDEO_BYTES = 48 * 1024 * 1024
+"""The largest decoded video accepted from a client, in bytes (what one
+request may carry to its worker; a model's ``video_max_bytes`` may be
+lower)."""
+
 
 REMOTE = "remote:"
 """How a :func:`remote_part` placeholder's ``sha256`` starts (never a hex
@@ -45,33 +68,37 @@ check)."""
 
 @dataclass(frozen=True)
 class RemoteImage:
-    """An image named by an ``http(s)`` URL, not fetched yet; ``param`` is
-    the request part that named it."""
+    """An image (``media`` ``video``: a video) named by an ``http(s)`` URL,
+    not fetched yet; ``param`` is the request part that named it."""
 
     url: str
     param: str
+    media: str = "image"
 
 
-def image_part(source: bytes | RemoteImage, offset: int, param: str = "") -> ImagePart:
-    """The wire part for an image at character ``offset`` of its turn's
-    text, from request part ``param``: its bytes with their digest, or a
-    placeholder for a remote one (which carries its own param)."""
+def image_part(source: bytes | RemoteImage, offset: int, param: str = "", kind: str = "image") -> ImagePart:
+    """The wire part for an image (``kind`` ``video``: a video) at character
+    ``offset`` of its turn's text, from request part ``param``: its bytes
+    with their digest, or a placeholder for a remote one (which carries its
+    own param and kind)."""
     if isinstance(source, RemoteImage):
         return remote_part(source, offset)
-    return ImagePart(data=source, sha256=hashlib.sha256(source).hexdigest(), offset=offset, param=param)
+    return ImagePart(data=source, sha256=hashlib.sha256(source).hexdigest(), offset=offset, param=param, kind=kind)
 
 
 def remote_part(image: RemoteImage, offset: int) -> ImagePart:
-    """A placeholder part for a remote image: the URL in ``data`` and the
-    param after :data:`REMOTE` in ``sha256``."""
-    return ImagePart(data=image.url.encode(), sha256=REMOTE + image.param, offset=offset, param=image.param)
+    """A placeholder part for a remote image or video: the URL in ``data``
+    and the param after :data:`REMOTE` in ``sha256``."""
+    return ImagePart(
+        data=image.url.encode(), sha256=REMOTE + image.param, offset=offset, param=image.param, kind=image.media
+    )
 
 
 def remote_of(part: ImagePart) -> RemoteImage | None:
     """The remote image a placeholder part stands for (None: a real part)."""
     if not part.sha256.startswith(REMOTE):
         return None
-    return RemoteImage(part.data.decode(), part.sha256[len(REMOTE) :])
+    return RemoteImage(part.data.decode(), part.sha256[len(REMOTE) :], part.kind)
 
 
 def _invalid(message: str, param: str) -> APIError:
@@ -194,3 +221,76 @@ def anthropic_image_source(source: Any, param: str) -> bytes | RemoteImage:
         raise _invalid("an image source needs a 'media_type'", f"{param}.media_type")
     _media_type(media, f"{param}.media_type")
     return _decoded(source.get("data"), f"{param}.data")
+
+
+def openai_video_part(video_url: Any, param: str) -> bytes | RemoteImage:
+    """The bytes of an OpenAI-style chat ``video_url`` part's value
+    (``{"url"}``: a ``data:video/...;base64,...`` URL), or the
+    :class:`RemoteImage` (media ``video``) of an ``http(s)`` URL.
+
+    Raises:
+        APIError: 400 (code ``invalid_video``) for an unknown key, another
+            URL scheme, a non-video or non-base64 data URL, empty or bad
+            base64, or more than :data:`MAX_VIDEO_BYTES`.
+    """
+    if not isinstance(video_url, dict):
+        raise bad_request("'video_url' must be an object with a 'url'", param=param, code="invalid_video")
+    unknown = sorted(set(video_url) - {"url"})
+    if unknown:
+        raise bad_request(
+            f"unknown field {unknown[0]!r} in 'video_url'", param=f"{param}.{unknown[0]}", code="invalid_video"
+        )
+    url, where = video_url.get("url"), f"{param}.url"
+    if not isinstance(url, str) or not url:
+        raise bad_request("a video URL must be a non-empty string", param=where, code="invalid_video")
+    scheme = url.split(":", 1)[0].lower() if ":" in url else ""
+    if scheme in ("http", "https"):
+        return RemoteImage(url, where, "video")
+    header, comma, data = url[5:].partition(",") if scheme == "data" else ("", "", "")
+    if not comma or not header.lower().endswith(";base64"):
+        raise bad_request(
+            "a video URL must be an http(s) URL or a data:video/...;base64,... URL", param=where, code="invalid_video"
+        )
+    media = header[: -len(";base64")].split(";", 1)[0].strip().lower()
+    if media not in VIDEO_MEDIA_TYPES:
+        accepted = ", ".join(sorted(VIDEO_MEDIA_TYPES))
+        raise bad_request(
+            f"unsupported video media type {media[:40]!r}: use one of {accepted}", param=where, code="invalid_video"
+        )
+    if not data:
+        raise bad_request("a video's data must be non-empty base64", param=where, code="invalid_video")
+    if len(data) > (MAX_VIDEO_BYTES * 4) // 3 + 4:
+        raise bad_request(f"the video is larger than {MAX_VIDEO_BYTES} bytes", param=where, code="invalid_video")
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise bad_request("the video's data is not valid base64", param=where, code="invalid_video") from None
+
+
+def openai_audio_part(input_audio: Any, param: str) -> bytes:
+    """The bytes of an OpenAI chat ``input_audio`` part's value
+    (``{"data": base64, "format": "wav" | "mp3"}``).
+
+    Raises:
+        APIError: 400 (code ``invalid_audio``) for an unknown or missing
+            key, another format, empty or bad base64, or more than
+            :data:`MAX_AUDIO_BYTES`.
+    """
+    if not isinstance(input_audio, dict):
+        raise bad_request("'input_audio' must be an object with 'data' and 'format'", param=param, code="invalid_audio")
+    unknown = sorted(set(input_audio) - {"data", "format"})
+    if unknown:
+        raise bad_request(
+            f"unknown field {unknown[0]!r} in 'input_audio'", param=f"{param}.{unknown[0]}", code="invalid_audio"
+        )
+    if input_audio.get("format") not in AUDIO_FORMATS:
+        raise bad_request("'format' must be 'wav' or 'mp3'", param=f"{param}.format", code="invalid_audio")
+    data, where = input_audio.get("data"), f"{param}.data"
+    if not isinstance(data, str) or not data:
+        raise bad_request("an audio clip's data must be a non-empty base64 string", param=where, code="invalid_audio")
+    if len(data) > (MAX_AUDIO_BYTES * 4) // 3 + 4:
+        raise bad_request(f"the audio clip is larger than {MAX_AUDIO_BYTES} bytes", param=where, code="invalid_audio")
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise bad_request("the audio clip's data is not valid base64", param=where, code="invalid_audio") from None

@@ -40,12 +40,14 @@ FETCH_THREADS = 8
 _POOL = ThreadPoolExecutor(max_workers=FETCH_THREADS, thread_name_prefix="mlxd-image-fetch")
 
 
-async def fetch_remote_image(url: str, policy: ImagesConfig, param: str) -> bytes:
+async def fetch_remote_image(url: str, policy: ImagesConfig, param: str, media: str = "image") -> bytes:
     """The bytes at ``url`` when ``policy`` allows fetching it.
 
-    ``param``: the request part that named the URL, for the error. The
-    bytes are whatever the host sent as ``image/*``; whether they are a
-    valid image is the caller's (the worker's) check.
+    ``param``: the request part that named the URL, for the error;
+    ``media``: ``image`` or ``video`` (a video URL is fetched under the
+    same policy, ``video/*`` required). The bytes are whatever the host
+    sent as ``image/*`` (``video/*``); whether they are valid is the
+    caller's (the worker's) check.
 
     Raises:
         APIError: 400 (code ``invalid_image``, ``param``) when remote
@@ -54,13 +56,13 @@ async def fetch_remote_image(url: str, policy: ImagesConfig, param: str) -> byte
     """
     if not policy.remote_fetch:
         raise bad_request(
-            "remote image URLs are not fetched by this server ([images] remote_fetch is off): "
-            "send the image inline as base64",
+            f"remote {media} URLs are not fetched by this server ([images] remote_fetch is off): "
+            f"send the {media} inline as base64",
             param=param,
             code="invalid_image",
         )
     started = time.monotonic()
-    download = ImageDownload(url, FetchRules.from_config(policy), started + policy.fetch_timeout)
+    download = ImageDownload(url, FetchRules.from_config(policy), started + policy.fetch_timeout, media)
     future = asyncio.get_running_loop().run_in_executor(_POOL, download.run)
     try:
         body = await asyncio.wait_for(future, policy.fetch_timeout)

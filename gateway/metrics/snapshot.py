@@ -58,7 +58,7 @@ HEARTBEAT_SERIES: tuple[tuple[str, str, str, str], ...] = (
     ("counter", "spec_decode_num_draft_tokens", "Tokens drafted by speculative decoding.", "draft_tokens"),
     ("counter", "spec_decode_num_accepted_tokens", "Drafted tokens that verification accepted.", "draft_accepted_tokens"),
     ("counter", "vision_prefills", "Prompts whose images went through the vision tower.", "vision_prefills"),
-    ("counter", "vision_image_tokens", "Image tokens of the prompts that went through the vision tower.", "vision_image_tokens"),
+    ("counter", "vision_image_tokens", "Image, video and audio tokens of the prompts that went through the vision or audio tower.", "vision_image_tokens"),
     ("counter", "rerank_pairs", "Query-document pairs a rerank worker scored.", "rerank_pairs"),
     ("gauge", "mlx_active_memory_bytes", "Memory MLX has in use in the worker (latest heartbeat).", "active_memory_bytes"),
     ("gauge", "mlx_cache_memory_bytes", "Freed memory MLX keeps cached for reuse (latest heartbeat).", "cache_memory_bytes"),

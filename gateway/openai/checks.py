@@ -337,7 +337,9 @@ def _check_message(message: ChatMessageParam, path: str) -> None:
     if message.content is None and message.role != "assistant":
         raise bad_request(f"'content' is required for role '{message.role}'", f"{path}.content")
     if isinstance(message.content, list):
-        kinds = {"assistant": ("text", "refusal"), "user": ("text", "image_url")}.get(message.role, ("text",))
+        kinds = {"assistant": ("text", "refusal"), "user": ("text", "image_url", "video_url", "input_audio")}.get(
+            message.role, ("text",)
+        )
         for index, part in enumerate(message.content):
             _check_part(part, f"{path}.content[{index}]", kinds)
 
@@ -378,6 +380,8 @@ _PART_FIELDS = {
     "text": ("text", "prompt_cache_breakpoint", "cache_control"),
     "refusal": ("refusal",),
     "image_url": ("image_url", "cache_control"),
+    "video_url": ("video_url", "cache_control"),
+    "input_audio": ("input_audio",),
 }
 """The part types mlxd reads and the fields each may carry (the first is
 required)."""
@@ -385,8 +389,8 @@ required)."""
 
 def _check_part(part: ContentPart, path: str, kinds: tuple[str, ...]) -> None:
     """Accept a part of one of ``kinds`` (``text``, ``refusal``,
-    ``image_url``: user messages only; its value is checked when it is
-    translated, :mod:`gateway.images.parts`) with its own fields only;
+    ``image_url``, ``video_url`` and ``input_audio``: user messages only; their values are
+    checked when translated, :mod:`gateway.images.parts`) with its own fields only;
     other OpenAI types (audio, files, images elsewhere) are refused as not
     supported.
 
@@ -394,9 +398,9 @@ def _check_part(part: ContentPart, path: str, kinds: tuple[str, ...]) -> None:
         APIError: 400 naming the part's field.
     """
     if part.type not in kinds:
-        if part.type == "image_url":
-            raise not_supported(f"{path}.type", "an 'image_url' part outside a user message")
-        if part.type in ("input_audio", "file"):
+        if part.type in ("image_url", "video_url", "input_audio"):
+            raise not_supported(f"{path}.type", f"an '{part.type}' part outside a user message")
+        if part.type == "file":
             raise not_supported(
                 f"{path}.type", f"content part type '{part.type}' (mlxd reads text and images)", yet=True
             )

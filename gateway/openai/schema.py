@@ -157,9 +157,11 @@ class ContentPart(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
     ``{"type": "text", "text"}`` (with ``prompt_cache_breakpoint`` or
     ``cache_control``, which have no effect) and, in assistant messages,
-    ``{"type": "refusal", "refusal"}`` are supported; the other OpenAI part
-    fields are recognised so that such parts are refused by their type
-    rather than as unknown fields.
+    ``{"type": "refusal", "refusal"}`` are supported, and in user messages
+    ``image_url``, ``video_url`` (``{"url"}``, the shape vLLM and
+    mlx-vlm's server read) and ``input_audio``; the other OpenAI part fields are recognised so
+    that such parts are refused by their type rather than as unknown
+    fields.
     """
 
     type: ShortText
@@ -170,6 +172,7 @@ class ContentPart(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     input_audio: Raw = NULL
     file: Raw = NULL
     refusal: Text | None = None
+    video_url: Raw = NULL
 
 
 class CalledFunction(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import msgspec
 
 from gateway.frontend.custom_tools import custom_arguments, custom_tool
-from gateway.images.parts import image_part, openai_image_part
+from gateway.images.parts import image_part, openai_audio_part, openai_image_part, openai_video_part
 from gateway.openai.checks import ROLES, THINKING_BY_EFFORT, candidates, chat_max_tokens, prompt_input
 from gateway.openai.schema import (
     ChatCompletionRequest,
@@ -82,8 +82,8 @@ def _flatten(content: str | list[ContentPart] | None, path: str) -> tuple[str, l
     text (``path``: the message's, for errors).
 
     Raises:
-        APIError: 400 naming a bad ``image_url`` part (see
-            :func:`gateway.images.parts.openai_image_part`).
+        APIError: 400 naming a bad ``image_url``, ``video_url`` or
+            ``input_audio`` part (see :mod:`gateway.images.parts`).
     """
     if content is None:
         return "", None
@@ -95,6 +95,14 @@ def _flatten(content: str | list[ContentPart] | None, path: str) -> tuple[str, l
             value = msgspec.json.decode(bytes(part.image_url))
             where = f"{path}.content[{index}].image_url"
             images.append(image_part(openai_image_part(value, where), len(text), f"{where}.url"))
+        elif part.type == "video_url":
+            value = msgspec.json.decode(bytes(part.video_url))
+            where = f"{path}.content[{index}].video_url"
+            images.append(image_part(openai_video_part(value, where), len(text), f"{where}.url", "video"))
+        elif part.type == "input_audio":
+            value = msgspec.json.decode(bytes(part.input_audio))
+            where = f"{path}.content[{index}].input_audio"
+            images.append(image_part(openai_audio_part(value, where), len(text), f"{where}.data", "audio"))
         else:
             text += part.text or part.refusal or ""
     return text, images or None

@@ -30,6 +30,7 @@ _PART_FIELDS = {
     "reasoning_text": ("text",),
     "summary_text": ("text",),
     "input_image": ("image_url", "detail", "file_id"),
+    "input_audio": ("input_audio",),
     "input_file": ("file_data", "file_id", "file_url", "filename", "detail"),
 }
 """Supported part types and the fields each may carry (the first is
@@ -40,7 +41,11 @@ automatic)."""
 _MEDIA_PARTS = ("input_image", "input_file", "input_audio")
 """Part types refused as not supported (rather than as invalid)."""
 
-_USER_PARTS = ("input_text", "input_image")
+_VIDEO_PARTS = ("input_video", "video_url")
+"""Video part types other APIs use; the Responses API has none, so they are
+refused pointing at chat completions' ``video_url`` parts."""
+
+_USER_PARTS = ("input_text", "input_image", "input_audio")
 _TOOL_OUTPUT_PARTS = ("input_text", "input_image", "input_file")
 _ASSISTANT_PARTS = ("output_text", "refusal", "input_text")
 
@@ -228,6 +233,12 @@ def _check_parts(content: str | list[ContentPartParam], allowed: tuple[str, ...]
         return
     for index, part in enumerate(content):
         where = f"{path}[{index}]"
+        if part.type in _VIDEO_PARTS:
+            raise not_supported(
+                f"{where}.type",
+                f"content part type '{part.type}' (the Responses API has no video part; "
+                "send videos as 'video_url' parts to /v1/chat/completions)",
+            )
         if part.type in _MEDIA_PARTS and part.type not in allowed:
             raise not_supported(f"{where}.type", f"content part type '{part.type}' here (mlxd reads text and images)")
         if part.type not in allowed:

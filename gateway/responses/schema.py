@@ -118,8 +118,9 @@ class ContentPartParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     content or summary, function-call output).
 
     Every field of the OpenAI part types is recognised so a part is judged
-    by its ``type`` (see :data:`_PART_FIELDS`); images, files and audio are
-    refused by type.
+    by its ``type`` (see :data:`_PART_FIELDS`); images and audio where a
+    message may not carry them, and files, are refused by type, and so is a video part (``input_video`` / ``video_url``
+    with a ``video_url``), which the Responses API does not have.
     """
 
     type: ShortText
@@ -136,6 +137,7 @@ class ContentPartParam(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     file_url: Raw | UnsetType = UNSET
     filename: Raw | UnsetType = UNSET
     input_audio: Raw | UnsetType = UNSET
+    video_url: Raw | UnsetType = UNSET
 
 
 Parts = Annotated[list[ContentPartParam], Meta(max_length=MAX_CONTENT_PARTS)]

@@ -16,7 +16,7 @@ from msgspec import UNSET
 from gateway.core.errors import bad_request
 from gateway.frontend.custom_tools import custom_arguments
 from gateway.frontend.validation import is_given, not_supported
-from gateway.images.parts import DETAILS, image_from_url, image_part
+from gateway.images.parts import DETAILS, image_from_url, image_part, openai_audio_part
 from gateway.responses.checks import THINKING_BY_EFFORT, allowed_tool_names, resolve_tool_name, tool_catalog
 from gateway.responses.encrypted_reasoning import unseal
 from gateway.responses.format import OutputOptions, ReasoningEcho, ResponseSettings, TextEcho, TextFormatEcho
@@ -61,21 +61,28 @@ def _flatten(content: object) -> str:
 
 
 def _message_content(content: object, path: str) -> tuple[str, list[ImagePart] | None]:
-    """A message's text and its ``input_image`` parts, each placed where it
-    stood among the text (``path``: the content's, for errors).
+    """A message's text and its ``input_image`` and ``input_audio`` parts,
+    each placed where it stood among the text (``path``: the content's,
+    for errors).
 
     Raises:
         APIError: 400 naming a bad image part (a ``file_id``, or a bad
-            ``image_url``: see :func:`gateway.images.parts.image_from_url`).
+            ``image_url``: see :func:`gateway.images.parts.image_from_url`)
+            or a bad audio part (:func:`gateway.images.parts.openai_audio_part`).
     """
     if not isinstance(content, list):
         return _flatten(content), None
     text, images = "", []
     for index, part in enumerate(content):
+        where = f"{path}[{index}]"
+        if part.type == "input_audio":
+            value = msgspec.json.decode(bytes(part.input_audio))  # type: ignore[arg-type]
+            clip = openai_audio_part(value, f"{where}.input_audio")
+            images.append(image_part(clip, len(text), f"{where}.input_audio.data", "audio"))
+            continue
         if part.type != "input_image":
             text += _part_text(part)
             continue
-        where = f"{path}[{index}]"
         if is_given(part.file_id):
             raise not_supported(f"{where}.file_id", "an image by 'file_id' (there is no Files API; send image_url)")
         detail = msgspec.json.decode(bytes(part.detail)) if is_given(part.detail) else None

@@ -366,7 +366,11 @@ def test_bad_parts():
 
     chat_refused("messages[0].content[0].text", messages=msg([{"type": "text"}]))
     chat_refused("messages[0].content[0].type", messages=msg([{"text": "a"}]))
-    chat_refused("messages[0].content[0].type", messages=msg([{"type": "input_audio", "input_audio": {}}]))
+    chat_refused("messages[0].content[0].type", messages=msg([{"type": "file", "file": {}}]))
+    chat_refused("messages[0].content[0].input_audio", messages=msg([{"type": "input_audio"}]))
+    chat_refused("messages[0].content[0].video_url", messages=msg([{"type": "video_url"}]))
+    assistant = [{"role": "assistant", "content": [{"type": "input_audio", "input_audio": {}}]}]
+    chat_refused("messages[0].content[0].type", messages=assistant)
     chat_refused("messages[0].content[0].video", messages=msg([{"type": "video", "video": {}}]))
     chat_refused("messages[0].content[0].extra", messages=msg([{"type": "text", "text": "a", "extra": 1}]))
     chat_refused("messages[0].content[0].image_url", messages=msg([{"type": "text", "text": "a", "image_url": {}}]))

@@ -320,7 +320,16 @@ class BatchEngine(BatchGenerator):
         through the vision model, and the prompt's position delta."""
         cache = make_prompt_cache(self.model)
         with mx.stream(self.stream):
-            self.model.prefill_images(vision.model_ids[:-1], vision.pixel_values, vision.image_grid_thw, cache)
+            self.model.prefill_images(
+                vision.model_ids[:-1],
+                vision.pixel_values,
+                vision.image_grid_thw,
+                cache,
+                vision.pixel_values_videos,
+                vision.video_grid_thw,
+                vision.input_features,
+                vision.input_features_mask,
+            )
             delta = self.position_delta(vision)
         mx.clear_cache()
         return cache, delta
@@ -329,7 +338,7 @@ class BatchEngine(BatchGenerator):
         """The position delta of a prompt with images (see
         :mod:`worker.vision.model`)."""
         with mx.stream(self.stream):
-            return self.model.position_delta(vision.model_ids, vision.image_grid_thw)
+            return self.model.position_delta(vision.model_ids, vision.image_grid_thw, vision.video_grid_thw)
 
     @property
     def running(self) -> int:

@@ -94,15 +94,24 @@ _PREFILL_UID = -1
 """The engine uid a lone prefill's position delta is bound to."""
 
 
-def _model_ids_only(processor: Callable[[Any, Any], Any], image_token_id: int) -> Callable[[Any, Any], Any]:
-    """``processor`` reading the tokens as the model does: a prompt's image
+def _model_ids_only(
+    processor: Callable[[Any, Any], Any],
+    image_token_id: int,
+    video_token_id: int | None = None,
+    video_keys_from: int | None = None,
+) -> Callable[[Any, Any], Any]:
+    """``processor`` reading the tokens as the model does: a prompt's media
     cache keys (ids past the vocabulary, see :mod:`worker.vision.inputs`)
-    read as the image token."""
+    read as the image token, those at or past ``video_keys_from`` (None:
+    none) as the video token."""
     import mlx.core as mx
 
     def apply(tokens: Any, logits: Any) -> Any:
         keyed = tokens >= logits.shape[-1]
-        return processor(mx.where(keyed, mx.array(image_token_id, dtype=tokens.dtype), tokens), logits)
+        read = mx.where(keyed, mx.array(image_token_id, dtype=tokens.dtype), tokens)
+        if video_keys_from is not None and video_token_id is not None:
+            read = mx.where(tokens >= video_keys_from, mx.array(video_token_id, dtype=tokens.dtype), read)
+        return processor(read, logits)
 
     return apply
 
@@ -521,6 +530,8 @@ class Scheduler:
         self.counters.prompt_tokens += len(adm.prompt) - 1
         self.counters.vision_prefills += 1
         self.counters.vision_image_tokens += vision.model_ids.count(vision.image_token_id)
+        if vision.video_token_id is not None:
+            self.counters.vision_image_tokens += vision.model_ids.count(vision.video_token_id)
         if self.cache is not None:
             self.cache.insert(list(adm.prompt[:-1]), copy.deepcopy(cache))
         return cache, list(adm.prompt[-1:]), delta
@@ -533,7 +544,11 @@ class Scheduler:
 
         processors = make_processors(adm.params, len(adm.prompt), self._eos)
         if adm.vision is not None and processors:
-            processors = [_model_ids_only(p, adm.vision.image_token_id) for p in processors]
+            vision = adm.vision
+            processors = [
+                _model_ids_only(p, vision.image_token_id, vision.video_token_id, vision.video_keys_from)
+                for p in processors
+            ]
         if adm.thinking_budget is not None:
             processors.append(thinking_budget_processor(adm.thinking_budget, len(adm.prompt)))
         if adm.matchers is not None:

@@ -30,14 +30,19 @@ from worker.prompting.model_formats import ModelFormats
 from worker.sampling.constrained_decoding import GrammarCompiler, GrammarError
 from worker.sampling.defaults import with_defaults
 from worker.vision.images import ImageError
-from worker.vision.inputs import ImagePreparer, image_markup
+from worker.vision.inputs import ImagePreparer, UnsupportedProcessor, image_markup, media_markup, video_markup
 
 _SENTINEL = re.compile("(\ue000mlxd[0-9a-z.]+\ue001)")
 """Placeholders for client-written contents and images while the template
 renders (private-use code points a template does not produce)."""
 
-_IMAGE_KEY = re.compile("\ue000mlxdi(\\d+)\ue001")
-"""The placeholder of image ``k`` of a request (see :func:`protect_contents`)."""
+_IMAGE_KEY = re.compile("\ue000mlxd([iva])(\\d+)\ue001")
+"""The placeholder of media part ``k`` of a request, ``i`` for an image,
+``v`` for a video, ``a`` for an audio clip (see :func:`protect_contents`)."""
+
+
+_LETTERS = {"image": "i", "video": "v", "audio": "a"}
+"""The placeholder letter of each media part kind (see :data:`_IMAGE_KEY`)."""
 
 
 def protect_contents(messages: list[ChatMessage]) -> tuple[list[ChatMessage], dict[str, str]]:
@@ -51,8 +56,9 @@ def protect_contents(messages: list[ChatMessage]) -> tuple[list[ChatMessage], di
     ``images`` is protected whatever its role: its text pieces between
     images get placeholders of their own and image ``k`` of the request
     (counting in message order, then by offset) the placeholder
-    ``\ue000mlxdi<k>\ue001`` (mapped to ""), so each image keeps its place
-    in the text; the images are then dropped from the message.
+    ``\ue000mlxdi<k>\ue001`` (``v`` for a video, ``a`` for audio; mapped
+    to ""), so each image keeps its place in the text; the images are
+    then dropped from the message.
     """
     out, originals = [], {}
     image = 0
@@ -65,7 +71,7 @@ def protect_contents(messages: list[ChatMessage]) -> tuple[list[ChatMessage], di
                     key = f"\ue000mlxd{i}.{j}\ue001"
                     originals[key] = message.content[start:at]
                     pieces.append(key)
-                key = f"\ue000mlxdi{image}\ue001"
+                key = f"\ue000mlxd{_LETTERS[part.kind]}{image}\ue001"
                 originals[key] = ""
                 pieces.append(key)
                 image += 1
@@ -165,7 +171,20 @@ class PromptBuilder:
     ) -> None:
         self._tokenizer = tokenizer
         self.images = images
-        self._image_markup = image_markup(tokenizer, images.image_token_id) if images is not None else ([], [])
+        takes_images = images is not None and images.takes_images
+        self._image_markup = image_markup(tokenizer, images.image_token_id) if takes_images else ([], [])
+        self._audio_ids: tuple[list[int], list[int]] | str = ([], [])
+        if images is not None and images.audio_layout is not None:
+            try:
+                self._audio_ids = media_markup(tokenizer, "audio", images.audio_layout.audio_token_id)
+            except UnsupportedProcessor as exc:
+                self._audio_ids = str(exc)
+        self._video_ids: tuple[list[int], list[int]] | str = ([], [])
+        if images is not None and images.video_layout is not None:
+            try:
+                self._video_ids = video_markup(tokenizer, images.video_layout)
+            except UnsupportedProcessor as exc:
+                self._video_ids = str(exc)
         self.message_boundaries = message_boundaries
         self.context_length = context_length
         self.default_max_tokens = default_max_tokens
@@ -323,7 +342,9 @@ class PromptBuilder:
         if self.images is None:
             raise PromptError("invalid_request", no_vision_message(None), "messages")
         try:
-            keys, vision = self.images.prepare(ids, [(part.data, part.sha256) for part in images])
+            keys, vision = self.images.prepare(
+                ids, [(part.data, part.sha256) for part in images], [part.kind for part in images]
+            )
         except ImageError as exc:
             at = images[exc.index].param if exc.index is not None else ""
             message = f"{at}: {exc}" if at else str(exc)
@@ -404,13 +425,41 @@ class PromptBuilder:
                 continue
             image = _IMAGE_KEY.fullmatch(piece)
             if image is not None:
-                before, after = self._image_markup
-                ids += [*before, -int(image.group(1)) - 1, *after]
+                letter = image.group(1)
+                if letter == "v":
+                    before, after = self._video_markup()
+                else:
+                    before, after = self._audio_markup() if letter == "a" else self._image_markup
+                ids += [*before, -int(image.group(2)) - 1, *after]
             elif piece in originals:
                 ids += self._tokenizer.encode(originals[piece], add_special_tokens=False, split_special_tokens=True)
             else:
                 ids += self._tokenizer.encode(piece, add_special_tokens=False)
         return ids
+
+    def _video_markup(self) -> tuple[list[int], list[int]]:
+        """The template's ids around a video's marker (none for a model
+        that takes no videos: :meth:`ImagePreparer.prepare` refuses them).
+
+        Raises:
+            PromptError: the model takes videos but its chat template cannot
+                place one.
+        """
+        if isinstance(self._video_ids, str):
+            raise PromptError("invalid_request", f"this model cannot take videos: {self._video_ids}", "messages")
+        return self._video_ids
+
+    def _audio_markup(self) -> tuple[list[int], list[int]]:
+        """The template's ids around an audio clip's marker (none for a
+        model that takes no audio: :meth:`ImagePreparer.prepare` refuses it).
+
+        Raises:
+            PromptError: the model takes audio but its chat template cannot
+                place a clip.
+        """
+        if isinstance(self._audio_ids, str):
+            raise PromptError("invalid_request", f"this model cannot take audio: {self._audio_ids}", "messages")
+        return self._audio_ids
 
     @staticmethod
     def _offered_tools(request: GenerateRequest) -> list[Tool] | None:

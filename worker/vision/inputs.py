@@ -17,6 +17,15 @@ Content keys: the cache key of an image's ``j``-th token is
 requests share a cached prefix through an image only when the image bytes
 are equal (a false match needs every one of the image's token keys to
 collide). Key ids are never fed to the model.
+
+Videos (Qwen3-VL only, see :mod:`worker.vision.video`): the request's
+media parts are images and videos in one order; a video's marker expands
+to one block per temporal patch (``<t.t seconds>``, vision start, its video
+tokens, vision end), and its keys derive from its digest and the frame
+sampling settings (which change its tokens); they lie in their own range
+(:data:`VIDEO_KEYS`). Audio clips (Gemma 4, see :mod:`worker.vision.audio`)
+expand to begin-of-audio, their audio tokens, end-of-audio; keyed by
+content like images.
 """
 
 from __future__ import annotations
@@ -24,11 +33,28 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from shared.model_kind import AUDIO_MODELS, cannot_read_message
 from worker.messages import VisionPrompt
-from worker.vision.images import DEFAULT_LIMITS, ImageLimits, decode_images
+from worker.vision.audio import MAX_CLIPS, AudioLayout, AudioLimits, decode_audio
+from worker.vision.images import DEFAULT_LIMITS, ImageError, ImageLimits, decode_images
+from worker.vision.video import VideoLayout, VideoLimits, group_seconds, sample_video
+
+VIDEO_FAMILIES = frozenset({"qwen3_vl"})
+"""mlx-vlm ``model_type`` values whose videos are served (their processor
+lays a video out with time stamps per temporal patch, and their forward
+pass takes images and videos together)."""
+
+AUDIO_FAMILIES = frozenset({"gemma4"})
+"""mlx-vlm ``model_type`` values served for audio (an audio tower and a
+processor with a NumPy feature extractor); their images are not served."""
 
 KEY_BITS = 30
 """Bits of an image token's cache key above the vocabulary."""
+
+VIDEO_KEYS = 1 << KEY_BITS
+"""Where a video token's cache keys start above the vocabulary (past every
+image or audio key; ``KEY_BITS - 1`` bits, so every key fits an int32), so
+a key tells which token the model read there."""
 
 
 class UnsupportedProcessor(TypeError):
@@ -40,44 +66,140 @@ class ImagePreparer:
     """Drives one model's processor (built once per worker, used by the
     input thread only). ``vocab_size`` is where cache keys start.
 
+    ``model_type`` is the model's family; videos are taken when it is in
+    :data:`VIDEO_FAMILIES` and the processor has a video processor
+    (``video_limits`` bound and sample them), refused otherwise; audio
+    clips when it is in :data:`AUDIO_FAMILIES` (``audio_limits`` bound
+    them; such a model takes no images, and :attr:`image_token_id` is then
+    its audio token: the token its prompts' cache keys read as).
+
     Raises:
         UnsupportedProcessor: at construction, for a processor outside the
-            Qwen-VL family.
+            Qwen-VL family and the audio families.
     """
 
-    def __init__(self, processor: Any, vocab_size: int, limits: ImageLimits = DEFAULT_LIMITS) -> None:
-        image_processor = getattr(processor, "image_processor", None)
-        token = getattr(processor, "image_token", None)
-        merge = getattr(image_processor, "merge_size", None)
-        if image_processor is None or not isinstance(token, str) or not isinstance(merge, int):
-            raise UnsupportedProcessor(f"the {type(processor).__name__} processor is not supported for images")
+    def __init__(
+        self,
+        processor: Any,
+        vocab_size: int,
+        limits: ImageLimits = DEFAULT_LIMITS,
+        *,
+        model_type: str = "",
+        video_limits: VideoLimits | None = None,
+        audio_limits: AudioLimits | None = None,
+    ) -> None:
         tokenizer = getattr(processor, "tokenizer", processor)
-        self.image_token = token
-        self.image_token_id = int(tokenizer.convert_tokens_to_ids(token))
-        self._image_processor = image_processor
-        self._merge = merge
+        self.audio_limits = audio_limits or AudioLimits()
+        self.audio_layout: AudioLayout | None = None
+        self.takes_images = model_type not in AUDIO_FAMILIES
+        if self.takes_images:
+            image_processor = getattr(processor, "image_processor", None)
+            token = getattr(processor, "image_token", None)
+            merge = getattr(image_processor, "merge_size", None)
+            if image_processor is None or not isinstance(token, str) or not isinstance(merge, int):
+                raise UnsupportedProcessor(f"the {type(processor).__name__} processor is not supported for images")
+            self.image_token = token
+            self.image_token_id = int(tokenizer.convert_tokens_to_ids(token))
+            self._image_processor = image_processor
+            self._merge = merge
+        else:
+            self._audio_setup(processor, tokenizer)
         self.vocab_size = vocab_size
         self.limits = limits
+        self.model_type = model_type
+        self.video_limits = video_limits or VideoLimits()
+        self.video_layout: VideoLayout | None = None
+        video_processor = getattr(processor, "video_processor", None)
+        if model_type in VIDEO_FAMILIES and video_processor is not None:
+            from mlx_vlm.utils import resolve_video_sampling
 
-    def prepare(self, ids: list[int], blobs: list[tuple[bytes, str]]) -> tuple[list[int], VisionPrompt]:
-        """The cache-key prompt and the :class:`VisionPrompt` for ``ids``, a
-        prompt holding one ``-(k + 1)`` marker where image ``k`` of
-        ``blobs`` (its bytes and SHA-256 hex digest) stands.
+            ids = {
+                name: int(tokenizer.convert_tokens_to_ids(getattr(processor, name)))
+                for name in ("vision_start_token", "vision_end_token", "video_token")
+            }
+            self.video_layout = VideoLayout(
+                tokenizer, ids["vision_start_token"], ids["vision_end_token"], ids["video_token"]
+            )
+            self._video_processor = video_processor
+            self._video_merge = int(video_processor.merge_size)
+            self._video_group = int(getattr(video_processor, "temporal_patch_size", 2))
+            self._sampling = resolve_video_sampling(
+                processor, {"fps": self.video_limits.fps, "max_frames": self.video_limits.max_frames}
+            )
+
+    def _audio_setup(self, processor: Any, tokenizer: Any) -> None:
+        """Read the audio layout and feature extractor of an audio family's
+        processor.
 
         Raises:
-            worker.vision.images.ImageError: an image is unusable (names it), or
-                its digest does not match its bytes.
-            ValueError: the markers do not match the images.
+            UnsupportedProcessor: it has no feature extractor or no audio,
+                begin-of-audio and end-of-audio tokens.
         """
+        extractor = getattr(processor, "feature_extractor", None)
+        names = [getattr(processor, name, None) for name in ("boa_token", "eoa_token", "audio_token")]
+        if extractor is None or not all(isinstance(name, str) and name for name in names):
+            raise UnsupportedProcessor(f"the {type(processor).__name__} processor is not supported for audio")
+        begin, end, audio = (int(tokenizer.convert_tokens_to_ids(name)) for name in names)
+        self.audio_layout = AudioLayout(
+            begin, end, audio, int(processor.audio_ms_per_token), int(processor.audio_seq_length)
+        )
+        self.image_token = names[2]
+        self.image_token_id = audio
+        self._extractor = extractor
+        self._sample_rate = int(extractor.sampling_rate)
+
+    def prepare(
+        self, ids: list[int], blobs: list[tuple[bytes, str]], kinds: list[str] | None = None
+    ) -> tuple[list[int], VisionPrompt]:
+        """The cache-key prompt and the :class:`VisionPrompt` for ``ids``, a
+        prompt holding one ``-(k + 1)`` marker where media part ``k`` of
+        ``blobs`` (its bytes and SHA-256 hex digest) stands; ``kinds[k]``
+        is ``"image"`` (default) or ``"video"``. An image's marker stands
+        between the template's image markup; a video's in place of its
+        vision start and end tokens (its layout brings them).
+
+        Raises:
+            worker.vision.images.ImageError: a part is unusable (names it by
+                its index), its digest does not match its bytes, it is a
+                video and this model takes none, or it is audio (no vision
+                model reads audio).
+            ValueError: the markers do not match the parts.
+        """
+        kinds = kinds or ["image"] * len(blobs)
+        if "audio" in kinds and self.audio_layout is None:
+            at = kinds.index("audio")
+            raise ImageError(cannot_read_message(None, "vision", "audio", AUDIO_MODELS, self.model_type), at)
+        if "image" in kinds and not self.takes_images:
+            at = kinds.index("image")
+            raise ImageError(
+                f"this vision model ({self.model_type}) is served for audio only: its images are not read "
+                "(images are read by Qwen-VL models)",
+                at,
+            )
         for index, (blob, digest) in enumerate(blobs):
             if hashlib.sha256(blob).hexdigest() != digest:
-                from worker.vision.images import ImageError
-
-                raise ImageError(f"image {index}'s sha256 does not match its bytes", index)
-        pictures = decode_images([blob for blob, _ in blobs], self.limits)
-        features = self._image_processor(images=pictures)
-        pixels, grids = features["pixel_values"], features["image_grid_thw"]
-        counts = [int(grid.prod()) // (self._merge * self._merge) for grid in grids]
+                raise ImageError(f"{kinds[index]} {index}'s sha256 does not match its bytes", index)
+        image_at = [k for k, kind in enumerate(kinds) if kind == "image"]
+        video_at = [k for k, kind in enumerate(kinds) if kind == "video"]
+        expansions: dict[int, tuple[list[int], list[int]]] = {}
+        pixels = grids = None
+        if image_at:
+            try:
+                pictures = decode_images([blobs[k][0] for k in image_at], self.limits)
+            except ImageError as exc:
+                raise ImageError(str(exc), image_at[exc.index] if exc.index is not None else None) from None
+            features = self._image_processor(images=pictures)
+            pixels, grids = features["pixel_values"], features["image_grid_thw"]
+            for k, grid in zip(image_at, grids, strict=True):
+                count = int(grid.prod()) // (self._merge * self._merge)
+                expansions[k] = ([self.image_token_id] * count, image_keys(blobs[k][1], count, self.vocab_size))
+        video_pixels = video_grids = None
+        if video_at:
+            video_pixels, video_grids = self._videos(blobs, video_at, expansions)
+        audio_at = [k for k, kind in enumerate(kinds) if kind == "audio"]
+        features = features_mask = None
+        if audio_at:
+            features, features_mask = self._audio(blobs, audio_at, expansions)
         model_ids: list[int] = []
         key_ids: list[int] = []
         seen = 0
@@ -89,20 +211,110 @@ class ImagePreparer:
                 continue
             k = -token - 1
             if k != seen or k >= len(blobs):
-                raise ValueError("the prompt's image markers do not match the request's images")
+                raise ValueError("the prompt's media markers do not match the request's images and videos")
             seen += 1
-            model_ids += [self.image_token_id] * counts[k]
-            key_ids += image_keys(blobs[k][1], counts[k], self.vocab_size)
+            model_ids += expansions[k][0]
+            key_ids += expansions[k][1]
             image_end = len(model_ids)
         if seen != len(blobs):
-            raise ValueError(f"the prompt places {seen} images but the request carries {len(blobs)}")
-        return key_ids, VisionPrompt(model_ids, pixels, grids, image_end, self.image_token_id)
+            raise ValueError(f"the prompt places {seen} images and videos but the request carries {len(blobs)}")
+        vision = VisionPrompt(
+            model_ids,
+            pixels,
+            grids,
+            image_end,
+            self.image_token_id,
+            pixel_values_videos=video_pixels,
+            video_grid_thw=video_grids,
+            video_token_id=self.video_layout.video_token_id if self.video_layout is not None else None,
+            video_keys_from=self.vocab_size + VIDEO_KEYS if video_at else None,
+            input_features=features,
+            input_features_mask=features_mask,
+        )
+        return key_ids, vision
+
+    def _audio(
+        self, blobs: list[tuple[bytes, str]], audio_at: list[int], expansions: dict[int, tuple[list[int], list[int]]]
+    ) -> tuple[Any, Any]:
+        """Decode the clips at ``audio_at`` of ``blobs``, record each one's
+        model ids and key ids in ``expansions``; return their features and
+        feature mask (one row per clip).
+
+        Raises:
+            ImageError: too many clips, or a clip breaks a limit (see
+                :mod:`worker.vision.audio`).
+        """
+        import numpy as np
+
+        layout = self.audio_layout
+        assert layout is not None  # checked by prepare
+        if len(audio_at) > MAX_CLIPS:
+            raise ImageError(f"too many audio clips: {len(audio_at)} given, at most {MAX_CLIPS} per request")
+        waves = []
+        for k in audio_at:
+            blob, digest = blobs[k]
+            wave = decode_audio(blob, k, self.audio_limits, self._sample_rate)
+            count = layout.count(wave.size, self._sample_rate)
+            keys = image_keys(f"audio:{digest}", count, self.vocab_size)
+            expansions[k] = (layout.ids(count), layout.ids(count, keys))
+            waves.append(wave)
+        result = self._extractor(waves, sampling_rate=self._sample_rate, return_attention_mask=True)
+        features = np.stack(
+            [np.asarray(f, dtype=np.float32).reshape(np.shape(f)[-2:]) for f in result["input_features"]]
+        )
+        mask = np.stack([np.asarray(m).reshape(-1) for m in result["input_features_mask"]])
+        return features, mask
+
+    def _videos(
+        self, blobs: list[tuple[bytes, str]], video_at: list[int], expansions: dict[int, tuple[list[int], list[int]]]
+    ) -> tuple[Any, Any]:
+        """Sample the videos at ``video_at`` of ``blobs``, record each one's
+        model ids and key ids in ``expansions``; return the patches and
+        grids of all of them, in order.
+
+        Raises:
+            ImageError: this model takes no videos, too many videos, or a
+                video breaks a limit (see :mod:`worker.vision.video`).
+        """
+        import numpy as np
+
+        layout = self.video_layout
+        if layout is None:
+            family = f" ({self.model_type})" if self.model_type else ""
+            raise ImageError(
+                f"this vision model{family} does not take videos; videos are served for "
+                f"{', '.join(sorted(VIDEO_FAMILIES))} models",
+                video_at[0],
+            )
+        limits = self.video_limits
+        if len(video_at) > limits.max_videos:
+            raise ImageError(f"too many videos: {len(video_at)} given, at most {limits.max_videos} per request")
+        all_pixels, all_grids = [], []
+        for k in video_at:
+            blob, digest = blobs[k]
+            sampled = sample_video(blob, k, limits, self._sampling)
+            features = self._video_processor(videos=[sampled.frames])
+            grid = features["video_grid_thw"][0]
+            per_frame = int(grid[1]) * int(grid[2]) // (self._video_merge * self._video_merge)
+            seconds = group_seconds(sampled.indices, sampled.source_fps, self._video_group)
+            if len(seconds) != int(grid[0]):
+                raise ImageError(f"video {k}'s frames do not match the processor's temporal patches", k)
+            keys = image_keys(
+                f"{digest}:{limits.sampling_key()}",
+                per_frame * len(seconds),
+                self.vocab_size + VIDEO_KEYS,
+                KEY_BITS - 1,
+            )
+            expansions[k] = (layout.ids(seconds, per_frame), layout.ids(seconds, per_frame, keys))
+            all_pixels.append(features["pixel_values_videos"])
+            all_grids.append(features["video_grid_thw"])
+        return np.concatenate(all_pixels, axis=0), np.concatenate(all_grids, axis=0)
 
 
-def image_keys(digest: str, count: int, vocab_size: int) -> list[int]:
+def image_keys(digest: str, count: int, vocab_size: int, bits: int = KEY_BITS) -> list[int]:
     """The ``count`` cache-key ids of an image with SHA-256 ``digest`` (see
-    the module docstring)."""
-    mask = (1 << KEY_BITS) - 1
+    the module docstring), ``bits`` bits above ``vocab_size``."""
+    mask = (1 << bits) - 1
     keys = []
     for j in range(count):
         h = hashlib.sha256(f"{digest}:{j}".encode()).digest()
@@ -112,32 +324,58 @@ def image_keys(digest: str, count: int, vocab_size: int) -> list[int]:
 
 def image_markup(tokenizer: Any, image_token_id: int) -> tuple[list[int], list[int]]:
     """The ids the chat template puts before and after an image's token
-    (Qwen-VL: ``<|vision_start|>`` and ``<|vision_end|>``), read by
-    rendering a one-image user turn and a text-only one and tokenizing
-    what differs.
+    (Qwen-VL: ``<|vision_start|>`` and ``<|vision_end|>``): see
+    :func:`media_markup`."""
+    return media_markup(tokenizer, "image", image_token_id)
+
+
+def video_markup(tokenizer: Any, layout: VideoLayout) -> tuple[list[int], list[int]]:
+    """The ids the chat template puts before a video's vision start token
+    and after its vision end token (the marker of a video stands in place
+    of those two and the video token between them, see
+    :meth:`ImagePreparer.prepare`).
+
+    Raises:
+        UnsupportedProcessor: as :func:`media_markup`, or the template
+            does not wrap the video token in the vision start and end
+            tokens.
+    """
+    before, after = media_markup(tokenizer, "video", layout.video_token_id)
+    if not before or before[-1] != layout.start_id or not after or after[0] != layout.end_id:
+        raise UnsupportedProcessor("the chat template does not wrap a video's token in the vision start and end tokens")
+    return before[:-1], after[1:]
+
+
+def media_markup(tokenizer: Any, part_type: str, token_id: int) -> tuple[list[int], list[int]]:
+    """The ids the chat template puts before and after the token of a
+    ``part_type`` (``image`` or ``video``) content part, read by rendering
+    a one-part user turn and a text-only one and tokenizing what differs.
 
     Raises:
         UnsupportedProcessor: the template does not render content-part
-            lists, or does not place exactly one image token for an image
-            (the model could not be given images faithfully).
+            lists, or does not place exactly one ``token_id`` for the part
+            (the model could not be given it faithfully).
     """
+    article = "an" if part_type[:1] in "aeiou" else "a"
     try:
-        with_image, without = (
+        with_part, without = (
             tokenizer.apply_chat_template(
                 [{"role": "user", "content": content}], add_generation_prompt=False, tokenize=False
             )
-            for content in ([{"type": "image"}, {"type": "text", "text": "."}], [{"type": "text", "text": "."}])
+            for content in ([{"type": part_type}, {"type": "text", "text": "."}], [{"type": "text", "text": "."}])
         )
     except Exception as exc:  # a template without content-part lists
-        raise UnsupportedProcessor(f"the chat template cannot render an image part: {exc}") from None
+        raise UnsupportedProcessor(f"the chat template cannot render {article} {part_type} part: {exc}") from None
     start = 0
-    while start < min(len(with_image), len(without)) and with_image[start] == without[start]:
+    while start < min(len(with_part), len(without)) and with_part[start] == without[start]:
         start += 1
     end = 0
-    while end < len(without) - start and with_image[len(with_image) - 1 - end] == without[len(without) - 1 - end]:
+    while end < len(without) - start and with_part[len(with_part) - 1 - end] == without[len(without) - 1 - end]:
         end += 1
-    ids = list(tokenizer.encode(with_image[start : len(with_image) - end], add_special_tokens=False))
-    if ids.count(image_token_id) != 1:
-        raise UnsupportedProcessor("the chat template does not place one image token for an image part")
-    at = ids.index(image_token_id)
+    ids = list(tokenizer.encode(with_part[start : len(with_part) - end], add_special_tokens=False))
+    if ids.count(token_id) != 1:
+        raise UnsupportedProcessor(
+            f"the chat template does not place one {part_type} token for {article} {part_type} part"
+        )
+    at = ids.index(token_id)
     return ids[:at], ids[at + 1 :]

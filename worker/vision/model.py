@@ -22,7 +22,9 @@ position ids, so no state of mlx-vlm's language model leaks between
 sequences.
 
 Supported: mlx-vlm's Qwen-VL family (``qwen2_vl``, ``qwen2_5_vl``,
-``qwen3_vl``: :data:`FAMILIES`); other VLMs are refused at load. Threads:
+``qwen3_vl``: :data:`FAMILIES`), and for audio Gemma 4
+(:data:`AUDIO_FAMILIES`, :class:`AudioLanguageModel`); other VLMs are
+refused at load. Threads:
 load and call everything here on the scheduler thread only.
 """
 
@@ -48,6 +50,11 @@ from worker.loading.loader import (
 FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl"})
 """mlx-vlm ``model_type`` values served (multimodal rotary positions with
 ``get_rope_index`` and explicit ``position_ids``)."""
+
+AUDIO_FAMILIES = frozenset({"gemma4"})
+"""mlx-vlm ``model_type`` values served for audio clips
+(:class:`AudioLanguageModel`: plain rotary positions, sliding-window
+layers)."""
 
 
 class _Positions:
@@ -110,23 +117,80 @@ class VisionLanguageModel(nn.Module):
         positions = mx.broadcast_to(positions[None], (3, batch, length))
         return self.vlm.language_model(inputs, cache=cache, position_ids=positions).logits
 
-    def position_delta(self, model_ids: list[int], image_grid_thw: Any) -> int:
-        """The position delta of a prompt with images (``model_ids`` as the
-        model reads them, the images' grids as the processor gave them)."""
-        _, deltas = self.vlm.language_model.get_rope_index(mx.array([model_ids]), mx.array(image_grid_thw))
+    def position_delta(self, model_ids: list[int], image_grid_thw: Any, video_grid_thw: Any = None) -> int:
+        """The position delta of a prompt with images or videos
+        (``model_ids`` as the model reads them, the grids as the processor
+        gave them; None: none of that kind)."""
+        _, deltas = self.vlm.language_model.get_rope_index(
+            mx.array([model_ids]),
+            None if image_grid_thw is None else mx.array(image_grid_thw),
+            None if video_grid_thw is None else mx.array(video_grid_thw),
+        )
         return int(mx.array(deltas).reshape(-1)[0].item())
 
-    def prefill_images(self, model_ids: list[int], pixel_values: Any, image_grid_thw: Any, cache: list[Any]) -> None:
-        """Run ``model_ids`` (holding every image token of the prompt) with
-        their images through mlx-vlm's model into ``cache`` (fresh, one
+    def prefill_images(
+        self,
+        model_ids: list[int],
+        pixel_values: Any,
+        image_grid_thw: Any,
+        cache: list[Any],
+        pixel_values_videos: Any = None,
+        video_grid_thw: Any = None,
+        input_features: Any = None,
+        input_features_mask: Any = None,
+    ) -> None:
+        """Run ``model_ids`` (holding every image, video and audio token of
+        the prompt) with their images, videos and audio features (None: none
+        of that kind) through mlx-vlm's model into ``cache`` (fresh, one
         sequence), evaluating it."""
+        media: dict[str, Any] = {}
+        if input_features is not None:
+            ids = mx.array([model_ids])
+            media["input_features"] = mx.array(input_features)
+            media["input_features_mask"] = mx.array(input_features_mask)
+            # the token types mlx-vlm's Gemma 4 processor gives (3: audio)
+            media["mm_token_type_ids"] = (ids == int(self.vlm.config.audio_token_id)).astype(mx.int32) * 3
+        if image_grid_thw is not None:
+            media["image_grid_thw"] = mx.array(image_grid_thw)
+        if pixel_values_videos is not None:
+            media["pixel_values_videos"] = mx.array(pixel_values_videos)
+            media["video_grid_thw"] = mx.array(video_grid_thw)
         self.vlm(
             mx.array([model_ids]),
-            mx.array(pixel_values),
+            None if pixel_values is None else mx.array(pixel_values),
             cache=cache,
-            image_grid_thw=mx.array(image_grid_thw),
+            **media,
         )
         mx.eval([c.state for c in cache])
+
+
+class AudioLanguageModel(VisionLanguageModel):
+    """An mlx-vlm model with an audio tower (:data:`AUDIO_FAMILIES`) seen as
+    a text language model by mlx-lm's batch engine: positions are each
+    row's cache offset (no deltas), and its caches are laid out as mlx-vlm
+    lays them out (one per layer up to the first KV-shared layer; a
+    sliding-window layer gets a rotating cache of the window's size), as
+    mlx-lm's cache classes so the batch engine can batch them."""
+
+    def make_cache(self) -> list[Any]:
+        """Fresh caches for one sequence (see the class docstring)."""
+        from mlx_lm.models.cache import KVCache, RotatingKVCache
+
+        language = self.vlm.language_model
+        kinds = language.config.layer_types[: language.model.first_kv_shared_layer_idx]
+        return [
+            KVCache() if kind == "full_attention" else RotatingKVCache(max_size=language.config.sliding_window, keep=0)
+            for kind in kinds
+        ]
+
+    def __call__(self, inputs: mx.array, cache: list[Any] | None = None) -> mx.array:
+        """The logits of ``inputs`` (``[batch, length]`` token ids, never an
+        audio token), at positions from each row's cache offset."""
+        return self.vlm.language_model(inputs, cache=cache).logits
+
+    def position_delta(self, model_ids: list[int], image_grid_thw: Any, video_grid_thw: Any = None) -> int:
+        """0: this model's positions follow the sequence."""
+        return 0
 
 
 def load_vision_model(source: str, *, dtype: str = "auto") -> tuple[LoadedModel, Any]:
@@ -137,7 +201,8 @@ def load_vision_model(source: str, *, dtype: str = "auto") -> tuple[LoadedModel,
 
     Raises:
         ModelLoadError: bad ``dtype``, unresolvable source, a model family
-            outside :data:`FAMILIES`, or mlx-vlm cannot load it.
+            outside :data:`FAMILIES` and :data:`AUDIO_FAMILIES`, or mlx-vlm
+            cannot load it.
     """
     if dtype not in DTYPES:
         raise ModelLoadError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
@@ -147,10 +212,10 @@ def load_vision_model(source: str, *, dtype: str = "auto") -> tuple[LoadedModel,
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"model source {source!r}: no readable config.json in {path}: {one_line(exc)}") from exc
     family = str(raw.get("model_type", ""))
-    if family not in FAMILIES:
+    if family not in FAMILIES | AUDIO_FAMILIES:
         raise ModelLoadError(
             f"model source {source!r}: vision model type {family!r} is not supported "
-            f"(supported: {', '.join(sorted(FAMILIES))})"
+            f"(supported: {', '.join(sorted(FAMILIES | AUDIO_FAMILIES))})"
         )
     try:
         from mlx_lm.utils import load_tokenizer
@@ -166,7 +231,7 @@ def load_vision_model(source: str, *, dtype: str = "auto") -> tuple[LoadedModel,
     if not getattr(tokenizer, "chat_template", None) and getattr(processor, "chat_template", None):
         tokenizer._tokenizer.chat_template = processor.chat_template
     loaded = LoadedModel(
-        model=VisionLanguageModel(vlm),
+        model=(AudioLanguageModel if family in AUDIO_FAMILIES else VisionLanguageModel)(vlm),
         tokenizer=tokenizer,
         path=path,
         context_length=context_length_of(raw),
