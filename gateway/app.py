@@ -46,6 +46,8 @@ from gateway.openai import routes as openai_routes
 from gateway.openapi_document import openapi_response
 from gateway.rerank import routes as rerank_routes
 from gateway.responses import routes as responses_routes
+from gateway.speech import routes as speech_routes
+from gateway.transcription import routes as transcription_routes
 from gateway.workers.pool import WorkerPool
 from shared.config import Config, ServerConfig
 from shared.config_values import is_loopback
@@ -220,6 +222,10 @@ def build_app(config: Config, pool: WorkerPool | None = None) -> Starlette:
         Route("/v1/completions", openai_routes.completions, methods=["POST"]),
         Route("/v1/embeddings", embeddings_routes.create_embeddings, methods=["POST"]),
         *(Route(path, rerank_routes.rerank, methods=["POST"]) for path in RERANK_PATHS),
+        Route("/v1/audio/speech", speech_routes.create_speech, methods=["POST"]),
+        Route("/v1/audio/voices", speech_routes.list_voices, methods=["GET"]),
+        Route("/v1/audio/transcriptions", transcription_routes.create_transcription, methods=["POST"]),
+        Route("/v1/audio/translations", transcription_routes.create_translation, methods=["POST"]),
         Route("/v1/responses", responses_routes.create_response, methods=["POST"]),
         Route("/v1/messages", anthropic_routes.messages, methods=["POST"]),
         Route("/v1/messages/count_tokens", anthropic_routes.count_tokens, methods=["POST"]),

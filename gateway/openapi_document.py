@@ -9,6 +9,7 @@ wire formats, so it cannot drift from them:
   :class:`~gateway.responses.schema.ResponsesRequest`,
   :class:`~gateway.anthropic.schema.MessagesRequest`,
   :class:`~gateway.anthropic.schema.CountTokensRequest`,
+  :class:`~gateway.speech.schema.SpeechBody`,
   :class:`~gateway.embeddings.schema.EmbeddingRequest`, whose ``input``
   is any JSON value here: its forms are checked after decoding;
   :class:`~gateway.rerank.schema.RerankBody`). Their JSON
@@ -20,7 +21,9 @@ wire formats, so it cannot drift from them:
   (:mod:`gateway.openai.format`, :mod:`gateway.responses.format`,
   :mod:`gateway.anthropic.format`,
   :class:`gateway.embeddings.routes.EmbeddingList`,
-  :class:`gateway.rerank.routes.RerankResponse`); ``/health`` uses the
+  :class:`gateway.rerank.routes.RerankResponse`,
+  :class:`gateway.speech.routes.VoiceList`; speech audio is binary of its
+  format's media type); ``/health`` uses the
   worker status dataclass, ``/v1/status`` and ``/v1/admin/*`` the Structs
   of :mod:`gateway.dashboard.schema`.
 - Streamed answers (``"stream": true``) are ``text/event-stream``. Their
@@ -88,6 +91,8 @@ from gateway.rerank.routes import RerankResponse
 from gateway.rerank.schema import RerankBody
 from gateway.responses import format as responses_format
 from gateway.responses.schema import ResponsesRequest
+from gateway.speech import routes as speech_routes
+from gateway.speech.schema import SpeechBody
 from gateway.workers.status import WorkerStatus
 
 OPENAPI_VERSION = "3.1.0"
@@ -373,6 +378,7 @@ _TYPES: dict[str, Any] = {
     "count_tokens_request": CountTokensRequest,
     "embedding_request": EmbeddingRequest,
     "rerank_request": RerankBody,
+    "speech_request": SpeechBody,
     "ollama_chat_request": ollama_schema.OllamaChatRequest,
     "ollama_generate_request": ollama_schema.OllamaGenerateRequest,
     "ollama_embed_request": ollama_schema.OllamaEmbedRequest,
@@ -394,6 +400,9 @@ _TYPES: dict[str, Any] = {
     "token_count": TokenCount,
     "embedding_list": EmbeddingList,
     "rerank_response": RerankResponse,
+    "voice_list": speech_routes.VoiceList,
+    "speech_audio_delta": speech_routes.SpeechAudioDelta,
+    "speech_audio_done": speech_routes.SpeechAudioDone,
     "health": Health,
     "readiness": Readiness,
     "status": Status,
@@ -429,6 +438,7 @@ _DECODED = frozenset(
         "count_tokens_request",
         "embedding_request",
         "rerank_request",
+        "speech_request",
         "ollama_chat_request",
         "ollama_generate_request",
         "ollama_embed_request",
@@ -747,6 +757,70 @@ class _Builder:
             "responses": {**ok, **self._error_responses(errors, anthropic)},
         }
 
+    def speech_paths(self) -> dict[str, Any]:
+        """``POST /v1/audio/speech`` (audio of each format, or SSE with
+        ``stream_format: "sse"``) and ``GET /v1/audio/voices``."""
+        audio = {"type": "string", "contentEncoding": "binary"}
+        content: dict[str, Any] = {media: {"schema": audio} for media in speech_routes.MEDIA_TYPES.values()}
+        payload = {
+            "anyOf": [self.refs["speech_audio_delta"], self.refs["speech_audio_done"], self.refs["openai_error"]]
+        }
+        content[SSE_MEDIA_TYPE] = {"schema": self._sse_event(None, _json_text(payload))}
+        example = {"model": self.model, "input": "Good morning.", "voice": "af_heart", "response_format": "wav"}
+        return {
+            "/v1/audio/speech": {
+                "post": {
+                    "operationId": "createSpeech",
+                    "summary": "Text to speech (OpenAI); needs a speech model",
+                    "tags": ["OpenAI"],
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            JSON: {
+                                "schema": self.refs["speech_request"],
+                                "examples": {
+                                    "whole": {"summary": "A wav file", "value": example},
+                                    "streamed": {
+                                        "summary": "Audio as it is synthesised",
+                                        "value": {**example, "stream_format": "audio"},
+                                    },
+                                },
+                            }
+                        },
+                    },
+                    "responses": {
+                        "200": {
+                            "description": "The audio in `response_format` (whole, or streamed with "
+                            "`stream_format: audio`), or with `stream_format: sse` `speech.audio.delta` "
+                            "events and a last `speech.audio.done`",
+                            "content": content,
+                        },
+                        **self._error_responses(_OPENAI_ERRORS, False),
+                    },
+                }
+            },
+            "/v1/audio/voices": {
+                "get": {
+                    "operationId": "listVoices",
+                    "summary": "The voices of the speech models (`?model=` for one)",
+                    "tags": ["OpenAI"],
+                    "parameters": [
+                        {
+                            "name": "model",
+                            "in": "query",
+                            "required": False,
+                            "description": "A speech model's name or alias",
+                            "schema": {"type": "string", "minLength": 1},
+                        }
+                    ],
+                    "responses": {
+                        **self._ok("The voices, as `audio.voice` objects with their `model`", self.refs["voice_list"]),
+                        **self._error_responses({s: _OPENAI_ERRORS[s] for s in (400, 401, 404)}, False),
+                    },
+                }
+            },
+        }
+
     def _ollama_errors(self, statuses: Iterable[int]) -> dict[str, Any]:
         """Ollama-shaped error responses for ``statuses``."""
         out: dict[str, Any] = {}
@@ -868,17 +942,28 @@ class _Builder:
                 False,
             ),
         }
-        for name in ("pull", "push", "create", "copy", "delete"):
-            refusal = {
+        managed = {
+            "pull": "Download a model from the Hugging Face Hub and serve it (Ollama `pull`; streamed progress "
+            "unless `stream` is false) when `server.allow_model_management` is set, else refused",
+            "delete": "Remove a pulled model from the local cache (Ollama `delete`) when "
+            "`server.allow_model_management` is set, else refused",
+        }
+        for name, method in (
+            ("pull", "post"),
+            ("delete", "delete"),
+            ("push", "post"),
+            ("create", "post"),
+            ("copy", "post"),
+        ):
+            operation = {
                 "operationId": f"ollama{name.capitalize()}",
-                "summary": f"Refused: models come from the config (Ollama `{name}`)",
+                "summary": managed.get(name, f"Refused: models come from the config or a pull (Ollama `{name}`)"),
                 "tags": ["Ollama"],
-                "responses": self._ollama_errors([401, 403]),
+                "responses": self._ollama_errors([400, 401, 403, 404] if name in managed else [401, 403]),
             }
-            paths[f"/api/{name}"] = {
-                "post": refusal,
-                "delete": {**refusal, "operationId": f"ollama{name.capitalize()}Delete"},
-            }
+            if name in managed:
+                operation["responses"]["200"] = {"description": "Done (for a pull: NDJSON progress lines)"}
+            paths[f"/api/{name}"] = {method: operation}
         return paths
 
     def mcp_paths(self) -> dict[str, Any]:
@@ -1131,6 +1216,137 @@ class _Builder:
             },
         }
 
+    def audio_paths(self) -> dict[str, Any]:
+        """``/v1/audio/transcriptions`` and ``/v1/audio/translations``: a
+        multipart form in, JSON, plain text or (transcriptions) an SSE stream
+        out (:mod:`gateway.transcription`)."""
+        number = {"type": "number"}
+        segment = {
+            "type": "object",
+            "required": [
+                "id",
+                "seek",
+                "start",
+                "end",
+                "text",
+                "tokens",
+                "temperature",
+                "avg_logprob",
+                "compression_ratio",
+                "no_speech_prob",
+            ],
+            "properties": {
+                "id": {"type": "integer"},
+                "seek": {"type": "integer"},
+                "start": number,
+                "end": number,
+                "text": {"type": "string"},
+                "tokens": {"type": "array", "items": {"type": "integer"}},
+                "temperature": number,
+                "avg_logprob": number,
+                "compression_ratio": number,
+                "no_speech_prob": number,
+            },
+        }
+        word = {
+            "type": "object",
+            "required": ["word", "start", "end"],
+            "properties": {"word": {"type": "string"}, "start": number, "end": number},
+        }
+        usage = {
+            "type": "object",
+            "required": ["type", "seconds"],
+            "properties": {"type": {"const": "duration"}, "seconds": number},
+        }
+        answer = {
+            "type": "object",
+            "required": ["text"],
+            "properties": {
+                "text": {"type": "string"},
+                "task": {"enum": ["transcribe", "translate"]},
+                "language": {"type": "string"},
+                "duration": number,
+                "segments": {"type": "array", "items": segment},
+                "words": {"type": "array", "items": word},
+                "usage": usage,
+            },
+        }
+        text_field = {"type": "string"}
+
+        def form(task: str) -> dict[str, Any]:
+            properties: dict[str, Any] = {
+                "file": {
+                    "type": "string",
+                    "contentMediaType": "application/octet-stream",
+                    "description": "The audio file: WAV, FLAC, MP3, OGG Vorbis or OGG Opus",
+                },
+                "model": {"type": "string", "minLength": 1},
+                "prompt": text_field,
+                "response_format": {"enum": ["json", "text", "srt", "verbose_json", "vtt"], "default": "json"},
+                "temperature": {"type": "number", "minimum": 0, "maximum": 1, "default": 0},
+            }
+            if task == "transcribe":
+                properties["language"] = text_field
+                properties["timestamp_granularities[]"] = {"type": "array", "items": {"enum": ["word", "segment"]}}
+                properties["stream"] = {"type": "boolean", "default": False}
+            return {
+                "required": True,
+                "content": {
+                    "multipart/form-data": {
+                        "schema": {"type": "object", "required": ["file", "model"], "properties": properties}
+                    }
+                },
+            }
+
+        def operation(task: str, operation_id: str, summary: str) -> dict[str, Any]:
+            content: dict[str, Any] = {
+                JSON: {"schema": answer},
+                "text/plain": {"schema": {"type": "string"}},
+                "application/x-subrip": {"schema": {"type": "string"}},
+                "text/vtt": {"schema": {"type": "string"}},
+            }
+            if task == "transcribe":
+                event = {
+                    "type": "object",
+                    "required": ["type"],
+                    "properties": {
+                        "type": {"enum": ["transcript.text.delta", "transcript.text.done"]},
+                        "delta": {"type": "string"},
+                        "text": {"type": "string"},
+                    },
+                }
+                payload = {"anyOf": [event, self.refs["openai_error"]]}
+                data = {"type": "string", "if": {"const": DONE_DATA}, "else": _json_text(payload)}
+                content[SSE_MEDIA_TYPE] = {"schema": self._sse_event(None, data)}
+            return {
+                "operationId": operation_id,
+                "summary": summary,
+                "tags": ["OpenAI"],
+                "requestBody": form(task),
+                "responses": {
+                    "200": {
+                        "description": "The transcript in `response_format` (or its stream events)",
+                        "content": content,
+                    },
+                    **self._error_responses(_OPENAI_ERRORS, False),
+                },
+            }
+
+        return {
+            "/v1/audio/transcriptions": {
+                "post": operation(
+                    "transcribe", "createTranscription", "Transcribe audio (OpenAI); needs a transcription model"
+                )
+            },
+            "/v1/audio/translations": {
+                "post": operation(
+                    "translate",
+                    "createTranslation",
+                    "Translate audio into English text (OpenAI); needs a multilingual transcription model",
+                )
+            },
+        }
+
     def paths(self, include_openapi_route: bool) -> dict[str, Any]:
         """Every path item."""
         model = self.model
@@ -1202,6 +1418,7 @@ class _Builder:
                 }
                 for path, suffix in (("/v1/rerank", ""), ("/rerank", "Unversioned"), ("/v2/rerank", "V2"))
             },
+            **self.speech_paths(),
             "/v1/responses": {
                 "post": self.generation(
                     operation_id="createResponse",
@@ -1319,6 +1536,7 @@ class _Builder:
                 }
             },
         }
+        paths.update(self.audio_paths())
         paths.update(self.ollama_paths())
         if include_openapi_route:
             paths["/openapi.json"] = {

@@ -217,7 +217,8 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     ``kind``: ``generate`` (chat and completions), ``vision`` (the same,
     with images in requests; the model is loaded with mlx-vlm),
     ``embedding`` (``/v1/embeddings``), ``rerank`` (``/v1/rerank``, a
-    cross-encoder) or ``auto`` (detected from the model directory,
+    cross-encoder), ``speech`` (``/v1/audio/speech``, a text-to-speech
+    model loaded with mlx-audio) or ``auto`` (detected from the model directory,
     see :mod:`shared.model_kind`). Embedding models only (and rerankers,
     for ``max_inputs``, ``max_batch_size`` and ``context_length``, counting
     documents and pairs):
@@ -225,7 +226,10 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     ``shorten_dimensions``, whether a request's ``dimensions`` may shorten
     the vectors (only for models trained for it, e.g. Matryoshka models);
     ``max_batch_size`` is then the most inputs encoded together and
-    ``context_length`` caps the tokens per input.
+    ``context_length`` caps the tokens per input. Transcription models
+    only: ``max_audio_bytes``, the largest upload (bytes or a size such as
+    ``"25MiB"``); ``max_audio_seconds``, the longest audio (0: no limit);
+    ``max_batch_size`` is then the most 30-second windows decoded together.
     ``disk_cache_bytes``: disk budget of the prefix cache's disk tier for
     this model (bytes or a size such as ``"8GiB"``; 0: no disk tier).
     Entries of at least 128 tokens are written there and survive an idle
@@ -301,6 +305,8 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     kind: str = "auto"
     max_inputs: PositiveInt = 2048
     shorten_dimensions: bool = False
+    max_audio_bytes: int | str = "25MiB"
+    max_audio_seconds: Annotated[float, msgspec.Meta(ge=0)] = 1800.0
     disk_cache_bytes: int | str = 0
     disk_cache_dir: str = ""
     kv_bits: int = 0
@@ -446,7 +452,7 @@ cannot import the worker, so the names are listed here and
 REASONING_PARSERS = ("auto", "none", "think", "think_mistral", "harmony")
 """Accepted ``reasoning_parser`` values."""
 
-MODEL_KINDS = ("auto", "generate", "vision", "embedding", "rerank")
+MODEL_KINDS = ("auto", "generate", "vision", "embedding", "rerank", "speech", "transcription")
 """Accepted ``kind`` values."""
 
 SPECULATIVE_MODES = ("none", "prompt_lookup")

@@ -86,6 +86,11 @@ def validate(config: Config, origin: str = "config") -> Config:
             raise ConfigError(f"{origin}: model {model.name!r}: video_max_bytes: {exc}") from None
         if not 0 < video_bytes <= MAX_VIDEO_BYTES or str(model.video_max_bytes).strip().endswith("%"):
             raise ConfigError(f"{origin}: model {model.name!r}: video_max_bytes must be 1 byte to 48MiB")
+        try:
+            if parse_size(model.max_audio_bytes, 0) <= 0:
+                raise ValueError("must be above 0")
+        except ValueError as exc:
+            raise ConfigError(f"{origin}: model {model.name!r}: max_audio_bytes: {exc}") from None
         draft = model.speculative.startswith(DRAFT_PREFIX) and model.speculative[len(DRAFT_PREFIX) :].strip()
         if model.speculative not in SPECULATIVE_MODES and not draft:
             raise ConfigError(
@@ -228,7 +233,7 @@ def _validate_tensor_parallel(model: ModelConfig, where: str) -> None:
     remote = bool(model.tensor_parallel_hostfile) or any(h != "127.0.0.1" for h in hosts)
     if remote and not model.tensor_parallel_port:
         raise ConfigError(f"{where}: a group across machines needs tensor_parallel_port (open in their firewalls)")
-    if model.kind in ("embedding", "rerank"):
+    if model.kind in ("embedding", "rerank", "speech"):
         raise ConfigError(f"{where}: tensor_parallel applies to generation models only")
     if parse_size(model.disk_cache_bytes, 0):
         raise ConfigError(f"{where}: tensor_parallel cannot be combined with disk_cache_bytes")

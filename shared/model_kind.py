@@ -1,6 +1,7 @@
 """What kind of model a directory holds: a text generator, a
-vision-language generator (takes images), an embedding model or a
-reranker (cross-encoder).
+vision-language generator (takes images), an embedding model, a
+reranker (cross-encoder), a text-to-speech model (``speech``) or a
+speech-to-text model (``transcription``).
 
 Both the gateway (to refuse a request for the wrong kind of model before
 starting its worker) and the worker (to pick its engine) ask here. Only
@@ -19,6 +20,10 @@ Rules, first match wins:
 4. ``config.json`` whose ``model_type`` is an encoder-only family
    (:data:`ENCODER_TYPES`, e.g. ``bert``) is an embedding model: such
    models cannot generate text;
+4a. ``config.json`` whose ``model_type`` is a text-to-speech family
+   (:data:`SPEECH_TYPES`, e.g. ``kokoro``) is a speech model (``speech``);
+4b. ``config.json`` whose ``model_type`` is ``whisper`` is a
+   speech-to-text model (``transcription``);
 5. ``config.json`` with a ``vision_config`` object (as every mlx-vlm image
    model's has) is a vision model (``vision``: a generator that also takes
    images);
@@ -31,16 +36,21 @@ import json
 from pathlib import Path
 from typing import Literal
 
-ModelKind = Literal["generate", "vision", "embedding", "rerank"]
+ModelKind = Literal["generate", "vision", "embedding", "rerank", "speech", "transcription"]
 """``generate``: chat, completions, responses, messages. ``vision``: the
 same, and the requests may carry images. ``embedding``:
-``/v1/embeddings``. ``rerank``: ``/v1/rerank``."""
+``/v1/embeddings``. ``rerank``: ``/v1/rerank``. ``speech``:
+``/v1/audio/speech`` (text to speech). ``transcription``:
+``/v1/audio/transcriptions`` and ``/v1/audio/translations``."""
 
-KINDS: tuple[ModelKind, ...] = ("generate", "vision", "embedding", "rerank")
+KINDS: tuple[ModelKind, ...] = ("generate", "vision", "embedding", "rerank", "speech", "transcription")
 """Every kind, for validating a configured ``kind``."""
 
 ENCODER_TYPES = frozenset({"bert", "roberta", "xlm-roberta", "distilbert", "modernbert", "nomic_bert", "new"})
 """``model_type`` values of encoder-only families (embedding models)."""
+
+SPEECH_TYPES = frozenset({"kokoro"})
+"""``model_type`` values of text-to-speech families the ``speech`` worker runs."""
 
 _SMALL_FILE = 1 << 20
 
@@ -58,6 +68,10 @@ def detect_kind(path: Path) -> ModelKind:
         return "rerank"
     if isinstance(config, dict) and str(config.get("model_type", "")).lower() in ENCODER_TYPES:
         return "embedding"
+    if isinstance(config, dict) and str(config.get("model_type", "")).lower() in SPEECH_TYPES:
+        return "speech"
+    if isinstance(config, dict) and str(config.get("model_type", "")).lower() == "whisper":
+        return "transcription"
     if isinstance(config, dict) and isinstance(config.get("vision_config"), dict):
         return "vision"
     return "generate"
@@ -107,6 +121,8 @@ KIND_SERVES: dict[str, str] = {
     "vision": "chat, completions, responses and messages (with images)",
     "embedding": "POST /v1/embeddings",
     "rerank": "POST /v1/rerank",
+    "speech": "POST /v1/audio/speech",
+    "transcription": "POST /v1/audio/transcriptions and /v1/audio/translations",
 }
 """What a model of each kind serves, for refusals and the model lists."""
 
@@ -115,6 +131,8 @@ KIND_CAPABILITIES: dict[str, tuple[str, ...]] = {
     "vision": ("completion", "vision"),
     "embedding": ("embedding",),
     "rerank": ("rerank",),
+    "speech": ("speech",),
+    "transcription": ("transcription",),
 }
 """The capabilities each kind has at least (Ollama's names; a generator's
 template may add ``tools`` and ``thinking``)."""
@@ -136,7 +154,7 @@ def capabilities(kind: str | None, chat_template: str = "") -> list[str]:
 
 def serves(kind: str, needed: str) -> bool:
     """Whether a model of ``kind`` serves a request that needs ``needed``
-    (``generate``, ``embedding`` or ``rerank``; a vision model generates)."""
+    (``generate``, ``embedding``, ``rerank``, ``speech`` or ``transcription``; a vision model generates)."""
     return kind in ("generate", "vision") if needed == "generate" else kind == needed
 
 
@@ -147,7 +165,14 @@ def wrong_kind_message(model: str, kind: str, needed: str | None = None) -> str:
     the gateway and the worker alike."""
     if needed is None:
         needed = "generate" if kind == "embedding" else "embedding"
-    noun = {"generate": "a generation", "vision": "a generation", "embedding": "an embedding", "rerank": "a rerank"}
+    noun = {
+        "generate": "a generation",
+        "vision": "a generation",
+        "embedding": "an embedding",
+        "rerank": "a rerank",
+        "speech": "a speech",
+        "transcription": "a transcription",
+    }
     offered = KIND_SERVES.get(kind, kind)
     return (
         f"model '{model}' is {noun.get(kind, 'a')} model (kind '{kind}'): it serves only {offered}; "

@@ -16,7 +16,9 @@ may need to bump; splitting it would let one side's copy drift.
 Direction gateway -> worker (``GatewayMessage``):
     :class:`GenerateRequest`, :class:`AbortRequest`, :class:`Shutdown`,
     :class:`EmbedRequest` (embedding workers), :class:`RerankRequest`
-    (rerank workers), :class:`ClearCache`.
+    (rerank workers), :class:`SpeechRequest` (speech workers),
+    :class:`TranscribeRequest` (transcription workers),
+    :class:`ClearCache`.
 Direction worker -> gateway (``WorkerMessage``):
     :class:`Hello`, :class:`Loaded`, :class:`Ready`, :class:`Heartbeat`,
     :class:`StepOutputs`, :class:`Failed`, :class:`CacheCleared`.
@@ -312,6 +314,8 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     tower (a prompt whose images were all found in the prefix cache is not
     counted); ``vision_image_tokens``: the image, video and audio tokens of those prompts.
     ``rerank_pairs``: query-document pairs a rerank worker scored.
+    ``audio_seconds_in``: seconds of audio a transcription worker has
+    transcribed (counted when a request finishes).
     ``cache_evictions`` / ``disk_cache_evictions``: entries the memory /
     disk tier dropped to stay within its budget (not those a clear or a
     longer entry of the same prefix replaced). ``warm_prompts`` /
@@ -351,6 +355,7 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     vision_prefills: int = 0
     vision_image_tokens: int = 0
     rerank_pairs: int = 0
+    audio_seconds_in: float = 0.0
     cache_evictions: int = 0
     disk_cache_evictions: int = 0
     warm_prompts: int = 0
@@ -486,6 +491,15 @@ class RequestOutput(msgspec.Struct, frozen=True, kw_only=True):
     A :class:`RerankRequest` is answered likewise, with ``scores`` holding
     each document's relevance score in document order (``prompt_tokens``:
     the tokens of every pair).
+    A :class:`SpeechRequest` is answered by outputs whose ``audio`` holds
+    the next bytes of the encoded audio (a streamed request: one output per
+    synthesised chunk, the bytes in order make the file; otherwise the whole
+    file in the terminal output) and ``audio_seconds`` the seconds of audio
+    those bytes add; ``prompt_tokens`` is the input's phoneme count and
+    ``completion_tokens`` 0 (the model makes samples, not tokens).
+    A :class:`TranscribeRequest` gets one output per decoded 30-second
+    window with that window's new ``text`` (may be empty), then one
+    ``finish_reason="stop"`` output holding the whole ``transcript``.
     """
 
     request_id: str
@@ -507,6 +521,9 @@ class RequestOutput(msgspec.Struct, frozen=True, kw_only=True):
     embeddings: bytes | None = None
     embedding_dim: int = 0
     scores: list[float] | None = None
+    audio: bytes | None = None
+    audio_seconds: float = 0.0
+    transcript: Transcript | None = None
 
     @property
     def ends_choice(self) -> bool:
@@ -624,6 +641,100 @@ class RerankRequest(msgspec.Struct, frozen=True, kw_only=True, tag="rerank"):
         return 1
 
 
+class SpeechRequest(msgspec.Struct, frozen=True, kw_only=True, tag="speech"):
+    """Synthesise speech with a speech worker.
+
+    ``input`` is the text, ``voice`` one of the model's voices,
+    ``response_format`` the container or raw encoding (``mp3``, ``opus``,
+    ``aac``, ``flac``, ``wav``, ``pcm``), ``speed`` the speaking rate
+    (1: the model's own), ``instructions`` how to speak (None: none; a
+    model that cannot follow them refuses the request). ``stream``: send
+    the audio as it is synthesised, chunk by chunk, in a byte stream that
+    is a valid file when concatenated (else one terminal output holds the
+    whole file). ``timeout`` as for :class:`GenerateRequest`. Answered as
+    :class:`RequestOutput` says; aborted like a generation.
+    """
+
+    request_id: str
+    input: str
+    voice: str
+    response_format: str = "mp3"
+    speed: float = 1.0
+    instructions: str | None = None
+    stream: bool = False
+    timeout: float | None = None
+
+    @property
+    def n(self) -> int:
+        """A speech request has one result (one terminal output)."""
+        return 1
+
+
+class TranscriptWord(msgspec.Struct, frozen=True, kw_only=True):
+    """One word of a transcript: its text and where it is spoken (seconds)."""
+
+    word: str
+    start: float
+    end: float
+
+
+class TranscriptSegment(msgspec.Struct, frozen=True, kw_only=True):
+    """One segment of a transcript, in the shape of OpenAI's ``verbose_json``
+    segment; ``words`` is empty unless word timestamps were asked for."""
+
+    id: int
+    seek: int
+    start: float
+    end: float
+    text: str
+    tokens: list[int]
+    temperature: float
+    avg_logprob: float
+    compression_ratio: float
+    no_speech_prob: float
+    words: list[TranscriptWord] = []
+
+
+class Transcript(msgspec.Struct, frozen=True, kw_only=True):
+    """A finished transcription: the whole ``text``, the spoken ``language``
+    (its English name in lower case, e.g. ``english``), the audio's
+    ``duration`` in seconds and its ``segments``."""
+
+    text: str
+    language: str
+    duration: float
+    segments: list[TranscriptSegment] = []
+
+
+class TranscribeRequest(msgspec.Struct, frozen=True, kw_only=True, tag="transcribe"):
+    """Transcribe (``task`` ``transcribe``) or translate into English
+    (``translate``) one uploaded audio file with a transcription worker.
+
+    ``audio`` is the file's bytes (decoded by the worker; an unknown,
+    corrupt, empty or too long file fails the request with
+    ``invalid_request`` naming the reason). ``language`` (ISO-639-1, None:
+    detected), ``prompt`` (text that prompts the first window),
+    ``temperature`` (0: greedy with the fallback to higher temperatures),
+    ``words``: word timestamps. ``timeout`` as for :class:`GenerateRequest`.
+    Answered by window outputs and one terminal :class:`RequestOutput`
+    (see there); aborted like a generation.
+    """
+
+    request_id: str
+    audio: bytes
+    task: Literal["transcribe", "translate"] = "transcribe"
+    language: str | None = None
+    prompt: str | None = None
+    temperature: float = 0.0
+    words: bool = False
+    timeout: float | None = None
+
+    @property
+    def n(self) -> int:
+        """A transcription has one result (one terminal output)."""
+        return 1
+
+
 class ClearCache(msgspec.Struct, frozen=True, kw_only=True, tag="clear_cache"):
     """Empty the prefix cache, memory and disk tiers (the worker's
     scheduler thread does it between engine steps; requests running go on
@@ -645,7 +756,16 @@ class CacheCleared(msgspec.Struct, frozen=True, kw_only=True, tag="cache_cleared
     disk_bytes: int = 0
 
 
-GatewayMessage = Union[GenerateRequest, AbortRequest, Shutdown, EmbedRequest, RerankRequest, ClearCache]
+GatewayMessage = Union[
+    GenerateRequest,
+    AbortRequest,
+    Shutdown,
+    EmbedRequest,
+    RerankRequest,
+    SpeechRequest,
+    TranscribeRequest,
+    ClearCache,
+]
 """Any message the gateway sends to a worker."""
 
 WorkerMessage = Union[Hello, Loaded, Ready, Failed, Heartbeat, StepOutputs, CacheCleared]
@@ -693,7 +813,17 @@ class NodeExited(msgspec.Struct, frozen=True, kw_only=True, tag="node_exited"):
 
 
 NodeInbound = Union[
-    NodeStart, NodeKill, NodeAlive, GenerateRequest, AbortRequest, Shutdown, EmbedRequest, RerankRequest, ClearCache
+    NodeStart,
+    NodeKill,
+    NodeAlive,
+    GenerateRequest,
+    AbortRequest,
+    Shutdown,
+    EmbedRequest,
+    RerankRequest,
+    SpeechRequest,
+    TranscribeRequest,
+    ClearCache,
 ]
 """Any message a gateway sends to a node."""
 

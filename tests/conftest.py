@@ -261,6 +261,19 @@ def start_server(
 
 
 @pytest.fixture(autouse=True)
+def environment_restored():
+    """After each test: the test process's environment as it was before it.
+    Code that runs in-process in a test may set variables meant for a worker
+    process (the embedding and speech loaders set ``HF_HUB_OFFLINE`` and
+    ``TRANSFORMERS_OFFLINE``); every later subprocess would inherit them."""
+    saved = dict(os.environ)
+    yield
+    if dict(os.environ) != saved:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@pytest.fixture(autouse=True)
 def official_response_types():
     """After each test: every response a test gateway sent during it (or
     finished since the last check) must be of its official type; else the

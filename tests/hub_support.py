@@ -76,7 +76,7 @@ class HubWorld:
     def env(self, **extra: str) -> dict[str, str]:
         """The environment of a command: the stand-in as the hub, this
         world's cache and audit file, no token unless given."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING", "TRANSFORMERS_"))}
         env.update(
             HF_ENDPOINT=self.hub.endpoint,
             HF_HUB_CACHE=str(self.cache),

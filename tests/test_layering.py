@@ -25,7 +25,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = ("gateway", "worker", "shared")
-MLX = ("mlx", "mlx_lm", "mlx_vlm", "mlx_embeddings", "mlx_metal")
+MLX = ("mlx", "mlx_lm", "mlx_vlm", "mlx_embeddings", "mlx_metal", "mlx_audio")
 
 _FRONT_END = {"core", "frontend", "images", "mcp"}
 
@@ -45,6 +45,8 @@ GATEWAY: dict[str, set[str]] = {
     "ollama": _FRONT_END,
     "embeddings": {"core", "frontend"},
     "rerank": {"core", "frontend"},
+    "speech": {"core", "frontend"},
+    "transcription": {"core", "frontend"},
     "http": {"core", "frontend"},
     "limits": {"core", "frontend"},
     "service": set(),
@@ -55,7 +57,7 @@ GATEWAY_TOP = {"__init__", "__main__", "app", "cli", "server", "node_main", "ope
 """The gateway's entry points and composition: they may import any package;
 no package imports them."""
 
-FRONT_ENDS = {"openai", "responses", "anthropic", "ollama", "embeddings", "rerank"}
+FRONT_ENDS = {"openai", "responses", "anthropic", "ollama", "embeddings", "rerank", "transcription"}
 """The protocol front-ends."""
 
 WORKER: dict[str, set[str]] = {
@@ -67,6 +69,8 @@ WORKER: dict[str, set[str]] = {
     "vision": {"loading"},
     "embeddings": {"loading"},
     "rerank": {"embeddings", "loading"},
+    "speech": {"loading"},
+    "transcription": {"loading"},
     "prompting": {"parsers", "sampling", "vision"},
     "output": {"parsers"},
     "engine": {"sampling", "speculation", "caches"},

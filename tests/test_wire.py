@@ -120,6 +120,23 @@ def test_embedding_messages_round_trip():
     assert out.outputs[0].embeddings == vectors and out.outputs[0].embedding_dim == 2
 
 
+def test_transcription_messages_round_trip():
+    """A transcription request carries the upload's bytes; its terminal
+    output the whole transcript (segments with words)."""
+    from shared.protocol import TranscribeRequest, Transcript, TranscriptSegment, TranscriptWord
+
+    request = TranscribeRequest(request_id="t1", audio=b"RIFF\x00audio", task="translate", language="de", words=True)
+    decoded = worker_codec().decode(gateway_codec().encode(request))
+    assert decoded == request and decoded.n == 1
+    segment = TranscriptSegment(
+        id=0, seek=0, start=0.0, end=1.5, text=" Hi", tokens=[50364, 2421, 50439], temperature=0.0,
+        avg_logprob=-0.2, compression_ratio=0.5, no_speech_prob=0.01, words=[TranscriptWord(word=" Hi", start=0.0, end=0.4)],
+    )  # fmt: skip
+    transcript = Transcript(text=" Hi", language="english", duration=1.5, segments=[segment])
+    step = StepOutputs(step=1, outputs=[RequestOutput(request_id="t1", finish_reason="stop", transcript=transcript)])
+    assert gateway_codec().decode(worker_codec().encode(step)).outputs[0].transcript == transcript
+
+
 def test_open_choices_counts_each_choice_end_once_and_an_error_ends_all():
     """The one count of open choices: a choice's end closes one, an
     error/abort closes every one still open, other outputs none."""

@@ -60,7 +60,9 @@ from shared.protocol import (
     RequestOutput,
     RerankRequest,
     Shutdown,
+    SpeechRequest,
     StepOutputs,
+    TranscribeRequest,
     WorkerStats,
 )
 from shared.sockets import Endpoints, open_worker_link
@@ -73,9 +75,13 @@ from worker.model_setup import (
     EmbeddingSetup,
     GenerationSetup,
     RerankSetup,
+    SpeechSetup,
+    TranscriptionSetup,
     build_embedding,
     build_generation,
     build_rerank,
+    build_speech,
+    build_transcription,
     served_kind,
 )
 from worker.output.loop import Exit, FailAll, OutputLoop
@@ -128,6 +134,8 @@ class Worker:
         self._prompts: PromptBuilder | None = None
         self._embedding: Any = None  # the EmbeddingModel of an embedding worker
         self._reranker: Any = None  # the RerankModel of a rerank worker
+        self._speech: Any = None  # the SpeechModel and Phonemizer of a speech worker
+        self._transcriber: Any = None  # the WhisperModel of a transcription worker
         self._lockstep: Any = None  # a tensor-parallel group's Lockstep, once joined
         self._ready = threading.Event()
         self._failed = threading.Event()
@@ -239,11 +247,15 @@ class Worker:
         kind = served_kind(self.config)
         try:
             started = time.monotonic()
-            setup: GenerationSetup | EmbeddingSetup | RerankSetup
+            setup: GenerationSetup | EmbeddingSetup | RerankSetup | SpeechSetup | TranscriptionSetup
             if kind == "embedding":
                 setup = build_embedding(self.config, self.output.queue.put)
             elif kind == "rerank":
                 setup = build_rerank(self.config, self.output.queue.put)
+            elif kind == "speech":
+                setup = build_speech(self.config, self.output.queue.put)
+            elif kind == "transcription":
+                setup = build_transcription(self.config, self.output.queue.put)
             else:
                 mlx_memory.apply_limits(self.memory_limit, self.cache_limit)
                 self._lockstep = self._join_group()
@@ -259,6 +271,16 @@ class Worker:
                 setup.scheduler.warm_up()
                 self._reranker = setup.model
                 context = setup.model.max_tokens
+            elif isinstance(setup, SpeechSetup):
+                from worker.speech.text import Phonemizer
+
+                setup.scheduler.warm_up()
+                self._speech = (setup.model, Phonemizer(setup.model.max_phonemes))
+                context = setup.model.max_phonemes
+            elif isinstance(setup, TranscriptionSetup):
+                setup.scheduler.warm_up()
+                self._transcriber = setup.model
+                context = setup.model.model.dims.n_text_ctx
             else:
                 setup.scheduler.warm_up(list(setup.loaded.tokenizer.encode("Hello")) or [0])
                 if self.config.warm_prompts:
@@ -346,6 +368,10 @@ class Worker:
                 self._embed(message)
             elif isinstance(message, RerankRequest):
                 self._rerank(message)
+            elif isinstance(message, SpeechRequest):
+                self._speak(message)
+            elif isinstance(message, TranscribeRequest):
+                self._transcribe(message)
             elif isinstance(message, AbortRequest):
                 self._scheduler.submit(Abort(list(message.request_ids)))  # type: ignore[union-attr]
             elif isinstance(message, ClearCache):
@@ -353,9 +379,10 @@ class Worker:
         return 1
 
     def _clear_cache(self, message: ClearCache) -> None:
-        """Input thread: have the scheduler empty the prefix cache; an
-        embedding or rerank worker has none and answers at once."""
-        if self._embedding is not None or self._reranker is not None:
+        """Input thread: have the scheduler empty the prefix cache; a
+        worker of another kind (embeddings, rerank, speech, transcription)
+        has none and answers at once."""
+        if not isinstance(self._scheduler, Scheduler):
             self.output.queue.put(CacheCleared(worker_id=self.worker_id, clear_id=message.clear_id))
             return
         self._scheduler.submit(ClearPrefixCache(message.clear_id, self.worker_id))  # type: ignore[union-attr]
@@ -409,6 +436,7 @@ class Worker:
             vision_prefills=c.vision_prefills,
             vision_image_tokens=c.vision_image_tokens,
             rerank_pairs=c.rerank_pairs,
+            audio_seconds_in=c.audio_seconds_in,
         )
 
     def _admit(self, request: GenerateRequest) -> None:
@@ -496,10 +524,47 @@ class Worker:
         deadline = now + request.timeout if request.timeout else None
         self._scheduler.submit(EmbedJob(request.request_id, inputs, dims, deadline, now))  # type: ignore[union-attr]
 
+    def _transcribe(self, request: TranscribeRequest) -> None:
+        """Input thread: decode a transcription's audio (numpy only) and queue
+        it for the scheduler, or refuse it (wrong kind of model; an empty,
+        unknown, corrupt or too long file, naming why)."""
+        from worker.transcription.audio import AudioError, decode_audio
+        from worker.transcription.scheduler import TranscribeJob
+
+        if self._transcriber is None:
+            from shared.model_kind import wrong_kind_message
+
+            message = wrong_kind_message(self.config.name, self._own_kind(), "transcription")
+            self._refuse(request.request_id, "invalid_request", message, "model")
+            return
+        try:
+            samples = decode_audio(request.audio, self.config.max_audio_seconds)
+        except AudioError as exc:
+            self._refuse(request.request_id, "invalid_request", str(exc), "file")
+            return
+        now = time.monotonic()
+        job = TranscribeJob(
+            request.request_id,
+            samples,
+            task=request.task,
+            language=request.language,
+            prompt=request.prompt,
+            temperature=request.temperature,
+            words=request.words,
+            deadline=now + request.timeout if request.timeout else None,
+            received=now,
+        )
+        self._scheduler.submit(job)  # type: ignore[union-attr]
+
     def _own_kind(self) -> str:
-        """What this worker serves: ``embedding``, ``rerank`` or ``generate``."""
+        """What this worker serves: ``embedding``, ``rerank``, ``speech``,
+        ``transcription`` or ``generate``."""
         if self._embedding is not None:
             return "embedding"
+        if self._speech is not None:
+            return "speech"
+        if self._transcriber is not None:
+            return "transcription"
         return "rerank" if self._reranker is not None else "generate"
 
     def _rerank(self, request: RerankRequest) -> None:
@@ -543,6 +608,63 @@ class Worker:
         now = time.monotonic()
         deadline = now + request.timeout if request.timeout else None
         self._scheduler.submit(RerankJob(request.request_id, pairs, None, deadline, now))  # type: ignore[union-attr]
+
+    def _speak(self, request: SpeechRequest) -> None:
+        """Input thread: check a speech request's voice, format and
+        instructions, cut its text into phoneme chunks and queue it for the
+        scheduler, or refuse it."""
+        from worker.speech.encode import FORMATS, missing_encoder
+        from worker.speech.model import SpeechInputError
+        from worker.speech.scheduler import SpeechJob
+        from worker.speech.text import SpeechTextError
+
+        if self._speech is None:
+            from shared.model_kind import wrong_kind_message
+
+            self._refuse(
+                request.request_id,
+                "invalid_request",
+                wrong_kind_message(self.config.name, self._own_kind(), "speech"),
+                "model",
+            )
+            return
+        model, phonemizer = self._speech
+        try:
+            if request.instructions:
+                raise SpeechInputError(
+                    f"model '{self.config.name}' ({model.family}) cannot follow instructions: "
+                    "it has no input for them (leave instructions out)",
+                    "instructions",
+                )
+            if request.response_format not in FORMATS:
+                raise SpeechInputError(f"response_format must be one of {', '.join(FORMATS)}", "response_format")
+            missing = missing_encoder(request.response_format)
+            if missing is not None:
+                raise SpeechInputError(missing, "response_format")
+            model.check_voice(request.voice)
+            chunks = phonemizer.chunks(request.input, request.voice)
+        except (SpeechInputError, SpeechTextError) as exc:
+            self._refuse(request.request_id, "invalid_request", exc.message, exc.field)
+            return
+        except Exception as exc:  # never let one request take the input thread down
+            log.exception("could not prepare request %s", request.request_id)
+            self._refuse(
+                request.request_id, "invalid_request", f"the input could not be prepared: {type(exc).__name__}"
+            )
+            return
+        now = time.monotonic()
+        deadline = now + request.timeout if request.timeout else None
+        job = SpeechJob(
+            request.request_id,
+            chunks,
+            request.voice,
+            request.speed,
+            request.response_format,
+            request.stream,
+            deadline,
+            now,
+        )
+        self._scheduler.submit(job)  # type: ignore[union-attr]
 
     def _refuse(self, request_id: str, kind: str, message: str, field: str | None = None) -> None:
         """End a request that never reached the engine with an error

@@ -226,5 +226,20 @@ class Counters:
     vision_prefills: int = 0
     vision_image_tokens: int = 0
     rerank_pairs: int = 0
+    audio_seconds_in: float = 0.0
+
+
+@dataclass
+class Deferred:
+    """Work the scheduler thread hands the output thread to turn into a
+    contract message there (kept off the scheduler thread, never MLX): the
+    output thread sends ``build()``'s message; when ``build`` raises it
+    sends ``failed(message)`` instead (the request's terminal error) and
+    aborts ``request_id`` in the scheduler. Used by the speech worker to
+    encode audio (:mod:`worker.speech.encode`)."""
+
+    request_id: str
+    build: Any
+    failed: Any
     warm_prompts: int = 0
     warm_tokens: int = 0

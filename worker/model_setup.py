@@ -6,9 +6,12 @@ detokenizer, the prompt builder (chat template, tool and reasoning formats,
 grammar compiler, image preparer), the cache profile, the prefix cache
 (with its disk tier), speculative decoding and the scheduler;
 :func:`build_embedding` loads an embedding model and its scheduler,
-:func:`build_rerank` a reranker (cross-encoder) and its scheduler. Each
+:func:`build_rerank` a reranker (cross-encoder) and its scheduler,
+:func:`build_speech` a text-to-speech model and its scheduler,
+:func:`build_transcription` a Whisper model and its round scheduler. Each
 gives a setup whose :meth:`~GenerationSetup.report` is the ``Loaded``
-message. Also the model's kind (text, vision, embedding or rerank) and which BLAS
+message. Also the model's kind (text, vision, embedding, rerank or
+transcription) and which BLAS
 runs the matrix products.
 
 Called on the scheduler thread while the model loads (:func:`served_kind`
@@ -44,6 +47,8 @@ if TYPE_CHECKING:  # load MLX; imported where they are used
     from worker.rerank.model import RerankModel
     from worker.rerank.scheduler import RerankScheduler
     from worker.speculation.draft_model import DraftModel
+    from worker.speech.model import SpeechModel
+    from worker.speech.scheduler import SpeechScheduler
 
 log = logging.getLogger("mlxd.worker")
 
@@ -262,6 +267,78 @@ def build_rerank(config: ModelConfig, emit: Callable[[Any], None]) -> RerankSetu
 
     model = load_rerank_model(config.source, dtype=config.dtype, context_length=config.context_length)
     return RerankSetup(model, RerankScheduler(model, emit, max_batch_size=config.max_batch_size))
+
+
+@dataclass(frozen=True)
+class SpeechSetup:
+    """A text-to-speech model and its scheduler (see :func:`build_speech`)."""
+
+    model: SpeechModel
+    scheduler: SpeechScheduler
+
+    def report(self, worker_id: str, load_seconds: float) -> Loaded:
+        """The ``Loaded`` message announcing this model (``context_length``:
+        the most phonemes one chunk may hold)."""
+        import mlx.core as mx
+
+        return Loaded(
+            worker_id=worker_id,
+            context_length=self.model.max_phonemes,
+            load_seconds=load_seconds,
+            model_path=str(self.model.path),
+            blas=blas_in_use(on_gpu=mx.default_device() == mx.gpu),
+            sampling="none",
+        )
+
+
+def build_speech(config: ModelConfig, emit: Callable[[Any], None]) -> SpeechSetup:
+    """Scheduler thread: load ``config``'s text-to-speech model and its
+    scheduler, which reports to ``emit``.
+
+    Raises:
+        Exception: whatever loading the model raises.
+    """
+    from worker.speech.model import load_speech_model
+    from worker.speech.scheduler import SpeechScheduler
+
+    model = load_speech_model(config.source)
+    return SpeechSetup(model, SpeechScheduler(model, emit))
+
+
+@dataclass(frozen=True)
+class TranscriptionSetup:
+    """A Whisper model and its round scheduler (see :func:`build_transcription`)."""
+
+    model: Any
+    scheduler: Any
+
+    def report(self, worker_id: str, load_seconds: float) -> Loaded:
+        """The ``Loaded`` message announcing this model (context: Whisper's
+        text context in tokens)."""
+        import mlx.core as mx
+
+        return Loaded(
+            worker_id=worker_id,
+            context_length=self.model.model.dims.n_text_ctx,
+            load_seconds=load_seconds,
+            model_path=str(self.model.path),
+            blas=blas_in_use(on_gpu=mx.default_device() == mx.gpu),
+            sampling="none",
+        )
+
+
+def build_transcription(config: ModelConfig, emit: Callable[[Any], None]) -> TranscriptionSetup:
+    """Scheduler thread: load ``config``'s Whisper model and its round
+    scheduler, which reports to ``emit``.
+
+    Raises:
+        Exception: whatever loading the model raises.
+    """
+    from worker.transcription.model import load_whisper
+    from worker.transcription.scheduler import TranscriptionScheduler
+
+    model = load_whisper(config.source, dtype=config.dtype)
+    return TranscriptionSetup(model, TranscriptionScheduler(model, emit, max_batch_size=config.max_batch_size))
 
 
 def prefix_cache_for(config: ModelConfig, loaded: LoadedModel, trimmable: bool) -> PrefixCache | None:

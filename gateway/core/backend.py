@@ -11,7 +11,14 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Protocol
 
 from shared.model_kind import ModelKind
-from shared.protocol import EmbedRequest, GenerateRequest, RequestOutput, RerankRequest
+from shared.protocol import (
+    EmbedRequest,
+    GenerateRequest,
+    RequestOutput,
+    RerankRequest,
+    SpeechRequest,
+    TranscribeRequest,
+)
 
 
 @dataclass(frozen=True)
@@ -26,8 +33,8 @@ class ModelInfo:
     sets none; None until the worker has loaded the model.
     ``context_length`` is the model's context in tokens (None until its
     worker has loaded it once); ``source`` its configured ``source``;
-    ``kind`` ``generate``, ``vision`` (takes images), ``embedding`` or
-    ``rerank`` (None: not known yet).
+    ``kind`` ``generate``, ``vision`` (takes images), ``embedding``,
+    ``rerank`` or ``transcription`` (None: not known yet).
     """
 
     name: str
@@ -64,12 +71,14 @@ class ModelFiles:
     ``kind`` as the files (or the config) tell it (None: not known from
     here); ``weight_bytes`` the size of its weight files (None: unknown);
     ``config`` its ``config.json`` and ``chat_template`` its chat template
-    text (``{}`` and ``""`` when unknown)."""
+    text (``{}`` and ``""`` when unknown); ``voices`` the voice packs of a
+    speech model (``voices/<name>.safetensors``), sorted."""
 
     kind: ModelKind | None = None
     weight_bytes: int | None = None
     config: dict[str, Any] = field(default_factory=dict)
     chat_template: str = ""
+    voices: tuple[str, ...] = ()
 
 
 UNREAD = ModelFiles()
@@ -102,9 +111,11 @@ class RequestStream(Protocol):
 
 @dataclass(frozen=True)
 class ModelLimits:
-    """Per-model request limits from the config: the largest ``n``."""
+    """Per-model request limits from the config: the largest ``n``; the
+    largest audio upload in bytes (transcription models)."""
 
     max_n: int = 1
+    max_audio_bytes: int = 25 * 1024 * 1024
 
 
 class ModelBackend(Protocol):
@@ -127,7 +138,10 @@ class ModelBackend(Protocol):
         ...
 
     async def submit(
-        self, model: str, request: GenerateRequest | EmbedRequest | RerankRequest, keep_alive: float | None = None
+        self,
+        model: str,
+        request: GenerateRequest | EmbedRequest | RerankRequest | SpeechRequest | TranscribeRequest,
+        keep_alive: float | None = None,
     ) -> RequestStream:
         """Send ``request`` to the worker of canonical model ``model``.
 
@@ -136,14 +150,18 @@ class ModelBackend(Protocol):
         later request sets its own.
 
         The backend fills in the model's configured deadline (``timeout``).
+        A :class:`~shared.protocol.TranscribeRequest` yields one output per
+        decoded window and its transcript (or its error).
         An :class:`~shared.protocol.EmbedRequest` yields one output (its
         vectors or its error), a :class:`~shared.protocol.RerankRequest`
-        one output (its scores or its error).
+        one output (its scores or its error), a
+        :class:`~shared.protocol.SpeechRequest` its audio outputs (see the
+        wire contract).
 
         Raises:
             gateway.core.errors.APIError: 400 ``wrong_model_kind`` when the
-                model is not of the request's kind (generation, embedding
-                or rerank); 503 when the worker is not ready, or
+                model is not of the request's kind (generation, embedding,
+                rerank or speech); 503 when the worker is not ready, or
                 503 ``overloaded`` (with ``Retry-After``) when the model's
                 queue is full.
         """

@@ -286,6 +286,10 @@ class RecordedTimer:
         """As :meth:`RequestTimer.queued`."""
         self._inner.queued(seconds)
 
+    def audio(self, seconds: float) -> None:
+        """As :meth:`RequestTimer.audio`."""
+        self._inner.audio(seconds)
+
     def output(self, *, tokens: int, now: float | None = None, index: int = 0) -> None:
         """As :meth:`RequestTimer.output`; the tokens count in this
         second's sample and the request's record."""

@@ -50,6 +50,7 @@ mlxd:spec_decode_num_accepted_tokens_total    counter    heartbeat
 mlxd:vision_prefills_total                    counter    heartbeat
 mlxd:vision_image_tokens_total                counter    heartbeat
 mlxd:rerank_pairs_total                       counter    heartbeat
+mlxd:audio_seconds_in_total                   counter    heartbeat
 mlxd:worker_restarts_total                    counter    snapshot
 mlxd:worker_memory_bytes                      gauge      psutil RSS of pid
 mlxd:mlx_active_memory_bytes                  gauge      heartbeat
@@ -168,6 +169,7 @@ class Metrics:
         self.e2e_request_latency = histogram(
             "e2e_request_latency_seconds", "Time from request arrival to its end, whatever the outcome.", E2E_BUCKETS
         )
+        self.audio_seconds_out = counter("audio_seconds_out", "Seconds of audio synthesised by speech models.")
         self.request_queue_time = histogram(
             "request_queue_time_seconds",
             "Time a request waited in the worker before it started decoding.",
@@ -184,6 +186,7 @@ class Metrics:
             inter_token_latency=self.inter_token_latency,
             e2e_request_latency=self.e2e_request_latency,
             request_queue_time=self.request_queue_time,
+            audio_seconds_out=self.audio_seconds_out,
         )
 
     def _ensure_model(self, model: str) -> None:
@@ -201,6 +204,7 @@ class Metrics:
             self.inter_token_latency,
             self.e2e_request_latency,
             self.request_queue_time,
+            self.audio_seconds_out,
         ):
             metric.labels(model)
 

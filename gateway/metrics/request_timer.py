@@ -25,7 +25,8 @@ from prometheus_client import Counter, Histogram
 class RequestSeries:
     """The series a :class:`RequestTimer` updates (each labelled by model;
     ``request_success`` also by finish reason) and the ``clock`` that gives
-    the default ``now`` of every timing call."""
+    the default ``now`` of every timing call. ``audio_seconds_out``: seconds
+    of audio synthesised (speech models)."""
 
     clock: Callable[[], float]
     request_success: Counter
@@ -36,6 +37,7 @@ class RequestSeries:
     inter_token_latency: Histogram
     e2e_request_latency: Histogram
     request_queue_time: Histogram
+    audio_seconds_out: Counter | None = None
 
 
 class RequestTimer:
@@ -121,6 +123,12 @@ class RequestTimer:
             observe = self._itl.observe
             for _ in range(tokens):
                 observe(per_token)
+
+    def audio(self, seconds: float) -> None:
+        """Count ``seconds`` of audio this request's worker synthesised."""
+        if self._done or seconds <= 0 or self._metrics.audio_seconds_out is None:
+            return
+        self._metrics.audio_seconds_out.labels(self.model).inc(seconds)
 
     def queued(self, seconds: float) -> None:
         """Observe the worker-reported queue time of this request (first call only)."""

@@ -60,6 +60,7 @@ HEARTBEAT_SERIES: tuple[tuple[str, str, str, str], ...] = (
     ("counter", "vision_prefills", "Prompts whose images went through the vision tower.", "vision_prefills"),
     ("counter", "vision_image_tokens", "Image, video and audio tokens of the prompts that went through the vision or audio tower.", "vision_image_tokens"),
     ("counter", "rerank_pairs", "Query-document pairs a rerank worker scored.", "rerank_pairs"),
+    ("counter", "audio_seconds_in", "Seconds of audio a transcription worker transcribed.", "audio_seconds_in"),
     ("gauge", "mlx_active_memory_bytes", "Memory MLX has in use in the worker (latest heartbeat).", "active_memory_bytes"),
     ("gauge", "mlx_cache_memory_bytes", "Freed memory MLX keeps cached for reuse (latest heartbeat).", "cache_memory_bytes"),
     ("gauge", "mlx_peak_memory_bytes", "Most memory MLX had in use since the worker started.", "peak_memory_bytes"),

@@ -276,9 +276,9 @@ class ModelCard(msgspec.Struct, kw_only=True):
     model has been loaded), ``vision`` whether it takes images (null when
     not known before its worker loads it, e.g. a Hugging Face repo id),
     ``kind`` what it serves (``generate``, ``vision``, ``embedding``,
-    ``rerank``; null when not known yet) and ``capabilities`` that kind's
+    ``rerank``, ``speech``, ``transcription``; null when not known yet) and ``capabilities`` that kind's
     capabilities in Ollama's names (``completion``, ``vision``,
-    ``embedding``, ``rerank``; ``/api/show`` adds ``tools`` and ``thinking``
+    ``embedding``, ``rerank``, ``speech``, ``transcription``; ``/api/show`` adds ``tools`` and ``thinking``
     from the chat template).
     """
 

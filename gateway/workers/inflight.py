@@ -94,8 +94,8 @@ class PendingRequest:
         self.grant = current_grant.get()
 
     def record(self, output: RequestOutput) -> None:
-        """Count ``output``'s new tokens for metrics and keep the worker's
-        prompt counts."""
+        """Count ``output``'s new tokens (and audio seconds) for metrics and
+        keep the worker's prompt counts."""
         if output.prompt_tokens:
             self.prompt_tokens = output.prompt_tokens
             self.cached_tokens = output.cached_tokens
@@ -105,6 +105,8 @@ class PendingRequest:
             if output.queue_seconds is not None:
                 self.timer.queued(output.queue_seconds)
             self.timer.output(tokens=self.tokens[output.index] - before, index=output.index)
+            if output.audio_seconds:
+                self.timer.audio(output.audio_seconds)
 
     def finish(self, request_id: str, last: RequestOutput) -> None:
         """Observe the end of the request and write its log line (prompt

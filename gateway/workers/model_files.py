@@ -4,7 +4,7 @@ call to run off the event loop.
 :func:`read_model_files` locates a model source (a local path, a
 ``package:`` file or a Hugging Face snapshot in the local cache; never the
 network), sizes its weights, detects its kind and reads the small files the
-listings show (``config.json``, the chat template). Everything here touches
+listings show (``config.json``, the chat template, a speech model's voices). Everything here touches
 the disk, so the gateway calls it through :func:`asyncio.to_thread` only:
 the pool when it starts, on a config reload and before each worker start
 (:mod:`gateway.workers.pool`), and the listings on every call
@@ -34,7 +34,18 @@ def read_model_files(source: str, configured_kind: str = "auto") -> ModelFiles:
         weight_bytes=weight_bytes(path),
         config=_json_file(directory, "config.json"),
         chat_template=_chat_template(directory),
+        voices=_voices(directory),
     )
+
+
+def _voices(directory: Path | None) -> tuple[str, ...]:
+    """The voice pack names of a speech model directory (``voices/*.safetensors``), sorted."""
+    if directory is None:
+        return ()
+    try:
+        return tuple(sorted(p.stem for p in (directory / "voices").glob("*.safetensors")))
+    except OSError:
+        return ()
 
 
 def _json_file(directory: Path | None, name: str) -> dict[str, Any]:

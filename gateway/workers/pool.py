@@ -30,7 +30,15 @@ from gateway.workers.model_paths import SourceOutsideRoot, check_inside_root
 from gateway.workers.node_link import NodeLink
 from shared.config import Config, ModelConfig
 from shared.model_kind import ModelKind, serves, wrong_kind_message
-from shared.protocol import CacheCleared, EmbedRequest, GenerateRequest, RerankRequest, WorkerStats
+from shared.protocol import (
+    CacheCleared,
+    EmbedRequest,
+    GenerateRequest,
+    RerankRequest,
+    SpeechRequest,
+    TranscribeRequest,
+    WorkerStats,
+)
 from shared.sockets import make_socket_dir, read_key_pair, remove_socket_dir
 
 log = logging.getLogger("mlxd.gateway.pool")
@@ -220,7 +228,10 @@ class WorkerPool:
 
     def limits(self, model: str) -> ModelLimits:
         """The configured request limits of canonical model ``model``."""
-        return ModelLimits(max_n=self.handles[model].model.max_n)
+        from shared.config_values import parse_size
+
+        config = self.handles[model].model
+        return ModelLimits(max_n=config.max_n, max_audio_bytes=parse_size(config.max_audio_bytes, 0))
 
     def models(self) -> list[ModelInfo]:
         """Every configured model, in config order, with its state."""
@@ -256,7 +267,10 @@ class WorkerPool:
         return kind
 
     async def submit(
-        self, model: str, request: GenerateRequest | EmbedRequest | RerankRequest, keep_alive: float | None = None
+        self,
+        model: str,
+        request: GenerateRequest | EmbedRequest | RerankRequest | SpeechRequest | TranscribeRequest,
+        keep_alive: float | None = None,
     ) -> WorkerRequestStream:
         """Route ``request`` to ``model``'s worker, starting it if needed;
         ``keep_alive`` as in :meth:`WorkerHandle.submit`.
@@ -398,11 +412,15 @@ class WorkerPool:
         return ready, {"ready": ready, "models": states}
 
 
-def needed_kind(request: GenerateRequest | EmbedRequest | RerankRequest) -> str:
-    """The kind of model ``request`` needs: ``embedding``, ``rerank`` or
-    ``generate`` (which a vision model also serves)."""
+def needed_kind(request: GenerateRequest | EmbedRequest | RerankRequest | SpeechRequest | TranscribeRequest) -> str:
+    """The kind of model ``request`` needs: ``embedding``, ``rerank``,
+    ``speech``, ``transcription`` or ``generate`` (which a vision model also serves)."""
     if isinstance(request, EmbedRequest):
         return "embedding"
     if isinstance(request, RerankRequest):
         return "rerank"
+    if isinstance(request, SpeechRequest):
+        return "speech"
+    if isinstance(request, TranscribeRequest):
+        return "transcription"
     return "generate"

@@ -29,7 +29,14 @@ the official wire format (each applied only where stated):
   string of little-endian float32s, which the SDK decodes before parsing; it
   is checked decoded;
 * Anthropic's ``ping`` event has no SDK type (the SDK skips it); it must be
-  exactly ``{"type": "ping"}``.
+  exactly ``{"type": "ping"}``;
+* the text-to-speech SSE events (``speech.audio.delta``,
+  ``speech.audio.done``, OpenAI's documented wire format) have no type in the
+  pinned SDK, which only returns the raw bytes: they are checked against
+  :class:`SpeechAudioDelta` / :class:`SpeechAudioDone` written here from
+  that format; a ``POST /v1/audio/speech`` answer that is audio (any
+  ``audio/*`` content type, :data:`AUDIO_MEDIA`) is binary with no type to
+  check (the tests decode it).
 
 The rerank routes have no official type in any SDK: they are checked against
 mlxd's own (:mod:`tests.shapes.rerank`), written from the clients' shape.
@@ -43,12 +50,13 @@ import re
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, Literal, Union
 
 import anthropic.types as anthropic_types
 import anthropic.types.beta as anthropic_beta
 import ollama._types as ollama_types
 import openai.types as openai_types
+import openai.types.audio as openai_audio
 import openai.types.chat as openai_chat
 import openai.types.responses as openai_responses
 import pydantic
@@ -182,6 +190,68 @@ def decoded_embeddings(data: dict) -> dict:
     return {**data, "data": [decode(item) for item in data.get("data", [])]}
 
 
+class SpeechUsage(pydantic.BaseModel, extra="forbid"):
+    """``usage`` of ``speech.audio.done`` (OpenAI's documented wire format)."""
+
+    input_tokens: int
+    output_tokens: int
+    total_tokens: int
+
+
+class SpeechAudioDelta(pydantic.BaseModel, extra="forbid"):
+    """A ``speech.audio.delta`` event: a chunk of audio, base64-encoded."""
+
+    type: Literal["speech.audio.delta"]
+    audio: str
+
+
+class SpeechAudioDone(pydantic.BaseModel, extra="forbid"):
+    """The ``speech.audio.done`` event that ends a speech stream."""
+
+    type: Literal["speech.audio.done"]
+    usage: SpeechUsage
+
+
+SpeechStreamEvent = Annotated[Union[SpeechAudioDelta, SpeechAudioDone], pydantic.Field(discriminator="type")]
+"""Either speech event."""
+
+
+def speech_stream(text: str, complete: bool) -> int:
+    """A speech SSE stream: ``data:`` frames of speech events (or an OpenAI
+    error frame), the last one ``speech.audio.done`` when it ran to its end
+    without error; no ``[DONE]``."""
+    events = sse_events(text, complete)
+    for event, data in events:
+        assert event is None and data != "[DONE]", (event, data[:200])
+        payload = json.loads(data)
+        if "error" in payload:
+            _all(OPENAI_ERROR, payload)
+            continue
+        validate(SpeechStreamEvent, payload)
+        base64.b64decode(payload.get("audio", ""), validate=True)
+    if complete and events and "error" not in json.loads(events[-1][1]):
+        assert json.loads(events[-1][1])["type"] == "speech.audio.done", "stream does not end with speech.audio.done"
+    return len(events)
+
+
+class VoiceEntry(openai_audio.Voice):
+    """An entry of ``GET /v1/audio/voices``: OpenAI's ``audio.voice`` plus
+    mlxd's ``model`` (the model that has the voice)."""
+
+    model: str
+
+
+class VoiceList(pydantic.BaseModel):
+    """The ``GET /v1/audio/voices`` list (no SDK method lists voices)."""
+
+    object: Literal["list"]
+    data: list[VoiceEntry]
+
+
+AUDIO_MEDIA = "audio/"
+"""Content types of binary audio answers."""
+
+
 # --- the table ---------------------------------------------------------------------------
 
 
@@ -189,13 +259,24 @@ def decoded_embeddings(data: dict) -> dict:
 class Shapes:
     """The official types of one route: its JSON body (each type in
     ``body``, after ``adapt``) and its stream (``stream``, by framing: ``sse``
-    or ``ndjson``)."""
+    or ``ndjson``); ``binary``: the content-type prefix of a binary answer
+    the route may send instead (nothing in it is checked)."""
 
     body: tuple[Any, ...] = ()
     stream: EventCheck | None = None
     framing: str = "sse"
     adapt: Callable[[dict], dict] = lambda d: d
+    binary: str = ""
+    plain: tuple[str, ...] = ()
+    """Media types the route also answers in with no official type (the
+    speech-to-text ``text``, ``srt`` and ``vtt`` formats)."""
+    verbose: tuple[Any, ...] = ()
+    """The types of a body carrying ``segments`` or ``words`` (the
+    speech-to-text ``verbose_json`` answer), checked instead of ``body``."""
 
+
+SPEECH_TEXT = ("text/plain", "application/x-subrip", "text/vtt")
+"""The plain-text answers of the speech-to-text routes (``text``, ``srt``, ``vtt``)."""
 
 ROUTES: dict[tuple[str, str], Shapes] = {
     ("GET", "/v1/models"): Shapes(body=(SyncPage[openai_types.Model],)),
@@ -207,6 +288,15 @@ ROUTES: dict[tuple[str, str], Shapes] = {
         body=(openai_types.Completion,), stream=openai_stream((openai_types.Completion,), completion_chunk)
     ),
     ("POST", "/v1/embeddings"): Shapes(body=(openai_types.CreateEmbeddingResponse,), adapt=decoded_embeddings),
+    ("POST", "/v1/audio/transcriptions"): Shapes(
+        body=(openai_audio.Transcription,),
+        stream=openai_stream((openai_audio.TranscriptionStreamEvent,)),
+        plain=SPEECH_TEXT,
+        verbose=(openai_audio.TranscriptionVerbose,),
+    ),
+    ("POST", "/v1/audio/translations"): Shapes(
+        body=(openai_audio.Translation,), plain=SPEECH_TEXT, verbose=(openai_audio.TranslationVerbose,)
+    ),
     ("POST", "/v1/responses"): Shapes(
         body=(openai_responses.Response,), stream=named_stream((openai_responses.ResponseStreamEvent,))
     ),
@@ -229,6 +319,8 @@ ROUTES: dict[tuple[str, str], Shapes] = {
     ("POST", "/api/embed"): Shapes(body=(ollama_types.EmbedResponse,)),
     ("POST", "/api/embeddings"): Shapes(body=(ollama_types.EmbeddingsResponse,)),
     **{("POST", path): Shapes(body=(RerankResponse,)) for path in ("/v1/rerank", "/rerank", "/v2/rerank")},
+    ("POST", "/v1/audio/speech"): Shapes(stream=speech_stream, binary=AUDIO_MEDIA),
+    ("GET", "/v1/audio/voices"): Shapes(body=(VoiceList,)),
     ("POST", "/api/pull"): Shapes(
         body=(ollama_types.ProgressResponse,),
         stream=ndjson_stream((ollama_types.ProgressResponse,)),
@@ -297,7 +389,7 @@ def roots() -> list[Any]:
     found += [openai_chat.ChatCompletionChunk, openai_responses.ResponseStreamEvent]
     found += [anthropic_types.RawMessageStreamEvent, anthropic_beta.BetaRawMessageStreamEvent]
     for shapes in [*ROUTES.values(), *BETA_ROUTES.values()]:
-        found += shapes.body
+        found += shapes.body + shapes.verbose
     return found
 
 
@@ -369,11 +461,17 @@ def check_exchange(ex: Exchange) -> int:
         return shapes.stream(ex.body, ex.complete)
     if media == "application/x-ndjson" and shapes.stream and shapes.framing == "ndjson":
         return shapes.stream(ex.body, ex.complete)
+    if shapes.binary and media.startswith(shapes.binary):
+        return 0
     if media == "application/json" and shapes.body:
         if not ex.complete:
             return 0
-        _all(shapes.body, shapes.adapt(json.loads(ex.body)))
+        data = shapes.adapt(json.loads(ex.body))
+        verbose = shapes.verbose and isinstance(data, dict) and ("segments" in data or "words" in data)
+        _all(shapes.verbose if verbose else shapes.body, data)
         return 1
+    if media in shapes.plain:
+        return 0
     raise AssertionError(f"unexpected content type {ex.content_type!r} for this route")
 
 

@@ -39,7 +39,7 @@ from shared.protocol import (
     WorkerStats,
 )
 from worker.faults import reached
-from worker.messages import Abort, OutputSpec, Release, Started, Terminal, TokenLogprobs, TokenStep
+from worker.messages import Abort, Deferred, OutputSpec, Release, Started, Terminal, TokenLogprobs, TokenStep
 from worker.output.detok import TextStream, TokenDecoder
 
 log = logging.getLogger("mlxd.worker.output")
@@ -170,8 +170,22 @@ class OutputLoop:
             )
         elif isinstance(item, Terminal):
             self._terminal(item)
+        elif isinstance(item, Deferred):
+            self._deferred(item)
         elif isinstance(item, msgspec.Struct):
             self._send(item)
+
+    def _deferred(self, item: Deferred) -> None:
+        """Send what ``item`` builds; when building fails, its request's
+        terminal error instead (and abort it in the scheduler)."""
+        try:
+            message = item.build()
+        except Exception:
+            log.exception("request %s: could not build its output; ending it", item.request_id)
+            self._release(Abort([item.request_id]))
+            message = item.failed("the worker could not encode the output")
+        if message is not None:
+            self._send(message)
 
     def _token_or_error(
         self, request_id: str, index: int, token: int, finish: str | None, lp: TokenLogprobs | None

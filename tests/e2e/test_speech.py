@@ -1,0 +1,228 @@
+"""``POST /v1/audio/speech`` and ``GET /v1/audio/voices`` through the official
+openai SDK and plain HTTP, against a real gateway with a real speech worker
+(a tiny random Kokoro, :mod:`tests.tiny_kokoro`) and a tiny chat model.
+
+Audio is checked sample for sample against mlx-audio's own pipeline run in
+this process on the same phonemes (the worker seeds each chunk the same
+way), decoded from every container it comes in; streams are read as they
+come (``with_streaming_response``) and as SSE events.
+
+Needs the ``speech`` extra.
+"""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures as cf
+import io
+import json
+import shutil
+import time
+
+import httpx
+import numpy as np
+import openai
+import pytest
+
+pytest.importorskip("mlx_audio")
+pytest.importorskip("soundfile")
+pytest.importorskip("misaki")
+
+import soundfile as sf  # noqa: E402
+
+from tests.conftest import start_server, wait_for_stats  # noqa: E402
+from tests.test_speech_model import READ_BY_FFMPEG, decode, library_audio  # noqa: E402
+from tests.tiny_kokoro import build_tiny_kokoro  # noqa: E402
+from worker.speech.encode import pcm16  # noqa: E402
+from worker.speech.text import Phonemizer  # noqa: E402
+
+TTS = "tiny-tts"
+CHAT = "tiny-chat"
+
+
+@pytest.fixture(scope="module")
+def kokoro_dir(tmp_path_factory):
+    return build_tiny_kokoro(tmp_path_factory.mktemp("e2e-kokoro") / "model")
+
+
+@pytest.fixture(scope="module")
+def server(kokoro_dir, tiny_model_dir, tmp_path_factory):
+    """A speech model (detected from its files) and a tiny chat model."""
+    srv = start_server(
+        tmp_path_factory.mktemp("speech-gw"),
+        [{"name": TTS, "source": str(kokoro_dir), "aliases": ["tts"]}, {"name": CHAT, "source": str(tiny_model_dir)}],
+    )
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key=server.api_key, timeout=240, max_retries=0)
+
+
+def expected_pcm(kokoro_dir, text: str, voice: str, speed: float = 1.0) -> np.ndarray:
+    """The 16-bit samples mlx-audio's pipeline gives for ``text`` (phonemized
+    as the worker does)."""
+    chunks = Phonemizer(510).chunks(text, voice)
+    pack = str(kokoro_dir / "voices" / f"{voice}.safetensors")
+    return np.frombuffer(b"".join(pcm16(a) for a in library_audio(kokoro_dir, chunks, pack, speed)), dtype="<i2")
+
+
+@pytest.fixture(scope="module")
+def hi_pcm(kokoro_dir):
+    return expected_pcm(kokoro_dir, "Hi. Ok.", "af_tiny")
+
+
+def test_whole_files_through_the_sdk_equal_the_library(client, hi_pcm):
+    """``client.audio.speech.create`` in every format: wav and flac hold the
+    library's samples exactly, pcm too (raw), mp3 / opus / aac decode to the
+    same length within the codec's padding; the content types say the format."""
+    for fmt in ("wav", "flac", "pcm", "mp3", "opus", "aac"):
+        if fmt == "aac" and shutil.which("ffmpeg") is None:
+            continue
+        answer = client.audio.speech.create(model="tts", voice="af_tiny", input="Hi. Ok.", response_format=fmt)
+        data = answer.read()
+        assert answer.response.headers["content-type"].startswith("audio/")
+        samples = decode(data, fmt, streamed=False)
+        if fmt in ("wav", "flac", "pcm"):
+            assert np.array_equal(samples, hi_pcm), fmt
+        else:
+            assert abs(samples.size - hi_pcm.size) < 0.1 * 24000, (fmt, samples.size, hi_pcm.size)
+
+
+def test_streamed_audio_arrives_chunk_by_chunk(client, hi_pcm):
+    """``with_streaming_response`` and ``stream_format="audio"``: the bytes
+    come in pieces as chunks are synthesised, and together they make the
+    same file (flac: the library's samples exactly; mp3: playable)."""
+    for fmt in ("flac", "wav", "mp3"):
+        with client.audio.speech.with_streaming_response.create(
+            model=TTS, voice="af_tiny", input="Hi. Ok.", response_format=fmt, stream_format="audio"
+        ) as response:
+            pieces = [piece for piece in response.iter_bytes() if piece]
+        assert len(pieces) >= 2, fmt
+        data = b"".join(pieces)
+        if (fmt, True) in READ_BY_FFMPEG and shutil.which("ffmpeg") is None:
+            continue
+        samples = decode(data, fmt, streamed=True)
+        if fmt in ("flac", "wav"):
+            assert np.array_equal(samples, hi_pcm), fmt
+        else:
+            assert abs(samples.size - hi_pcm.size) < 0.1 * 24000
+
+
+def test_sse_stream_of_deltas_and_done(client, hi_pcm):
+    """``stream_format="sse"``: ``speech.audio.delta`` events whose base64
+    audio (pcm) is the library's samples, then ``speech.audio.done`` with usage."""
+    with client.audio.speech.with_streaming_response.create(
+        model=TTS, voice="af_tiny", input="Hi. Ok.", response_format="pcm", stream_format="sse"
+    ) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        events = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: ")]
+    assert [e["type"] for e in events] == ["speech.audio.delta", "speech.audio.delta", "speech.audio.done"]
+    audio = b"".join(base64.b64decode(e["audio"]) for e in events[:-1])
+    assert np.array_equal(np.frombuffer(audio, dtype="<i2"), hi_pcm)
+    usage = events[-1]["usage"]
+    assert usage["input_tokens"] > 0 and usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
+
+
+def test_voice_blend_speed_and_voice_object(client, kokoro_dir):
+    """A blend of two voices, a speed and a voice given as ``{"id": ...}``
+    give the library's samples for the same settings."""
+    import mlx.core as mx
+
+    from worker.speech.model import load_speech_model
+
+    data = client.audio.speech.create(
+        model=TTS, voice={"id": "af_tiny"}, input="Yo.", response_format="wav", speed=1.5
+    ).read()
+    assert np.array_equal(sf.read(io.BytesIO(data), dtype="int16")[0], expected_pcm(kokoro_dir, "Yo.", "af_tiny", 1.5))
+    blend = client.audio.speech.create(model=TTS, voice="af_tiny,am_tiny", input="Yo.", response_format="pcm").read()
+    ours = load_speech_model(str(kokoro_dir))
+    packs = [ours.voice_pack("af_tiny"), ours.voice_pack("am_tiny")]
+    ours._packs["mix"] = mx.mean(mx.stack(packs), axis=0)
+    (ps,) = Phonemizer(510).chunks("Yo.", "af_tiny")
+    assert blend == pcm16(ours.synthesize(ps, "mix", 1.0))
+
+
+def test_requests_share_the_worker(client, server):
+    """A one-sentence request sent while a five-sentence one is being
+    synthesised finishes first: requests take turns chunk by chunk."""
+    done: dict[str, float] = {}
+
+    def speak(name: str, text: str) -> None:
+        client.audio.speech.create(model=TTS, voice="am_tiny", input=text, response_format="pcm").read()
+        done[name] = time.monotonic()
+
+    with cf.ThreadPoolExecutor(2) as pool:
+        long = pool.submit(speak, "long", "Hi. Hey. Yo. Ok. Go.")
+        time.sleep(0.3)  # ordering only: the long request is admitted first
+        short = pool.submit(speak, "short", "Ok.")
+        long.result()
+        short.result()
+    assert done["short"] < done["long"]
+
+
+def test_client_leaving_a_stream_aborts_the_request(server):
+    """A client that reads the first streamed chunk of a long input and
+    leaves: the worker aborts the request (one terminal, counted) instead of
+    synthesising the rest, and is idle again."""
+    before = server.worker(TTS)["stats"]["requests_aborted"]
+    body = {"model": TTS, "voice": "af_tiny", "input": "Hi. Hey. Yo. Ok. Go. No.", "stream_format": "audio"}
+    with httpx.stream("POST", server.url + "/v1/audio/speech", json=body, headers=server.headers, timeout=240) as r:
+        assert r.status_code == 200 and r.headers["content-type"] == "audio/mpeg"
+        next(r.iter_bytes())
+    stats = wait_for_stats(server, TTS, lambda s: s["requests_aborted"] > before and s["running"] == 0)
+    assert stats["requests_aborted"] == before + 1
+
+
+def test_refusals_name_the_field(client, server):
+    """Unknown voice, instructions Kokoro cannot follow, bad speed and format,
+    an empty input, a speech model asked to chat and a chat model asked to
+    speak: 400s naming the field (and both kinds)."""
+    cases = [
+        ({"voice": "nobody"}, "voice", "af_tiny"),
+        ({"instructions": "whisper"}, "instructions", "instructions"),
+        ({"speed": 5.0}, "speed", "4"),
+        ({"input": ""}, "input", "input"),
+        ({"input": " \n "}, "input", "nothing to speak"),
+    ]
+    for change, param, words in cases:
+        body = {"model": TTS, "voice": "af_tiny", "input": "Hi.", **change}
+        with pytest.raises(openai.BadRequestError) as exc:
+            client.audio.speech.create(**body)
+        assert exc.value.body["param"] == param and words in exc.value.body["message"], exc.value.body
+    r = httpx.post(
+        server.url + "/v1/audio/speech",
+        headers=server.headers,
+        json={"model": TTS, "voice": "af_tiny", "input": "Hi.", "response_format": "ogg"},
+    )
+    assert r.status_code == 400 and r.json()["error"]["param"] == "response_format"
+    with pytest.raises(openai.BadRequestError) as exc:
+        client.audio.speech.create(model=CHAT, voice="af_tiny", input="Hi.")
+    message = exc.value.body["message"]
+    assert exc.value.body["code"] == "wrong_model_kind" and "'generate'" in message and "'speech'" in message
+    with pytest.raises(openai.BadRequestError) as exc:
+        client.chat.completions.create(model=TTS, messages=[{"role": "user", "content": "hi"}])
+    assert exc.value.body["code"] == "wrong_model_kind" and "'speech'" in exc.value.body["message"]
+
+
+def test_voices_models_and_metrics(client, server):
+    """``GET /v1/audio/voices`` lists the speech model's voices (all, or one
+    model's; a chat model has none), ``/v1/models`` gives each model's kind,
+    ``/api/show`` its capabilities, and ``/metrics`` counts the audio seconds
+    synthesised with the model label."""
+    voices = httpx.get(server.url + "/v1/audio/voices", headers=server.headers).json()
+    assert [(v["id"], v["model"]) for v in voices["data"]] == [("af_tiny", TTS), ("am_tiny", TTS)]
+    one = httpx.get(server.url + "/v1/audio/voices", params={"model": "tts"}, headers=server.headers)
+    assert len(one.json()["data"]) == 2
+    chat = httpx.get(server.url + "/v1/audio/voices", params={"model": CHAT}, headers=server.headers)
+    assert chat.status_code == 400 and chat.json()["error"]["param"] == "model"
+    kinds = {m.id: m.model_extra["kind"] for m in client.models.list().data}
+    assert kinds == {TTS: "speech", CHAT: "generate"}
+    show = httpx.post(server.url + "/api/show", json={"model": TTS}, headers=server.headers).json()
+    assert show["capabilities"] == ["speech"]
+    client.audio.speech.create(model=TTS, voice="af_tiny", input="Hi.", response_format="pcm").read()
+    metrics = httpx.get(server.url + "/metrics", headers=server.headers).text
+    line = next(x for x in metrics.splitlines() if x.startswith("mlxd:audio_seconds_out_total") and TTS in x)
+    assert float(line.split()[-1]) > 0
