@@ -1,8 +1,8 @@
 """The worker's inter-thread contract: what its threads hand each other.
 
 The input thread builds an :class:`Admission` (and sends :class:`Abort`
-and :class:`ClearPrefixCache`) for the scheduler thread; the output thread sends :class:`Release` back;
-:class:`Stop` ends the scheduler loop. The scheduler thread reports
+and :class:`ClearPrefixCache`) for the scheduler thread; the output thread
+sends :class:`Release` back; :class:`Stop` ends the scheduler loop. The scheduler thread reports
 :class:`Started`, :class:`TokenStep` and :class:`Terminal` items, in the
 order they happen, to the output thread, and keeps :class:`Counters` that
 the output thread reads for heartbeats. :class:`OutputSpec` travels
@@ -227,6 +227,8 @@ class Counters:
     vision_image_tokens: int = 0
     rerank_pairs: int = 0
     audio_seconds_in: float = 0.0
+    warm_prompts: int = 0
+    warm_tokens: int = 0
 
 
 @dataclass
@@ -241,5 +243,3 @@ class Deferred:
     request_id: str
     build: Any
     failed: Any
-    warm_prompts: int = 0
-    warm_tokens: int = 0
