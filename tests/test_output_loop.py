@@ -79,6 +79,23 @@ def test_fail_all_ends_each_running_request_once():
     assert len(steps) == 2
 
 
+def test_fail_now_goes_ahead_of_a_backlog():
+    """A dying worker's errors are sent ahead of the outputs still queued
+    (under load the output thread lags the scheduler by many steps)."""
+    out, sent, _ = loop(interval=60)
+    out.queue.put(Started("a", 1, 5, 0, []))
+    for step in range(1, 201):
+        out.queue.put(TokenStep(step, [("a", 0, 0, None, None)]))
+    fail = FailAll("the model worker failed; retry the request")
+    out.fail_now(fail)
+    thread = threading.Thread(target=out.run)
+    thread.start()
+    thread.join(5)
+    assert not thread.is_alive() and fail.done.is_set()
+    steps = [m for m in sent if isinstance(m, StepOutputs)]
+    assert len(steps) == 1 and [o.finish_reason for o in steps[0].outputs] == ["error"]
+
+
 def test_a_request_that_cannot_be_decoded_ends_alone():
     out, sent, commands = loop(interval=60)
     bad_token = 4

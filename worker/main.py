@@ -234,7 +234,7 @@ class Worker:
                 os._exit(EXIT_THREAD_DIED)
             if not quiet:
                 fail = FailAll("the model worker failed; retry the request")
-                self.output.queue.put(fail)
+                self.output.fail_now(fail)
                 quiet = fail.done.wait(FAIL_ALL_SECONDS)  # the output thread has returned
             if quiet:  # deliver what was sent before exiting (os._exit drops queued frames)
                 self._outputs.close(linger=int(FAIL_ALL_SECONDS * 1000))

@@ -129,6 +129,16 @@ class OutputLoop:
         self._live: dict[str, _Request] = {}
         self._last_beat = 0.0
         self._beats = 0
+        self._failing: FailAll | None = None
+
+    def fail_now(self, item: FailAll) -> None:
+        """Any thread: end every running request with ``item``'s error as
+        soon as the current item is handled, ahead of whatever is still
+        queued (a backlog of outputs a dying worker will never finish must
+        not delay the errors: only the queued requests' starts are still
+        read); ``item.done`` is set once the errors are sent."""
+        self._failing = item
+        self.queue.put(item)  # wakes the loop if it waits
 
     def run(self) -> None:
         """Process queued items until :class:`Exit` or :class:`FailAll`.
@@ -143,6 +153,10 @@ class OutputLoop:
                 item = None
             if isinstance(item, Exit):
                 return
+            if self._failing is not None:
+                if isinstance(item, Started):
+                    self._handle(item)
+                item = self._skip_to(self._failing)
             if isinstance(item, FailAll):
                 self._fail_all(item)
                 return
@@ -150,6 +164,17 @@ class OutputLoop:
                 self._handle(item)
             if time.monotonic() - self._last_beat >= self._interval and self._healthy():
                 self._beat()
+
+    def _skip_to(self, fail: FailAll) -> FailAll:
+        """Drop what is still queued but the requests' starts (so every
+        running request gets its error), then return ``fail``."""
+        while True:
+            try:
+                item = self.queue.get_nowait()
+            except queue.Empty:
+                return fail
+            if isinstance(item, Started):
+                self._handle(item)
 
     def _handle(self, item: object) -> None:
         if isinstance(item, TokenStep):
