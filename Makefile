@@ -110,6 +110,7 @@ $(DOCS_STAMP): $(STAMP)
 docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 	$(PY) -m tools.apimap --out site/api-inventory.json
+	$(PY) -m tools.sourcemap --out site/source-inventory.json
 	$(PY) -m tools.llms --site site
 
 clean:

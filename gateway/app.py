@@ -1,7 +1,7 @@
 """Assembly of the gateway's Starlette application.
 
 Routes, middleware (from the outside in: Host check, CORS when configured,
-API keys, body cap) and error handlers
+API keys, the keys' limits, body cap) and error handlers
 that answer every failure in the shape of the route's protocol (see
 :mod:`gateway.frontend.error_shapes`: Anthropic's under ``/v1/messages``,
 Ollama's under ``/api/`` and at ``/``, else OpenAI's). The worker pool is
@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gateway.anthropic import routes as anthropic_routes
+from gateway.control.routes import control_routes
 from gateway.core.errors import APIError
 from gateway.dashboard.pages import PAGE_PATHS
 from gateway.dashboard.recorder import RequestProtocolMiddleware
@@ -33,6 +34,9 @@ from gateway.embeddings import routes as embeddings_routes
 from gateway.frontend.error_shapes import error_response_for
 from gateway.http.middleware import APIKeyMiddleware, BodyLimitMiddleware, HostCheckMiddleware, ProtocolCORSMiddleware
 from gateway.hub.ollama_pull import delete_route, pull_route
+from gateway.limits.counters import KeyLimits
+from gateway.limits.middleware import KeyLimitMiddleware
+from gateway.limits.series import KeySeriesCollector
 from gateway.mcp import routes as mcp_routes
 from gateway.mcp.client import McpHub
 from gateway.metrics.registry import Metrics
@@ -229,16 +233,21 @@ def build_app(config: Config, pool: WorkerPool | None = None) -> Starlette:
         Route("/v1/mcp/tools", mcp_routes.list_tools, methods=["GET"]),
         Route("/v1/mcp/execute", mcp_routes.execute, methods=["POST"]),
         *dashboard_routes(),
+        *control_routes(),
     ]
 
     def get_server() -> ServerConfig:
         return backend.config.server
+
+    key_limits = KeyLimits()
+    meter.registry.register(KeySeriesCollector(key_limits, get_server))
 
     middleware = [Middleware(HostCheckMiddleware, get_server=get_server, loopback=is_loopback(config.server.host))]
     if config.server.cors_origins:
         middleware.append(Middleware(ProtocolCORSMiddleware, origins=config.server.cors_origins))
     middleware += [
         Middleware(APIKeyMiddleware, get_server=get_server, public=PAGE_PATHS),
+        Middleware(KeyLimitMiddleware, limits=key_limits),
         Middleware(BodyLimitMiddleware, limit=config.server.max_body_bytes, timeout=config.server.body_timeout),
         Middleware(RequestProtocolMiddleware),
     ]
@@ -257,4 +266,5 @@ def build_app(config: Config, pool: WorkerPool | None = None) -> Starlette:
     app.state.config = config
     app.state.mcp = hub
     app.state.dashboard = dashboard
+    app.state.key_limits = key_limits
     return app

@@ -78,6 +78,7 @@ from starlette.responses import Response
 
 from gateway.anthropic import format as anthropic_format
 from gateway.anthropic.schema import CountTokensRequest, MessagesRequest
+from gateway.control.schema import CacheCleared, CacheStats, RequestCancelled
 from gateway.dashboard.schema import ActionResult, ModelAction, Status
 from gateway.embeddings.routes import EmbeddingList
 from gateway.embeddings.schema import EmbeddingRequest
@@ -405,6 +406,9 @@ _TYPES: dict[str, Any] = {
     "health": Health,
     "readiness": Readiness,
     "status": Status,
+    "cache_stats": CacheStats,
+    "cache_cleared": CacheCleared,
+    "request_cancelled": RequestCancelled,
     "admin_action": ActionResult,
     "model_action": ModelAction,
     # errors
@@ -473,6 +477,8 @@ _OPENAI_ERRORS = {
     404: "Unknown model (`model_not_found`)",
     413: "Request body larger than `server.max_body_bytes`",
     415: "Unsupported request content type",
+    429: "Over a limit of the API key (`server.api_keys`: requests or tokens per minute, concurrent requests); "
+    "retry after `Retry-After`",
     500: "Internal error",
     503: "The model is not ready, overloaded or the request was aborted; retry after `Retry-After`",
     504: "The request ran past its deadline",
@@ -485,6 +491,7 @@ _ANTHROPIC_ERRORS = {
     404: _OPENAI_ERRORS[404],
     413: _OPENAI_ERRORS[413],
     415: _OPENAI_ERRORS[415],
+    429: _OPENAI_ERRORS[429],
     500: _OPENAI_ERRORS[500],
     504: _OPENAI_ERRORS[504],
     529: "Overloaded: the model is not ready, its queue is full or the request was aborted; retry after `Retry-After`",
@@ -498,6 +505,7 @@ _OLLAMA_ERRORS = {
     404: "Unknown model",
     413: _OPENAI_ERRORS[413],
     415: _OPENAI_ERRORS[415],
+    429: _OPENAI_ERRORS[429],
     500: _OPENAI_ERRORS[500],
     503: _OPENAI_ERRORS[503],
     504: _OPENAI_ERRORS[504],
@@ -545,9 +553,9 @@ class _Builder:
                 )
             if status == 401:
                 headers["WWW-Authenticate"] = self._header("The scheme to authenticate with", {"type": "string"})
-            if status in (503, 529):
+            if status in (429, 503, 529):
                 headers["Retry-After"] = self._header(
-                    "Seconds to wait before retrying", {"type": "integer", "minimum": 0}, anthropic
+                    "Seconds to wait before retrying", {"type": "integer", "minimum": 0}, anthropic or status == 429
                 )
             response: dict[str, Any] = {"description": description, "content": {JSON: {"schema": schema}}}
             if headers:
@@ -825,9 +833,11 @@ class _Builder:
                 response["headers"] = {
                     "WWW-Authenticate": self._header("The scheme to authenticate with", {"type": "string"})
                 }
-            if status == 503:
+            if status in (429, 503):
                 response["headers"] = {
-                    "Retry-After": self._header("Seconds to wait before retrying", {"type": "integer", "minimum": 0})
+                    "Retry-After": self._header(
+                        "Seconds to wait before retrying", {"type": "integer", "minimum": 0}, status == 429
+                    )
                 }
             out[str(status)] = response
         return out
@@ -1143,6 +1153,69 @@ class _Builder:
             },
         }
 
+    def control_paths(self) -> dict[str, Any]:
+        """The cache and request control routes (:mod:`gateway.control.routes`)."""
+        key = {401: _OPENAI_ERRORS[401]}
+        model = {
+            "name": "model",
+            "in": "query",
+            "required": False,
+            "description": "One model (a name or alias); every model the key may use when left out",
+            "schema": {"type": "string"},
+        }
+        return {
+            "/v1/cache/stats": {
+                "get": {
+                    "operationId": "cacheStats",
+                    "summary": "Per model: the prefix cache's memory and disk tiers (entries, bytes, hit rates, "
+                    "evictions) and its warm prompts",
+                    "tags": ["Operations"],
+                    "parameters": [model],
+                    "responses": {
+                        **self._ok("Every (or the one) model's cache", self.refs["cache_stats"]),
+                        **self._error_responses({**key, 404: _OPENAI_ERRORS[404]}, False),
+                    },
+                }
+            },
+            "/v1/cache": {
+                "delete": {
+                    "operationId": "clearCache",
+                    "summary": "Empty the prefix cache, memory and disk tiers, of one model or of every model",
+                    "tags": ["Operations"],
+                    "parameters": [model],
+                    "responses": {
+                        **self._ok("What each model's clear dropped", self.refs["cache_cleared"]),
+                        **self._error_responses(
+                            {**key, 404: _OPENAI_ERRORS[404], 503: "A worker did not clear its cache in time"}, False
+                        ),
+                    },
+                }
+            },
+            "/v1/requests/{request_id}/cancel": {
+                "post": {
+                    "operationId": "cancelRequest",
+                    "summary": "End a request in flight by its id (`chatcmpl-…`, `cmpl-…`, `resp_…`, `msg_…`): "
+                    "its client gets one terminal abort",
+                    "tags": ["Operations"],
+                    "parameters": [
+                        {
+                            "name": "request_id",
+                            "in": "path",
+                            "required": True,
+                            "description": "The id the request's answer carries",
+                            "schema": {"type": "string"},
+                        }
+                    ],
+                    "responses": {
+                        **self._ok("The request was ended", self.refs["request_cancelled"]),
+                        **self._error_responses(
+                            {**key, 404: "No such request in flight for this key (`request_not_found`)"}, False
+                        ),
+                    },
+                }
+            },
+        }
+
     def audio_paths(self) -> dict[str, Any]:
         """``/v1/audio/transcriptions`` and ``/v1/audio/translations``: a
         multipart form in, JSON, plain text or (transcriptions) an SSE stream
@@ -1421,6 +1494,7 @@ class _Builder:
             },
             **self.mcp_paths(),
             **self.dashboard_paths(),
+            **self.control_paths(),
             "/health": {
                 "get": {
                     "operationId": "health",

@@ -40,11 +40,43 @@ class ConfigError(Exception):
     """The configuration is unreadable or invalid; the message is one line."""
 
 
+class ApiKeyConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """One ``server.api_keys`` entry given as a table: a key with a name and
+    limits (see :mod:`gateway.limits`).
+
+    ``name``: what logs, ``/metrics`` and the rate-limit messages call the
+    key (never the key itself); ``key``: the secret. ``requests_per_minute``
+    and ``tokens_per_minute`` (prompt plus completion tokens of finished
+    requests) cap the model requests the key makes in any 60 seconds;
+    ``concurrent_requests`` caps those in flight at once (0: no limit, for
+    each). ``models``: the model names (or aliases) the key may use (empty:
+    every model); any other model does not exist for this key.
+    """
+
+    name: str
+    key: str
+    requests_per_minute: Annotated[int, msgspec.Meta(ge=0)] = 0
+    tokens_per_minute: Annotated[int, msgspec.Meta(ge=0)] = 0
+    concurrent_requests: Annotated[int, msgspec.Meta(ge=0)] = 0
+    models: list[str] = []
+
+
+def api_key_entries(server: ServerConfig) -> list[ApiKeyConfig]:
+    """Every ``server.api_keys`` entry as an :class:`ApiKeyConfig`: a plain
+    string becomes an unlimited key named ``key<i>`` (its position, from 1)."""
+    return [
+        entry if isinstance(entry, ApiKeyConfig) else ApiKeyConfig(name=f"key{i}", key=entry)
+        for i, entry in enumerate(server.api_keys, start=1)
+    ]
+
+
 class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """``[server]``: where the gateway listens and how it guards requests.
 
     ``api_keys``: when non-empty, every route except ``/health`` needs one of
-    them as ``Authorization: Bearer`` or ``x-api-key``.
+    them as ``Authorization: Bearer`` or ``x-api-key``. An entry is a plain
+    string (an unlimited key) or a table (:class:`ApiKeyConfig`: a named key
+    with request, token, concurrency and model limits).
     ``max_body_bytes``: larger request bodies get 413.
     ``allow_insecure_bind``: start on a non-loopback address without keys.
     ``reasoning_field``: the name of the reasoning text in OpenAI chat
@@ -105,7 +137,7 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
     host: str = "127.0.0.1"
     port: Port = 8000
-    api_keys: list[str] = []
+    api_keys: list[str | ApiKeyConfig] = []
     max_body_bytes: PositiveInt = 4 * 1024 * 1024
     log_level: str = "info"
     allow_insecure_bind: bool = False
@@ -252,6 +284,12 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     request.
     Vision models served for audio (``input_audio`` parts; Gemma 4 with an
     audio tower): ``audio_max_seconds``, the longest clip accepted.
+    ``warm_prompts``: a JSON file of prompts the worker prefills into the
+    prefix cache right after loading, so the first request that starts
+    the same way (an agent's system prompt and tools) finds them cached:
+    a list whose items are a list of chat messages, or an object with
+    ``messages`` and optional ``tools`` (OpenAI function tools); see
+    ``docs/concepts/prefix-cache.md`` (empty: none).
     """
 
     name: str
@@ -300,6 +338,7 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     video_max_bytes: int | str = "32MiB"
     video_max_count: PositiveInt = 2
     audio_max_seconds: Annotated[float, msgspec.Meta(gt=0, le=30)] = 30.0
+    warm_prompts: str = ""
 
 
 class McpServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

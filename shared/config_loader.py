@@ -31,6 +31,7 @@ from shared.config import (
     NodeConfig,
     NodeEntry,
     ServerConfig,
+    api_key_entries,
 )
 from shared.config_values import host_pattern, is_loopback, parse_duration, parse_network, parse_size
 
@@ -125,6 +126,7 @@ def validate(config: Config, origin: str = "config") -> Config:
         raise ConfigError(f"{origin}: server.max_pull_bytes: {exc}") from None
     if config.server.log_level not in _LOG_LEVELS:
         raise ConfigError(f"{origin}: server.log_level must be one of {sorted(_LOG_LEVELS)}")
+    _validate_api_keys(config, origin)
     if not is_loopback(config.server.host) and not config.server.api_keys:
         if not config.server.allow_insecure_bind:
             raise ConfigError(
@@ -160,6 +162,37 @@ def _resolve_draft_models(config: Config, origin: str) -> None:
                 f"{origin}: model {model.name!r}: its draft model {draft.name!r} is on another machine (node)"
             )
         config.models[i] = msgspec.structs.replace(model, speculative=DRAFT_PREFIX + draft.source)
+
+
+_KEY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def _validate_api_keys(config: Config, origin: str) -> None:
+    """Check ``server.api_keys``: no empty key, no key twice, names that are
+    unique labels (letters, digits, ``. _ -``), ``models`` naming configured
+    models or aliases.
+
+    Raises:
+        ConfigError: naming the entry (by its name, never its key).
+    """
+    names: set[str] = set()
+    keys: set[str] = set()
+    models = {name for m in config.models for name in (m.name, *m.aliases)}
+    for entry in api_key_entries(config.server):
+        where = f"{origin}: server.api_keys entry {entry.name!r}"
+        if not _KEY_NAME.fullmatch(entry.name):
+            raise ConfigError(f"{where}: name must be letters, digits, . _ - (at most 64)")
+        if entry.name in names:
+            raise ConfigError(f"{where}: the name is used twice")
+        if not entry.key.strip():
+            raise ConfigError(f"{where}: the key is empty")
+        if entry.key in keys:
+            raise ConfigError(f"{where}: the same key is listed twice")
+        names.add(entry.name)
+        keys.add(entry.key)
+        unknown = [m for m in entry.models if m not in models]
+        if unknown:
+            raise ConfigError(f"{where}: models names unknown model {unknown[0]!r}")
 
 
 TENSOR_PARALLEL_BACKENDS = ("auto", "ring", "jaccl")

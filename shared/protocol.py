@@ -17,10 +17,11 @@ Direction gateway -> worker (``GatewayMessage``):
     :class:`GenerateRequest`, :class:`AbortRequest`, :class:`Shutdown`,
     :class:`EmbedRequest` (embedding workers), :class:`RerankRequest`
     (rerank workers), :class:`SpeechRequest` (speech workers),
-    :class:`TranscribeRequest` (transcription workers).
+    :class:`TranscribeRequest` (transcription workers),
+    :class:`ClearCache`.
 Direction worker -> gateway (``WorkerMessage``):
     :class:`Hello`, :class:`Loaded`, :class:`Ready`, :class:`Heartbeat`,
-    :class:`StepOutputs`, :class:`Failed`.
+    :class:`StepOutputs`, :class:`Failed`, :class:`CacheCleared`.
 
 Lifecycle: a worker sends ``Hello`` as soon as its sockets are up, ``Loaded``
 once the model and tokenizer are in memory, ``Ready`` after warm-up, then
@@ -246,9 +247,9 @@ class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True, tag="generate")
     before the gap) and ``suffix`` (the text after it), with no chat
     template; a model whose vocabulary has no such tokens refuses the
     request (``invalid_request``, ``error_param`` ``suffix``).
-    ``key_name``: which of the server's API keys the request presented
-    (a name derived from the key, never the key itself; ``""`` when the
-    server has no keys). The worker keeps what one key's requests wrote
+    ``key_name``: the name of the server's API key the request presented
+    (``server.api_keys``' name for it, never the key itself; ``""`` when
+    the server has no keys). The worker keeps what one key's requests wrote
     apart from every other key's (speculative drafting from earlier
     requests, see :mod:`worker.speculation.drafting`).
     """
@@ -321,6 +322,11 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     ``rerank_pairs``: query-document pairs a rerank worker scored.
     ``audio_seconds_in``: seconds of audio a transcription worker has
     transcribed (counted when a request finishes).
+    ``cache_evictions`` / ``disk_cache_evictions``: entries the memory /
+    disk tier dropped to stay within its budget (not those a clear or a
+    longer entry of the same prefix replaced). ``warm_prompts`` /
+    ``warm_tokens``: the model's ``warm_prompts`` prefilled into the prefix
+    cache at load, and their prompt tokens.
     """
 
     running: int = 0
@@ -356,6 +362,10 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     vision_image_tokens: int = 0
     rerank_pairs: int = 0
     audio_seconds_in: float = 0.0
+    cache_evictions: int = 0
+    disk_cache_evictions: int = 0
+    warm_prompts: int = 0
+    warm_tokens: int = 0
 
 
 class Hello(msgspec.Struct, frozen=True, kw_only=True, tag="hello"):
@@ -741,12 +751,40 @@ class TranscribeRequest(msgspec.Struct, frozen=True, kw_only=True, tag="transcri
         return 1
 
 
+class ClearCache(msgspec.Struct, frozen=True, kw_only=True, tag="clear_cache"):
+    """Empty the prefix cache, memory and disk tiers (the worker's
+    scheduler thread does it between engine steps; requests running go on
+    from their own state). Answered by one :class:`CacheCleared` with the
+    same ``clear_id``."""
+
+    clear_id: str
+
+
+class CacheCleared(msgspec.Struct, frozen=True, kw_only=True, tag="cache_cleared"):
+    """The answer to :class:`ClearCache` ``clear_id``: the entries and bytes
+    dropped from the memory tier and from the disk tier (files deleted)."""
+
+    worker_id: str
+    clear_id: str
+    entries: int = 0
+    bytes: int = 0
+    disk_entries: int = 0
+    disk_bytes: int = 0
+
+
 GatewayMessage = Union[
-    GenerateRequest, AbortRequest, Shutdown, EmbedRequest, RerankRequest, SpeechRequest, TranscribeRequest
+    GenerateRequest,
+    AbortRequest,
+    Shutdown,
+    EmbedRequest,
+    RerankRequest,
+    SpeechRequest,
+    TranscribeRequest,
+    ClearCache,
 ]
 """Any message the gateway sends to a worker."""
 
-WorkerMessage = Union[Hello, Loaded, Ready, Failed, Heartbeat, StepOutputs]
+WorkerMessage = Union[Hello, Loaded, Ready, Failed, Heartbeat, StepOutputs, CacheCleared]
 """Any message a worker sends to the gateway."""
 
 
@@ -801,8 +839,11 @@ NodeInbound = Union[
     RerankRequest,
     SpeechRequest,
     TranscribeRequest,
+    ClearCache,
 ]
 """Any message a gateway sends to a node."""
 
-NodeOutbound = Union[NodeStarted, NodeExited, NodeAlive, Hello, Loaded, Ready, Failed, Heartbeat, StepOutputs]
+NodeOutbound = Union[
+    NodeStarted, NodeExited, NodeAlive, Hello, Loaded, Ready, Failed, Heartbeat, StepOutputs, CacheCleared
+]
 """Any message a node sends to a gateway."""

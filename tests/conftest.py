@@ -121,6 +121,8 @@ def toml_value(value: object) -> str:
     booleans and lists)."""
     if isinstance(value, dict):
         return "{" + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     return json.dumps(value)
 
 
@@ -196,14 +198,15 @@ def write_config(
     path: Path,
     port: int,
     models: list[dict],
-    api_keys: list[str] | None = None,
+    api_keys: list[str | dict] | None = None,
     mcp_servers: list[dict] | None = None,
     extra: str = "",
     **server,
 ) -> Path:
-    """Write a TOML config for a test gateway (``mcp_servers``: the
-    ``[[mcp_servers]]`` tables; ``extra``: TOML appended as is)."""
-    lines = ["[server]", 'host = "127.0.0.1"', f"port = {port}", f"api_keys = {json.dumps(api_keys or [])}"]
+    """Write a TOML config for a test gateway (``api_keys``: strings or
+    tables; ``mcp_servers``: the ``[[mcp_servers]]`` tables; ``extra``:
+    TOML appended as is)."""
+    lines = ["[server]", 'host = "127.0.0.1"', f"port = {port}", f"api_keys = {toml_value(api_keys or [])}"]
     lines += [f"{k} = {toml_value(v)}" for k, v in server.items()]
     for model in models:
         lines.append("[[models]]")
@@ -223,6 +226,7 @@ def start_server(
     mcp_servers: list[dict] | None = None,
     extra: str = "",
     wait: bool = True,
+    api_keys: list[str | dict] | None = None,
     **server,
 ) -> Server:
     """Start a gateway for ``models`` and wait for every worker to be ready.
@@ -231,11 +235,13 @@ def start_server(
     inherit them); ``mcp_servers`` are its ``[[mcp_servers]]`` tables;
     ``server`` adds ``[server]`` keys to its config and ``extra`` raw TOML
     after the models (e.g. ``[[nodes]]``); with ``wait`` False it returns
-    once the gateway listens.
+    once the gateway listens; ``api_keys`` (strings or tables) replaces
+    ``[api_key]`` in the config.
     """
     port = free_port()
     models = [{"preload": True, **m} for m in models]
-    config = write_config(tmp / "mlxd.toml", port, models, [api_key] if api_key else [], mcp_servers, extra, **server)
+    keys = api_keys if api_keys is not None else ([api_key] if api_key else [])
+    config = write_config(tmp / "mlxd.toml", port, models, keys, mcp_servers, extra, **server)
     log_path = tmp / "gateway.log"
     log = open(log_path, "w")
     record_path = shapes.record_file(tmp)

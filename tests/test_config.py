@@ -63,6 +63,13 @@ def test_default_config_loads():
         ('[[models]]\nname = "a"\nmax_audio_bytes = "lots"\n', "max_audio_bytes"),
         ('[[models]]\nname = "a"\nmax_audio_seconds = -1\n', "max_audio_seconds"),
         ("not toml [", "not valid TOML"),
+        ('[server]\napi_keys = [{name = "a b", key = "k"}]\n[[models]]\nname = "a"\n', "name must be letters"),
+        ('[server]\napi_keys = ["k", {name = "key1", key = "j"}]\n[[models]]\nname = "a"\n', "used twice"),
+        ('[server]\napi_keys = ["k", {name = "x", key = "k"}]\n[[models]]\nname = "a"\n', "listed twice"),
+        ('[server]\napi_keys = [{name = "x", key = " "}]\n[[models]]\nname = "a"\n', "the key is empty"),
+        ('[server]\napi_keys = [{name = "x", key = "k", models = ["b"]}]\n[[models]]\nname = "a"\n', "unknown model"),
+        ('[server]\napi_keys = [{name = "x", key = "k", requests_per_minute = -1}]\n[[models]]\nname = "a"\n', ">= 0"),
+        ('[server]\napi_keys = [{name = "x", key = "k", rpm = 1}]\n[[models]]\nname = "a"\n', "unknown field"),
     ],
 )
 def test_bad_configs_fail_with_one_line(tmp_path, text, needle):
@@ -300,3 +307,20 @@ def test_default_chat_model_keeps_agent_sessions_and_samples_as_its_authors_show
     chat = load_config(DEFAULT_CONFIG_PATH).models[0]
     assert chat.disk_cache_bytes == "4GiB"
     assert (chat.sampling_defaults.temperature, chat.sampling_defaults.top_p) == (0.2, 0.9)
+
+
+def test_api_keys_mix_strings_and_tables(tmp_path):
+    """Plain strings stay unlimited keys named by position; tables keep
+    their limits; a key's models may name aliases."""
+    from shared.config import api_key_entries
+
+    path = tmp_path / "c.toml"
+    path.write_text(
+        '[server]\napi_keys = ["sk-a", {name = "ci", key = "sk-b", requests_per_minute = 5, models = ["m2"]}]\n'
+        '[[models]]\nname = "m"\naliases = ["m2"]\n'
+    )
+    entries = api_key_entries(load_config(path).server)
+    assert [(e.name, e.key, e.requests_per_minute, e.models) for e in entries] == [
+        ("key1", "sk-a", 0, []),
+        ("ci", "sk-b", 5, ["m2"]),
+    ]

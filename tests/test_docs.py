@@ -7,7 +7,11 @@
 2. ``ruff check`` and ``ruff format --check`` pass (config in
    ``pyproject.toml``).
 3. The API inventory builds without importing the project, and its counts
-   match the source as counted here by an independent walk.
+   match the source as counted here by an independent walk; its state,
+   addressability, line map and links match the source (the addressable
+   symbols of ``gateway/`` and ``shared/`` are imported and found at their
+   lines); the source inventory covers ``bench/``, ``tools/``, ``deploy/``
+   and ``tests/`` with each script's command and arguments.
 4. ``llms.txt`` links resolve, and every repository path the docs name exists.
 """
 
@@ -216,6 +220,161 @@ def test_inventory_reads_body_facts(inventory):
     assert submit["returns"] and not submit["yields"]
     events = symbols["gateway.frontend.request_flow._keepalive_then"]
     assert events["yields"] and not events["public"]
+
+
+SAMPLE = textwrap.dedent(
+    """\
+    \"\"\"A sample module.\"\"\"
+
+    import os
+
+    LIMIT = 3
+    _count = 0
+
+
+    def bump(n):
+        \"\"\"Count.\"\"\"
+        global _count
+        _count += n
+        return LIMIT + len(os.sep)
+
+
+    def shadowed():
+        \"\"\"Hidden by the assignment below.\"\"\"
+
+
+    shadowed = None
+
+
+    class Box:
+        \"\"\"A box.\"\"\"
+
+        size = 1
+
+        def fill(self, LIMIT):
+            \"\"\"Fill.\"\"\"
+            self.items = [self.size] * LIMIT
+            del self.old
+
+            def helper():
+                return self.extra + _count
+
+            return helper
+
+        @classmethod
+        def make(cls):
+            \"\"\"Make.\"\"\"
+            cls.made = True
+            return cls()
+
+        def fill(self):
+            \"\"\"The fill the name reaches.\"\"\"
+    """
+)
+
+
+def test_inventory_state_addressability_and_links(tmp_path):
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "__init__.py").write_text('"""Pkg."""\n')
+    (tmp_path / "shared" / "sample.py").write_text(SAMPLE)
+    links = apimap.SourceLinks("https://git.example/o/mlxd", "abc123")
+    inventory = apimap.build_inventory(tmp_path, ("shared",), links)
+    assert inventory["source"] == {"repository_url": "https://git.example/o/mlxd", "commit": "abc123"}
+    (module,) = [m for m in inventory["modules"] if m["name"] == "shared.sample"]
+    symbols = {(s["qualname"], s["line"]): s for s in module["symbols"]}
+    by_name = {s["qualname"]: s for s in module["symbols"]}
+    assert by_name[""]["writes"] == ["LIMIT", "_count", "shadowed"]
+    bump = by_name["bump"]
+    assert (bump["reads"], bump["writes"]) == (["_count", "LIMIT"], ["_count"])
+    assert bump["url"] == f"https://git.example/o/mlxd/blob/abc123/shared/sample.py#L{bump['line']}-L{bump['end_line']}"
+    first_fill, last_fill = sorted(
+        (s for s in module["symbols"] if s["qualname"] == "Box.fill"), key=lambda s: s["line"]
+    )
+    assert first_fill["reads"] == ["self.size", "self.extra", "_count"]  # LIMIT is its parameter here
+    assert first_fill["writes"] == ["self.items", "self.old"]
+    assert not first_fill["addressable"] and last_fill["addressable"]
+    assert by_name["Box.make"]["writes"] == ["self.made"]  # cls is the instance parameter of a classmethod
+    shadowed = next(s for (q, _), s in symbols.items() if q == "shadowed")
+    assert not shadowed["addressable"] and by_name["Box"]["addressable"]
+    nested = [d for d in module["definitions"] if d["nested"]]
+    assert [(d["qualname"], d["public"], d["addressable"]) for d in nested] == [
+        ("Box.fill.<locals>.helper", False, False)
+    ]
+    assert nested[0]["url"].endswith(f"#L{nested[0]['line']}-L{nested[0]['end_line']}")
+    assert len(module["definitions"]) == len(module["symbols"]) - 1 + len(nested)
+
+
+def test_inventory_links_need_a_configured_repository(tmp_path):
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "x"\n[project.urls]\nRepository = "git@github.com:o/x.git"\n'
+    )
+    assert apimap.source_links(tmp_path).repository == "https://github.com/o/x"
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n')
+    assert apimap.source_links(tmp_path) == apimap.SourceLinks(None, apimap.source_links(tmp_path).commit)
+    assert apimap.SourceLinks(None, "abc").url("a.py", 1, 2) is None  # never guessed
+
+
+def test_inventory_state_of_the_real_source(inventory):
+    symbols = {s["full_name"]: s for m in inventory["modules"] for s in m["symbols"]}
+    assert "_pulled" in symbols["gateway.hub.served.with_pulled_models"]["writes"]
+    cancel = symbols["gateway.workers.handle.WorkerHandle.cancel"]
+    assert set(cancel["reads"]) == {"self._requests", "self._incarnation"} and cancel["writes"] == []
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    assert inventory["source"]["commit"] == head
+    definitions = {(m["name"], d["qualname"]) for m in inventory["modules"] for d in m["definitions"]}
+    assert ("gateway.app", "build_app.<locals>.lifespan") in definitions
+
+
+def test_addressable_symbols_import_at_their_lines(inventory):
+    """Every addressable function of gateway/ and shared/ is what its
+    dotted name reaches after import, defined at the inventory's lines."""
+    import importlib
+    import inspect
+
+    checked = 0
+    for module in inventory["modules"]:
+        if module["name"].split(".")[0] not in ("gateway", "shared") or module["name"].endswith("__main__"):
+            continue  # (a __main__ module runs its program when imported)
+        imported = importlib.import_module(module["name"])
+        for symbol in module["symbols"][1:]:
+            if not symbol["addressable"] or "function" not in symbol["kind"] and "method" not in symbol["kind"]:
+                continue
+            target = imported
+            for part in symbol["qualname"].split("."):
+                target = inspect.getattr_static(target, part)
+            target = inspect.unwrap(getattr(target, "__func__", target))
+            first = symbol["line"] - len(symbol["decorators"]) - 20  # decorators may span lines
+            assert first <= target.__code__.co_firstlineno <= symbol["line"], symbol["full_name"]
+            checked += 1
+    assert checked > 1000
+
+
+def test_source_inventory_covers_scripts_and_helpers():
+    from tools import sourcemap
+
+    inventory = sourcemap.build_source_inventory(ROOT, apimap.SourceLinks(None, None))
+    files = {f["path"]: f for f in inventory["files"]}
+    expected = {
+        p.relative_to(ROOT).as_posix()
+        for d in ("bench", "tools", "deploy", "tests")
+        for p in (ROOT / d).rglob("*")
+        if p.is_file()
+        and "__pycache__" not in p.parts
+        and not p.relative_to(ROOT).as_posix().startswith("bench/results/")
+        and (p.suffix == ".py" or d != "tests")
+    }
+    assert set(files) == expected
+    bench = files["bench/prefix_throughput.py"]
+    assert bench["runnable"] and bench["run"] == "python -m bench.prefix_throughput"
+    assert {"flags": ["--tokens"], "type": "int", "default": 64} == {
+        k: v for k, v in next(a for a in bench["arguments"] if a["flags"] == ["--tokens"]).items() if k != "line"
+    }
+    assert files["tests/test_docs.py"]["run"] == "python -m pytest -q tests/test_docs.py"
+    helper = files["tests/tiny_model.py"]["module"]
+    assert any(s["qualname"] == "build_tiny_model" for s in helper["symbols"])
+    assert not files["tests/tiny_model.py"]["runnable"]
+    assert files["deploy/com.mlxd.server.plist.in"]["kind"] == "in"
+    assert inventory["unlisted"]["bench/results/"] >= 1
 
 
 # --- 4. llms.txt and paths named in the docs ---------------------------------------------------

@@ -38,6 +38,7 @@ GATEWAY: dict[str, set[str]] = {
     "workers": {"core", "images", "hub"},
     "metrics": {"core", "workers"},
     "dashboard": {"core"},
+    "control": {"core"},
     "openai": _FRONT_END,
     "responses": _FRONT_END | {"openai"},
     "anthropic": _FRONT_END,
@@ -47,6 +48,7 @@ GATEWAY: dict[str, set[str]] = {
     "speech": {"core", "frontend"},
     "transcription": {"core", "frontend"},
     "http": {"core", "frontend"},
+    "limits": {"core", "frontend"},
     "service": set(),
 }
 """Each gateway package and the gateway packages it may import."""

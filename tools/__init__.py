@@ -6,6 +6,10 @@ Nothing here imports the project's packages (``gateway``, ``worker``,
 
 - :mod:`tools.apimap`: the API inventory (``site/api-inventory.json``) and
   the docstring gate used by ``tests/test_docs.py``.
+- :mod:`tools.sourcemap`: the source inventory of ``bench/``, ``tools/``,
+  ``deploy/`` and ``tests/`` (``site/source-inventory.json``); both
+  inventories use :mod:`tools.state_facts` (state, addressability, nested
+  definitions) and :mod:`tools.sourcelinks` (links to exact lines).
 - :mod:`tools.llms`: ``site/llms.txt`` and ``site/llms-full.txt``.
 - :mod:`tools.mkdocs_hooks`: MkDocs hooks that add one reference page per
   public module and refuse any import of the project's packages or MLX
@@ -14,5 +18,6 @@ Nothing here imports the project's packages (``gateway``, ``worker``,
   in docstrings (``:class:`X```) into links or plain code.
 
 ``make docs`` runs ``mkdocs build --strict``, then ``python -m tools.apimap
---out site/api-inventory.json`` and ``python -m tools.llms --site site``.
+--out site/api-inventory.json``, ``python -m tools.sourcemap --out
+site/source-inventory.json`` and ``python -m tools.llms --site site``.
 """

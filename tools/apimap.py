@@ -4,7 +4,11 @@
 (``gateway``, ``worker``, ``shared``) and describes each module and each
 class, function and method that is not nested inside a function: its name,
 kind, signature, docstring, location, and facts read from its body (what it
-calls, raises, awaits, whether it returns a value or yields). Nothing is
+calls, raises, awaits, whether it returns a value or yields, the state it
+reads and writes: :mod:`tools.state_facts`), whether its dotted name
+reaches it (``addressable``) and a link to its exact lines
+(:mod:`tools.sourcelinks`); each module also lists every definition,
+nested ones included, with its lines (``definitions``). Nothing is
 imported, so the map can be built where MLX (or any dependency) is missing.
 
 :func:`missing_docstrings` is the docstring gate of ``tests/test_docs.py``:
@@ -29,6 +33,9 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from tools.sourcelinks import SourceLinks, source_links
+from tools.state_facts import definitions, final_bindings, module_globals, self_parameter, state_of
+
 ROOT = Path(__file__).resolve().parent.parent
 """The repository root (the directory holding ``pyproject.toml``)."""
 
@@ -51,6 +58,17 @@ CONVENTIONS = {
     "than None/NoReturn/Never",
     "yields": "true when the body itself contains yield or yield from",
     "line": "1-based line of the def/class statement (decorators are above it); end_line is its last line",
+    "reads": "attributes of self ('self.<name>'; a method's first parameter, cls for a classmethod) and module "
+    "globals (bare names: names the module binds by assignment) the body loads, closures included; a module "
+    "reads nothing",
+    "writes": "attributes of self the body assigns or deletes, and module globals it declares 'global' and "
+    "assigns; a module writes the globals it binds",
+    "addressable": "the dotted full_name reaches this definition after import: it is the last binding of its "
+    "name in its scope and its class (if any) is addressable",
+    "url": "link to the exact lines (#Lline-Lend_line) at the documented commit, built from the repository's "
+    "configured URL; null when no URL or commit is known",
+    "definitions": "per module, every class and function in source order, nested ones too (qualname as "
+    "Python's __qualname__, e.g. 'f.<locals>.g'), with kind, line, end_line, public, addressable and url",
 }
 """What each field of a symbol means, written into the inventory."""
 
@@ -238,6 +256,10 @@ def _symbol(
     members_are_symbols: bool,
     return_annotation: str | None,
     needs_docstring: bool = True,
+    state: tuple[list[str], list[str]] = ([], []),
+    addressable: bool = True,
+    links: SourceLinks | None = None,
+    path: str = "",
 ) -> dict[str, Any]:
     docstring = ast.get_docstring(node, clean=True)  # type: ignore[arg-type]
     facts = _Facts()
@@ -263,16 +285,44 @@ def _symbol(
         "returns": returns,
         "return_annotation": return_annotation,
         "yields": facts.yields,
+        "reads": state[0],
+        "writes": state[1],
+        "addressable": addressable,
+        "url": links.url(path, getattr(node, "lineno", 1), getattr(node, "end_lineno", None)) if links else None,
     }
 
 
-def _members(module: str, statements: list[ast.stmt], prefix: str, in_class: bool) -> list[dict[str, Any]]:
+class _Scan:
+    """What every symbol of one module needs: its name and path, its module
+    globals and the source links."""
+
+    def __init__(self, module: str, path: str, globals_: list[str], links: SourceLinks | None) -> None:
+        self.module = module
+        self.path = path
+        self.globals = set(globals_)
+        self.links = links
+
+
+def _members(
+    scan: _Scan,
+    statements: list[ast.stmt],
+    prefix: str,
+    in_class: bool,
+    addressable: bool = True,
+    final: dict[str, ast.stmt] | None = None,
+) -> list[dict[str, Any]]:
     """Symbols defined by ``statements`` (a module or class body), including
-    those inside ``if``/``try``/``with``/loop blocks; never inside functions."""
+    those inside ``if``/``try``/``with``/loop blocks; never inside functions.
+    ``addressable``: the enclosing class (if any) is reachable by its name;
+    ``final``: the scope's last binding of each name (None: ``statements``
+    is a whole scope)."""
     found: list[dict[str, Any]] = []
+    final = final_bindings(statements) if final is None else final
+    module = scan.module
     for statement in statements:
         if isinstance(statement, ast.ClassDef):
             qualname = prefix + statement.name
+            reachable = addressable and final.get(statement.name) is statement
             found.append(
                 _symbol(
                     module,
@@ -284,11 +334,15 @@ def _members(module: str, statements: list[ast.stmt], prefix: str, in_class: boo
                     statements=statement.body,
                     members_are_symbols=True,
                     return_annotation=None,
+                    addressable=reachable,
+                    links=scan.links,
+                    path=scan.path,
                 )
             )
-            found += _members(module, statement.body, qualname + ".", in_class=True)
+            found += _members(scan, statement.body, qualname + ".", in_class=True, addressable=reachable)
         elif isinstance(statement, _Def):
             decorators = _decorator_names(statement)
+            self_name = self_parameter(statement, decorators) if in_class else None
             found.append(
                 _symbol(
                     module,
@@ -301,6 +355,10 @@ def _members(module: str, statements: list[ast.stmt], prefix: str, in_class: boo
                     members_are_symbols=False,
                     return_annotation=ast.unparse(statement.returns) if statement.returns is not None else None,
                     needs_docstring=_needs_docstring(decorators),
+                    state=state_of(statement, scan.globals, self_name),
+                    addressable=addressable and final.get(statement.name) is statement,
+                    links=scan.links,
+                    path=scan.path,
                 )
             )
         else:
@@ -309,15 +367,42 @@ def _members(module: str, statements: list[ast.stmt], prefix: str, in_class: boo
                 if isinstance(block, list):
                     for item in block:
                         inner = item.body if isinstance(item, (ast.ExceptHandler, ast.match_case)) else [item]
-                        found += _members(module, inner, prefix, in_class)
+                        found += _members(scan, inner, prefix, in_class, addressable, final)
     return found
 
 
-def scan_module(root: Path, path: Path) -> dict[str, Any]:
-    """The inventory entry of the module at ``root / path``."""
+def _definition_map(tree: ast.Module, name: str, symbols: list[dict[str, Any]], scan: _Scan) -> list[dict[str, Any]]:
+    """The module's line map: every definition (see ``CONVENTIONS``)."""
+    reachable = {(s["qualname"], s["line"]) for s in symbols if s["addressable"]}
+    out = []
+    for qualname, node, nested in definitions(tree):
+        if isinstance(node, ast.ClassDef):
+            kind = "class"
+        else:
+            kind = ("async " if isinstance(node, ast.AsyncFunctionDef) else "") + "function"
+        out.append(
+            {
+                "qualname": qualname,
+                "kind": kind,
+                "line": node.lineno,
+                "end_line": node.end_lineno,
+                "nested": nested,
+                "public": not nested and _is_public_name(f"{name}.{qualname}"),
+                "addressable": not nested and (qualname, node.lineno) in reachable,
+                "url": scan.links.url(scan.path, node.lineno, node.end_lineno) if scan.links else None,
+            }
+        )
+    return out
+
+
+def scan_module(root: Path, path: Path, links: SourceLinks | None = None) -> dict[str, Any]:
+    """The inventory entry of the module at ``root / path`` (``links``:
+    where its lines are published; None: no links)."""
     source = (root / path).read_text(encoding="utf-8")
     tree = ast.parse(source, filename=path.as_posix())
     name = module_name(path)
+    globals_ = module_globals(tree)
+    scan = _Scan(name, path.as_posix(), globals_, links)
     module_symbol = _symbol(
         name,
         "",
@@ -328,15 +413,21 @@ def scan_module(root: Path, path: Path) -> dict[str, Any]:
         statements=tree.body,
         members_are_symbols=True,
         return_annotation=None,
+        state=([], globals_),
+        links=links,
+        path=path.as_posix(),
     )
     module_symbol["end_line"] = len(source.splitlines())
+    module_symbol["url"] = links.url(path.as_posix()) if links else None
+    symbols = [module_symbol, *_members(scan, tree.body, "", in_class=False)]
     return {
         "name": name,
         "path": path.as_posix(),
         "docstring": module_symbol["docstring"],
         "summary": module_symbol["summary"],
         "public": module_symbol["public"],
-        "symbols": [module_symbol, *_members(name, tree.body, "", in_class=False)],
+        "symbols": symbols,
+        "definitions": _definition_map(tree, name, symbols, scan),
     }
 
 
@@ -349,14 +440,19 @@ def _project(root: Path) -> dict[str, str]:
     return {"name": str(project.get("name", root.name)), "version": str(project.get("version", ""))}
 
 
-def build_inventory(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> dict[str, Any]:
-    """The whole API inventory of ``packages`` under ``root`` (JSON-ready)."""
-    modules = [scan_module(root, path) for path in module_files(root, packages)]
+def build_inventory(
+    root: Path = ROOT, packages: tuple[str, ...] = PACKAGES, links: SourceLinks | None = None
+) -> dict[str, Any]:
+    """The whole API inventory of ``packages`` under ``root`` (JSON-ready);
+    ``links`` default to the checkout's (:func:`tools.sourcelinks.source_links`)."""
+    links = links if links is not None else source_links(root)
+    modules = [scan_module(root, path, links) for path in module_files(root, packages)]
     project = _project(root)
     return {
         "schema_version": SCHEMA_VERSION,
         "repository": project["name"],
         "version": project["version"],
+        "source": {"repository_url": links.repository, "commit": links.commit},
         "packages": list(packages),
         "module_count": len(modules),
         "symbol_count": sum(len(m["symbols"]) for m in modules),
@@ -368,7 +464,7 @@ def build_inventory(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> 
 def missing_docstrings(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> list[str]:
     """``path:line: kind name`` for every public symbol without a docstring."""
     gaps = []
-    for module in build_inventory(root, packages)["modules"]:
+    for module in build_inventory(root, packages, SourceLinks(None, None))["modules"]:
         for symbol in module["symbols"]:
             if symbol["public"] and symbol["needs_docstring"] and not symbol["documented"]:
                 gaps.append(f"{module['path']}:{symbol['line']}: {symbol['kind']} {symbol['full_name']}")

@@ -50,6 +50,8 @@ from shared.logging import setup_logging
 from shared.protocol import (
     PROTOCOL_VERSION,
     AbortRequest,
+    CacheCleared,
+    ClearCache,
     EmbedRequest,
     Failed,
     GenerateRequest,
@@ -68,7 +70,7 @@ from worker.caches.disk import disk_stats
 from worker.engine import mlx_memory
 from worker.engine.scheduler import Scheduler
 from worker.faults import armed, reached
-from worker.messages import Abort, Stop
+from worker.messages import Abort, ClearPrefixCache, Stop
 from worker.model_setup import (
     EmbeddingSetup,
     GenerationSetup,
@@ -281,6 +283,8 @@ class Worker:
                 context = setup.model.model.dims.n_text_ctx
             else:
                 setup.scheduler.warm_up(list(setup.loaded.tokenizer.encode("Hello")) or [0])
+                if self.config.warm_prompts:
+                    self._warm_prefix(setup)
                 context = setup.context
             self._scheduler = setup.scheduler  # type: ignore[assignment]
             # announced once warm, with the memory the heartbeats report from now on
@@ -294,6 +298,23 @@ class Worker:
         if grammars is not None:
             threading.Thread(target=grammars.warm, name="mlxd-grammar-warm", daemon=True).start()
         self._serve(setup.scheduler, context)
+
+    def _warm_prefix(self, setup: GenerationSetup) -> None:
+        """Scheduler thread, at load: prefill the model's ``warm_prompts``
+        into the prefix cache (rendered as requests with those messages
+        would be). A file that cannot be read or rendered fails the load."""
+        from worker.prompting.warm_prompts import read_warm_prompts
+
+        started = time.monotonic()
+        prompts = [setup.prompts.build(request).prompt for request in read_warm_prompts(self.config.warm_prompts)]
+        tokens = setup.scheduler.warm_prefix(prompts)
+        log.info(
+            "model %s: %d warm prompts (%d tokens) prefilled into the prefix cache in %.2fs",
+            self.config.name,
+            setup.scheduler.counters.warm_prompts,
+            tokens,
+            time.monotonic() - started,
+        )
 
     def _join_group(self) -> Any:
         """Scheduler thread: the tensor-parallel group's
@@ -353,7 +374,18 @@ class Worker:
                 self._transcribe(message)
             elif isinstance(message, AbortRequest):
                 self._scheduler.submit(Abort(list(message.request_ids)))  # type: ignore[union-attr]
+            elif isinstance(message, ClearCache):
+                self._clear_cache(message)
         return 1
+
+    def _clear_cache(self, message: ClearCache) -> None:
+        """Input thread: have the scheduler empty the prefix cache; a
+        worker of another kind (embeddings, rerank, speech, transcription)
+        has none and answers at once."""
+        if not isinstance(self._scheduler, Scheduler):
+            self.output.queue.put(CacheCleared(worker_id=self.worker_id, clear_id=message.clear_id))
+            return
+        self._scheduler.submit(ClearPrefixCache(message.clear_id, self.worker_id))  # type: ignore[union-attr]
 
     def _signal_preparing(self, busy: bool) -> None:
         """Input thread: tell the scheduler whether requests are still being
@@ -398,6 +430,9 @@ class Worker:
             cache_memory_bytes=c.cache_memory,
             peak_memory_bytes=c.peak_memory,
             cache_refused=cache.refused if cache else 0,
+            cache_evictions=cache.evictions if cache else 0,
+            warm_prompts=c.warm_prompts,
+            warm_tokens=c.warm_tokens,
             vision_prefills=c.vision_prefills,
             vision_image_tokens=c.vision_image_tokens,
             rerank_pairs=c.rerank_pairs,

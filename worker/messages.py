@@ -1,8 +1,8 @@
 """The worker's inter-thread contract: what its threads hand each other.
 
-The input thread builds an :class:`Admission` (and sends :class:`Abort`)
-for the scheduler thread; the output thread sends :class:`Release` back;
-:class:`Stop` ends the scheduler loop. The scheduler thread reports
+The input thread builds an :class:`Admission` (and sends :class:`Abort`
+and :class:`ClearPrefixCache`) for the scheduler thread; the output thread
+sends :class:`Release` back; :class:`Stop` ends the scheduler loop. The scheduler thread reports
 :class:`Started`, :class:`TokenStep` and :class:`Terminal` items, in the
 order they happen, to the output thread, and keeps :class:`Counters` that
 the output thread reads for heartbeats. :class:`OutputSpec` travels
@@ -139,6 +139,16 @@ class Abort:
 
 
 @dataclass
+class ClearPrefixCache:
+    """Empty the prefix cache (memory and disk tiers) and report it as
+    :class:`shared.protocol.CacheCleared` ``clear_id`` of worker
+    ``worker_id``."""
+
+    clear_id: str
+    worker_id: str = ""
+
+
+@dataclass
 class Release:
     """Drop one choice the output thread already finished (stop string)."""
 
@@ -223,6 +233,8 @@ class Counters:
     vision_image_tokens: int = 0
     rerank_pairs: int = 0
     audio_seconds_in: float = 0.0
+    warm_prompts: int = 0
+    warm_tokens: int = 0
 
 
 @dataclass

@@ -30,7 +30,10 @@ class APIError(Exception):
     ``status`` is the HTTP status; ``param`` names the offending request
     field (None when no single field is at fault); ``code`` is a short
     machine-readable code such as ``model_not_found``; ``retry_after``
-    (seconds) adds a ``Retry-After`` header.
+    (seconds) adds a ``Retry-After`` header; ``openai_type`` (None: the
+    status's usual type) is the ``type`` of the OpenAI error object (a rate
+    limit's ``requests`` or ``tokens``, as OpenAI's own) and ``headers``
+    extra response headers (rate-limit state).
     """
 
     def __init__(
@@ -41,8 +44,12 @@ class APIError(Exception):
         param: str | None = None,
         code: str | None = None,
         retry_after: int | None = None,
+        openai_type: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
+        self.openai_type = openai_type
+        self.extra_headers = dict(headers or {})
         self.status = status
         self.message = message
         self.param = param
@@ -50,8 +57,10 @@ class APIError(Exception):
         self.retry_after = retry_after
 
     def headers(self) -> dict[str, str]:
-        """Extra response headers (``Retry-After`` when set)."""
-        return {"Retry-After": str(self.retry_after)} if self.retry_after is not None else {}
+        """Extra response headers (``Retry-After`` when set, and the
+        ``headers`` given)."""
+        retry = {"Retry-After": str(self.retry_after)} if self.retry_after is not None else {}
+        return {**self.extra_headers, **retry}
 
 
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:

@@ -11,7 +11,8 @@ The prefixes are the protocols' own:
 - Anthropic: ``msg_`` (the message), ``req_`` (the ``request-id`` header,
   every protocol's error answers too), ``count_`` (token counts),
   ``toolu_`` (tool uses);
-- Ollama: ``ollama-``, ``ollama-embd-`` (request ids, never shown).
+- Ollama: ``ollama-``, ``ollama-embd-`` (request ids, never shown);
+- mlxd: ``clear-`` (a prefix-cache clear sent to a worker, never shown).
 
 The worker mints tool-call ids of its own (``worker.parsers``); the
 gateway keeps or rewrites them (:mod:`gateway.frontend.tool_calls`). Pure;

@@ -20,7 +20,7 @@ from pathlib import Path
 import msgspec
 
 from gateway.dashboard.schema import Status
-from shared.config import DEFAULT_CONFIG_PATH, Config
+from shared.config import DEFAULT_CONFIG_PATH, Config, api_key_entries
 
 KEY_VARIABLE = "MLXD_API_KEY"
 """Environment variable holding the API key the commands send."""
@@ -76,7 +76,7 @@ def target(url: str | None, api_key: str | None, config_path: str) -> Target:
     key = (
         api_key
         or os.environ.get(KEY_VARIABLE)
-        or (config.server.api_keys[0] if config and config.server.api_keys else None)
+        or (api_key_entries(config.server)[0].key if config and config.server.api_keys else None)
     )
     return Target(url.rstrip("/"), key or None)
 

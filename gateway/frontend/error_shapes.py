@@ -86,7 +86,7 @@ def openai_error_body(err: APIError) -> dict[str, Any]:
     return {
         "error": {
             "message": err.message,
-            "type": openai_error_type(err.status),
+            "type": err.openai_type or openai_error_type(err.status),
             "param": err.param,
             "code": err.code,
         }

@@ -19,8 +19,9 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
 
 from gateway.core.errors import APIError
-from gateway.core.key_scope import enter_key
+from gateway.core.grants import KEY_ENTRY_SCOPE
 from gateway.frontend.error_shapes import error_response_for
+from shared.config import api_key_entries
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -163,7 +164,11 @@ class APIKeyMiddleware:
     everything pass.
 
     ``get_server`` returns the current ``ServerConfig`` and is read on every
-    request, so a config reload takes effect at once.
+    request, so a config reload takes effect at once. The entry a request's
+    key matched (a :class:`shared.config.ApiKeyConfig`; plain-string keys
+    as :func:`shared.config.api_key_entries` gives them) is left in the
+    ASGI scope under :data:`gateway.core.grants.KEY_ENTRY_SCOPE` for the
+    key limits (:mod:`gateway.limits`), also on a public route.
     """
 
     def __init__(self, app: ASGIApp, get_server: Callable[[], Any], public: frozenset[str] = frozenset()) -> None:
@@ -178,19 +183,19 @@ class APIKeyMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         server = self.get_server()
-        keys = server.api_keys
-        if scope["type"] != "http" or not keys or self._public(scope.get("path", ""), server):
+        if scope["type"] != "http" or not server.api_keys:
             await self.app(scope, receive, send)
             return
         presented = _presented_key(scope) or b""
         matched = None
-        for key in keys:
-            if hmac.compare_digest(presented, key.encode()):
-                matched = key
-        if matched is None:
+        for entry in api_key_entries(server):  # every key compared: constant time
+            if hmac.compare_digest(presented, entry.key.encode()) and matched is None:
+                matched = entry
+        if matched is not None:
+            scope[KEY_ENTRY_SCOPE] = matched
+        elif not self._public(scope.get("path", ""), server):
             await send_error(scope, receive, send, APIError(401, "Invalid or missing API key", code="invalid_api_key"))
             return
-        enter_key(matched)
         await self.app(scope, receive, send)
 
 

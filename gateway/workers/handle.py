@@ -35,6 +35,7 @@ import msgspec
 
 from gateway.core.backend import UNREAD
 from gateway.core.errors import OVERLOADED_RETRY_AFTER, APIError, unavailable
+from gateway.core.ids import new_id
 from gateway.workers.inflight import InflightRequests, PendingRequest, WorkerRequestStream
 from gateway.workers.process import Incarnation, run_incarnation
 from gateway.workers.status import WorkerStatus, resident_bytes
@@ -43,6 +44,8 @@ from shared.config_values import parse_duration
 from shared.protocol import (
     PROTOCOL_VERSION,
     AbortRequest,
+    CacheCleared,
+    ClearCache,
     Failed,
     GenerateRequest,
     Heartbeat,
@@ -105,6 +108,7 @@ class WorkerHandle:
         self.mlx_limits: tuple[int, int | None] = (0, None)
         self._keep_alive: float | None = None  # the latest request's idle time (None: the model's ttl)
         self._idle_deadline: float | None = None  # wall-clock end of the running idle timer
+        self._clears: dict[str, asyncio.Future[CacheCleared]] = {}  # ClearCache sent, answer awaited
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -261,12 +265,44 @@ class WorkerHandle:
         metrics = self._metrics
         timer = None if metrics is None else metrics.request_started(self.model.name, request_id=request.request_id)
         pending = PendingRequest(incarnation.number, request.n, timer, self.model.name)
+        if getattr(request, "count_only", False):
+            pending.grant = None  # counting a prompt's tokens spends none
         self._requests.add(request.request_id, pending)
         self._keep_alive = keep_alive
         self._cancel_idle_timer()
         self.last_used = time.monotonic()
         incarnation.send(request)
         return WorkerRequestStream(request.request_id, pending, self.abort)
+
+    def cancel(self, request_id: str, key_name: str | None) -> bool:
+        """End request ``request_id`` if it is in flight here (and was
+        submitted under API key ``key_name``, when given): its client gets
+        one terminal ``abort`` and the worker drops it, as after a
+        disconnect. False when it is not."""
+        return self._requests.cancel(request_id, self._incarnation, key_name)
+
+    async def clear_cache(self, timeout: float) -> CacheCleared | None:
+        """Have the ready worker empty its prefix cache (memory and disk
+        tiers) and return what it dropped; None when no worker is ready
+        (nothing in memory then; the disk tier stays until it runs).
+
+        Raises:
+            gateway.core.errors.APIError: 503 when the worker does not answer
+                within ``timeout`` seconds or stops meanwhile.
+        """
+        incarnation = self._incarnation
+        if self.status.state != "ready" or incarnation is None:
+            return None
+        clear_id = new_id("clear-")
+        answer: asyncio.Future[CacheCleared] = asyncio.get_running_loop().create_future()
+        self._clears[clear_id] = answer
+        try:
+            incarnation.send(ClearCache(clear_id=clear_id))
+            return await asyncio.wait_for(answer, timeout)
+        except TimeoutError:
+            raise unavailable(f"model '{self.model.name}' did not clear its cache", retry_after=5) from None
+        finally:
+            self._clears.pop(clear_id, None)
 
     def abort(self, request_id: str, pending: PendingRequest) -> None:
         """Forget ``request_id`` and ask its worker to drop it (if it is still
@@ -303,6 +339,9 @@ class WorkerHandle:
             self.status.pid = None
             self._ready.clear()
             self._requests.fail_all("the model worker stopped unexpectedly; retry the request")
+            for answer in self._clears.values():
+                if not answer.done():
+                    answer.set_exception(unavailable(f"model '{self.model.name}' stopped before clearing its cache"))
             if not self._wanted:
                 return
             failed = self.status.state == "failed"
@@ -360,6 +399,10 @@ class WorkerHandle:
                 self._requests.route(output, self._incarnation)
         elif isinstance(message, Heartbeat):
             self.status.heartbeat(message.stats)
+        elif isinstance(message, CacheCleared):
+            answer = self._clears.get(message.clear_id)
+            if answer is not None and not answer.done():
+                answer.set_result(message)
         elif isinstance(message, Hello):
             if message.protocol != PROTOCOL_VERSION:
                 self._refuse_protocol(message)

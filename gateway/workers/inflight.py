@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from gateway.core.grants import current_grant
 from shared.protocol import AbortRequest, OpenChoices, RequestOutput
 
 if TYPE_CHECKING:
@@ -56,7 +57,9 @@ class PendingRequest:
     ``prompt_tokens`` and ``cached_tokens`` the worker's counts from its
     latest output. After a gateway abort, ``unsettled`` counts the choices
     whose end the worker has still to report and ``wait`` is the timer
-    that writes the log line if it never does.
+    that writes the log line if it never does. ``grant`` is the API key's
+    :class:`~gateway.core.grants.KeyGrant` the request was submitted
+    under (None: none), told the request's tokens once, at its end.
     """
 
     __slots__ = (
@@ -72,6 +75,7 @@ class PendingRequest:
         "cached_tokens",
         "unsettled",
         "wait",
+        "grant",
     )
 
     def __init__(self, incarnation: int, n: int, timer: Any, model: str) -> None:
@@ -87,6 +91,7 @@ class PendingRequest:
         self.cached_tokens = 0
         self.unsettled: OpenChoices | None = None
         self.wait: asyncio.TimerHandle | None = None
+        self.grant = current_grant.get()
 
     def record(self, output: RequestOutput) -> None:
         """Count ``output``'s new tokens (and audio seconds) for metrics and
@@ -110,6 +115,8 @@ class PendingRequest:
         completion = sum(self.tokens.values())
         prompt = last.prompt_tokens or self.prompt_tokens
         cached = last.cached_tokens if last.prompt_tokens else self.cached_tokens
+        if self.grant is not None:
+            self.grant.spent(prompt + completion)
         if self.timer is not None:
             self.timer.finished(
                 reason=reason,
@@ -226,6 +233,19 @@ class InflightRequests:
             self._retire(request_id, pending, None, settle_later=alive)
             if alive:
                 incarnation.send(AbortRequest([request_id]))  # type: ignore[union-attr]
+
+    def cancel(self, request_id: str, incarnation: Incarnation | None, name: str | None) -> bool:
+        """End ``request_id`` at once for its client with one terminal
+        ``abort`` output and abort it as a client disconnect does
+        (:meth:`abort`); False when no such request is in flight, or it was
+        submitted under another API key than ``name`` (None: any)."""
+        pending = self._inflight.get(request_id)
+        if pending is None or (name is not None and (pending.grant is None or pending.grant.name != name)):
+            return False
+        output = RequestOutput(request_id=request_id, finish_reason="abort", error="The request was cancelled")
+        pending.queue.put_nowait(output)
+        self.abort(request_id, pending, incarnation)
+        return True
 
     def fail_all(self, message: str) -> None:
         """End every request in flight with a terminal ``unavailable``

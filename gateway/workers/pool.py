@@ -20,7 +20,7 @@ import msgspec
 
 from gateway.core.backend import ModelFiles, ModelInfo, ModelLimits, Residency
 from gateway.core.errors import APIError, bad_request, model_not_found, unavailable
-from gateway.core.key_scope import current_key_name
+from gateway.core.grants import current_grant
 from gateway.images.request import ready_images
 from gateway.workers.handle import WorkerHandle
 from gateway.workers.inflight import WorkerRequestStream
@@ -30,7 +30,15 @@ from gateway.workers.model_paths import SourceOutsideRoot, check_inside_root
 from gateway.workers.node_link import NodeLink
 from shared.config import Config, ModelConfig
 from shared.model_kind import ModelKind, serves, wrong_kind_message
-from shared.protocol import EmbedRequest, GenerateRequest, RerankRequest, SpeechRequest, TranscribeRequest
+from shared.protocol import (
+    CacheCleared,
+    EmbedRequest,
+    GenerateRequest,
+    RerankRequest,
+    SpeechRequest,
+    TranscribeRequest,
+    WorkerStats,
+)
 from shared.sockets import make_socket_dir, read_key_pair, remove_socket_dir
 
 log = logging.getLogger("mlxd.gateway.pool")
@@ -201,11 +209,22 @@ class WorkerPool:
     # -- ModelBackend -------------------------------------------------------------------
 
     def resolve(self, name: str) -> str:
-        """Canonical model name for ``name``; raises the 404 APIError."""
-        try:
-            return self._names[name]
-        except KeyError:
-            raise model_not_found(name) from None
+        """Canonical model name for ``name``; raises the 404 APIError, also
+        for a model the request's API key may not use
+        (:data:`gateway.core.grants.current_grant`)."""
+        canonical = self._names.get(name)
+        if canonical is None or not self._granted(canonical):
+            raise model_not_found(name)
+        return canonical
+
+    def _granted(self, canonical: str) -> bool:
+        """Whether the request's key (if any) may use model ``canonical``."""
+        grant = current_grant.get()
+        if grant is None:
+            return True
+        handle = self.handles.get(canonical)
+        aliases = handle.model.aliases if handle is not None else []
+        return grant.allows(canonical, *aliases)
 
     def limits(self, model: str) -> ModelLimits:
         """The configured request limits of canonical model ``model``."""
@@ -218,7 +237,7 @@ class WorkerPool:
         """Every configured model, in config order, with its state."""
         infos = []
         for m in self.config.models:
-            if m.name not in self.handles:
+            if m.name not in self.handles or not self._granted(m.name):
                 continue
             status = self.handles[m.name].status
             defaults = status.sampling_defaults
@@ -276,10 +295,33 @@ class WorkerPool:
             raise bad_request(wrong_kind_message(model, kind, needed), param="model", code="wrong_model_kind")
         if isinstance(request, GenerateRequest):
             request = await ready_images(request, model, kind, self.config.images)
-            if not request.key_name:
-                request = msgspec.structs.replace(request, key_name=current_key_name())
+            request = with_key_name(request)
         await self._acquire(handle)
         return handle.submit(request, keep_alive=keep_alive)
+
+    def cancel(self, request_id: str) -> str | None:
+        """End the request in flight with id ``request_id`` as a client
+        disconnect would (its client gets one terminal ``abort``); return
+        its model, or None when no such request is in flight (or it was
+        made with another API key than the current request's)."""
+        grant = current_grant.get()
+        for name, handle in self.handles.items():
+            if handle.cancel(request_id, grant.name if grant is not None else None):
+                return name
+        return None
+
+    async def clear_cache(self, model: str) -> CacheCleared | None:
+        """Empty canonical ``model``'s prefix cache, memory and disk tiers;
+        what was dropped, or None when its worker is not ready (see
+        :meth:`WorkerHandle.clear_cache`)."""
+        return await self.handles[model].clear_cache(self.config.server.drain_timeout)
+
+    def cache_stats(self, model: str) -> tuple[str, WorkerStats | None]:
+        """Canonical ``model``'s state and its worker's latest heartbeat
+        counters (None: no running worker has sent a heartbeat yet)."""
+        status = self.handles[model].status
+        reported = status.pid and status.stats.heartbeat_seq
+        return status.state, status.stats if reported else None
 
     async def load(self, model: str, keep_alive: float | None = None) -> None:
         """Start canonical ``model``'s worker if needed and wait until it is
@@ -383,3 +425,14 @@ def needed_kind(request: GenerateRequest | EmbedRequest | RerankRequest | Speech
     if isinstance(request, TranscribeRequest):
         return "transcription"
     return "generate"
+
+
+def with_key_name(request: GenerateRequest) -> GenerateRequest:
+    """``request`` carrying the name of the API key it came with (the
+    current :data:`gateway.core.grants.current_grant`'s; unchanged when it
+    has one already or there is no key), so its worker keeps one key's
+    drafting material apart from another's."""
+    grant = current_grant.get()
+    if request.key_name or grant is None:
+        return request
+    return msgspec.structs.replace(request, key_name=grant.name)

@@ -357,12 +357,25 @@ OWN = (
     "/v1/admin/load",
     "/v1/admin/unload",
     "/v1/admin/reload",
+    "/v1/cache/stats",
+    "/v1/cache",
     *sorted(PAGE_PATHS),
 )
 """mlxd's operational endpoints and the dashboard page's files: their
 answers are mlxd's own formats, failures included (``/ready`` answers 503
 with its own body; ``/v1/status`` and the admin actions are checked against
 their own Structs by their tests), so nothing there is checked."""
+
+OWN_PATTERNS = (re.compile(r"/v1/requests/[^/]+/cancel"),)  # also matches the route's own {request_id}
+"""mlxd's own endpoints with a path parameter (cancelling a request), as
+:data:`OWN`."""
+
+
+def is_own(path: str) -> bool:
+    """Whether ``path`` is one of mlxd's own endpoints (:data:`OWN`,
+    :data:`OWN_PATTERNS`)."""
+    return path in OWN or any(p.fullmatch(path) for p in OWN_PATTERNS)
+
 
 REFUSED = ("/api/push", "/api/create", "/api/copy")
 """Ollama's model-management routes mlxd always refuses (403 in Ollama's
@@ -429,7 +442,7 @@ def check_exchange(ex: Exchange) -> int:
     protocol route no table names.
     """
     media = ex.content_type.split(";")[0].strip()
-    if ex.method in ("HEAD", "OPTIONS") or ex.status in NO_BODY or (not ex.body and not ex.complete) or ex.path in OWN:
+    if ex.method in ("HEAD", "OPTIONS") or ex.status in NO_BODY or (not ex.body and not ex.complete) or is_own(ex.path):
         return 0
     if ex.status >= 400:
         if media == "application/json":

@@ -81,3 +81,23 @@ def test_short_entries_and_bad_files(tmp_path):
     (tier.directory / "x.safetensors.tmp").write_bytes(b"interrupted")
     assert DiskTier(tmp_path, "m", 1 << 30).entries == 0
     assert list(tier.directory.iterdir()) == []
+
+
+def test_clear_deletes_every_entry_and_drops_writes_queued_before_it(tmp_path):
+    tier = DiskTier(tmp_path, "model-a", 1 << 30)
+    tier.start()
+    assert tier.serialize(prompt(1), state(1))
+    written(tier)
+    tier.close()  # the writer stopped: the next entry stays queued
+    assert tier.serialize(prompt(2), state(2))
+    entries, nbytes = tier.clear()
+    assert (entries, tier.entries, tier.nbytes) == (1, 0, 0) and nbytes > 0
+    tier.start()  # the write queued before the clear now runs, and is dropped
+    written(tier)
+    tier.close()
+    assert tier.entries == 0 and not list(tier.directory.iterdir())
+    assert tier.serialize(prompt(3), state(3))  # entries made after the clear are kept
+    tier.start()
+    written(tier)
+    tier.close()
+    assert tier.entries == 1 and tier.has(prompt(3))

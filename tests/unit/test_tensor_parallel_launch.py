@@ -10,14 +10,25 @@ import pytest
 
 from shared.config import ModelConfig
 from shared.protocol import GenerateRequest, SamplingParams
-from worker.engine.step_plan import Admit, Drop, Expire, Halt, ReleaseChoice, StepPlan, decode_plan, encode_plan
+from worker.engine.step_plan import (
+    Admit,
+    ClearCache,
+    Drop,
+    Expire,
+    Halt,
+    ReleaseChoice,
+    StepPlan,
+    decode_plan,
+    encode_plan,
+)
 from worker.tensor_parallel.launch import BACKEND_ENV, WAKE_ENV, free_ports, launch_arguments, resolve_backend
 
 
 def test_a_plan_round_trips_in_order():
     request = GenerateRequest(request_id="r1", prompt="hi", sampling=SamplingParams(max_tokens=3))
     plan = StepPlan(
-        [Admit(request, [1, 2, 3], seed=9), Drop(["r0"]), ReleaseChoice("r1", 0), Expire(["r2"]), Halt()], True
+        [Admit(request, [1, 2, 3], seed=9), Drop(["r0"]), ReleaseChoice("r1", 0), Expire(["r2"]), ClearCache(), Halt()],
+        True,
     )
     assert decode_plan(encode_plan(plan)) == plan
 

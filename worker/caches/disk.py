@@ -63,6 +63,7 @@ def disk_stats(tier: DiskTier | None) -> dict[str, int]:
         "disk_cached_tokens": s.hit_tokens,
         "disk_cache_writes": s.writes,
         "disk_cache_rejected": s.rejected,
+        "disk_cache_evictions": s.evictions,
     }
 
 
@@ -106,7 +107,8 @@ class DiskTier:
         self.stats = DiskStats()
         self._lock = threading.Lock()
         self._index: dict[str, _Entry] = {}
-        self._queue: queue.Queue[tuple[str, list[int], bytes] | None] = queue.Queue(MAX_PENDING)
+        self._queue: queue.Queue[tuple[str, list[int], bytes, int] | None] = queue.Queue(MAX_PENDING)
+        self._generation = 0  # bumped by clear(): older queued writes are dropped
         self._thread: threading.Thread | None = None
         self._scan()
 
@@ -186,7 +188,7 @@ class DiskTier:
         key = digest(tokens)
         save_prompt_cache(buffer, cache, {"identity": self.identity, "tokens": key})
         try:
-            self._queue.put_nowait((key, list(tokens), buffer.getvalue()))
+            self._queue.put_nowait((key, list(tokens), buffer.getvalue(), self._generation))
         except queue.Full:
             return False
         return True
@@ -219,6 +221,18 @@ class DiskTier:
                 self._index[key].used = time.time()
         return cache
 
+    def clear(self) -> tuple[int, int]:
+        """Delete every entry of this tier (writes already queued are
+        dropped when they come); return the entries and bytes deleted.
+        Any thread; the file deletions run on the caller's."""
+        with self._lock:
+            self._generation += 1
+            dropped = dict(self._index)
+            self._index.clear()
+        for key in dropped:
+            self._delete(key)
+        return len(dropped), sum(e.nbytes for e in dropped.values())
+
     # -- writer thread --------------------------------------------------------------
 
     def start(self) -> None:
@@ -245,16 +259,17 @@ class DiskTier:
             item = self._queue.get()
             if item is None:
                 return
-            key, tokens, data = item
+            key, tokens, data, generation = item
             try:
-                self._write(key, tokens, data)
+                self._write(key, tokens, data, generation)
             except Exception:  # disk full, permissions: the entry is dropped
                 log.exception("disk cache write failed")
                 self._delete(key)
 
-    def _write(self, key: str, tokens: list[int], data: bytes) -> None:
+    def _write(self, key: str, tokens: list[int], data: bytes, generation: int) -> None:
         """Write one entry atomically (the ``.json`` last: it commits the
-        entry) and evict least recently used entries past the budget."""
+        entry) and evict least recently used entries past the budget; an
+        entry serialized before a :meth:`clear` is deleted instead of kept."""
         path = self.directory / f"{key}.safetensors"
         meta = {"tokens": tokens, "nbytes": len(data), "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
         for target, payload in ((path, data), (self.directory / f"{key}.json", json.dumps(meta).encode())):
@@ -263,16 +278,21 @@ class DiskTier:
                 f.write(payload)
             os.replace(tmp, target)
         with self._lock:
-            self._index[key] = _Entry(np.asarray(tokens, dtype=np.int64), len(data), time.time())
+            stale = generation != self._generation
             victims = []
-            total = sum(e.nbytes for e in self._index.values())
-            for old, entry in sorted(self._index.items(), key=lambda kv: kv[1].used):
-                if total <= self.budget_bytes:
-                    break
-                victims.append(old)
-                total -= entry.nbytes
-            for old in victims:
-                del self._index[old]
+            if not stale:
+                self._index[key] = _Entry(np.asarray(tokens, dtype=np.int64), len(data), time.time())
+                total = sum(e.nbytes for e in self._index.values())
+                for old, entry in sorted(self._index.items(), key=lambda kv: kv[1].used):
+                    if total <= self.budget_bytes:
+                        break
+                    victims.append(old)
+                    total -= entry.nbytes
+                for old in victims:
+                    del self._index[old]
+        if stale:
+            self._delete(key)
+            return
         self.stats.writes += 1
         self.stats.evictions += len(victims)
         for old in victims:

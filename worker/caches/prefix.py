@@ -84,7 +84,7 @@ class PrefixCache:
         self.disk = disk
         self.trimmable = trimmable
         self._unspilled: dict[tuple[int, ...], list[Any]] = {}
-        self._lru = LRUPromptCache(max_size=MAX_ENTRIES, max_bytes=budget_bytes)
+        self._lru = _CountingLRU(max_size=MAX_ENTRIES, max_bytes=budget_bytes)
         self.queries = 0
         self.hits = 0
         self.reused_tokens = 0
@@ -94,6 +94,13 @@ class PrefixCache:
     def nbytes(self) -> int:
         """Bytes of KV state held now (never above the budget)."""
         return self._lru.nbytes
+
+    @property
+    def evictions(self) -> int:
+        """Entries evicted (least recently used first) to stay within the
+        budget and :data:`MAX_ENTRIES`; not those a longer entry of the
+        same prefix replaced, nor a :meth:`clear`."""
+        return self._lru.evictions
 
     @property
     def entries(self) -> int:
@@ -206,11 +213,45 @@ class PrefixCache:
 
         return MIN_TOKENS
 
-    def clear(self) -> None:
-        """Drop every entry (model reloaded, or memory pressure); entries
-        already on disk stay there."""
+    def clear(self, disk: bool = False) -> tuple[int, int, int, int]:
+        """Drop every entry (model reloaded, memory pressure, or asked to);
+        entries already on disk stay there unless ``disk`` (then the disk
+        tier is emptied too, see :meth:`worker.caches.disk.DiskTier.clear`).
+        Returns the entries and bytes dropped from memory, then from disk."""
+        entries, nbytes = self.entries, self.nbytes
         self._lru.trim_to(n_sequences=0)
         self._unspilled.clear()
+        disk_entries = disk_bytes = 0
+        if disk and self.disk is not None:
+            disk_entries, disk_bytes = self.disk.clear()
+        return entries, nbytes, disk_entries, disk_bytes
+
+
+class _CountingLRU(LRUPromptCache):
+    """mlx-lm's ``LRUPromptCache``, unchanged, counting in ``evictions`` the
+    entries its inserts evict for room: during ``insert_cache`` each call
+    of its recency order's ``pop`` is one (an entry a longer one of the
+    same prefix supersedes leaves through ``remove`` instead; ``trim_to``,
+    which a clear uses, is not counted)."""
+
+    def __init__(self, max_size: int, max_bytes: int) -> None:
+        super().__init__(max_size=max_size, max_bytes=max_bytes)
+        self.evictions = 0
+
+    def insert_cache(self, *args: Any, **kwargs: Any) -> None:
+        """``LRUPromptCache.insert_cache``, counting its evictions."""
+        order = self._lru
+        pop = order.pop
+
+        def counted() -> Any:
+            self.evictions += 1
+            return pop()
+
+        order.pop = counted
+        try:
+            super().insert_cache(*args, **kwargs)
+        finally:
+            del order.pop  # the class's own pop again
 
 
 def _quantized(cache: list[Any], bits: int, group_size: int) -> list[Any]:

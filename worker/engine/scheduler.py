@@ -1,7 +1,8 @@
 """The scheduler thread: the only thread of the worker that touches MLX.
 
 It runs continuous batching on mlx-lm's ``BatchGenerator``: each loop
-iteration applies every queued command (admit, abort, release, stop), ends
+iteration applies every queued command (admit, abort, release, clear the prefix
+cache, stop), ends
 requests past their deadline, then runs one engine step in which new prompts
 are prefilled while running sequences decode. The tokens of a step (with
 log-probabilities where asked) go to the output thread as one
@@ -51,6 +52,7 @@ from worker.engine.step_plan import Expire, PlanLink
 from worker.messages import (
     Abort,
     Admission,
+    ClearPrefixCache,
     Counters,
     Release,
     Started,
@@ -217,6 +219,29 @@ class Scheduler:
         finally:
             engine.close()
         self._update_gauges()  # heartbeats from now on report the loaded weights
+
+    def warm_prefix(self, prompts: list[list[int]]) -> int:
+        """Prefill each of ``prompts`` (all but its last token, as a
+        request's prefill leaves it) through a throwaway engine into the
+        prefix cache, before :meth:`run`; return the tokens prefilled (0
+        without a prefix cache). Counted in ``counters.warm_prompts`` and
+        ``warm_tokens``."""
+        if self.cache is None:
+            return 0
+        engine = self._new_engine()
+        engine.set_delta(_PREFILL_UID, 0)
+        try:
+            for prompt in prompts:
+                if len(prompt) < 2:
+                    continue
+                state = engine.prefill(None, prompt[:-1], uid=_PREFILL_UID)
+                self.cache.insert(prompt[:-1], state)
+                self.counters.warm_prompts += 1
+                self.counters.warm_tokens += len(prompt) - 1
+        finally:
+            engine.drop_delta(_PREFILL_UID)
+            engine.close()
+        return self.counters.warm_tokens
 
     def run(self) -> None:
         """The scheduler loop; returns after a :class:`Stop` command.
@@ -404,6 +429,27 @@ class Scheduler:
             self._abort(item.request_ids)
         elif isinstance(item, Release):
             self._release(item)
+        elif isinstance(item, ClearPrefixCache):
+            self._clear_prefix_cache(item)
+
+    def _clear_prefix_cache(self, item: ClearPrefixCache) -> None:
+        """Empty the prefix cache's tiers (running sequences keep their own
+        state) and report what was dropped."""
+        from shared.protocol import CacheCleared
+
+        dropped = self.cache.clear(disk=True) if self.cache is not None else (0, 0, 0, 0)
+        log.info("prefix cache cleared: %d entries (%d bytes) in memory, %d (%d bytes) on disk", *dropped)
+        entries, nbytes, disk_entries, disk_bytes = dropped
+        self._emit(
+            CacheCleared(
+                worker_id=item.worker_id,
+                clear_id=item.clear_id,
+                entries=entries,
+                bytes=nbytes,
+                disk_entries=disk_entries,
+                disk_bytes=disk_bytes,
+            )
+        )
 
     # -- admission ----------------------------------------------------------
 

@@ -49,11 +49,16 @@ class ReleaseChoice(msgspec.Struct, tag="release", frozen=True):
     index: int
 
 
+class ClearCache(msgspec.Struct, tag="clear_cache", frozen=True):
+    """Empty the prefix cache (every rank holds its shard of each entry,
+    so all clear together)."""
+
+
 class Halt(msgspec.Struct, tag="stop", frozen=True):
     """The worker stops: abort everything and leave the loop."""
 
 
-PlanItem = Admit | Drop | Expire | ReleaseChoice | Halt
+PlanItem = Admit | Drop | Expire | ReleaseChoice | ClearCache | Halt
 
 
 class StepPlan(msgspec.Struct, frozen=True):

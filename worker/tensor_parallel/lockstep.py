@@ -31,6 +31,7 @@ import numpy as np
 
 from worker.engine.step_plan import (
     Admit,
+    ClearCache,
     Drop,
     Expire,
     Halt,
@@ -40,7 +41,7 @@ from worker.engine.step_plan import (
     decode_plan,
     encode_plan,
 )
-from worker.messages import Abort, Admission, Release, Stop
+from worker.messages import Abort, Admission, ClearPrefixCache, Release, Stop
 
 STALL_SECONDS = float(os.environ.get("MLXD_TP_STALL_SECONDS", "30"))
 """Longest rank 0 may wait in one plan exchange before its group counts as
@@ -190,7 +191,7 @@ class Lockstep:
         return since is not None and now - since > limit
 
     def record(self, item: object) -> object:
-        """Leader: note ``item`` (an Admission, Abort, Release or Stop) for
+        """Leader: note ``item`` (an Admission, Abort, Release, ClearPrefixCache or Stop) for
         this turn's plan; return the command to apply. A sampled admission
         without a seed gets one here, shared with every rank, so all ranks
         draw the same tokens."""
@@ -204,6 +205,8 @@ class Lockstep:
             self._items.append(Drop(list(item.request_ids)))
         elif isinstance(item, Release):
             self._items.append(ReleaseChoice(item.request_id, item.index))
+        elif isinstance(item, ClearPrefixCache):
+            self._items.append(ClearCache())
         elif isinstance(item, Stop):
             self._items.append(Halt())
         return item
@@ -245,6 +248,8 @@ class Lockstep:
             return Release(item.request_id, item.index)
         if isinstance(item, Halt):
             return Stop()
+        if isinstance(item, ClearCache):
+            return ClearPrefixCache("")
         return item
 
     def _share(self, data: bytes) -> bytes:
