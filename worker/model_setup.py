@@ -397,12 +397,6 @@ def served_kind(config: ModelConfig) -> ModelKind:
         return "generate"
 
 
-def serves_embeddings(config: ModelConfig) -> bool:
-    """Whether ``config``'s model is an embedding model (see
-    :func:`served_kind`)."""
-    return served_kind(config) == "embedding"
-
-
 REPLAYABLE_KINDS = frozenset(("KVCache", "ArraysCache"))
 """Cache classes a speculative step can bring back to the kept tokens
 when not every layer can be trimmed: attention layers are trimmed,
