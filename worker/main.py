@@ -71,19 +71,7 @@ from worker.engine import mlx_memory
 from worker.engine.scheduler import Scheduler
 from worker.faults import armed, reached
 from worker.messages import Abort, ClearPrefixCache, Stop
-from worker.model_setup import (
-    EmbeddingSetup,
-    GenerationSetup,
-    RerankSetup,
-    SpeechSetup,
-    TranscriptionSetup,
-    build_embedding,
-    build_generation,
-    build_rerank,
-    build_speech,
-    build_transcription,
-    served_kind,
-)
+from worker.model_setup import KIND_BUILDERS, GenerationSetup, KindSetup, build_generation, served_kind
 from worker.output.loop import Exit, FailAll, OutputLoop
 from worker.parent_watch import watch_parent
 from worker.prompting.builder import PromptBuilder, PromptError
@@ -247,15 +235,9 @@ class Worker:
         kind = served_kind(self.config)
         try:
             started = time.monotonic()
-            setup: GenerationSetup | EmbeddingSetup | RerankSetup | SpeechSetup | TranscriptionSetup
-            if kind == "embedding":
-                setup = build_embedding(self.config, self.output.queue.put)
-            elif kind == "rerank":
-                setup = build_rerank(self.config, self.output.queue.put)
-            elif kind == "speech":
-                setup = build_speech(self.config, self.output.queue.put)
-            elif kind == "transcription":
-                setup = build_transcription(self.config, self.output.queue.put)
+            setup: GenerationSetup | KindSetup
+            if kind in KIND_BUILDERS:
+                setup = KIND_BUILDERS[kind](self.config, self.output.queue.put)
             else:
                 mlx_memory.apply_limits(self.memory_limit, self.cache_limit)
                 self._lockstep = self._join_group()
@@ -263,24 +245,10 @@ class Worker:
                 setup = build_generation(self.config, emit, self._lockstep)
                 self.output.decoder = setup.decoder
                 self._prompts = setup.prompts
-            if isinstance(setup, EmbeddingSetup):
+            if isinstance(setup, KindSetup):
                 setup.scheduler.warm_up()
-                self._embedding = setup.model
-                context = setup.model.max_tokens
-            elif isinstance(setup, RerankSetup):
-                setup.scheduler.warm_up()
-                self._reranker = setup.model
-                context = setup.model.max_tokens
-            elif isinstance(setup, SpeechSetup):
-                from worker.speech.text import Phonemizer
-
-                setup.scheduler.warm_up()
-                self._speech = (setup.model, Phonemizer(setup.model.max_phonemes))
-                context = setup.model.max_phonemes
-            elif isinstance(setup, TranscriptionSetup):
-                setup.scheduler.warm_up()
-                self._transcriber = setup.model
-                context = setup.model.model.dims.n_text_ctx
+                self._take_model(setup)
+                context = setup.context
             else:
                 setup.scheduler.warm_up(list(setup.loaded.tokenizer.encode("Hello")) or [0])
                 if self.config.warm_prompts:
@@ -298,6 +266,20 @@ class Worker:
         if grammars is not None:
             threading.Thread(target=grammars.warm, name="mlxd-grammar-warm", daemon=True).start()
         self._serve(setup.scheduler, context)
+
+    def _take_model(self, setup: KindSetup) -> None:
+        """Keep the model of a non-generating kind where the input thread
+        reads it (a speech model with its phonemizer)."""
+        if setup.kind == "embedding":
+            self._embedding = setup.model
+        elif setup.kind == "rerank":
+            self._reranker = setup.model
+        elif setup.kind == "speech":
+            from worker.speech.text import Phonemizer
+
+            self._speech = (setup.model, Phonemizer(setup.model.max_phonemes))
+        elif setup.kind == "transcription":
+            self._transcriber = setup.model
 
     def _warm_prefix(self, setup: GenerationSetup) -> None:
         """Scheduler thread, at load: prefill the model's ``warm_prompts``

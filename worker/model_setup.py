@@ -9,8 +9,8 @@ grammar compiler, image preparer), the cache profile, the prefix cache
 :func:`build_rerank` a reranker (cross-encoder) and its scheduler,
 :func:`build_speech` a text-to-speech model and its scheduler,
 :func:`build_transcription` a Whisper model and its round scheduler. Each
-gives a setup whose :meth:`~GenerationSetup.report` is the ``Loaded``
-message. Also the model's kind (text, vision, embedding, rerank or
+gives a setup (:class:`GenerationSetup`, else a :class:`KindSetup`) whose
+``report`` is the ``Loaded`` message. Also the model's kind (text, vision, embedding, rerank or
 transcription) and which BLAS
 runs the matrix products.
 
@@ -44,14 +44,8 @@ from worker.speculation.suffix_index import TokenIndex
 if TYPE_CHECKING:  # load MLX; imported where they are used
     from worker.caches.prefix import PrefixCache
     from worker.caches.profile import CacheProfile
-    from worker.embeddings.model import EmbeddingModel
-    from worker.embeddings.scheduler import EmbeddingScheduler
     from worker.loading.loader import LoadedModel
-    from worker.rerank.model import RerankModel
-    from worker.rerank.scheduler import RerankScheduler
     from worker.speculation.draft_model import DraftModel
-    from worker.speech.model import SpeechModel
-    from worker.speech.scheduler import SpeechScheduler
 
 log = logging.getLogger("mlxd.worker")
 
@@ -204,11 +198,16 @@ def build_generation(config: ModelConfig, emit: Callable[[Any], None], lockstep:
 
 
 @dataclass(frozen=True)
-class EmbeddingSetup:
-    """An embedding model and its scheduler (see :func:`build_embedding`)."""
+class KindSetup:
+    """A model of a kind other than text generation (``embedding``,
+    ``rerank``, ``speech``, ``transcription``) and its scheduler, built by
+    that kind's ``build_*`` function; ``context`` is the most the model
+    takes at once (tokens; phonemes per chunk for speech)."""
 
-    model: EmbeddingModel
-    scheduler: EmbeddingScheduler
+    kind: ModelKind
+    model: Any
+    scheduler: Any
+    context: int
 
     def report(self, worker_id: str, load_seconds: float) -> Loaded:
         """The ``Loaded`` message announcing this model."""
@@ -216,7 +215,7 @@ class EmbeddingSetup:
 
         return Loaded(
             worker_id=worker_id,
-            context_length=self.model.max_tokens,
+            context_length=self.context,
             load_seconds=load_seconds,
             model_path=str(self.model.path),
             blas=blas_in_use(on_gpu=mx.default_device() == mx.gpu),
@@ -224,7 +223,7 @@ class EmbeddingSetup:
         )
 
 
-def build_embedding(config: ModelConfig, emit: Callable[[Any], None]) -> EmbeddingSetup:
+def build_embedding(config: ModelConfig, emit: Callable[[Any], None]) -> KindSetup:
     """Scheduler thread: load ``config``'s embedding model and its scheduler,
     which reports to ``emit``.
 
@@ -235,33 +234,13 @@ def build_embedding(config: ModelConfig, emit: Callable[[Any], None]) -> Embeddi
     from worker.embeddings.scheduler import EmbeddingScheduler
 
     model = load_embedding_model(config.source, dtype=config.dtype, context_length=config.context_length)
-    return EmbeddingSetup(model, EmbeddingScheduler(model, emit, max_batch_size=config.max_batch_size))
+    scheduler = EmbeddingScheduler(model, emit, max_batch_size=config.max_batch_size)
+    return KindSetup("embedding", model, scheduler, model.max_tokens)
 
 
-@dataclass(frozen=True)
-class RerankSetup:
-    """A reranker and its scheduler (see :func:`build_rerank`)."""
-
-    model: RerankModel
-    scheduler: RerankScheduler
-
-    def report(self, worker_id: str, load_seconds: float) -> Loaded:
-        """The ``Loaded`` message announcing this model."""
-        import mlx.core as mx
-
-        return Loaded(
-            worker_id=worker_id,
-            context_length=self.model.max_tokens,
-            load_seconds=load_seconds,
-            model_path=str(self.model.path),
-            blas=blas_in_use(on_gpu=mx.default_device() == mx.gpu),
-            sampling="none",
-        )
-
-
-def build_rerank(config: ModelConfig, emit: Callable[[Any], None]) -> RerankSetup:
-    """Scheduler thread: load ``config``'s reranker and its scheduler,
-    which reports to ``emit``.
+def build_rerank(config: ModelConfig, emit: Callable[[Any], None]) -> KindSetup:
+    """Scheduler thread: load ``config``'s reranker (cross-encoder) and its
+    scheduler, which reports to ``emit``.
 
     Raises:
         Exception: whatever loading the model raises.
@@ -270,34 +249,15 @@ def build_rerank(config: ModelConfig, emit: Callable[[Any], None]) -> RerankSetu
     from worker.rerank.scheduler import RerankScheduler
 
     model = load_rerank_model(config.source, dtype=config.dtype, context_length=config.context_length)
-    return RerankSetup(model, RerankScheduler(model, emit, max_batch_size=config.max_batch_size))
+    return KindSetup(
+        "rerank", model, RerankScheduler(model, emit, max_batch_size=config.max_batch_size), model.max_tokens
+    )
 
 
-@dataclass(frozen=True)
-class SpeechSetup:
-    """A text-to-speech model and its scheduler (see :func:`build_speech`)."""
-
-    model: SpeechModel
-    scheduler: SpeechScheduler
-
-    def report(self, worker_id: str, load_seconds: float) -> Loaded:
-        """The ``Loaded`` message announcing this model (``context_length``:
-        the most phonemes one chunk may hold)."""
-        import mlx.core as mx
-
-        return Loaded(
-            worker_id=worker_id,
-            context_length=self.model.max_phonemes,
-            load_seconds=load_seconds,
-            model_path=str(self.model.path),
-            blas=blas_in_use(on_gpu=mx.default_device() == mx.gpu),
-            sampling="none",
-        )
-
-
-def build_speech(config: ModelConfig, emit: Callable[[Any], None]) -> SpeechSetup:
+def build_speech(config: ModelConfig, emit: Callable[[Any], None]) -> KindSetup:
     """Scheduler thread: load ``config``'s text-to-speech model and its
-    scheduler, which reports to ``emit``.
+    scheduler, which reports to ``emit`` (context: the most phonemes one
+    chunk may hold).
 
     Raises:
         Exception: whatever loading the model raises.
@@ -306,34 +266,13 @@ def build_speech(config: ModelConfig, emit: Callable[[Any], None]) -> SpeechSetu
     from worker.speech.scheduler import SpeechScheduler
 
     model = load_speech_model(config.source)
-    return SpeechSetup(model, SpeechScheduler(model, emit))
+    return KindSetup("speech", model, SpeechScheduler(model, emit), model.max_phonemes)
 
 
-@dataclass(frozen=True)
-class TranscriptionSetup:
-    """A Whisper model and its round scheduler (see :func:`build_transcription`)."""
-
-    model: Any
-    scheduler: Any
-
-    def report(self, worker_id: str, load_seconds: float) -> Loaded:
-        """The ``Loaded`` message announcing this model (context: Whisper's
-        text context in tokens)."""
-        import mlx.core as mx
-
-        return Loaded(
-            worker_id=worker_id,
-            context_length=self.model.model.dims.n_text_ctx,
-            load_seconds=load_seconds,
-            model_path=str(self.model.path),
-            blas=blas_in_use(on_gpu=mx.default_device() == mx.gpu),
-            sampling="none",
-        )
-
-
-def build_transcription(config: ModelConfig, emit: Callable[[Any], None]) -> TranscriptionSetup:
+def build_transcription(config: ModelConfig, emit: Callable[[Any], None]) -> KindSetup:
     """Scheduler thread: load ``config``'s Whisper model and its round
-    scheduler, which reports to ``emit``.
+    scheduler, which reports to ``emit`` (context: Whisper's text context
+    in tokens).
 
     Raises:
         Exception: whatever loading the model raises.
@@ -342,7 +281,18 @@ def build_transcription(config: ModelConfig, emit: Callable[[Any], None]) -> Tra
     from worker.transcription.scheduler import TranscriptionScheduler
 
     model = load_whisper(config.source, dtype=config.dtype)
-    return TranscriptionSetup(model, TranscriptionScheduler(model, emit, max_batch_size=config.max_batch_size))
+    scheduler = TranscriptionScheduler(model, emit, max_batch_size=config.max_batch_size)
+    return KindSetup("transcription", model, scheduler, model.model.dims.n_text_ctx)
+
+
+KIND_BUILDERS: dict[str, Callable[[ModelConfig, Callable[[Any], None]], KindSetup]] = {
+    "embedding": build_embedding,
+    "rerank": build_rerank,
+    "speech": build_speech,
+    "transcription": build_transcription,
+}
+"""The builder of each kind other than text generation (``generate`` and
+``vision`` are :func:`build_generation`'s)."""
 
 
 def prefix_cache_for(config: ModelConfig, loaded: LoadedModel, trimmable: bool) -> PrefixCache | None:
