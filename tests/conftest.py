@@ -250,7 +250,7 @@ def start_server(
         cwd=ROOT,
         stdout=log,
         stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", RECORD_ENV: str(record_path), **(env or {})},
+        env={**_inherited(), "PYTHONUNBUFFERED": "1", RECORD_ENV: str(record_path), **(env or {})},
     )
     srv = Server(f"http://127.0.0.1:{port}", proc, api_key, log_path, record_path)
     srv.wait_listening()
@@ -258,6 +258,18 @@ def start_server(
         if model["preload"] and wait:
             srv.wait_ready(model["name"])
     return srv
+
+
+WORKER_ONLY_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+"""Variables the embedding and speech loaders set in their own process (a
+worker's); when such a loader ran in the test process they must not reach
+the gateways the tests start (a pull through the hub stand-in would be
+refused as offline)."""
+
+
+def _inherited() -> dict[str, str]:
+    """The test process's environment without :data:`WORKER_ONLY_VARIABLES`."""
+    return {k: v for k, v in os.environ.items() if k not in WORKER_ONLY_VARIABLES}
 
 
 @pytest.fixture(autouse=True)

@@ -122,36 +122,26 @@ def _until(model: ModelStatus) -> str:
     return "never" if model.pid is not None or model.state == "ready" else "-"
 
 
-def models_table(status: Status, expand: bool = True) -> Table:
-    """One row per model: kind, state, context length, MLX memory against
-    the worker's limit, running / queued / in flight, prefix-cache and
-    disk-tier hit rates and sizes, speculation acceptance, and when an
-    idle worker unloads (``never``; ``-`` without a worker) (errors:
+def models_table(status: Status, expand: bool = True, lifetimes: bool = False) -> Table:
+    """One row per model: kind, state, MLX memory against the worker's
+    limit, running / queued / in flight, prefix-cache and disk-tier hit
+    rates and sizes, speculation acceptance; with ``lifetimes`` (``mlxd
+    ps``, where the width is the table's) also the context length and when
+    an idle worker unloads (``never``; ``-`` without a worker) (errors:
     :func:`model_errors`)."""
     table = Table(title="models", title_justify="left", expand=expand, pad_edge=False)
-    for name in (
-        "MODEL",
-        "KIND",
-        "STATE",
-        "CTX",
-        "MLX MEM",
-        "LIMIT",
-        "RUN",
-        "QUEUE",
-        "CACHE HIT",
-        "CACHE",
-        "DISK HIT",
-        "SPEC",
-        "UNTIL",
-    ):
+    names = ["MODEL", "KIND", "STATE", "MLX MEM", "LIMIT", "RUN", "QUEUE", "CACHE HIT", "CACHE", "DISK HIT", "SPEC"]
+    if lifetimes:
+        names.insert(3, "CTX")
+        names.append("UNTIL")
+    for name in names:
         table.add_column(name, justify="left" if name in ("MODEL", "KIND", "STATE") else "right", no_wrap=True)
     for m in status.models:
         memory = m.memory
-        table.add_row(
+        cells = [
             m.name + (f" @{m.node}" if m.node else ""),
             m.kind or "-",
             _state(m),
-            str(m.context_length) if m.context_length else "-",
             human_bytes(memory.mlx_active_bytes),
             human_bytes(memory.limit_bytes or memory.estimate_bytes),
             str(m.running),
@@ -160,8 +150,11 @@ def models_table(status: Status, expand: bool = True) -> Table:
             human_bytes(m.prefix_cache.bytes),
             share(m.disk_cache.hit_rate),
             "off" if m.speculation is None else share(m.speculation.acceptance),
-            _until(m),
-        )
+        ]
+        if lifetimes:
+            cells.insert(3, str(m.context_length) if m.context_length else "-")
+            cells.append(_until(m))
+        table.add_row(*cells)
     return table
 
 
@@ -308,6 +301,6 @@ def print_models(server: Target, console: Console | None = None) -> int:
     except StatusUnavailable as exc:
         print(f"mlxd: {exc}", file=sys.stderr)
         return 1
-    console.print(models_table(status, expand=False))
+    console.print(models_table(status, expand=False, lifetimes=True))
     console.print(model_errors(status), end="")
     return 0

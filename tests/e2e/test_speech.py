@@ -69,6 +69,21 @@ def expected_pcm(kokoro_dir, text: str, voice: str, speed: float = 1.0) -> np.nd
     return np.frombuffer(b"".join(pcm16(a) for a in library_audio(kokoro_dir, chunks, pack, speed)), dtype="<i2")
 
 
+SAMPLE_TOLERANCE = 16
+"""Most a worker's 16-bit sample may differ from the library's run in the
+test process: the worker's BLAS runs with its own thread count
+(``worker_environment``), so its float sums round differently (measured:
+at most 8 of 32768, on about one sample in ten). Bit-exactness against the
+library in one process is :mod:`tests.test_speech_model`'s check."""
+
+
+def same_samples(got: np.ndarray, want: np.ndarray) -> bool:
+    """Equal length, every sample within :data:`SAMPLE_TOLERANCE` of the library's."""
+    return (
+        got.shape == want.shape and int(np.abs(got.astype(np.int32) - want.astype(np.int32)).max()) <= SAMPLE_TOLERANCE
+    )
+
+
 @pytest.fixture(scope="module")
 def hi_pcm(kokoro_dir):
     return expected_pcm(kokoro_dir, "Hi. Ok.", "af_tiny")
@@ -86,7 +101,7 @@ def test_whole_files_through_the_sdk_equal_the_library(client, hi_pcm):
         assert answer.response.headers["content-type"].startswith("audio/")
         samples = decode(data, fmt, streamed=False)
         if fmt in ("wav", "flac", "pcm"):
-            assert np.array_equal(samples, hi_pcm), fmt
+            assert same_samples(samples, hi_pcm), fmt
         else:
             assert abs(samples.size - hi_pcm.size) < 0.1 * 24000, (fmt, samples.size, hi_pcm.size)
 
@@ -106,7 +121,7 @@ def test_streamed_audio_arrives_chunk_by_chunk(client, hi_pcm):
             continue
         samples = decode(data, fmt, streamed=True)
         if fmt in ("flac", "wav"):
-            assert np.array_equal(samples, hi_pcm), fmt
+            assert same_samples(samples, hi_pcm), fmt
         else:
             assert abs(samples.size - hi_pcm.size) < 0.1 * 24000
 
@@ -121,7 +136,7 @@ def test_sse_stream_of_deltas_and_done(client, hi_pcm):
         events = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: ")]
     assert [e["type"] for e in events] == ["speech.audio.delta", "speech.audio.delta", "speech.audio.done"]
     audio = b"".join(base64.b64decode(e["audio"]) for e in events[:-1])
-    assert np.array_equal(np.frombuffer(audio, dtype="<i2"), hi_pcm)
+    assert same_samples(np.frombuffer(audio, dtype="<i2"), hi_pcm)
     usage = events[-1]["usage"]
     assert usage["input_tokens"] > 0 and usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
 
@@ -136,13 +151,14 @@ def test_voice_blend_speed_and_voice_object(client, kokoro_dir):
     data = client.audio.speech.create(
         model=TTS, voice={"id": "af_tiny"}, input="Yo.", response_format="wav", speed=1.5
     ).read()
-    assert np.array_equal(sf.read(io.BytesIO(data), dtype="int16")[0], expected_pcm(kokoro_dir, "Yo.", "af_tiny", 1.5))
+    assert same_samples(sf.read(io.BytesIO(data), dtype="int16")[0], expected_pcm(kokoro_dir, "Yo.", "af_tiny", 1.5))
     blend = client.audio.speech.create(model=TTS, voice="af_tiny,am_tiny", input="Yo.", response_format="pcm").read()
     ours = load_speech_model(str(kokoro_dir))
     packs = [ours.voice_pack("af_tiny"), ours.voice_pack("am_tiny")]
     ours._packs["mix"] = mx.mean(mx.stack(packs), axis=0)
     (ps,) = Phonemizer(510).chunks("Yo.", "af_tiny")
-    assert blend == pcm16(ours.synthesize(ps, "mix", 1.0))
+    mixed = np.frombuffer(pcm16(ours.synthesize(ps, "mix", 1.0)), dtype="<i2")
+    assert same_samples(np.frombuffer(blend, dtype="<i2"), mixed)
 
 
 def test_requests_share_the_worker(client, server):
