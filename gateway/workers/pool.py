@@ -211,8 +211,13 @@ class WorkerPool:
     def resolve(self, name: str) -> str:
         """Canonical model name for ``name``; raises the 404 APIError, also
         for a model the request's API key may not use
-        (:data:`gateway.core.grants.current_grant`)."""
+        (:data:`gateway.core.grants.current_grant`). As in Ollama, a name
+        without a tag means its ``:latest``: ``X:latest`` finds a model named
+        ``X`` and ``X`` one named ``X:latest`` (:func:`latest_twin`); any
+        other tag must be configured as written."""
         canonical = self._names.get(name)
+        if canonical is None:
+            canonical = self._names.get(latest_twin(name) or "")
         if canonical is None or not self._granted(canonical):
             raise model_not_found(name)
         return canonical
@@ -436,3 +441,15 @@ def with_key_name(request: GenerateRequest) -> GenerateRequest:
     if request.key_name or grant is None:
         return request
     return msgspec.structs.replace(request, key_name=grant.name)
+
+
+def latest_twin(name: str) -> str | None:
+    """The other spelling of ``name`` under Ollama's rule that an untagged
+    name means ``:latest``: ``X:latest`` -> ``X``, ``X`` -> ``X:latest``;
+    None for a name with another tag."""
+    base, colon, tag = name.rpartition(":")
+    if not colon:
+        return f"{name}:latest"
+    if tag == "latest" and base and "/" not in tag:
+        return base
+    return None

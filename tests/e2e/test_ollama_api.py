@@ -394,3 +394,29 @@ def test_client_raises_response_errors(client, server):
     assert err.value.status_code == 401 and err.value.error
     unknown = httpx.get(f"{server.url}/api/nope", headers=server.headers, timeout=10)
     assert unknown.status_code == 404 and list(unknown.json()) == ["error"]
+
+
+def test_a_name_with_latest_is_the_untagged_model_on_every_protocol(client, server):
+    """As in Ollama, ``tiny:latest`` is ``tiny``: chat, generate, show through
+    the official client, and the OpenAI and Anthropic routes over HTTP;
+    another tag stays a 404 naming the model."""
+    latest = f"{TINY}:latest"
+    assert client.chat(model=latest, messages=ASK, options={"num_predict": 2}).done
+    assert client.generate(model=latest, prompt="x", options={"num_predict": 2}).done
+    assert client.show(latest).capabilities
+    openai_answer = httpx.post(
+        f"{server.url}/v1/chat/completions",
+        json={"model": latest, "messages": ASK, "max_tokens": 2},
+        headers=server.headers,
+        timeout=60,
+    )
+    assert openai_answer.status_code == 200, openai_answer.text
+    anthropic_answer = httpx.post(
+        f"{server.url}/v1/messages",
+        json={"model": latest, "messages": ASK, "max_tokens": 2},
+        headers=server.headers,
+        timeout=60,
+    )
+    assert anthropic_answer.status_code == 200, anthropic_answer.text
+    other = httpx.post(f"{server.url}/api/show", json={"model": f"{TINY}:4b"}, headers=server.headers, timeout=30)
+    assert other.status_code == 404 and f"{TINY}:4b" in other.json()["error"]
