@@ -260,6 +260,13 @@ def start_server(
     return srv
 
 
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    # started in the background of a non-interactive shell (a CI runner's `cmd &`): SIGINT is ignored, and
+    # an ignored signal stays ignored across exec, so no process a test starts could be stopped with Ctrl-C
+    # (mlxd top, a pull); a handler here is reset to the default in every child instead
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 WORKER_ONLY_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 """Variables the embedding and speech loaders set in their own process (a
 worker's); when such a loader ran in the test process they must not reach
