@@ -85,8 +85,9 @@ FOLLOWER_FAIL_GRACE = 10.0
 """Seconds a tensor-parallel rank other than 0 that failed to load waits
 before exiting (rank 0 reports the failure to the gateway meanwhile)."""
 
-FAIL_ALL_SECONDS = 5.0
-"""How long a dying worker waits for its output thread to send the errors."""
+FAIL_ALL_SECONDS = 15.0
+"""How long a dying worker waits for its output thread to send the errors
+(a busy machine may not run that thread for a few seconds)."""
 
 
 class Worker:

@@ -152,7 +152,8 @@ def stream_until_error(client, errors: list, received: list, started: threading.
             messages=[{"role": "user", "content": "go"}],
             max_tokens=1900,
             stream=True,
-            extra_body={"ignore_eos": True},
+            # one token per step, so the fault's step count lands mid-answer (speculation would commit many)
+            extra_body={"ignore_eos": True, "speculative": False},
         )
         for chunk in s:
             if chunk.choices and chunk.choices[0].delta.content:

@@ -556,7 +556,11 @@ def test_drain_timeout_ends_the_requests_still_running(tiny_model_dir, tmp_path)
     def stream(i):
         try:
             for chunk in client(srv).chat.completions.create(
-                model=TINY, messages=MSG, max_tokens=1900, stream=True, extra_body={"ignore_eos": True}
+                model=TINY,
+                messages=MSG,
+                max_tokens=1900,
+                stream=True,
+                extra_body={"ignore_eos": True, "speculative": False},  # one token a step: still running at the drain
             ):
                 if chunk.choices and chunk.choices[0].delta.content:
                     streaming.set()
@@ -567,7 +571,7 @@ def test_drain_timeout_ends_the_requests_still_running(tiny_model_dir, tmp_path)
     def whole(i):
         r = httpx.post(
             f"{srv.url}/v1/chat/completions",
-            json={"model": TINY, "messages": MSG, "max_tokens": 1900, "ignore_eos": True},
+            json={"model": TINY, "messages": MSG, "max_tokens": 1900, "ignore_eos": True, "speculative": False},
             headers=srv.headers,
             timeout=60,
         )
