@@ -71,10 +71,14 @@ run: model
 	$(VENV)/bin/mlxd serve --config $(CONFIG)
 
 # TEST_JOBS test processes (each test file runs whole, in order, on one of them);
-# the 30 slowest tests are listed at the end (docs/testing.md: where the time goes)
+# the 30 slowest tests are listed at the end (docs/testing.md: where the time goes).
+# The whole run may take TEST_LIMIT seconds: past it, tests/run_limit.py prints the stacks of
+# every process of the run and kills them; a process still alive after the run fails it.
 TEST_JOBS ?= 2
+TEST_LIMIT ?= 3600
 test: model
-	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile --durations=30 tests
+	$(PY) -m tests.run_limit --limit $(TEST_LIMIT) -- \
+	  $(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile --durations=30 tests
 
 # Each script writes its results to bench/results/NAME.json; plots.py draws
 # bench/results/plots/*.png from them last (README shows those).

@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -205,7 +206,9 @@ def write_config(
 ) -> Path:
     """Write a TOML config for a test gateway (``api_keys``: strings or
     tables; ``mcp_servers``: the ``[[mcp_servers]]`` tables; ``extra``:
-    TOML appended as is)."""
+    TOML appended as is). The pid file is ``mlxd.pid`` beside the config
+    unless ``server`` names one."""
+    server = {"pid_file": str(path.parent / "mlxd.pid"), **server}  # never in the user's cache directory
     lines = ["[server]", 'host = "127.0.0.1"', f"port = {port}", f"api_keys = {toml_value(api_keys or [])}"]
     lines += [f"{k} = {toml_value(v)}" for k, v in server.items()]
     for model in models:
@@ -253,11 +256,77 @@ def start_server(
         env={**_inherited(), "PYTHONUNBUFFERED": "1", RECORD_ENV: str(record_path), **(env or {})},
     )
     srv = Server(f"http://127.0.0.1:{port}", proc, api_key, log_path, record_path)
-    srv.wait_listening()
-    for model in models:
-        if model["preload"] and wait:
-            srv.wait_ready(model["name"])
+    STARTED.append(srv)
+    try:
+        srv.wait_listening()
+        for model in models:
+            if model["preload"] and wait:
+                srv.wait_ready(model["name"])
+    except BaseException:
+        srv.stop()
+        raise
     return srv
+
+
+STARTED: list[Server] = []
+"""Every gateway :func:`start_server` started in this process, for the log
+tails of a failed test (:func:`pytest_runtest_makereport`)."""
+
+LOG_TAIL = 60
+"""Lines of a gateway's log (its workers write to it too) shown with a
+failed test."""
+
+
+def _log_tail(path: Path, lines: int = LOG_TAIL) -> str:
+    """The last ``lines`` lines of the file at ``path``."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 200 * lines))
+            text = f.read().decode(errors="replace")
+    except OSError as e:
+        return f"(unreadable: {e})"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """Note which gateways were running or started while ``item`` ran."""
+    item.stash[_SEEN] = len(STARTED)
+    item.stash[_ALIVE] = [s for s in STARTED if s.proc.poll() is None]
+    yield
+
+
+_SEEN = pytest.StashKey[int]()
+_ALIVE = pytest.StashKey[list]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A failed test (or setup, or teardown) shows the log tails of the
+    gateways it used: those running when it began and those it started."""
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    if not report.failed or _SEEN not in item.stash:
+        return
+    used = item.stash[_ALIVE] + [s for s in STARTED[item.stash[_SEEN] :] if s not in item.stash[_ALIVE]]
+    for srv in used:
+        state = "running" if srv.proc.poll() is None else f"exited {srv.proc.returncode}"
+        report.sections.append(
+            (
+                f"gateway {srv.url} (pid {srv.proc.pid}, {state}): last {LOG_TAIL} lines of {srv.log_path}",
+                _log_tail(srv.log_path),
+            )
+        )
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """A test process that has not exited a minute after its last test (a
+    thread or child it cannot leave behind) prints every thread's stack and
+    exits with status 1."""
+    import faulthandler
+
+    faulthandler.dump_traceback_later(60, exit=True)
 
 
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
@@ -266,6 +335,10 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     # (mlxd top, a pull); a handler here is reset to the default in every child instead
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+
+os.environ.setdefault("MLXD_AUDIT_FILE", os.path.join(tempfile.mkdtemp(prefix="mlxd-test-audit-"), "model-actions.log"))
+"""Model actions of the gateways the tests start are logged in a temporary
+folder, not the user's cache directory."""
 
 WORKER_ONLY_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 """Variables the embedding and speech loaders set in their own process (a

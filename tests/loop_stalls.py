@@ -8,6 +8,9 @@ every run:
   in this process's environment, so every gateway and node the tests start
   (``mlxd serve``, ``mlxd node``: they inherit it) runs the probe of
   :mod:`gateway.metrics.loop_probe` and writes its late windows there.
+  Each test process has a directory of its own (under pytest-xdist, a
+  sub-directory per worker of the controller's), so a gateway's stall is
+  only ever charged to a test of the process that started it.
 - In-process gateways (the route tests of ``tests/unit``, served over
   ASGI on the test's own loop) are probed too: every ``anyio`` test
   function runs with a probe on its loop. That loop also runs the test's
@@ -55,7 +58,7 @@ class _StallLog:
     def read_new(self) -> list[dict[str, Any]]:
         """Every complete record appended since the last call."""
         records = []
-        for path in sorted(self.directory.glob("*.jsonl")):
+        for path in sorted(self.directory.rglob("*.jsonl")):  # the controller's: every worker's
             start = self.offsets.get(path, 0)
             with path.open("rb") as f:
                 f.seek(start)
@@ -83,9 +86,13 @@ _KEY = pytest.StashKey[_State]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Point every gateway the tests start at a fresh record directory."""
+    """Point every gateway this process's tests start at a record directory
+    of this process's own."""
     given = os.environ.get(ENV)
     directory = Path(given) if given else Path(tempfile.mkdtemp(prefix="mlxd-loop-stalls-"))
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:  # the controller's directory came with the environment: one below it per worker
+        directory = directory / worker
     directory.mkdir(parents=True, exist_ok=True)
     os.environ[ENV] = str(directory)
     state = _State(_StallLog(directory), owned=not given)
@@ -194,19 +201,21 @@ def _began_in(at: float, state: _State) -> str | None:
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    """Say how many late windows were excused as the machine's, and how
-    many stalls failed tests."""
+    """Say how many stalls of gateway loops were recorded (each failed the
+    test that was running) and how many late windows were excused as the
+    machine's (under xdist the controller says it for every worker)."""
     state = config.stash.get(_KEY, None)
     if state is None:
         return
     records = state.log.read_new()
     state.excused += [r for r in records if not r["stall"]]
     state.outside += [r for r in records if r["stall"] and not _counts(r)]
+    state.stalls += sum(1 for r in records if _counts(r))  # under xdist, the controller reads its workers' here
     if not state.excused and not state.stalls and not state.outside:
         return
     worst = max((r["lateness_ms"] for r in state.excused), default=0.0)
     terminalreporter.write_line(
-        f"event-loop probe: {state.stalls} stall(s) failed tests; {len(state.excused)} late window(s)"
+        f"event-loop probe: {state.stalls} stall(s) of gateway loops; {len(state.excused)} late window(s)"
         f" excused as the machine's (waiting for a CPU or stolen; worst {worst:.0f} ms late);"
         f" {len(state.outside)} stall(s) of in-process loops outside the gateway's code (test clients)"
     )

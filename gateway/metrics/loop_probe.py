@@ -13,7 +13,11 @@ How a stall is measured, and blamed:
 - A timer callback runs every :data:`TICK` seconds on the loop. Its
   *lateness* (how much later than due it ran) bounds any stretch the loop
   spent without returning to its selector: a callback blocking for ``D``
-  seconds makes the next tick at least ``D - TICK`` late.
+  seconds makes the next tick at least ``D - TICK`` late. The clock is read
+  on both sides of the tick's own counter reads and a window runs from
+  the end of one tick's reads to the start of the next one's, so time the
+  probe spends reading ``/proc`` (or waiting for the GIL after that read)
+  is never the loop's lateness.
 - Lateness alone cannot tell a blocking call from a machine too busy to
   run the process. On Linux each tick also reads the loop thread's
   scheduler counters (``/proc/self/task/<tid>/schedstat``: time on a CPU,
@@ -39,8 +43,15 @@ How a stall is measured, and blamed:
     thread asleep in a blocking call is not excused by a busy host);
   - not its wait for a CPU: a free machine would have run it.
 
-  Above :data:`LIMIT` it is a stall; a late window excused this way is
-  recorded too, with ``"stall": false``. The excuses never apply to CPU
+  Above :data:`LIMIT` it is a stall when the loop was running the
+  project's own code: either its thread spent more than :data:`LIMIT` on a
+  CPU in the window (work that no busy machine explains), or the stack
+  the watcher sampled most often while the loop was late is inside a
+  callback the loop ran, in a frame of this project other than the
+  probe's (:func:`_own_frame`). A loop idle in its selector, or inside
+  the probe's own tick, is never blamed; nor is one whose stack no look
+  caught (a starved watcher) unless its CPU time alone is a stall. A late
+  window excused either way is recorded too, with ``"stall": false``. The excuses never apply to CPU
   time, so a busy callback is caught however loaded the machine; they
   can hide part of a sleeping stall while other Python threads wait for
   a CPU (the watcher's own waits, a few milliseconds per look).
@@ -114,9 +125,12 @@ HISTORY = 1024
 
 @dataclass
 class _Window:
-    """The counters at the start of a tick window."""
+    """The counters at the start of a tick window: ``wall`` is the
+    monotonic time once they were read (the window's start), ``read_at``
+    the time just before the read."""
 
     wall: float
+    read_at: float
     cpu_ns: int
     runq_ns: int
     gc_ns: int
@@ -214,21 +228,39 @@ def _frames(frame: FrameType | None) -> Frames:
     return tuple(found)
 
 
-GATEWAY_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-"""Where the gateway's own modules are: a frame there is gateway code."""
+PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+"""The folder holding the ``gateway`` package: a frame in a file under it
+(not in an installed library) is this project's code."""
+
+GATEWAY_DIR = PROJECT_DIR + "gateway" + os.sep
+"""Where the gateway's own modules are."""
 
 PROBE_FILE = os.path.abspath(__file__)
 """This module (its frames are the probe's, not the gateway's)."""
 
+_CALLBACK = (os.path.join("asyncio", "events.py"), "_run")
+"""The frame in which an asyncio loop runs one callback (``Handle._run``):
+frames inside it are the callback's; a stack without it is the loop in its
+selector or its own bookkeeping."""
 
-def _gateway_frame(frames: Frames) -> str | None:
-    """The innermost frame of ``frames`` in the gateway's own code, as
-    ``path:line in function`` (None: none is)."""
+
+def _own_frame(frames: Frames) -> tuple[str, str] | None:
+    """The innermost frame of ``frames`` (innermost first) that lies inside
+    the callback the loop was running and in this project's own code (not
+    a library's, not this probe's), as ``(absolute path, "path:line in
+    function")``; None when there is none."""
     here = os.getcwd() + os.sep
-    for path, line, name in frames:
+    inside = []
+    for frame in frames:
+        if frame[0].endswith(_CALLBACK[0]) and frame[2] == _CALLBACK[1]:
+            break
+        inside.append(frame)
+    else:
+        return None  # no callback running: idle in the selector
+    for path, line, name in inside:
         where = os.path.abspath(path)
-        if where.startswith(GATEWAY_DIR) and where != PROBE_FILE:  # the probe's own GC hook is not the gateway
-            return f"{path.removeprefix(here)}:{line} in {name}"
+        if where.startswith(PROJECT_DIR) and where != PROBE_FILE and f"{os.sep}site-packages{os.sep}" not in where:
+            return where, f"{path.removeprefix(here)}:{line} in {name}"
     return None
 
 
@@ -253,12 +285,15 @@ class LoopProbe:
     ``others_cpu_ms`` (the most CPU time another Python thread used: one
     that held the GIL meanwhile is not excused, but this names it),
     ``steal_ms``, ``blamed_ms``, ``stall``
-    (blamed above :data:`LIMIT`), ``rule`` (``schedstat`` or
-    ``thread_time``), ``stack`` (the innermost frames sampled most often
-    while the loop was late, innermost last; empty when none was taken)
-    and ``gateway_frame`` (the innermost of those frames in the
-    gateway's own code, or None: the loop was elsewhere, e.g. in a test's
-    client sharing the loop, or no stack was sampled).
+    (blamed above :data:`LIMIT` while running the project's code, see the
+    module docstring), ``rule`` (``schedstat`` or ``thread_time``),
+    ``stack`` (the innermost frames sampled most often while the loop
+    was late, innermost last; empty when none was taken), ``own_frame``
+    (the innermost of those frames inside the running callback in this
+    project's own code, or None: the loop was idle, in a library or in
+    the probe, or no stack was sampled) and ``gateway_frame`` (the same
+    frame when it is in the gateway package, else None: e.g. a test's
+    client sharing the loop).
     """
 
     def __init__(self, path: Path, role: str) -> None:
@@ -323,11 +358,13 @@ class LoopProbe:
     # -- on the loop --------------------------------------------------------------------
 
     def _counters(self) -> _Window:
+        """The counters now, with the clock read on both sides."""
+        before = time.monotonic()
         if self._sched is not None:
             cpu, runq = self._sched.read()
         else:
             cpu, runq = time.thread_time_ns(), 0
-        return _Window(time.monotonic(), cpu, runq, self._gc_ns, self._others_gc_ns)
+        return _Window(time.monotonic(), before, cpu, runq, self._gc_ns, self._others_gc_ns)
 
     def _on_gc(self, phase: str, info: dict[str, int]) -> None:
         """Time the garbage collections, on the loop's thread and on others."""
@@ -354,7 +391,7 @@ class LoopProbe:
         assert self._window is not None
         now = self._counters()
         start = self._window
-        lateness = now.wall - start.wall - TICK
+        lateness = now.read_at - start.wall - TICK
         if lateness > LIMIT:
             self._judge(start, now, lateness)
         self._window = now
@@ -373,6 +410,7 @@ class LoopProbe:
             rule = "thread_time"
         samples = self._samples
         frames = samples.stacks.most_common(1)[0][0] if samples.epoch == start.wall and samples.stacks else ()
+        own = _own_frame(frames)
         record = {
             "role": self.role,
             "pid": os.getpid(),
@@ -386,10 +424,11 @@ class LoopProbe:
             "others_cpu_ms": round(others_cpu * 1e3, 1),
             "steal_ms": round(steal * 1e3, 1),
             "blamed_ms": round(blamed * 1e3, 1),
-            "stall": blamed > LIMIT,
+            "stall": blamed > LIMIT and (cpu > LIMIT or own is not None),
             "rule": rule,
             "stack": _describe(frames),
-            "gateway_frame": _gateway_frame(frames),
+            "own_frame": own[1] if own else None,
+            "gateway_frame": own[1] if own and own[0].startswith(GATEWAY_DIR) else None,
         }
         if self._fd is not None:
             os.write(self._fd, (json.dumps(record) + "\n").encode())

@@ -12,6 +12,12 @@ Stalls (the loop's fault):
   (a slow disk or network file system looks the same).
 - ``busy``: a callback computes for 0.25 s of CPU time.
 
+Not the loop's fault (no stall):
+
+- ``slow_probe_read``: one of the probe's own reads of its counters takes
+  0.25 s (as a read of ``/proc`` or the wait for the GIL after it can on a
+  busy machine).
+
 The machine's fault (excused): a process at real-time priority
 (``SCHED_FIFO``) spins for :data:`SPIN_SECONDS` on one CPU, so nothing
 else runs there:
@@ -141,6 +147,19 @@ async def run(scenario: str, records: Path, cpus: list[int]) -> None:
         loop.call_soon(slow_read_handler, read)
     elif scenario == "busy":
         loop.call_soon(busy_handler)
+    elif scenario == "slow_probe_read":
+        assert probe._sched is not None
+        read = probe._sched.read
+        slow = [True]
+
+        def slow_once() -> tuple[int, int]:
+            if slow.pop() if slow else False:
+                time.sleep(0.25)
+            return read()
+
+        probe._sched.read = slow_once  # type: ignore[method-assign]
+        await asyncio.sleep(0.1)
+        assert not slow  # the slow read happened
     elif scenario == "starved":
         spinner = await Spinner.start(cpus[0])
         os.sched_setaffinity(0, {cpus[0]})  # the loop's thread only: no other thread waits with it

@@ -47,6 +47,11 @@ def test_a_blocked_loop_is_a_stall_named_by_its_function(scenario, function, tmp
         assert stall["cpu_ms"] >= 240
 
 
+def test_the_probes_own_slow_read_is_not_the_loops_lateness(tmp_path):
+    late = records("slow_probe_read", tmp_path)
+    assert not [r for r in late if r["stall"]], late
+
+
 @pytest.mark.parametrize("scenario", ["starved", "gil"])
 def test_waiting_for_a_cpu_is_excused(scenario, tmp_path):
     late = records(scenario, tmp_path)
