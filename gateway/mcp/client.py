@@ -1,10 +1,15 @@
 """Sessions with the configured MCP servers, through the official ``mcp`` SDK.
 
 :class:`McpHub` owns one :class:`McpConnection` per ``[[mcp_servers]]`` entry.
-Each connection keeps one MCP session open in a background asyncio task of
-the gateway's event loop (the SDK's transports must be entered and left in
-one task): it starts the stdio subprocess or opens the streamable-HTTP
-session, lists the tools, then waits. When the session breaks (a stdio
+Each connection keeps one MCP session open in a background asyncio task
+(the SDK's transports must be entered and left in one task): it starts the
+stdio subprocess or opens the streamable-HTTP session, lists the tools,
+then waits. The sessions live on an event loop of their own, in one thread
+(:class:`SessionLoop`), never on the gateway's: the SDK starts a stdio
+server with asyncio's ``subprocess_exec``, whose fork and exec block the
+calling loop until the child runs (over 150 ms measured on a busy
+machine). The hub's coroutines are awaited on the gateway's loop and run
+their work on the sessions' loop. When the session breaks (a stdio
 server that died, a connection that closed), the task reconnects after a
 back-off that doubles per consecutive failure, up to the configured maximum.
 An idle session pings its server every :data:`PING_INTERVAL` seconds, so a
@@ -30,7 +35,9 @@ import contextlib
 import json
 import logging
 import sys
+import threading
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,9 +108,11 @@ class CallOutcome:
 class McpConnection:
     """One configured server: its session task, tools and call limit.
 
-    Touches only the gateway's event loop (plus the stdio subprocess the SDK
-    spawns). ``tools`` is the last listing, filtered by ``allowed_tools``;
-    empty while the server is down.
+    Lives on one event loop (the hub's :class:`SessionLoop`); its
+    coroutines and :meth:`start` run there. ``tools`` (the last listing,
+    filtered by ``allowed_tools``; empty while the server is down),
+    ``error``, ``config`` and :attr:`connected` may be read from any
+    thread.
     """
 
     def __init__(self, config: McpServerConfig) -> None:
@@ -328,34 +337,97 @@ def validate_arguments(tool: McpTool, arguments: Any) -> str | None:
     return f"{where}: {error.message}" if where else error.message
 
 
+class SessionLoop:
+    """An event loop of its own in a daemon thread, where the MCP sessions
+    live. :meth:`start` and :meth:`close` block (call them in a worker
+    thread); :meth:`run` is awaited on any other loop."""
+
+    def __init__(self) -> None:
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def running(self) -> bool:
+        """Whether the thread and its loop are running."""
+        return self._thread is not None
+
+    def start(self) -> None:
+        """Start the thread and its loop (no-op when running). Blocking."""
+        if self._thread is not None:
+            return
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="mlxd-mcp-sessions", daemon=True)
+        self._thread.start()
+
+    async def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        """Run ``coro`` on this loop and return its result; cancelling the
+        caller cancels it there."""
+        assert self.loop is not None, "SessionLoop.start() first"
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
+
+    def close(self) -> None:
+        """Stop the loop (its tasks must have ended), join the thread and
+        close the loop. Blocking; no-op when not running."""
+        if self._thread is None or self.loop is None:
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        if not self._thread.is_alive():
+            self.loop.close()
+        self._thread = None
+        self.loop = None
+
+
 class McpHub:
-    """All configured MCP servers, by name. Lives on the event loop."""
+    """All configured MCP servers, by name. Its coroutines are awaited on
+    the gateway's event loop; the sessions themselves run on a
+    :class:`SessionLoop` (started with the first server). The other
+    methods only read and may be called from any thread."""
 
     def __init__(self, servers: list[McpServerConfig]) -> None:
         self.connections: dict[str, McpConnection] = {}
         self._configs = list(servers)
+        self._sessions = SessionLoop()
+
+    def _prepare(self) -> None:
+        """Import the SDK and start the sessions' loop. Blocking: the
+        gateway calls it in a worker thread (importing the SDK takes long
+        enough to stall a loop)."""
+        _require_sdk()
+        self._sessions.start()
 
     async def start(self) -> None:
-        """Start every server's session task (the SDK is imported first, in
-        a worker thread: importing it takes long enough to stall the loop).
+        """Start every server's session task.
 
         Raises:
             McpUnavailable: servers are configured but ``mcp`` is not installed.
         """
-        if self._configs:
-            await asyncio.to_thread(_require_sdk)
-        for cfg in self._configs:
+        if not self._configs:
+            return
+        await asyncio.to_thread(self._prepare)
+        await self._sessions.run(self._add_all(self._configs))
+
+    async def _add_all(self, configs: list[McpServerConfig]) -> None:
+        """Start the sessions of ``configs`` (on the sessions' loop)."""
+        for cfg in configs:
             self._add(cfg)
 
     def _add(self, cfg: McpServerConfig) -> None:
         conn = McpConnection(cfg)
-        self.connections[cfg.name] = conn
+        self.connections = {**self.connections, cfg.name: conn}
         conn.start()
 
     async def stop(self) -> None:
-        """Close every session."""
+        """Close every session and stop the sessions' loop."""
+        if not self._sessions.running:
+            return
+        await self._sessions.run(self._stop_all())
+        await asyncio.to_thread(self._sessions.close)
+
+    async def _stop_all(self) -> None:
+        """Close every session (on the sessions' loop)."""
         await asyncio.gather(*(c.stop() for c in self.connections.values()))
-        self.connections.clear()
+        self.connections = {}
 
     async def reload(self, servers: list[McpServerConfig]) -> list[str]:
         """Apply a new ``[[mcp_servers]]`` list: start added servers, stop
@@ -366,12 +438,21 @@ class McpHub:
             McpUnavailable: servers are configured but ``mcp`` is not installed.
         """
         if servers:
-            await asyncio.to_thread(_require_sdk)
+            await asyncio.to_thread(self._prepare)
+        if not self._sessions.running:
+            return []
+        return await self._sessions.run(self._reload_here(servers))
+
+    async def _reload_here(self, servers: list[McpServerConfig]) -> list[str]:
+        """:meth:`reload`'s work, on the sessions' loop."""
         new = {s.name: s for s in servers}
         changes = []
         for name in list(self.connections):
             if name not in new or new[name] != self.connections[name].config:
-                await self.connections.pop(name).stop()
+                remaining = dict(self.connections)
+                gone = remaining.pop(name)
+                self.connections = remaining
+                await gone.stop()
                 changes.append(f"mcp server {name} {'removed' if name not in new else 'changed'}")
         for name, cfg in new.items():
             if name in self.connections:
@@ -384,6 +465,12 @@ class McpHub:
 
     async def wait_ready(self, timeout: float) -> bool:
         """Wait until every server is connected; False on timeout."""
+        if not self.connections:
+            return True
+        return await self._sessions.run(self._wait_ready_here(timeout))
+
+    async def _wait_ready_here(self, timeout: float) -> bool:
+        """:meth:`wait_ready`'s work, on the sessions' loop."""
         results = await asyncio.gather(*(c.wait_ready(timeout) for c in self.connections.values()))
         return all(results)
 
@@ -424,7 +511,10 @@ class McpHub:
         failure is the outcome.
         """
         started = time.monotonic()
-        outcome = await self._call(server, tool, arguments)
+        if self._sessions.running:
+            outcome = await self._sessions.run(self._call(server, tool, arguments))
+        else:  # no server configured: answered at once
+            outcome = await self._call(server, tool, arguments)
         elapsed = time.monotonic() - started
         audit.info(
             "mcp call server=%s tool=%s origin=%s duration_ms=%d outcome=%s",
@@ -439,6 +529,7 @@ class McpHub:
         return outcome
 
     async def _call(self, server: str, tool: str, arguments: Any) -> CallOutcome:
+        """:meth:`call`'s work, on the sessions' loop."""
         conn = self.connections.get(server)
         if conn is None:
             return CallOutcome("unknown_tool", f"no MCP server named {server!r} is configured")

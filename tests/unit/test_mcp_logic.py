@@ -95,3 +95,41 @@ def test_only_transport_failures_break_the_session():
     assert invalid.outcome == "protocol_error" and invalid.code is None and "invalid result" in invalid.text
     assert late.outcome == "timeout"
     assert closed.outcome == "unavailable" and broken
+
+
+def test_stdio_servers_start_off_the_callers_event_loop(monkeypatch):
+    """The hub's sessions run on their own loop and thread: the stdio
+    server's fork and exec never block the loop that awaits the hub (the
+    gateway's), and a call awaited there is answered."""
+    import asyncio
+    import subprocess
+    import sys
+    import threading
+    from pathlib import Path
+
+    from gateway.mcp.client import McpHub
+    from shared.config import McpServerConfig
+
+    started_on = []
+    original = subprocess.Popen.__init__
+
+    def spy(self, *args, **kwargs):
+        started_on.append(threading.current_thread().name)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", spy)
+    root = str(Path(__file__).resolve().parents[2])
+    config = McpServerConfig(name="calc", command=sys.executable, args=["-m", "tests.mcp_server"], cwd=root)
+
+    async def run():
+        hub = McpHub([config])
+        await hub.start()
+        try:
+            assert await hub.wait_ready(60), hub.status()
+            return await hub.call("calc", "add", {"a": 2, "b": 3})
+        finally:
+            await hub.stop()
+
+    outcome = asyncio.run(run())
+    assert outcome.outcome == "ok" and outcome.text == "5", outcome
+    assert started_on and threading.main_thread().name not in started_on, started_on
