@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.mlxd-installed
 CONFIG ?= configs/mlxd.toml
 
-.PHONY: setup sysdeps model run test soak agents docs clean
+.PHONY: setup sysdeps model run test check soak agents docs clean
 
 setup: $(STAMP) sysdeps
 
@@ -79,6 +79,13 @@ TEST_LIMIT ?= 3600
 test: model
 	$(PY) -m tests.run_limit --limit $(TEST_LIMIT) -- \
 	  $(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile --durations=30 tests
+
+# The fast loop while changing code: the unit and in-process tests, without the ones marked slow
+# (a real model, or minutes of CPU) and without the end-to-end ones (tests/e2e, tests/reliability)
+check: model
+	$(PY) -m tests.run_limit --limit 900 -- \
+	  $(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile --durations=10 -m "not slow" \
+	  --ignore=tests/e2e --ignore=tests/reliability tests
 
 # Each script writes its results to bench/results/NAME.json; plots.py draws
 # bench/results/plots/*.png from them last (README shows those).

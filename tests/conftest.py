@@ -85,7 +85,7 @@ class Server:
                 last = self.worker(model)
                 if last["state"] == "ready" and last["restarts"] >= after_restarts:
                     return last
-            except httpx.HTTPError:
+            except (httpx.HTTPError, KeyError):  # not answering yet, or not configured yet (a reload)
                 pass
             time.sleep(0.2)
         raise TimeoutError(f"{model} not ready: {last}\n{self.log_path.read_text()[-4000:]}")
@@ -321,12 +321,23 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """A test process that has not exited a minute after its last test (a
-    thread or child it cannot leave behind) prints every thread's stack and
-    exits with status 1."""
-    import faulthandler
+    """A test process that has not exited a minute after it began to (a
+    thread that never ends, which the interpreter waits for) prints every
+    thread's stack and exits with status 1.
 
-    faulthandler.dump_traceback_later(60, exit=True)
+    The clock starts when the interpreter shuts down, before it waits for
+    the threads (``threading._register_atexit``), not at this hook: an
+    xdist worker that has run its last test waits here for the other
+    workers before it is told to exit."""
+    import faulthandler
+    import threading
+
+    def guard() -> None:
+        faulthandler.dump_traceback_later(60, exit=True)
+
+    register = getattr(threading, "_register_atexit", None)
+    if register is not None:
+        register(guard)
 
 
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:

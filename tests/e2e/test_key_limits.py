@@ -36,6 +36,15 @@ KEYS = [
 ]
 OTHER = "other"
 """A configured model that only the ``other-only`` key may use (never loaded)."""
+HEARTBEAT_TIMEOUT = 300.0
+"""The gateway's heartbeat timeout. :func:`test_concurrent_requests_limit`
+holds the worker stopped (SIGSTOP) for at most :data:`MAX_STOP` seconds,
+which must never reach it: the gateway would kill the silent worker."""
+MAX_STOP = 90.0
+"""The longest the worker can stay stopped: the sum of the bounds of what
+runs while it is (a 30 s wait whose last poll may take 10 s, and a 30 s
+request)."""
+assert MAX_STOP < HEARTBEAT_TIMEOUT / 2
 
 
 def models(tiny_model_dir) -> list[dict]:
@@ -49,7 +58,9 @@ def models(tiny_model_dir) -> list[dict]:
 @pytest.fixture(scope="module")
 def server(tiny_model_dir, tmp_path_factory):
     """A gateway with the keys of :data:`KEYS`."""
-    srv = start_server(tmp_path_factory.mktemp("limits"), models(tiny_model_dir), api_keys=KEYS)
+    srv = start_server(
+        tmp_path_factory.mktemp("limits"), models(tiny_model_dir), api_keys=KEYS, heartbeat_timeout=HEARTBEAT_TIMEOUT
+    )
     yield srv
     srv.stop()
 
@@ -59,10 +70,10 @@ def auth(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
-def chat(server, key: str, model: str = TINY, **kw) -> httpx.Response:
+def chat(server, key: str, model: str = TINY, timeout: float = 120, **kw) -> httpx.Response:
     """One small OpenAI chat request with ``key``."""
     body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, **kw}
-    return httpx.post(f"{server.url}/v1/chat/completions", json=body, headers=auth(key), timeout=120)
+    return httpx.post(f"{server.url}/v1/chat/completions", json=body, headers=auth(key), timeout=timeout)
 
 
 def anthropic(server, key: str, model: str = TINY) -> httpx.Response:
@@ -159,7 +170,7 @@ def test_concurrent_load_keeps_keys_apart(server):
     before = {name: metric(server, "mlxd:api_key_requests_total", key=name) for name in ("key1", "burst", "wide")}
     jobs = [("burst", "sk-burst"), ("key1", PLAIN), ("wide", "sk-wide")] * 10
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(jobs)) as pool:
-        results = list(pool.map(lambda job: (job[0], chat(server, job[1]).status_code), jobs))
+        results = list(pool.map(lambda job: (job[0], chat(server, job[1]).status_code), jobs, timeout=600))
     by_key: dict[str, list[int]] = {}
     for name, status in results:
         by_key.setdefault(name, []).append(status)
@@ -193,15 +204,18 @@ def test_concurrent_requests_limit(server):
     pid = server.worker(TINY)["pid"]
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         os.kill(pid, signal.SIGSTOP)
+        stopped = time.monotonic()
         try:
+            # everything while the worker is stopped is bounded (MAX_STOP in all), far inside the heartbeat timeout
             held = [pool.submit(chat, server, "sk-wide") for _ in range(2)]
-            wait_for(lambda: metric(server, "mlxd:api_key_requests_in_flight", key="wide") == 2)
-            r = chat(server, "sk-wide")
+            wait_for(lambda: metric(server, "mlxd:api_key_requests_in_flight", key="wide") == 2, timeout=30)
+            r = chat(server, "sk-wide", timeout=30)
             assert r.status_code == 429 and r.headers["retry-after"] == "1"
             assert "concurrent requests" in r.json()["error"]["message"]
         finally:
             os.kill(pid, signal.SIGCONT)
-        assert [f.result().status_code for f in held] == [200, 200]
+        assert time.monotonic() - stopped < HEARTBEAT_TIMEOUT
+        assert [f.result(timeout=180).status_code for f in held] == [200, 200]
     wait_for(lambda: metric(server, "mlxd:api_key_requests_in_flight", key="wide") == 0)
     assert chat(server, "sk-wide").status_code == 200
 
@@ -213,7 +227,7 @@ def test_counters_survive_a_reload(server, tiny_model_dir):
     keys = [dict(k, requests_per_minute=3) if isinstance(k, dict) and k["name"] == "reload" else k for k in KEYS]
     port = int(server.url.rsplit(":", 1)[1])
     configured = [{"preload": True, **m} for m in models(tiny_model_dir)]
-    write_config(server.log_path.parent / "mlxd.toml", port, configured, keys)
+    write_config(server.log_path.parent / "mlxd.toml", port, configured, keys, heartbeat_timeout=HEARTBEAT_TIMEOUT)
     r = httpx.post(f"{server.url}/v1/admin/reload", headers=auth(PLAIN), timeout=60)
     assert r.status_code == 200, r.text
     r = chat(server, "sk-reload")

@@ -36,16 +36,24 @@ def http_mcp():
         stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}/mcp"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None, f"the HTTP MCP server exited with code {proc.returncode}"
+            try:
+                httpx.get(url, timeout=5)
+                break
+            except httpx.HTTPError:
+                assert time.monotonic() < deadline, "the HTTP MCP server never answered"
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
         try:
-            httpx.get(url, timeout=1)
-            break
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    yield url
-    proc.terminate()
-    proc.wait(timeout=10)
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")
@@ -71,14 +79,17 @@ def mcp_gateway(tiny_model_dir, tmp_path_factory, http_mcp):
         ],
         mcp_max_rounds=3,
     )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        servers = httpx.get(f"{srv.url}/v1/mcp/tools", headers=srv.headers, timeout=10).json()["servers"]
-        if all(s["connected"] for s in servers if s["name"] != "broken"):
-            break
-        time.sleep(0.2)
-    yield srv
-    srv.stop()
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            servers = httpx.get(f"{srv.url}/v1/mcp/tools", headers=srv.headers, timeout=30).json()["servers"]
+            if all(s["connected"] for s in servers if s["name"] != "broken"):
+                break
+            assert time.monotonic() < deadline, f"MCP servers not connected: {servers}"
+            time.sleep(0.2)
+        yield srv
+    finally:
+        srv.stop()
 
 
 def execute(srv, server: str, tool: str, arguments: dict) -> httpx.Response:
@@ -136,7 +147,9 @@ def test_execute_refuses_schema_invalid_arguments(mcp_gateway):
 def test_execute_refuses_unknown_servers_and_tools_outside_the_allow_list(mcp_gateway):
     assert execute(mcp_gateway, "nope", "add", {"a": 1, "b": 2}).status_code == 400
     assert execute(mcp_gateway, "web", "fail", {}).status_code == 400
-    r = httpx.post(f"{mcp_gateway.url}/v1/mcp/execute", json={"server": "calc"}, headers=mcp_gateway.headers)
+    r = httpx.post(
+        f"{mcp_gateway.url}/v1/mcp/execute", json={"server": "calc"}, headers=mcp_gateway.headers, timeout=30
+    )
     assert r.status_code == 400
 
 
@@ -146,21 +159,33 @@ def test_a_server_that_cannot_start_is_reported_and_refused(mcp_gateway):
     assert broken["connected"] is False and broken["error"]
     started = time.monotonic()
     r = execute(mcp_gateway, "broken", "add", {"a": 1, "b": 2})
-    assert r.status_code == 502 and time.monotonic() - started < 5
+    # refused at once, not after the 10 s a server still starting would be waited for
+    assert r.status_code == 502 and time.monotonic() - started < 8
 
 
 def test_the_concurrency_limit_queues_calls(mcp_gateway):
+    """Four one-second naps sent at once. ``serial`` (max_concurrency 1)
+    runs them one after another: the last answer comes at least four
+    seconds after the first was sent, however fast the machine. ``calc``
+    (max_concurrency 4) runs them together: all four answers come within
+    one nap plus the calls' overheads, which get two and a half seconds,
+    far more than they take even on a busy machine, and still short of the
+    four seconds that queueing them would take."""
     from concurrent.futures import ThreadPoolExecutor
 
-    def timed(server: str) -> float:
-        with ThreadPoolExecutor(3) as pool:
-            started = time.monotonic()
-            results = list(pool.map(lambda _: execute(mcp_gateway, server, "nap", {}), range(3)))
-        assert all(r.json()["text"] == "rested" for r in results)
-        return time.monotonic() - started
+    naps = 4
 
-    assert timed("serial") >= 2.9  # one at a time
-    assert timed("calc") < 2.8  # up to four at once
+    def span(server: str) -> float:
+        """Seconds from sending the first nap until the last one's answer."""
+        with ThreadPoolExecutor(naps) as pool:
+            started = time.monotonic()
+            results = list(pool.map(lambda _: execute(mcp_gateway, server, "nap", {}), range(naps), timeout=120))
+            ended = time.monotonic()
+        assert all(r.json()["text"] == "rested" for r in results), [r.text for r in results]
+        return ended - started
+
+    assert span("serial") >= naps - 0.1  # one at a time
+    assert span("calc") < naps - 0.5  # all four at once
 
 
 def test_a_tool_error_is_reported_not_raised(mcp_gateway):
@@ -172,27 +197,27 @@ def test_a_hung_tool_ends_with_a_timeout(mcp_gateway):
     started = time.monotonic()
     r = execute(mcp_gateway, "calc", "hang", {})
     assert r.status_code == 504 and r.json()["error"]["code"] == "timeout"
-    assert time.monotonic() - started < 15
+    assert time.monotonic() - started < 20  # the 3 s call timeout, not the client's 30 s
     assert execute(mcp_gateway, "calc", "add", {"a": 1, "b": 1}).json()["text"] == "2"
 
 
 def test_a_crashed_stdio_server_is_restarted(mcp_gateway):
     r = execute(mcp_gateway, "calc", "crash", {})
     assert r.status_code == 502
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         r = execute(mcp_gateway, "calc", "add", {"a": 2, "b": 2})
         if r.status_code == 200:
             break
         time.sleep(0.2)
     assert r.json()["text"] == "4"
-    assert "mcp server calc: reconnecting" in mcp_gateway.log_path.read_text()
+    log_with(mcp_gateway, r"mcp server calc: reconnecting")
 
 
 def server_pid(srv, server: str = "calc") -> str:
     """The process id of the stdio test server ``server``, waiting (up to
-    30 s) for it to be connected."""
-    deadline = time.monotonic() + 30
+    90 s) for it to be connected."""
+    deadline = time.monotonic() + 90
     while True:
         r = execute(srv, server, "pid", {})
         if r.status_code == 200 or time.monotonic() > deadline:
@@ -209,9 +234,9 @@ def test_a_json_rpc_error_fails_the_call_but_keeps_the_session(mcp_gateway):
     pid = server_pid(mcp_gateway)
     with ThreadPoolExecutor(2) as pool:
         napping = pool.submit(execute, mcp_gateway, "calc", "nap", {})  # in flight during the error
-        time.sleep(0.3)
+        time.sleep(0.3)  # not a synchronization: the nap may also start later; the checks hold either way
         r = execute(mcp_gateway, "calc", "refuse", {})
-        assert napping.result().json()["text"] == "rested"
+        assert napping.result(timeout=120).json()["text"] == "rested"
     assert r.status_code == 502, r.text
     error = r.json()["error"]
     assert error["code"] == "protocol_error" and str(REFUSED) in error["message"]
@@ -368,7 +393,7 @@ def test_responses_reports_failing_and_hung_calls_as_failed_items(mcp_gateway):
         assert call.status == "failed" and call.error.type == error_type, call
         if name == "hang":
             assert call.error.code == -32001 and "timed out" in call.error.message
-        assert time.monotonic() - started < 30
+        assert time.monotonic() - started < 90  # ended by the call timeout, long before the client's 120 s
 
 
 def test_responses_reports_a_json_rpc_error_as_a_failed_item(mcp_gateway):
@@ -415,7 +440,7 @@ def test_responses_stream_ends_when_the_server_crashes_mid_call(mcp_gateway):
     started = time.monotonic()
     _, call = stream_failed_call(mcp_gateway, "crash")
     assert "failed" in call.error.message or "not connected" in call.error.message
-    assert time.monotonic() - started < 30
+    assert time.monotonic() - started < 90  # well before the client's 120 s timeout
     assert server_pid(mcp_gateway) != pid  # restarted
 
 
@@ -423,7 +448,7 @@ def test_responses_stream_ends_when_a_call_hangs(mcp_gateway):
     started = time.monotonic()
     _, call = stream_failed_call(mcp_gateway, "hang")
     assert call.error.code == -32001 and "timed out" in call.error.message
-    assert time.monotonic() - started < 30
+    assert time.monotonic() - started < 90  # ended by the call timeout, long before the client's 120 s
     assert execute(mcp_gateway, "calc", "add", {"a": 1, "b": 1}).json()["text"] == "2"
 
 
@@ -640,7 +665,7 @@ def test_messages_end_with_an_error_result_when_a_call_fails(mcp_gateway, name):
         tool_choice={"type": "tool", "name": name},
         betas=["mcp-client-2025-04-04"],
     )
-    assert time.monotonic() - started < 30
+    assert time.monotonic() - started < 90  # well before the client's 120 s timeout
     kinds = [b.type for b in message.content]
     assert kinds[:2] == ["mcp_tool_use", "mcp_tool_result"], kinds
     result = message.content[1]
@@ -681,7 +706,7 @@ def test_reload_starts_added_servers_and_relists(mcp_gateway):
     extra["allowed_tools"] = ["lookup"]
     config.write_text(text + "[[mcp_servers]]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in extra.items()))
     mcp_gateway.proc.send_signal(signal.SIGHUP)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 90
     names: set = set()
     while time.monotonic() < deadline:
         data = httpx.get(f"{mcp_gateway.url}/v1/mcp/tools", headers=mcp_gateway.headers, timeout=10).json()["data"]
@@ -692,7 +717,7 @@ def test_reload_starts_added_servers_and_relists(mcp_gateway):
     assert ("calc2", "lookup") in names and ("calc2", "add") not in names
     assert ("calc", "add") in names and ("web", "lookup") in names
     assert execute(mcp_gateway, "calc2", "lookup", {"country": "Japan"}).json()["text"] == "Tokyo"
-    assert "mcp server calc2 started" in mcp_gateway.log_path.read_text()
+    log_with(mcp_gateway, r"mcp server calc2 started")
 
 
 def test_reload_relists_an_existing_server(mcp_gateway):
@@ -705,7 +730,7 @@ def test_reload_relists_an_existing_server(mcp_gateway):
     assert "sprout" not in calc_tools()
     assert execute(mcp_gateway, "calc", "sprout", {}).status_code == 400  # not listed yet
     mcp_gateway.proc.send_signal(signal.SIGHUP)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 90
     while "sprout" not in calc_tools() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert "sprout" in calc_tools() and "add" in calc_tools()

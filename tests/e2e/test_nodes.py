@@ -3,7 +3,10 @@ ZeroMQ over tcp with CURVE. Requests, streaming, cancellation, a worker
 crash and its restart, a gateway with an unlisted key refused, plaintext
 and unauthenticated peers never served, and a node killed mid-stream (its
 requests end with an error within the heartbeat timeout while a local
-model serves on). The node-kill test runs last: it ends the node."""
+model serves on). The node-kill test runs last: it ends the node.
+
+Every process a test starts is stopped on every path; every wait is
+bounded."""
 
 from __future__ import annotations
 
@@ -26,7 +29,14 @@ from shared.protocol import NodeStart
 from tests.conftest import API_KEY, ROOT, TINY, free_port, settled_stats, start_server, write_config
 
 LOCAL = "local-tiny"
-HEARTBEAT = 4.0
+HEARTBEAT = 15.0
+"""The heartbeat timeout of the gateways and the node: long enough that a
+busy machine (gateway and node say NodeAlive every second) never gets a
+live peer given up, short enough to wait for where a test needs a dead or
+refused peer given up."""
+SLACK = 20.0
+"""Seconds a busy machine may add to a heartbeat timeout's effect (still
+far below the clients' 120 s timeout)."""
 
 
 def make_keys(directory: Path, name: str) -> str:
@@ -37,6 +47,7 @@ def make_keys(directory: Path, name: str) -> str:
         capture_output=True,
         text=True,
         check=True,
+        timeout=120,
     ).stdout
     return out.strip().splitlines()[-1]
 
@@ -62,22 +73,33 @@ class NodeProcess:
             "max_batch_size = 8\n"
         )
         self.log_path = tmp / "node.log"
+        self._log_file = open(self.log_path, "w")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gateway", "node", "--config", str(config)],
             cwd=ROOT,
-            stdout=open(self.log_path, "w"),
+            stdout=self._log_file,
             stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
-        deadline = time.monotonic() + 30
-        while "node listening" not in self.log():
-            assert self.proc.poll() is None, self.log()
-            assert time.monotonic() < deadline, self.log()
-            time.sleep(0.1)
+        try:
+            self.wait_for_log("node listening", timeout=120)
+        except BaseException:
+            self.stop()
+            raise
 
     def log(self) -> str:
         """The node's log so far."""
         return self.log_path.read_text()
+
+    def wait_for_log(self, text: str, timeout: float = 60) -> str:
+        """The node's log once it has ``text`` (fails after ``timeout`` s,
+        or at once if the node exited)."""
+        deadline = time.monotonic() + timeout
+        while text not in (log := self.log()):
+            assert self.proc.poll() is None or text in self.log(), log
+            assert time.monotonic() < deadline, f"no {text!r} in the node log:\n{log[-4000:]}"
+            time.sleep(0.1)
+        return log
 
     def stop(self) -> None:
         """SIGTERM the node and wait for it."""
@@ -87,7 +109,8 @@ class NodeProcess:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-                self.proc.wait()
+                self.proc.wait(timeout=30)
+        self._log_file.close()
 
 
 def gateway_on(tmp: Path, node: NodeProcess, key_name: str, model_dir: Path, wait: bool = True):
@@ -110,14 +133,18 @@ def setup(tiny_model_dir, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("nodes")
     gateway_public = make_keys(tmp / "keys", "gw")
     node = NodeProcess(tmp, tiny_model_dir, [gateway_public])
-    server = gateway_on(tmp, node, "gw", tiny_model_dir)
-    yield server, node, tmp
-    server.stop()
-    node.stop()
+    try:
+        server = gateway_on(tmp, node, "gw", tiny_model_dir)
+        try:
+            yield server, node, tmp
+        finally:
+            server.stop()
+    finally:
+        node.stop()
 
 
 def client(server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0)
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0, timeout=120)
 
 
 def test_key_files_are_private(setup):
@@ -129,6 +156,7 @@ def test_key_files_are_private(setup):
         cwd=ROOT,
         capture_output=True,
         text=True,
+        timeout=120,
     )
     assert again.returncode == 1 and "already exists" in again.stderr
 
@@ -154,7 +182,7 @@ def test_requests_and_streaming_through_node(setup):
             reasons.append(chunk.choices[0].finish_reason)
     assert "".join(pieces) == r.choices[0].message.content
     assert reasons[-1] in ("stop", "length")
-    metrics = httpx.get(f"{server.url}/metrics", headers=server.headers, timeout=10).text
+    metrics = httpx.get(f"{server.url}/metrics", headers=server.headers, timeout=30).text
     assert f'mlxd:model_node{{model="{TINY}",node="mac2"}} 1.0' in metrics
     assert f'mlxd:model_node{{model="{LOCAL}",node="local"}} 1.0' in metrics
     assert f'mlxd:num_requests_running{{model="{TINY}"}}' in metrics
@@ -173,7 +201,7 @@ def test_cancellation_frees_the_remote_slot(setup):
             if seen >= 3:
                 break
     stream.close()
-    stats = settled_stats(server, TINY, timeout=30)
+    stats = settled_stats(server, TINY, timeout=120)
     assert stats["running"] == 0 and stats["waiting"] == 0
     assert server.worker(TINY)["restarts"] == 0
 
@@ -197,10 +225,10 @@ def test_plaintext_and_unlisted_peers_get_nothing(setup):
         stranger.send(frame)
         assert plain.poll(3000) == 0
         assert stranger.poll(1000) == 0
+        node.wait_for_log(f"refused a connection from an unlisted CURVE key {public.decode()}")
     finally:
         ctx.destroy(linger=0)
     assert node.log().count("started worker for") == before
-    assert f"refused a connection from an unlisted CURVE key {public.decode()}" in node.log()
 
 
 def test_gateway_with_unlisted_key_is_refused(setup, tiny_model_dir, tmp_path):
@@ -208,8 +236,8 @@ def test_gateway_with_unlisted_key_is_refused(setup, tiny_model_dir, tmp_path):
     make_keys(tmp_path / "keys", "intruder")
     other = gateway_on(tmp_path, node, "intruder", tiny_model_dir, wait=False)
     try:
-        other.wait_ready(LOCAL, timeout=120)
-        deadline = time.monotonic() + 3 * HEARTBEAT + 10
+        other.wait_ready(LOCAL, timeout=180)
+        deadline = time.monotonic() + 3 * HEARTBEAT + SLACK
         status = other.worker(TINY)
         while time.monotonic() < deadline and not status["last_error"]:
             time.sleep(0.3)
@@ -217,7 +245,7 @@ def test_gateway_with_unlisted_key_is_refused(setup, tiny_model_dir, tmp_path):
         assert status["state"] != "ready"
         assert "did not answer" in (status["last_error"] or ""), status
         intruder = (tmp_path / "keys" / "intruder.pub").read_text().strip()
-        assert f"refused a connection from an unlisted CURVE key {intruder}" in node.log()
+        node.wait_for_log(f"refused a connection from an unlisted CURVE key {intruder}")
         with pytest.raises(openai.APIStatusError) as err:
             client(other).chat.completions.create(model=TINY, messages=[{"role": "user", "content": "x"}], max_tokens=2)
         assert err.value.status_code == 503
@@ -244,13 +272,14 @@ def test_remote_worker_crash_restarts(setup):
         finally:
             started.set()
 
-    t = threading.Thread(target=stream)
+    t = threading.Thread(target=stream, daemon=True)
     t.start()
-    assert started.wait(30)
+    assert started.wait(60)
     os.kill(before["pid"], signal.SIGKILL)
-    t.join(30)
+    t.join(90)
+    assert not t.is_alive(), "the stream did not end after its worker died"
     assert errors and isinstance(errors[0], openai.APIError)
-    after = server.wait_ready(TINY, timeout=120, after_restarts=before["restarts"] + 1)
+    after = server.wait_ready(TINY, timeout=180, after_restarts=before["restarts"] + 1)
     assert after["pid"] != before["pid"] and after["node"] == "mac2"
     r = c.chat.completions.create(model=TINY, messages=[{"role": "user", "content": "hi"}], max_tokens=4)
     assert r.usage.completion_tokens > 0
@@ -277,7 +306,7 @@ def test_reload_drains_and_restarts_the_remote_worker(setup, tiny_model_dir):
             result.append(exc)
         streaming.set()
 
-    t = threading.Thread(target=stream)
+    t = threading.Thread(target=stream, daemon=True)
     t.start()
     assert streaming.wait(60)  # running on the old worker before the reload
     port = int(server.url.rsplit(":", 1)[1])
@@ -296,9 +325,10 @@ def test_reload_drains_and_restarts_the_remote_worker(setup, tiny_model_dir):
         curve_secret_key_file=str(tmp / "keys" / "gw.key"),
     )
     server.proc.send_signal(signal.SIGHUP)
-    t.join(60)
+    t.join(180)
+    assert not t.is_alive(), "the stream did not end"
     assert result and result[0] in ("stop", "length"), result
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 180
     status = server.worker(TINY)
     while time.monotonic() < deadline and not (
         status["state"] == "ready" and status["incarnation"] > before["incarnation"]
@@ -317,9 +347,9 @@ def test_node_killed_mid_stream(setup):
     worker_pid = server.worker(TINY)["pid"]
     errors: list[BaseException] = []
     ended: list[float] = []
-    started = threading.Event()
+    streaming = [threading.Event() for _ in range(2)]
 
-    def stream() -> None:
+    def stream(started: threading.Event) -> None:
         try:
             for chunk in c.chat.completions.create(
                 model=TINY, messages=[{"role": "user", "content": "go"}], max_tokens=1900, stream=True
@@ -332,20 +362,22 @@ def test_node_killed_mid_stream(setup):
             ended.append(time.monotonic())
             started.set()
 
-    threads = [threading.Thread(target=stream) for _ in range(2)]
+    threads = [threading.Thread(target=stream, args=(started,), daemon=True) for started in streaming]
     for t in threads:
         t.start()
-    assert started.wait(30)
+    assert all(started.wait(60) for started in streaming)  # both streaming before the kill
     killed = time.monotonic()
     node.proc.send_signal(signal.SIGKILL)
     for t in threads:
-        t.join(HEARTBEAT + 15)
+        t.join(HEARTBEAT + 2 * SLACK)
+    assert not any(t.is_alive() for t in threads), "a stream outlived its node"
     assert len(errors) == 2 and all(isinstance(e, openai.APIError) for e in errors), errors
-    assert max(ended) - killed < HEARTBEAT + 3
+    # ended by the heartbeat timeout (not the client's 120 s)
+    assert max(ended) - killed < HEARTBEAT + SLACK
     r = c.chat.completions.create(model=LOCAL, messages=[{"role": "user", "content": "hi"}], max_tokens=4)
     assert r.usage.completion_tokens > 0
     assert server.worker(TINY)["state"] != "ready"
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
             os.kill(worker_pid, 0)

@@ -3,7 +3,16 @@ CORS only when configured, compressed bodies refused, oversized heads,
 and the header timeout that cuts off slowloris clients.
 
 Requests that clients such as httpx would normalise or refuse to send go
-over raw sockets (:func:`exchange`).
+over raw sockets (:func:`exchange`). Every raw read has a deadline and
+notices the server closing the connection (:func:`receive`), so a server
+that misbehaves fails a test instead of hanging it.
+
+The timer tests hold on a busy machine: the timers are long enough that
+the test's own gaps stay far inside them, a timer is never asserted to
+fire early (its start is taken before the server can have armed it), and
+it may fire up to :data:`SLACK` seconds late, still well before anything
+else (uvicorn's 30 s keep-alive timeout, the client's own give-up) would
+end the connection.
 """
 
 from __future__ import annotations
@@ -25,8 +34,11 @@ from tests.conftest import API_KEY, TINY, start_server
 GOOD_ORIGIN = "http://app.example"
 OTHER_ORIGIN = "http://other.example"
 EXTRA_HOST = "mlxd.test"
-BODY_TIMEOUT = 4.0
-HEADER_TIMEOUT = 1.0
+BODY_TIMEOUT = 10.0
+HEADER_TIMEOUT = 2.0
+SLACK = 10.0
+"""Seconds a busy machine may add between a server timer coming due and the
+client seeing its effect (a late event loop, a descheduled test process)."""
 MSG = [{"role": "user", "content": "hi"}]
 
 
@@ -70,12 +82,33 @@ def parse_reply(data: bytes) -> Reply:
     return Reply(int(status_line.split()[1]), headers, body)
 
 
-def read_all(sock: socket.socket) -> bytes:
-    """Everything ``sock`` receives until the peer closes it."""
-    chunks = []
-    while chunk := sock.recv(65536):
-        chunks.append(chunk)
-    return b"".join(chunks)
+def receive(sock: socket.socket, deadline: float, so_far: bytes, eof_ok: bool = False) -> bytes:
+    """One ``recv`` on ``sock`` that must return by ``deadline`` (a
+    :func:`time.monotonic` value): the bytes received, or b"" when the
+    server closed the connection and ``eof_ok``. AssertionError, naming
+    what was read so far (``so_far``), when the server closed it otherwise
+    or sent nothing in time."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise AssertionError(f"no answer from the server in time; read so far: {so_far[:2000]!r}")
+    sock.settimeout(left)
+    try:
+        chunk = sock.recv(65536)
+    except TimeoutError:
+        raise AssertionError(f"no answer from the server in time; read so far: {so_far[:2000]!r}") from None
+    if not chunk and not eof_ok:
+        raise AssertionError(f"the server closed the connection; read so far: {so_far[:2000]!r}")
+    return chunk
+
+
+def read_all(sock: socket.socket, timeout: float = 60) -> bytes:
+    """Everything ``sock`` receives until the peer closes it (AssertionError
+    if it has not closed it within ``timeout`` seconds)."""
+    deadline = time.monotonic() + timeout
+    data = b""
+    while chunk := receive(sock, deadline, data, eof_ok=True):
+        data += chunk
+    return data
 
 
 def exchange(port: int, data: bytes, timeout: float = 30) -> Reply:
@@ -85,7 +118,7 @@ def exchange(port: int, data: bytes, timeout: float = 30) -> Reply:
             sock.sendall(data)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the server answered and closed before reading it all
-        return parse_reply(read_all(sock))
+        return parse_reply(read_all(sock, timeout))
 
 
 def raw_get(port: int, target: str, host: str = "localhost", extra: list[tuple[str, str]] | None = None) -> Reply:
@@ -111,8 +144,8 @@ def assert_anthropic_error(reply: Reply, status: int) -> dict:
 
 @pytest.fixture(scope="module")
 def edge_server(tiny_model_dir, tmp_path_factory):
-    """A gateway with CORS, an extra allowed host, a 1 s header timeout and
-    a 4 s body timeout."""
+    """A gateway with CORS, an extra allowed host, a 2 s header timeout and
+    a 10 s body timeout."""
     srv = start_server(
         tmp_path_factory.mktemp("edge-gw"),
         [{"name": TINY, "source": str(tiny_model_dir)}],
@@ -333,76 +366,97 @@ def trickle(port: int, data: bytes, interval: float, stop_after: float) -> tuple
     """Send ``data`` one byte per ``interval`` seconds, as a client that
     watches its socket would: stop sending as soon as the server answers or
     closes (or ``stop_after`` seconds pass), then read everything. Return
-    what came back, the seconds until then and the bytes sent."""
-    sock = socket.create_connection(("127.0.0.1", port), timeout=stop_after + 5)
+    what came back, the seconds until then (counted from before the
+    connection was opened, so never less than the server's own count) and
+    the bytes sent."""
     start = time.monotonic()
-    sent = 0
-    try:
-        for byte in data:
-            if time.monotonic() - start > stop_after:
-                break
-            sock.sendall(bytes([byte]))
-            sent += 1
-            if select.select([sock], [], [], interval)[0]:
-                break  # the server spoke (or closed): stop writing
-        received = read_all(sock)
-    except (BrokenPipeError, ConnectionResetError) as exc:
-        raise AssertionError(f"the connection was reset instead of answered ({exc!r})") from exc
-    elapsed = time.monotonic() - start
-    sock.close()
+    with socket.create_connection(("127.0.0.1", port), timeout=stop_after + 5) as sock:
+        sent = 0
+        try:
+            for byte in data:
+                if time.monotonic() - start > stop_after:
+                    break
+                sock.sendall(bytes([byte]))
+                sent += 1
+                if select.select([sock], [], [], interval)[0]:
+                    break  # the server spoke (or closed): stop writing
+            received = read_all(sock, timeout=SLACK)
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise AssertionError(f"the connection was reset instead of answered ({exc!r})") from exc
+        elapsed = time.monotonic() - start
     return parse_reply(received), elapsed, sent
 
 
 def test_trickled_head_is_cut_off_while_others_are_served(edge_server):
     port = port_of(edge_server)
     data = head("GET", "/health", [("Host", "localhost")] + [("X-Slow", "x" * 20)] * 10)
-    served: list[int] = []
+    served: list[object] = []
 
     def normal_traffic() -> None:
         for _ in range(8):
-            served.append(httpx.get(f"{edge_server.url}/health", timeout=10).status_code)
+            try:
+                served.append(httpx.get(f"{edge_server.url}/health", timeout=30).status_code)
+            except httpx.HTTPError as exc:
+                served.append(exc)
             time.sleep(0.2)
 
-    other = threading.Thread(target=normal_traffic)
+    other = threading.Thread(target=normal_traffic, daemon=True)
     other.start()
-    reply, elapsed, sent = trickle(port, data, interval=0.2, stop_after=20)
-    other.join()
+    # the whole head would take over a minute at this pace: only the header timer can end it sooner
+    reply, elapsed, sent = trickle(port, data, interval=0.2, stop_after=HEADER_TIMEOUT + SLACK + 5)
+    other.join(timeout=300)
+    assert not other.is_alive(), "the normal traffic never finished"
     assert sent < len(data), "the server let the whole trickled head in"
-    assert HEADER_TIMEOUT * 0.9 <= elapsed <= HEADER_TIMEOUT + 2.5, elapsed
+    assert HEADER_TIMEOUT * 0.9 <= elapsed <= HEADER_TIMEOUT + SLACK, elapsed
     assert reply.status == 408, reply
     assert reply.json()["error"]["code"] == "timeout"
     assert served == [200] * 8
 
 
 def test_silent_connection_is_closed(edge_server):
-    with socket.create_connection(("127.0.0.1", port_of(edge_server)), timeout=10) as sock:
-        start = time.monotonic()
-        assert read_all(sock) == b""
-        assert time.monotonic() - start <= HEADER_TIMEOUT + 2.5
+    start = time.monotonic()  # before the server can have started its timer
+    with socket.create_connection(("127.0.0.1", port_of(edge_server)), timeout=60) as sock:
+        assert read_all(sock, timeout=HEADER_TIMEOUT + SLACK + 10) == b""
+        elapsed = time.monotonic() - start
+    assert HEADER_TIMEOUT * 0.9 <= elapsed <= HEADER_TIMEOUT + SLACK, elapsed
 
 
-def read_response(sock: socket.socket) -> Reply:
-    """One Content-Length-framed response from a keep-alive connection."""
+def read_response(sock: socket.socket, timeout: float = 60) -> Reply:
+    """One Content-Length-framed response from a keep-alive connection
+    (AssertionError if the server closes the connection first or has not
+    sent it all within ``timeout`` seconds)."""
+    deadline = time.monotonic() + timeout
     data = b""
     while b"\r\n\r\n" not in data:
-        data += sock.recv(65536)
+        data += receive(sock, deadline, data)
     reply = parse_reply(data)
     length = int(reply.headers["content-length"])
     while len(reply.body) < length:
-        reply.body += sock.recv(65536)
+        reply.body += receive(sock, deadline, data + reply.body)
     return reply
 
 
 def test_timer_restarts_after_each_response(edge_server):
+    """Six requests on one connection, each a quarter of the header timeout
+    after the previous response: their gaps alone add up to one and a half
+    timeouts, yet each is served (the timer restarts after every response,
+    and a gap is far inside it even on a slow machine). Then, idle, the
+    connection is closed about one timeout after the last request (not by
+    uvicorn's 30 s keep-alive timeout)."""
     keep_alive = b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n"
-    with socket.create_connection(("127.0.0.1", port_of(edge_server)), timeout=10) as sock:
-        for _ in range(3):  # each request starts within the timeout of the previous response
-            time.sleep(HEADER_TIMEOUT * 0.6)
+    gap = HEADER_TIMEOUT / 4
+    with socket.create_connection(("127.0.0.1", port_of(edge_server)), timeout=60) as sock:
+        opened = time.monotonic()
+        for i in range(6):
+            time.sleep(gap)
+            start = time.monotonic()  # the last one: before the server can restart its timer
             sock.sendall(keep_alive)
-            assert read_response(sock).status == 200
-        start = time.monotonic()
-        assert read_all(sock) == b""  # then idle: closed
-        assert HEADER_TIMEOUT * 0.9 <= time.monotonic() - start <= HEADER_TIMEOUT + 2.5
+            reply = read_response(sock)
+            assert reply.status == 200, (i, reply)
+        assert time.monotonic() - opened > HEADER_TIMEOUT  # the connection outlived one timer
+        assert read_all(sock, timeout=HEADER_TIMEOUT + SLACK + 10) == b""  # then idle: closed
+        elapsed = time.monotonic() - start
+    assert HEADER_TIMEOUT * 0.9 <= elapsed <= HEADER_TIMEOUT + SLACK, elapsed
 
 
 def test_slow_body_after_a_complete_head_is_not_cut(edge_server):
@@ -412,10 +466,11 @@ def test_slow_body_after_a_complete_head_is_not_cut(edge_server):
         "/v1/completions",
         [("Host", "localhost"), *AUTH, ("Content-Type", "application/json"), ("Content-Length", str(len(body)))],
     )
-    with socket.create_connection(("127.0.0.1", port_of(edge_server)), timeout=30) as sock:
+    # the pauses add up to one and a half header timeouts, and stay far inside the body timeout
+    with socket.create_connection(("127.0.0.1", port_of(edge_server)), timeout=60) as sock:
         sock.sendall(data)
         for part in (body[:5], body[5:10], body[10:]):
-            time.sleep(HEADER_TIMEOUT * 0.8)
+            time.sleep(HEADER_TIMEOUT * 0.5)
             sock.sendall(part)
         reply = parse_reply(read_all(sock))
     assert reply.status == 200, reply
@@ -429,25 +484,29 @@ def test_trickled_body_gets_408_while_others_are_served(edge_server):
         "/v1/completions",
         [("Host", "localhost"), *AUTH, ("Content-Type", "application/json"), ("Content-Length", str(len(body)))],
     )
-    served: list[int] = []
+    served: list[object] = []
 
     def normal_traffic() -> None:
         for _ in range(6):
-            served.append(httpx.get(f"{edge_server.url}/health", timeout=10).status_code)
+            try:
+                served.append(httpx.get(f"{edge_server.url}/health", timeout=30).status_code)
+            except httpx.HTTPError as exc:
+                served.append(exc)
             time.sleep(0.5)
 
-    other = threading.Thread(target=normal_traffic)
+    other = threading.Thread(target=normal_traffic, daemon=True)
     other.start()
-    with socket.create_connection(("127.0.0.1", port_of(edge_server)), timeout=30) as sock:
+    with socket.create_connection(("127.0.0.1", port_of(edge_server)), timeout=60) as sock:
+        start = time.monotonic()  # before the server can have started its body timer
         sock.sendall(data)
-        start = time.monotonic()
         for byte in body[:4]:  # a trickle that then stalls: the body never completes
             sock.sendall(bytes([byte]))
             time.sleep(0.5)
-        reply = parse_reply(read_all(sock))
+        reply = parse_reply(read_all(sock, timeout=BODY_TIMEOUT + SLACK + 10))
         elapsed = time.monotonic() - start
-    other.join()
+    other.join(timeout=300)
+    assert not other.is_alive(), "the normal traffic never finished"
     assert reply.status == 408, reply
     assert reply.json()["error"]["code"] == "timeout"
-    assert BODY_TIMEOUT * 0.9 <= elapsed <= BODY_TIMEOUT + 3.5, elapsed
+    assert BODY_TIMEOUT * 0.9 <= elapsed <= BODY_TIMEOUT + SLACK, elapsed
     assert served == [200] * 6

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="th
 
 CONFTEST = 'pytest_plugins = ["tests.loop_stalls"]\n'
 
-STALLING = '''
+STALLING = """
 import os, subprocess, sys
 from pathlib import Path
 
@@ -28,9 +28,9 @@ def test_starts_a_process_whose_loop_blocks():
     subprocess.run([sys.executable, "-m", "tests.unit.loop_probe_scenarios", "sleep", str(records)],
                    cwd=os.environ["PROJECT"], timeout=60, check=True)
     (Path(os.environ["MARKS"]) / "stalled").touch()
-'''
+"""
 
-BYSTANDER = '''
+BYSTANDER = """
 import os, time
 from pathlib import Path
 
@@ -39,7 +39,7 @@ def test_runs_meanwhile_on_the_other_process():
     while not (Path(os.environ["MARKS"]) / "stalled").exists():
         assert time.monotonic() < deadline, "the other test never ran"
         time.sleep(0.05)
-'''
+"""
 
 
 def test_a_stall_fails_only_the_test_whose_process_stalled(tmp_path):
@@ -53,7 +53,20 @@ def test_a_stall_fails_only_the_test_whose_process_stalled(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("MLXD_LOOP_STALL_LOG", "PYTEST_XDIST_WORKER")}
     env |= {"PROJECT": str(ROOT), "MARKS": str(marks), "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile", "-rA", str(suite)],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-n",
+            "2",
+            "--dist",
+            "loadfile",
+            "-rA",
+            str(suite),
+        ],
         cwd=tmp_path,
         env=env,
         capture_output=True,
