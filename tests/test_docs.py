@@ -116,6 +116,7 @@ def test_ruff_check_and_format():
             cwd=ROOT,
             capture_output=True,
             text=True,
+            timeout=300,
         )
         if result.returncode != 0:
             failures.append(f"$ ruff {' '.join(command)}\n{result.stdout}{result.stderr}")
@@ -184,7 +185,9 @@ def inventory(tmp_path_factory):
         f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {NEVER_IMPORTED!r})\n"
         "sys.exit(f'the generator imported {bad}' if bad else code)\n"
     )
-    result = subprocess.run([sys.executable, "-c", check, str(out)], cwd=ROOT, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-c", check, str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     return json.loads(out.read_text(encoding="utf-8"))
 
@@ -319,7 +322,9 @@ def test_inventory_state_of_the_real_source(inventory):
     assert "_pulled" in symbols["gateway.hub.served.with_pulled_models"]["writes"]
     cancel = symbols["gateway.workers.handle.WorkerHandle.cancel"]
     assert set(cancel["reads"]) == {"self._requests", "self._incarnation"} and cancel["writes"] == []
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    ).stdout.strip()
     assert inventory["source"]["commit"] == head
     definitions = {(m["name"], d["qualname"]) for m in inventory["modules"] for d in m["definitions"]}
     assert ("gateway.app", "build_app.<locals>.lifespan") in definitions

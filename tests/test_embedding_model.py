@@ -268,13 +268,13 @@ def run_scheduler(model, commands, max_batch_size=4):
     scheduler = EmbeddingScheduler(model, emitted.append, max_batch_size=max_batch_size)
     for command in commands:
         scheduler.submit(command)
-    thread = threading.Thread(target=scheduler.run)
+    thread = threading.Thread(target=scheduler.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120
     while (scheduler._live or not scheduler.inbox.empty()) and time.monotonic() < deadline:
         time.sleep(0.01)
     scheduler.submit(Stop())
-    thread.join(10)
+    thread.join(60)
     assert not thread.is_alive()
     outputs: dict[str, list] = {}
     for message in emitted:
@@ -332,9 +332,10 @@ def test_scheduler_stop_aborts_what_waits(tmp_path):
     scheduler = EmbeddingScheduler(model, emitted.append, max_batch_size=2)
     scheduler.submit(EmbedJob("x", [[101, 102]] * 3))
     scheduler.submit(Stop())
-    thread = threading.Thread(target=scheduler.run)
+    thread = threading.Thread(target=scheduler.run, daemon=True)
     thread.start()
-    thread.join(10)
+    thread.join(60)
+    assert not thread.is_alive(), "the scheduler did not stop"
     (message,) = emitted
     assert [(o.request_id, o.finish_reason) for o in message.outputs] == [("x", "abort")]
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import pty
+import select
 import signal
 import subprocess
 import sys
@@ -114,16 +115,33 @@ def test_pull_draws_a_progress_bar_on_a_terminal(world, hub, tiny_model_dir):
     )
     os.close(secondary)
     seen = b""
-    while True:
-        try:
-            chunk = os.read(main, 4096)
-        except OSError:  # the child closed its end
-            break
-        if not chunk:
-            break
-        seen += chunk
-    os.close(main)
-    assert proc.wait(timeout=120) == 0, seen.decode(errors="replace")
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                pytest.fail(
+                    f"the pull did not finish within 180 s; its terminal so far:\n{seen.decode(errors='replace')}"
+                )
+            ready, _, _ = select.select([main], [], [], min(left, 1.0))
+            if not ready:  # a silent terminal: done once the pull has exited, else look again
+                if proc.poll() is not None:
+                    break
+                continue
+            try:
+                chunk = os.read(main, 4096)
+            except OSError:  # the child closed its end
+                break
+            if not chunk:
+                break
+            seen += chunk
+        assert proc.wait(timeout=120) == 0, seen.decode(errors="replace")
+    finally:
+        os.close(main)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+        proc.stdout.close()
     text = seen.decode(errors="replace")
     # the bar is one line redrawn in place: frames follow a carriage return, not a new line
     frames = [frame for frame in text.split("\r") if frame.startswith("test-org/tiny-tty [")]
@@ -170,6 +188,9 @@ def test_an_interrupted_pull_is_never_served_and_a_second_pull_completes_it(worl
         proc.kill()
         proc.wait(timeout=30)
     finally:
+        if proc.poll() is None:  # an assertion above failed: the pull must not outlive the test
+            proc.kill()
+            proc.wait(timeout=30)
         hub.file(repo, "model.safetensors").hold_after = None
         hub.release.set()
     assert list(blobs.glob("*.incomplete")), "the killed run should have left a partial file"
@@ -329,8 +350,11 @@ def test_ctrl_c_ends_a_pull_at_once_and_records_it(world, hub, tiny_model_dir):
     try:
         assert hub.held.wait(120)
         proc.send_signal(signal.SIGINT)
-        _out, err = proc.communicate(timeout=20)  # not after the held download (up to a minute)
+        _out, err = proc.communicate(timeout=40)  # well before the held download ends (after a minute)
     finally:
+        if proc.poll() is None:  # an assertion above failed: the pull must not outlive the test
+            proc.kill()
+            proc.communicate(timeout=30)
         hub.file(repo, "model.safetensors").hold_after = None
         hub.release.set()
     assert proc.returncode == 130

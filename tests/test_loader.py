@@ -14,6 +14,7 @@ import json
 import shutil
 import sys
 import threading
+import time
 from pathlib import Path
 
 import mlx.core as mx
@@ -274,16 +275,24 @@ def test_concurrent_converters_convert_once(tiny_gguf: Path, cache_root: Path, m
     monkeypatch.setattr(gguf_convert, "convert_gguf", counting_convert)
     barrier = threading.Barrier(3)
     results: list[Path] = []
+    errors: list[BaseException] = []
 
     def convert() -> None:
-        barrier.wait()
-        results.append(ensure_converted(tiny_gguf, cache_root))
+        try:
+            barrier.wait(timeout=120)
+            results.append(ensure_converted(tiny_gguf, cache_root))
+        except BaseException as exc:  # reported by the test thread below
+            errors.append(exc)
+            barrier.abort()  # the others stop waiting too
 
-    threads = [threading.Thread(target=convert) for _ in range(3)]
+    threads = [threading.Thread(target=convert, daemon=True) for _ in range(3)]
     for thread in threads:
         thread.start()
+    deadline = time.monotonic() + 300
     for thread in threads:
-        thread.join()
+        thread.join(max(deadline - time.monotonic(), 0))
+    assert not any(thread.is_alive() for thread in threads), "a converter thread did not finish within 300 s"
+    assert not errors, errors
     assert len(results) == 3 and len(set(results)) == 1
     assert len(calls) == 1
 

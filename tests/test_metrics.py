@@ -305,7 +305,7 @@ def test_load_time_absent_before_first_load():
 
 def test_worker_memory_from_a_real_pid_and_absent_otherwise():
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    proc.wait()  # reaped: its pid names no process any more
+    proc.wait(timeout=60)  # reaped: its pid names no process any more
     pool = Pool(snap("live", pid=os.getpid()), snap("none", pid=None), snap("gone", pid=proc.pid))
     _, values = scrape(Metrics(pool))
     rss = v(values, "mlxd:worker_memory_bytes", model="live")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 
 from shared.protocol import Heartbeat, StepOutputs, WorkerStats
 from worker.messages import Abort, Started, TokenStep
@@ -29,23 +30,27 @@ def loop(healthy=lambda: True, interval=0.01):
     return out, sent, commands
 
 
-def run(out: OutputLoop, items: list, seconds: float = 0.0) -> None:
+def run(out: OutputLoop, items: list, seconds: float = 0.0, until=None) -> None:
     """Queue ``items`` and run the loop on a thread for about ``seconds``
-    more before asking it to exit (unless an item ends it)."""
+    more (with ``until``: until it holds, at most a minute) before asking it
+    to exit (unless an item ends it)."""
     for item in items:
         out.queue.put(item)
-    thread = threading.Thread(target=out.run)
+    thread = threading.Thread(target=out.run, daemon=True)
     thread.start()
     thread.join(seconds)
+    deadline = time.monotonic() + 60
+    while until is not None and not until() and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.01)
     out.queue.put(Exit())
-    thread.join(5)
+    thread.join(60)
     assert not thread.is_alive()
 
 
 def test_heartbeats_only_while_every_thread_lives():
     alive = [True]
     out, sent, _ = loop(healthy=lambda: alive[0])
-    run(out, [], 0.2)
+    run(out, [], 0.2, until=lambda: sum(isinstance(m, Heartbeat) for m in sent) >= 3)  # however slow the machine
     beats = [m.stats.heartbeat_seq for m in sent if isinstance(m, Heartbeat)]
     assert len(beats) >= 3 and beats == list(range(1, len(beats) + 1))  # numbered, so a reader sees a fresh one
     alive[0] = False
@@ -88,9 +93,9 @@ def test_fail_now_goes_ahead_of_a_backlog():
         out.queue.put(TokenStep(step, [("a", 0, 0, None, None)]))
     fail = FailAll("the model worker failed; retry the request")
     out.fail_now(fail)
-    thread = threading.Thread(target=out.run)
+    thread = threading.Thread(target=out.run, daemon=True)
     thread.start()
-    thread.join(5)
+    thread.join(60)
     assert not thread.is_alive() and fail.done.is_set()
     steps = [m for m in sent if isinstance(m, StepOutputs)]
     assert len(steps) == 1 and [o.finish_reason for o in steps[0].outputs] == ["error"]

@@ -209,11 +209,14 @@ def test_scheduler_batches_pairs_of_several_requests_and_ends_each_once(tiny):
     scheduler = RerankScheduler(model, emit, max_batch_size=4)
     for command in (RerankJob("a", a), RerankJob("b", b), RerankJob("gone", a), Abort(["gone"])):
         scheduler.submit(command)
-    thread = threading.Thread(target=scheduler.run)
+    thread = threading.Thread(target=scheduler.run, daemon=True)
     thread.start()
-    assert done.wait(60)
-    scheduler.submit(Stop())
-    thread.join(10)
+    try:
+        assert done.wait(120), f"ended so far: {sorted(ended)}"
+    finally:  # stopped on every path, so no scheduler thread outlives the test
+        scheduler.submit(Stop())
+        thread.join(60)
+    assert not thread.is_alive(), "the scheduler thread did not stop"
     outputs = {o.request_id: o for message in emitted for o in message.outputs}
     assert sum(len(m.outputs) for m in emitted) == 3
     assert outputs["gone"].finish_reason == "abort"

@@ -101,13 +101,14 @@ def test_scheduler_interleaves_requests_and_matches_the_library(ours, kokoro_dir
     scheduler = SpeechScheduler(ours, emit)
     scheduler.submit(SpeechJob("long", long_chunks, "am_tiny", 1.0, "pcm", True))
     scheduler.submit(SpeechJob("short", short_chunks, "af_tiny", 1.0, "pcm", True))
-    thread = threading.Thread(target=scheduler.run)
+    thread = threading.Thread(target=scheduler.run, daemon=True)
     thread.start()
     try:
-        assert done.wait(300)
-    finally:
+        assert done.wait(300), [(o.request_id, o.finish_reason) for o in sent]
+    finally:  # stopped on every path, so no scheduler thread outlives the test
         scheduler.submit(Stop())
-        thread.join(30)
+        thread.join(60)
+    assert not thread.is_alive(), "the scheduler thread did not stop"
     order = [o.request_id for o in sent]
     assert order == ["long", "short", "long", "long"], order
     assert [o.finish_reason for o in sent] == [None, "stop", None, "stop"]
@@ -135,12 +136,15 @@ def test_scheduler_abort_ends_a_request_once(ours):
     scheduler = SpeechScheduler(ours, emit)
     chunks = Phonemizer(ours.max_phonemes).chunks("Hi. Hi. Hi. Hi.", "af_tiny")
     scheduler.submit(SpeechJob("a", chunks, "af_tiny", 1.0, "mp3", True))
-    thread = threading.Thread(target=scheduler.run)
+    thread = threading.Thread(target=scheduler.run, daemon=True)
     thread.start()
-    assert first.wait(120)
-    scheduler.submit(Abort(["a"]))
-    scheduler.submit(Stop())
-    thread.join(60)
+    try:
+        assert first.wait(120), "no output within 120 s"
+        scheduler.submit(Abort(["a"]))
+    finally:  # stopped on every path, so no scheduler thread outlives the test
+        scheduler.submit(Stop())
+        thread.join(60)
+    assert not thread.is_alive(), "the scheduler thread did not stop"
     ends = [o.finish_reason for o in sent if o.finish_reason]
     assert ends == ["abort"] and sent[-1].finish_reason == "abort"
 
@@ -158,6 +162,7 @@ def ffmpeg_decode(data: bytes, fmt: str) -> np.ndarray:
         input=data,
         capture_output=True,
         check=True,
+        timeout=120,
     )
     return np.frombuffer(done.stdout, dtype="<i2")
 

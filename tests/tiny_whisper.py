@@ -241,5 +241,10 @@ def speak(text: str, path: Path, *, voice: str = "en", speed: int = 140) -> Path
     """
     if shutil.which("espeak-ng") is None:
         raise FileNotFoundError("espeak-ng")
-    subprocess.run(["espeak-ng", "-v", voice, "-s", str(speed), "-w", str(path), text], check=True, capture_output=True)
+    subprocess.run(
+        ["espeak-ng", "-v", voice, "-s", str(speed), "-w", str(path), text],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     return path

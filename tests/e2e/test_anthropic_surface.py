@@ -70,7 +70,7 @@ def check_stream(events: list[tuple[str, dict]]) -> dict:
 
 @pytest.fixture(scope="module")
 def claude(tiny_server):
-    return anthropic.Anthropic(base_url=tiny_server.url, api_key=API_KEY, max_retries=0)
+    return anthropic.Anthropic(base_url=tiny_server.url, api_key=API_KEY, max_retries=0, timeout=300)
 
 
 def post(server, body: dict, path: str = "/v1/messages") -> httpx.Response:
@@ -272,7 +272,7 @@ def thinking_server(tiny_model_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def thinker(thinking_server):
-    return anthropic.Anthropic(base_url=thinking_server.url, api_key=API_KEY, max_retries=0)
+    return anthropic.Anthropic(base_url=thinking_server.url, api_key=API_KEY, max_retries=0, timeout=300)
 
 
 def test_adaptive_thinking_turns_reasoning_on(thinker):

@@ -2,8 +2,10 @@
 meets it, with the real SmolLM2 model (``@pytest.mark.slow``):
 
 - an agent-sized prompt (~2,400 tokens) asked again after an mlxd restart is
-  served from the prefix cache's disk tier, with a time to first token at
-  most 0.3x the cold one;
+  served from the prefix cache's disk tier: the restarted worker loads the
+  cached prefix from disk and prefills only the prompt's last token (its own
+  counters say so; the times to first token are printed, not compared, as
+  a loaded machine can make any wall-clock ratio miss);
 - a request that sets no sampling field and no ``max_tokens`` ("Reply
   briefly with OK.") ends by itself, because the model gets the sampling
   its authors show (temperature 0.2, top_p 0.9) instead of temperature 1.
@@ -21,7 +23,7 @@ import openai
 import pytest
 
 from shared.config import DEFAULT_CONFIG_PATH
-from tests.conftest import ROOT, Server, free_port
+from tests.conftest import ROOT, Server, free_port, settled_stats
 
 pytestmark = pytest.mark.slow
 
@@ -57,8 +59,12 @@ def start(tmp: Path, config: Path, port: int, log_name: str) -> Server:
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     server = Server(f"http://127.0.0.1:{port}", proc, None, log_path)
-    server.wait_listening()
-    server.wait_ready(CHAT, timeout=600)
+    try:
+        server.wait_listening(timeout=120)
+        server.wait_ready(CHAT, timeout=600)
+    except BaseException:
+        server.stop()
+        raise
     return server
 
 
@@ -117,11 +123,18 @@ def test_an_agent_prompt_is_cached_across_a_restart_and_a_bare_request_ends(tmp_
     server = start(tmp_path, config, port, "second.log")
     try:
         client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", timeout=600, max_retries=0)
+        before = settled_stats(server, CHAT)
         warm, warm_usage = first_token(client)
+        after = settled_stats(server, CHAT, until=lambda s: s["requests_finished"] > before["requests_finished"])
         details = warm_usage.prompt_tokens_details
         assert details.cached_tokens >= cold_usage.prompt_tokens - 1, warm_usage
         assert details.model_extra["disk_cached_tokens"] == details.cached_tokens
         print(f"time to first token: cold {cold:.2f}s, after a restart {warm:.2f}s ({warm / cold:.2f}x)")
-        assert warm <= 0.3 * cold, (cold, warm)
+        # what a faster first token stands for, in the restarted worker's own counters: the
+        # prefix came from the disk tier and only the rest of the prompt (one token) was prefilled
+        delta = {key: after[key] - before[key] for key in ("disk_cache_hits", "disk_cached_tokens", "prompt_tokens")}
+        assert delta["disk_cache_hits"] == 1, (before, after)
+        assert delta["disk_cached_tokens"] == details.cached_tokens, (before, after)
+        assert delta["prompt_tokens"] == warm_usage.prompt_tokens - details.cached_tokens <= 1, (before, after)
     finally:
         server.stop()

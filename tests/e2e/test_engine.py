@@ -20,8 +20,8 @@ EOS = 2  # <|im_end|> in the SmolLM2 vocabulary the tiny model shares
 MSG = [{"role": "user", "content": "hi"}]
 
 
-def sdk(server, **kw):
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0, **kw)
+def sdk(server, timeout: float = 300, **kw):
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0, timeout=timeout, **kw)
 
 
 @pytest.fixture(scope="module")

@@ -96,18 +96,18 @@ def test_unknown_model_and_route(tiny_server):
     assert_error(
         post(tiny_server, "/v1/chat/completions", {"model": "nope", "messages": MSG}), 404, code="model_not_found"
     )
-    r = httpx.get(f"{tiny_server.url}/v1/models/nope", headers=tiny_server.headers)
+    r = httpx.get(f"{tiny_server.url}/v1/models/nope", headers=tiny_server.headers, timeout=60)
     assert_error(r, 404, code="model_not_found")
-    assert_error(httpx.get(f"{tiny_server.url}/v1/nothing", headers=tiny_server.headers), 404)
+    assert_error(httpx.get(f"{tiny_server.url}/v1/nothing", headers=tiny_server.headers, timeout=60), 404)
 
 
 def test_auth(tiny_server):
     url = f"{tiny_server.url}/v1/models"
-    assert_error(httpx.get(url), 401)
-    assert_error(httpx.get(url, headers={"Authorization": "Bearer wrong"}), 401)
-    assert_error(httpx.get(url, headers={"x-api-key": API_KEY + "x"}), 401)
-    assert httpx.get(url, headers={"x-api-key": API_KEY}).status_code == 200
-    assert httpx.get(url, headers={"Authorization": f"Bearer {API_KEY}"}).status_code == 200
+    assert_error(httpx.get(url, timeout=60), 401)
+    assert_error(httpx.get(url, headers={"Authorization": "Bearer wrong"}, timeout=60), 401)
+    assert_error(httpx.get(url, headers={"x-api-key": API_KEY + "x"}, timeout=60), 401)
+    assert httpx.get(url, headers={"x-api-key": API_KEY}, timeout=60).status_code == 200
+    assert httpx.get(url, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=60).status_code == 200
     assert_error(
         post(
             tiny_server,
@@ -117,16 +117,16 @@ def test_auth(tiny_server):
         ),
         401,
     )
-    assert httpx.get(f"{tiny_server.url}/health").status_code == 200
+    assert httpx.get(f"{tiny_server.url}/health", timeout=60).status_code == 200
 
 
 def test_sdk_raises_typed_errors(tiny_server):
-    client = openai.OpenAI(base_url=f"{tiny_server.url}/v1", api_key=API_KEY, max_retries=0)
+    client = openai.OpenAI(base_url=f"{tiny_server.url}/v1", api_key=API_KEY, max_retries=0, timeout=300)
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="nope", messages=MSG)
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model=TINY, messages=MSG, temperature=9)
-    bad = openai.OpenAI(base_url=f"{tiny_server.url}/v1", api_key="wrong", max_retries=0)
+    bad = openai.OpenAI(base_url=f"{tiny_server.url}/v1", api_key="wrong", max_retries=0, timeout=300)
     with pytest.raises(openai.AuthenticationError):
         bad.models.list()
     # and the server still serves

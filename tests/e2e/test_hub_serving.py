@@ -208,7 +208,7 @@ def test_ollama_pull_streams_progress_then_serves_and_delete_removes(world, hub,
         catalog_file=str(world.root / "catalog.toml"),
     )
     try:
-        anonymous = ollama.Client(host=server.url)
+        anonymous = ollama.Client(host=server.url, timeout=120)
         with pytest.raises(ollama.ResponseError) as refused:
             list(anonymous.pull("tiny:ollama", stream=True))
         assert refused.value.status_code == 401

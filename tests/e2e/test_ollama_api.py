@@ -388,7 +388,7 @@ def test_client_raises_response_errors(client, server):
     with pytest.raises(ollama.ResponseError) as err:
         list(client.chat(model=TINY, messages=[{"role": "user", "content": "x", "images": ["aGk="]}], stream=True))
     assert err.value.status_code == 400 and "vision" in err.value.error
-    anonymous = ollama.Client(host=server.url)
+    anonymous = ollama.Client(host=server.url, timeout=120)
     with pytest.raises(ollama.ResponseError) as err:
         anonymous.list()
     assert err.value.status_code == 401 and err.value.error

@@ -17,7 +17,7 @@ from tests.conftest import API_KEY, TINY, mean_batch, settled_stats
 
 @pytest.fixture(scope="module")
 def client(tiny_server):
-    return openai.OpenAI(base_url=f"{tiny_server.url}/v1", api_key=API_KEY, max_retries=0)
+    return openai.OpenAI(base_url=f"{tiny_server.url}/v1", api_key=API_KEY, max_retries=0, timeout=300)
 
 
 def chat(client, content="Hello there", **kw):

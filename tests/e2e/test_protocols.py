@@ -56,12 +56,12 @@ def valid_weather(args: dict) -> bool:
 
 @pytest.fixture(scope="module")
 def oai(tiny_server):
-    return openai.OpenAI(base_url=f"{tiny_server.url}/v1", api_key=API_KEY, max_retries=0)
+    return openai.OpenAI(base_url=f"{tiny_server.url}/v1", api_key=API_KEY, max_retries=0, timeout=300)
 
 
 @pytest.fixture(scope="module")
 def claude(tiny_server):
-    return anthropic.Anthropic(base_url=tiny_server.url, api_key=API_KEY, max_retries=0)
+    return anthropic.Anthropic(base_url=tiny_server.url, api_key=API_KEY, max_retries=0, timeout=300)
 
 
 # -- OpenAI chat tool calling -----------------------------------------------------
@@ -240,7 +240,7 @@ def test_anthropic_count_tokens_and_errors(claude):
         claude.messages.create(
             model=TINY, max_tokens=1, messages=[{"role": "user", "content": "x"}], extra_body={"temperature": 3}
         )
-    bad = anthropic.Anthropic(base_url=claude.base_url, api_key="wrong", max_retries=0)
+    bad = anthropic.Anthropic(base_url=claude.base_url, api_key="wrong", max_retries=0, timeout=300)
     with pytest.raises(anthropic.AuthenticationError):
         bad.messages.create(model=TINY, max_tokens=1, messages=[{"role": "user", "content": "x"}])
 
@@ -308,7 +308,7 @@ def thinking_server(tiny_model_dir, tmp_path_factory):
 
 
 def test_reasoning_is_split_out(thinking_server):
-    client = openai.OpenAI(base_url=f"{thinking_server.url}/v1", api_key=API_KEY, max_retries=0)
+    client = openai.OpenAI(base_url=f"{thinking_server.url}/v1", api_key=API_KEY, max_retries=0, timeout=300)
     r = client.chat.completions.create(model=TINY, messages=ASK, max_tokens=12, temperature=0)
     message = r.choices[0].message
     assert message.content in (None, "")
@@ -318,7 +318,7 @@ def test_reasoning_is_split_out(thinking_server):
     assert streamed == message.model_extra["reasoning_content"]
     assert all(not c.choices[0].delta.content for c in chunks if c.choices)
 
-    claude = anthropic.Anthropic(base_url=thinking_server.url, api_key=API_KEY, max_retries=0)
+    claude = anthropic.Anthropic(base_url=thinking_server.url, api_key=API_KEY, max_retries=0, timeout=300)
     with claude.messages.stream(model=TINY, max_tokens=12, messages=ASK) as stream:
         final = stream.get_final_message()
     assert final.content[0].type == "thinking" and final.content[0].thinking
@@ -330,7 +330,7 @@ def test_reasoning_is_split_out(thinking_server):
 def test_thinking_budget_closes_the_reasoning_block(thinking_server):
     """The template opens a reasoning block the tiny model never closes by
     itself; with a budget the worker closes it and an answer follows."""
-    claude = anthropic.Anthropic(base_url=thinking_server.url, api_key=API_KEY, max_retries=0)
+    claude = anthropic.Anthropic(base_url=thinking_server.url, api_key=API_KEY, max_retries=0, timeout=300)
     greedy = {"extra_body": {"temperature": 0}}
     unbounded = claude.messages.create(model=TINY, max_tokens=1100, messages=ASK, **greedy)
     assert [b.type for b in unbounded.content] == ["thinking"]

@@ -15,7 +15,7 @@ QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 @pytest.fixture(scope="module")
 def client(real_server):
-    return openai.OpenAI(base_url=f"{real_server.url}/v1", api_key="unused", max_retries=0)
+    return openai.OpenAI(base_url=f"{real_server.url}/v1", api_key="unused", max_retries=0, timeout=300)
 
 
 def test_paris_non_streaming(client):
@@ -136,7 +136,7 @@ def test_anthropic_prefilled_response_is_continued(real_server):
     text, and the pre-filled words count as input tokens."""
     import anthropic
 
-    client = anthropic.Anthropic(base_url=real_server.url, api_key="unused", max_retries=0)
+    client = anthropic.Anthropic(base_url=real_server.url, api_key="unused", max_retries=0, timeout=300)
     prefill = "The capital of France is"
     turns = [*QUESTION, {"role": "assistant", "content": prefill}]
     greedy = {"extra_body": {"temperature": 0}}
@@ -204,7 +204,7 @@ def test_forced_tool_calls_end_anthropic(real_server):
     import anthropic
     import jsonschema
 
-    client = anthropic.Anthropic(base_url=real_server.url, api_key="unused", max_retries=0)
+    client = anthropic.Anthropic(base_url=real_server.url, api_key="unused", max_retries=0, timeout=300)
     fn = WEATHER_TOOL["function"]
     tool = {"name": fn["name"], "description": fn["description"], "input_schema": fn["parameters"]}
     r = client.messages.create(

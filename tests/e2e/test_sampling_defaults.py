@@ -41,7 +41,7 @@ def server(tiny_model_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(server):
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0)
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0, timeout=300)
 
 
 def text(client, model, **kw) -> str:
@@ -69,7 +69,7 @@ def test_generation_config_top_k_makes_unset_sampling_greedy(client, server):
     greedy = text(client, "greedy", temperature=0)
     assert text(client, "greedy") == greedy
     assert text(client, "greedy", seed=3) == greedy
-    claude = anthropic.Anthropic(base_url=server.url, api_key=API_KEY, max_retries=0)
+    claude = anthropic.Anthropic(base_url=server.url, api_key=API_KEY, max_retries=0, timeout=300)
     m = claude.messages.create(model="greedy", max_tokens=TOKENS, messages=MSG)
     assert m.content[0].text == greedy
     sampled = {text(client, "greedy", seed=s, extra_body={"top_k": -1}) for s in (1, 2, 3)}

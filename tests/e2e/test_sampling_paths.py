@@ -44,7 +44,7 @@ def servers(tiny_model_dir, tmp_path_factory):
 
 
 def clients(servers):
-    return [openai.OpenAI(base_url=f"{s.url}/v1", api_key=API_KEY, max_retries=0) for s in servers]
+    return [openai.OpenAI(base_url=f"{s.url}/v1", api_key=API_KEY, max_retries=0, timeout=300) for s in servers]
 
 
 def mixed_batch(client) -> list:

@@ -212,6 +212,7 @@ def test_refusals_name_the_field(client, server):
         server.url + "/v1/audio/speech",
         headers=server.headers,
         json={"model": TTS, "voice": "af_tiny", "input": "Hi.", "response_format": "ogg"},
+        timeout=60,
     )
     assert r.status_code == 400 and r.json()["error"]["param"] == "response_format"
     with pytest.raises(openai.BadRequestError) as exc:
@@ -228,17 +229,17 @@ def test_voices_models_and_metrics(client, server):
     model's; a chat model has none), ``/v1/models`` gives each model's kind,
     ``/api/show`` its capabilities, and ``/metrics`` counts the audio seconds
     synthesised with the model label."""
-    voices = httpx.get(server.url + "/v1/audio/voices", headers=server.headers).json()
+    voices = httpx.get(server.url + "/v1/audio/voices", headers=server.headers, timeout=60).json()
     assert [(v["id"], v["model"]) for v in voices["data"]] == [("af_tiny", TTS), ("am_tiny", TTS)]
-    one = httpx.get(server.url + "/v1/audio/voices", params={"model": "tts"}, headers=server.headers)
+    one = httpx.get(server.url + "/v1/audio/voices", params={"model": "tts"}, headers=server.headers, timeout=60)
     assert len(one.json()["data"]) == 2
-    chat = httpx.get(server.url + "/v1/audio/voices", params={"model": CHAT}, headers=server.headers)
+    chat = httpx.get(server.url + "/v1/audio/voices", params={"model": CHAT}, headers=server.headers, timeout=60)
     assert chat.status_code == 400 and chat.json()["error"]["param"] == "model"
     kinds = {m.id: m.model_extra["kind"] for m in client.models.list().data}
     assert kinds == {TTS: "speech", CHAT: "generate"}
-    show = httpx.post(server.url + "/api/show", json={"model": TTS}, headers=server.headers).json()
+    show = httpx.post(server.url + "/api/show", json={"model": TTS}, headers=server.headers, timeout=60).json()
     assert show["capabilities"] == ["speech"]
     client.audio.speech.create(model=TTS, voice="af_tiny", input="Hi.", response_format="pcm").read()
-    metrics = httpx.get(server.url + "/metrics", headers=server.headers).text
+    metrics = httpx.get(server.url + "/metrics", headers=server.headers, timeout=60).text
     line = next(x for x in metrics.splitlines() if x.startswith("mlxd:audio_seconds_out_total") and TTS in x)
     assert float(line.split()[-1]) > 0

@@ -42,12 +42,12 @@ def test_raw_stream_starts_with_keepalives(server):
 
 
 def test_sdks_read_streams_through_keepalives(server):
-    oai = openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0)
+    oai = openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0, timeout=300)
     chunks = list(oai.chat.completions.create(model=TINY, messages=LONG, max_tokens=3, stream=True))
     assert chunks[-1].choices[0].finish_reason == "length"
     events = list(oai.responses.create(model=TINY, input=LONG[0]["content"], max_output_tokens=3, stream=True))
     assert events[-1].type == "response.incomplete"
-    claude = anthropic.Anthropic(base_url=server.url, api_key=API_KEY, max_retries=0)
+    claude = anthropic.Anthropic(base_url=server.url, api_key=API_KEY, max_retries=0, timeout=300)
     with claude.messages.stream(model=TINY, max_tokens=3, messages=LONG) as stream:
         final = stream.get_final_message()
     assert final.stop_reason == "max_tokens" and final.usage.output_tokens == 3

@@ -59,6 +59,23 @@ def alive(pid: int) -> bool:
         return False
 
 
+def kill_left(pids) -> None:
+    """SIGKILL whichever of ``pids`` still runs (a test that failed midway
+    must leave no rank behind)."""
+    for pid in pids:
+        if alive(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def sdk(url: str, timeout: float = 300) -> openai.OpenAI:
+    """The openai SDK on the gateway at ``url`` (no retries; an explicit
+    timeout, generous for a loaded machine, instead of the SDK's 10 minutes)."""
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=timeout)
+
+
 def complete(client: openai.OpenAI, model: str, prompt: str, **kwargs) -> str:
     """The streamed text of one completion of ``prompt``."""
     stream = client.completions.create(model=model, prompt=prompt, max_tokens=10, stream=True, **kwargs)
@@ -82,13 +99,15 @@ def tp_server(tiny_model_dir, tmp_path_factory):
         ],
         api_key=None,
     )
-    yield srv
-    srv.stop()
+    try:
+        yield srv
+    finally:
+        srv.stop()
 
 
 @pytest.fixture
 def client(tp_server):
-    return openai.OpenAI(base_url=f"{tp_server.url}/v1", api_key="unused", max_retries=0)
+    return sdk(tp_server.url)
 
 
 def test_greedy_and_seeded_outputs_match_one_process(client):
@@ -130,7 +149,7 @@ def test_cancelled_stream_leaves_the_group_in_step(client, tp_server):
         if i == 2:
             break
     stream.close()
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 120
     while tp_server.worker(TP)["stats"]["requests_aborted"] < 1:
         assert time.monotonic() < deadline, tp_server.worker(TP)["stats"]
         time.sleep(0.2)
@@ -147,14 +166,20 @@ def test_killed_rank_fails_the_stream_and_the_group_restarts(client, tp_server):
     assert sorted(ranks) == [0, 1]
     expected = complete(client, SINGLE, PROMPTS[1], temperature=0)
     stream = client.completions.create(model=TP, prompt=PROMPTS[1], max_tokens=2000, stream=True, temperature=0)
-    with pytest.raises(openai.APIError):
-        for i, _ in enumerate(stream):
-            if i == 1:
-                os.kill(ranks[1], signal.SIGKILL)
-    deadline = time.monotonic() + 20
-    while any(alive(p) for p in (launcher, *ranks.values())):
-        assert time.monotonic() < deadline, "a rank of the broken group is still running"
-        time.sleep(0.2)
+    try:
+        with pytest.raises(openai.APIError):
+            for i, _ in enumerate(stream):
+                if i == 1:
+                    os.kill(ranks[1], signal.SIGKILL)
+        deadline = time.monotonic() + 120
+        while any(alive(p) for p in (launcher, *ranks.values())):
+            assert time.monotonic() < deadline, "a rank of the broken group is still running"
+            time.sleep(0.2)
+    except BaseException:
+        kill_left(ranks.values())  # a failed test leaves no rank of the broken group behind
+        raise
+    finally:
+        stream.close()
     tp_server.wait_ready(TP, timeout=120, after_restarts=restarts + 1)
     assert complete(client, TP, PROMPTS[1], temperature=0) == expected
 
@@ -172,17 +197,23 @@ def test_hung_rank_stops_the_heartbeats_and_the_group_is_replaced(tiny_model_dir
         env={"MLXD_TP_STALL_SECONDS": "5"},
         heartbeat_timeout=10,
     )
-    client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="unused", max_retries=0, timeout=60)
-    hung = rank_pids(srv.worker(TP)["pid"])[1]
+    hung = None
     try:
+        # the request that meets the hung rank ends once the gateway gives up on the group
+        # (heartbeat_timeout): well within this client's timeout
+        client = sdk(srv.url, timeout=120)
+        hung = rank_pids(srv.worker(TP)["pid"])[1]
         os.kill(hung, signal.SIGSTOP)
         with pytest.raises(openai.APIError):
             complete(client, TP, PROMPTS[0], temperature=0)
         srv.wait_ready(TP, timeout=120, after_restarts=1)
         assert complete(client, TP, PROMPTS[0], temperature=0)
     finally:
-        os.kill(hung, signal.SIGKILL)
-        srv.stop()
+        try:
+            if hung is not None:
+                kill_left([hung])
+        finally:
+            srv.stop()
 
 
 @pytest.mark.parametrize("how", ["kill", "stop"])
@@ -190,19 +221,26 @@ def test_no_rank_outlives_the_gateway(tiny_model_dir, tmp_path, how):
     """SIGKILL of the gateway (no cleanup), or its graceful stop (rank 0
     shares the stop with the other ranks): the launcher and every rank exit."""
     srv = start_server(tmp_path, [{"name": TP, "source": str(tiny_model_dir), "tensor_parallel": 2}], api_key=None)
-    launcher = srv.worker(TP)["pid"]
-    ranks = list(rank_pids(launcher).values())
-    assert len(ranks) == 2
-    if how == "kill":
-        srv.proc.kill()
-        srv.proc.wait()
-    else:
-        srv.stop()
-        assert f"rank 1 of model {TP} stopped with rank 0" in srv.log_path.read_text()
-    deadline = time.monotonic() + 15
-    while any(alive(p) for p in (launcher, *ranks)):
-        assert time.monotonic() < deadline, "a rank outlived the gateway"
-        time.sleep(0.2)
+    launcher, ranks = None, []
+    try:
+        launcher = srv.worker(TP)["pid"]
+        ranks = list(rank_pids(launcher).values())
+        assert len(ranks) == 2
+        if how == "kill":
+            srv.proc.kill()
+            srv.proc.wait(timeout=60)
+        else:
+            srv.stop()
+            assert f"rank 1 of model {TP} stopped with rank 0" in srv.log_path.read_text()
+        deadline = time.monotonic() + 60
+        while any(alive(p) for p in (launcher, *ranks)):
+            assert time.monotonic() < deadline, "a rank outlived the gateway"
+            time.sleep(0.2)
+    except BaseException:
+        kill_left([p for p in (launcher, *ranks) if p is not None])  # a failed test leaves no rank behind
+        raise
+    finally:
+        srv.stop()  # a no-op once the gateway is gone (it closes its response record)
 
 
 def test_unshardable_models_fail_with_the_cause(tmp_path):
@@ -231,7 +269,9 @@ def test_unshardable_models_fail_with_the_cause(tmp_path):
                 assert time.monotonic() < deadline, status
                 time.sleep(0.3)
             assert cause in status["last_error"]
-            r = httpx.post(f"{srv.url}/v1/completions", json={"model": name, "prompt": "hi", "max_tokens": 2})
+            r = httpx.post(
+                f"{srv.url}/v1/completions", json={"model": name, "prompt": "hi", "max_tokens": 2}, timeout=120
+            )
             assert r.status_code == 503 and cause in r.json()["error"]["message"]
     finally:
         srv.stop()
@@ -247,7 +287,7 @@ def test_default_model_on_three_ranks_matches_one_process(real_server, tmp_path)
         prompts = ["The capital of France is", "def fib(n):", "Water boils at"]
         expected, got = [], []
         for url, out in ((real_server.url, expected), (srv.url, got)):
-            client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+            client = sdk(url)
             with ThreadPoolExecutor(len(prompts)) as pool:
                 out += pool.map(
                     lambda p, c=client: (

@@ -53,7 +53,7 @@ PER_TURN = 4
 
 @pytest.fixture(scope="module")
 def oai(tiny_server):
-    return openai.OpenAI(base_url=f"{tiny_server.url}/v1", api_key=API_KEY, max_retries=0)
+    return openai.OpenAI(base_url=f"{tiny_server.url}/v1", api_key=API_KEY, max_retries=0, timeout=300)
 
 
 def _calls(message) -> list[tuple[str, dict]]:
@@ -129,7 +129,7 @@ def test_responses_max_tool_calls(oai, limit):
 
 
 def test_anthropic_any_and_tool(tiny_server):
-    client = anthropic.Anthropic(base_url=tiny_server.url, api_key=API_KEY, max_retries=0)
+    client = anthropic.Anthropic(base_url=tiny_server.url, api_key=API_KEY, max_retries=0, timeout=300)
     tools = [{"name": t["function"]["name"], "input_schema": t["function"]["parameters"]} for t in (UNIT, OTHER)]
     common = dict(model=TINY, max_tokens=600, messages=ASK, tools=tools, extra_body={"temperature": 0})
     r = client.messages.create(tool_choice={"type": "any"}, **common)

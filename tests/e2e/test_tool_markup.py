@@ -176,8 +176,8 @@ def check_args(arguments: str | dict) -> None:
 
 @pytest.mark.parametrize("fam", FAMILIES, ids=[f.name for f in FAMILIES])
 def test_family_markup_becomes_openai_and_anthropic_tool_calls(server, fam):
-    oai = openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0)
-    claude = anthropic.Anthropic(base_url=server.url, api_key=API_KEY, max_retries=0)
+    oai = openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0, timeout=300)
+    claude = anthropic.Anthropic(base_url=server.url, api_key=API_KEY, max_retries=0, timeout=300)
     assert oai.models.retrieve(fam.name).id == fam.name
 
     # without tools there is no tool parsing: the text is content

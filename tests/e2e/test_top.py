@@ -41,8 +41,10 @@ def server(tiny_model_dir, tmp_path_factory):
             {"name": BROKEN, "source": str(broken_model(tiny_model_dir, tmp)), "preload": False},
         ],
     )
-    yield srv
-    srv.stop()
+    try:
+        yield srv
+    finally:
+        srv.stop()
 
 
 class Terminal:
@@ -166,7 +168,7 @@ def test_top_waits_for_a_server_that_does_not_answer():
 
 def test_ps_and_status_print_one_table(server):
     done = subprocess.run(
-        mlxd("ps", "--url", server.url, "--api-key", API_KEY), capture_output=True, text=True, cwd=ROOT
+        mlxd("ps", "--url", server.url, "--api-key", API_KEY), capture_output=True, text=True, cwd=ROOT, timeout=120
     )
     assert done.returncode == 0, done.stderr
     assert "ready" in row(done.stdout, TINY) and "MLX MEM" in done.stdout
@@ -177,9 +179,12 @@ def test_ps_and_status_print_one_table(server):
         text=True,
         cwd=ROOT,
         env={**os.environ, "MLXD_API_KEY": ""},
+        timeout=120,
     )
     assert refused.returncode == 1 and "needs an API key" in refused.stderr
     config = server.log_path.parent / "mlxd.toml"  # its key and address come from the config
-    status = subprocess.run(mlxd("status", "--config", str(config)), capture_output=True, text=True, cwd=ROOT)
+    status = subprocess.run(
+        mlxd("status", "--config", str(config)), capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
     assert status.returncode == 0, status.stderr
     assert "healthy: yes" in status.stdout and "ready" in row(status.stdout, TINY)

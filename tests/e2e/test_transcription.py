@@ -216,20 +216,22 @@ def test_wrong_kind_both_ways(client, server, clip):
     error = bad(client, model=CHAT, file=("gm.wav", clip))
     assert error.code == "wrong_model_kind" and "'transcription'" in error.message and "'generate'" in error.message
     response = httpx.post(
-        f"{server.url}/v1/chat/completions", json={"model": TINY, "messages": [{"role": "user", "content": "hi"}]}
+        f"{server.url}/v1/chat/completions",
+        json={"model": TINY, "messages": [{"role": "user", "content": "hi"}]},
+        timeout=60,
     )
     assert response.status_code == 400 and response.json()["error"]["code"] == "wrong_model_kind"
     assert "'transcription'" in response.json()["error"]["message"]
 
 
 def test_not_multipart_is_a_400(server):
-    response = httpx.post(f"{server.url}/v1/audio/transcriptions", json={"model": TINY})
+    response = httpx.post(f"{server.url}/v1/audio/transcriptions", json={"model": TINY}, timeout=60)
     assert response.status_code == 400 and response.json()["error"]["param"] == "file"
 
 
 def test_audio_seconds_metric(client, server, clip):
     client.audio.transcriptions.create(model=REAL, file=("gm.wav", clip))
     wait_for_stats(server, REAL, lambda stats: stats.get("audio_seconds_in", 0) > 2.0)
-    metrics = httpx.get(f"{server.url}/metrics").text
+    metrics = httpx.get(f"{server.url}/metrics", timeout=60).text
     line = next(x for x in metrics.splitlines() if x.startswith("mlxd:audio_seconds_in_total") and REAL in x)
     assert float(line.rsplit(" ", 1)[1]) > 2.0

@@ -65,7 +65,7 @@ def server(tiny_model_dir, tmp_path_factory):
 @pytest.fixture(scope="module")
 def client(server):
     """The openai SDK."""
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0)
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0, timeout=300)
 
 
 def _content(url: str) -> list[dict]:
@@ -319,7 +319,7 @@ def test_remote_video_fetched_when_the_config_allows(tiny_model_dir, tmp_path_fa
         tmp_path_factory.mktemp("video-remote"), [{"name": VLM, "source": str(vlm), **VIDEO_CONFIG}], extra=extra
     )
     try:
-        client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key=API_KEY, max_retries=0)
+        client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key=API_KEY, max_retries=0, timeout=300)
         inline = _chat(client, _data_url(clip)).choices[0].message.content
         assert _chat(client, f"{base}/clip.mp4").choices[0].message.content == inline
         with pytest.raises(openai.BadRequestError) as raised:

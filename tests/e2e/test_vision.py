@@ -73,20 +73,22 @@ def server(tiny_model_dir, tmp_path_factory):
             {"name": TINY, "source": str(tiny_model_dir), "max_batch_size": 4},
         ],
     )
-    yield srv
-    srv.stop()
+    try:
+        yield srv
+    finally:
+        srv.stop()
 
 
 @pytest.fixture(scope="module")
 def client(server):
     """The openai SDK."""
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0)
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0, timeout=300)
 
 
 @pytest.fixture(scope="module")
 def claude(server):
     """The anthropic SDK."""
-    return anthropic.Anthropic(base_url=server.url, api_key=API_KEY, max_retries=0)
+    return anthropic.Anthropic(base_url=server.url, api_key=API_KEY, max_retries=0, timeout=300)
 
 
 def _chat(client, image: bytes, *, model: str = VLM, stream: bool = False, media: str = "image/png"):
@@ -120,9 +122,10 @@ def tower_runs(server, act) -> tuple[object, int, int]:
 
 def test_models_say_which_take_images(server, client):
     """/v1/models and Ollama's show name the vision model."""
-    cards = {card["id"]: card for card in httpx.get(f"{server.url}/v1/models", headers=server.headers).json()["data"]}
+    models = httpx.get(f"{server.url}/v1/models", headers=server.headers, timeout=60).json()["data"]
+    cards = {card["id"]: card for card in models}
     assert cards[VLM]["vision"] is True and cards[TINY]["vision"] is False
-    show = httpx.post(f"{server.url}/api/show", json={"model": VLM}, headers=server.headers).json()
+    show = httpx.post(f"{server.url}/api/show", json={"model": VLM}, headers=server.headers, timeout=60).json()
     assert "vision" in show["capabilities"]
 
 
@@ -238,11 +241,23 @@ LONG = 600
 """Tokens per answer in the batching test: long enough that requests that
 reach the worker a little apart still decode side by side."""
 
+BURSTS = 3
+"""Bursts the batching test sends at most (see its docstring)."""
+
 
 def test_image_and_text_requests_batch(server, client):
     """Four image requests and two text requests sent together all answer
-    as they do alone, and decode in shared steps: in this test's own window,
-    more rows per step than image rows and text rows could reach apart."""
+    as they do alone, and decode in shared steps: in a burst's own window,
+    a step held more rows than the four image requests could fill, so image
+    rows and text rows were decoded together.
+
+    The worker's row high-water mark (``max_batch_seen``, rows, not tokens:
+    a speculative step counts a row once) rising past 4 during the burst is
+    the event. How many requests meet in the engine depends on when each
+    reaches the worker: on a loaded machine a burst may reach it in parts
+    that never overlap (no step can then hold both kinds), so the burst is
+    sent again, up to :data:`BURSTS` times; an engine that never puts image
+    and text rows in one step fails every burst."""
 
     def image_answer(image: bytes, media: str) -> str:
         content = [{"type": "text", "text": "Hi"}, {"type": "image_url", "image_url": {"url": _data_url(image, media)}}]
@@ -254,19 +269,31 @@ def test_image_and_text_requests_batch(server, client):
     pairs = [(RED, "image/png"), (BLUE, "image/jpeg")]
     alone = [image_answer(*pair) for pair in pairs]
     alone_text = text_answer()
-    before = settled_stats(server, VLM)
-    with cf.ThreadPoolExecutor(6) as pool:
-        images = [pool.submit(image_answer, *pair) for pair in pairs * 2]
-        texts = [pool.submit(text_answer) for _ in range(2)]
-        got = [f.result() for f in images]
-        got_text = [f.result() for f in texts]
-    assert got == alone * 2 and got_text == [alone_text] * 2
-    after = settled_stats(server, VLM)
-    assert after["requests_finished"] - before["requests_finished"] == 6
-    assert after["generated_tokens"] - before["generated_tokens"] == 6 * LONG
-    # image rows alone (at most 4 a step) then text rows alone (at most 2)
-    # would take at least 4 * LONG / 4 + 2 * LONG / 2 steps: 3 rows a step
-    assert mean_batch(before, after) > 3.0, (before, after)
+    together = threading.Barrier(6)  # every client thread of a burst is up before any of them sends
+
+    def at_once(ask, *args) -> str:
+        together.wait(timeout=120)
+        return ask(*args)
+
+    seen = []
+    for _ in range(BURSTS):
+        before = settled_stats(server, VLM)
+        with cf.ThreadPoolExecutor(6) as pool:
+            images = [pool.submit(at_once, image_answer, *pair) for pair in pairs * 2]
+            texts = [pool.submit(at_once, text_answer) for _ in range(2)]
+            got = [f.result(timeout=600) for f in images]
+            got_text = [f.result(timeout=600) for f in texts]
+        assert got == alone * 2 and got_text == [alone_text] * 2
+        after = settled_stats(server, VLM)
+        assert after["requests_finished"] - before["requests_finished"] == 6
+        assert after["generated_tokens"] - before["generated_tokens"] == 6 * LONG
+        rows = (before["max_batch_seen"], after["max_batch_seen"])
+        seen.append({"most rows a step, before and after": rows, "tokens a step": round(mean_batch(before, after), 2)})
+        # image rows alone are at most 4 a step (text rows alone at most 2): more is both kinds at once
+        if after["max_batch_seen"] > max(before["max_batch_seen"], 4):
+            break
+    else:
+        pytest.fail(f"no step held image and text rows together in {BURSTS} bursts: {seen}")
 
 
 def _long(client, messages: list[dict]) -> str:
@@ -451,7 +478,7 @@ def test_remote_images_fetched_when_the_config_allows(tiny_model_dir, tmp_path_f
     extra = '[images]\nremote_fetch = true\nallowed_hosts = ["127.0.0.1"]\nallowed_networks = ["127.0.0.0/8"]\n'
     srv = start_server(tmp_path_factory.mktemp("vision-remote"), [{"name": VLM, "source": str(vlm)}], extra=extra)
     try:
-        client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key=API_KEY, max_retries=0)
+        client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key=API_KEY, max_retries=0, timeout=300)
         inline, _ = _chat(client, RED)
         for (path, remote_body, _), (_, inline_body, _) in zip(
             _image_bodies(VLM, url, greedy=True), _image_bodies(VLM, _data_url(RED), greedy=True)

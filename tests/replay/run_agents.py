@@ -73,7 +73,9 @@ def install_clis(prefix: Path) -> Path:
         if shutil.which("npm") is None:
             raise RuntimeError("npm is needed to install the coding-agent CLIs (install Node.js)")
         prefix.mkdir(parents=True, exist_ok=True)
-        done = subprocess.run(["npm", "install", "--prefix", str(prefix), *wanted], capture_output=True, text=True)
+        done = subprocess.run(
+            ["npm", "install", "--prefix", str(prefix), *wanted], capture_output=True, text=True, timeout=1800
+        )
         if done.returncode != 0:
             raise RuntimeError(f"npm install failed:\n{done.stderr[-3000:]}")
     return prefix / "node_modules" / ".bin"

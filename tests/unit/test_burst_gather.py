@@ -43,12 +43,16 @@ def idle_scheduler() -> Scheduler:
     )
 
 
-def feed(scheduler: Scheduler, count: int, clear_after: bool) -> threading.Thread:
+def feed(scheduler: Scheduler, count: int, clear_after: bool, after: threading.Event | None = None) -> threading.Thread:
     """Put ``count`` commands ``GAP`` apart from another thread, the way the
     input thread submits a burst it is still tokenizing; clear
-    ``preparing`` after the last one when ``clear_after``."""
+    ``preparing`` after the last one when ``clear_after``. With ``after``,
+    the first command waits for that event too (e.g. the gather having
+    waited through a gap), however late the gather starts."""
 
     def run() -> None:
+        if after is not None:
+            assert after.wait(60), "the gather never waited"
         for i in range(count):
             time.sleep(GAP)
             scheduler.submit(Abort([f"gone-{i}"]))
@@ -62,20 +66,25 @@ def feed(scheduler: Scheduler, count: int, clear_after: bool) -> threading.Threa
 
 def test_without_the_signal_a_gap_ends_the_burst():
     scheduler = idle_scheduler()
-    feeder = feed(scheduler, 3, clear_after=False)
+    scheduler.inbox = WatchedInbox()
+    # the commands follow the gather's first empty wait (a gap), so none can arrive before it
+    feeder = feed(scheduler, 3, clear_after=False, after=scheduler.inbox.gap)
     assert scheduler._gather_burst()
-    assert scheduler.inbox.qsize() == 0  # nothing arrived within the first gap
-    feeder.join()
-    assert scheduler.inbox.qsize() == 3
+    feeder.join(60)
+    assert not feeder.is_alive(), "the feeder never finished"
+    assert scheduler.inbox.qsize() == 3  # the gather ended at the gap: it took none of them
 
 
 def test_while_requests_are_being_prepared_the_gather_waits_for_them(monkeypatch):
-    monkeypatch.setattr(scheduler_module, "PREPARING_WINDOW", 10 * GAP)
+    # a window far longer than the feed (which the signal, cleared after the last command, ends
+    # first): a slow machine's late feeder thread is still waited for
+    monkeypatch.setattr(scheduler_module, "PREPARING_WINDOW", 300 * GAP)
     scheduler = idle_scheduler()
     scheduler.preparing.set()
     feeder = feed(scheduler, 3, clear_after=True)
     assert scheduler._gather_burst()
-    feeder.join()
+    feeder.join(60)
+    assert not feeder.is_alive(), "the feeder never finished"
     assert scheduler.inbox.qsize() == 0  # all three were taken by the gather
 
 
@@ -165,7 +174,7 @@ def test_the_input_thread_keeps_the_gather_waiting_for_its_burst(monkeypatch):
     gathered = threading.Event()
 
     def idle_engine() -> None:  # what Scheduler.run does for a request reaching an idle engine
-        scheduler._apply_queued(scheduler.inbox.get())
+        scheduler._apply_queued(scheduler.inbox.get(timeout=60))
         scheduler._gather_burst()
         gathered.set()
 
@@ -194,6 +203,7 @@ def test_the_input_thread_keeps_the_gather_waiting_for_its_burst(monkeypatch):
             time.sleep(0.01)
         gateway.send(codec.encode(Shutdown()))
         input_thread.join(30)
+        assert not input_thread.is_alive(), "the input thread did not end on Shutdown"
         assert result == [0]
     finally:
         for release in prompts.release.values():

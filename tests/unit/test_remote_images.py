@@ -255,11 +255,12 @@ def test_slow_server_refused_within_timeout(one, in_head):
     one.routes["/slow.png"] = stall(one) if in_head is None else trickle(one, in_head)
     started = time.monotonic()
     refused(one.url("/slow.png"), rules(fetch_timeout=0.5), "took longer than the server's limit of 0.5 s")
-    assert time.monotonic() - started < 1.5
-    deadline = time.monotonic() + 3
+    # at fetch_timeout, not after the server's 10 s: bounds with room for a loaded machine
+    assert time.monotonic() - started < 4.0
+    deadline = time.monotonic() + 5
     while not one.ended and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert one.ended and one.ended[0] - started < 2.0
+    assert one.ended and one.ended[0] - started < 5.0
 
 
 def test_cancelled_fetch_closes_its_connection(one):
@@ -277,10 +278,11 @@ def test_cancelled_fetch_closes_its_connection(one):
         return time.monotonic()
 
     cancelled = asyncio.run(scenario())
-    deadline = time.monotonic() + 4
+    deadline = time.monotonic() + 8
     while not one.ended and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert one.ended and one.ended[0] - cancelled < 1.0
+    # well before fetch_timeout (5 s), with room for a loaded machine
+    assert one.ended and one.ended[0] - cancelled < 2.5
 
 
 @pytest.mark.parametrize(
@@ -360,7 +362,9 @@ def test_event_loop_serves_others_during_slow_fetch(one):
 
     gaps, fast, slow_still_waiting = asyncio.run(scenario())
     assert fast == BODY and slow_still_waiting
-    assert len(gaps) > 40 and max(gaps) < 0.5  # ~150 ticks of 10 ms when nothing blocks
+    # ~150 ticks of 10 ms when nothing blocks; a blocked loop would miss one tick for the whole
+    # 1.5 s fetch_timeout (bounds with room for a loaded machine, which delays single ticks)
+    assert len(gaps) > 20 and max(gaps) < 1.0, (len(gaps), max(gaps))
 
 
 @pytest.fixture(scope="module")
