@@ -106,7 +106,9 @@ def browser(server):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
     try:
-        driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+        # without the OpenBLAS that `make test` preloads into its Python processes: Chromium's renderer dies with it
+        env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+        driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER, env=env))
     except WebDriverException as exc:
         pytest.skip(f"Chromium did not start: {exc.msg}")
     driver.get(f"{server.url}/dashboard")
