@@ -31,11 +31,22 @@ takes, so a worker's death is seen by its exit (at once), never by its
 silence, and a busy machine never gets a live worker killed."""
 
 
+BROKEN = "broken"
+"""A model of the module gateway whose source does not exist: it cannot be
+loaded (not preloaded: its first load attempt is the unloadable-model
+test's, the last in the file, so the gateway does not keep retrying it
+while the other tests run)."""
+
+
 @pytest.fixture(scope="module")
 def server(tiny_model_dir, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("faults")
     srv = start_server(
-        tmp_path_factory.mktemp("faults"),
-        [{"name": TINY, "source": str(tiny_model_dir), "max_batch_size": 32, "max_queued": 32}],
+        tmp,
+        [
+            {"name": TINY, "source": str(tiny_model_dir), "max_batch_size": 32, "max_queued": 32},
+            {"name": BROKEN, "source": str(tmp / "missing"), "preload": False},
+        ],
         heartbeat_timeout=HEARTBEAT_TIMEOUT,
     )
     yield srv
@@ -92,41 +103,6 @@ def test_anthropic_stream_gets_error_event_when_worker_dies(server):
     wait_for_log(server, f"worker for {TINY} ended (worker exited with code -9)")
     server.wait_ready(TINY, timeout=60, after_restarts=restarts + 1)
     assert_recovered(server, TINY)
-
-
-def test_unloadable_model_fails_fast_and_retries(tiny_model_dir, tmp_path):
-    srv = start_server(
-        tmp_path,
-        [
-            {"name": TINY, "source": str(tiny_model_dir)},
-            {"name": "broken", "source": str(tmp_path / "missing"), "preload": False},
-        ],
-    )
-    try:
-        # fails fast: when its one load attempt fails, far sooner than the worker start timeout (600 s)
-        started = time.monotonic()
-        r = httpx.post(
-            f"{srv.url}/v1/chat/completions",
-            json={"model": "broken", "messages": MSG},
-            headers=srv.headers,
-            timeout=150,
-        )
-        assert r.status_code == 503 and "missing" in r.json()["error"]["message"]
-        assert r.headers["retry-after"]
-        assert time.monotonic() - started < 120
-        started = time.monotonic()
-        again = httpx.post(
-            f"{srv.url}/v1/chat/completions", json={"model": "broken", "messages": MSG}, headers=srv.headers, timeout=60
-        )
-        assert again.status_code == 503  # fails fast while the retry backs off
-        assert time.monotonic() - started < 30
-        deadline = time.monotonic() + 180  # two more load attempts (1 s and 2 s back-off), each a new process
-        while srv.worker("broken")["restarts"] < 2:
-            assert time.monotonic() < deadline, srv.worker("broken")
-            time.sleep(0.5)
-        assert_recovered(srv, TINY)
-    finally:
-        srv.stop()
 
 
 def test_disconnects_at_every_stage_free_the_request(server):
@@ -255,4 +231,32 @@ def test_garbage_on_the_worker_sockets_is_dropped(server):
         push.close()
     finally:
         ctx.destroy(linger=0)  # closes any socket left open (term would wait for it forever)
+    assert_recovered(server, TINY)
+
+
+def test_unloadable_model_fails_fast_and_retries(server):
+    """A model whose load fails gets a 503 naming why, fast (its one load
+    attempt, not the worker start timeout), and again while its retry backs
+    off; the gateway retries it, and the other model keeps serving."""
+    # fails fast: when its one load attempt fails, far sooner than the worker start timeout (600 s)
+    started = time.monotonic()
+    r = httpx.post(
+        f"{server.url}/v1/chat/completions",
+        json={"model": BROKEN, "messages": MSG},
+        headers=server.headers,
+        timeout=150,
+    )
+    assert r.status_code == 503 and "missing" in r.json()["error"]["message"]
+    assert r.headers["retry-after"]
+    assert time.monotonic() - started < 120
+    started = time.monotonic()
+    again = httpx.post(
+        f"{server.url}/v1/chat/completions", json={"model": BROKEN, "messages": MSG}, headers=server.headers, timeout=60
+    )
+    assert again.status_code == 503  # fails fast while the retry backs off
+    assert time.monotonic() - started < 30
+    deadline = time.monotonic() + 180  # two more load attempts (1 s and 2 s back-off), each a new process
+    while server.worker(BROKEN)["restarts"] < 2:
+        assert time.monotonic() < deadline, server.worker(BROKEN)
+        time.sleep(0.5)
     assert_recovered(server, TINY)
