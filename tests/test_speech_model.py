@@ -10,10 +10,13 @@ Needs the ``speech`` extra (mlx-audio, soundfile, misaki, espeakng-loader).
 
 from __future__ import annotations
 
+import fcntl
 import io
+import os
 import shutil
 import subprocess
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -33,9 +36,27 @@ from worker.speech.text import Phonemizer, SpeechTextError, split_phonemes  # no
 RATE = 24000
 
 
+def tiny_kokoro_dir(tmp_path_factory) -> Path:
+    """The tiny Kokoro of this test session, built once (~2 CPU seconds and
+    ~210 MB of weights, mostly the decoder's fixed 1024-channel
+    convolutions) and shared by every module that asks: under the session's
+    base temporary directory, which xdist workers share (each has its own
+    ``popen-gwN`` under it), behind a lock so one process builds while the
+    others wait for it."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    with open(base / "tiny-kokoro.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return build_tiny_kokoro(base / "tiny-kokoro")
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 @pytest.fixture(scope="module")
 def kokoro_dir(tmp_path_factory):
-    return build_tiny_kokoro(tmp_path_factory.mktemp("tiny-kokoro") / "model")
+    return tiny_kokoro_dir(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -45,22 +66,45 @@ def ours(kokoro_dir):
     return load_speech_model(str(kokoro_dir))
 
 
+_PIPELINES: dict[Path, object] = {}
+"""mlx-audio's ``KokoroPipeline`` per model directory, loaded once per process."""
+
+_LIBRARY_AUDIO: dict[tuple[Path, str, str, float], np.ndarray] = {}
+"""The library's samples per (model directory, phonemes, voice, speed):
+each chunk is synthesised once per process, whichever test compares it."""
+
+
 def library_audio(kokoro_dir, phonemes: list[str], voice: str, speed: float = 1.0) -> list[np.ndarray]:
     """mlx-audio's own pipeline on ``phonemes`` (one result per chunk),
-    seeded as mlxd seeds each chunk. Its English G2P (misaki.en, spaCy) is
-    not installed, so the pipeline is built for an espeak language; its G2P
-    is unused since it gets phonemes."""
+    seeded as mlxd seeds each chunk; ``voice`` is a pack's path, or paths
+    joined by commas for a blend (the pipeline's ``load_voice`` means them).
+    Its English G2P (misaki.en, spaCy) is not installed, so the pipeline is
+    built for an espeak language; its G2P is unused since it gets phonemes.
+    The model is loaded by the library's own loader, apart from mlxd's, and
+    results are cached (read-only arrays): the pipeline is deterministic
+    for a given chunk, voice and speed."""
     import mlx.core as mx
     from mlx_audio.tts.models.kokoro.pipeline import KokoroPipeline
     from mlx_audio.tts.utils import load_model
 
-    model = load_model(kokoro_dir)
-    pipeline = KokoroPipeline(lang_code="e", model=model, repo_id="offline/tiny-kokoro", model_path=str(kokoro_dir))
+    directory = Path(kokoro_dir)
+    pipeline = _PIPELINES.get(directory)
+    if pipeline is None:
+        model = load_model(directory)
+        pipeline = _PIPELINES[directory] = KokoroPipeline(
+            lang_code="e", model=model, repo_id="offline/tiny-kokoro", model_path=str(directory)
+        )
     out = []
     for ps in phonemes:
-        mx.random.seed(SYNTHESIS_SEED)
-        (result,) = list(pipeline.generate_from_tokens(ps, voice=voice, speed=speed))
-        out.append(np.asarray(result.audio, dtype=np.float32).reshape(-1))
+        key = (directory, ps, voice, float(speed))
+        audio = _LIBRARY_AUDIO.get(key)
+        if audio is None:
+            mx.random.seed(SYNTHESIS_SEED)
+            (result,) = list(pipeline.generate_from_tokens(ps, voice=voice, speed=speed))
+            audio = np.asarray(result.audio, dtype=np.float32).reshape(-1).copy()
+            audio.flags.writeable = False
+            _LIBRARY_AUDIO[key] = audio
+        out.append(audio)
     return out
 
 
@@ -121,32 +165,38 @@ def test_scheduler_interleaves_requests_and_matches_the_library(ours, kokoro_dir
 
 
 def test_scheduler_abort_ends_a_request_once(ours):
-    """An aborted request gets one ``abort`` output and nothing after it."""
+    """An aborted request gets one ``abort`` output and nothing after it:
+    the abort, queued from the output side as the first chunk's audio comes
+    out, ends the request before its next chunk."""
     from worker.speech.scheduler import SpeechJob, SpeechScheduler
 
     sent: list = []
-    first = threading.Event()
+    ended = threading.Event()
 
     def emit(item):
         message = item.build() if isinstance(item, Deferred) else item
-        if message is not None:
-            sent.extend(message.outputs)
-            first.set()
+        if message is None:
+            return
+        sent.extend(message.outputs)
+        if len(sent) == 1:  # the first chunk's audio is out: the client leaves, queued before the next turn
+            scheduler.submit(Abort(["a"]))
+        if any(o.finish_reason for o in message.outputs):
+            ended.set()
 
     scheduler = SpeechScheduler(ours, emit)
-    chunks = Phonemizer(ours.max_phonemes).chunks("Hi. Hi. Hi. Hi.", "af_tiny")
+    chunks = Phonemizer(ours.max_phonemes).chunks("Hi. Hi. Hi.", "af_tiny")
+    assert len(chunks) == 3
     scheduler.submit(SpeechJob("a", chunks, "af_tiny", 1.0, "mp3", True))
     thread = threading.Thread(target=scheduler.run, daemon=True)
     thread.start()
     try:
-        assert first.wait(120), "no output within 120 s"
-        scheduler.submit(Abort(["a"]))
+        assert ended.wait(120), f"no terminal output within 120 s: {sent}"
     finally:  # stopped on every path, so no scheduler thread outlives the test
         scheduler.submit(Stop())
         thread.join(60)
     assert not thread.is_alive(), "the scheduler thread did not stop"
-    ends = [o.finish_reason for o in sent if o.finish_reason]
-    assert ends == ["abort"] and sent[-1].finish_reason == "abort"
+    assert [o.finish_reason for o in sent] == [None, "abort"], [(o.finish_reason, len(o.audio)) for o in sent]
+    assert scheduler.counters.requests_aborted == 1 and scheduler.counters.steps == 1
 
 
 def tone(seconds: float, rate: int = RATE) -> np.ndarray:
