@@ -121,8 +121,8 @@ def test_decode_audio_formats_and_refusals(tmp_path: Path) -> None:
 
 def test_one_request_equals_the_library(tiny, clips) -> None:
     """A two-window file alone: the library's language, text, segments and
-    words (greedy, no fallback: the tiny model's random decodes would
-    otherwise be sampled)."""
+    words (greedy, no fallback: a window of the random model that looked
+    failed would otherwise be sampled)."""
     job = TranscribeJob("a", clips["long"], words=True, fallback=False)
     outputs, _, _ = run(tiny, [job])
     reference = library(tiny, clips["long"], temperature=0.0, word_timestamps=True)

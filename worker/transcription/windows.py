@@ -123,7 +123,7 @@ class Transcription:
         start = self.seek
         new, single_ending = self._cut(result, tokenizer, size)
         if self.words:
-            self._add_words(new, window, model, tokenizer, size, start, single_ending)
+            self._add_words(new, window, _Encoded(model, result.audio_features), tokenizer, size, start, single_ending)
         for segment in new:
             if segment["start"] == segment["end"] or not segment["text"].strip():
                 segment["text"], segment["tokens"], segment["words"] = "", [], []
@@ -225,6 +225,25 @@ class Transcription:
             self.seek = round(last_end * FRAMES_PER_SECOND)
         if last_end is not None:
             self.last_speech_timestamp = last_end
+
+
+class _Encoded:
+    """``model`` with one window already encoded (the decode's
+    ``audio_features``): the word alignment's forward pass reuses them
+    instead of running the encoder on the window again (the encoder is
+    most of a window's time; the library's own loop encodes twice)."""
+
+    def __init__(self, model: Any, features: Any) -> None:
+        self._model = model
+        self._features = features
+
+    def forward_with_cross_qk(self, mel: Any, tokens: Any) -> tuple[Any, Any]:
+        """The library's ``forward_with_cross_qk`` on the kept features (``mel`` unused)."""
+        logits, _, cross_qk = self._model.decoder(tokens, self._features[None])
+        return logits, cross_qk
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
 
 
 def _last_end(segments: list[dict]) -> float | None:
