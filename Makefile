@@ -77,17 +77,23 @@ run: model
 # On Linux the test processes preload the system OpenBLAS as the workers do (worker_environment in
 # gateway/workers/process.py): the in-process tests run MLX too, and MLX's own reference BLAS takes
 # about twice the CPU time there (a tiny Kokoro's synthesis: 12.5 s against 6.1 s).
+# Each of those processes, and each worker the tests start, runs one OpenBLAS thread: two test
+# processes and their servers' workers already share the cores, and OpenBLAS's own threads, which
+# spin while they wait, only add to that (the whole run: 17.0 minutes against 19.7; docs/testing.md).
 TEST_JOBS ?= 2
+TEST_BLAS_THREADS ?= 1
 TEST_LIMIT ?= 3600
 BLAS_PRELOAD := $(shell [ "$$(uname)" = Linux ] && ldconfig -p 2>/dev/null | awk '/libopenblas\.so\.0 /{print $$NF; exit}')
 test: model
-	LD_PRELOAD="$(strip $(LD_PRELOAD) $(BLAS_PRELOAD))" $(PY) -m tests.run_limit --limit $(TEST_LIMIT) -- \
+	OPENBLAS_NUM_THREADS=$(TEST_BLAS_THREADS) LD_PRELOAD="$(strip $(LD_PRELOAD) $(BLAS_PRELOAD))" \
+	  $(PY) -m tests.run_limit --limit $(TEST_LIMIT) -- \
 	  $(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile --durations=30 tests
 
 # The fast loop while changing code: the unit and in-process tests, without the ones marked slow
 # (a real model, or minutes of CPU) and without the end-to-end ones (tests/e2e, tests/reliability)
 check: model
-	LD_PRELOAD="$(strip $(LD_PRELOAD) $(BLAS_PRELOAD))" $(PY) -m tests.run_limit --limit 900 -- \
+	OPENBLAS_NUM_THREADS=$(TEST_BLAS_THREADS) LD_PRELOAD="$(strip $(LD_PRELOAD) $(BLAS_PRELOAD))" \
+	  $(PY) -m tests.run_limit --limit 900 -- \
 	  $(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile --durations=10 -m "not slow" \
 	  --ignore=tests/e2e --ignore=tests/reliability tests
 
