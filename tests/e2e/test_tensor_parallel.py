@@ -4,17 +4,20 @@ Real gateways start real groups with ``mlx.launch`` (ring backend, every
 rank on 127.0.0.1). The tiny random-weight llama (4 heads, 2 KV heads)
 runs on 2 ranks next to the same weights in one process: greedy and seeded
 outputs must be identical, with several concurrent streams, cancellation
-in between, and after a rank was killed and the group restarted. Families
-mlx-lm cannot shard, and sizes that do not divide, fail to load with a
-message naming the cause.
+in between, and after a rank was killed and the group restarted. A hung
+rank gets its group replaced; no rank outlives its gateway. Families mlx-lm
+cannot shard, and sizes that do not divide, fail to load with a message
+naming the cause.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import select
 import signal
 import time
+import types
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -25,10 +28,26 @@ import pytest
 from shared.config import DEFAULT_MODEL_SOURCE
 from tests.conftest import REAL, start_server
 from tests.tiny_model import build_tiny_model
+from worker.loading.loader import resolve_source
+from worker.tensor_parallel.launch import quiet_stdin_polls
 
 TP = "tiny-tp"
 SINGLE = "tiny-one"
 PROMPTS = ["The quick brown fox", "Once upon a time", "def add(a, b):", "Paris is the capital of"]
+
+STALL_SECONDS = 2.0
+"""``MLXD_TP_STALL_SECONDS`` of the hung-rank test: rank 0 stops
+heartbeating once one plan exchange has waited this long. The longest
+exchange of a healthy group was 0.9 s (2 cores, load average 8, streams
+running); a longer one only pauses the heartbeats, so a healthy group is
+replaced only by an exchange of :data:`STALL_SECONDS` +
+:data:`HEARTBEAT_TIMEOUT` (10 s, 11x that)."""
+
+HEARTBEAT_TIMEOUT = 8.0
+"""The hung-rank test's heartbeat timeout: heartbeats are sent every 0.5 s;
+the longest gap the gateway saw from a healthy group's rank 0 was 1.0 s (2
+cores, load average 8, streams running): 8 s holds with that machine 4x
+slower again. A hung rank is found within about 10 s."""
 
 
 def children(pid: int) -> list[int]:
@@ -57,6 +76,15 @@ def alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
     except OSError:
         return False
+
+
+def wait_exited(pids, what: str, timeout: float = 60) -> None:
+    """Wait until none of ``pids`` runs any more; fail with ``what`` after
+    ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while any(alive(p) for p in pids):
+        assert time.monotonic() < deadline, what
+        time.sleep(0.2)
 
 
 def kill_left(pids) -> None:
@@ -144,13 +172,15 @@ def test_each_rank_holds_only_its_shard(tp_server):
 def test_cancelled_stream_leaves_the_group_in_step(client, tp_server):
     """A stream closed mid-way is aborted on every rank; the next requests
     (reusing the prefix cache) still match the single process."""
-    stream = client.completions.create(model=TP, prompt=PROMPTS[0], max_tokens=200, stream=True, temperature=0)
+    aborted = tp_server.worker(TP)["stats"]["requests_aborted"]
+    # far more tokens than the group makes before the close reaches it (200 took it about a second)
+    stream = client.completions.create(model=TP, prompt=PROMPTS[0], max_tokens=2000, stream=True, temperature=0)
     for i, _ in enumerate(stream):
         if i == 2:
             break
     stream.close()
     deadline = time.monotonic() + 120
-    while tp_server.worker(TP)["stats"]["requests_aborted"] < 1:
+    while tp_server.worker(TP)["stats"]["requests_aborted"] <= aborted:
         assert time.monotonic() < deadline, tp_server.worker(TP)["stats"]
         time.sleep(0.2)
     assert complete_all(client, TP, temperature=0) == complete_all(client, SINGLE, temperature=0)
@@ -171,10 +201,7 @@ def test_killed_rank_fails_the_stream_and_the_group_restarts(client, tp_server):
             for i, _ in enumerate(stream):
                 if i == 1:
                     os.kill(ranks[1], signal.SIGKILL)
-        deadline = time.monotonic() + 120
-        while any(alive(p) for p in (launcher, *ranks.values())):
-            assert time.monotonic() < deadline, "a rank of the broken group is still running"
-            time.sleep(0.2)
+        wait_exited((launcher, *ranks.values()), "a rank of the broken group is still running", timeout=120)
     except BaseException:
         kill_left(ranks.values())  # a failed test leaves no rank of the broken group behind
         raise
@@ -187,55 +214,64 @@ def test_killed_rank_fails_the_stream_and_the_group_restarts(client, tp_server):
 def test_hung_rank_stops_the_heartbeats_and_the_group_is_replaced(tiny_model_dir, tmp_path):
     """A rank that hangs (SIGSTOP) leaves rank 0 waiting in a plan exchange:
     rank 0 stops heartbeating, the gateway kills the group (the request
-    ends with an error) and starts a new one that serves."""
+    ends with an error, the launcher and rank 0 exit) and starts a new one
+    that serves. The gateway's graceful stop then ends the new group: rank
+    0 shares the stop with rank 1, and the launcher and every rank exit."""
     srv = start_server(
         tmp_path,
         [{"name": TP, "source": str(tiny_model_dir), "tensor_parallel": 2}],
         api_key=None,
-        # short enough for a quick test, long enough that a healthy group on a
-        # loaded machine is not taken for a hung one
-        env={"MLXD_TP_STALL_SECONDS": "5"},
-        heartbeat_timeout=10,
+        env={"MLXD_TP_STALL_SECONDS": str(STALL_SECONDS)},
+        heartbeat_timeout=HEARTBEAT_TIMEOUT,
     )
-    hung = None
+    hung, pids = None, []
+    pool = ThreadPoolExecutor(1)
     try:
-        # the request that meets the hung rank ends once the gateway gives up on the group
-        # (heartbeat_timeout): well within this client's timeout
         client = sdk(srv.url, timeout=120)
-        hung = rank_pids(srv.worker(TP)["pid"])[1]
+        launcher = srv.worker(TP)["pid"]
+        ranks = rank_pids(launcher)
+        pids = [launcher, *ranks.values()]
+        hung = ranks[1]
         os.kill(hung, signal.SIGSTOP)
+        # the request that meets the hung rank ends once the gateway gives up on the group (about
+        # 10 s); a deadline of its own, as the stream's keep-alive comments would outlast any read timeout
+        doomed = pool.submit(complete, client, TP, PROMPTS[0], temperature=0)
         with pytest.raises(openai.APIError):
-            complete(client, TP, PROMPTS[0], temperature=0)
+            doomed.result(timeout=120)
         srv.wait_ready(TP, timeout=120, after_restarts=1)
+        wait_exited((launcher, ranks[0]), "the launcher or rank 0 of the hung group is still running")
         assert complete(client, TP, PROMPTS[0], temperature=0)
+        launcher = srv.worker(TP)["pid"]
+        ranks = rank_pids(launcher)
+        assert sorted(ranks) == [0, 1]
+        pids += [launcher, *ranks.values()]
+        srv.stop()
+        assert f"rank 1 of model {TP} stopped with rank 0" in srv.log_path.read_text()  # the hung rank 1 logs nothing
+        wait_exited((launcher, *ranks.values()), "a rank outlived the stopped gateway")
+    except BaseException:
+        kill_left(pids)  # a failed test leaves no rank behind
+        raise
     finally:
         try:
             if hung is not None:
                 kill_left([hung])
         finally:
-            srv.stop()
+            srv.stop()  # ends a request still waiting on the hung group
+            pool.shutdown(wait=False)
 
 
-@pytest.mark.parametrize("how", ["kill", "stop"])
-def test_no_rank_outlives_the_gateway(tiny_model_dir, tmp_path, how):
-    """SIGKILL of the gateway (no cleanup), or its graceful stop (rank 0
-    shares the stop with the other ranks): the launcher and every rank exit."""
+def test_no_rank_outlives_a_killed_gateway(tiny_model_dir, tmp_path):
+    """SIGKILL of the gateway (no cleanup): the launcher and every rank
+    exit. (The graceful stop: see the hung-rank test.)"""
     srv = start_server(tmp_path, [{"name": TP, "source": str(tiny_model_dir), "tensor_parallel": 2}], api_key=None)
     launcher, ranks = None, []
     try:
         launcher = srv.worker(TP)["pid"]
         ranks = list(rank_pids(launcher).values())
         assert len(ranks) == 2
-        if how == "kill":
-            srv.proc.kill()
-            srv.proc.wait(timeout=60)
-        else:
-            srv.stop()
-            assert f"rank 1 of model {TP} stopped with rank 0" in srv.log_path.read_text()
-        deadline = time.monotonic() + 60
-        while any(alive(p) for p in (launcher, *ranks)):
-            assert time.monotonic() < deadline, "a rank outlived the gateway"
-            time.sleep(0.2)
+        srv.proc.kill()
+        srv.proc.wait(timeout=60)
+        wait_exited((launcher, *ranks), "a rank outlived the gateway")
     except BaseException:
         kill_left([p for p in (launcher, *ranks) if p is not None])  # a failed test leaves no rank behind
         raise
@@ -247,22 +283,25 @@ def test_unshardable_models_fail_with_the_cause(tmp_path):
     """A family without ``Model.shard`` (gemma3_text) and a head count
     that does not divide over the ranks (the default model on 2 ranks): the
     model fails to load, requests get a 503 naming the model type or the
-    size."""
+    size. The size is read from the model directory's ``config.json``
+    before any rank starts: no rank of that group ever runs (nor loads the
+    weights)."""
     gemma = build_tiny_model(tmp_path / "gemma", family="gemma3_text")
     srv = start_server(
         tmp_path,
         [
             {"name": "gemma-tp", "source": str(gemma), "tensor_parallel": 2},
-            # SmolLM2-135M has 9 attention heads and 3 KV heads: 3 ranks, not 2
-            {"name": "smollm2-tp", "source": DEFAULT_MODEL_SOURCE, "tensor_parallel": 2},
+            # SmolLM2-135M has 9 attention heads and 3 KV heads: 3 ranks, not 2 (its converted
+            # mlx-lm directory, whose config.json the launcher reads; a GGUF file is the ranks' to read)
+            {"name": "smollm2-tp", "source": str(resolve_source(DEFAULT_MODEL_SOURCE)), "tensor_parallel": 2},
         ],
         api_key=None,
         wait=False,
     )
     try:
         for name, cause in (
-            ("gemma-tp", "cannot shard model type 'gemma3_text'"),
             ("smollm2-tp", "num_attention_heads = 9"),
+            ("gemma-tp", "cannot shard model type 'gemma3_text'"),
         ):
             deadline = time.monotonic() + 120
             while (status := srv.worker(name))["state"] != "failed":
@@ -273,8 +312,31 @@ def test_unshardable_models_fail_with_the_cause(tmp_path):
                 f"{srv.url}/v1/completions", json={"model": name, "prompt": "hi", "max_tokens": 2}, timeout=120
             )
             assert r.status_code == 503 and cause in r.json()["error"]["message"]
+        assert "[worker:smollm2-tp-" not in srv.log_path.read_text()  # no rank of it logged a line
     finally:
         srv.stop()
+
+
+def test_the_launcher_does_not_spin_on_its_ranks_stdin():
+    """``mlx.launch`` waits for each rank's output with ``select``, also
+    polling the rank's stdin pipe for writability (always true: a busy
+    loop, about a core per group). The launcher gives it a ``select``
+    without the write set: the installed ``mlx.launch`` still calls
+    ``select`` by that name, and the replacement never reports a writable
+    pipe but does report a readable one."""
+    import mlx._distributed_utils.launch as mlx_launch
+
+    assert mlx_launch.select is select.select  # what quiet_stdin_polls replaces
+    module = types.SimpleNamespace(select=select.select)
+    quiet_stdin_polls(module)
+    read_end, write_end = os.pipe()
+    try:
+        assert module.select([read_end], [write_end], [], 0) == ([], [], [])
+        os.write(write_end, b"x")
+        assert module.select([read_end], [write_end], [], 0) == ([read_end], [], [])
+    finally:
+        os.close(read_end)
+        os.close(write_end)
 
 
 @pytest.mark.slow

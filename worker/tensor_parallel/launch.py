@@ -15,15 +15,30 @@ gateway's socket directory alone. ``mlx.launch`` stops every rank when one exits
 an error, then returns; this process then exits, and the gateway sees a
 dead worker and restarts it. Remote ranks are started over ``ssh`` by
 ``mlx.launch`` and end when their ssh session or the group breaks.
+
+While the group runs this process sleeps: ``mlx.launch``'s wait for its
+ranks' output would otherwise spin (:func:`quiet_stdin_polls`).
+
+Before starting any rank, this process reads the model's ``config.json``
+when the source names a local model directory or a downloaded Hugging Face
+repo (:func:`model_directory`): a sharded size that does not divide over the
+ranks (:func:`size_problem`) is reported to the gateway as a worker's failed
+load is (:func:`report_failure`), and no rank starts, so no host loads the
+weights just to find it out. Everything else (a family without
+``Model.shard``, a GGUF source) is found by the ranks as they load.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
+import select
 import socket
 import sys
+from pathlib import Path
+from typing import Any, Mapping
 
 from shared.config import ModelConfig, decode_model_config
 from shared.sockets import Endpoints
@@ -35,6 +50,12 @@ BACKEND_ENV = "MLXD_TP_BACKEND"
 WAKE_ENV = "MLXD_TP_WAKE"
 """The environment variable holding the group's wake-up endpoint
 (``tcp://rank0-address:port``, see :func:`shared.sockets.open_wake_link`)."""
+
+SHARDED_SIZES = ("num_attention_heads", "num_key_value_heads", "intermediate_size", "hidden_size")
+"""Model arguments that mlx-lm's ``shard`` splits evenly over the ranks."""
+
+FAILURE_LINGER_SECONDS = 5.0
+"""Longest :func:`report_failure` waits for its messages to reach the gateway."""
 
 FREE_PORT_RANGE = (40000, 60000)
 """Where free loopback ports are looked for (``tensor_parallel_port = 0``):
@@ -118,9 +139,89 @@ def launch_arguments(model: ModelConfig, worker_args: list[str], python: str = s
     ]
 
 
+def model_directory(source: str) -> Path | None:
+    """The local mlx-lm directory that ``source`` names, found without
+    converting or downloading anything: an existing directory with a
+    ``config.json``, or the local snapshot of a Hugging Face repo id
+    (``org/name[@revision]``, see :func:`shared.hub_snapshots.local_snapshot`)
+    that has one. None for anything else (a GGUF file, a ``package:``
+    source, a source that does not resolve); the ranks resolve those."""
+    text = source.strip()
+    if not text or text.startswith("package:"):
+        return None
+    path = Path(text).expanduser()
+    if not path.exists():
+        from shared.hub_snapshots import local_snapshot
+
+        repo_id, _, revision = text.partition("@")
+        try:
+            path = local_snapshot(repo_id, revision or "main")
+        except Exception:  # not a repo id, not in the cache, not servable: the ranks say why
+            return None
+    return path if (path / "config.json").is_file() else None
+
+
+def size_mismatch(sizes: Mapping[str, Any], ranks: int, name: str, model_type: str) -> str | None:
+    """The first of :data:`SHARDED_SIZES` that ``sizes`` (the model's
+    arguments, or its ``config.json``) holds as an integer that does not
+    divide over ``ranks``, as one line naming model ``name``, its
+    ``model_type``, the size and ``ranks``; None when they all divide
+    (other keys and values are ignored)."""
+    for key in SHARDED_SIZES:
+        value = sizes.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value % ranks:
+            return f"model {name!r} ({model_type}): {key} = {value} does not divide over tensor_parallel = {ranks}"
+    return None
+
+
+def size_problem(model: ModelConfig) -> str | None:
+    """Why ``model`` cannot be sharded over its ``tensor_parallel`` ranks,
+    as far as its ``config.json`` tells before any rank starts: a sharded
+    size that does not divide (:func:`size_mismatch`), worded as a rank
+    reports it when it finds it while loading
+    (:func:`worker.tensor_parallel.lockstep.shard_model`). None when the
+    sizes divide or the config cannot be read here (see
+    :func:`model_directory`)."""
+    directory = model_directory(model.source)
+    if directory is None:
+        return None
+    try:
+        values = json.loads((directory / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(values, dict):
+        return None
+    problem = size_mismatch(values, model.tensor_parallel, model.name, str(values.get("model_type", "unknown")))
+    return None if problem is None else f"TensorParallelError: {problem}"
+
+
+def report_failure(worker_id: str, model: str, endpoints: Endpoints, message: str) -> None:
+    """Tell the gateway that the model failed to load, as a worker would:
+    ``Hello`` then ``Failed`` with ``message`` on the incarnation's output
+    socket (the gateway marks the model failed with that message). Waits at
+    most :data:`FAILURE_LINGER_SECONDS` for delivery."""
+    import zmq
+
+    from shared.codec import worker_codec
+    from shared.protocol import PROTOCOL_VERSION, Failed, Hello
+    from shared.sockets import open_worker_link
+
+    ctx = zmq.Context()
+    send, receive = open_worker_link(ctx, endpoints, "worker")
+    codec = worker_codec()
+    try:
+        send.send(codec.encode(Hello(worker_id=worker_id, pid=os.getpid(), model=model, protocol=PROTOCOL_VERSION)))
+        send.send(codec.encode(Failed(worker_id=worker_id, message=message)))
+    finally:
+        receive.close(0)
+        send.close(linger=int(FAILURE_LINGER_SECONDS * 1000))
+        ctx.term()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the group until ``mlx.launch`` returns; the exit code is 0 (the
-    gateway treats any exit it did not ask for as a dead worker)."""
+    gateway treats any exit it did not ask for as a dead worker), or 1 when
+    the model was refused before any rank started (:func:`size_problem`)."""
     parser = argparse.ArgumentParser(prog="python -m worker.tensor_parallel.launch")
     parser.add_argument("--parent-pid", type=int, required=True)
     parser.add_argument("worker_args", nargs=argparse.REMAINDER)
@@ -128,19 +229,43 @@ def main(argv: list[str] | None = None) -> int:
     worker_args = args.worker_args[1:] if args.worker_args[:1] == ["--"] else args.worker_args
     config = decode_model_config(worker_args[worker_args.index("--model-config") + 1])
     option = worker_args.index
-    watch_parent(
-        args.parent_pid,
-        Endpoints(requests=worker_args[option("--requests") + 1], outputs=worker_args[option("--outputs") + 1]),
-    )
+    endpoints = Endpoints(requests=worker_args[option("--requests") + 1], outputs=worker_args[option("--outputs") + 1])
+    watch_parent(args.parent_pid, endpoints)
+    problem = size_problem(config)
+    if problem is not None:
+        report_failure(worker_args[option("--worker-id") + 1], config.name, endpoints, problem)
+        return 1
     # mlx.launch forwards its stdin to the ranks and polls it: give it a pipe
     # that stays open and silent (end of file would make it spin)
     read_end, _write_end = os.pipe()
     os.dup2(read_end, 0)
-    from mlx._distributed_utils.launch import main as mlx_launch
+    import mlx._distributed_utils.launch as mlx_launch
 
+    quiet_stdin_polls(mlx_launch)
     sys.argv = ["mlx.launch", *launch_arguments(config, worker_args)]
-    mlx_launch()
+    mlx_launch.main()
     return 0
+
+
+def quiet_stdin_polls(module: Any) -> None:
+    """Stop ``mlx.launch`` (``module``) from busy-waiting on its ranks'
+    stdin pipes. Its thread for each rank waits in ``select`` for the
+    rank's output or for the rank's stdin to be writable, to forward this
+    process's stdin; an empty pipe is always writable, so each of those
+    threads spins (about one core per group, for the group's whole life).
+    This process's stdin is a silent pipe (:func:`main`): there is never
+    anything to forward, so ``select`` is given no write set and the
+    threads sleep until a rank writes, exits, or a second passes. A
+    ``module`` that does not call :func:`select.select` by that name is
+    left alone."""
+    if getattr(module, "select", None) is not select.select:
+        return
+
+    def select_readable(rlist: list, wlist: list, xlist: list, timeout: float | None = None) -> tuple:
+        readable, _, exceptional = select.select(rlist, [], xlist, timeout)
+        return readable, [], exceptional
+
+    module.select = select_readable
 
 
 if __name__ == "__main__":

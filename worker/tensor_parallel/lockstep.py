@@ -42,6 +42,7 @@ from worker.engine.step_plan import (
     encode_plan,
 )
 from worker.messages import Abort, Admission, ClearPrefixCache, Release, Stop
+from worker.tensor_parallel.launch import BACKEND_ENV, SHARDED_SIZES, WAKE_ENV, size_mismatch
 
 STALL_SECONDS = float(os.environ.get("MLXD_TP_STALL_SECONDS", "30"))
 """Longest rank 0 may wait in one plan exchange before its group counts as
@@ -52,9 +53,6 @@ replaces the group."""
 
 WAKE_TIMEOUT = 120.0
 """Seconds rank 0 waits for every other rank to connect its wake-up link."""
-
-SHARDED_SIZES = ("num_attention_heads", "num_key_value_heads", "intermediate_size", "hidden_size")
-"""Model arguments that mlx-lm's ``shard`` splits evenly over the ranks."""
 
 
 class TensorParallelError(RuntimeError):
@@ -92,13 +90,10 @@ def shard_model(model: Any, group: Any, name: str) -> None:
             f"model {name!r}: mlx-lm cannot shard model type {model_type!r} for tensor parallelism; "
             "remove tensor_parallel or serve a family that implements Model.shard (llama, qwen2, qwen3, ...)"
         )
-    ranks = group.size()
-    for key in SHARDED_SIZES:
-        value = getattr(args, key, None)
-        if isinstance(value, int) and value % ranks:
-            raise TensorParallelError(
-                f"model {name!r} ({model_type}): {key} = {value} does not divide over tensor_parallel = {ranks}"
-            )
+    sizes = {key: getattr(args, key, None) for key in SHARDED_SIZES}
+    problem = size_mismatch(sizes, group.size(), name, model_type)
+    if problem is not None:
+        raise TensorParallelError(problem)
     model.shard(group)
     mx.eval(model.parameters())
 
@@ -115,7 +110,6 @@ def join_lockstep(size: int, prompts: Callable[[], Any]) -> Lockstep:
     import zmq
 
     from shared.sockets import open_wake_link
-    from worker.tensor_parallel.launch import BACKEND_ENV, WAKE_ENV
 
     group = join_group(os.environ.get(BACKEND_ENV, "ring"), size)
     side = "leader" if group.rank() == 0 else "follower"
