@@ -71,6 +71,14 @@ messages carry ``images`` (:class:`ImagePart`); bumped although the field
 is appended with a default, because a worker of version 1 would decode a
 request with images and silently drop them."""
 
+EXIT_THREAD_DIED = 3
+"""Exit code of a worker one of whose threads died. Before exiting with it
+the worker has sent every running request its error (unless its output
+thread was the one that died) and waited for those frames to be written,
+so the gateway keeps reading its socket a little longer after this exit
+(``gateway.workers.process``) rather than answering those requests
+itself."""
+
 FinishReason = Literal["stop", "length", "abort", "error", "tool_calls"]
 """Why a request ended: a stop token or string, the token limit, an abort
 (client gone, shutdown), an error (see ``RequestOutput.error``), or the

@@ -95,10 +95,17 @@ def endpoint_path(endpoint: str) -> str:
 
 
 def open_worker_link(
-    ctx: zmq.Context, endpoints: Endpoints, side: Literal["gateway", "worker"]
+    ctx: zmq.Context,
+    endpoints: Endpoints,
+    side: Literal["gateway", "worker"],
+    *,
+    send_context: zmq.Context | None = None,
 ) -> tuple[zmq.Socket, zmq.Socket]:
     """Open ``side``'s ends of one worker incarnation's two sockets and
     return them as ``(send, receive)``, both made by :func:`configure`.
+    The send socket comes from ``send_context`` when given (a worker's
+    output socket has a context of its own, so that :func:`flush_and_close`
+    can deliver its last frames while the request socket is still open).
 
     The gateway binds a PUSH socket to ``endpoints.requests`` and a PULL
     socket to ``endpoints.outputs``; the worker connects a PULL socket to
@@ -110,7 +117,7 @@ def open_worker_link(
         zmq.ZMQError: a bind or connect failed; both sockets are then
             closed (and, on the gateway side, the socket files removed).
     """
-    send = configure(ctx.socket(zmq.PUSH))
+    send = configure((send_context or ctx).socket(zmq.PUSH))
     receive = configure(ctx.socket(zmq.PULL))
     try:
         if side == "gateway":
@@ -126,6 +133,21 @@ def open_worker_link(
             remove_socket_files(endpoints)
         raise
     return send, receive
+
+
+def flush_and_close(sock: zmq.Socket, seconds: float) -> None:
+    """Close ``sock`` once the frames it queued are delivered, waiting at
+    most ``seconds`` for that, and terminate its context, which must hold
+    no other open socket (or this waits for that socket to close too).
+
+    A plain close hands queued frames to ZeroMQ's I/O thread and returns at
+    once: a process that exits right after it (``os._exit``, the end of a
+    dying worker) loses whatever that thread had not written yet, which on
+    a busy machine is often all of it. Terminating the context is the one
+    call that waits for the writes (up to the linger set here)."""
+    context = sock.context
+    sock.close(linger=int(seconds * 1000))
+    context.term()
 
 
 def open_wake_link(ctx: zmq.Context, endpoint: str, side: Literal["leader", "follower"]) -> zmq.Socket:

@@ -312,12 +312,15 @@ _ALIVE = pytest.StashKey[list]()
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     """A failed test (or setup, or teardown) shows the log tails of the
-    gateways it used: those running when it began and those it started."""
+    gateways it used: those among its fixtures and those it started; when
+    there are none, every gateway running when it began."""
     outcome = yield
     report: pytest.TestReport = outcome.get_result()
     if not report.failed or _SEEN not in item.stash:
         return
-    used = item.stash[_ALIVE] + [s for s in STARTED[item.stash[_SEEN] :] if s not in item.stash[_ALIVE]]
+    fixtures = [v for v in getattr(item, "funcargs", {}).values() if isinstance(v, Server)]
+    started = [s for s in STARTED[item.stash[_SEEN] :] if s not in fixtures]
+    used = fixtures + started or item.stash[_ALIVE]
     for srv in used:
         state = "running" if srv.proc.poll() is None else f"exited {srv.proc.returncode}"
         report.sections.append(

@@ -25,8 +25,9 @@ socket, load and shard the same model and follow rank 0's plans
 Thread death: when any exception escapes the input, scheduler or output
 thread (including a failed engine step), the worker stops heartbeating, ends
 every request the output thread knows with an ``internal`` error (when the
-output thread itself is alive to send them) and exits with
-:data:`EXIT_THREAD_DIED`. The gateway then ends whatever else was in flight
+output thread itself is alive to send them), waits until those errors are
+written to its socket (:func:`shared.sockets.flush_and_close`) and exits with
+:data:`shared.protocol.EXIT_THREAD_DIED`. The gateway then ends whatever else was in flight
 with ``unavailable`` and starts a fresh worker. Heartbeats are sent only
 while all three threads are alive, so a half-dead worker never looks
 healthy.
@@ -48,6 +49,7 @@ from shared.codec import DecodeError, worker_codec
 from shared.config import ModelConfig, decode_model_config
 from shared.logging import setup_logging
 from shared.protocol import (
+    EXIT_THREAD_DIED,
     PROTOCOL_VERSION,
     AbortRequest,
     CacheCleared,
@@ -65,7 +67,7 @@ from shared.protocol import (
     TranscribeRequest,
     WorkerStats,
 )
-from shared.sockets import Endpoints, open_worker_link
+from shared.sockets import Endpoints, flush_and_close, open_worker_link
 from worker.caches.disk import disk_stats
 from worker.engine import mlx_memory
 from worker.engine.scheduler import Scheduler
@@ -78,12 +80,13 @@ from worker.prompting.builder import PromptBuilder, PromptError
 
 log = logging.getLogger("mlxd.worker")
 
-EXIT_THREAD_DIED = 3
-"""Exit code of a worker one of whose threads died (see the module docstring)."""
-
 FOLLOWER_FAIL_GRACE = 10.0
 """Seconds a tensor-parallel rank other than 0 that failed to load waits
 before exiting (rank 0 reports the failure to the gateway meanwhile)."""
+
+EXIT_FLUSH_SECONDS = 2.0
+"""How long an exiting worker waits for its last frames to reach the
+gateway (which kills a worker it stopped after 5 s)."""
 
 FAIL_ALL_SECONDS = 15.0
 """How long a dying worker waits for its output thread to send the errors
@@ -226,7 +229,7 @@ class Worker:
                 self.output.fail_now(fail)
                 quiet = fail.done.wait(FAIL_ALL_SECONDS)  # the output thread has returned
             if quiet:  # deliver what was sent before exiting (os._exit drops queued frames)
-                self._outputs.close(linger=int(FAIL_ALL_SECONDS * 1000))
+                flush_and_close(self._outputs, FAIL_ALL_SECONDS)
             logging.shutdown()
             os._exit(EXIT_THREAD_DIED)
 
@@ -700,7 +703,7 @@ def main(argv: list[str] | None = None) -> int:
     if rank:
         return Worker(args.worker_id, config, None, None, rank=rank).follow()  # type: ignore[arg-type]
     ctx = zmq.Context()
-    outputs, requests = open_worker_link(ctx, endpoints, "worker")
+    outputs, requests = open_worker_link(ctx, endpoints, "worker", send_context=zmq.Context())
     try:
         return Worker(
             args.worker_id,
@@ -712,5 +715,5 @@ def main(argv: list[str] | None = None) -> int:
         ).run()
     finally:
         requests.close(0)
-        outputs.close(0)
         ctx.term()
+        flush_and_close(outputs, EXIT_FLUSH_SECONDS)  # a load failure's Failed, the last outputs

@@ -29,7 +29,7 @@ import zmq.asyncio
 from gateway.workers.child_process import ChildProcess, spawn
 from shared.codec import DecodeError, gateway_codec
 from shared.config import ModelConfig, ServerConfig, encode_model_config
-from shared.protocol import WorkerMessage
+from shared.protocol import EXIT_THREAD_DIED, WorkerMessage
 from shared.sockets import endpoints_for, open_worker_link, remove_socket_files
 
 log = logging.getLogger("mlxd.gateway.worker")
@@ -166,20 +166,31 @@ async def run_incarnation(
 
 EXIT_DRAIN_SECONDS = 0.2
 """How long the gateway keeps reading a worker's socket after the process
-exited, for frames it sent just before (a dying worker's last errors)."""
+exited, once nothing more arrives (frames written just before the exit)."""
+
+DYING_DRAIN_SECONDS = 2.0
+"""The same after an exit with :data:`shared.protocol.EXIT_THREAD_DIED`:
+that worker wrote every running request's error before exiting, and on a
+busy machine this process's ZeroMQ thread may not run at once to read
+them; a restart waits this much longer, the requests already answered do
+not."""
 
 
 async def _drain(
-    pull: zmq.asyncio.Socket, codec: object, on_message: Callable[[WorkerMessage], None], name: str
+    pull: zmq.asyncio.Socket,
+    codec: object,
+    on_message: Callable[[WorkerMessage], None],
+    name: str,
+    silence: float = EXIT_DRAIN_SECONDS,
 ) -> None:
     """Dispatch the frames an exited worker left in the socket: read until
-    none arrives for :data:`EXIT_DRAIN_SECONDS`. A dying worker sends each
-    request's error and closes its socket with a linger before it exits, so
-    the exit can be seen first while those frames are still being read;
-    without this the gateway would replace them with its own error."""
+    none arrives for ``silence`` seconds. A dying worker sends each
+    request's error and waits for the frames to be written before it
+    exits, so the exit can be seen first while those frames are still being
+    read; without this the gateway would replace them with its own error."""
     while True:
         try:
-            frame = await asyncio.wait_for(pull.recv(copy=False), EXIT_DRAIN_SECONDS)
+            frame = await asyncio.wait_for(pull.recv(copy=False), silence)
         except TimeoutError:
             return
         try:
@@ -208,7 +219,8 @@ async def _pump(
             if recv not in done:
                 recv.cancel()
                 if exited in done:
-                    await _drain(pull, codec, on_message, name)
+                    dying = proc.returncode == EXIT_THREAD_DIED
+                    await _drain(pull, codec, on_message, name, DYING_DRAIN_SECONDS if dying else EXIT_DRAIN_SECONDS)
                     return f"worker exited with code {proc.returncode}"
                 log.error("worker for %s is unresponsive; killing pid %d", name, proc.pid)
                 with contextlib.suppress(ProcessLookupError):

@@ -1,7 +1,8 @@
 """A worker's last frames reach the gateway even when its exit is seen
 first (gateway.workers.process._pump): a dying worker sends each request's
-error, lingers, then exits; the gateway must dispatch those errors rather
-than replace them with its own."""
+error, waits for them to be written, then exits; the gateway must dispatch
+those errors rather than replace them with its own, and waits longer for
+them after the exit code that says they were sent."""
 
 from __future__ import annotations
 
@@ -12,20 +13,22 @@ import zmq.asyncio
 
 from gateway.workers.process import _pump
 from shared.codec import gateway_codec, worker_codec
-from shared.protocol import RequestOutput, StepOutputs
+from shared.protocol import EXIT_THREAD_DIED, RequestOutput, StepOutputs
 
 
 class ExitedProcess:
-    """A child process stand-in that has already exited with code 3."""
+    """A child process stand-in that has already exited with ``returncode``."""
 
     pid = 0
-    returncode = 3
+
+    def __init__(self, returncode: int) -> None:
+        self.returncode = returncode
 
     async def wait(self) -> int:
-        return 3
+        return self.returncode
 
 
-async def scenario(tmp_path) -> tuple[str, list]:
+async def scenario(tmp_path, returncode: int = EXIT_THREAD_DIED, delay: float = 0.05) -> tuple[str, list]:
     ctx = zmq.asyncio.Context()
     pull = ctx.socket(zmq.PULL)
     pull.bind(f"ipc://{tmp_path}/out")
@@ -39,12 +42,12 @@ async def scenario(tmp_path) -> tuple[str, list]:
     )
 
     async def late_sender() -> None:
-        await asyncio.sleep(0.05)  # the exit is already visible when the frame comes
+        await asyncio.sleep(delay)  # the exit is already visible when the frame comes
         await push.send(frame)
 
     sender = asyncio.ensure_future(late_sender())
     try:
-        reason = await _pump(pull, ExitedProcess(), gateway_codec(), received.append, lambda: 30.0, "m")
+        reason = await _pump(pull, ExitedProcess(returncode), gateway_codec(), received.append, lambda: 30.0, "m")
     finally:
         await sender
         push.close(0)
@@ -57,3 +60,14 @@ def test_frames_sent_just_before_the_exit_are_dispatched(tmp_path):
     reason, received = asyncio.run(scenario(tmp_path))
     assert reason == "worker exited with code 3"
     assert [o.error for m in received for o in m.outputs] == ["the model worker failed"]
+
+
+def test_after_a_thread_death_exit_the_gateway_reads_longer(tmp_path):
+    """A frame 0.6 s after the exit is read when the worker exited with
+    ``EXIT_THREAD_DIED`` (it sent its errors; a busy machine delays them),
+    not after another exit (a killed worker sends nothing more)."""
+    reason, received = asyncio.run(scenario(tmp_path, EXIT_THREAD_DIED, delay=0.6))
+    assert reason == f"worker exited with code {EXIT_THREAD_DIED}"
+    assert [o.error for m in received for o in m.outputs] == ["the model worker failed"]
+    reason, received = asyncio.run(scenario(tmp_path, -9, delay=0.6))
+    assert reason == "worker exited with code -9" and received == []

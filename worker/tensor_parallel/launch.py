@@ -204,7 +204,7 @@ def report_failure(worker_id: str, model: str, endpoints: Endpoints, message: st
 
     from shared.codec import worker_codec
     from shared.protocol import PROTOCOL_VERSION, Failed, Hello
-    from shared.sockets import open_worker_link
+    from shared.sockets import flush_and_close, open_worker_link
 
     ctx = zmq.Context()
     send, receive = open_worker_link(ctx, endpoints, "worker")
@@ -214,8 +214,7 @@ def report_failure(worker_id: str, model: str, endpoints: Endpoints, message: st
         send.send(codec.encode(Failed(worker_id=worker_id, message=message)))
     finally:
         receive.close(0)
-        send.close(linger=int(FAILURE_LINGER_SECONDS * 1000))
-        ctx.term()
+        flush_and_close(send, FAILURE_LINGER_SECONDS)
 
 
 def main(argv: list[str] | None = None) -> int:
