@@ -110,7 +110,8 @@ def browser(server):
         env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
         driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER, env=env))
     except WebDriverException as exc:
-        pytest.skip(f"Chromium did not start: {exc.msg}")
+        # a browser that is installed and does not start is a failure, not a reason to skip the page's tests
+        pytest.fail(f"Chromium ({CHROMIUM}, driver {CHROMEDRIVER}) did not start: {exc.msg}")
     driver.get(f"{server.url}/dashboard")
     yield driver
     driver.quit()
