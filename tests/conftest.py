@@ -387,6 +387,54 @@ def environment_restored():
         os.environ.update(saved)
 
 
+def _idle_pool_worker(frame) -> bool:
+    """Whether ``frame`` (a thread's innermost) is a ``ThreadPoolExecutor``
+    worker waiting for work: no leak, since the interpreter's exit wakes
+    and joins it (a process-wide pool, such as the gateway's image
+    fetchers, keeps its threads between tests)."""
+    import linecache
+    from concurrent.futures import thread as pool
+
+    while frame is not None:
+        if frame.f_code is pool._worker.__code__:
+            return "work_queue.get(" in linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+        frame = frame.f_back
+    return False
+
+
+THREAD_GRACE_SECONDS = 5.0
+"""How long a thread a test started may take to end after the test."""
+
+
+@pytest.fixture(autouse=True)
+def no_thread_left():
+    """After each test: no thread it started (and did not mark as a daemon)
+    still runs :data:`THREAD_GRACE_SECONDS` later; else the test fails,
+    naming each such thread with its stack. Such a thread keeps its test
+    process from exiting; under xdist the process is then killed at the end
+    of the run without a word, so the leak is caught here, at its test."""
+    import threading
+    import traceback
+
+    before = set(threading.enumerate())
+    yield
+    left = [t for t in threading.enumerate() if t not in before and not t.daemon]
+    deadline = time.monotonic() + THREAD_GRACE_SECONDS
+    while True:
+        frames = sys._current_frames()
+        left = [t for t in left if t.is_alive() and not _idle_pool_worker(frames.get(t.ident))]
+        if not left or time.monotonic() >= deadline:
+            break
+        left[0].join(0.05)
+    if left:
+        stacks = [
+            f"thread {t.name!r} (not a daemon):\n" + "".join(traceback.format_stack(frames[t.ident]))
+            for t in left
+            if t.ident in frames
+        ]
+        pytest.fail("the test left threads running:\n" + "\n".join(stacks), pytrace=False)
+
+
 @pytest.fixture(autouse=True)
 def official_response_types():
     """After each test: every response a test gateway sent during it (or

@@ -20,9 +20,17 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the probe's full rule needs Linux")
 
 
+SCENARIO_TRIES = 3
+"""How often a spinning scenario is run until its spinner made the loop
+late. Once in a while on a loaded machine it did not (no late window at
+all: the scenario's own threads were not run as it planned); every check
+of the probe applies, unchanged, to the run where it did."""
+
+
 def records(scenario: str, tmp_path: Path) -> list[dict]:
     """The probe's records of one scenario run."""
     path = tmp_path / "records.jsonl"
+    path.unlink(missing_ok=True)
     done = subprocess.run(
         [sys.executable, "-m", "tests.unit.loop_probe_scenarios", scenario, str(path)], cwd=ROOT, timeout=60
     )
@@ -54,9 +62,12 @@ def test_the_probes_own_slow_read_is_not_the_loops_lateness(tmp_path):
 
 @pytest.mark.parametrize("scenario", ["starved", "gil"])
 def test_waiting_for_a_cpu_is_excused(scenario, tmp_path):
-    late = records(scenario, tmp_path)
-    spun = [r for r in late if r["lateness_ms"] >= loop_probe_scenarios.SPIN_SECONDS * 1000 * 0.8]
-    assert spun, late  # the spinner did make the loop late
+    for _ in range(SCENARIO_TRIES):  # until the machine ran the scenario as planned: the spinner made the loop late
+        late = records(scenario, tmp_path)
+        spun = [r for r in late if r["lateness_ms"] >= loop_probe_scenarios.SPIN_SECONDS * 1000 * 0.8]
+        if spun:
+            break
+    assert spun, late
     assert not [r for r in late if r["stall"]], late
     if scenario == "gil":  # excused by the other thread's wait: the loop's thread never waited for a CPU
         assert max(r["lateness_ms"] - r["runq_ms"] for r in spun) > 100, spun
