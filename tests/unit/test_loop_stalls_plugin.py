@@ -78,3 +78,18 @@ def test_a_stall_fails_only_the_test_whose_process_stalled(tmp_path):
     assert "the event loop stalled for more than 100 ms" in out and "blocking_handler" in out, out
     assert "PASSED suite/test_bystander.py::test_runs_meanwhile_on_the_other_process" in out, out
     assert "1 failed, 1 passed" in out, out
+
+
+def test_an_in_process_stall_counts_only_outside_garbage_collections():
+    """The record of the failed CI run of 40c8e32: an in-process loop in the
+    gateway's code, 499 ms blamed, in a collection that took 1,003 ms (the
+    test process's heap); the same without the collection counts, and a
+    gateway process's collections are its own."""
+    from tests.loop_stalls import _counts
+
+    record = {"stall": True, "role": "in-process", "gateway_frame": "gateway/x.py:1", "blamed_ms": 499.0}
+    assert not _counts({**record, "gc_ms": 1003.0})
+    assert _counts({**record, "gc_ms": 0.0})
+    assert _counts({**record, "gc_ms": 350.0})  # 149 ms outside the collection
+    assert not _counts({**record, "gc_ms": 0.0, "gateway_frame": None})  # a test client's stall
+    assert _counts({**record, "role": "gateway", "gateway_frame": None, "gc_ms": 1003.0})
