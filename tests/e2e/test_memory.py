@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import os
 import signal
 import threading
 import time
@@ -32,6 +33,11 @@ def scrape(srv) -> dict[tuple[str, str], float]:
         for family in text_string_to_metric_families(text)
         for s in family.samples
     }
+
+
+def in_flight(srv) -> float:
+    """Requests the gateway admitted and has not answered yet (all keys)."""
+    return sum(v for (name, _), v in scrape(srv).items() if name == "mlxd:api_key_requests_in_flight")
 
 
 def wait_for(predicate, timeout=30.0, interval=0.1):
@@ -170,8 +176,20 @@ def test_eviction_counts_the_reported_peak(tiny_model_dir, tmp_path):
         wait_for(lambda: srv.worker("b")["state"] == "unloaded", timeout=60)  # ttl 0
 
         words = " ".join(f"w{i}" for i in range(380))  # ~1500 tokens each, prefilled together
-        with cf.ThreadPoolExecutor(8) as pool:
-            list(pool.map(lambda i: ask("a", f"{i} {words}"), range(8)))
+        # the peak is the prompts' prefill batch (their attention scores; one at a time peaks at a fifth):
+        # the worker is stopped until the gateway has sent all eight, so they reach it together however
+        # quickly it would have prefilled the first ones alone
+        worker = srv.worker("a")["pid"]
+        os.kill(worker, signal.SIGSTOP)
+        try:
+            with cf.ThreadPoolExecutor(8) as pool:
+                answers = [pool.submit(ask, "a", f"{i} {words}") for i in range(8)]
+                wait_for(lambda: in_flight(srv) >= 8, timeout=60)
+                os.kill(worker, signal.SIGCONT)
+                for answer in answers:
+                    answer.result()
+        finally:
+            os.kill(worker, signal.SIGCONT)
         peak = wait_for(
             lambda: srv.worker("a")["peak_memory_bytes"] + est_b > budget and srv.worker("a")["peak_memory_bytes"]
         )
