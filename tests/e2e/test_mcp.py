@@ -530,6 +530,12 @@ def anthropic_client(srv):
     return anthropic.Anthropic(base_url=srv.url, api_key=srv.api_key, max_retries=0, timeout=120)
 
 
+GREEDY = {"temperature": 0}
+"""The Messages calls below decode greedily: the tiny model's weights are
+seeded, so a forced call's arguments are the same every run. Sampled, the
+random model now and then writes arguments longer than ``max_tokens``, and
+a call cut short is not a JSON object (seen once in CI as a 500)."""
+
 CALC_SERVER = {"type": "url", "url": "stdio://calc", "name": "calc", "tool_configuration": {"allowed_tools": ["add"]}}
 
 
@@ -553,6 +559,7 @@ def test_messages_runs_a_forced_mcp_call(mcp_gateway):
         mcp_servers=[CALC_SERVER],
         tool_choice={"type": "tool", "name": "add"},
         betas=["mcp-client-2025-04-04"],
+        extra_body=GREEDY,
     )
     kinds = [b.type for b in message.content]
     assert kinds[:2] == ["mcp_tool_use", "mcp_tool_result"], kinds
@@ -569,6 +576,7 @@ def test_messages_streams_the_mcp_blocks(mcp_gateway):
         mcp_servers=[CALC_SERVER],
         tool_choice={"type": "tool", "name": "add"},
         betas=["mcp-client-2025-04-04"],
+        extra_body=GREEDY,
     ) as stream:
         types = [event.type for event in stream]
         message = stream.get_final_message()
@@ -604,6 +612,7 @@ def test_messages_refuses_unconfigured_servers(mcp_gateway, http_mcp):
         mcp_servers=[{"type": "url", "url": http_mcp, "name": "web"}],
         tool_choice={"type": "tool", "name": "lookup"},
         betas=["mcp-client-2025-04-04"],
+        extra_body=GREEDY,
     )
     assert ok.content[0].type == "mcp_tool_use" and ok.content[0].server_name == "web"
 
@@ -625,7 +634,12 @@ def test_messages_mcp_toolset_selects_the_servers_tools(mcp_gateway):
 
     def create(**kw):
         return client.beta.messages.create(
-            model=TINY, max_tokens=64, messages=[{"role": "user", "content": "Add two numbers."}], betas=beta, **kw
+            model=TINY,
+            max_tokens=64,
+            messages=[{"role": "user", "content": "Add two numbers."}],
+            betas=beta,
+            extra_body=GREEDY,
+            **kw,
         )
 
     message = create(mcp_servers=[server], tools=[toolset], tool_choice={"type": "tool", "name": "add"})
@@ -664,6 +678,7 @@ def test_messages_end_with_an_error_result_when_a_call_fails(mcp_gateway, name):
         mcp_servers=[{**CALC_SERVER, "tool_configuration": {"allowed_tools": [name]}}],
         tool_choice={"type": "tool", "name": name},
         betas=["mcp-client-2025-04-04"],
+        extra_body=GREEDY,
     )
     assert time.monotonic() - started < 90  # well before the client's 120 s timeout
     kinds = [b.type for b in message.content]
