@@ -72,7 +72,7 @@ from worker.caches.disk import disk_stats
 from worker.engine import mlx_memory
 from worker.engine.scheduler import Scheduler
 from worker.faults import armed, reached
-from worker.messages import Abort, ClearPrefixCache, Stop
+from worker.messages import Abort, ClearPrefixCache, OutputPace, Stop
 from worker.model_setup import KIND_BUILDERS, GenerationSetup, KindSetup, build_generation, served_kind
 from worker.output.loop import Exit, FailAll, OutputLoop
 from worker.parent_watch import watch_parent
@@ -134,12 +134,14 @@ class Worker:
         self._threads: list[threading.Thread] = []
         self._dying = threading.Lock()
         self._dead = False
+        self._pace = OutputPace()
         self.output = OutputLoop(
             worker_id,
             send=(lambda m: outputs.send(out_codec.encode(m), copy=False)) if rank == 0 else (lambda m: None),
             release=lambda item: self._scheduler.submit(item) if self._scheduler else None,
             stats=self.stats,
             healthy=self.healthy,
+            pace=self._pace,
         )
 
     def run(self) -> int:
@@ -246,7 +248,8 @@ class Worker:
                 mlx_memory.apply_limits(self.memory_limit, self.cache_limit)
                 self._lockstep = self._join_group()
                 emit = self.output.queue.put if self.rank == 0 else lambda item: None
-                setup = build_generation(self.config, emit, self._lockstep)
+                pace = self._pace if self.rank == 0 else None
+                setup = build_generation(self.config, emit, self._lockstep, pace)
                 self.output.decoder = setup.decoder
                 self._prompts = setup.prompts
             if isinstance(setup, KindSetup):

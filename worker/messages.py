@@ -7,9 +7,11 @@ sends :class:`Release` back; :class:`Stop` ends the scheduler loop. The schedule
 order they happen, to the output thread, and keeps :class:`Counters` that
 the output thread reads for heartbeats. :class:`OutputSpec` travels
 untouched from the input thread (which fixes it) to the output thread
-(which parses text with it).
+(which parses text with it). :class:`OutputPace` keeps the scheduler
+thread at most a step or two ahead of the output thread.
 
-Declarative: plain data classes only. Nothing here imports MLX (directly
+Declarative: plain data classes, and the one small handshake
+(:class:`OutputPace`). Nothing here imports MLX (directly
 or through another module), so the input and output threads' modules can
 use these types without loading it; ``tests/unit/test_worker_messages.py``
 checks that.
@@ -17,8 +19,9 @@ checks that.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from shared.protocol import SamplingParams, Tool
 
@@ -207,6 +210,56 @@ class Terminal:
     reason: str
     error_kind: str | None = None
     message: str | None = None
+
+
+class OutputPace:
+    """How far the scheduler thread may run ahead of the output thread.
+
+    The output thread is the one that matches stop strings and ends a
+    choice whose parser is done (it then sends a :class:`Release`); every
+    engine step the scheduler runs before that release arrives computes a
+    token nobody reads. On a busy machine the output thread can fall many
+    steps behind, so the scheduler, before each step, calls :meth:`wait`:
+    it returns once no more than ``ahead`` of the :class:`TokenStep` items
+    it emitted are still unhandled, or as soon as a command for the
+    scheduler is queued (``pending``; :meth:`wake` is called with each
+    one). The output thread calls :meth:`handled` after acting on each
+    :class:`TokenStep` (its releases are queued before that call), and the
+    scheduler :meth:`emitted` when it queues one.
+
+    So a choice ended by a stop string costs at most ``ahead`` tokens past
+    the stop (one per step without speculation), however late the output
+    thread runs. Every method is cheap and never blocks but :meth:`wait`.
+    """
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._emitted = 0
+        self._handled = 0
+
+    def emitted(self) -> None:
+        """Scheduler thread: one more :class:`TokenStep` was queued."""
+        self._emitted += 1
+
+    def handled(self) -> None:
+        """Output thread: one more :class:`TokenStep` was acted on."""
+        with self._changed:
+            self._handled += 1
+            self._changed.notify_all()
+
+    def wake(self) -> None:
+        """Any thread, after queueing a command for the scheduler: end a
+        :meth:`wait` in progress so the scheduler applies it."""
+        with self._changed:
+            self._changed.notify_all()
+
+    def wait(self, ahead: int, pending: Callable[[], bool]) -> None:
+        """Scheduler thread: return once at most ``ahead`` emitted steps
+        are unhandled, or ``pending()`` is true (a command is queued; the
+        worker's Stop is one, so this never outlasts the loop)."""
+        with self._changed:
+            while self._emitted - self._handled > ahead and not pending():
+                self._changed.wait(timeout=1.0)  # the notify is the wake-up; the timeout only a safety net
 
 
 @dataclass

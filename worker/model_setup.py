@@ -35,6 +35,7 @@ from shared.protocol import Loaded, SamplingDefaults
 from worker.engine import mlx_memory
 from worker.engine.scheduler import Scheduler
 from worker.engine.step_plan import PlanLink
+from worker.messages import OutputPace
 from worker.output.detok import TokenDecoder
 from worker.prompting.builder import PromptBuilder
 from worker.speculation.controller import DraftController
@@ -86,11 +87,14 @@ class GenerationSetup:
         )
 
 
-def build_generation(config: ModelConfig, emit: Callable[[Any], None], lockstep: Any = None) -> GenerationSetup:
+def build_generation(
+    config: ModelConfig, emit: Callable[[Any], None], lockstep: Any = None, pace: OutputPace | None = None
+) -> GenerationSetup:
     """Scheduler thread: load ``config``'s text or vision model, shard it over
     ``lockstep``'s group (a :class:`~worker.tensor_parallel.lockstep.Lockstep`;
     None: one process) and build what serves it; the scheduler reports its
-    items to ``emit``.
+    items to ``emit`` and keeps within ``pace`` of the output thread (None:
+    it never waits for it).
 
     Raises:
         Exception: whatever loading the model raises (the caller reports it
@@ -184,6 +188,7 @@ def build_generation(config: ModelConfig, emit: Callable[[Any], None], lockstep:
         speculation=None if vision else speculation_for(config, cache_profile, vocab, grouped=lockstep is not None),
         solo=cache_profile.solo,
         lockstep=link,
+        pace=pace,
     )
     return GenerationSetup(
         loaded=loaded,

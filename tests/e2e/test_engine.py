@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from tests.conftest import API_KEY, TINY, mean_batch, settled_stats, start_server, wait_for_stats
+from worker.engine.scheduler import OUTPUT_AHEAD
 
 EOS = 2  # <|im_end|> in the SmolLM2 vocabulary the tiny model shares
 MSG = [{"role": "user", "content": "hi"}]
@@ -209,8 +210,10 @@ def test_stop_string_ends_generation_at_once(client, server):
     )
     after = settled_stats(server)
     assert r.choices[0].finish_reason == "stop"
+    # the scheduler runs at most OUTPUT_AHEAD steps past the output thread that matches the stop, however
+    # late that thread runs on a busy machine (CI once saw 31 wasted tokens before the scheduler waited for it)
     wasted = after["generated_tokens"] - before["generated_tokens"] - r.usage.completion_tokens
-    assert wasted <= 2, wasted
+    assert wasted <= OUTPUT_AHEAD, wasted
 
 
 # -- admission control, context, deadlines ------------------------------------------

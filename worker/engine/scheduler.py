@@ -54,6 +54,7 @@ from worker.messages import (
     Admission,
     ClearPrefixCache,
     Counters,
+    OutputPace,
     Release,
     Started,
     Stop,
@@ -89,6 +90,11 @@ IDLE_CLEAR_SECONDS = 2.0
 long enough that back-to-back requests (an agent's next turn) reuse the
 cached buffers, short enough that an idle model gives its cache back."""
 
+
+OUTPUT_AHEAD = 2
+"""Steps the scheduler may run ahead of the output thread (see
+:class:`~worker.messages.OutputPace`): enough to overlap the two threads'
+work, few enough that a stop string ends its choice within two tokens."""
 
 _PREFILL_UID = -1
 """The engine uid a lone prefill's position delta is bound to."""
@@ -148,7 +154,9 @@ class Scheduler:
     time (the engine's batch sizes are then 1; see :mod:`worker.engine.solo_cache`).
     ``lockstep``: this scheduler is one rank of a tensor-parallel group
     (:mod:`worker.tensor_parallel.lockstep`); rank 0 runs :meth:`run` and shares
-    each loop turn, the other ranks run :meth:`follow`.
+    each loop turn, the other ranks run :meth:`follow`. ``pace``: the
+    :class:`~worker.messages.OutputPace` shared with the output thread
+    (None: the loop never waits for it).
     """
 
     def __init__(
@@ -166,6 +174,7 @@ class Scheduler:
         speculation: Speculation | None = None,
         solo: bool = False,
         lockstep: PlanLink | None = None,
+        pace: OutputPace | None = None,
     ) -> None:
         self._model = model
         self._eos = sorted(eos_token_ids)
@@ -174,6 +183,7 @@ class Scheduler:
         self._host_sampling = host_sampling
         self.speculation = speculation
         self._lockstep = lockstep
+        self._pace = pace
         # mlx-lm decodes max(completion, prefill) batch sizes together: keep
         # the prefill batch within max_batch_size so that one is the limit
         self._prefill_batch = min(prefill_batch_size, max_batch_size)
@@ -200,6 +210,8 @@ class Scheduler:
     def submit(self, item: object) -> None:
         """Queue a command for the scheduler thread; any thread may call."""
         self.inbox.put(item)
+        if self._pace is not None:
+            self._pace.wake()
 
     def warm_up(self, prompt: list[int]) -> None:
         """Run ``prompt`` through a throwaway engine for two tokens.
@@ -256,12 +268,16 @@ class Scheduler:
         gathers the rest of its burst (see :meth:`_gather_burst`) and then
         prefills every waiting prompt in one batch; while sequences are
         decoding, new prompts join in chunks of ``prefill_batch_size`` so
-        running streams are not stalled by a long prefill.
+        running streams are not stalled by a long prefill. Before each
+        turn with sequences in flight, the loop waits (given a ``pace``) until
+        the output thread is at most :data:`OUTPUT_AHEAD` steps behind.
         """
         self.start()
         try:
             while True:
                 idle = not self._seqs
+                if not idle and self._pace is not None:
+                    self._pace.wait(OUTPUT_AHEAD, lambda: not self.inbox.empty())
                 if not self._drain_inbox(block=idle):
                     return
                 if idle and self._seqs and not self._gather_burst():
@@ -671,6 +687,8 @@ class Scheduler:
         c.max_batch_seen = max(c.max_batch_seen, len({(e[0], e[1]) for e in events}))
         if events or scheduled:
             self._emit(TokenStep(self._step, events, scheduled, drafts))
+            if self._pace is not None:
+                self._pace.emitted()
 
     def _scheduled(self, progress: list[Any], responses: list[Any]) -> list[tuple[str, float]]:
         """Requests the engine worked on for the first time in this step,

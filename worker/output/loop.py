@@ -39,7 +39,17 @@ from shared.protocol import (
     WorkerStats,
 )
 from worker.faults import reached
-from worker.messages import Abort, Deferred, OutputSpec, Release, Started, Terminal, TokenLogprobs, TokenStep
+from worker.messages import (
+    Abort,
+    Deferred,
+    OutputPace,
+    OutputSpec,
+    Release,
+    Started,
+    Terminal,
+    TokenLogprobs,
+    TokenStep,
+)
 from worker.output.detok import TextStream, TokenDecoder
 
 log = logging.getLogger("mlxd.worker.output")
@@ -110,6 +120,8 @@ class OutputLoop:
     returns the heartbeat's counters; ``healthy`` says whether every other
     thread of the worker is alive (no heartbeat otherwise). ``decoder`` is
     set once the model's tokenizer is loaded, before any request starts.
+    ``pace`` is told of every :class:`TokenStep` this thread is done with
+    (handled or dropped), so the scheduler keeps within a step or two of it.
     """
 
     def __init__(
@@ -120,6 +132,7 @@ class OutputLoop:
         stats: Callable[[], WorkerStats],
         heartbeat_interval: float = 0.5,
         healthy: Callable[[], bool] = lambda: True,
+        pace: OutputPace | None = None,
     ) -> None:
         self.queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self.decoder: TokenDecoder | None = None
@@ -128,6 +141,7 @@ class OutputLoop:
         self._release = release
         self._stats = stats
         self._healthy = healthy
+        self._pace = pace
         self._interval = heartbeat_interval
         self._live: dict[str, _Request] = {}
         self._last_beat = 0.0
@@ -178,6 +192,8 @@ class OutputLoop:
                 return fail
             if isinstance(item, Started):
                 self._handle(item)
+            elif isinstance(item, TokenStep) and self._pace is not None:
+                self._pace.handled()
 
     def _handle(self, item: object) -> None:
         if isinstance(item, TokenStep):
@@ -194,6 +210,8 @@ class OutputLoop:
             outputs = [o for o in (self._token_or_error(*t) for t in item.tokens) if o is not None]
             if outputs:
                 self._send(StepOutputs(step=item.step, outputs=outputs))
+            if self._pace is not None:
+                self._pace.handled()  # after the releases this step's stops queued
         elif isinstance(item, Started):
             assert self.decoder is not None
             self._live[item.request_id] = _Request(
