@@ -3,9 +3,8 @@
 
 The index: longest-match drafts, scopes kept apart, a finished row's
 sequence kept (and the earlier turn it repeats dropped), the token budget.
-The controller: a row whose drafts miss stops drafting and is probed ever
-more rarely, draft lengths follow acceptance, the batch gate follows the
-measured cost. Through the engine with the tiny random models: greedy
+(The drafting controller's own tests: tests/unit/test_draft_controller.py.)
+Through the engine with the tiny random models: greedy
 output with suffix drafting equals output without speculation, for every
 family speculation serves, and a request repeated after an earlier one
 drafts from that one's output (even on a family whose output never repeats
@@ -18,7 +17,6 @@ import pytest
 
 from tests.test_speculation import NEVER_REPEATS, PROMPTS, assert_cache_holds, generate
 from tests.tiny_model import build_tiny_model
-from worker.speculation.controller import PROBE_FIRST, PROBE_LAST, DraftController
 from worker.speculation.drafting import SUFFIX_ORDERS, Speculation
 from worker.speculation.suffix_index import TokenIndex
 
@@ -71,58 +69,6 @@ def test_settling_drops_the_earlier_turn_it_repeats_and_the_budget_evicts_oldest
     index.drop(4)
     index.drop(3)
     assert index.tokens == 0 and not index._places
-
-
-# -- the controller -------------------------------------------------------------------
-
-
-def test_a_row_whose_drafts_miss_stops_and_is_probed_ever_more_rarely():
-    control = DraftController(tokens=8, timed=False)
-    drafting_steps = []
-    for step in range(2000):
-        control.tick()
-        if control.wants(1) and control.pays(1, [1]):
-            drafting_steps.append(step)
-            control.observe(1, control.limit(1), 0)
-    # a few steps until the gain falls, then probes at doubling intervals:
-    # about one speculative step in PROBE_LAST once the interval is longest
-    assert drafting_steps[:4] == [0, 1, 2, 3] and len(drafting_steps) <= 4 + 5 + 2000 // PROBE_LAST + 1
-    gaps = [b - a for a, b in zip(drafting_steps, drafting_steps[1:])]
-    assert gaps[-1] == PROBE_LAST and max(gaps) == PROBE_LAST
-    assert control.limit(1) == 1
-
-
-def test_a_probe_that_pays_switches_the_row_back_on_and_lengths_grow():
-    control = DraftController(tokens=8, timed=False)
-    control.tick()
-    for _ in range(10):
-        control.observe(1, 1, 0)
-    assert not control.wants(1)
-    for _ in range(PROBE_FIRST - 1):  # the first probe: PROBE_FIRST steps after the start
-        control.tick()
-    assert control.wants(1) and control.pays(1, [1])
-    control.observe(1, 1, 1)
-    control.tick()
-    assert control.wants(1) and control.probe == PROBE_FIRST
-    assert control.limit(1) == 2
-    control.observe(1, 2, 2)
-    assert control.limit(1) == 4
-    control.observe(1, 4, 1)
-    assert control.limit(1) == 2
-
-
-def test_the_batch_gate_follows_the_measured_cost():
-    control = DraftController(tokens=8)
-    for _ in range(30):
-        control.timed_step(4, False, 0.010)
-        control.timed_step(4, True, 0.020)
-    assert control.cost(4) == pytest.approx(2.0, rel=0.05)
-    control.observe(1, 4, 3)  # gain 1.0 -> 2.8 weighted
-    assert not control.pays(4, [1])  # 4 rows * (2 - 1) = 4 tokens needed
-    for uid in (2, 3, 4):
-        control.observe(uid, 4, 4)
-    assert control.pays(4, [1, 2, 3, 4])
-    assert DraftController(timed=False).cost(4) == DraftController().cost(4)
 
 
 # -- through the engine --------------------------------------------------------------

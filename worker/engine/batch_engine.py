@@ -43,7 +43,6 @@ which is why ``pyproject.toml`` pins mlx-lm to one minor version.
 from __future__ import annotations
 
 import os
-import time
 from typing import Any, Sequence
 
 import mlx.core as mx
@@ -98,20 +97,15 @@ class LeanGenerationBatch(SpeculativeSteps, GenerationBatch):
         """One step: a speculative step when
         :meth:`~worker.speculation.step.SpeculativeSteps._speculate` takes it
         (rows with drafts verify them in the same forward as the others
-        decode), else mlx-lm's step; either's wall time goes to the
-        speculation's controller (:meth:`Speculation.timed_step`)."""
+        decode), else mlx-lm's step; either way the speculation's
+        controller is told a step began (:meth:`Speculation.start_step`: it times
+        steps from one start to the next)."""
         spec = self.speculation
         if spec is None or not self.uids:
             return super().next()
-        rows = len(self.uids)
-        started = time.perf_counter()
+        spec.start_step(len(self.uids))
         responses = self._speculate(spec)
-        if responses is None:
-            responses = super().next()
-            spec.timed_step(rows, False, time.perf_counter() - started)
-        else:
-            spec.timed_step(rows, True, time.perf_counter() - started)
-        return responses
+        return super().next() if responses is None else responses
 
     def _step(self) -> tuple[list[int], list[Any]]:
         self._current_tokens = self._next_tokens
@@ -378,6 +372,9 @@ class BatchEngine(BatchGenerator):
         decoding = len(self._generation_batch) > 0
         self.prefill_batch_size = self._prefill_chunk if decoding else self.completion_batch_size
         progress, responses = self.next()
+        speculation = self._generation_batch.speculation
+        if speculation is not None and (moved or progress):
+            speculation.interrupted()
         return moved + progress, responses
 
     def _start_prefilled(self) -> list[Any]:

@@ -1,152 +1,345 @@
-"""When drafting pays: per-row gains, draft lengths and a per-batch gate.
+"""When drafting pays: a step's grid width from a cost model, per-row
+acceptance, and a ledger that bounds what speculation may lose.
 
-A speculative step costs more than a plain one (a host sync before the
-forward pass, a wider forward, verification, cutting the caches back) and
-pays only through the draft tokens the rows get accepted. :class:`DraftController`
-decides, step by step, which rows draft, how long their drafts are, and
-whether the batch speculates at all:
+A speculative step feeds every row of the batch its pending token and up
+to ``width - 1`` draft tokens (rows padded to the grid's width), after a
+host sync that gives up mlx-lm's overlap of Python work with the next
+forward pass. It pays through the draft tokens accepted. :class:`DraftController`
+decides before each step, without touching MLX:
 
-* each row has a *gain*: an exponential average of the draft tokens it got
-  accepted per drafting step (a step where it found no draft counts as
-  0). A new row starts from the model-wide average gain, but at least
-  :data:`ROW_MIN_GAIN`: on a workload where drafts keep missing, a new
-  row drafts once and stops at its first miss. A row whose gain falls
-  below :data:`ROW_MIN_GAIN` stops drafting;
-* rows that stopped drafting are tried again all together in one *probe*
-  step every ``probe`` steps: ``probe`` starts at :data:`PROBE_FIRST`,
-  doubles after a probe whose rows got nothing accepted (up to
-  :data:`PROBE_LAST`) and starts over after one that did, so text that is
-  copied later in an answer is still found while a workload whose drafts
-  all miss pays for about one speculative step in :data:`PROBE_LAST`;
-* a row's draft length (up to the configured ``tokens``) doubles after a
-  draft accepted whole and drops to one more than what was accepted
-  after a rejection;
-* the batch speculates only when the rows' summed gain covers the extra
-  time of a speculative step at its width: ``gain >= rows * (spec/plain
-  - 1)``, from the measured seconds of both kinds of step at that batch
-  size (:meth:`DraftController.timed`; until both are measured the step
-  is assumed to cost :data:`PRIOR_COST` plain steps). With ``timed`` off
-  (a tensor-parallel group, whose ranks must decide alike) only the prior
-  is used.
+* **What the drafts return.** Each row keeps an estimate ``p`` of the
+  chance that its next draft token is accepted (accepted tokens against
+  rejections, exponentially weighted, starting from the model-wide
+  figures) and of the chance that it finds a draft at all. A draft cut to
+  ``n`` tokens is expected to add ``found * (p + p^2 + ... + p^n)``
+  tokens.
+* **What a step costs.** A plain step's seconds at ``rows`` rows (a line
+  fitted to the measured plain steps of every batch size) and a
+  speculative step's cost as a multiple of it, per batch-size bucket and
+  grid width (measured; a line through the measured widths; a prior for
+  what was never measured). Steps are timed from step start to step start
+  (a speculative one from its host sync to the next start, see
+  :meth:`start_step`); intervals that held other work (a prefill, rows joining
+  or leaving) and the plain step right after a speculative one (its tokens
+  were already computed) are not used.
+* **The choice.** The width ``w`` that makes the most tokens per plain
+  step's time, ``(rows + expected accepted) / cost(w)``, if that beats the
+  plain step by :data:`MARGIN`. Then every row that may draft does (a
+  row's padding costs the same as a draft there). Otherwise the step is
+  plain.
+* **The ledger.** Every speculative step's outcome is booked in plain
+  steps: what it made, ``1 + accepted / rows``, minus what it cost. Every
+  step adds :data:`BUDGET` of its own cost, and the balance is capped at
+  :data:`CREDIT_STEPS`. A speculative step needs a positive balance, so
+  wrong predictions and exploration lose at most about ``BUDGET`` of the
+  time in the long run, while steps that pay keep the balance full.
+* **Exploration.** When no width is expected to pay, the rows are tried
+  again together in a *probe* (every row drafts, width
+  :data:`PROBE_WIDTH`) when the countdown ends and the ledger allows: the
+  countdown starts at :data:`PROBE_FIRST`, doubles after a probe that did
+  not pay for itself, up to :data:`PROBE_LAST`, and starts over after one
+  that did. A batch size with no fresh plain timing takes plain steps
+  first (:data:`REFRESH_STEPS`).
+
+With ``timed`` off (a tensor-parallel group, whose ranks must decide
+alike, or ``MLXD_SPECULATION_TIMING=0``) the costs are the prior's and
+nothing is measured: the same inputs give the same decisions.
 
 Pure Python; used on the scheduler thread only.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-GAIN_WEIGHT = 0.3
-"""Weight of the newest observation in a row's (and the model's) gain."""
+MARGIN = 0.02
+"""A speculative step is planned only when its expected tokens per time
+beat the plain step's by this share."""
 
-ROW_MIN_GAIN = 0.25
-"""A row whose gain is below this many accepted tokens per drafting step
-stops drafting until the next probe."""
+BUDGET = 0.02
+"""Share of each step's cost credited to the ledger: the long-run loss
+speculation may cause where drafts do not pay."""
+
+CREDIT_STEPS = 8.0
+"""Most credit the ledger holds, in plain steps (also its start)."""
 
 PROBE_FIRST = 8
 PROBE_LAST = 256
 """Steps between probes: the first interval and the longest."""
 
-PRIOR_COST = 1.15
-"""A speculative step's cost in plain steps, until measured."""
+PROBE_WIDTH = 2
+"""A probe's grid width: one draft token per row."""
 
-TIME_WEIGHT = 0.1
-"""Weight of the newest measurement in the step-time averages."""
+REFRESH_STEPS = 256
+"""A batch size whose plain step was last timed this many steps ago (or
+never) takes plain steps until it is timed again."""
+
+PRIOR_BASE = 1.05
+PRIOR_SLOPE = 0.10
+"""The prior cost of a speculative step of width ``w``, in plain steps:
+``PRIOR_BASE + PRIOR_SLOPE * (w - 1)``; also the slope assumed beyond the
+one width measured."""
+
+ROW_WEIGHT = 0.1
+"""Weight of the newest observation in a row's (and the model's) figures."""
+
+TIME_WEIGHT = 0.2
+"""Weight of the newest measurement in the cost figures."""
+
+
+def bucket(rows: int) -> int:
+    """The batch-size bucket speculative costs are kept under: 1, 2, 4, 8,
+    16, ... (the next power of two)."""
+    return 1 << max(0, rows - 1).bit_length()
 
 
 @dataclass
 class _Row:
-    gain: float
-    length: int
-    probing: bool = False
+    hits: float
+    misses: float
+    found: float
+
+
+@dataclass
+class _Step:
+    """The engine step in progress (what :meth:`DraftController.start_step`
+    closes when the next one starts)."""
+
+    start: float = 0.0
+    rows: int = 0
+    kind: str = "none"  # "plain", "spec", "miss" or "none" (not begun)
+    sync: float = 0.0
+    width: int = 1
+    accepted: int = 0
+    clean: bool = True
+    probe: bool = False
+
+
+def line_at(points: dict[int, float], x: float) -> float:
+    """The least-squares line through ``points`` (``x: y``, at least two),
+    never sloping down, at ``x``."""
+    n = len(points)
+    mx = sum(points) / n
+    my = sum(points.values()) / n
+    var = sum((px - mx) ** 2 for px in points)
+    slope = max(0.0, sum((px - mx) * (py - my) for px, py in points.items()) / var)
+    return my + slope * (x - mx)
 
 
 @dataclass
 class DraftController:
-    """Per-row drafting decisions of one model (see the module docstring).
-    ``tokens``: the longest draft; ``timed``: use measured step times."""
+    """Drafting decisions of one model (see the module docstring).
+    ``tokens``: the longest draft; ``timed``: use measured step times
+    (read from ``clock``, seconds).
+
+    Per step: :meth:`start_step`, then :meth:`plan` (the grid width, 1: plain)
+    and :meth:`limit` per row; for a speculative step :meth:`synced` after
+    the host sync, :meth:`verifying` with the width of the drafts found and
+    :meth:`observe` per drafting row (or :meth:`missed` when no row found a
+    draft); :meth:`interrupted` when the step also did other work."""
 
     tokens: int = 8
     timed: bool = True
-    gain: float = 1.0
+    clock: Callable[[], float] = time.perf_counter
+    hits: float = 1.0
+    misses: float = 1.0
+    found: float = 0.5
+    credit: float = CREDIT_STEPS
     probe: int = PROBE_FIRST
+    steps: int = 0
+    planned: dict[str, int] = field(default_factory=dict)
     _until_probe: int = PROBE_FIRST
-    _probe_step: bool = False
-    _probe_paid: bool = False
     _rows: dict[int, _Row] = field(default_factory=dict)
+    _limits: dict[int, int] = field(default_factory=dict)
     _plain: dict[int, float] = field(default_factory=dict)
-    _spec: dict[int, float] = field(default_factory=dict)
+    _plain_at: dict[int, int] = field(default_factory=dict)
+    _ratios: dict[int, dict[int, float]] = field(default_factory=dict)
+    _step: _Step = field(default_factory=_Step)
+    _after_spec: bool = False
 
-    def tick(self) -> None:
-        """Start a step: count down to the next probe (a probe step lets
-        every switched-off row draft once)."""
-        if self._probe_step:
-            self._end_probe()
+    # -- the step's life ---------------------------------------------------------
+
+    def start_step(self, rows: int) -> None:
+        """A generation step of ``rows`` rows starts: close the previous
+        step's interval (its cost) and count down to the next probe."""
+        now = self.clock() if self.timed else 0.0
+        previous = self._step
+        if previous.kind != "none":
+            self._close(previous, now, previous.clean and previous.rows == rows)
+        self._step = _Step(start=now, rows=rows)
+        self._limits.clear()
+        self.steps += 1
         self._until_probe -= 1
-        self._probe_step = self._until_probe <= 0
-        self._probe_paid = False
 
-    def _end_probe(self) -> None:
-        self._probe_step = False
-        self.probe = PROBE_FIRST if self._probe_paid else min(PROBE_LAST, 2 * self.probe)
-        self._until_probe = self.probe
-
-    def _row(self, uid: int) -> _Row:
-        row = self._rows.get(uid)
-        if row is None:
-            row = self._rows[uid] = _Row(max(self.gain, ROW_MIN_GAIN), self.tokens)
-        return row
-
-    def wants(self, uid: int) -> bool:
-        """Whether row ``uid`` drafts this step: its gain is high enough,
-        or this is a probe step."""
-        row = self._row(uid)
-        row.probing = row.gain < ROW_MIN_GAIN
-        return not row.probing or self._probe_step
-
-    def pays(self, rows: int, drafting: list[int]) -> bool:
-        """Whether a batch of ``rows`` rows, of which ``drafting`` (uids)
-        want to draft, should speculate this step."""
-        if not drafting:
-            return False
-        if self._probe_step:
-            return True  # also re-measures a cost that may have been judged on noise
-        gain = sum(self._row(u).gain for u in drafting)
-        return gain >= rows * (self.cost(rows) - 1.0)
-
-    def cost(self, rows: int) -> float:
-        """A speculative step's measured cost in plain steps at ``rows``
-        rows (:data:`PRIOR_COST` until both kinds were timed, or when not
-        ``timed``)."""
-        plain, spec = self._plain.get(rows), self._spec.get(rows)
-        if not self.timed or plain is None or spec is None or plain <= 0:
-            return PRIOR_COST
-        return spec / plain
+    def plan(self, rows: int, eligible: list[int]) -> int:
+        """The grid width of this step for a batch of ``rows`` rows where
+        ``eligible`` (uids) may draft: 1 for a plain step. Sets each
+        drafting row's :meth:`limit`."""
+        step = self._step
+        width, drafting, probe = self._choose(rows, eligible)
+        step.kind = "plain" if width <= 1 else "spec"
+        step.width, step.probe = width, probe
+        reason = "probe" if probe else ("drafted" if width > 1 else self._skip_reason)
+        self.planned[reason] = self.planned.get(reason, 0) + 1
+        for uid in drafting:
+            self._limits[uid] = width - 1
+        return width
 
     def limit(self, uid: int) -> int:
-        """Row ``uid``'s draft length this step."""
-        return self._row(uid).length
+        """Row ``uid``'s draft length this step (0: it does not draft)."""
+        return self._limits.get(uid, 0)
+
+    def synced(self) -> None:
+        """The speculative step's host sync is done (its cost is counted
+        from here)."""
+        if self.timed:
+            self._step.sync = self.clock()
+
+    def verifying(self, width: int) -> None:
+        """The speculative step's grid is ``width`` positions wide (one more
+        than its longest draft; at most the planned width)."""
+        self._step.width = width
+
+    def missed(self) -> None:
+        """The planned speculative step found no draft in any row: a plain
+        step runs after the host sync."""
+        self._step.kind = "miss"
+
+    def interrupted(self) -> None:
+        """This step's interval also holds other work (a prefill): not a
+        timing sample."""
+        self._step.clean = False
 
     def observe(self, uid: int, drafted: int, accepted: int) -> None:
-        """Row ``uid`` drafted ``drafted`` tokens (0: it found none) and got
-        ``accepted`` of them accepted."""
+        """Row ``uid`` was asked for a draft of up to :meth:`limit` tokens,
+        drafted ``drafted`` (0: it found none) and got ``accepted`` of them
+        accepted."""
         row = self._row(uid)
-        row.gain += GAIN_WEIGHT * (accepted - row.gain)
-        self.gain += GAIN_WEIGHT * (accepted - self.gain)
-        if drafted:
-            row.length = min(self.tokens, 2 * row.length) if accepted == drafted else accepted + 1
-        if accepted and row.probing:
-            self._probe_paid = True
-        if row.probing and accepted:
-            row.gain = max(row.gain, ROW_MIN_GAIN)
-
-    def timed_step(self, rows: int, speculative: bool, seconds: float) -> None:
-        """Record one step's wall time (``speculative``: a verification
-        step) at a batch of ``rows`` rows."""
-        table = self._spec if speculative else self._plain
-        old = table.get(rows)
-        table[rows] = seconds if old is None else old + TIME_WEIGHT * (seconds - old)
+        keep = 1.0 - ROW_WEIGHT
+        found = 1.0 if drafted else 0.0
+        row.found = keep * row.found + ROW_WEIGHT * found
+        self.found = keep * self.found + ROW_WEIGHT * found
+        if not drafted:
+            return
+        rejected = 1.0 if accepted < drafted else 0.0
+        row.hits = keep * row.hits + accepted
+        row.misses = keep * row.misses + rejected
+        self.hits = keep * self.hits + accepted
+        self.misses = keep * self.misses + rejected
+        self._step.accepted += accepted
 
     def forget(self, uid: int) -> None:
         """Drop row ``uid``'s record."""
         self._rows.pop(uid, None)
+        self._limits.pop(uid, None)
+
+    @property
+    def idle(self) -> bool:
+        """Whether no row has a record."""
+        return not self._rows
+
+    # -- the model ---------------------------------------------------------------
+
+    _skip_reason: str = "no_gain"
+
+    def _row(self, uid: int) -> _Row:
+        row = self._rows.get(uid)
+        if row is None:
+            p = self._p(self.hits, self.misses)
+            row = self._rows[uid] = _Row(hits=2 * p, misses=2 * (1 - p), found=self.found)
+        return row
+
+    @staticmethod
+    def _p(hits: float, misses: float) -> float:
+        return hits / (hits + misses) if hits + misses > 0 else 0.0
+
+    def expected(self, uid: int) -> list[float]:
+        """Row ``uid``'s expected accepted tokens for a draft of at most
+        ``n`` tokens, for ``n`` = 0 .. ``tokens``."""
+        row = self._row(uid)
+        p = self._p(row.hits, row.misses)
+        sums, total, term = [0.0], 0.0, row.found
+        for _ in range(self.tokens):
+            term *= p
+            total += term
+            sums.append(total)
+        return sums
+
+    def plain_seconds(self, rows: int) -> float | None:
+        """A plain step's measured seconds at ``rows`` rows (None: never
+        measured, or not ``timed``)."""
+        return self._plain.get(rows) if self.timed else None
+
+    def cost(self, rows: int, width: int) -> float:
+        """A speculative step's cost at ``rows`` rows and grid ``width``, in
+        plain steps at that batch size."""
+        measured = self._ratios.get(bucket(rows)) if self.timed else None
+        if not measured:
+            return PRIOR_BASE + PRIOR_SLOPE * (width - 1)
+        if len(measured) == 1:
+            ((w0, r0),) = measured.items()
+            return max(1.0, r0 + PRIOR_SLOPE * (width - w0))
+        return max(1.0, line_at(measured, width))
+
+    def _choose(self, rows: int, eligible: list[int]) -> tuple[int, list[int], bool]:
+        """The step's width, the rows that draft and whether it is a probe."""
+        self._skip_reason = "no_gain"
+        if not eligible:
+            self._skip_reason = "no_rows"
+            return 1, [], False
+        if self.timed and self.steps - self._plain_at.get(rows, -REFRESH_STEPS) >= REFRESH_STEPS:
+            self._skip_reason = "timing"
+            return 1, [], False
+        if self.credit <= 0:
+            self._skip_reason = "ledger"
+            return 1, [], False
+        expected = [self.expected(uid) for uid in eligible]
+        best, best_value = 1, float(rows) * (1.0 + MARGIN)
+        for width in range(2, self.tokens + 2):
+            gain = sum(e[width - 1] for e in expected)
+            if not gain:
+                break
+            value = (rows + gain) / self.cost(rows, width)
+            if value > best_value:
+                best, best_value = width, value
+        if best > 1:
+            return best, list(eligible), False
+        if self._until_probe <= 0:
+            loss = self.cost(rows, PROBE_WIDTH) - 1.0
+            if self.credit >= loss:
+                return PROBE_WIDTH, list(eligible), True
+            self._skip_reason = "ledger"
+        return 1, [], False
+
+    # -- measuring ---------------------------------------------------------------
+
+    def _close(self, step: _Step, now: float, clean: bool) -> None:
+        """Book the finished ``step`` (its interval ends ``now``)."""
+        after_spec, self._after_spec = self._after_spec, step.kind == "spec"
+        plain = self.plain_seconds(step.rows)
+        if step.kind == "plain":
+            self.credit = min(CREDIT_STEPS, self.credit + BUDGET)
+            if self.timed and clean and not after_spec:
+                seconds, old = now - step.start, self._plain.get(step.rows)
+                self._plain[step.rows] = seconds if old is None else old + TIME_WEIGHT * (seconds - old)
+                self._plain_at[step.rows] = self.steps
+            return
+        if step.kind == "miss":
+            if self.timed and plain:
+                self.credit -= (now - step.sync) / plain
+            self._after_spec = True  # the next interval holds the skipped forward's wait
+            return
+        if self.timed and plain and clean:
+            cost = (now - step.sync) / plain
+            ratios = self._ratios.setdefault(bucket(step.rows), {})
+            old = ratios.get(step.width)
+            ratios[step.width] = cost if old is None else old + TIME_WEIGHT * (cost - old)
+        else:
+            cost = self.cost(step.rows, step.width)
+        made = 1.0 + step.accepted / max(1, step.rows)
+        self.credit = min(CREDIT_STEPS, self.credit + made - cost + BUDGET * cost)
+        if step.probe:
+            self.probe = PROBE_FIRST if made >= cost else min(PROBE_LAST, 2 * self.probe)
+            self._until_probe = self.probe

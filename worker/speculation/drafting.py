@@ -15,10 +15,11 @@ their drafts, and tells what verification accepted. It drafts with one of:
 * a draft model (:class:`worker.speculation.draft_model.DraftModel`).
 
 With a :class:`~worker.speculation.controller.DraftController` (how a
-worker builds it, see :func:`worker.model_setup.speculation_for`) rows draft
-only while it pays and draft lengths follow each row's acceptance; without
-one every eligible row drafts ``tokens`` tokens each step (what the
-exactness tests want: every path taken, deterministically).
+worker builds it, see :func:`worker.model_setup.speculation_for`) a step
+speculates only when its cost model expects it to pay, at the grid width
+and with the rows it expects to pay most; without one every eligible row
+drafts ``tokens`` tokens each step (what the exactness tests want: every
+path taken, deterministically).
 
 The totals (``drafted`` / ``accepted``) are plain ints read by other
 threads under the GIL; per-step records (:meth:`Speculation.take_records`)
@@ -74,6 +75,7 @@ class Speculation:
     _rows: dict[int, _RowRecord] = field(default_factory=dict)
     _sequences: int = 0
     _step_records: list[tuple[int, int, int]] = field(default_factory=list)
+    _everyone: set[int] = field(default_factory=set)
 
     def begin(self, uid: int, scope: str = "", speculative: bool = True) -> None:
         """Row ``uid`` joined: its sequences are matched within ``scope``
@@ -97,27 +99,53 @@ class Speculation:
         false)."""
         self._record(uid).opted_out = True
 
-    def tick(self) -> None:
-        """A speculative step is being considered (once per engine step)."""
+    def start_step(self, rows: int) -> None:
+        """A generation step of ``rows`` rows starts (once per engine step,
+        speculative or not)."""
         if self.controller is not None:
-            self.controller.tick()
+            self.controller.start_step(rows)
 
     def enabled_for(self, uid: int) -> bool:
-        """Whether row ``uid`` may draft in this step: not when its request
-        opted out, nor while the controller has it switched off."""
+        """Whether row ``uid`` may draft at all: not when its request opted
+        out."""
         record = self._rows.get(uid)
-        if record is not None and record.opted_out:
-            return False
-        return self.controller is None or self.controller.wants(uid)
+        return record is None or not record.opted_out
 
-    def pays(self, rows: int, drafting: list[int]) -> bool:
-        """Whether a batch of ``rows`` rows where ``drafting`` may draft
-        should speculate this step (always, without a controller)."""
-        return self.controller is None or self.controller.pays(rows, drafting)
+    def plan(self, rows: int, eligible: list[int]) -> int:
+        """This step's grid width for a batch of ``rows`` rows of which
+        ``eligible`` (uids) may draft (1: a plain step); each drafting
+        row's draft length is then :meth:`limit`. Without a controller
+        every eligible row drafts ``tokens`` tokens."""
+        if self.controller is not None:
+            return self.controller.plan(rows, eligible)
+        self._everyone = set(eligible)
+        return self.tokens + 1 if eligible else 1
 
     def limit(self, uid: int) -> int:
-        """Row ``uid``'s draft length this step."""
-        return self.tokens if self.controller is None else self.controller.limit(uid)
+        """Row ``uid``'s draft length this step (0: it does not draft)."""
+        if self.controller is not None:
+            return self.controller.limit(uid)
+        return self.tokens if uid in self._everyone else 0
+
+    def synced(self) -> None:
+        """The speculative step's host sync is done."""
+        if self.controller is not None:
+            self.controller.synced()
+
+    def verifying(self, width: int) -> None:
+        """The speculative step verifies a grid ``width`` positions wide."""
+        if self.controller is not None:
+            self.controller.verifying(width)
+
+    def missed(self) -> None:
+        """The planned speculative step found no draft: it runs plain."""
+        if self.controller is not None:
+            self.controller.missed()
+
+    def interrupted(self) -> None:
+        """This engine step also prefilled: its time is not a step's."""
+        if self.controller is not None:
+            self.controller.interrupted()
 
     def draft(self, uid: int, history: list[int], limit: int) -> list[int]:
         """Row ``uid``'s draft after ``history`` (its tokens and pending
@@ -152,12 +180,6 @@ class Speculation:
         if self.controller is not None:
             self.controller.observe(uid, drafted, accepted)
 
-    def timed_step(self, rows: int, speculative: bool, seconds: float) -> None:
-        """Record one engine step's wall time (see
-        :meth:`DraftController.timed_step`)."""
-        if self.controller is not None:
-            self.controller.timed_step(rows, speculative, seconds)
-
     def take_records(self) -> list[tuple[int, int, int]]:
         """The ``(uid, drafted, accepted)`` verifications since the last
         call, oldest first."""
@@ -182,5 +204,4 @@ class Speculation:
     @property
     def idle(self) -> bool:
         """Whether no row has a record left (every row was forgotten)."""
-        live = self.controller is not None and bool(self.controller._rows)
-        return not self._rows and not live
+        return not self._rows and (self.controller is None or self.controller.idle)

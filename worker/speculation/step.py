@@ -68,18 +68,20 @@ class SpeculativeSteps:
         rollback = rollback_for(self.prompt_cache, len(self.uids))
         if rollback is None:
             return None
-        spec.tick()
-        eligible = [self._may_draft(i, spec) for i in range(len(self.uids))]
-        if not spec.pays(len(self.uids), [uid for uid, ok in zip(self.uids, eligible) if ok]):
+        eligible = [uid for i, uid in enumerate(self.uids) if self._may_draft(i, spec)]
+        if spec.plan(len(self.uids), eligible) <= 1:
             return None  # the plain step keeps mlx-lm's pipelining: no host sync
         pending = self._next_tokens.tolist()
-        drafts = [self._draft(i, pending[i], spec) if eligible[i] else [] for i in range(len(self.uids))]
-        for i, ok in enumerate(eligible):
-            if ok and not drafts[i]:
-                spec.record(self.uids[i], 0, 0)
+        spec.synced()
+        drafts = [self._draft(i, pending[i], spec) if spec.limit(uid) else [] for i, uid in enumerate(self.uids)]
+        for i, uid in enumerate(self.uids):
+            if spec.limit(uid) and not drafts[i]:
+                spec.record(uid, 0, 0)
         if not any(drafts):
+            spec.missed()
             return None
         width = 1 + max(len(d) for d in drafts)
+        spec.verifying(width)
         grid = [[p, *d] + [p] * (width - 1 - len(d)) for p, d in zip(pending, drafts)]
         rollback.save(self.prompt_cache)
         logits = self.model(mx.array(grid, dtype=mx.uint32), cache=self.prompt_cache)
@@ -115,9 +117,9 @@ class SpeculativeSteps:
     def _may_draft(self, i: int, spec: Speculation) -> bool:
         """Whether row ``i`` may draft this step (decided before its pending
         token is read): not with logits processors, not when it opted out
-        or the controller has it switched off (:meth:`Speculation.enabled_for`,
-        called once per step of an otherwise eligible row), not one token from its
-        ``max_tokens``."""
+        (:meth:`Speculation.enabled_for`), not one token from its
+        ``max_tokens``; the controller then picks among these rows
+        (:meth:`Speculation.plan`)."""
         if self.logits_processors and self.logits_processors[i]:
             return False
         if self.max_tokens[i] - self._num_tokens[i] - 1 < 1:
