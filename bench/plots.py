@@ -7,8 +7,8 @@ JSON envelope per script, the latest run) and draws, with matplotlib:
   one line per contender, one panel per model (``bench/compare.py``);
 - ``compare-ttft.png``: time to first token p50 (solid) and p95 (dashed)
   against concurrent streams, same layout;
-- ``speculative.png``: tokens/s per workload without speculation, with
-  prompt lookup (and a draft model, and mlx_lm.server where measured);
+- ``speculative.png``: tokens/s per case without speculation, with the
+  default config (and mlx_lm.server where measured);
 - ``agent_session.png``: time to first token per turn of the agent session,
   per contender;
 - ``embeddings.png``: inputs/s per shape, mlxd against the in-process encoder.
@@ -150,14 +150,12 @@ def _grouped_bars(ax: Any, groups: list[str], series: dict[str, list[float | Non
 
 
 def plot_speculative(envelope: dict[str, Any], out: Path) -> list[Path]:
-    """Tokens/s per workload with and without speculative decoding."""
+    """Tokens/s per case with and without speculative decoding."""
     results = envelope["results"]
-    rows = results["workloads"]
+    rows = results["cases"]
     names = {
         "none_tok_s": "mlxd, no speculation",
-        "auto_tok_s": "mlxd, default (auto: suffix drafting)",
-        "prompt_lookup_tok_s": "mlxd, prompt lookup",
-        "draft_model_tok_s": "mlxd, draft model",
+        "default_tok_s": "mlxd, default (auto: suffix drafting)",
         "mlx_lm_server_tok_s": "mlx_lm.server",
     }
     series = {
@@ -165,15 +163,13 @@ def plot_speculative(envelope: dict[str, Any], out: Path) -> list[Path]:
         for key, label in names.items()
         if any(row.get(key) is not None for row in rows)
     }
-    colors = dict(zip(names.values(), ("#9bb7ea", COLORS["mlxd"], "#f0a500", "#16a2b8", COLORS["mlx_lm.server"])))
-    fig, (ax,) = _figure(
-        envelope, f"Speculative decoding: tokens/s ({results['model']}, {results['max_tokens']} tokens)"
-    )
-    _grouped_bars(ax, [row["workload"] for row in rows], series, colors)
+    colors = dict(zip(names.values(), ("#9bb7ea", COLORS["mlxd"], COLORS["mlx_lm.server"])))
+    fig, (ax,) = _figure(envelope, f"Speculative decoding: tokens/s ({results['model']})")
+    _grouped_bars(ax, [row["case"] for row in rows], series, colors)
     ax.set_ylabel("tokens/s")
     drafted, accepted = results.get("drafted_tokens"), results.get("accepted_tokens")
     if drafted:
-        ax.set_xlabel(f"prompt lookup: {accepted} of {drafted} drafted tokens accepted ({accepted / drafted:.0%})")
+        ax.set_xlabel(f"default config: {accepted} of {drafted} drafted tokens accepted ({accepted / drafted:.0%})")
     return [_save(fig, out, "speculative.png")]
 
 

@@ -1,35 +1,36 @@
-"""Speculative decoding bench: the workloads of issue #32, speculation off
-against the default config (``speculative = "auto"``: suffix drafting with
-the drafting controller).
+"""Speculative decoding bench: the default config (``speculative =
+"auto"``: suffix drafting with the drafting controller) against the same
+server with ``speculative = "none"``, A/B interleaved in one run.
 
-Workloads, greedy, each at 1 stream and at ``--streams`` (16) streams:
+Cases (issue #42), each a workload at a number of concurrent streams:
 
-* ``copy``: copy a ~600-token log line by line (SmolLM2 copies a log,
-  with a few changes, where it answers a request to repeat a code file
-  with one line: the mechanism's ceiling);
-* ``edit``: return a Python file with one rename (the model paraphrases
-  part of it);
+* ``short``: greedy chat answers of 64 tokens to distinct prompts of
+  about 20 words (no shared prefix beyond the chat template), at 1, 8
+  and 16 streams: where speculation used to lose under concurrency;
+* ``story``: a story sampled at temperature 1 with a seed per stream, at
+  8 streams (drafts nearly always miss);
 * ``agent``: a three-turn session whose later turns ask the model to
-  re-emit the tool output (a file) it was shown and wrote before; each
-  stream is its own session (its own file), turns one after the other;
-* ``chat``: a story (little to copy);
-* ``random``: continue a list of random words, sampled at temperature 1
-  with a seed per stream (greedy output loops, which drafts would catch;
-  sampled, nearly every draft misses: the worst case, where the controller
-  must keep the cost within 3%).
+  re-emit the tool output (a file) it was shown and wrote before, 1
+  stream, also against ``mlx_lm.server``;
+* ``copy``: copy a ~600-token log line by line, 1 stream, also against
+  ``mlx_lm.server``;
+* with ``--all``, also ``edit`` (return a Python file with one rename)
+  and ``random`` (continue a list of random words, sampled) at 1 and 16
+  streams.
 
-Each runs the same weights (default: the float32 copy of the default
-model, see ``bench/models.py``) in an mlxd gateway with ``speculative =
-"none"`` and with the default config (no ``speculative`` key), started and
-waited on ``/ready``; optionally (``--peer``) the 1-stream edit and copy
-workloads also in ``mlx_lm.server``. Prints tokens/s per workload, whether
-the texts are identical (they must be), the drafted/accepted counts and
-the issue's targets as PASS/MISS lines. Nothing here asserts; results go
-to ``bench/results/speculative.json``.
+Both mlxd gateways (the float32 copy of the default model, otherwise the
+default config; ``bench/models.py``) and, for the agent and copy cases,
+``mlx_lm.server`` on the same weights, run side by side, each started and
+waited on ``/ready``; every round runs the case on each side in turn, the
+order alternating between rounds; a side's rate is the median of its
+rounds. Prints tokens/s, whether greedy texts are identical (they must
+be), the controller's step counts, and PASS/MISS lines: every case at
+least 0.97x of speculation off; agent at least 1.5x and copy at least
+1.7x of ``mlx_lm.server``. Nothing here asserts; results go to
+``bench/results/speculative.json``.
 
-Usage: ``python bench/speculative.py [--model DIR] [--max-tokens N]
-[--streams S] [--rounds R] [--workloads copy,edit,...] [--peer]
-[--draft SOURCE]`` (``--draft``: also a gateway drafting with that model).
+Usage: ``python bench/speculative.py [--model DIR] [--rounds R]
+[--cases short,story,...] [--all] [--no-peer]``.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ import asyncio
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -46,7 +49,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import mlx_lm_server, mlxd, ratio_line  # noqa: E402
+from harness import median, mlx_lm_server, mlxd, ratio_line  # noqa: E402
 from models import float32_model  # noqa: E402
 from record import write as write_results  # noqa: E402
 
@@ -152,118 +155,150 @@ async def session(client: httpx.AsyncClient, url: str, index: int, max_tokens: i
     return "\n---\n".join(texts), tokens
 
 
-async def run(url: str, workload: str, streams: int, max_tokens: int, model: str) -> tuple[list[str], int, float]:
-    """``streams`` concurrent copies of ``workload``; the texts, the
+SHORT_TOPICS = (
+    "rivers", "bread", "chess", "volcanoes", "owls", "trains", "glass", "bees",
+    "tea", "kites", "moons", "ink", "salt", "maps", "bells", "clocks",
+)  # fmt: skip
+
+
+def short_prompt(i: int) -> str:
+    """A distinct question of about 20 words."""
+    topic = SHORT_TOPICS[i % len(SHORT_TOPICS)]
+    return (
+        f"In a few sentences, tell me something interesting about {topic} "
+        f"and why people in many places still care about them today (question {i})."
+    )
+
+
+@dataclass(frozen=True)
+class Case:
+    """One bench case: ``workload`` at ``streams`` streams of ``max_tokens``;
+    ``peer_target``: the least default / mlx_lm.server ratio (None: no peer)."""
+
+    workload: str
+    streams: int
+    max_tokens: int
+    peer_target: float | None = None
+
+    @property
+    def label(self) -> str:
+        """``workload, N stream(s)``."""
+        return f"{self.workload}, {self.streams} stream{'s' if self.streams > 1 else ''}"
+
+
+CASES = (
+    Case("short", 1, 64),
+    Case("short", 8, 64),
+    Case("short", 16, 64),
+    Case("story", 8, 128),
+    Case("agent", 1, 300, peer_target=1.5),
+    Case("copy", 1, 300, peer_target=1.7),
+)
+EXTRA_CASES = (Case("edit", 1, 300), Case("edit", 16, 300), Case("random", 1, 128), Case("random", 16, 128))
+FLOOR = 0.97
+"""Every case: the default config at least this share of speculation off."""
+
+
+async def run(url: str, case: Case, model: str) -> tuple[list[str], int, float]:
+    """``case.streams`` concurrent copies of ``case.workload``; the texts, the
     completion tokens and the wall seconds."""
     prompts = {"copy": COPY_PROMPT, "edit": EDIT_PROMPT, "chat": CHAT_PROMPT}
+    n, limit = case.streams, case.max_tokens
     async with httpx.AsyncClient(timeout=1800) as client:
         started = time.perf_counter()
-        if workload == "agent":
-            jobs = [session(client, url, i, max_tokens, model) for i in range(streams)]
-        elif workload == "random":
+        if case.workload == "agent":
+            jobs = [session(client, url, i, limit, model) for i in range(n)]
+        elif case.workload == "short":
+            jobs = [one(client, url, request(short_prompt(i), limit, model)) for i in range(n)]
+        elif case.workload == "story":
+            jobs = [one(client, url, request(CHAT_PROMPT, limit, model, temperature=1.0, seed=i)) for i in range(n)]
+        elif case.workload == "random":
             jobs = [
-                one(client, url, request(random_prompt(i), max_tokens, model, temperature=1.0, seed=i))
-                for i in range(streams)
+                one(client, url, request(random_prompt(i), limit, model, temperature=1.0, seed=i)) for i in range(n)
             ]
         else:
-            jobs = [one(client, url, request(prompts[workload], max_tokens, model)) for _ in range(streams)]
+            jobs = [one(client, url, request(prompts[case.workload], limit, model)) for _ in range(n)]
         done = await asyncio.gather(*jobs)
         wall = time.perf_counter() - started
     return [text for text, _ in done], sum(tokens for _, tokens in done), wall
 
 
-def best_rate(url: str, workload: str, streams: int, args: argparse.Namespace, model: str = NAME) -> tuple[list, float]:
-    """Best tokens/s over ``args.rounds`` rounds, with the last round's texts."""
-    best, texts = 0.0, []
-    for _ in range(args.rounds):
-        texts, tokens, wall = asyncio.run(run(url, workload, streams, args.max_tokens, model))
-        best = max(best, tokens / wall)
-    return texts, best
-
-
-def measure_mlxd(source: Path, mode: str | None, args: argparse.Namespace, tmp: Path) -> dict:
-    """Every workload at 1 and ``args.streams`` streams on one mlxd gateway
-    (``mode``: its ``speculative``; None: the default config):
-    ``{(workload, streams): (texts, tok/s)}`` plus the worker counters
-    under ``"stats"``."""
-    model = {"name": NAME, "source": str(source), "max_batch_size": max(8, args.streams)}
-    if mode is not None:
-        model["speculative"] = mode
-    found: dict = {}
-    label = (mode or "default").replace(":", "-").replace("/", "-")
-    with mlxd(tmp / label, model) as server:
-        asyncio.run(run(server.url, "chat", 1, 8, NAME))  # warm-up: the first request's one-time costs
-        for workload in args.workloads:
-            for streams in sorted({1, args.streams}):
-                found[(workload, streams)] = best_rate(server.url, workload, streams, args)
-        time.sleep(1.5)  # one heartbeat
-        found["stats"] = server.worker(NAME)["stats"]
-    return found
-
-
-def measure_peer(source: Path, args: argparse.Namespace, tmp: Path) -> dict:
-    """The 1-stream copy and edit workloads on ``mlx_lm.server``."""
-    with mlx_lm_server(tmp / "peer", source) as peer:
-        return {(w, 1): best_rate(peer.url, w, 1, args, PEER_MODEL) for w in ("copy", "edit") if w in args.workloads}
-
-
-TARGETS = {("agent", 1): 1.5, ("copy", 1): 2.5, ("copy", 16): 1.2, ("random", 1): 0.97, ("random", 16): 0.97}
-"""Issue #32's targets, default config / speculation off; every other
-workload at 16 streams: at least 1.0."""
+def worker_stats(server) -> dict:
+    """The bench model's worker counters (after one heartbeat)."""
+    time.sleep(1.5)
+    return server.worker(NAME)["stats"]
 
 
 def main() -> None:
-    """Parse the options, run mlxd with speculation off and with the default
-    config (and the peer), print the rates and the ratio lines."""
+    """Parse the options, start the sides, run every case interleaved,
+    print the rates and the ratio lines."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, help="an MLX model directory (default: the float32 default model)")
-    parser.add_argument("--max-tokens", type=int, default=300)
-    parser.add_argument("--streams", type=int, default=16)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--workloads", default="copy,edit,agent,chat,random")
-    parser.add_argument("--peer", action="store_true", help="also mlx_lm.server (copy and edit, 1 stream)")
-    parser.add_argument("--draft", help="also run speculative = draft:DRAFT (a model source of the same tokenizer)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--cases", default="", help="workloads to run (default: all of the chosen set)")
+    parser.add_argument("--all", action="store_true", help="also the edit and random cases")
+    parser.add_argument("--no-peer", action="store_true", help="skip mlx_lm.server")
     args = parser.parse_args()
-    args.workloads = [w for w in args.workloads.split(",") if w]
+    cases = [*CASES, *(EXTRA_CASES if args.all else ())]
+    if args.cases:
+        wanted = set(args.cases.split(","))
+        cases = [c for c in cases if c.workload in wanted]
     source = args.model or float32_model()
-    with tempfile.TemporaryDirectory(prefix="mlxd-spec-bench-") as name:
+    rates: dict[tuple[str, str], list[float]] = {}
+    texts: dict[tuple[str, str], list[str]] = {}
+    with tempfile.TemporaryDirectory(prefix="mlxd-spec-bench-") as name, ExitStack() as stack:
         tmp = Path(name)
-        plain = measure_mlxd(source, "none", args, tmp)
-        auto = measure_mlxd(source, None, args, tmp)
-        drafted = measure_mlxd(source, f"draft:{args.draft}", args, tmp) if args.draft else None
-        peer = measure_peer(source, args, tmp) if args.peer else {}
-    print(f"speculative decoding, {source.name}, max_tokens {args.max_tokens}")
+        sides = {
+            "none": stack.enter_context(
+                mlxd(tmp / "none", {"name": NAME, "source": str(source), "speculative": "none"})
+            ),
+            "default": stack.enter_context(mlxd(tmp / "default", {"name": NAME, "source": str(source)})),
+        }
+        models = {"none": NAME, "default": NAME}
+        if not args.no_peer and any(c.peer_target for c in cases):
+            sides["mlx_lm.server"] = stack.enter_context(mlx_lm_server(tmp / "peer", source))
+            models["mlx_lm.server"] = PEER_MODEL
+        for side, server in sides.items():  # warm-up: the first request's one-time costs
+            asyncio.run(run(server.url, Case("chat", 1, 8), models[side]))
+        for case in cases:
+            order = [s for s in sides if s != "mlx_lm.server" or case.peer_target]
+            for r in range(args.rounds):
+                for side in order if r % 2 == 0 else reversed(order):
+                    done, tokens, wall = asyncio.run(run(sides[side].url, case, models[side]))
+                    rates.setdefault((case.label, side), []).append(tokens / wall)
+                    texts[(case.label, side)] = done
+        stats = worker_stats(sides["default"])
+    print(f"speculative decoding, {source.name}, {args.rounds} rounds interleaved (median tok/s)")
     rows, lines = [], []
-    for workload in args.workloads:
-        for streams in sorted({1, args.streams}):
-            key = (workload, streams)
-            label = f"{workload}, {streams} stream{'s' if streams > 1 else ''}"
-            same = plain[key][0] == auto[key][0]
-            print(
-                f"  {label:<20} none {plain[key][1]:8.1f} tok/s  default {auto[key][1]:8.1f} tok/s  identical: {same}"
-            )
-            row = {"workload": label, "none_tok_s": plain[key][1], "auto_tok_s": auto[key][1], "identical_text": same}
-            if drafted is not None:
-                row["draft_model_tok_s"] = drafted[key][1]
-            if key in peer:
-                row["mlx_lm_server_tok_s"] = peer[key][1]
-                print(f"  {'':<20} mlx_lm.server {peer[key][1]:8.1f} tok/s")
-            rows.append(row)
-            target = TARGETS.get((workload, 1 if streams == 1 else 16), 1.0 if streams > 1 else None)
-            if target is not None:
-                lines.append(ratio_line(f"{label}: default / speculation off", auto[key][1], plain[key][1], target))
-    stats = auto["stats"]
+    for case in cases:
+        none, default = median(rates[(case.label, "none")]), median(rates[(case.label, "default")])
+        peer = rates.get((case.label, "mlx_lm.server"))
+        greedy = case.workload in ("short", "agent", "copy", "edit")
+        same = texts[(case.label, "none")] == texts[(case.label, "default")]
+        line = f"  {case.label:<18} none {none:7.1f}  default {default:7.1f}"
+        line += f"  mlx_lm.server {median(peer):7.1f}" if peer else ""
+        print(line + (f"  identical: {same}" if greedy else ""))
+        row = {"case": case.label, "none_tok_s": none, "default_tok_s": default}
+        row.update({"identical_text": same} if greedy else {})
+        row.update({"mlx_lm_server_tok_s": median(peer)} if peer else {})
+        rows.append(row)
+        lines.append(ratio_line(f"{case.label}: default / speculation off", default, none, FLOOR))
+        if peer and case.peer_target:
+            lines.append(ratio_line(f"{case.label}: default / mlx_lm.server", default, median(peer), case.peer_target))
     print(f"  drafted {stats['draft_tokens']}, accepted {stats['draft_accepted_tokens']}")
+    print(f"  steps: drafted {stats['draft_steps']}, skipped {stats['draft_skipped_steps']}")
     print()
     print("\n".join(lines))
     write_results(
         "speculative",
         {
             "model": source.name,
-            "max_tokens": args.max_tokens,
-            "workloads": rows,
+            "rounds": args.rounds,
+            "cases": rows,
             "drafted_tokens": stats["draft_tokens"],
             "accepted_tokens": stats["draft_accepted_tokens"],
+            "draft_steps": stats["draft_steps"],
+            "skipped_steps": stats["draft_skipped_steps"],
         },
     )
 

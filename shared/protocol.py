@@ -316,7 +316,10 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     served from disk and the prompt tokens they covered; entries written;
     files rejected (truncated, corrupt or another model's).
     ``draft_tokens`` / ``draft_accepted_tokens``: speculative decoding's
-    drafted tokens and those verification accepted (0 when it is off).
+    drafted tokens and those verification accepted (0 when it is off);
+    ``draft_steps``: engine steps that verified drafts;
+    ``draft_skipped_steps``: steps that did not, by reason (see
+    :meth:`worker.speculation.drafting.Speculation.count`).
     ``cache_refused``: states the prefix cache refused to store because
     they did not hold exactly the tokens of their key (always 0 unless a
     bug moved a sequence past its key; see
@@ -364,6 +367,8 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     disk_cache_rejected: int = 0
     draft_tokens: int = 0
     draft_accepted_tokens: int = 0
+    draft_steps: int = 0
+    draft_skipped_steps: dict[str, int] = msgspec.field(default_factory=dict)
     cache_refused: int = 0
     heartbeat_seq: int = 0
     vision_prefills: int = 0

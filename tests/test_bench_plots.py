@@ -81,16 +81,9 @@ def small_results(directory: Path) -> None:
         "speculative",
         {
             "model": "tiny",
-            "max_tokens": 32,
-            "workloads": [
-                {
-                    "workload": "edit, 1 stream",
-                    "none_tok_s": 10.0,
-                    "prompt_lookup_tok_s": 18.0,
-                    "mlx_lm_server_tok_s": 9.5,
-                    "identical_text": True,
-                },
-                {"workload": "chat, 1 stream", "none_tok_s": 10.0, "prompt_lookup_tok_s": 10.5, "identical_text": True},
+            "cases": [
+                {"case": "copy, 1 stream", "none_tok_s": 10.0, "default_tok_s": 18.0, "mlx_lm_server_tok_s": 9.5},
+                {"case": "short, 16 streams", "none_tok_s": 60.0, "default_tok_s": 59.0},
             ],
             "drafted_tokens": 100,
             "accepted_tokens": 44,

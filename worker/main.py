@@ -77,6 +77,7 @@ from worker.model_setup import KIND_BUILDERS, GenerationSetup, KindSetup, build_
 from worker.output.loop import Exit, FailAll, OutputLoop
 from worker.parent_watch import watch_parent
 from worker.prompting.builder import PromptBuilder, PromptError
+from worker.speculation.drafting import draft_step_stats
 
 log = logging.getLogger("mlxd.worker")
 
@@ -415,6 +416,7 @@ class Worker:
             requests_timed_out=c.requests_timed_out,
             draft_tokens=scheduler.speculation.drafted if scheduler.speculation else 0,
             draft_accepted_tokens=scheduler.speculation.accepted if scheduler.speculation else 0,
+            **draft_step_stats(scheduler.speculation),
             active_memory_bytes=c.active_memory,
             cache_memory_bytes=c.cache_memory,
             peak_memory_bytes=c.peak_memory,

@@ -47,6 +47,9 @@ mlxd:prefix_cache_disk_rejected_total         counter    heartbeat
 mlxd:prefix_cache_refused_total               counter    heartbeat
 mlxd:spec_decode_num_draft_tokens_total       counter    heartbeat
 mlxd:spec_decode_num_accepted_tokens_total    counter    heartbeat
+mlxd:spec_decode_num_drafts_total             counter    heartbeat
+mlxd:spec_decode_skipped_steps_total{reason}  counter    heartbeat
+mlxd:spec_decode_acceptance_rate              gauge      heartbeat
 mlxd:vision_prefills_total                    counter    heartbeat
 mlxd:vision_image_tokens_total                counter    heartbeat
 mlxd:rerank_pairs_total                       counter    heartbeat

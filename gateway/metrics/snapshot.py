@@ -57,6 +57,7 @@ HEARTBEAT_SERIES: tuple[tuple[str, str, str, str], ...] = (
     ("counter", "prefix_cache_refused", "States the prefix cache refused to store: they did not hold exactly their key's tokens (a bug if ever above 0).", "cache_refused"),
     ("counter", "spec_decode_num_draft_tokens", "Tokens drafted by speculative decoding.", "draft_tokens"),
     ("counter", "spec_decode_num_accepted_tokens", "Drafted tokens that verification accepted.", "draft_accepted_tokens"),
+    ("counter", "spec_decode_num_drafts", "Engine steps that verified speculative drafts.", "draft_steps"),
     ("counter", "vision_prefills", "Prompts whose images went through the vision tower.", "vision_prefills"),
     ("counter", "vision_image_tokens", "Image, video and audio tokens of the prompts that went through the vision or audio tower.", "vision_image_tokens"),
     ("counter", "rerank_pairs", "Query-document pairs a rerank worker scored.", "rerank_pairs"),
@@ -131,6 +132,14 @@ class SnapshotCollector(Collector):
             "1 for the model's current state, 0 for the others.",
             labels=["model", "state"],
         )
+        skipped = CounterMetricFamily(
+            PREFIX + "spec_decode_skipped_steps",
+            "Engine steps that did not speculate, by reason (batch, no_rows, no_gain, ledger, timing, no_draft).",
+            labels=["model", "reason"],
+        )
+        acceptance = _family(
+            "gauge", "spec_decode_acceptance_rate", "Drafted tokens accepted, as a share of those drafted (since load)."
+        )
         node = GaugeMetricFamily(
             PREFIX + "model_node",
             "1 for the machine running the model's worker (node label; local = this machine).",
@@ -144,6 +153,10 @@ class SnapshotCollector(Collector):
             if st is not None:
                 for _, name, _, field in HEARTBEAT_SERIES:
                     heartbeat[name].add_metric(labels, getattr(st, field))
+                for reason, count in sorted(st.draft_skipped_steps.items()):
+                    skipped.add_metric([s.name, reason], count)
+                if st.draft_tokens:
+                    acceptance.add_metric(labels, st.draft_accepted_tokens / st.draft_tokens)
             if s.working_set_bytes:
                 working_set.add_metric(labels, s.working_set_bytes)
             if s.memory_estimate is not None:
@@ -160,7 +173,7 @@ class SnapshotCollector(Collector):
                 state.add_metric([s.name, s.state], 1.0)
 
         yield from heartbeat.values()
-        yield from (restarts, memory, load, state, working_set, estimate, node)
+        yield from (skipped, acceptance, restarts, memory, load, state, working_set, estimate, node)
 
 
 def _family(kind: str, name: str, doc: str) -> GaugeMetricFamily | CounterMetricFamily:

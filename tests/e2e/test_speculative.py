@@ -88,9 +88,9 @@ def chat(client, model, content, max_tokens=60):
     return r.choices[0].message.content
 
 
-def metric(server, name, model):
+def metric(server, name, model, total="_total", labels=""):
     text = httpx.get(f"{server.url}/metrics", headers=server.headers, timeout=10).text
-    found = re.search(rf'^mlxd:{name}_total{{model="{model}"}} (\S+)$', text, re.M)
+    found = re.search(rf'^mlxd:{name}{total}{{model="{model}"{labels}}} (\S+)$', text, re.M)
     return float(found.group(1)) if found else None
 
 
@@ -104,6 +104,9 @@ def test_single_stream_identical_and_drafts_accepted(server, client):
     assert settled_stats(server, PLAIN)["draft_tokens"] == 0
     assert metric(server, "spec_decode_num_draft_tokens", SPEC) == stats["draft_tokens"]
     assert metric(server, "spec_decode_num_accepted_tokens", SPEC) == stats["draft_accepted_tokens"]
+    assert 0 < stats["draft_steps"] == metric(server, "spec_decode_num_drafts", SPEC)
+    rate = stats["draft_accepted_tokens"] / stats["draft_tokens"]
+    assert metric(server, "spec_decode_acceptance_rate", SPEC, total="") == pytest.approx(rate)
 
 
 def test_default_config_drafts_and_usage_reports_predictions(server, client):
@@ -173,11 +176,18 @@ def test_cancel_while_speculating_is_clean(server, client):
 
 
 def test_request_opt_out_drafts_nothing(server, client):
-    before = settled_stats(server, SPEC)["draft_tokens"]
+    stats = settled_stats(server, SPEC)
+    before, skipped = stats["draft_tokens"], stats["draft_skipped_steps"].get("no_rows", 0)
     r = client.completions.create(
         model=SPEC, prompt=CODE, max_tokens=40, temperature=0, extra_body={"speculative": False}
     )
-    assert settled_stats(server, SPEC)["draft_tokens"] == before
+    stats = settled_stats(server, SPEC)
+    assert stats["draft_tokens"] == before
+    # every decoding step of the request was one no row could draft in
+    assert stats["draft_skipped_steps"]["no_rows"] >= skipped + 30
+    assert metric(server, "spec_decode_skipped_steps", SPEC, labels=',reason="no_rows"') == (
+        stats["draft_skipped_steps"]["no_rows"]
+    )
     assert (r.choices[0].text, r.usage.completion_tokens) == complete(client, PLAIN, CODE, 40)
     bad = httpx.post(
         f"{server.url}/v1/completions",

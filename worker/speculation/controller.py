@@ -181,7 +181,7 @@ class DraftController:
         width, drafting, probe = self._choose(rows, eligible)
         step.kind = "plain" if width <= 1 else "spec"
         step.width, step.probe = width, probe
-        reason = "probe" if probe else ("drafted" if width > 1 else self._skip_reason)
+        reason = "probe" if probe else ("drafted" if width > 1 else self.skip_reason)
         self.planned[reason] = self.planned.get(reason, 0) + 1
         for uid in drafting:
             self._limits[uid] = width - 1
@@ -242,7 +242,10 @@ class DraftController:
 
     # -- the model ---------------------------------------------------------------
 
-    _skip_reason: str = "no_gain"
+    skip_reason: str = "no_gain"
+    """Why the last :meth:`plan` chose a plain step: ``no_rows`` (no row may
+    draft), ``timing`` (the batch size's plain step is being timed),
+    ``ledger`` (the ledger has no credit) or ``no_gain``."""
 
     def _row(self, uid: int) -> _Row:
         row = self._rows.get(uid)
@@ -285,15 +288,15 @@ class DraftController:
 
     def _choose(self, rows: int, eligible: list[int]) -> tuple[int, list[int], bool]:
         """The step's width, the rows that draft and whether it is a probe."""
-        self._skip_reason = "no_gain"
+        self.skip_reason = "no_gain"
         if not eligible:
-            self._skip_reason = "no_rows"
+            self.skip_reason = "no_rows"
             return 1, [], False
         if self.timed and self.steps - self._plain_at.get(rows, -REFRESH_STEPS) >= REFRESH_STEPS:
-            self._skip_reason = "timing"
+            self.skip_reason = "timing"
             return 1, [], False
         if self.credit <= 0:
-            self._skip_reason = "ledger"
+            self.skip_reason = "ledger"
             return 1, [], False
         expected = [self.expected(uid) for uid in eligible]
         best, best_value = 1, float(rows) * (1.0 + MARGIN)
@@ -310,7 +313,7 @@ class DraftController:
             loss = self.cost(rows, PROBE_WIDTH) - 1.0
             if self.credit >= loss:
                 return PROBE_WIDTH, list(eligible), True
-            self._skip_reason = "ledger"
+            self.skip_reason = "ledger"
         return 1, [], False
 
     # -- measuring ---------------------------------------------------------------

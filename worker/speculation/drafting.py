@@ -72,6 +72,7 @@ class Speculation:
     method: str = "prompt_lookup"
     drafted: int = 0
     accepted: int = 0
+    steps: dict[str, int] = field(default_factory=dict)
     _rows: dict[int, _RowRecord] = field(default_factory=dict)
     _sequences: int = 0
     _step_records: list[tuple[int, int, int]] = field(default_factory=list)
@@ -115,11 +116,24 @@ class Speculation:
         """This step's grid width for a batch of ``rows`` rows of which
         ``eligible`` (uids) may draft (1: a plain step); each drafting
         row's draft length is then :meth:`limit`. Without a controller
-        every eligible row drafts ``tokens`` tokens."""
+        every eligible row drafts ``tokens`` tokens. Counts the step in
+        :attr:`steps` (``drafted``, or why not)."""
         if self.controller is not None:
-            return self.controller.plan(rows, eligible)
+            width = self.controller.plan(rows, eligible)
+            self.count("drafted" if width > 1 else self.controller.skip_reason)
+            return width
         self._everyone = set(eligible)
+        self.count("drafted" if eligible else "no_rows")
         return self.tokens + 1 if eligible else 1
+
+    def count(self, outcome: str) -> None:
+        """Count one engine step's outcome in :attr:`steps`: ``drafted`` (a
+        verification was planned), or the reason it was not: ``batch``
+        (more rows than ``max_batch``), ``no_rows`` (no row may draft),
+        ``no_gain``, ``ledger``, ``timing`` (the controller's, see
+        :mod:`worker.speculation.controller`) or ``no_draft`` (planned, but
+        no row found a draft; also counted as ``drafted``)."""
+        self.steps[outcome] = self.steps.get(outcome, 0) + 1
 
     def limit(self, uid: int) -> int:
         """Row ``uid``'s draft length this step (0: it does not draft)."""
@@ -139,6 +153,7 @@ class Speculation:
 
     def missed(self) -> None:
         """The planned speculative step found no draft: it runs plain."""
+        self.count("no_draft")
         if self.controller is not None:
             self.controller.missed()
 
@@ -205,3 +220,15 @@ class Speculation:
     def idle(self) -> bool:
         """Whether no row has a record left (every row was forgotten)."""
         return not self._rows and (self.controller is None or self.controller.idle)
+
+
+def draft_step_stats(spec: Speculation | None) -> dict[str, Any]:
+    """The :class:`shared.protocol.WorkerStats` fields of ``spec``'s step
+    counts (read from another thread: one C-level copy of the dict):
+    ``draft_steps``, the steps that verified drafts, and
+    ``draft_skipped_steps``, the others by reason."""
+    if spec is None:
+        return {"draft_steps": 0, "draft_skipped_steps": {}}
+    steps = dict(spec.steps)
+    drafted = steps.pop("drafted", 0)
+    return {"draft_steps": drafted - steps.get("no_draft", 0), "draft_skipped_steps": steps}

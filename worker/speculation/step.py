@@ -64,6 +64,7 @@ class SpeculativeSteps:
         their cache holding exactly their tokens and leave the batch.
         """
         if len(self.uids) > spec.max_batch:
+            spec.count("batch")
             return None
         rollback = rollback_for(self.prompt_cache, len(self.uids))
         if rollback is None:
