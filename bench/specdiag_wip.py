@@ -43,6 +43,7 @@ def prompt(tok, i):
 
 STEPS = []
 PAD = []
+PREFILL = []
 
 
 def instrument():
@@ -65,6 +66,15 @@ def instrument():
         return out
 
     be.LeanGenerationBatch.next = next_
+    orig_prompt = be.LeanPromptBatch.prompt
+
+    def prompt_(self, tokens):
+        t0 = time.perf_counter()
+        orig_prompt(self, tokens)
+        mx.eval([c.state for c in self.prompt_cache] if False else [])
+        PREFILL.append((len(tokens), time.perf_counter() - t0))
+
+    be.LeanPromptBatch.prompt = prompt_
 
 
 def run(model, tok, spec_on, streams, ntok, total, temp=0.0):
@@ -136,6 +146,8 @@ def main():
             if PAD:
                 print("  cache idx vs longest row (tokens incl. prompt), every 40th step:", PAD[::40][:12])
             PAD.clear()
+            print(f"  prefill passes {len(PREFILL)}, rows {sum(n for n, _ in PREFILL)}, seconds in prompt() {sum(t for _, t in PREFILL):.2f}")
+            PREFILL.clear()
             res.setdefault(on, []).append(n / wall)
             if on and os.environ.get("DUMP"):
                 Path(os.environ["DUMP"]).write_text(json.dumps(steps))

@@ -58,7 +58,6 @@ def simulate(cost, rows: int, p: float, steps: int = 3000, seed: int = 0, timed:
             clock.now += cost(rows, 1)
             tokens += rows
             continue
-        control.synced()
         made = rows
         for uid in uids:
             limit = control.limit(uid)

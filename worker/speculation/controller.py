@@ -13,15 +13,15 @@ decides before each step, without touching MLX:
   figures) and of the chance that it finds a draft at all. A draft cut to
   ``n`` tokens is expected to add ``found * (p + p^2 + ... + p^n)``
   tokens.
-* **What a step costs.** A plain step's seconds at ``rows`` rows (a line
-  fitted to the measured plain steps of every batch size) and a
+* **What a step costs.** A plain step's seconds at ``rows`` rows and a
   speculative step's cost as a multiple of it, per batch-size bucket and
   grid width (measured; a line through the measured widths; a prior for
-  what was never measured). Steps are timed from step start to step start
-  (a speculative one from its host sync to the next start, see
-  :meth:`start_step`); intervals that held other work (a prefill, rows joining
-  or leaving) and the plain step right after a speculative one (its tokens
-  were already computed) are not used.
+  what was never measured). Steps are timed from one step's start to the
+  next's (:meth:`start_step`). A speculative step is also charged what the
+  plain step after it takes beyond a plain step (measured: that step
+  cannot overlap a forward pass the way mlx-lm's pipelined steps do, and
+  costs about 1.5 plain steps on this CPU). Intervals that held other work
+  (a prefill, rows joining or leaving) are not used.
 * **The choice.** The width ``w`` that makes the most tokens per plain
   step's time, ``(rows + expected accepted) / cost(w)``, if that beats the
   plain step by :data:`MARGIN`. Then every row that may draft does (a
@@ -110,7 +110,6 @@ class _Step:
     start: float = 0.0
     rows: int = 0
     kind: str = "none"  # "plain", "spec", "miss" or "none" (not begun)
-    sync: float = 0.0
     width: int = 1
     accepted: int = 0
     clean: bool = True
@@ -135,8 +134,8 @@ class DraftController:
     (read from ``clock``, seconds).
 
     Per step: :meth:`start_step`, then :meth:`plan` (the grid width, 1: plain)
-    and :meth:`limit` per row; for a speculative step :meth:`synced` after
-    the host sync, :meth:`verifying` with the width of the drafts found and
+    and :meth:`limit` per row; for a speculative step :meth:`verifying`
+    with the width of the drafts found and
     :meth:`observe` per drafting row (or :meth:`missed` when no row found a
     draft); :meth:`interrupted` when the step also did other work."""
 
@@ -157,7 +156,7 @@ class DraftController:
     _plain_at: dict[int, int] = field(default_factory=dict)
     _ratios: dict[int, dict[int, float]] = field(default_factory=dict)
     _step: _Step = field(default_factory=_Step)
-    _after_spec: bool = False
+    _pending: tuple[_Step, float, bool] | None = None
 
     # -- the step's life ---------------------------------------------------------
 
@@ -167,7 +166,7 @@ class DraftController:
         now = self.clock() if self.timed else 0.0
         previous = self._step
         if previous.kind != "none":
-            self._close(previous, now, previous.clean and previous.rows == rows)
+            self._close(previous, now, previous.clean, previous.rows == rows)
         self._step = _Step(start=now, rows=rows)
         self._limits.clear()
         self.steps += 1
@@ -190,12 +189,6 @@ class DraftController:
     def limit(self, uid: int) -> int:
         """Row ``uid``'s draft length this step (0: it does not draft)."""
         return self._limits.get(uid, 0)
-
-    def synced(self) -> None:
-        """The speculative step's host sync is done (its cost is counted
-        from here)."""
-        if self.timed:
-            self._step.sync = self.clock()
 
     def verifying(self, width: int) -> None:
         """The speculative step's grid is ``width`` positions wide (one more
@@ -312,37 +305,59 @@ class DraftController:
         if self._until_probe <= 0:
             loss = self.cost(rows, PROBE_WIDTH) - 1.0
             if self.credit >= loss:
+                self._until_probe = self.probe
                 return PROBE_WIDTH, list(eligible), True
             self.skip_reason = "ledger"
         return 1, [], False
 
     # -- measuring ---------------------------------------------------------------
 
-    def _close(self, step: _Step, now: float, clean: bool) -> None:
-        """Book the finished ``step`` (its interval ends ``now``)."""
-        after_spec, self._after_spec = self._after_spec, step.kind == "spec"
+    def _close(self, step: _Step, now: float, clean: bool, same_rows: bool) -> None:
+        """Book the finished ``step`` (its interval ends ``now``; ``clean``:
+        it held no prefill; ``same_rows``: no row joined or left in it).
+
+        A speculative (or missed) step is booked one step late: the plain
+        step after it pays part of its cost (it cannot overlap with a
+        forward pass the speculative step left in flight), so that step's
+        time beyond a plain step's is added to the speculative one's."""
+        seconds = now - step.start
         plain = self.plain_seconds(step.rows)
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            extra = 0.0
+            if step.kind == "plain" and self.timed and plain:
+                extra = max(0.0, seconds - plain)
+            self._book(pending, extra, clean)
+        if step.kind in ("spec", "miss"):
+            self._pending = (step, seconds, clean)
+            return
         if step.kind == "plain":
             self.credit = min(CREDIT_STEPS, self.credit + BUDGET)
-            if self.timed and clean and not after_spec:
-                seconds, old = now - step.start, self._plain.get(step.rows)
+            if self.timed and clean and same_rows and pending is None:
+                old = self._plain.get(step.rows)
                 self._plain[step.rows] = seconds if old is None else old + TIME_WEIGHT * (seconds - old)
                 self._plain_at[step.rows] = self.steps
-            return
-        if step.kind == "miss":
-            if self.timed and plain:
-                self.credit -= (now - step.sync) / plain
-            self._after_spec = True  # the next interval holds the skipped forward's wait
-            return
-        if self.timed and plain and clean:
-            cost = (now - step.sync) / plain
-            ratios = self._ratios.setdefault(bucket(step.rows), {})
-            old = ratios.get(step.width)
-            ratios[step.width] = cost if old is None else old + TIME_WEIGHT * (cost - old)
+
+    def _book(self, pending: tuple[_Step, float, bool], extra: float, after_clean: bool) -> None:
+        """Book a speculative step: its cost in plain steps (measured: its
+        own interval plus ``extra``, the next step's excess), a sample of
+        its width's cost, its outcome in the ledger, a probe's verdict."""
+        step, seconds, clean = pending
+        plain = self.plain_seconds(step.rows) if self.timed else None
+        made = 1.0 + (step.accepted / max(1, step.rows) if step.kind == "spec" else 0.0)
+        if plain is None:
+            cost = self.cost(step.rows, step.width) if step.kind == "spec" else 1.0
         else:
-            cost = self.cost(step.rows, step.width)
-        made = 1.0 + step.accepted / max(1, step.rows)
+            # the ledger books what the step took even when other work shared
+            # its interval (never the prior's guess); the cost model learns
+            # only from intervals without a prefill
+            cost = (seconds + extra) / plain
+            if step.kind == "spec" and clean and after_clean:
+                ratios = self._ratios.setdefault(bucket(step.rows), {})
+                old = ratios.get(step.width)
+                ratios[step.width] = cost if old is None else old + TIME_WEIGHT * (cost - old)
         self.credit = min(CREDIT_STEPS, self.credit + made - cost + BUDGET * cost)
-        if step.probe:
-            self.probe = PROBE_FIRST if made >= cost else min(PROBE_LAST, 2 * self.probe)
-            self._until_probe = self.probe
+        if step.probe:  # the countdown restarted when it was planned
+            interval = PROBE_FIRST if made >= cost else min(PROBE_LAST, 2 * self.probe)
+            self._until_probe += interval - self.probe
+            self.probe = interval

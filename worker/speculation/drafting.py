@@ -141,11 +141,6 @@ class Speculation:
             return self.controller.limit(uid)
         return self.tokens if uid in self._everyone else 0
 
-    def synced(self) -> None:
-        """The speculative step's host sync is done."""
-        if self.controller is not None:
-            self.controller.synced()
-
     def verifying(self, width: int) -> None:
         """The speculative step verifies a grid ``width`` positions wide."""
         if self.controller is not None:

@@ -73,7 +73,6 @@ class SpeculativeSteps:
         if spec.plan(len(self.uids), eligible) <= 1:
             return None  # the plain step keeps mlx-lm's pipelining: no host sync
         pending = self._next_tokens.tolist()
-        spec.synced()
         drafts = [self._draft(i, pending[i], spec) if spec.limit(uid) else [] for i, uid in enumerate(self.uids)]
         for i, uid in enumerate(self.uids):
             if spec.limit(uid) and not drafts[i]:
