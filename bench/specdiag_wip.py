@@ -59,10 +59,11 @@ def instrument():
         c = self.prompt_cache[0] if self.prompt_cache else None
         if c is not None and self.tokens:
             PAD.append((getattr(c, "_idx", 0), max(len(t) for t in self.tokens), min(len(t) for t in self.tokens)))
+        idx = getattr(c, "_idx", 0) if c is not None else 0
         if spec is not None:
-            STEPS.append((rows, len(out), spec.drafted - before[0], spec.accepted - before[1], dt))
+            STEPS.append((rows, len(out), spec.drafted - before[0], spec.accepted - before[1], dt, idx))
         else:
-            STEPS.append((rows, len(out), 0, 0, dt))
+            STEPS.append((rows, len(out), 0, 0, dt, idx))
         return out
 
     be.LeanGenerationBatch.next = next_
@@ -123,7 +124,7 @@ def run(model, tok, spec_on, streams, ntok, total, temp=0.0):
 def summarize(label, steps):
     import collections
     by = collections.defaultdict(lambda: [0, 0.0, 0, 0])
-    for rows, out, dr, acc, dt in steps:
+    for rows, out, dr, acc, dt, _ in steps:
         k = (rows >= 12, dr > 0 or out > rows)
         b = by[k]
         b[0] += 1; b[1] += dt; b[2] += out; b[3] += rows
@@ -149,8 +150,8 @@ def main():
             print(f"  prefill passes {len(PREFILL)}, rows {sum(n for n, _ in PREFILL)}, seconds in prompt() {sum(t for _, t in PREFILL):.2f}")
             PREFILL.clear()
             res.setdefault(on, []).append(n / wall)
-            if on and os.environ.get("DUMP"):
-                Path(os.environ["DUMP"]).write_text(json.dumps(steps))
+            if os.environ.get("DUMP"):
+                Path(os.environ["DUMP"] + ("on" if on else "off")).write_text(json.dumps(steps))
     print("ratio", [a / b for a, b in zip(res[True], res[False])])
 
 
