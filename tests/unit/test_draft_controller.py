@@ -82,6 +82,16 @@ def test_never_slower_than_plain_by_more_than_three_percent(cost, rows, p):
     assert ratio >= 0.97, (ratio, planned)
 
 
+@pytest.mark.parametrize("cost", [compute_bound, memory_bound])
+@pytest.mark.parametrize("rows", [1, 8, 16])
+@pytest.mark.parametrize("p", [0.0, 0.3, 0.6])
+def test_a_fresh_controller_costs_a_short_burst_at_most_three_percent(cost, rows, p):
+    """A new model's first 64 steps (a burst of 64-token answers): the
+    exploration before anything is measured must fit the same bound."""
+    worst = min(simulate(cost, rows, p, steps=64, seed=seed)[0] for seed in range(5))
+    assert worst >= 0.97, worst
+
+
 @pytest.mark.parametrize(
     "cost, rows, p, floor", [(memory_bound, 1, 0.9, 4.2), (compute_bound, 1, 0.9, 1.2), (memory_bound, 16, 0.6, 1.15)]
 )

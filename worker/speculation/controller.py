@@ -29,13 +29,26 @@ decides before each step, without touching MLX:
   plain.
 * **The ledger.** Every speculative step's outcome is booked in plain
   steps: what it made, ``1 + accepted / rows``, minus what it cost. Every
-  step adds :data:`BUDGET` of its own cost, and the balance is capped at
-  :data:`CREDIT_STEPS`. A speculative step needs a positive balance, so
-  wrong predictions and exploration lose at most about ``BUDGET`` of the
-  time in the long run, while steps that pay keep the balance full.
+  step adds :data:`BUDGET` of its own cost, and the balance starts at
+  :data:`CREDIT_START` and is capped at :data:`CREDIT_STEPS`. A speculative
+  step needs a balance that covers its loss if every draft missed
+  (``cost - 1``), so wrong predictions and exploration lose at most about
+  ``BUDGET`` of the time in the long run and :data:`CREDIT_START` at the
+  start, while steps that pay keep the balance full.
+* **Widening by measurement.** Where steps are timed, a batch-size bucket
+  with no measured speculative step may only draft one token per row
+  (width :data:`PROBE_WIDTH`), and a step may be at most one position
+  wider than the widest measured in its bucket; a width beyond the one
+  measured width costs as if all of that width's excess over a plain step
+  grew with the width; the bucket's first speculative step is booked
+  before a second one is planned. The grid widens step by step where it pays (on a
+  memory-bound GPU within a few steps), and never jumps to a width whose
+  cost nobody measured (on this CPU a 16-row grid of width 9 costs about
+  five plain steps, where the prior says two).
 * **Exploration.** When no width is expected to pay, the rows are tried
   again together in a *probe* (every row drafts, width
-  :data:`PROBE_WIDTH`) when the countdown ends and the ledger allows: the
+  :data:`PROBE_WIDTH`) when the countdown ends, the ledger allows, and
+  some allowed width would pay if every draft were accepted: the
   countdown starts at :data:`PROBE_FIRST`, doubles after a probe that did
   not pay for itself, up to :data:`PROBE_LAST`, and starts over after one
   that did. A batch size with no fresh plain timing takes plain steps
@@ -58,12 +71,17 @@ MARGIN = 0.02
 """A speculative step is planned only when its expected tokens per time
 beat the plain step's by this share."""
 
-BUDGET = 0.02
+BUDGET = 0.01
 """Share of each step's cost credited to the ledger: the long-run loss
 speculation may cause where drafts do not pay."""
 
 CREDIT_STEPS = 8.0
-"""Most credit the ledger holds, in plain steps (also its start)."""
+"""Most credit the ledger holds, in plain steps."""
+
+CREDIT_START = 1.0
+"""The ledger's credit before any speculative step, in plain steps: what a
+model's first guesses may lose before a draft has paid (a short burst of
+requests must not pay for exploration out of its own few steps)."""
 
 PROBE_FIRST = 8
 PROBE_LAST = 256
@@ -145,7 +163,7 @@ class DraftController:
     hits: float = 1.0
     misses: float = 1.0
     found: float = 0.5
-    credit: float = CREDIT_STEPS
+    credit: float = CREDIT_START
     probe: int = PROBE_FIRST
     steps: int = 0
     planned: dict[str, int] = field(default_factory=dict)
@@ -276,8 +294,18 @@ class DraftController:
             return PRIOR_BASE + PRIOR_SLOPE * (width - 1)
         if len(measured) == 1:
             ((w0, r0),) = measured.items()
-            return max(1.0, r0 + PRIOR_SLOPE * (width - w0))
+            slope = max(PRIOR_SLOPE, (r0 - 1.0) / (w0 - 1))  # all of the excess grows with the width
+            return max(1.0, r0 + slope * (width - w0))
         return max(1.0, line_at(measured, width))
+
+    def widest(self, rows: int) -> int:
+        """The widest grid a step at ``rows`` rows may use: one more than
+        the widest measured in its bucket (:data:`PROBE_WIDTH` before any),
+        or ``tokens + 1`` where nothing is timed."""
+        if not self.timed:
+            return self.tokens + 1
+        measured = self._ratios.get(bucket(rows))
+        return min(self.tokens + 1, max(measured) + 1 if measured else PROBE_WIDTH)
 
     def _choose(self, rows: int, eligible: list[int]) -> tuple[int, list[int], bool]:
         """The step's width, the rows that draft and whether it is a probe."""
@@ -291,24 +319,37 @@ class DraftController:
         if self.credit <= 0:
             self.skip_reason = "ledger"
             return 1, [], False
+        if self.timed and self._pending is not None and not self._ratios.get(bucket(rows)):
+            self.skip_reason = "timing"  # the first speculative step of this bucket is not booked yet
+            return 1, [], False
         expected = [self.expected(uid) for uid in eligible]
         best, best_value = 1, float(rows) * (1.0 + MARGIN)
-        for width in range(2, self.tokens + 2):
+        for width in range(2, self.widest(rows) + 1):
             gain = sum(e[width - 1] for e in expected)
             if not gain:
                 break
             value = (rows + gain) / self.cost(rows, width)
             if value > best_value:
                 best, best_value = width, value
-        if best > 1:
+        if best > 1 and self.credit >= self.cost(rows, best) - 1.0:
             return best, list(eligible), False
-        if self._until_probe <= 0:
+        if best > 1:
+            self.skip_reason = "ledger"
+            return 1, [], False
+        if self._until_probe <= 0 and self._could_pay(rows):
             loss = self.cost(rows, PROBE_WIDTH) - 1.0
             if self.credit >= loss:
                 self._until_probe = self.probe
                 return PROBE_WIDTH, list(eligible), True
             self.skip_reason = "ledger"
         return 1, [], False
+
+    def _could_pay(self, rows: int) -> bool:
+        """Whether some allowed width would pay at ``rows`` rows if every
+        draft token were accepted (a probe is pointless where none would:
+        on a compute-bound machine a wide batch's grid costs about its
+        width in plain steps)."""
+        return any(width / self.cost(rows, width) > 1.0 + MARGIN for width in range(2, self.widest(rows) + 1))
 
     # -- measuring ---------------------------------------------------------------
 
