@@ -185,8 +185,9 @@ def test_request_opt_out_drafts_nothing(server, client):
     assert stats["draft_tokens"] == before
     # every decoding step of the request was one no row could draft in
     assert stats["draft_skipped_steps"]["no_rows"] >= skipped + 30
-    assert metric(server, "spec_decode_skipped_steps", SPEC, labels=',reason="no_rows"') == (
-        stats["draft_skipped_steps"]["no_rows"]
+    assert (
+        metric(server, "spec_decode_skipped_steps", SPEC, labels=',reason="no_rows"')
+        == (stats["draft_skipped_steps"]["no_rows"])
     )
     assert (r.choices[0].text, r.usage.completion_tokens) == complete(client, PLAIN, CODE, 40)
     bad = httpx.post(
