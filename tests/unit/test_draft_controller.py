@@ -155,3 +155,27 @@ def test_a_batch_size_without_a_plain_timing_runs_plain_first():
 def test_without_timing_the_same_inputs_give_the_same_decisions():
     runs = [simulate(compute_bound, 8, 0.5, steps=500, timed=False) for _ in range(2)]
     assert runs[0] == runs[1]
+
+
+def test_idle_time_is_never_charged_to_the_last_step():
+    """A speculative step that ends a burst is booked when the engine goes
+    idle (:meth:`DraftController.pause`), not at the next burst's first
+    step: the idle minutes between requests must not sink the ledger."""
+    clock = Clock()
+    control = DraftController(tokens=8, clock=clock)
+    for _ in range(4):  # time the plain step at 4 rows
+        control.start_step(4)
+        control.plan(4, [])
+        clock.now += 0.01
+    control.start_step(4)
+    assert control.plan(4, [0, 1, 2, 3]) == 2
+    for uid in range(4):
+        control.observe(uid, 1, 1)
+    clock.now += 0.012
+    control.pause()
+    clock.now += 600.0  # idle
+    control.start_step(4)
+    control.plan(4, [0, 1, 2, 3])
+    clock.now += 0.01
+    control.start_step(4)
+    assert control.credit > 0.5, control.credit

@@ -276,6 +276,8 @@ class Scheduler:
         try:
             while True:
                 idle = not self._seqs
+                if idle and self.speculation is not None:
+                    self.speculation.pause()  # a step's interval must not span the idle time
                 if not idle and self._pace is not None:
                     self._pace.wait(OUTPUT_AHEAD, lambda: not self.inbox.empty())
                 if not self._drain_inbox(block=idle):

@@ -30,7 +30,9 @@ decides before each step, without touching MLX:
 * **The ledger.** Every speculative step's outcome is booked in plain
   steps: what it made, ``1 + accepted / rows``, minus what it cost. Every
   step adds :data:`BUDGET` of its own cost, and the balance starts at
-  :data:`CREDIT_START` and is capped at :data:`CREDIT_STEPS`. A speculative
+  :data:`CREDIT_START`, is capped at :data:`CREDIT_STEPS` and floored at
+  :data:`DEBT_STEPS` of debt (a step that took far longer than predicted:
+  the machine stalled). A speculative
   step needs a balance that covers its loss if every draft missed
   (``cost - 1``), so wrong predictions and exploration lose at most about
   ``BUDGET`` of the time in the long run and :data:`CREDIT_START` at the
@@ -77,6 +79,12 @@ speculation may cause where drafts do not pay."""
 
 CREDIT_STEPS = 8.0
 """Most credit the ledger holds, in plain steps."""
+
+DEBT_STEPS = 1.0
+"""Most debt the ledger books, in plain steps: a speculative step is planned
+only with credit for its predicted loss, so a deeper debt means the step
+took far longer than any width's cost (the machine stalled), and must not
+switch drafting off for thousands of steps."""
 
 CREDIT_START = 1.0
 """The ledger's credit before any speculative step, in plain steps: what a
@@ -189,6 +197,22 @@ class DraftController:
         self._limits.clear()
         self.steps += 1
         self._until_probe -= 1
+
+    def pause(self) -> None:
+        """The engine went idle: the step in progress ends now, as one that
+        held other work (not a timing sample), and a speculative step not
+        yet booked is booked without the next step's excess. The next
+        :meth:`start_step` opens a fresh interval, so no step is charged the
+        idle time. Nothing happens when not ``timed`` (every rank of a
+        group must book alike, and only rank 0 sees the idle turns) or
+        when no step is open."""
+        if not self.timed or self._step.kind == "none":
+            return
+        self._close(self._step, self.clock(), False, False)
+        self._step = _Step()
+        if self._pending is not None:
+            self._book(self._pending, 0.0, False)
+            self._pending = None
 
     def plan(self, rows: int, eligible: list[int]) -> int:
         """The grid width of this step for a batch of ``rows`` rows where
@@ -397,7 +421,9 @@ class DraftController:
                 ratios = self._ratios.setdefault(bucket(step.rows), {})
                 old = ratios.get(step.width)
                 ratios[step.width] = cost if old is None else old + TIME_WEIGHT * (cost - old)
-        self.credit = min(CREDIT_STEPS, self.credit + made - cost + BUDGET * cost)
+        # a step needs credit for its predicted loss; one far dearer than
+        # predicted (a hiccup of the machine) leaves a debt of at most DEBT_STEPS
+        self.credit = max(-DEBT_STEPS, min(CREDIT_STEPS, self.credit + made - cost + BUDGET * cost))
         if step.probe:  # the countdown restarted when it was planned
             interval = PROBE_FIRST if made >= cost else min(PROBE_LAST, 2 * self.probe)
             self._until_probe += interval - self.probe

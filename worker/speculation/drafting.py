@@ -106,6 +106,13 @@ class Speculation:
         if self.controller is not None:
             self.controller.start_step(rows)
 
+    def pause(self) -> None:
+        """The engine has nothing left to run (scheduler thread, each idle
+        loop turn): the step in progress ends now (see
+        :meth:`~worker.speculation.controller.DraftController.pause`)."""
+        if self.controller is not None:
+            self.controller.pause()
+
     def enabled_for(self, uid: int) -> bool:
         """Whether row ``uid`` may draft at all: not when its request opted
         out."""
