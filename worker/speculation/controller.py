@@ -280,7 +280,8 @@ class DraftController:
     skip_reason: str = "no_gain"
     """Why the last :meth:`plan` chose a plain step: ``no_rows`` (no row may
     draft), ``timing`` (the batch size's plain step is being timed),
-    ``ledger`` (the ledger has no credit) or ``no_gain``."""
+    ``ledger`` (the ledger's credit does not cover the step's loss if every draft
+    missed) or ``no_gain``."""
 
     def _row(self, uid: int) -> _Row:
         row = self._rows.get(uid)
