@@ -12,8 +12,11 @@ the Whisper loader, and the round scheduler checked against mlx-audio's own
 
 from __future__ import annotations
 
+import contextlib
 import io
+import itertools
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -23,8 +26,10 @@ from shared.protocol import RequestOutput
 from tests.tiny_whisper import real_whisper, speak, tiny_whisper
 from worker.messages import Stop
 from worker.transcription.audio import SAMPLE_RATE, AudioError, decode_audio
+from worker.transcription.decoding import TimestampRules
 from worker.transcription.model import load_whisper
 from worker.transcription.scheduler import TranscribeJob, TranscriptionScheduler
+from worker.transcription.windows import in_time_order
 
 SENTENCE = "Good morning. How are you today?"
 
@@ -70,16 +75,46 @@ def run(
 
 
 def library(model, samples: np.ndarray, **options) -> dict:
-    """The library's own transcription of ``samples`` with the worker's rules."""
-    result = model.model.generate(samples, condition_on_previous_text=False, fp16=False, verbose=None, **options)
+    """The library's own transcription of ``samples`` with the worker's
+    settings and its timestamp rules in place of the library's
+    (:func:`published_rules`)."""
+    with published_rules():
+        result = model.model.generate(samples, condition_on_previous_text=False, fp16=False, verbose=None, **options)
     return {"text": result.text, "language": result.language, "segments": result.segments}
+
+
+@contextlib.contextmanager
+def published_rules():
+    """Within: the library's ``generate`` decodes each window with
+    :class:`~worker.transcription.decoding.TimestampRules` bounded by that
+    window's audio (recorded where ``generate`` pads the window), not with
+    its own ``ApplyTimestampRules``."""
+    from mlx_audio.stt.models.whisper import decoding, whisper
+
+    frames: list[int] = []
+    pad = whisper.pad_or_trim
+
+    def recording_pad(array, length, axis=-1):
+        frames.append(array.shape[axis])
+        return pad(array, length, axis=axis)
+
+    def rules(tokenizer, sample_begin, max_initial_index):
+        return TimestampRules(tokenizer, sample_begin, max_initial_index, [frames[-1] // 2])
+
+    with (
+        mock.patch.object(whisper, "pad_or_trim", recording_pad),
+        mock.patch.object(decoding, "ApplyTimestampRules", rules),
+    ):
+        yield
 
 
 def same(output: RequestOutput, reference: dict, words: bool) -> None:
     """``output``'s transcript equals the library's ``reference``."""
     transcript = output.transcript
     assert transcript is not None and output.finish_reason == "stop"
-    assert transcript.text == reference["text"]
+    if words:
+        ordered(reference["segments"], transcript.duration)
+    assert transcript.text == reference["text"].strip()
     assert len(transcript.segments) == len(reference["segments"])
     for ours, theirs in zip(transcript.segments, reference["segments"]):
         assert ours.tokens == theirs["tokens"]
@@ -90,6 +125,17 @@ def same(output: RequestOutput, reference: dict, words: bool) -> None:
         if words:
             assert [w.word for w in ours.words] == [w["word"] for w in theirs["words"]]
             assert [w.start for w in ours.words] == pytest.approx([w["start"] for w in theirs["words"]], abs=1e-3)
+
+
+def ordered(segments: list[dict], duration: float) -> None:
+    """The library's ``segments`` with their word times put in order, window
+    by window, as the worker does (:func:`~worker.transcription.windows.in_time_order`)."""
+    floor = 0.0
+    for _, group in itertools.groupby(segments, key=lambda s: s["seek"]):
+        window = list(group)
+        seek = window[0]["seek"] / 100
+        in_time_order(window, floor, min(seek + 30.0, duration))
+        floor = window[-1]["end"]
 
 
 def test_decode_audio_formats_and_refusals(tmp_path: Path) -> None:

@@ -6,9 +6,10 @@ To keep one long file from holding up every other request, the scheduler
 works in rounds: each round takes the current window of every request in
 flight (one window each), groups the windows whose decoding options are
 equal (language, task, prompt, temperature: :meth:`Transcription.options`),
-and decodes each group as one batch with the library's ``decode`` (one
-encoder pass and one lockstep greedy loop for the whole group, at most
-``max_batch_size`` windows per decode). Each request then applies its own
+and decodes each group as one batch
+(:func:`~worker.transcription.decoding.decode_windows`: one encoder pass
+and one lockstep loop for the whole group, at most ``max_batch_size``
+windows per decode). Each request then applies its own
 result (:meth:`Transcription.take`: its segments, its next window, or a
 retry at the next temperature) and gets one output holding that window's
 text. A request of one window finishes after its first round, however
@@ -46,6 +47,7 @@ import numpy as np
 
 from shared.protocol import RequestOutput, StepOutputs, Transcript, TranscriptSegment, TranscriptWord
 from worker.messages import Abort, Counters, Stop
+from worker.transcription.decoding import decode_windows
 from worker.transcription.model import WhisperModel
 from worker.transcription.windows import FALLBACK_TEMPERATURES, Transcription
 
@@ -81,6 +83,9 @@ class _Live:
     state: Transcription | None = None
     tokenizer: Any = None
     queue_seconds: float | None = None
+    spoken: bool = False
+    """Whether a window's text was sent (the first one goes without its
+    leading space, as the transcript's text does)."""
 
 
 class TranscriptionError(ValueError):
@@ -117,13 +122,15 @@ class TranscriptionScheduler:
     def warm_up(self) -> None:
         """Transcribe half a second of silence once so kernels are built
         before the worker says Ready."""
-        from mlx_audio.stt.models.whisper.decoding import decode
-
         live = _Live(TranscribeJob("warm-up", np.zeros(8000, np.float32), language=None))
         self._prepare([live])
-        assert live.state is not None
-        decode(
-            self._model.model, live.state.window(self._model.model.dtype)[None], live.state.options(self._model.fp16)
+        state = live.state
+        assert state is not None
+        decode_windows(
+            self._model.model,
+            state.window(self._model.model.dtype)[None],
+            state.options(self._model.fp16),
+            [state.last_stamp()],
         )
 
     def run(self) -> None:
@@ -294,14 +301,18 @@ class TranscriptionScheduler:
         """Decode the current window of each request of ``batch`` (equal
         options) as one batch and apply the results."""
         import mlx.core as mx
-        from mlx_audio.stt.models.whisper.decoding import decode
 
         started = time.perf_counter()
         model = self._model.model
         lives = [self._live[r] for r in batch]
         states = [live.state for live in lives]
         windows = [state.window(model.dtype) for state in states]  # type: ignore[union-attr]
-        results = decode(model, mx.stack(windows), states[0].options(self._model.fp16))  # type: ignore[union-attr]
+        results = decode_windows(
+            model,
+            mx.stack(windows),
+            states[0].options(self._model.fp16),  # type: ignore[union-attr]
+            [state.last_stamp() for state in states],  # type: ignore[union-attr]
+        )
         self.rounds = (self.rounds + [list(batch)])[-64:]
         outputs = []
         finished = []
@@ -312,6 +323,9 @@ class TranscriptionScheduler:
             if new is None:
                 continue
             text = live.tokenizer.decode([t for s in new for t in s["tokens"] if t < live.tokenizer.eot])
+            if not live.spoken:
+                text = text.lstrip()
+                live.spoken = bool(text)
             outputs.append(RequestOutput(request_id=live.job.request_id, text=text, queue_seconds=live.queue_seconds))
             live.queue_seconds = None
             if state.done:

@@ -16,8 +16,11 @@ window is not prompted with the previous window's text: that keeps the
 decoding options of the requests equal so they batch, and avoids the
 repetition loops conditioning causes), ``clip_timestamps="0"`` and no
 hallucination-silence threshold; the client's ``prompt`` prompts the
-first window, as there. :mod:`tests.test_transcription_model` checks
-the result equals ``Model.generate`` with those settings.
+first window, as there; each window is decoded with the timestamp rules
+of :mod:`worker.transcription.decoding` (bounded by :meth:`Transcription.last_stamp`).
+:mod:`tests.test_transcription_model` checks the result equals
+``Model.generate`` with those settings and those rules in place of the
+library's.
 
 Scheduler thread only (MLX).
 """
@@ -78,15 +81,20 @@ class Transcription:
     @property
     def duration(self) -> float:
         """Seconds of audio."""
-        from mlx_audio.stt.models.whisper.audio import HOP_LENGTH, SAMPLE_RATE
-
-        return self.content_frames * HOP_LENGTH / SAMPLE_RATE
+        return self._seconds(self.content_frames)
 
     def segment_size(self) -> int:
         """Frames of audio in the current window."""
         from mlx_audio.stt.models.whisper.audio import N_FRAMES
 
         return min(N_FRAMES, self.content_frames - self.seek)
+
+    def last_stamp(self) -> int:
+        """The largest timestamp index inside the current window's audio
+        (a timestamp is two frames, 0.02 s)."""
+        from mlx_audio.stt.models.whisper.audio import N_FRAMES
+
+        return self.segment_size() // (N_FRAMES // self.mel_ctx)
 
     def window(self, dtype: Any) -> Any:
         """The current window's mel (padded with zeros to 30 s), in ``dtype``."""
@@ -127,6 +135,8 @@ class Transcription:
         for segment in new:
             if segment["start"] == segment["end"] or not segment["text"].strip():
                 segment["text"], segment["tokens"], segment["words"] = "", [], []
+        if self.words:
+            in_time_order(new, self.segments[-1]["end"] if self.segments else 0.0, self._seconds(start + size))
         first = len(self.segments)
         new = [{"id": first + i, **segment} for i, segment in enumerate(new)]
         self.segments.extend(new)
@@ -134,9 +144,16 @@ class Transcription:
         self.prompt_reset_since = len(self.all_tokens)
         return new
 
+    def _seconds(self, frames: int) -> float:
+        """The time of mel frame ``frames``."""
+        from mlx_audio.stt.models.whisper.audio import HOP_LENGTH, SAMPLE_RATE
+
+        return frames * HOP_LENGTH / SAMPLE_RATE
+
     def text(self, tokenizer: Any) -> str:
-        """The whole transcript so far (the prompt left out)."""
-        return tokenizer.decode(self.all_tokens[len(self.prompt_tokens) :])
+        """The whole transcript so far (the prompt left out), without the
+        space Whisper's first token starts with (OpenAI's answers have none)."""
+        return tokenizer.decode(self.all_tokens[len(self.prompt_tokens) :]).strip()
 
     def _failed(self, result: Any) -> bool:
         """Whether a decode counts as failed (too repetitive or too unlikely,
@@ -251,3 +268,30 @@ def _last_end(segments: list[dict]) -> float | None:
     (None: no segments)."""
     fallback = segments[-1]["end"] if segments else None
     return next((w["end"] for s in reversed(segments) for w in reversed(s.get("words", []))), fallback)
+
+
+def in_time_order(segments: list[dict], floor: float, ceiling: float) -> None:
+    """Move the times of one window's ``segments`` and their words, in
+    place, so that each starts at or after the end of the one before it
+    (``floor``: the end of the previous window's last segment), every word
+    lies inside its segment, nothing ends before it starts, and nothing
+    ends after ``ceiling`` (the end of the window's audio).
+
+    Why: the segments' own timestamps already obey Whisper's rules
+    (:mod:`worker.transcription.decoding`), but the library's word
+    alignment then moves segment and word edges by heuristics (a first
+    word after a pause is shortened to twice the median word, a segment
+    takes its first word's start), which can put a start before the
+    previous end; subtitle players refuse such cues. The window walk
+    (where the next window starts) is decided before this, as in the
+    library.
+    """
+    for segment in segments:
+        segment["start"] = min(max(segment["start"], floor), ceiling)
+        floor = segment["start"]
+        for word in segment.get("words") or []:
+            word["start"] = min(max(word["start"], floor), ceiling)
+            word["end"] = min(max(word["end"], word["start"]), ceiling)
+            floor = word["end"]
+        segment["end"] = min(max(segment["end"], floor), ceiling)
+        floor = segment["end"]
