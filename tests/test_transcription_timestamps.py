@@ -168,8 +168,8 @@ def in_order(spans: list[tuple[float, float]], duration: float) -> list[str]:
 
 
 def test_sampled_transcripts_keep_time_order(tiny, long_clip):
-    """Sixteen sampled transcriptions (half with words) of a 64 s file, eight
-    at a time: segments and words in order and inside the audio. The
+    """Sixteen sampled transcriptions (half with words, a quarter
+    translations) of a 64 s file, eight at a time: segments and words in order and inside the audio. The
     random model's logits are far more peaked than a trained one's, so it
     samples at temperature 4 to spread its choices the way a real Whisper
     does at 1 (at 4, mlx-audio's own rules give about two faults a
@@ -179,7 +179,15 @@ def test_sampled_transcripts_keep_time_order(tiny, long_clip):
     segments = 0
     for batch in range(2):
         jobs = [
-            TranscribeJob(f"{batch}-{i}", long_clip, language="en", temperature=4.0, words=i % 2 == 1) for i in range(8)
+            TranscribeJob(
+                f"{batch}-{i}",
+                long_clip,
+                task="translate" if i % 4 == 3 else "transcribe",
+                language="de" if i % 4 == 3 else "en",
+                temperature=4.0,
+                words=i % 2 == 1,
+            )
+            for i in range(8)
         ]
         for request_id, end in transcribe(tiny, jobs).items():
             transcript = end.transcript

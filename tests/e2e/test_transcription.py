@@ -14,6 +14,7 @@ request.
 from __future__ import annotations
 
 import io
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -91,7 +92,7 @@ def as_format(wav: bytes, fmt: str, subtype: str | None = None) -> bytes:
 def test_transcribes_known_speech(client, clip):
     """json (the default): the sentence espeak-ng said, with duration usage."""
     result = client.audio.transcriptions.create(model=REAL, file=("gm.wav", clip))
-    assert result.text.strip() == SENTENCE
+    assert result.text == SENTENCE  # no leading space, as OpenAI's answers
     assert result.usage is not None and result.usage.type == "duration" and 2.0 < result.usage.seconds < 4.0
 
 
@@ -134,8 +135,59 @@ def test_streamed(client, clip):
     """stream=true: transcript.text.delta events, then transcript.text.done."""
     events = list(client.audio.transcriptions.create(model=REAL, file=("gm.wav", clip), stream=True))
     assert [e.type for e in events[:-1]] == ["transcript.text.delta"] * (len(events) - 1) and len(events) >= 2
-    assert events[-1].type == "transcript.text.done" and events[-1].text.strip() == SENTENCE
-    assert "".join(e.delta for e in events[:-1]).strip() == SENTENCE
+    assert events[-1].type == "transcript.text.done" and events[-1].text == SENTENCE
+    assert "".join(e.delta for e in events[:-1]) == SENTENCE
+
+
+def cue_times(subtitles: str) -> list[tuple[float, float]]:
+    """The (start, end) seconds of each cue of an SRT or WebVTT text."""
+    times = []
+    for line in subtitles.splitlines():
+        if " --> " in line:
+            start, end = (seconds(part.strip()) for part in line.split(" --> "))
+            times.append((start, end))
+    return times
+
+
+def seconds(stamp: str) -> float:
+    """``HH:MM:SS,mmm`` (SRT) or ``HH:MM:SS.mmm`` (WebVTT) in seconds."""
+    hours, minutes, rest = stamp.replace(",", ".").split(":")
+    return int(hours) * 3600 + int(minutes) * 60 + float(rest)
+
+
+def test_sampled_subtitles_keep_time_order(client, tmp_path):
+    """Sampled (temperature 1) SRT and WebVTT of a 64-second file, four at
+    once: every cue ends at or after its start, at or before the next
+    one's start, and inside the audio (mlx-audio's own decoding rules gave
+    cues ending before they start and past the file's end here)."""
+    sentences = ("Good morning. How are you today?", "The weather is nice.", "Please send me the report.")
+    parts = [sf.read(speak(text, tmp_path / f"{i}.wav"), dtype="float32") for i, text in enumerate(sentences)]
+    rate = parts[0][1]
+    gap = np.zeros(rate * 3, np.float32)
+    audio = np.concatenate([piece for samples, _ in parts for piece in (samples, gap)] * 4)
+    duration = len(audio) / rate
+    assert 55 < duration < 75
+    buffer = io.BytesIO()
+    sf.write(buffer, audio, rate, format="FLAC")
+    upload = buffer.getvalue()
+
+    def subtitles(fmt: str) -> str:
+        return client.audio.transcriptions.create(
+            model=REAL, file=("long.flac", upload), response_format=fmt, temperature=1.0
+        )
+
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(subtitles, ["srt", "vtt", "srt", "vtt"]))
+    faults = []
+    for n, answer in enumerate(answers):
+        cues = cue_times(answer)
+        assert cues, answer
+        for i, (start, end) in enumerate(cues):
+            if not 0 <= start <= end <= duration + 0.01:
+                faults.append(f"answer {n} cue {i + 1}: {start} --> {end} (audio {duration:.2f} s)")
+            if i and start < cues[i - 1][1]:
+                faults.append(f"answer {n} cue {i + 1} starts at {start}, before cue {i} ends ({cues[i - 1][1]})")
+    assert faults == [], "\n".join(faults)
 
 
 def test_translation_refused_by_an_english_only_model(client, clip):
