@@ -12,20 +12,24 @@ merged into the embeddings, multimodal rotary positions), and the
 resulting KV cache joins the batch like a cached prefix. Text and image
 requests then decode together.
 
-Positions: Qwen-VL models number the tokens after an image from the
-image's grid, not from the sequence length, so a sequence's rotary
-position is its cache offset plus a per-sequence delta (0 for text-only
-prompts; mlx-vlm's ``get_rope_index`` gives it for a prompt with images).
-The engine tells the wrapper which sequences each forward pass holds
-(:meth:`VisionLanguageModel.bind_rows`), and the wrapper passes explicit
-position ids, so no state of mlx-vlm's language model leaks between
-sequences.
+Positions: a language model with ``get_rope_index`` (Qwen-VL) numbers the
+tokens after an image from the image's grid, not from the sequence
+length, so a sequence's rotary position is its cache offset plus a
+per-sequence delta (0 for text-only prompts; ``get_rope_index`` gives it
+for a prompt with images). The engine tells the wrapper which sequences
+each forward pass holds (:meth:`VisionLanguageModel.bind_rows`), and the
+wrapper passes explicit position ids, so no state of mlx-vlm's language
+model leaks between sequences. Any other language model's positions
+follow the sequence. Caches: the language model's own layout, as mlx-lm's
+cache classes (:meth:`VisionLanguageModel.make_cache`).
 
 Supported: mlx-vlm's Qwen-VL family (``qwen2_vl``, ``qwen2_5_vl``,
-``qwen3_vl``: :data:`FAMILIES`), and for audio Gemma 4
-(:data:`AUDIO_FAMILIES`, :class:`AudioLanguageModel`); other VLMs are
-refused at load. Threads:
-load and call everything here on the scheduler thread only.
+``qwen3_vl``: :data:`FAMILIES`; their processors are the ones
+:mod:`worker.vision.inputs` drives for images), and for audio Gemma 4
+(:data:`AUDIO_FAMILIES`); other VLMs are refused at load, as is a model
+whose cache layout the batch engine cannot batch
+(:class:`UnsupportedModel`). Threads: load and call everything here on
+the scheduler thread only.
 """
 
 from __future__ import annotations
@@ -52,9 +56,13 @@ FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl"})
 ``get_rope_index`` and explicit ``position_ids``)."""
 
 AUDIO_FAMILIES = frozenset({"gemma4"})
-"""mlx-vlm ``model_type`` values served for audio clips
-(:class:`AudioLanguageModel`: plain rotary positions, sliding-window
-layers)."""
+"""mlx-vlm ``model_type`` values served for audio clips (plain rotary
+positions, sliding-window layers)."""
+
+
+class UnsupportedModel(ModelLoadError):
+    """A vision model whose language model this path cannot serve (the
+    message says why)."""
 
 
 class _Positions:
@@ -70,12 +78,27 @@ class _Positions:
 
 class VisionLanguageModel(nn.Module):
     """An mlx-vlm model seen as a text language model by mlx-lm's batch
-    engine (see the module docstring). ``vlm`` is mlx-vlm's model."""
+    engine (see the module docstring). ``vlm`` is mlx-vlm's model.
+
+    What differs between families is read from the model itself: a
+    language model with ``get_rope_index`` numbers positions from the
+    media's grids (:attr:`grid_positions`: per-sequence deltas and explicit
+    position ids), any other follows the sequence; the caches are the
+    language model's own layout (``make_cache``) as mlx-lm's classes
+    (:meth:`make_cache`).
+
+    Raises:
+        UnsupportedModel: at construction, for a language model whose cache
+            layout holds a kind mlx-lm's batch engine cannot batch.
+    """
 
     def __init__(self, vlm: nn.Module) -> None:
         super().__init__()
         self.vlm = vlm
         self._positions = _Positions()
+        self.grid_positions = hasattr(vlm.language_model, "get_rope_index")
+        """Whether positions after media follow the media's grids."""
+        self.make_cache()  # refuse an unbatchable layout now, not at the first request
 
     @property
     def deltas(self) -> dict[int, int]:
@@ -87,21 +110,52 @@ class VisionLanguageModel(nn.Module):
         """The language model's decoder layers (what mlx-lm sizes caches by)."""
         return self.vlm.language_model.model.layers
 
+    def make_cache(self) -> list[Any]:
+        """Fresh caches for one sequence: the language model's own layout
+        (its ``make_cache``; one full cache per layer without one), each
+        layer as the mlx-lm cache class of the same kind, so the batch
+        engine can batch them (a sliding-window layer a rotating cache of
+        its window, a recurrent layer an arrays cache of its size).
+
+        Raises:
+            UnsupportedModel: a layer kind with no mlx-lm batching
+                counterpart (chunked or nested caches, say).
+        """
+        from mlx_lm.models.cache import ArraysCache, KVCache, RotatingKVCache
+
+        make = getattr(self.vlm.language_model, "make_cache", None)
+        if make is None:
+            return [KVCache() for _ in self.layers]
+        caches = []
+        for cache in make():
+            kind = type(cache).__name__
+            if kind == "KVCache":
+                caches.append(KVCache())
+            elif kind == "RotatingKVCache":
+                caches.append(RotatingKVCache(max_size=cache.max_size, keep=cache.keep))
+            elif kind == "ArraysCache":
+                caches.append(ArraysCache(size=len(cache.cache)))
+            else:
+                raise UnsupportedModel(f"its language model keeps a {kind} layer, which the batch engine cannot batch")
+        return caches
+
     def bind_rows(self, uids: list[int]) -> None:
         """The next forward passes hold the sequences ``uids``, row by row."""
         deltas = [self._positions.deltas.get(uid, 0) for uid in uids]
         self._positions.rows = mx.array(deltas, dtype=mx.int32) if any(deltas) else None
 
     def __call__(self, inputs: mx.array, cache: list[Any] | None = None) -> mx.array:
-        """The logits of ``inputs`` (``[batch, length]`` token ids, never an
-        image token) at their positions: each row's cache offset, plus its
-        bound delta, onward.
+        """The logits of ``inputs`` (``[batch, length]`` token ids, never a
+        media token) at their positions: each row's cache offset onward,
+        plus its bound delta where positions follow the media's grids.
 
         Raises:
             RuntimeError: deltas are bound for another number of rows (an
                 engine bug; the scheduler thread then dies, failing every
                 request, rather than answer from wrong positions).
         """
+        if not self.grid_positions:
+            return self.vlm.language_model(inputs, cache=cache).logits
         batch, length = inputs.shape
         offset = cache[0].offset if cache else 0
         if isinstance(offset, mx.array) and offset.ndim > 0:
@@ -118,9 +172,11 @@ class VisionLanguageModel(nn.Module):
         return self.vlm.language_model(inputs, cache=cache, position_ids=positions).logits
 
     def position_delta(self, model_ids: list[int], image_grid_thw: Any, video_grid_thw: Any = None) -> int:
-        """The position delta of a prompt with images or videos
-        (``model_ids`` as the model reads them, the grids as the processor
-        gave them; None: none of that kind)."""
+        """The position delta of a prompt with media (``model_ids`` as the
+        model reads them, the grids as the processor gave them; None: none
+        of that kind); 0 where positions follow the sequence."""
+        if not self.grid_positions:
+            return 0
         _, deltas = self.vlm.language_model.get_rope_index(
             mx.array([model_ids]),
             None if image_grid_thw is None else mx.array(image_grid_thw),
@@ -164,35 +220,6 @@ class VisionLanguageModel(nn.Module):
         mx.eval([c.state for c in cache])
 
 
-class AudioLanguageModel(VisionLanguageModel):
-    """An mlx-vlm model with an audio tower (:data:`AUDIO_FAMILIES`) seen as
-    a text language model by mlx-lm's batch engine: positions are each
-    row's cache offset (no deltas), and its caches are laid out as mlx-vlm
-    lays them out (one per layer up to the first KV-shared layer; a
-    sliding-window layer gets a rotating cache of the window's size), as
-    mlx-lm's cache classes so the batch engine can batch them."""
-
-    def make_cache(self) -> list[Any]:
-        """Fresh caches for one sequence (see the class docstring)."""
-        from mlx_lm.models.cache import KVCache, RotatingKVCache
-
-        language = self.vlm.language_model
-        kinds = language.config.layer_types[: language.model.first_kv_shared_layer_idx]
-        return [
-            KVCache() if kind == "full_attention" else RotatingKVCache(max_size=language.config.sliding_window, keep=0)
-            for kind in kinds
-        ]
-
-    def __call__(self, inputs: mx.array, cache: list[Any] | None = None) -> mx.array:
-        """The logits of ``inputs`` (``[batch, length]`` token ids, never an
-        audio token), at positions from each row's cache offset."""
-        return self.vlm.language_model(inputs, cache=cache).logits
-
-    def position_delta(self, model_ids: list[int], image_grid_thw: Any, video_grid_thw: Any = None) -> int:
-        """0: this model's positions follow the sequence."""
-        return 0
-
-
 def load_vision_model(source: str, *, dtype: str = "auto") -> tuple[LoadedModel, Any]:
     """Resolve ``source`` and load it with mlx-vlm; return the model (as a
     :class:`VisionLanguageModel` in a :class:`~worker.loading.loader.LoadedModel`
@@ -231,7 +258,7 @@ def load_vision_model(source: str, *, dtype: str = "auto") -> tuple[LoadedModel,
     if not getattr(tokenizer, "chat_template", None) and getattr(processor, "chat_template", None):
         tokenizer._tokenizer.chat_template = processor.chat_template
     loaded = LoadedModel(
-        model=(AudioLanguageModel if family in AUDIO_FAMILIES else VisionLanguageModel)(vlm),
+        model=_served(vlm, source),
         tokenizer=tokenizer,
         path=path,
         context_length=context_length_of(raw),
@@ -241,3 +268,15 @@ def load_vision_model(source: str, *, dtype: str = "auto") -> tuple[LoadedModel,
         config=raw,
     )
     return loaded, processor
+
+
+def _served(vlm: nn.Module, source: str) -> VisionLanguageModel:
+    """``vlm`` as the batch engine's model.
+
+    Raises:
+        UnsupportedModel: the path cannot serve it (the reason named).
+    """
+    try:
+        return VisionLanguageModel(vlm)
+    except UnsupportedModel as exc:
+        raise UnsupportedModel(f"model source {source!r} cannot be served: {exc}") from None
