@@ -139,7 +139,9 @@ class EngineDriver:
 
             loaded, processor = load_vision_model(config.source)
             text_vocab = (loaded.config.get("text_config") or {}).get("vocab_size", 0)
-            images = ImagePreparer(processor, max(len(loaded.tokenizer), int(text_vocab or 0)))
+            images = ImagePreparer(
+                processor, max(len(loaded.tokenizer), int(text_vocab or 0)), template=loaded.tokenizer
+            )
         else:
             from worker.loading.loader import load_model
 

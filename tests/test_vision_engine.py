@@ -50,9 +50,21 @@ class _Engine:
         self.video_limits = video_limits
         self.outputs: queue.SimpleQueue = queue.SimpleQueue()
         self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._main, args=(path,), daemon=True)
+        self.failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(path,), daemon=True)
         self._thread.start()
-        assert self._ready.wait(300)
+        assert self._ready.wait(300), "the engine did not load in 300 s"
+        if self.failure is not None:
+            raise AssertionError(f"the engine thread died: {self.failure!r}") from self.failure
+
+    def _run(self, path) -> None:
+        """:meth:`_main`, a failure kept (and the waiter woken) instead of lost."""
+        try:
+            self._main(path)
+        except BaseException as exc:
+            self.failure = exc
+            self._ready.set()
+            raise
 
     def _main(self, path) -> None:
         """Load, build, then run the scheduler loop."""
@@ -75,7 +87,11 @@ class _Engine:
             formats=model_formats(loaded.tokenizer, "auto", "auto"),
             grammars=GrammarCompiler(loaded.tokenizer._tokenizer, min(loaded.eos_token_ids), vocab),
             images=ImagePreparer(
-                self.processor, vocab, model_type=loaded.config["model_type"], video_limits=self.video_limits
+                self.processor,
+                vocab,
+                model_type=loaded.config["model_type"],
+                video_limits=self.video_limits,
+                template=loaded.tokenizer,
             ),
         )
         self.scheduler = Scheduler(
@@ -100,6 +116,7 @@ class _Engine:
         tokens: dict[str, list[int]] = {r.request_id: [] for r in requests}
         cached: dict[str, int] = {}
         while any(len(t) < TOKENS for t in tokens.values()):
+            assert self._thread.is_alive(), f"the engine thread died: {self.failure!r}"
             item = self.outputs.get(timeout=120)
             if isinstance(item, Started):
                 cached[item.request_id] = item.cached_tokens

@@ -8,12 +8,13 @@ from __future__ import annotations
 import hashlib
 import io
 
+import mlx.core as mx
 import numpy as np
 import pytest
 
 from tests.tiny_vlm import build_tiny_vlm
 from worker.vision.images import ImageError
-from worker.vision.inputs import ImagePreparer, image_markup
+from worker.vision.inputs import ImagePreparer, part_markup
 
 
 def _image(fmt: str, size: tuple[int, int], color: tuple[int, int, int]) -> bytes:
@@ -52,12 +53,18 @@ def _marked(processor, preparer, images: int) -> tuple[str, list[int]]:
         [{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False
     )
     ids = list(processor.tokenizer(text, add_special_tokens=False)["input_ids"])
-    k = 0
-    for i, token in enumerate(ids):
-        if token == preparer.image_token_id:
-            ids[i] = -(k + 1)
+    tokenizer = processor.tokenizer
+    markup = [tokenizer.convert_tokens_to_ids(t) for t in ("<|vision_start|>", "<|image_pad|>", "<|vision_end|>")]
+    marked, k, i = [], 0, 0
+    while i < len(ids):
+        if ids[i : i + 3] == markup:
+            marked.append(-(k + 1))
             k += 1
-    return text, ids
+            i += 3
+        else:
+            marked.append(ids[i])
+            i += 1
+    return text, marked
 
 
 def test_matches_the_processor(processor, preparer):
@@ -71,13 +78,16 @@ def test_matches_the_processor(processor, preparer):
     keys, vision = preparer.prepare(ids, [_part(b) for b in blobs])
     pictures = [Image.open(io.BytesIO(b)).convert("RGB") for b in blobs]
     theirs = processor(text=[text], images=pictures, add_special_tokens=False)
+    assert isinstance(theirs["pixel_values"], mx.array)  # the library's own call still converts
+    assert isinstance(vision.pixel_values, np.ndarray)  # the preparer's stays NumPy
     assert vision.model_ids == np.array(theirs["input_ids"]).reshape(-1).tolist()
     assert np.allclose(vision.pixel_values, np.array(theirs["pixel_values"]))
     assert np.array_equal(vision.image_grid_thw, np.array(theirs["image_grid_thw"]))
     assert len(keys) == len(vision.model_ids)
     for key, model_id in zip(keys, vision.model_ids):
         assert (key >= preparer.vocab_size) == (model_id == preparer.image_token_id)
-    assert vision.image_end == max(i for i, t in enumerate(vision.model_ids) if t == preparer.image_token_id) + 1
+    end = processor.tokenizer.convert_tokens_to_ids("<|vision_end|>")
+    assert vision.image_end == max(i for i, t in enumerate(vision.model_ids) if t == end) + 1  # after the markup
 
 
 def test_keys_follow_the_content(processor, preparer):
@@ -90,11 +100,8 @@ def test_keys_follow_the_content(processor, preparer):
 
 
 def test_the_template_markup_is_read(processor, preparer):
-    """The tiny template wraps an image in vision start and end tokens."""
-    tokenizer = processor.tokenizer
-    before, after = image_markup(tokenizer, preparer.image_token_id)
-    assert before == [tokenizer.convert_tokens_to_ids("<|vision_start|>")]
-    assert after == [tokenizer.convert_tokens_to_ids("<|vision_end|>")]
+    """The tiny template wraps an image's token in vision start and end tokens."""
+    assert part_markup(processor.tokenizer, "image") == "<|vision_start|><|image_pad|><|vision_end|>"
 
 
 def test_refusals(processor, preparer):
@@ -129,8 +136,8 @@ def test_a_template_that_places_no_image_is_refused(processor, preparer):
         def encode(self, text, **_):
             return processor.tokenizer.encode(text, add_special_tokens=False)
 
-    with pytest.raises(UnsupportedProcessor, match="does not place one image token"):
-        image_markup(TextOnly(), preparer.image_token_id)
+    with pytest.raises(UnsupportedProcessor, match="writes nothing for an image part"):
+        part_markup(TextOnly(), "image")
 
 
 def _builder(processor, images):

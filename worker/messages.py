@@ -35,8 +35,9 @@ class VisionPrompt:
     ``model_ids`` (the prompt the model reads, image tokens expanded),
     ``pixel_values`` and ``image_grid_thw`` (NumPy arrays, every image of
     the request in order), and ``image_end``: the position just after the
-    last image or video token (a cached prefix shorter than this cannot be
-    continued without the vision tower); ``image_token_id``: the model's
+    last image's, video's or clip's tokens and their markup (a cached
+    prefix shorter than this cannot be continued without the vision
+    tower); ``image_token_id``: the model's
     image token. Videos: ``pixel_values_videos`` and ``video_grid_thw``
     (None: no video; ``pixel_values`` and ``image_grid_thw`` are None when
     the request has videos only), the model's ``video_token_id``, and
@@ -44,7 +45,10 @@ class VisionPrompt:
     tokens (the others past the vocabulary for ``image_token_id``).
     Audio clips (a model served for audio): ``input_features`` and
     ``input_features_mask`` (NumPy, one row per clip; None: none);
-    ``image_token_id`` is then the model's audio token."""
+    ``image_token_id`` is then the model's audio token. ``image_inputs``:
+    the processor's other image inputs by its own names (``image_sizes``,
+    ``pixel_attention_mask``...; NumPy; None: none), passed to the model's
+    call as they are."""
 
     model_ids: list[int]
     pixel_values: Any
@@ -57,6 +61,7 @@ class VisionPrompt:
     video_keys_from: int | None = None
     input_features: Any = None
     input_features_mask: Any = None
+    image_inputs: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -111,8 +111,9 @@ def build_generation(
     images = None
     if vision:
         from shared.config_values import parse_size
+        from worker.loading.loader import ModelLoadError
         from worker.vision.audio import AudioLimits
-        from worker.vision.inputs import ImagePreparer
+        from worker.vision.inputs import ImagePreparer, UnsupportedProcessor
         from worker.vision.model import load_vision_model
         from worker.vision.video import VideoLimits
 
@@ -125,13 +126,17 @@ def build_generation(
             max_frames=config.video_max_frames,
             fps=config.video_fps,
         )
-        images = ImagePreparer(
-            processor,
-            max(len(loaded.tokenizer), int(text_vocab or 0)),
-            model_type=str(loaded.config.get("model_type", "")),
-            video_limits=videos,
-            audio_limits=AudioLimits(max_seconds=config.audio_max_seconds),
-        )
+        try:
+            images = ImagePreparer(
+                processor,
+                max(len(loaded.tokenizer), int(text_vocab or 0)),
+                model_type=str(loaded.config.get("model_type", "")),
+                video_limits=videos,
+                audio_limits=AudioLimits(max_seconds=config.audio_max_seconds),
+                template=loaded.tokenizer,
+            )
+        except UnsupportedProcessor as exc:
+            raise ModelLoadError(f"model source {config.source!r} cannot be served: {exc}") from None
     else:
         loaded = load_model(config.source, dtype=config.dtype)
     if lockstep is not None:

@@ -332,6 +332,7 @@ class BatchEngine(BatchGenerator):
                 vision.video_grid_thw,
                 vision.input_features,
                 vision.input_features_mask,
+                vision.image_inputs,
             )
             delta = self.position_delta(vision)
         mx.clear_cache()

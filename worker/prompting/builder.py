@@ -30,7 +30,7 @@ from worker.prompting.model_formats import ModelFormats
 from worker.sampling.constrained_decoding import GrammarCompiler, GrammarError
 from worker.sampling.defaults import with_defaults
 from worker.vision.images import ImageError
-from worker.vision.inputs import ImagePreparer, UnsupportedProcessor, image_markup, media_markup, video_markup
+from worker.vision.inputs import ImagePreparer, UnsupportedProcessor, media_markup, video_markup
 
 _SENTINEL = re.compile("(\ue000mlxd[0-9a-z.]+\ue001)")
 """Placeholders for client-written contents and images while the template
@@ -171,8 +171,6 @@ class PromptBuilder:
     ) -> None:
         self._tokenizer = tokenizer
         self.images = images
-        takes_images = images is not None and images.takes_images
-        self._image_markup = image_markup(tokenizer, images.image_token_id) if takes_images else ([], [])
         self._audio_ids: tuple[list[int], list[int]] | str = ([], [])
         if images is not None and images.audio_layout is not None:
             try:
@@ -418,8 +416,9 @@ class PromptBuilder:
         """Tokenize rendered chat text: template text normally (its control
         tokens are real), each protected content as plain text (any
         special-token spelling in it stays ordinary text), image ``k``'s
-        placeholder as the template's image markup around a ``-(k + 1)``
-        marker (expanded by :meth:`ImagePreparer.prepare`)."""
+        placeholder as a ``-(k + 1)`` marker (an image's marker stands for
+        the template's whole image markup, a video's or audio clip's sits
+        inside theirs; :meth:`ImagePreparer.prepare` expands it)."""
         ids: list[int] = []
         for piece in _SENTINEL.split(text):
             if not piece:
@@ -430,7 +429,7 @@ class PromptBuilder:
                 if letter == "v":
                     before, after = self._video_markup()
                 else:
-                    before, after = self._audio_markup() if letter == "a" else self._image_markup
+                    before, after = self._audio_markup() if letter == "a" else ([], [])
                 ids += [*before, -int(image.group(2)) - 1, *after]
             elif piece in originals:
                 ids += self._tokenizer.encode(originals[piece], add_special_tokens=False, split_special_tokens=True)

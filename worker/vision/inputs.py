@@ -33,10 +33,13 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+import numpy as np
+
 from shared.model_kind import AUDIO_MODELS, cannot_read_message
 from worker.messages import VisionPrompt
 from worker.vision.audio import MAX_CLIPS, AudioLayout, AudioLimits, decode_audio
 from worker.vision.images import DEFAULT_LIMITS, ImageError, ImageLimits, decode_images
+from worker.vision.processing import ProcessorCall, ProcessorOutputError
 from worker.vision.video import VideoLayout, VideoLimits, group_seconds, sample_video
 
 VIDEO_FAMILIES = frozenset({"qwen3_vl"})
@@ -47,6 +50,11 @@ pass takes images and videos together)."""
 AUDIO_FAMILIES = frozenset({"gemma4"})
 """mlx-vlm ``model_type`` values served for audio (an audio tower and a
 processor with a NumPy feature extractor); their images are not served."""
+
+TEXT_OUTPUTS = ("attention_mask", "token_type_ids", "mm_token_type_ids")
+"""Processor outputs about the text, not the images (the text given to the
+processor is only the images' markup, so these describe nothing of the
+prompt)."""
 
 KEY_BITS = 30
 """Bits of an image token's cache key above the vocabulary."""
@@ -87,24 +95,17 @@ class ImagePreparer:
         model_type: str = "",
         video_limits: VideoLimits | None = None,
         audio_limits: AudioLimits | None = None,
+        template: Any = None,
     ) -> None:
         tokenizer = getattr(processor, "tokenizer", processor)
         self.audio_limits = audio_limits or AudioLimits()
         self.audio_layout: AudioLayout | None = None
         self.takes_images = model_type not in AUDIO_FAMILIES
+        self.vocab_size = vocab_size
         if self.takes_images:
-            image_processor = getattr(processor, "image_processor", None)
-            token = getattr(processor, "image_token", None)
-            merge = getattr(image_processor, "merge_size", None)
-            if image_processor is None or not isinstance(token, str) or not isinstance(merge, int):
-                raise UnsupportedProcessor(f"the {type(processor).__name__} processor is not supported for images")
-            self.image_token = token
-            self.image_token_id = int(tokenizer.convert_tokens_to_ids(token))
-            self._image_processor = image_processor
-            self._merge = merge
+            self._image_setup(processor, tokenizer, template if template is not None else tokenizer)
         else:
             self._audio_setup(processor, tokenizer)
-        self.vocab_size = vocab_size
         self.limits = limits
         self.model_type = model_type
         self.video_limits = video_limits or VideoLimits()
@@ -126,6 +127,66 @@ class ImagePreparer:
             self._sampling = resolve_video_sampling(
                 processor, {"fps": self.video_limits.fps, "max_frames": self.video_limits.max_frames}
             )
+
+    def _image_setup(self, processor: Any, tokenizer: Any, template: Any) -> None:
+        """Read the image token and the chat template's image markup, and
+        check the processor expands that markup with an image into ids
+        holding image tokens (one probe call on a small blank image).
+
+        Raises:
+            UnsupportedProcessor: no image token, a template that cannot
+                place an image, or a processor whose expansion this module
+                cannot read (see :meth:`_expand_images`).
+        """
+        from PIL import Image
+
+        token = getattr(processor, "image_token", None)
+        separator = getattr(tokenizer, "eos_token", None)
+        if not isinstance(token, str) or not token or not isinstance(separator, str) or not separator:
+            raise UnsupportedProcessor(f"the {type(processor).__name__} processor names no image or end token")
+        self.image_token = token
+        self.image_token_id = int(tokenizer.convert_tokens_to_ids(token))
+        self._markup = part_markup(template, "image")
+        self._separator = separator
+        self._separator_id = int(tokenizer.convert_tokens_to_ids(separator))
+        self._call = ProcessorCall(processor)
+        try:
+            self._expand_images([Image.new("RGB", (32, 32))], [("", "")])
+        except (ProcessorOutputError, UnsupportedProcessor) as exc:
+            raise UnsupportedProcessor(f"the {type(processor).__name__} processor is not supported: {exc}") from None
+        except Exception as exc:  # the processor itself failed on a plain image
+            raise UnsupportedProcessor(
+                f"the {type(processor).__name__} processor failed on a test image: "
+                f"{(str(exc).splitlines() or [type(exc).__name__])[0]}"
+            ) from None
+
+    def _expand_images(
+        self, pictures: list[Any], blobs: list[tuple[bytes, str]]
+    ) -> tuple[list[tuple[list[int], list[int]]], dict[str, Any]]:
+        """Run the processor once on every picture of a prompt (each in the
+        template's markup, separated by the end token so each picture's
+        ids can be told apart); return each picture's (model ids, key ids)
+        and the processor's image inputs (NumPy, by the processor's names;
+        its text outputs left out).
+
+        Raises:
+            UnsupportedProcessor: the ids do not split into one expansion
+                per picture, each holding image tokens.
+        """
+        text = self._separator + self._separator.join([self._markup] * len(pictures)) + self._separator
+        output = self._call(text, pictures)
+        ids = [int(t) for t in np.asarray(output.pop("input_ids")).reshape(-1)]
+        for name in TEXT_OUTPUTS:
+            output.pop(name, None)
+        at = [i for i, t in enumerate(ids) if t == self._separator_id]
+        pieces = [ids[a + 1 : b] for a, b in zip(at, at[1:])]
+        if len(pieces) != len(pictures) or any(self.image_token_id not in piece for piece in pieces):
+            raise UnsupportedProcessor("its ids do not hold one run of image tokens per image")
+        expansions = []
+        for piece, (_, digest) in zip(pieces, blobs):
+            keys = iter(image_keys(digest, piece.count(self.image_token_id), self.vocab_size))
+            expansions.append((piece, [next(keys) if t == self.image_token_id else t for t in piece]))
+        return expansions, output
 
     def _audio_setup(self, processor: Any, tokenizer: Any) -> None:
         """Read the audio layout and feature extractor of an audio family's
@@ -183,16 +244,16 @@ class ImagePreparer:
         video_at = [k for k, kind in enumerate(kinds) if kind == "video"]
         expansions: dict[int, tuple[list[int], list[int]]] = {}
         pixels = grids = None
+        image_inputs: dict[str, Any] = {}
         if image_at:
             try:
                 pictures = decode_images([blobs[k][0] for k in image_at], self.limits)
             except ImageError as exc:
                 raise ImageError(str(exc), image_at[exc.index] if exc.index is not None else None) from None
-            features = self._image_processor(images=pictures)
-            pixels, grids = features["pixel_values"], features["image_grid_thw"]
-            for k, grid in zip(image_at, grids, strict=True):
-                count = int(grid.prod()) // (self._merge * self._merge)
-                expansions[k] = ([self.image_token_id] * count, image_keys(blobs[k][1], count, self.vocab_size))
+            pieces, image_inputs = self._expand_images(pictures, [blobs[k] for k in image_at])
+            expansions.update(zip(image_at, pieces))
+            pixels = image_inputs.pop("pixel_values", None)
+            grids = image_inputs.pop("image_grid_thw", None)
         video_pixels = video_grids = None
         if video_at:
             video_pixels, video_grids = self._videos(blobs, video_at, expansions)
@@ -230,6 +291,7 @@ class ImagePreparer:
             video_keys_from=self.vocab_size + VIDEO_KEYS if video_at else None,
             input_features=features,
             input_features_mask=features_mask,
+            image_inputs=image_inputs or None,
         )
         return key_ids, vision
 
@@ -322,13 +384,6 @@ def image_keys(digest: str, count: int, vocab_size: int, bits: int = KEY_BITS) -
     return keys
 
 
-def image_markup(tokenizer: Any, image_token_id: int) -> tuple[list[int], list[int]]:
-    """The ids the chat template puts before and after an image's token
-    (Qwen-VL: ``<|vision_start|>`` and ``<|vision_end|>``): see
-    :func:`media_markup`."""
-    return media_markup(tokenizer, "image", image_token_id)
-
-
 def video_markup(tokenizer: Any, layout: VideoLayout) -> tuple[list[int], list[int]]:
     """The ids the chat template puts before a video's vision start token
     and after its vision end token (the marker of a video stands in place
@@ -357,6 +412,25 @@ def media_markup(tokenizer: Any, part_type: str, token_id: int) -> tuple[list[in
             (the model could not be given it faithfully).
     """
     article = "an" if part_type[:1] in "aeiou" else "a"
+    ids = list(tokenizer.encode(part_markup(tokenizer, part_type), add_special_tokens=False))
+    if ids.count(token_id) != 1:
+        raise UnsupportedProcessor(
+            f"the chat template does not place one {part_type} token for {article} {part_type} part"
+        )
+    at = ids.index(token_id)
+    return ids[:at], ids[at + 1 :]
+
+
+def part_markup(tokenizer: Any, part_type: str) -> str:
+    """The text the chat template writes for a ``part_type`` content part
+    (``image``, ``video``, ``audio``), read by rendering a one-part user
+    turn and a text-only one and keeping what differs.
+
+    Raises:
+        UnsupportedProcessor: the template does not render content-part
+            lists, or renders the part as nothing.
+    """
+    article = "an" if part_type[:1] in "aeiou" else "a"
     try:
         with_part, without = (
             tokenizer.apply_chat_template(
@@ -372,10 +446,7 @@ def media_markup(tokenizer: Any, part_type: str, token_id: int) -> tuple[list[in
     end = 0
     while end < len(without) - start and with_part[len(with_part) - 1 - end] == without[len(without) - 1 - end]:
         end += 1
-    ids = list(tokenizer.encode(with_part[start : len(with_part) - end], add_special_tokens=False))
-    if ids.count(token_id) != 1:
-        raise UnsupportedProcessor(
-            f"the chat template does not place one {part_type} token for {article} {part_type} part"
-        )
-    at = ids.index(token_id)
-    return ids[:at], ids[at + 1 :]
+    markup = with_part[start : len(with_part) - end]
+    if not markup:
+        raise UnsupportedProcessor(f"the chat template writes nothing for {article} {part_type} part")
+    return markup

@@ -23,13 +23,11 @@ model leaks between sequences. Any other language model's positions
 follow the sequence. Caches: the language model's own layout, as mlx-lm's
 cache classes (:meth:`VisionLanguageModel.make_cache`).
 
-Supported: mlx-vlm's Qwen-VL family (``qwen2_vl``, ``qwen2_5_vl``,
-``qwen3_vl``: :data:`FAMILIES`; their processors are the ones
-:mod:`worker.vision.inputs` drives for images), and for audio Gemma 4
-(:data:`AUDIO_FAMILIES`); other VLMs are refused at load, as is a model
-whose cache layout the batch engine cannot batch
-(:class:`UnsupportedModel`). Threads: load and call everything here on
-the scheduler thread only.
+Served: any model mlx-vlm loads whose language model's cache layout the
+batch engine can batch (else :class:`UnsupportedModel` at load) and whose
+processor :mod:`worker.vision.inputs` can drive (checked when the worker
+builds its preparer). Threads: load and call everything here on the
+scheduler thread only.
 """
 
 from __future__ import annotations
@@ -50,14 +48,6 @@ from worker.loading.loader import (
     one_line,
     resolve_source,
 )
-
-FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl"})
-"""mlx-vlm ``model_type`` values served (multimodal rotary positions with
-``get_rope_index`` and explicit ``position_ids``)."""
-
-AUDIO_FAMILIES = frozenset({"gemma4"})
-"""mlx-vlm ``model_type`` values served for audio clips (plain rotary
-positions, sliding-window layers)."""
 
 
 class UnsupportedModel(ModelLoadError):
@@ -98,7 +88,25 @@ class VisionLanguageModel(nn.Module):
         self._positions = _Positions()
         self.grid_positions = hasattr(vlm.language_model, "get_rope_index")
         """Whether positions after media follow the media's grids."""
-        self.make_cache()  # refuse an unbatchable layout now, not at the first request
+        self._probe()
+
+    def _probe(self) -> None:
+        """Run one token through the language model on this wrapper's caches,
+        so a model the path cannot serve is refused at load, not at its
+        first request.
+
+        Raises:
+            UnsupportedModel: the cache layout has a kind the batch engine
+                cannot batch, or the language model fails on mlx-lm's cache
+                classes (it needs its library's own cache methods).
+        """
+        caches = self.make_cache()
+        try:
+            mx.eval(self(mx.array([[0]]), cache=caches))
+        except (AttributeError, TypeError) as exc:
+            raise UnsupportedModel(
+                f"its language model does not run on the batch engine's caches ({type(exc).__name__}: {exc})"
+            ) from None
 
     @property
     def deltas(self) -> dict[int, int]:
@@ -107,8 +115,11 @@ class VisionLanguageModel(nn.Module):
 
     @property
     def layers(self) -> list[Any]:
-        """The language model's decoder layers (what mlx-lm sizes caches by)."""
-        return self.vlm.language_model.model.layers
+        """The language model's decoder layers (its ``layers``, or its inner
+        model's where it exposes none)."""
+        language = self.vlm.language_model
+        layers = getattr(language, "layers", None)
+        return list(layers) if layers is not None else language.model.layers
 
     def make_cache(self) -> list[Any]:
         """Fresh caches for one sequence: the language model's own layout
@@ -194,12 +205,17 @@ class VisionLanguageModel(nn.Module):
         video_grid_thw: Any = None,
         input_features: Any = None,
         input_features_mask: Any = None,
+        image_inputs: dict[str, Any] | None = None,
     ) -> None:
         """Run ``model_ids`` (holding every image, video and audio token of
         the prompt) with their images, videos and audio features (None: none
-        of that kind) through mlx-vlm's model into ``cache`` (fresh, one
-        sequence), evaluating it."""
-        media: dict[str, Any] = {}
+        of that kind; ``image_inputs``: the processor's other image inputs)
+        through mlx-vlm's model into ``cache`` (fresh, one sequence),
+        evaluating it. As mlx-vlm's own generation does: the model's
+        ``get_input_embeddings`` (with an all-ones attention mask: one
+        unpadded prompt), then its language model on those embeddings with
+        whatever else that call returned (positions, masks)."""
+        media: dict[str, Any] = {name: mx.array(value) for name, value in (image_inputs or {}).items()}
         if input_features is not None:
             ids = mx.array([model_ids])
             media["input_features"] = mx.array(input_features)
@@ -211,12 +227,12 @@ class VisionLanguageModel(nn.Module):
         if pixel_values_videos is not None:
             media["pixel_values_videos"] = mx.array(pixel_values_videos)
             media["video_grid_thw"] = mx.array(video_grid_thw)
-        self.vlm(
-            mx.array([model_ids]),
-            None if pixel_values is None else mx.array(pixel_values),
-            cache=cache,
-            **media,
+        ids = mx.array([model_ids])
+        embedded = self.vlm.get_input_embeddings(
+            ids, None if pixel_values is None else mx.array(pixel_values), mask=mx.ones(ids.shape), **media
         )
+        extra = {k: v for k, v in embedded.to_dict().items() if k != "inputs_embeds" and v is not None}
+        self.vlm.language_model(ids, inputs_embeds=embedded.inputs_embeds, cache=cache, **{**media, **extra})
         mx.eval([c.state for c in cache])
 
 
@@ -227,9 +243,9 @@ def load_vision_model(source: str, *, dtype: str = "auto") -> tuple[LoadedModel,
     :func:`worker.loading.loader.load_model`. No custom model code is run.
 
     Raises:
-        ModelLoadError: bad ``dtype``, unresolvable source, a model family
-            outside :data:`FAMILIES` and :data:`AUDIO_FAMILIES`, or mlx-vlm
-            cannot load it.
+        ModelLoadError: bad ``dtype``, unresolvable source, mlx-vlm cannot
+            load it, or its cache layout cannot be batched
+            (:class:`UnsupportedModel`).
     """
     if dtype not in DTYPES:
         raise ModelLoadError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
@@ -238,12 +254,6 @@ def load_vision_model(source: str, *, dtype: str = "auto") -> tuple[LoadedModel,
         raw = json.loads((path / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"model source {source!r}: no readable config.json in {path}: {one_line(exc)}") from exc
-    family = str(raw.get("model_type", ""))
-    if family not in FAMILIES | AUDIO_FAMILIES:
-        raise ModelLoadError(
-            f"model source {source!r}: vision model type {family!r} is not supported "
-            f"(supported: {', '.join(sorted(FAMILIES | AUDIO_FAMILIES))})"
-        )
     try:
         from mlx_lm.utils import load_tokenizer
         from mlx_vlm import load as vlm_load

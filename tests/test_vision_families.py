@@ -1,0 +1,78 @@
+"""Every common vision family through the one vision path, in process: a
+tiny random-weight model of each (:mod:`tests.tiny_vlm_families`, built
+from mlx-vlm's own classes) loaded by worker.vision.model, prompts built by
+worker.prompting.builder with images, run by the Scheduler over the batch
+engine. Greedy tokens equal mlx-vlm's own ``generate`` for the same image
+and question, alone and batched with a text request (whose tokens equal
+mlx-vlm's text answer), and a repeated image is a prefix-cache hit with
+the same tokens."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from tests.test_vision_engine import TOKENS, _Engine, _png, _request
+from tests.tiny_vlm_families import BUILDERS, build_tiny_qwen3_5
+
+SERVED = sorted(set(BUILDERS) - {"qwen3_5"})
+"""The families served; Qwen3.5 is refused at load (its recurrent layers
+call mlx-vlm's own cache methods, which mlx-lm's batchable caches lack)."""
+
+
+@pytest.fixture(scope="module", params=SERVED)
+def family(request, tmp_path_factory):
+    """One family's tiny model: the running engine over it, and mlx-vlm's
+    own model and processor loaded again on this thread (arrays a model
+    makes lazily at load belong to the loading thread's stream)."""
+    from mlx_vlm import load
+
+    path = BUILDERS[request.param](tmp_path_factory.mktemp(request.param) / "m")
+    running = _Engine(path)
+    yield running, load(str(path))
+    running.stop()
+
+
+def reference(library, text: str, image: bytes | None) -> list[int]:
+    """mlx-vlm's own greedy tokens for the same turn (the prompt rendered
+    by the processor's chat template, or its tokenizer's where the
+    processor has none)."""
+    from mlx_vlm import generate
+    from PIL import Image
+
+    model, processor = library
+    templater = processor if getattr(processor, "chat_template", None) else processor.tokenizer
+    content = [{"type": "text", "text": text}] + ([{"type": "image"}] if image else [])
+    prompt = templater.apply_chat_template(
+        [{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False
+    )
+    pictures = [Image.open(io.BytesIO(image)).convert("RGB")] if image else None
+    result = generate(model, processor, prompt, image=pictures, max_tokens=TOKENS, temperature=0.0)
+    return list(result.token_ids)
+
+
+def test_images_match_mlx_vlm_alone_batched_and_cached(family):
+    engine, library = family
+    red, blue = _png((255, 0, 0)), _png((0, 0, 255))
+    want_red, want_blue = reference(library, "Hi", red), reference(library, "Hi", blue)
+    want_text = reference(library, "Hello there, how are you?", None)
+    assert want_red != want_blue  # the image decides the answer
+
+    alone = engine.run(_request("red", "Hi", red))
+    assert alone["red"] == (want_red, 0)
+    mixed = engine.run(
+        _request("blue", "Hi", blue), _request("text", "Hello there, how are you?", None), _request("red2", "Hi", red)
+    )
+    assert mixed["blue"][0] == want_blue
+    assert mixed["text"][0] == want_text
+    assert mixed["red2"][0] == want_red and mixed["red2"][1] > 0  # the image came from the cache
+
+
+def test_a_model_the_path_cannot_serve_is_refused_at_load(tmp_path):
+    """Qwen3.5's gated delta layers need mlx-vlm's cache methods: refused
+    at load, naming why, not at its first request."""
+    from worker.vision.model import UnsupportedModel, load_vision_model
+
+    with pytest.raises(UnsupportedModel, match="does not run on the batch engine's caches"):
+        load_vision_model(str(build_tiny_qwen3_5(tmp_path / "qwen3_5")))
