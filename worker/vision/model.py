@@ -23,8 +23,9 @@ model leaks between sequences. Any other language model's positions
 follow the sequence. Caches: the language model's own layout, as mlx-lm's
 cache classes (:meth:`VisionLanguageModel.make_cache`).
 
-Served: any model mlx-vlm loads whose language model's cache layout the
-batch engine can batch (else :class:`UnsupportedModel` at load) and whose
+Served: any model mlx-vlm loads whose language model runs on the batch
+engine's caches (else :class:`UnsupportedModel` at load, the reason
+named), whose family is not declared :data:`NOT_SERVED`, and whose
 processor :mod:`worker.vision.inputs` can drive (checked when the worker
 builds its preparer). Threads: load and call everything here on the
 scheduler thread only.
@@ -48,6 +49,14 @@ from worker.loading.loader import (
     one_line,
     resolve_source,
 )
+
+NOT_SERVED = {
+    "mllama": "its cross-attention layers read the image again at every decoding step, "
+    "which the batch engine's text steps do not feed",
+}
+"""mlx-vlm ``model_type`` values refused at load, with why: families that
+load and pass the load probe (:meth:`VisionLanguageModel._probe`) but
+would answer wrongly on this path."""
 
 
 class UnsupportedModel(ModelLoadError):
@@ -168,7 +177,7 @@ class VisionLanguageModel(nn.Module):
         if not self.grid_positions:
             return self.vlm.language_model(inputs, cache=cache).logits
         batch, length = inputs.shape
-        offset = cache[0].offset if cache else 0
+        offset = next((c.offset for c in cache or [] if hasattr(c, "offset")), 0)  # a recurrent layer has none
         if isinstance(offset, mx.array) and offset.ndim > 0:
             start = offset[:batch].astype(mx.int32).reshape(-1, 1)
         else:
@@ -254,6 +263,9 @@ def load_vision_model(source: str, *, dtype: str = "auto") -> tuple[LoadedModel,
         raw = json.loads((path / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"model source {source!r}: no readable config.json in {path}: {one_line(exc)}") from exc
+    family = str(raw.get("model_type", ""))
+    if family in NOT_SERVED:
+        raise UnsupportedModel(f"model source {source!r} ({family}) cannot be served: {NOT_SERVED[family]}")
     try:
         from mlx_lm.utils import load_tokenizer
         from mlx_vlm import load as vlm_load
