@@ -67,6 +67,7 @@ def test_images_match_mlx_vlm_alone_batched_and_cached(family):
     assert mixed["blue"][0] == want_blue
     assert mixed["text"][0] == want_text
     assert mixed["red2"][0] == want_red and mixed["red2"][1] > 0  # the image came from the cache
+    assert engine.scheduler.counters.max_batch_seen == 3  # the two images and the text decoded in one batch
 
 
 def test_a_model_the_path_cannot_serve_is_refused_at_load(tmp_path):
