@@ -1,0 +1,158 @@
+"""Tiny random-weight vision-language models of several mlx-vlm families.
+
+One builder per family (:data:`BUILDERS`), in the style of
+:mod:`tests.tiny_vlm`: the model is mlx-vlm 0.7.10's own ``Model`` class
+with a 2-layer, 64-wide language model and a 1-layer, 32-wide vision
+tower, random weights from ``mx.random.seed(seed)`` saved with
+``mx.save_safetensors``, a ``config.json``, a byte-level BPE tokenizer of
+about 350 tokens trained here (with the family's real special tokens) and
+saved with ``save_pretrained`` along with a Jinja chat template
+(``chat_template.jinja``), and the family's preprocessor/processor configs.
+Everything is built offline in well under a second; ``mlx_vlm.load`` loads
+each directory without network access and returns the processor class
+mlx-vlm uses for the family. Images are resized so a 64x64 image costs 4
+image tokens. Run ``python -m tests.tiny_vlm_families [family ...]`` to
+build each family in a temporary directory and greedy-decode a red-image,
+a blue-image and a text-only prompt with ``mlx_vlm.generate`` (the two
+images give different tokens).
+
+The package:
+
+* :mod:`tests.tiny_vlm_families.common`: the tokenizer training, the JSON
+  configs and the weights file every builder shares.
+* one module per family (:mod:`~tests.tiny_vlm_families.gemma3`,
+  :mod:`~tests.tiny_vlm_families.idefics3`,
+  :mod:`~tests.tiny_vlm_families.mistral3`,
+  :mod:`~tests.tiny_vlm_families.lfm2_vl`,
+  :mod:`~tests.tiny_vlm_families.qwen3_5`,
+  :mod:`~tests.tiny_vlm_families.smolvlm`): its builder, special tokens
+  and chat template.
+* :mod:`tests.tiny_vlm_families.selfcheck`: :func:`check`, the three
+  greedy generations of a built directory.
+* :mod:`tests.tiny_vlm_families.__main__`: the command above.
+
+Facts per family (``processor(...)`` below is
+``processor(text=[prompt], images=[image], return_tensors="np")``):
+
+``gemma3``
+    Processor ``Gemma3Processor`` (mlx-vlm's ``processing_gemma3``; image
+    processor ``Gemma3ImageProcessorPil``, 32x32, pan-and-scan off). The
+    template writes ``<start_of_image>`` for an image part; the processor
+    expands it to ``\\n\\n<start_of_image>`` + 4 x ``<image_soft_token>`` +
+    ``<end_of_image>\\n\\n`` (always 4 tokens, whatever the image size).
+    Config field ``image_token_index`` (also ``boi_token_index``,
+    ``eoi_token_index``). ``make_cache()``: ``[RotatingKVCache(64),
+    KVCache]`` (sliding window 64, ``sliding_window_pattern`` 2). Processor
+    output keys ``input_ids``, ``attention_mask``, ``pixel_values`` (1, 3,
+    32, 32), but as ``mx.array`` whatever ``return_tensors`` says.
+    ``get_input_embeddings(input_ids, pixel_values, mask=attention_mask)``
+    needs the ``mask`` (it builds a 4-D mask from it; without it: TypeError).
+``idefics3``
+    Processor ``Idefics3Processor`` (mlx-vlm's; image processor
+    ``Idefics3ImageProcessorPil``, longest edge 32, splitting off). The
+    template writes ``<image>``; expanded to ``<fake_token_around_image>``
+    ``<global-img>`` + 4 x ``<image>`` + ``<fake_token_around_image>``.
+    Config field ``image_token_id`` (the config class derives
+    ``image_token_index``). The language model has no ``make_cache``
+    (mlx-vlm falls back to plain ``KVCache`` per layer). Processor output
+    keys ``pixel_values`` (1, 1, 3, 32, 32), ``pixel_attention_mask`` (1, 1,
+    32, 32), ``input_ids``, ``attention_mask``, as ``mx.array``.
+    ``pixel_attention_mask`` is optional (all-ones without it).
+``mistral3`` (Mistral Small 3.1 layout: Pixtral tower, patch merger, text ``mistral``)
+    Processor ``Mistral3Processor`` (mlx-vlm's; image processor mlx-vlm's
+    ``PixtralImageProcessor``, longest edge 32, multiple of 16). The template
+    writes ``[IMG]``; expanded to rows of ``[IMG]`` (one per 16x16 pixels)
+    separated by ``[IMG_BREAK]`` and ended by ``[IMG_END]``: a 64x64 image is
+    ``[IMG][IMG][IMG_BREAK][IMG][IMG][IMG_END]`` (4 image tokens, 6 in all).
+    Config field ``image_token_index``. ``make_cache()``: ``[KVCache,
+    KVCache]``. Processor output keys ``input_ids``, ``attention_mask``,
+    ``pixel_values`` (1, 3, 32, 32), ``image_sizes`` (1, 2), as ``mx.array``.
+    ``get_input_embeddings`` needs ``image_sizes`` (TypeError without);
+    ``__call__``'s ``mask`` has no default. ``add_generation_prompt`` adds
+    nothing (the answer follows ``[/INST]``, as in Mistral's templates).
+``lfm2_vl``
+    Processor transformers' ``Lfm2VlProcessor`` as patched by mlx-vlm (its
+    image processor is mlx-vlm's ``Lfm2VlNumpyImageProcessor``). The template
+    writes ``<image>``; expanded to ``<|image_start|>`` + 4 x ``<image>`` +
+    ``<|image_end|>`` for a 64x64 image. mlx-vlm forces tiling on when it
+    loads the processor: images over 4096 pixels become 32x32 tiles
+    (``<|img_row_R_col_C|>`` + 4 x ``<image>`` each) plus
+    ``<|img_thumbnail|>`` + a thumbnail (200x120: 26 image tokens). Config
+    field ``image_token_id``. ``make_cache()``: ``[ArraysCache, KVCache]``
+    (a short-convolution layer, then attention). ``return_tensors="np"``
+    really gives numpy: ``pixel_values`` (1, 16, 192) (packed patches),
+    ``pixel_attention_mask`` (1, 16), ``spatial_shapes`` (1, 2),
+    ``input_ids``, ``attention_mask``. ``get_input_embeddings`` needs
+    ``spatial_shapes`` and ``pixel_attention_mask``.
+``qwen3_5``
+    Processor ``Qwen3VLProcessor`` (mlx-vlm's; the only one here whose
+    ``chat_template`` is set, so ``processor.apply_chat_template`` works).
+    The template writes ``<|vision_start|><|image_pad|><|vision_end|>``; the
+    pad becomes 4 x ``<|image_pad|>`` for a 64x64 image (images are resized
+    to at most 64x64 pixels: 16-pixel patches merged 2x2). Config field
+    ``image_token_id`` (also ``video_token_id``, ``vision_start_token_id``,
+    ``vision_end_token_id``). ``make_cache()``: ``[ArraysCache, KVCache]``
+    (gated delta net, then full attention). Processor output keys
+    ``input_ids``, ``attention_mask``, ``pixel_values`` (16, 1536),
+    ``image_grid_thw`` (1, 3), as ``mx.array``. ``get_input_embeddings``
+    needs ``image_grid_thw``.
+``smolvlm`` (SmolVLM2's layout: Idefics3's model, SigLIP tower ``smolvlm_vision``, text ``llama``)
+    Processor ``SmolVLMProcessor`` (mlx-vlm's ``processing_smolvlm``; image
+    processor transformers' ``SmolVLMImageProcessorPil``, longest edge 32,
+    splitting off; it takes the tokenizer's chat template as its own, so
+    ``processor.apply_chat_template`` works). The template writes
+    ``<|im_start|>User:<image>...<end_of_utterance>\nAssistant:``; the
+    ``<image>`` is expanded as in Idefics3 to ``<fake_token_around_image>``
+    ``<global-img>`` + 4 x ``<image>`` + ``<fake_token_around_image>``
+    (always 4 tokens: every image is resized to 32x32). Config field
+    ``image_token_id`` (the config class derives ``image_token_index``). The
+    language model has no ``make_cache`` (mlx-vlm falls back to plain
+    ``KVCache`` per layer). Processor output keys ``pixel_values`` (1, 1, 3,
+    32, 32), ``pixel_attention_mask`` (1, 1, 32, 32), ``input_ids``,
+    ``attention_mask``, as ``mx.array`` whatever ``return_tensors`` says.
+    ``pixel_attention_mask`` is optional (all-ones without it).
+
+Only Qwen3.5's and SmolVLM's processors have a chat template after
+``mlx_vlm.load``: for the other four, ``processor.apply_chat_template``
+raises ValueError (mlx-vlm builds them without one; the real checkpoints
+behave the same), so render with ``processor.tokenizer.apply_chat_template``
+or mlx-vlm's ``mlx_vlm.prompt_utils.apply_chat_template(processor,
+model.config, messages)``, which falls back to the tokenizer.
+``mlx_vlm.generate`` works with an image and text-only for all six.
+
+LFM2-VL and Qwen3.5 tie their output to the input embedding; at random init
+every step then predicts the token it was fed, so their layers' output
+projections are scaled up (x8), and the vision projection (x16) so the image
+changes the answer.
+"""
+
+from __future__ import annotations
+
+from .gemma3 import build_tiny_gemma3
+from .idefics3 import build_tiny_idefics3
+from .lfm2_vl import build_tiny_lfm2_vl
+from .mistral3 import build_tiny_mistral3
+from .qwen3_5 import build_tiny_qwen3_5
+from .selfcheck import check
+from .smolvlm import build_tiny_smolvlm
+
+BUILDERS = {
+    "gemma3": build_tiny_gemma3,
+    "idefics3": build_tiny_idefics3,
+    "mistral3": build_tiny_mistral3,
+    "lfm2_vl": build_tiny_lfm2_vl,
+    "qwen3_5": build_tiny_qwen3_5,
+    "smolvlm": build_tiny_smolvlm,
+}
+"""The family builders that work, by mlx-vlm model type."""
+
+__all__ = [
+    "BUILDERS",
+    "build_tiny_gemma3",
+    "build_tiny_idefics3",
+    "build_tiny_lfm2_vl",
+    "build_tiny_mistral3",
+    "build_tiny_qwen3_5",
+    "build_tiny_smolvlm",
+    "check",
+]
