@@ -107,6 +107,7 @@ bench: model
 	$(PY) bench/rerank.py
 	$(PY) bench/speech.py
 	$(PY) bench/transcription.py
+	$(PY) bench/vision.py
 	$(PY) bench/speculative.py
 	$(PY) bench/agent_session.py
 	$(PY) bench/tensor_parallel.py
