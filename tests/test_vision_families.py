@@ -9,11 +9,13 @@ the same tokens."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 
 import pytest
 
 from tests.test_vision_engine import TOKENS, _Engine, _png, _request
+from tests.test_vision_video import FPS, MAX_FRAMES, make_clip, video_request
 from tests.tiny_vlm_families import BUILDERS, build_tiny_qwen3_5
 
 SERVED = sorted(set(BUILDERS) - {"qwen3_5"})
@@ -28,13 +30,20 @@ def family(request, tmp_path_factory):
     makes lazily at load belong to the loading thread's stream)."""
     from mlx_vlm import load
 
+    from worker.vision.video import VideoLimits
+
     path = BUILDERS[request.param](tmp_path_factory.mktemp(request.param) / "m")
-    running = _Engine(path)
+    running = _Engine(path, video_limits=VideoLimits(fps=FPS, max_frames=MAX_FRAMES))
     yield running, load(str(path))
     running.stop()
 
 
-def reference(library, text: str, image: bytes | None) -> list[int]:
+VIDEO_FAMILIES = ("qwen2_vl", "qwen2_5_vl")
+"""The families whose videos go through their processor's own expansion
+(Qwen3-VL's, laid out with time stamps, are tests/test_vision_video.py's)."""
+
+
+def reference(library, text: str, image: bytes | None, video=None) -> list[int]:
     """mlx-vlm's own greedy tokens for the same turn (the prompt rendered
     by the processor's chat template, or its tokenizer's where the
     processor has none)."""
@@ -43,12 +52,15 @@ def reference(library, text: str, image: bytes | None) -> list[int]:
 
     model, processor = library
     templater = processor if getattr(processor, "chat_template", None) else processor.tokenizer
-    content = [{"type": "text", "text": text}] + ([{"type": "image"}] if image else [])
+    media = [{"type": "image"}] if image else [{"type": "video"}] if video else []
     prompt = templater.apply_chat_template(
-        [{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False
+        [{"role": "user", "content": [{"type": "text", "text": text}, *media]}],
+        add_generation_prompt=True,
+        tokenize=False,
     )
     pictures = [Image.open(io.BytesIO(image)).convert("RGB")] if image else None
-    result = generate(model, processor, prompt, image=pictures, max_tokens=TOKENS, temperature=0.0)
+    sampling = {"video": [str(video)], "fps": FPS, "max_frames": MAX_FRAMES} if video else {}
+    result = generate(model, processor, prompt, image=pictures, max_tokens=TOKENS, temperature=0.0, **sampling)
     return list(result.token_ids)
 
 
@@ -77,3 +89,38 @@ def test_a_model_the_path_cannot_serve_is_refused_at_load(tmp_path):
 
     with pytest.raises(UnsupportedModel, match="does not run on the batch engine's caches"):
         load_vision_model(str(build_tiny_qwen3_5(tmp_path / "qwen3_5")))
+
+
+def test_videos_match_mlx_vlm_alone_batched_and_cached(family, tmp_path):
+    """Where the family takes videos through its processor (Qwen2-VL,
+    Qwen2.5-VL): each clip's answer equals mlx-vlm's with the same frame
+    sampling, alone, batched with a text request and from the prefix
+    cache; an image and a video in one request are refused (mlx-vlm's
+    model of these families reads one or the other)."""
+    engine, library = family
+    family_name = engine.prompts.images.model_type
+    if family_name not in VIDEO_FAMILIES:
+        assert engine.prompts.images.video_token_id is None  # no video part: refused at the request
+        return
+    clips = {name: (tmp_path / f"{name}.mp4") for name in ("moving", "red")}
+    blobs = {name: make_clip(path, name) for name, path in clips.items()}
+    want = {name: reference(library, "Hi", None, video=path) for name, path in clips.items()}
+    assert want["moving"] != want["red"]  # the video decides the answer
+    alone = engine.run(video_request("moving", "Hi", blobs["moving"]))
+    assert alone["moving"] == (want["moving"], 0)
+    mixed = engine.run(
+        video_request("red", "Hi", blobs["red"]),
+        _request("text", "Hello there, how are you?", None),
+        video_request("moving2", "Hi", blobs["moving"]),
+    )
+    assert mixed["red"][0] == want["red"] and mixed["moving2"][0] == want["moving"]
+    assert mixed["moving2"][1] > 0  # the video came from the cache
+    from worker.vision.images import ImageError
+
+    red = _png((255, 0, 0))
+    with pytest.raises(ImageError, match="reads images or videos in one request, not both"):
+        engine.prompts.images.prepare(
+            [5, -1, -2, 6],
+            [(red, hashlib.sha256(red).hexdigest()), (blobs["red"], hashlib.sha256(blobs["red"]).hexdigest())],
+            ["image", "video"],
+        )

@@ -8,6 +8,7 @@ part; and no temporary file outlives a request."""
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 
@@ -134,7 +135,8 @@ def test_refusals_name_the_video_and_leave_no_temp_files(engine, clips):
     red = clips["red"][1]
 
     def prepare(blob: bytes, kind: str = "video", **options) -> None:
-        preparer = ImagePreparer(engine.processor, vocab, model_type=options.pop("family", "qwen3_vl"), **options)
+        processor = options.pop("processor", engine.processor)
+        preparer = ImagePreparer(processor, vocab, model_type=options.pop("family", "qwen3_vl"), **options)
         preparer.prepare([5, -1, 6], [(blob, hashlib.sha256(blob).hexdigest())], [kind])
 
     before = _temp_files()
@@ -145,8 +147,10 @@ def test_refusals_name_the_video_and_leave_no_temp_files(engine, clips):
         prepare(red, video_limits=VideoLimits(max_seconds=1.0))
     with pytest.raises(ImageError, match="video 0 is 1[0-9]+ bytes, over the limit of 100"):
         prepare(red, video_limits=VideoLimits(max_bytes=100))
-    with pytest.raises(ImageError, match=r"this vision model \(qwen2_5_vl\) does not take videos"):
-        prepare(red, family="qwen2_5_vl")
+    no_videos = copy.copy(engine.processor)
+    no_videos.video_token = None  # a processor that names no video token takes no videos
+    with pytest.raises(ImageError, match=r"this vision model \(gemma3\) does not take videos"):
+        prepare(red, family="gemma3", processor=no_videos)
     with pytest.raises(ImageError, match=r"this model \(kind 'vision', family qwen3_vl\) cannot read audio"):
         prepare(b"RIFF", kind="audio")
     assert _temp_files() == before

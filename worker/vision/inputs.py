@@ -33,13 +33,11 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-import numpy as np
-
 from shared.model_kind import AUDIO_MODELS, cannot_read_message
 from worker.messages import VisionPrompt
 from worker.vision.audio import MAX_CLIPS, AudioLayout, AudioLimits, decode_audio
 from worker.vision.images import DEFAULT_LIMITS, ImageError, ImageLimits, decode_images
-from worker.vision.processing import ProcessorCall, ProcessorOutputError
+from worker.vision.processing import Expander, ExpansionError, ProcessorCall, ProcessorOutputError
 from worker.vision.video import VideoLayout, VideoLimits, group_seconds, sample_video
 
 VIDEO_FAMILIES = frozenset({"qwen3_vl"})
@@ -50,11 +48,6 @@ pass takes images and videos together)."""
 AUDIO_FAMILIES = frozenset({"gemma4"})
 """mlx-vlm ``model_type`` values served for audio (an audio tower and a
 processor with a NumPy feature extractor); their images are not served."""
-
-TEXT_OUTPUTS = ("attention_mask", "token_type_ids", "mm_token_type_ids")
-"""Processor outputs about the text, not the images (the text given to the
-processor is only the images' markup, so these describe nothing of the
-prompt)."""
 
 KEY_BITS = 30
 """Bits of an image token's cache key above the vocabulary."""
@@ -110,8 +103,11 @@ class ImagePreparer:
         self.model_type = model_type
         self.video_limits = video_limits or VideoLimits()
         self.video_layout: VideoLayout | None = None
+        self._video_expander: Expander | None = None
         video_processor = getattr(processor, "video_processor", None)
-        if model_type in VIDEO_FAMILIES and video_processor is not None:
+        if model_type not in VIDEO_FAMILIES and self.takes_images:
+            self._video_setup(processor, tokenizer, template if template is not None else tokenizer)
+        elif model_type in VIDEO_FAMILIES and video_processor is not None:
             from mlx_vlm.utils import resolve_video_sampling
 
             ids = {
@@ -136,57 +132,59 @@ class ImagePreparer:
         Raises:
             UnsupportedProcessor: no image token, a template that cannot
                 place an image, or a processor whose expansion this module
-                cannot read (see :meth:`_expand_images`).
+                cannot read.
         """
         from PIL import Image
 
         token = getattr(processor, "image_token", None)
-        separator = getattr(tokenizer, "eos_token", None)
-        if not isinstance(token, str) or not token or not isinstance(separator, str) or not separator:
-            raise UnsupportedProcessor(f"the {type(processor).__name__} processor names no image or end token")
+        if not isinstance(token, str) or not token:
+            raise UnsupportedProcessor(f"the {type(processor).__name__} processor names no image token")
         self.image_token = token
         self.image_token_id = int(tokenizer.convert_tokens_to_ids(token))
-        self._markup = part_markup(template, "image")
-        self._separator = separator
-        self._separator_id = int(tokenizer.convert_tokens_to_ids(separator))
-        self._call = ProcessorCall(processor)
-        try:
-            self._expand_images([Image.new("RGB", (32, 32))], [("", "")])
-        except (ProcessorOutputError, UnsupportedProcessor) as exc:
-            raise UnsupportedProcessor(f"the {type(processor).__name__} processor is not supported: {exc}") from None
-        except Exception as exc:  # the processor itself failed on a plain image
-            raise UnsupportedProcessor(
-                f"the {type(processor).__name__} processor failed on a test image: "
-                f"{(str(exc).splitlines() or [type(exc).__name__])[0]}"
-            ) from None
+        self._images = self._expander(processor, tokenizer, "images", part_markup(template, "image"), token)
+        _probe(processor, self._images, [Image.new("RGB", (32, 32))], "a test image")
 
-    def _expand_images(
-        self, pictures: list[Any], blobs: list[tuple[bytes, str]]
-    ) -> tuple[list[tuple[list[int], list[int]]], dict[str, Any]]:
-        """Run the processor once on every picture of a prompt (each in the
-        template's markup, separated by the end token so each picture's
-        ids can be told apart); return each picture's (model ids, key ids)
-        and the processor's image inputs (NumPy, by the processor's names;
-        its text outputs left out).
+    def _video_setup(self, processor: Any, tokenizer: Any, template: Any) -> None:
+        """Take videos through the processor's own expansion when it names a
+        video token, the chat template places a video part and a two-frame
+        probe expands; otherwise the model takes no videos (a request with
+        one is refused naming the part)."""
+        import numpy as np
+        from mlx_vlm.utils import resolve_video_sampling
+
+        token = getattr(processor, "video_token", None)
+        if not isinstance(token, str) or not token:
+            return
+        try:
+            expander = self._expander(processor, tokenizer, "videos", part_markup(template, "video"), token)
+            _probe(processor, expander, [np.zeros((2, 3, 32, 32), np.uint8)], "a test video")
+        except UnsupportedProcessor:
+            return
+        self._video_expander = expander
+        self._sampling = resolve_video_sampling(
+            processor, {"fps": self.video_limits.fps, "max_frames": self.video_limits.max_frames}
+        )
+
+    def _expander(self, processor: Any, tokenizer: Any, argument: str, markup: str, token: str) -> Expander:
+        """An :class:`Expander` of ``processor`` for its ``argument`` media
+        (separated by the tokenizer's end token).
 
         Raises:
-            UnsupportedProcessor: the ids do not split into one expansion
-                per picture, each holding image tokens.
+            UnsupportedProcessor: the tokenizer names no end token.
         """
-        text = self._separator + self._separator.join([self._markup] * len(pictures)) + self._separator
-        output = self._call(text, pictures)
-        ids = [int(t) for t in np.asarray(output.pop("input_ids")).reshape(-1)]
-        for name in TEXT_OUTPUTS:
-            output.pop(name, None)
-        at = [i for i, t in enumerate(ids) if t == self._separator_id]
-        pieces = [ids[a + 1 : b] for a, b in zip(at, at[1:])]
-        if len(pieces) != len(pictures) or any(self.image_token_id not in piece for piece in pieces):
-            raise UnsupportedProcessor("its ids do not hold one run of image tokens per image")
-        expansions = []
-        for piece, (_, digest) in zip(pieces, blobs):
-            keys = iter(image_keys(digest, piece.count(self.image_token_id), self.vocab_size))
-            expansions.append((piece, [next(keys) if t == self.image_token_id else t for t in piece]))
-        return expansions, output
+        separator = getattr(tokenizer, "eos_token", None)
+        if not isinstance(separator, str) or not separator:
+            raise UnsupportedProcessor(f"the {type(processor).__name__} processor's tokenizer names no end token")
+        if not hasattr(self, "_call"):
+            self._call = ProcessorCall(processor)
+        return Expander(
+            self._call,
+            argument,
+            markup,
+            int(tokenizer.convert_tokens_to_ids(token)),
+            separator,
+            int(tokenizer.convert_tokens_to_ids(separator)),
+        )
 
     def _audio_setup(self, processor: Any, tokenizer: Any) -> None:
         """Read the audio layout and feature extractor of an audio family's
@@ -233,8 +231,7 @@ class ImagePreparer:
         if "image" in kinds and not self.takes_images:
             at = kinds.index("image")
             raise ImageError(
-                f"this vision model ({self.model_type}) is served for audio only: its images are not read "
-                "(images are read by Qwen-VL models)",
+                f"this vision model ({self.model_type}) is served for audio only: its images are not read",
                 at,
             )
         for index, (blob, digest) in enumerate(blobs):
@@ -250,12 +247,22 @@ class ImagePreparer:
                 pictures = decode_images([blobs[k][0] for k in image_at], self.limits)
             except ImageError as exc:
                 raise ImageError(str(exc), image_at[exc.index] if exc.index is not None else None) from None
-            pieces, image_inputs = self._expand_images(pictures, [blobs[k] for k in image_at])
+            digests = [blobs[k][1] for k in image_at]
+            pieces, image_inputs = self._images.expand(
+                pictures, lambda i, n: image_keys(digests[i], n, self.vocab_size)
+            )
             expansions.update(zip(image_at, pieces))
             pixels = image_inputs.pop("pixel_values", None)
             grids = image_inputs.pop("image_grid_thw", None)
         video_pixels = video_grids = None
-        if video_at:
+        if video_at and self._video_expander is not None:
+            if image_at:
+                raise ImageError(
+                    f"this vision model ({self.model_type}) reads images or videos in one request, not both",
+                    video_at[0],
+                )
+            video_pixels, video_grids, image_inputs = self._processor_videos(blobs, video_at, expansions)
+        elif video_at:
             video_pixels, video_grids = self._videos(blobs, video_at, expansions)
         audio_at = [k for k, kind in enumerate(kinds) if kind == "audio"]
         features = features_mask = None
@@ -287,7 +294,7 @@ class ImagePreparer:
             self.image_token_id,
             pixel_values_videos=video_pixels,
             video_grid_thw=video_grids,
-            video_token_id=self.video_layout.video_token_id if self.video_layout is not None else None,
+            video_token_id=self.video_token_id,
             video_keys_from=self.vocab_size + VIDEO_KEYS if video_at else None,
             input_features=features,
             input_features_mask=features_mask,
@@ -327,6 +334,38 @@ class ImagePreparer:
         mask = np.stack([np.asarray(m).reshape(-1) for m in result["input_features_mask"]])
         return features, mask
 
+    @property
+    def video_token_id(self) -> int | None:
+        """The model's video token (None: it takes no videos)."""
+        if self.video_layout is not None:
+            return self.video_layout.video_token_id
+        return self._video_expander.token_id if self._video_expander is not None else None
+
+    def _processor_videos(
+        self, blobs: list[tuple[bytes, str]], video_at: list[int], expansions: dict[int, tuple[list[int], list[int]]]
+    ) -> tuple[Any, Any, dict[str, Any]]:
+        """Sample the videos at ``video_at`` of ``blobs`` and expand them
+        with the processor (each video's keys from its digest and the
+        sampling settings), recording each one's ids in ``expansions``;
+        return the patches, the grids and the processor's other video
+        inputs.
+
+        Raises:
+            ImageError: too many videos, or a video breaks a limit (see
+                :mod:`worker.vision.video`).
+        """
+        assert self._video_expander is not None
+        limits = self.video_limits
+        if len(video_at) > limits.max_videos:
+            raise ImageError(f"too many videos: {len(video_at)} given, at most {limits.max_videos} per request")
+        frames = [sample_video(blobs[k][0], k, limits, self._sampling).frames for k in video_at]
+        seeds = [f"{blobs[k][1]}:{limits.sampling_key()}" for k in video_at]
+        pieces, inputs = self._video_expander.expand(
+            frames, lambda i, n: image_keys(seeds[i], n, self.vocab_size + VIDEO_KEYS, KEY_BITS - 1)
+        )
+        expansions.update(zip(video_at, pieces))
+        return inputs.pop("pixel_values_videos", None), inputs.pop("video_grid_thw", None), inputs
+
     def _videos(
         self, blobs: list[tuple[bytes, str]], video_at: list[int], expansions: dict[int, tuple[list[int], list[int]]]
     ) -> tuple[Any, Any]:
@@ -344,8 +383,7 @@ class ImagePreparer:
         if layout is None:
             family = f" ({self.model_type})" if self.model_type else ""
             raise ImageError(
-                f"this vision model{family} does not take videos; videos are served for "
-                f"{', '.join(sorted(VIDEO_FAMILIES))} models",
+                f"this vision model{family} does not take videos (its processor or chat template has no video part)",
                 video_at[0],
             )
         limits = self.video_limits
@@ -450,3 +488,21 @@ def part_markup(tokenizer: Any, part_type: str) -> str:
     if not markup:
         raise UnsupportedProcessor(f"the chat template writes nothing for {article} {part_type} part")
     return markup
+
+
+def _probe(processor: Any, expander: Expander, items: list[Any], what: str) -> None:
+    """Expand ``items`` once (at load), so a processor this module cannot
+    drive is refused then.
+
+    Raises:
+        UnsupportedProcessor: the processor fails on ``items`` (``what``
+            names them) or its expansion cannot be read.
+    """
+    name = type(processor).__name__
+    try:
+        expander.expand(items, lambda i, n: [0] * n)
+    except (ProcessorOutputError, ExpansionError) as exc:
+        raise UnsupportedProcessor(f"the {name} processor is not supported: {exc}") from None
+    except Exception as exc:  # the processor itself failed on plain media
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise UnsupportedProcessor(f"the {name} processor failed on {what}: {first}") from None

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 
@@ -45,10 +46,11 @@ class ProcessorCall:
         if convert is not None and not getattr(convert, "numpy_on_input_thread", False):
             module.to_mlx = _numpy_where_asked(convert)  # type: ignore[union-attr]
 
-    def __call__(self, text: str, images: list[Any]) -> dict[str, Any]:
-        """The processor's output for the prompt ``text`` with ``images``
-        (Pillow images, in the order their placeholders stand): every array
-        as NumPy, lists of numbers as NumPy arrays, anything else as given.
+    def __call__(self, text: str, **media: Any) -> dict[str, Any]:
+        """The processor's output for the prompt ``text`` with ``media``
+        (``images``: Pillow images, ``videos``: frame arrays, in the order
+        their placeholders stand): every array as NumPy, lists of numbers
+        as NumPy arrays, anything else as given.
 
         Raises:
             ProcessorOutputError: an output is an MLX array.
@@ -56,7 +58,7 @@ class ProcessorCall:
         """
         _state.numpy = True
         try:
-            output = self._processor(text=[text], images=images, return_tensors="np")
+            output = self._processor(text=[text], return_tensors="np", **media)
         finally:
             _state.numpy = False
         result: dict[str, Any] = {}
@@ -70,6 +72,63 @@ class ProcessorCall:
                     pass
             result[name] = value
         return result
+
+
+TEXT_OUTPUTS = ("input_ids", "attention_mask", "token_type_ids", "mm_token_type_ids")
+"""Processor outputs about the text, not the media (the text an
+:class:`Expander` gives the processor is only the media's markup)."""
+
+
+@dataclass(frozen=True)
+class Expander:
+    """Reads how the processor expands one kind of media: each item's
+    markup (the text the chat template writes for it) becomes the ids the
+    model reads, with the item's ``token_id`` positions (its image or
+    video tokens) replaced by cache keys in the key ids.
+
+    ``call`` runs the processor; ``argument`` is its keyword for the media
+    (``images``, ``videos``); ``separator`` a special token (and its id) the
+    expansions never hold, put between the items so each item's ids can be
+    told apart in one processor call.
+    """
+
+    call: ProcessorCall
+    argument: str
+    markup: str
+    token_id: int
+    separator: str
+    separator_id: int
+
+    def expand(
+        self, items: list[Any], keys: Callable[[int, int], list[int]]
+    ) -> tuple[list[tuple[list[int], list[int]]], dict[str, Any]]:
+        """Run the processor once on every item of a prompt; return each
+        item's (model ids, key ids), ``keys(i, n)`` giving item ``i``'s
+        ``n`` key ids, and the processor's media inputs (NumPy, by its own
+        names; its text outputs left out).
+
+        Raises:
+            ExpansionError: the ids do not split into one expansion per
+                item, each holding the media's tokens.
+            ProcessorOutputError: as :meth:`ProcessorCall.__call__`.
+        """
+        text = self.separator + self.separator.join([self.markup] * len(items)) + self.separator
+        output = self.call(text, **{self.argument: items})
+        ids = [int(t) for t in np.asarray(output["input_ids"]).reshape(-1)]
+        inputs = {name: value for name, value in output.items() if name not in TEXT_OUTPUTS}
+        at = [i for i, t in enumerate(ids) if t == self.separator_id]
+        pieces = [ids[a + 1 : b] for a, b in zip(at, at[1:])]
+        if len(pieces) != len(items) or any(self.token_id not in piece for piece in pieces):
+            raise ExpansionError(f"its ids do not hold one run of tokens per item of {self.argument}")
+        expansions = []
+        for i, piece in enumerate(pieces):
+            key = iter(keys(i, piece.count(self.token_id)))
+            expansions.append((piece, [next(key) if t == self.token_id else t for t in piece]))
+        return expansions, inputs
+
+
+class ExpansionError(ValueError):
+    """The processor's ids for a prompt's media could not be read apart."""
 
 
 def _numpy_where_asked(convert: Any) -> Any:
