@@ -24,6 +24,8 @@ The package:
   :mod:`~tests.tiny_vlm_families.idefics3`,
   :mod:`~tests.tiny_vlm_families.mistral3`,
   :mod:`~tests.tiny_vlm_families.lfm2_vl`,
+  :mod:`~tests.tiny_vlm_families.qwen2_vl`,
+  :mod:`~tests.tiny_vlm_families.qwen2_5_vl`,
   :mod:`~tests.tiny_vlm_families.qwen3_5`,
   :mod:`~tests.tiny_vlm_families.smolvlm`): its builder, special tokens
   and chat template.
@@ -84,9 +86,39 @@ Facts per family (``processor(...)`` below is
     ``pixel_attention_mask`` (1, 16), ``spatial_shapes`` (1, 2),
     ``input_ids``, ``attention_mask``. ``get_input_embeddings`` needs
     ``spatial_shapes`` and ``pixel_attention_mask``.
+``qwen2_vl`` and ``qwen2_5_vl`` (the real checkpoints' flat ``config.json``: text fields at the top level)
+    Qwen2.5-VL's tower has 2 blocks (windowed attention, then full).
+    Processors ``Qwen2VLProcessor`` and ``Qwen2_5_VLProcessor`` (mlx-vlm's
+    ``processing_qwen2_vl`` / ``processing_qwen2_5_vl``; image processor
+    mlx-vlm's ``Qwen3VLImageProcessor``, video processor its
+    ``Qwen3VLVideoProcessor``, both numpy). The processor's chat template is
+    the tokenizer's, so ``processor.apply_chat_template`` works. The
+    template writes ``<|vision_start|><|image_pad|><|vision_end|>`` for an
+    image part and ``<|vision_start|><|video_pad|><|vision_end|>`` for a
+    video part; the pad becomes 4 x ``<|image_pad|>`` for a 64x64 image
+    (``image_grid_thw`` ``[[1, 4, 4]]``: 16-pixel patches merged 2x2). A
+    video's pixel bound (64x64) counts frames x height x width, so the
+    frames shrink to 32x32 and each pair of frames costs one token: a 3 s
+    96x64 clip sampled at 2 fps (max 8 frames: 6 frames) is 3 x
+    ``<|video_pad|>`` (``video_grid_thw`` ``[[3, 2, 2]]``); all its 24
+    frames would be 12. Config fields ``image_token_id``,
+    ``video_token_id``, ``vision_start_token_id`` (Qwen2.5-VL's config
+    class also reads ``vision_end_token_id``; its ``vision_token_id`` is
+    unused). No ``make_cache`` (mlx-vlm falls back to plain ``KVCache`` per
+    layer). Processor output keys, as ``mx.array`` whatever
+    ``return_tensors`` says: ``input_ids``, ``attention_mask``,
+    ``pixel_values`` (16, 1536), ``image_grid_thw`` (1, 3) for an image;
+    ``pixel_values_videos`` (12, 1536), ``video_grid_thw`` (1, 3) for a
+    video (given as a (T, C, H, W) uint8 array; no ``second_per_grid_ts``:
+    the M-RoPE time index is the frame pair's index in both families).
+    ``get_input_embeddings`` needs the grid; it takes ``pixel_values`` or,
+    only without it, ``pixel_values_videos``, and runs the tower on
+    ``image_grid_thw`` if given, else ``video_grid_thw``: with an image and
+    a video in one prompt the video's pads keep their token embeddings
+    (and ``pixel_values_videos`` with both grids fails in the tower).
 ``qwen3_5``
-    Processor ``Qwen3VLProcessor`` (mlx-vlm's; the only one here whose
-    ``chat_template`` is set, so ``processor.apply_chat_template`` works).
+    Processor ``Qwen3VLProcessor`` (mlx-vlm's; its ``chat_template`` is
+    set, so ``processor.apply_chat_template`` works).
     The template writes ``<|vision_start|><|image_pad|><|vision_end|>``; the
     pad becomes 4 x ``<|image_pad|>`` for a 64x64 image (images are resized
     to at most 64x64 pixels: 16-pixel patches merged 2x2). Config field
@@ -112,13 +144,15 @@ Facts per family (``processor(...)`` below is
     ``attention_mask``, as ``mx.array`` whatever ``return_tensors`` says.
     ``pixel_attention_mask`` is optional (all-ones without it).
 
-Only Qwen3.5's and SmolVLM's processors have a chat template after
+Only the Qwen processors' and SmolVLM's have a chat template after
 ``mlx_vlm.load``: for the other four, ``processor.apply_chat_template``
 raises ValueError (mlx-vlm builds them without one; the real checkpoints
 behave the same), so render with ``processor.tokenizer.apply_chat_template``
 or mlx-vlm's ``mlx_vlm.prompt_utils.apply_chat_template(processor,
 model.config, messages)``, which falls back to the tokenizer.
-``mlx_vlm.generate`` works with an image and text-only for all six.
+``mlx_vlm.generate`` works with an image and text-only for all eight, and
+with a video for Qwen2-VL and Qwen2.5-VL (a moving clip and a red one give
+different tokens).
 
 LFM2-VL and Qwen3.5 tie their output to the input embedding; at random init
 every step then predicts the token it was fed, so their layers' output
@@ -132,6 +166,8 @@ from .gemma3 import build_tiny_gemma3
 from .idefics3 import build_tiny_idefics3
 from .lfm2_vl import build_tiny_lfm2_vl
 from .mistral3 import build_tiny_mistral3
+from .qwen2_5_vl import build_tiny_qwen2_5_vl
+from .qwen2_vl import build_tiny_qwen2_vl
 from .qwen3_5 import build_tiny_qwen3_5
 from .selfcheck import check
 from .smolvlm import build_tiny_smolvlm
@@ -141,6 +177,8 @@ BUILDERS = {
     "idefics3": build_tiny_idefics3,
     "mistral3": build_tiny_mistral3,
     "lfm2_vl": build_tiny_lfm2_vl,
+    "qwen2_vl": build_tiny_qwen2_vl,
+    "qwen2_5_vl": build_tiny_qwen2_5_vl,
     "qwen3_5": build_tiny_qwen3_5,
     "smolvlm": build_tiny_smolvlm,
 }
@@ -152,6 +190,8 @@ __all__ = [
     "build_tiny_idefics3",
     "build_tiny_lfm2_vl",
     "build_tiny_mistral3",
+    "build_tiny_qwen2_5_vl",
+    "build_tiny_qwen2_vl",
     "build_tiny_qwen3_5",
     "build_tiny_smolvlm",
     "check",
