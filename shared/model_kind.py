@@ -198,7 +198,7 @@ def cannot_read_message(model: str | None, kind: str | None, what: str, needs: s
     return f"{name}{of_kind} cannot read {what}: {needs}"
 
 
-VIDEO_MODELS = "videos are read by vision models of the Qwen3-VL family (kind 'vision')"
+VIDEO_MODELS = "videos are read by vision models of the Qwen-VL families (kind 'vision')"
 """Which models take ``video_url`` parts (for refusals)."""
 
 AUDIO_MODELS = "audio is read by vision models of the Gemma 4 family with an audio tower (kind 'vision')"
