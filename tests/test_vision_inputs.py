@@ -14,7 +14,8 @@ import pytest
 
 from tests.tiny_vlm import build_tiny_vlm
 from worker.vision.images import ImageError
-from worker.vision.inputs import ImagePreparer, part_markup
+from worker.vision.inputs import ImagePreparer
+from worker.vision.markup import part_markup
 
 
 def _image(fmt: str, size: tuple[int, int], color: tuple[int, int, int]) -> bytes:
@@ -125,7 +126,7 @@ def test_refusals(processor, preparer):
 def test_a_template_that_places_no_image_is_refused(processor, preparer):
     """A chat template that ignores image parts cannot serve images: the
     markup cannot be read, and that is an error, not a silent default."""
-    from worker.vision.inputs import UnsupportedProcessor
+    from worker.vision.markup import UnsupportedProcessor
 
     class TextOnly:
         """A tokenizer whose template renders only text parts."""

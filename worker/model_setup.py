@@ -113,7 +113,8 @@ def build_generation(
         from shared.config_values import parse_size
         from worker.loading.loader import ModelLoadError
         from worker.vision.audio import AudioLimits
-        from worker.vision.inputs import ImagePreparer, UnsupportedProcessor
+        from worker.vision.inputs import ImagePreparer
+        from worker.vision.markup import UnsupportedProcessor
         from worker.vision.model import load_vision_model
         from worker.vision.video import VideoLimits
 

@@ -30,7 +30,8 @@ from worker.prompting.model_formats import ModelFormats
 from worker.sampling.constrained_decoding import GrammarCompiler, GrammarError
 from worker.sampling.defaults import with_defaults
 from worker.vision.images import ImageError
-from worker.vision.inputs import ImagePreparer, UnsupportedProcessor, media_markup, video_markup
+from worker.vision.inputs import ImagePreparer
+from worker.vision.markup import UnsupportedProcessor, media_markup, video_markup
 
 _SENTINEL = re.compile("(\ue000mlxd[0-9a-z.]+\ue001)")
 """Placeholders for client-written contents and images while the template

@@ -37,6 +37,7 @@ from shared.model_kind import AUDIO_MODELS, cannot_read_message
 from worker.messages import VisionPrompt
 from worker.vision.audio import MAX_CLIPS, AudioLayout, AudioLimits, decode_audio
 from worker.vision.images import DEFAULT_LIMITS, ImageError, ImageLimits, decode_images
+from worker.vision.markup import UnsupportedProcessor, part_markup
 from worker.vision.processing import Expander, ExpansionError, ProcessorCall, ProcessorOutputError
 from worker.vision.video import VideoLayout, VideoLimits, group_seconds, sample_video
 
@@ -56,11 +57,6 @@ VIDEO_KEYS = 1 << KEY_BITS
 """Where a video token's cache keys start above the vocabulary (past every
 image or audio key; ``KEY_BITS - 1`` bits, so every key fits an int32), so
 a key tells which token the model read there."""
-
-
-class UnsupportedProcessor(TypeError):
-    """The model's processor is not one this module knows how to drive
-    without MLX (see the module docstring)."""
 
 
 class ImagePreparer:
@@ -104,7 +100,10 @@ class ImagePreparer:
         self.video_limits = video_limits or VideoLimits()
         self.video_layout: VideoLayout | None = None
         self._video_expander: Expander | None = None
+        self._audio_expander: Expander | None = None
         video_processor = getattr(processor, "video_processor", None)
+        if self.takes_images:
+            self._audio_expander_setup(processor, tokenizer, template if template is not None else tokenizer)
         if model_type not in VIDEO_FAMILIES and self.takes_images:
             self._video_setup(processor, tokenizer, template if template is not None else tokenizer)
         elif model_type in VIDEO_FAMILIES and video_processor is not None:
@@ -164,6 +163,32 @@ class ImagePreparer:
         self._sampling = resolve_video_sampling(
             processor, {"fps": self.video_limits.fps, "max_frames": self.video_limits.max_frames}
         )
+
+    def _audio_expander_setup(self, processor: Any, tokenizer: Any, template: Any) -> None:
+        """Take audio clips through the processor's own expansion when it
+        names an audio token and has a feature extractor, the chat template
+        places an audio part and half a second of silence expands;
+        otherwise the model takes no audio (a request with a clip is
+        refused naming the part)."""
+        import numpy as np
+
+        token = getattr(processor, "audio_token", None)
+        extractor = getattr(processor, "feature_extractor", None)
+        if not isinstance(token, str) or not token or extractor is None:
+            return
+        rate = int(getattr(extractor, "sampling_rate", 16000))
+        try:
+            expander = self._expander(processor, tokenizer, "audio", part_markup(template, "audio"), token)
+            _probe(processor, expander, [np.zeros(rate // 2, np.float32)], "half a second of silence")
+        except UnsupportedProcessor:
+            return
+        self._audio_expander = expander
+        self._sample_rate = rate
+
+    @property
+    def takes_audio(self) -> bool:
+        """Whether the model reads audio clips."""
+        return self.audio_layout is not None or self._audio_expander is not None
 
     def _expander(self, processor: Any, tokenizer: Any, argument: str, markup: str, token: str) -> Expander:
         """An :class:`Expander` of ``processor`` for its ``argument`` media
@@ -225,7 +250,7 @@ class ImagePreparer:
             ValueError: the markers do not match the parts.
         """
         kinds = kinds or ["image"] * len(blobs)
-        if "audio" in kinds and self.audio_layout is None:
+        if "audio" in kinds and not self.takes_audio:
             at = kinds.index("audio")
             raise ImageError(cannot_read_message(None, "vision", "audio", AUDIO_MODELS, self.model_type), at)
         if "image" in kinds and not self.takes_images:
@@ -266,7 +291,9 @@ class ImagePreparer:
             video_pixels, video_grids = self._videos(blobs, video_at, expansions)
         audio_at = [k for k, kind in enumerate(kinds) if kind == "audio"]
         features = features_mask = None
-        if audio_at:
+        if audio_at and self._audio_expander is not None:
+            image_inputs.update(self._processor_audio(blobs, audio_at, expansions))
+        elif audio_at:
             features, features_mask = self._audio(blobs, audio_at, expansions)
         model_ids: list[int] = []
         key_ids: list[int] = []
@@ -301,6 +328,29 @@ class ImagePreparer:
             image_inputs=image_inputs or None,
         )
         return key_ids, vision
+
+    def _processor_audio(
+        self, blobs: list[tuple[bytes, str]], audio_at: list[int], expansions: dict[int, tuple[list[int], list[int]]]
+    ) -> dict[str, Any]:
+        """Decode the clips at ``audio_at`` of ``blobs`` and expand them with
+        the processor (keyed by content), recording each one's ids in
+        ``expansions``; return the processor's audio inputs (its features
+        and mask, by its own names).
+
+        Raises:
+            ImageError: too many clips, or a clip breaks a limit (see
+                :mod:`worker.vision.audio`).
+        """
+        assert self._audio_expander is not None
+        if len(audio_at) > MAX_CLIPS:
+            raise ImageError(f"too many audio clips: {len(audio_at)} given, at most {MAX_CLIPS} per request")
+        waves = [decode_audio(blobs[k][0], k, self.audio_limits, self._sample_rate) for k in audio_at]
+        digests = [blobs[k][1] for k in audio_at]
+        pieces, inputs = self._audio_expander.expand(
+            waves, lambda i, n: image_keys(f"audio:{digests[i]}", n, self.vocab_size)
+        )
+        expansions.update(zip(audio_at, pieces))
+        return inputs
 
     def _audio(
         self, blobs: list[tuple[bytes, str]], audio_at: list[int], expansions: dict[int, tuple[list[int], list[int]]]
@@ -420,74 +470,6 @@ def image_keys(digest: str, count: int, vocab_size: int, bits: int = KEY_BITS) -
         h = hashlib.sha256(f"{digest}:{j}".encode()).digest()
         keys.append(vocab_size + (int.from_bytes(h[:4], "big") & mask))
     return keys
-
-
-def video_markup(tokenizer: Any, layout: VideoLayout) -> tuple[list[int], list[int]]:
-    """The ids the chat template puts before a video's vision start token
-    and after its vision end token (the marker of a video stands in place
-    of those two and the video token between them, see
-    :meth:`ImagePreparer.prepare`).
-
-    Raises:
-        UnsupportedProcessor: as :func:`media_markup`, or the template
-            does not wrap the video token in the vision start and end
-            tokens.
-    """
-    before, after = media_markup(tokenizer, "video", layout.video_token_id)
-    if not before or before[-1] != layout.start_id or not after or after[0] != layout.end_id:
-        raise UnsupportedProcessor("the chat template does not wrap a video's token in the vision start and end tokens")
-    return before[:-1], after[1:]
-
-
-def media_markup(tokenizer: Any, part_type: str, token_id: int) -> tuple[list[int], list[int]]:
-    """The ids the chat template puts before and after the token of a
-    ``part_type`` (``image`` or ``video``) content part, read by rendering
-    a one-part user turn and a text-only one and tokenizing what differs.
-
-    Raises:
-        UnsupportedProcessor: the template does not render content-part
-            lists, or does not place exactly one ``token_id`` for the part
-            (the model could not be given it faithfully).
-    """
-    article = "an" if part_type[:1] in "aeiou" else "a"
-    ids = list(tokenizer.encode(part_markup(tokenizer, part_type), add_special_tokens=False))
-    if ids.count(token_id) != 1:
-        raise UnsupportedProcessor(
-            f"the chat template does not place one {part_type} token for {article} {part_type} part"
-        )
-    at = ids.index(token_id)
-    return ids[:at], ids[at + 1 :]
-
-
-def part_markup(tokenizer: Any, part_type: str) -> str:
-    """The text the chat template writes for a ``part_type`` content part
-    (``image``, ``video``, ``audio``), read by rendering a one-part user
-    turn and a text-only one and keeping what differs.
-
-    Raises:
-        UnsupportedProcessor: the template does not render content-part
-            lists, or renders the part as nothing.
-    """
-    article = "an" if part_type[:1] in "aeiou" else "a"
-    try:
-        with_part, without = (
-            tokenizer.apply_chat_template(
-                [{"role": "user", "content": content}], add_generation_prompt=False, tokenize=False
-            )
-            for content in ([{"type": part_type}, {"type": "text", "text": "."}], [{"type": "text", "text": "."}])
-        )
-    except Exception as exc:  # a template without content-part lists
-        raise UnsupportedProcessor(f"the chat template cannot render {article} {part_type} part: {exc}") from None
-    start = 0
-    while start < min(len(with_part), len(without)) and with_part[start] == without[start]:
-        start += 1
-    end = 0
-    while end < len(without) - start and with_part[len(with_part) - 1 - end] == without[len(without) - 1 - end]:
-        end += 1
-    markup = with_part[start : len(with_part) - end]
-    if not markup:
-        raise UnsupportedProcessor(f"the chat template writes nothing for {article} {part_type} part")
-    return markup
 
 
 def _probe(processor: Any, expander: Expander, items: list[Any], what: str) -> None:
