@@ -14,6 +14,11 @@ own ``generate`` keeps working). Processors of transformers (no
 ``to_mlx``) are asked for NumPy (``return_tensors="np"``). This is the
 one place mlxd reaches into a processor's module.
 
+:class:`Expander` reads, from one processor call for all the items of a
+prompt, what each item (image, video, audio clip) becomes: the ids the
+model reads, and the same with the item's media tokens replaced by cache
+keys derived from its content.
+
 Input thread only, after construction.
 """
 
