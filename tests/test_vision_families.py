@@ -14,7 +14,6 @@ import io
 
 import pytest
 
-from tests.test_vision_audio import audio_request, make_wav
 from tests.test_vision_engine import TOKENS, _Engine, _png, _request
 from tests.test_vision_video import FPS, MAX_FRAMES, make_clip, video_request
 from tests.tiny_vlm_families import BUILDERS, build_tiny_qwen3_5
@@ -44,12 +43,7 @@ VIDEO_FAMILIES = ("qwen2_vl", "qwen2_5_vl")
 (Qwen3-VL's, laid out with time stamps, are tests/test_vision_video.py's)."""
 
 
-AUDIO_FAMILIES = ("gemma3n",)
-"""The families whose audio clips go through their processor's own
-expansion (Gemma 4's layout is tests/test_vision_audio.py's)."""
-
-
-def reference(library, text: str, image: bytes | None, video=None, audio=None) -> list[int]:
+def reference(library, text: str, image: bytes | None, video=None) -> list[int]:
     """mlx-vlm's own greedy tokens for the same turn (the prompt rendered
     by the processor's chat template, or its tokenizer's where the
     processor has none)."""
@@ -58,7 +52,7 @@ def reference(library, text: str, image: bytes | None, video=None, audio=None) -
 
     model, processor = library
     templater = processor if getattr(processor, "chat_template", None) else processor.tokenizer
-    media = [{"type": "image"}] if image else [{"type": "video"}] if video else [{"type": "audio"}] if audio else []
+    media = [{"type": "image"}] if image else [{"type": "video"}] if video else []
     prompt = templater.apply_chat_template(
         [{"role": "user", "content": [{"type": "text", "text": text}, *media]}],
         add_generation_prompt=True,
@@ -66,8 +60,6 @@ def reference(library, text: str, image: bytes | None, video=None, audio=None) -
     )
     pictures = [Image.open(io.BytesIO(image)).convert("RGB")] if image else None
     sampling = {"video": [str(video)], "fps": FPS, "max_frames": MAX_FRAMES} if video else {}
-    if audio:
-        sampling = {"audio": [str(audio)]}
     result = generate(model, processor, prompt, image=pictures, max_tokens=TOKENS, temperature=0.0, **sampling)
     return list(result.token_ids)
 
@@ -132,29 +124,3 @@ def test_videos_match_mlx_vlm_alone_batched_and_cached(family, tmp_path):
             [(red, hashlib.sha256(red).hexdigest()), (blobs["red"], hashlib.sha256(blobs["red"]).hexdigest())],
             ["image", "video"],
         )
-
-
-def test_audio_matches_mlx_vlm_alone_batched_and_cached(family, tmp_path):
-    """Where the family takes audio through its processor (Gemma 3n): each
-    clip's answer equals mlx-vlm's, alone, batched with a text request and
-    from the prefix cache; a family without an audio part takes none."""
-    engine, library = family
-    if engine.prompts.images.model_type not in AUDIO_FAMILIES:
-        assert not engine.prompts.images.takes_audio
-        return
-    clips = {name: tmp_path / f"{name}.wav" for name in ("tone", "noise")}
-    blobs = {}
-    for name, path in clips.items():
-        blobs[name] = make_wav(name)
-        path.write_bytes(blobs[name])
-    want = {name: reference(library, "Hi", None, audio=path) for name, path in clips.items()}
-    assert want["tone"] != want["noise"]  # the clip decides the answer
-    alone = engine.run(audio_request("tone", "Hi", blobs["tone"]))
-    assert alone["tone"] == (want["tone"], 0)
-    mixed = engine.run(
-        audio_request("noise", "Hi", blobs["noise"]),
-        _request("text", "Hello there, how are you?", None),
-        audio_request("tone2", "Hi", blobs["tone"]),
-    )
-    assert mixed["noise"][0] == want["noise"] and mixed["tone2"][0] == want["tone"]
-    assert mixed["tone2"][1] > 0  # the clip came from the cache

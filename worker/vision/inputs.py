@@ -100,10 +100,7 @@ class ImagePreparer:
         self.video_limits = video_limits or VideoLimits()
         self.video_layout: VideoLayout | None = None
         self._video_expander: Expander | None = None
-        self._audio_expander: Expander | None = None
         video_processor = getattr(processor, "video_processor", None)
-        if self.takes_images:
-            self._audio_expander_setup(processor, tokenizer, template if template is not None else tokenizer)
         if model_type not in VIDEO_FAMILIES and self.takes_images:
             self._video_setup(processor, tokenizer, template if template is not None else tokenizer)
         elif model_type in VIDEO_FAMILIES and video_processor is not None:
@@ -164,31 +161,10 @@ class ImagePreparer:
             processor, {"fps": self.video_limits.fps, "max_frames": self.video_limits.max_frames}
         )
 
-    def _audio_expander_setup(self, processor: Any, tokenizer: Any, template: Any) -> None:
-        """Take audio clips through the processor's own expansion when it
-        names an audio token and has a feature extractor, the chat template
-        places an audio part and half a second of silence expands;
-        otherwise the model takes no audio (a request with a clip is
-        refused naming the part)."""
-        import numpy as np
-
-        token = getattr(processor, "audio_token", None)
-        extractor = getattr(processor, "feature_extractor", None)
-        if not isinstance(token, str) or not token or extractor is None:
-            return
-        rate = int(getattr(extractor, "sampling_rate", 16000))
-        try:
-            expander = self._expander(processor, tokenizer, "audio", part_markup(template, "audio"), token)
-            _probe(processor, expander, [np.zeros(rate // 2, np.float32)], "half a second of silence")
-        except UnsupportedProcessor:
-            return
-        self._audio_expander = expander
-        self._sample_rate = rate
-
     @property
     def takes_audio(self) -> bool:
         """Whether the model reads audio clips."""
-        return self.audio_layout is not None or self._audio_expander is not None
+        return self.audio_layout is not None
 
     def _expander(self, processor: Any, tokenizer: Any, argument: str, markup: str, token: str) -> Expander:
         """An :class:`Expander` of ``processor`` for its ``argument`` media
@@ -291,9 +267,7 @@ class ImagePreparer:
             video_pixels, video_grids = self._videos(blobs, video_at, expansions)
         audio_at = [k for k, kind in enumerate(kinds) if kind == "audio"]
         features = features_mask = None
-        if audio_at and self._audio_expander is not None:
-            image_inputs.update(self._processor_audio(blobs, audio_at, expansions))
-        elif audio_at:
+        if audio_at:
             features, features_mask = self._audio(blobs, audio_at, expansions)
         model_ids: list[int] = []
         key_ids: list[int] = []
@@ -328,29 +302,6 @@ class ImagePreparer:
             image_inputs=image_inputs or None,
         )
         return key_ids, vision
-
-    def _processor_audio(
-        self, blobs: list[tuple[bytes, str]], audio_at: list[int], expansions: dict[int, tuple[list[int], list[int]]]
-    ) -> dict[str, Any]:
-        """Decode the clips at ``audio_at`` of ``blobs`` and expand them with
-        the processor (keyed by content), recording each one's ids in
-        ``expansions``; return the processor's audio inputs (its features
-        and mask, by its own names).
-
-        Raises:
-            ImageError: too many clips, or a clip breaks a limit (see
-                :mod:`worker.vision.audio`).
-        """
-        assert self._audio_expander is not None
-        if len(audio_at) > MAX_CLIPS:
-            raise ImageError(f"too many audio clips: {len(audio_at)} given, at most {MAX_CLIPS} per request")
-        waves = [decode_audio(blobs[k][0], k, self.audio_limits, self._sample_rate) for k in audio_at]
-        digests = [blobs[k][1] for k in audio_at]
-        pieces, inputs = self._audio_expander.expand(
-            waves, lambda i, n: image_keys(f"audio:{digests[i]}", n, self.vocab_size)
-        )
-        expansions.update(zip(audio_at, pieces))
-        return inputs
 
     def _audio(
         self, blobs: list[tuple[bytes, str]], audio_at: list[int], expansions: dict[int, tuple[list[int], list[int]]]

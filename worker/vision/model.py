@@ -53,6 +53,8 @@ from worker.loading.loader import (
 NOT_SERVED = {
     "mllama": "its cross-attention layers read the image again at every decoding step, "
     "which the batch engine's text steps do not feed",
+    "gemma3n": "its KV-shared layers read an earlier layer's whole cache buffer, which the batch "
+    "engine preallocates in steps, so keys and mask lengths disagree",
 }
 """mlx-vlm ``model_type`` values refused at load, with why: families that
 load and pass the load probe (:meth:`VisionLanguageModel._probe`) but
