@@ -1,16 +1,16 @@
-"""Preparing a vision request's images on the worker's input thread: decode
-them under limits, run the model's image processor, and lay out the prompt
-twice: the ids the model reads (each image's placeholder expanded to the
-number of tokens the model gives it) and the ids the prefix cache keys on
-(those placeholders replaced by ids derived from the image's content).
+"""Preparing a vision request's media on the worker's input thread: decode
+them under limits, run the model's own processor, and lay out the prompt
+twice: the ids the model reads (each part's marker expanded to what the
+processor makes of the template's markup for it) and the ids the prefix
+cache keys on (the media's tokens replaced by ids derived from their
+content).
 
-No MLX is touched here (mlx-vlm's processors convert their output to MLX
-arrays, so this module calls the processor's image processor alone): the
-scheduler thread turns the NumPy arrays into MLX inputs. Supported
-processors are those of the Qwen-VL family (an image processor with a
-``merge_size`` returning ``pixel_values`` and ``image_grid_thw``, and an
-``image_token``), which is what mlx-vlm's ``qwen2_vl``, ``qwen2_5_vl`` and
-``qwen3_vl`` models use.
+No MLX is touched here: the processor runs with its MLX conversion left
+out (:mod:`worker.vision.processing`), and the scheduler thread turns the
+NumPy arrays into MLX inputs. Any processor that names an image token and
+expands the template's image markup (tiles, rows, begin and end tokens,
+whatever the family does) is driven the same way; a processor that does
+not is refused at construction, after one probe with a blank image.
 
 Content keys: the cache key of an image's ``j``-th token is
 ``vocab_size + H(sha256, j)`` with ``H`` 30 bits of a SHA-256, so two
@@ -18,12 +18,14 @@ requests share a cached prefix through an image only when the image bytes
 are equal (a false match needs every one of the image's token keys to
 collide). Key ids are never fed to the model.
 
-Videos (Qwen3-VL only, see :mod:`worker.vision.video`): the request's
-media parts are images and videos in one order; a video's marker expands
-to one block per temporal patch (``<t.t seconds>``, vision start, its video
-tokens, vision end), and its keys derive from its digest and the frame
-sampling settings (which change its tokens); they lie in their own range
-(:data:`VIDEO_KEYS`). Audio clips (Gemma 4, see :mod:`worker.vision.audio`)
+Videos (see :mod:`worker.vision.video`): the request's media parts are
+images and videos in one order. Qwen3-VL's video marker expands to one
+block per temporal patch (``<t.t seconds>``, vision start, its video
+tokens, vision end: :data:`VIDEO_FAMILIES`); any other model whose
+processor names a video token and whose template places a video part
+gets the processor's own expansion of the sampled frames. A video's keys
+derive from its digest and the frame sampling settings (which change its
+tokens); they lie in their own range (:data:`VIDEO_KEYS`). Audio clips (Gemma 4, see :mod:`worker.vision.audio`)
 expand to begin-of-audio, their audio tokens, end-of-audio; keyed by
 content like images.
 """
@@ -63,16 +65,17 @@ class ImagePreparer:
     """Drives one model's processor (built once per worker, used by the
     input thread only). ``vocab_size`` is where cache keys start.
 
-    ``model_type`` is the model's family; videos are taken when it is in
-    :data:`VIDEO_FAMILIES` and the processor has a video processor
-    (``video_limits`` bound and sample them), refused otherwise; audio
-    clips when it is in :data:`AUDIO_FAMILIES` (``audio_limits`` bound
-    them; such a model takes no images, and :attr:`image_token_id` is then
-    its audio token: the token its prompts' cache keys read as).
+    ``model_type`` is the model's family; ``template`` the tokenizer whose
+    chat template the prompt builder renders (None: the processor's).
+    Videos are taken as the module docstring says (``video_limits`` bound
+    and sample them), refused otherwise; audio clips when the family is in
+    :data:`AUDIO_FAMILIES` (``audio_limits`` bound them; such a model takes
+    no images, and :attr:`image_token_id` is then its audio token: the
+    token its prompts' cache keys read as).
 
     Raises:
-        UnsupportedProcessor: at construction, for a processor outside the
-            Qwen-VL family and the audio families.
+        UnsupportedProcessor: at construction, for a processor this module
+            cannot drive for images (or audio, for an audio family).
     """
 
     def __init__(
@@ -87,6 +90,7 @@ class ImagePreparer:
         template: Any = None,
     ) -> None:
         tokenizer = getattr(processor, "tokenizer", processor)
+        self._call = ProcessorCall(processor)
         self.audio_limits = audio_limits or AudioLimits()
         self.audio_layout: AudioLayout | None = None
         self.takes_images = model_type not in AUDIO_FAMILIES
@@ -176,8 +180,6 @@ class ImagePreparer:
         separator = getattr(tokenizer, "eos_token", None)
         if not isinstance(separator, str) or not separator:
             raise UnsupportedProcessor(f"the {type(processor).__name__} processor's tokenizer names no end token")
-        if not hasattr(self, "_call"):
-            self._call = ProcessorCall(processor)
         return Expander(
             self._call,
             argument,
