@@ -16,11 +16,10 @@ import pytest
 
 from tests.test_vision_engine import TOKENS, _Engine, _png, _request
 from tests.test_vision_video import FPS, MAX_FRAMES, make_clip, video_request
-from tests.tiny_vlm_families import BUILDERS, build_tiny_qwen3_5
+from tests.tiny_vlm_families import BUILDERS
 
-SERVED = sorted(set(BUILDERS) - {"qwen3_5"})
-"""The families served; Qwen3.5 is refused at load (its recurrent layers
-call mlx-vlm's own cache methods, which mlx-lm's batchable caches lack)."""
+SERVED = sorted(BUILDERS)
+"""The families served (Qwen3.5 on viewed caches: worker.vision.cache_view)."""
 
 
 @pytest.fixture(scope="module", params=SERVED)
@@ -38,9 +37,10 @@ def family(request, tmp_path_factory):
     running.stop()
 
 
-VIDEO_FAMILIES = ("qwen2_vl", "qwen2_5_vl")
-"""The families whose videos go through their processor's own expansion
-(Qwen3-VL's, laid out with time stamps, are tests/test_vision_video.py's)."""
+VIDEO_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_5")
+"""The families here that take videos (Qwen2-VL's and Qwen2.5-VL's through
+their processor's own expansion, Qwen3.5's laid out as Qwen3-VL's, whose
+own are tests/test_vision_video.py's)."""
 
 
 def reference(library, text: str, image: bytes | None, video=None) -> list[int]:
@@ -82,15 +82,6 @@ def test_images_match_mlx_vlm_alone_batched_and_cached(family):
     assert engine.scheduler.counters.max_batch_seen == 3  # the two images and the text decoded in one batch
 
 
-def test_a_model_the_path_cannot_serve_is_refused_at_load(tmp_path):
-    """Qwen3.5's gated delta layers need mlx-vlm's cache methods: refused
-    at load, naming why, not at its first request."""
-    from worker.vision.model import UnsupportedModel, load_vision_model
-
-    with pytest.raises(UnsupportedModel, match="does not run on the batch engine's caches"):
-        load_vision_model(str(build_tiny_qwen3_5(tmp_path / "qwen3_5")))
-
-
 def test_videos_match_mlx_vlm_alone_batched_and_cached(family, tmp_path):
     """Where the family takes videos through its processor (Qwen2-VL,
     Qwen2.5-VL): each clip's answer equals mlx-vlm's with the same frame
@@ -116,7 +107,10 @@ def test_videos_match_mlx_vlm_alone_batched_and_cached(family, tmp_path):
     assert mixed["red"][0] == want["red"] and mixed["moving2"][0] == want["moving"]
     assert mixed["moving2"][1] > 0  # the video came from the cache
     from worker.vision.images import ImageError
+    from worker.vision.inputs import IMAGES_OR_VIDEOS
 
+    if family_name not in IMAGES_OR_VIDEOS:
+        return
     red = _png((255, 0, 0))
     with pytest.raises(ImageError, match="reads images or videos in one request, not both"):
         engine.prompts.images.prepare(

@@ -1,7 +1,9 @@
 """Vision-language models (``kind = "vision"``).
 
 Belongs here: loading through mlx-vlm and the batch engine's view of the
-model (:mod:`~worker.vision.model`, scheduler thread), a request's media
+model (:mod:`~worker.vision.model`, scheduler thread; the caches a few
+families' language models see through a per-call view,
+:mod:`~worker.vision.cache_view`), a request's media
 prepared for the model (:mod:`~worker.vision.inputs`): run through the
 model's own processor (:mod:`~worker.vision.processing`), placed where
 the chat template writes them (:mod:`~worker.vision.markup`), decoded

@@ -43,10 +43,15 @@ from worker.vision.markup import UnsupportedProcessor, part_markup
 from worker.vision.processing import Expander, ExpansionError, ProcessorCall, ProcessorOutputError
 from worker.vision.video import VideoLayout, VideoLimits, group_seconds, sample_video
 
-VIDEO_FAMILIES = frozenset({"qwen3_vl"})
-"""mlx-vlm ``model_type`` values whose videos are served (their processor
-lays a video out with time stamps per temporal patch, and their forward
-pass takes images and videos together)."""
+VIDEO_FAMILIES = frozenset({"qwen3_vl", "qwen3_5"})
+"""mlx-vlm ``model_type`` values whose videos are laid out here, as
+Qwen3-VL's processor does (time stamps per temporal patch); other
+families' videos go through their processor's own expansion."""
+
+IMAGES_OR_VIDEOS = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_5"})
+"""mlx-vlm ``model_type`` values whose model runs its vision tower on a
+prompt's images or on its videos, not both (a request with both is
+refused)."""
 
 AUDIO_FAMILIES = frozenset({"gemma4"})
 """mlx-vlm ``model_type`` values served for audio (an audio tower and a
@@ -242,6 +247,11 @@ class ImagePreparer:
                 raise ImageError(f"{kinds[index]} {index}'s sha256 does not match its bytes", index)
         image_at = [k for k, kind in enumerate(kinds) if kind == "image"]
         video_at = [k for k, kind in enumerate(kinds) if kind == "video"]
+        if video_at and image_at and self.model_type in IMAGES_OR_VIDEOS:
+            raise ImageError(
+                f"this vision model ({self.model_type}) reads images or videos in one request, not both",
+                video_at[0],
+            )
         expansions: dict[int, tuple[list[int], list[int]]] = {}
         pixels = grids = None
         image_inputs: dict[str, Any] = {}
@@ -259,11 +269,6 @@ class ImagePreparer:
             grids = image_inputs.pop("image_grid_thw", None)
         video_pixels = video_grids = None
         if video_at and self._video_expander is not None:
-            if image_at:
-                raise ImageError(
-                    f"this vision model ({self.model_type}) reads images or videos in one request, not both",
-                    video_at[0],
-                )
             video_pixels, video_grids, image_inputs = self._processor_videos(blobs, video_at, expansions)
         elif video_at:
             video_pixels, video_grids = self._videos(blobs, video_at, expansions)

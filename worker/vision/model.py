@@ -49,6 +49,7 @@ from worker.loading.loader import (
     one_line,
     resolve_source,
 )
+from worker.vision.cache_view import viewed
 
 NOT_SERVED = {
     "mllama": "its cross-attention layers read the image again at every decoding step, "
@@ -99,6 +100,9 @@ class VisionLanguageModel(nn.Module):
         self._positions = _Positions()
         self.grid_positions = hasattr(vlm.language_model, "get_rope_index")
         """Whether positions after media follow the media's grids."""
+        self.family = str(getattr(vlm.config, "model_type", ""))
+        """The mlx-vlm family (which decides whether the caches are viewed:
+        :mod:`worker.vision.cache_view`)."""
         self._probe()
 
     def _probe(self) -> None:
@@ -177,7 +181,7 @@ class VisionLanguageModel(nn.Module):
                 request, rather than answer from wrong positions).
         """
         if not self.grid_positions:
-            return self.vlm.language_model(inputs, cache=cache).logits
+            return self.vlm.language_model(inputs, cache=viewed(self.family, cache)).logits
         batch, length = inputs.shape
         offset = next((c.offset for c in cache or [] if hasattr(c, "offset")), 0)  # a recurrent layer has none
         if isinstance(offset, mx.array) and offset.ndim > 0:
@@ -191,7 +195,7 @@ class VisionLanguageModel(nn.Module):
             start = start + rows.reshape(-1, 1)
         positions = start + mx.arange(length, dtype=mx.int32)[None]
         positions = mx.broadcast_to(positions[None], (3, batch, length))
-        return self.vlm.language_model(inputs, cache=cache, position_ids=positions).logits
+        return self.vlm.language_model(inputs, cache=viewed(self.family, cache), position_ids=positions).logits
 
     def position_delta(self, model_ids: list[int], image_grid_thw: Any, video_grid_thw: Any = None) -> int:
         """The position delta of a prompt with media (``model_ids`` as the
@@ -243,7 +247,9 @@ class VisionLanguageModel(nn.Module):
             ids, None if pixel_values is None else mx.array(pixel_values), mask=mx.ones(ids.shape), **media
         )
         extra = {k: v for k, v in embedded.to_dict().items() if k != "inputs_embeds" and v is not None}
-        self.vlm.language_model(ids, inputs_embeds=embedded.inputs_embeds, cache=cache, **{**media, **extra})
+        self.vlm.language_model(
+            ids, inputs_embeds=embedded.inputs_embeds, cache=viewed(self.family, cache), **{**media, **extra}
+        )
         mx.eval([c.state for c in cache])
 
 
