@@ -3,7 +3,8 @@
 One builder per family (:data:`BUILDERS`), in the style of
 :mod:`tests.tiny_vlm`: the model is mlx-vlm 0.7.10's own ``Model`` class
 with a 2-layer, 64-wide language model and a 1-layer, 32-wide vision
-tower, random weights from ``mx.random.seed(seed)`` saved with
+tower (Llama 3.2 Vision's language model: 4 layers, 2 of them
+cross-attention), random weights from ``mx.random.seed(seed)`` saved with
 ``mx.save_safetensors``, a ``config.json``, a byte-level BPE tokenizer of
 about 350 tokens trained here (with the family's real special tokens) and
 saved with ``save_pretrained`` along with a Jinja chat template
@@ -11,10 +12,11 @@ saved with ``save_pretrained`` along with a Jinja chat template
 Everything is built offline in well under a second; ``mlx_vlm.load`` loads
 each directory without network access and returns the processor class
 mlx-vlm uses for the family. Images are resized so a 64x64 image costs 4
-image tokens. Run ``python -m tests.tiny_vlm_families [family ...]`` to
-build each family in a temporary directory and greedy-decode a red-image,
-a blue-image and a text-only prompt with ``mlx_vlm.generate`` (the two
-images give different tokens).
+image tokens (Llama 3.2 Vision's: one ``<|image|>`` token and 20
+cross-attended vision tokens). Run ``python -m tests.tiny_vlm_families
+[family ...]`` to build each family in a temporary directory and
+greedy-decode a red-image, a blue-image and a text-only prompt with
+``mlx_vlm.generate`` (the two images give different tokens).
 
 The package:
 
@@ -23,6 +25,7 @@ The package:
 * one module per family (:mod:`~tests.tiny_vlm_families.gemma3`,
   :mod:`~tests.tiny_vlm_families.idefics3`,
   :mod:`~tests.tiny_vlm_families.mistral3`,
+  :mod:`~tests.tiny_vlm_families.mllama`,
   :mod:`~tests.tiny_vlm_families.lfm2_vl`,
   :mod:`~tests.tiny_vlm_families.qwen2_vl`,
   :mod:`~tests.tiny_vlm_families.qwen2_5_vl`,
@@ -86,6 +89,45 @@ Facts per family (``processor(...)`` below is
     ``pixel_attention_mask`` (1, 16), ``spatial_shapes`` (1, 2),
     ``input_ids``, ``attention_mask``. ``get_input_embeddings`` needs
     ``spatial_shapes`` and ``pixel_attention_mask``.
+``mllama`` (Llama 3.2 Vision: 4 text layers, 1 and 3 cross-attention; 28x28 tiles, up to 4)
+    Processor ``MllamaProcessor`` (mlx-vlm's ``processing_mllama``; image
+    processor transformers' ``MllamaImageProcessorPil``, 28x28 tiles,
+    ``max_image_tiles`` 4). The template writes ``<|image|>`` for an image
+    part and the processor leaves it as is (one token, no expansion; it adds
+    ``<|begin_of_text|>`` only if the prompt lacks it): the image reaches the
+    text only through the cross-attention layers. ``<|image|>`` is the last
+    token, id = ``text_config.vocab_size`` (the real 128256: outside
+    ``lm_head``, inside ``embed_tokens``' vocab + 8 rows). Config field
+    ``image_token_index``; ``text_config.cross_attention_layers`` (layer 0
+    must be self-attention: the cross-attention mask is sliced by the first
+    self-attention cache's offset). No ``make_cache`` (mlx-vlm falls back to
+    plain ``KVCache`` per layer; the cross-attention layers' stay empty).
+    Processor output keys, as ``mx.array`` whatever ``return_tensors``
+    says: ``input_ids``, ``attention_mask`` (1, L) int64, ``pixel_values``
+    (1, 1, 4, 3, 28, 28) float32 (always padded to 4 tiles, zeros after
+    the image's), ``aspect_ratio_ids`` (1, 1) int64, ``aspect_ratio_mask``
+    (1, 1, 4) int64, ``cross_attention_mask`` (1, L, 1, 4) int64 (1 from the
+    ``<|image|>`` row to the end, on the image's tiles). A 64x64 image uses
+    4 tiles (2x2: id 6, mask ``[1, 1, 1, 1]``); 64x32 (wide) uses 2 (id 2,
+    mask ``[1, 1, 0, 0]``), 32x64 (tall) 2 (id 5), 20x20 one (id 1), 200x50
+    four in a row (id 4). ``get_input_embeddings`` needs
+    ``aspect_ratio_ids`` (ValueError without) and ``aspect_ratio_mask``
+    (AttributeError without); ``cross_attention_mask`` is optional (without
+    it every text row sees every vision token). It returns
+    ``cross_attention_states`` (1, 20, 64): 4 tiles x 5 tokens (4 patches +
+    class token) for every image, square or not; the padded tiles are hidden
+    only by the cross-attention mask (1, 1, L, 20) and
+    ``full_text_row_masked_out_mask`` (1, 1, L, 1), which zeroes the
+    cross-attention layers' MLP for the rows before the image.
+    ``mlx_vlm.generate`` passes only ``cross_attention_states`` to the
+    decode steps (no mask), so generated tokens also attend to the padded
+    tiles' tokens. Text-only works but not as in transformers (which skips
+    the cross-attention layers): with no ``cross_attention_states`` mlx-vlm
+    runs them on keys and values split from the query heads, unmasked.
+    mlx-vlm starts the ``tanh`` gates (``cross_attn_attn_gate``,
+    ``cross_attn_mlp_gate``, the vision tower's) at zero, where the image
+    has no effect: the saved ones are random (0.5 to 1.5; the position
+    embedding's, which mixes in the tile-position embedding, 0.2 to 0.5).
 ``qwen2_vl`` and ``qwen2_5_vl`` (the real checkpoints' flat ``config.json``: text fields at the top level)
     Qwen2.5-VL's tower has 2 blocks (windowed attention, then full).
     Processors ``Qwen2VLProcessor`` and ``Qwen2_5_VLProcessor`` (mlx-vlm's
@@ -145,12 +187,12 @@ Facts per family (``processor(...)`` below is
     ``pixel_attention_mask`` is optional (all-ones without it).
 
 Only the Qwen processors' and SmolVLM's have a chat template after
-``mlx_vlm.load``: for the other four, ``processor.apply_chat_template``
+``mlx_vlm.load``: for the other five, ``processor.apply_chat_template``
 raises ValueError (mlx-vlm builds them without one; the real checkpoints
 behave the same), so render with ``processor.tokenizer.apply_chat_template``
 or mlx-vlm's ``mlx_vlm.prompt_utils.apply_chat_template(processor,
 model.config, messages)``, which falls back to the tokenizer.
-``mlx_vlm.generate`` works with an image and text-only for all eight, and
+``mlx_vlm.generate`` works with an image and text-only for all nine, and
 with a video for Qwen2-VL and Qwen2.5-VL (a moving clip and a red one give
 different tokens).
 
@@ -166,6 +208,7 @@ from .gemma3 import build_tiny_gemma3
 from .idefics3 import build_tiny_idefics3
 from .lfm2_vl import build_tiny_lfm2_vl
 from .mistral3 import build_tiny_mistral3
+from .mllama import build_tiny_mllama
 from .qwen2_5_vl import build_tiny_qwen2_5_vl
 from .qwen2_vl import build_tiny_qwen2_vl
 from .qwen3_5 import build_tiny_qwen3_5
@@ -181,6 +224,7 @@ BUILDERS = {
     "qwen2_5_vl": build_tiny_qwen2_5_vl,
     "qwen3_5": build_tiny_qwen3_5,
     "smolvlm": build_tiny_smolvlm,
+    "mllama": build_tiny_mllama,
 }
 """The family builders that work, by mlx-vlm model type."""
 
@@ -190,6 +234,7 @@ __all__ = [
     "build_tiny_idefics3",
     "build_tiny_lfm2_vl",
     "build_tiny_mistral3",
+    "build_tiny_mllama",
     "build_tiny_qwen2_5_vl",
     "build_tiny_qwen2_vl",
     "build_tiny_qwen3_5",

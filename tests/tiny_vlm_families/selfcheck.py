@@ -14,7 +14,8 @@ def check(path: Path, max_tokens: int = 8) -> dict[str, list[int]]:
 
     The prompt is rendered with the processor's chat template, or with its
     tokenizer's when the processor has none (mlx-vlm's processors for
-    Gemma 3, Idefics3, Mistral 3 and LFM2-VL leave it unset).
+    Gemma 3, Idefics3, Mistral 3, LFM2-VL and Llama 3.2 Vision leave it
+    unset).
     """
     from mlx_vlm import generate, load
     from PIL import Image

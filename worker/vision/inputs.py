@@ -53,6 +53,11 @@ IMAGES_OR_VIDEOS = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_5"})
 prompt's images or on its videos, not both (a request with both is
 refused)."""
 
+ONE_IMAGE = frozenset({"mllama"})
+"""mlx-vlm ``model_type`` values served one image per request (their
+image's state must have one shape in every sequence of a batch:
+:mod:`worker.vision.cross_attention`)."""
+
 AUDIO_FAMILIES = frozenset({"gemma4"})
 """mlx-vlm ``model_type`` values served for audio (an audio tower and a
 processor with a NumPy feature extractor); their images are not served."""
@@ -252,6 +257,8 @@ class ImagePreparer:
                 f"this vision model ({self.model_type}) reads images or videos in one request, not both",
                 video_at[0],
             )
+        if len(image_at) > 1 and self.model_type in ONE_IMAGE:
+            raise ImageError(f"this vision model ({self.model_type}) reads one image per request", image_at[1])
         expansions: dict[int, tuple[list[int], list[int]]] = {}
         pixels = grids = None
         image_inputs: dict[str, Any] = {}

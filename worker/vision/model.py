@@ -21,7 +21,10 @@ each forward pass holds (:meth:`VisionLanguageModel.bind_rows`), and the
 wrapper passes explicit position ids, so no state of mlx-vlm's language
 model leaks between sequences. Any other language model's positions
 follow the sequence. Caches: the language model's own layout, as mlx-lm's
-cache classes (:meth:`VisionLanguageModel.make_cache`).
+cache classes (:meth:`VisionLanguageModel.make_cache`). A model whose
+layers cross-attend to the image (Llama 3.2 Vision) keeps what those
+layers read in its caches and runs through
+:mod:`worker.vision.cross_attention`.
 
 Served: any model mlx-vlm loads whose language model runs on the batch
 engine's caches (else :class:`UnsupportedModel` at load, the reason
@@ -49,11 +52,10 @@ from worker.loading.loader import (
     one_line,
     resolve_source,
 )
+from worker.vision import cross_attention
 from worker.vision.cache_view import viewed
 
 NOT_SERVED = {
-    "mllama": "its cross-attention layers read the image again at every decoding step, "
-    "which the batch engine's text steps do not feed",
     "gemma3n": "its KV-shared layers read an earlier layer's whole cache buffer, which the batch "
     "engine preallocates in steps, so keys and mask lengths disagree",
 }
@@ -150,6 +152,11 @@ class VisionLanguageModel(nn.Module):
         from mlx_lm.models.cache import ArraysCache, KVCache, RotatingKVCache
 
         make = getattr(self.vlm.language_model, "make_cache", None)
+        if self.family in cross_attention.CROSS_ATTENTION:
+            crossed = cross_attention.cross_layers(self.vlm)
+            return [
+                ArraysCache(size=cross_attention.SLOTS) if i in crossed else KVCache() for i in range(len(self.layers))
+            ]
         if make is None:
             return [KVCache() for _ in self.layers]
         caches = []
@@ -180,6 +187,8 @@ class VisionLanguageModel(nn.Module):
                 engine bug; the scheduler thread then dies, failing every
                 request, rather than answer from wrong positions).
         """
+        if self.family in cross_attention.CROSS_ATTENTION:
+            return cross_attention.forward(self.vlm, inputs, cache or self.make_cache())
         if not self.grid_positions:
             return self.vlm.language_model(inputs, cache=viewed(self.family, cache)).logits
         batch, length = inputs.shape
@@ -242,6 +251,11 @@ class VisionLanguageModel(nn.Module):
         if pixel_values_videos is not None:
             media["pixel_values_videos"] = mx.array(pixel_values_videos)
             media["video_grid_thw"] = mx.array(video_grid_thw)
+        crossed = self.family in cross_attention.CROSS_ATTENTION
+        if crossed:  # the processor's mask is for its own text: the prompt's, from its image token
+            media["cross_attention_mask"] = cross_attention.prompt_mask(
+                model_ids, int(self.vlm.config.image_token_index), media["aspect_ratio_mask"]
+            )
         ids = mx.array([model_ids])
         embedded = self.vlm.get_input_embeddings(
             ids, None if pixel_values is None else mx.array(pixel_values), mask=mx.ones(ids.shape), **media
@@ -250,6 +264,8 @@ class VisionLanguageModel(nn.Module):
         self.vlm.language_model(
             ids, inputs_embeds=embedded.inputs_embeds, cache=viewed(self.family, cache), **{**media, **extra}
         )
+        if crossed:
+            cross_attention.store_image(self.vlm, cache, extra["cross_attention_states"], extra["cross_attention_mask"])
         mx.eval([c.state for c in cache])
 
 
