@@ -38,7 +38,7 @@ def family(request, tmp_path_factory):
     running.stop()
 
 
-VIDEO_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_5")
+VIDEO_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_5", "qwen3_5_moe")
 """The families here that take videos (Qwen2-VL's and Qwen2.5-VL's through
 their processor's own expansion, Qwen3.5's laid out as Qwen3-VL's, whose
 own are tests/test_vision_video.py's)."""

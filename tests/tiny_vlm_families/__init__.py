@@ -30,6 +30,7 @@ The package:
   :mod:`~tests.tiny_vlm_families.qwen2_vl`,
   :mod:`~tests.tiny_vlm_families.qwen2_5_vl`,
   :mod:`~tests.tiny_vlm_families.qwen3_5`,
+  :mod:`~tests.tiny_vlm_families.qwen3_5_moe`,
   :mod:`~tests.tiny_vlm_families.smolvlm`): its builder, special tokens
   and chat template.
 * :mod:`tests.tiny_vlm_families.selfcheck`: :func:`check`, the three
@@ -170,6 +171,23 @@ Facts per family (``processor(...)`` below is
     ``input_ids``, ``attention_mask``, ``pixel_values`` (16, 1536),
     ``image_grid_thw`` (1, 3), as ``mx.array``. ``get_input_embeddings``
     needs ``image_grid_thw``.
+``qwen3_5_moe`` (Qwen 3.5's layout, each layer's MLP a mixture of experts)
+    As ``qwen3_5`` (same tokenizer, template, vision tower, processor
+    ``Qwen3VLProcessor`` with video processor mlx-vlm's
+    ``Qwen3VLVideoProcessor``, processor outputs, ``make_cache()``
+    ``[ArraysCache, KVCache]``), but config ``model_type`` ``qwen3_5_moe``
+    (text ``qwen3_5_moe_text``, vision ``qwen3_5_moe``) and each layer's MLP
+    is a sparse MoE block: 4 experts (``moe_intermediate_size`` 32), 2 per
+    token (``norm_topk_prob``), plus a shared expert
+    (``shared_expert_intermediate_size`` 32; the block always has one,
+    gated by ``sigmoid(shared_expert_gate)``). The experts are saved in
+    mlx-vlm's stacked layout, ``mlp.switch_mlp.{gate,up,down}_proj.weight``
+    (4, out, in), which ``sanitize`` keeps (it would also stack per-expert
+    ``mlp.experts.E.*`` or split a fused ``mlp.experts.gate_up_proj`` under
+    the Hugging Face ``model.language_model.`` prefix). A video (a (T, C,
+    H, W) uint8 array; 6 frames of 96x64) is ``pixel_values_videos`` (12,
+    1536), ``video_grid_thw`` ``[[3, 2, 2]]``, 3 x ``<|video_pad|>``, as in
+    Qwen2-VL.
 ``smolvlm`` (SmolVLM2's layout: Idefics3's model, SigLIP tower ``smolvlm_vision``, text ``llama``)
     Processor ``SmolVLMProcessor`` (mlx-vlm's ``processing_smolvlm``; image
     processor transformers' ``SmolVLMImageProcessorPil``, longest edge 32,
@@ -192,11 +210,11 @@ raises ValueError (mlx-vlm builds them without one; the real checkpoints
 behave the same), so render with ``processor.tokenizer.apply_chat_template``
 or mlx-vlm's ``mlx_vlm.prompt_utils.apply_chat_template(processor,
 model.config, messages)``, which falls back to the tokenizer.
-``mlx_vlm.generate`` works with an image and text-only for all nine, and
-with a video for Qwen2-VL and Qwen2.5-VL (a moving clip and a red one give
-different tokens).
+``mlx_vlm.generate`` works with an image and text-only for all ten, and
+with a video for Qwen2-VL, Qwen2.5-VL, Qwen3.5 and Qwen 3.5 MoE (a moving
+clip and a red one give different tokens).
 
-LFM2-VL and Qwen3.5 tie their output to the input embedding; at random init
+LFM2-VL, Qwen3.5 and Qwen 3.5 MoE tie their output to the input embedding; at random init
 every step then predicts the token it was fed, so their layers' output
 projections are scaled up (x8), and the vision projection (x16) so the image
 changes the answer.
@@ -212,6 +230,7 @@ from .mllama import build_tiny_mllama
 from .qwen2_5_vl import build_tiny_qwen2_5_vl
 from .qwen2_vl import build_tiny_qwen2_vl
 from .qwen3_5 import build_tiny_qwen3_5
+from .qwen3_5_moe import build_tiny_qwen3_5_moe
 from .selfcheck import check
 from .smolvlm import build_tiny_smolvlm
 
@@ -223,6 +242,7 @@ BUILDERS = {
     "qwen2_vl": build_tiny_qwen2_vl,
     "qwen2_5_vl": build_tiny_qwen2_5_vl,
     "qwen3_5": build_tiny_qwen3_5,
+    "qwen3_5_moe": build_tiny_qwen3_5_moe,
     "smolvlm": build_tiny_smolvlm,
     "mllama": build_tiny_mllama,
 }
@@ -238,6 +258,7 @@ __all__ = [
     "build_tiny_qwen2_5_vl",
     "build_tiny_qwen2_vl",
     "build_tiny_qwen3_5",
+    "build_tiny_qwen3_5_moe",
     "build_tiny_smolvlm",
     "check",
 ]

@@ -19,6 +19,7 @@ from typing import Any
 VIEWED = {
     "qwen3_5": "its gated-delta layers call mlx-vlm's update_window and update_recurrent, and its own "
     "padding paths misread mlx-lm's batch caches (a one-row batch, right-padded prefills)",
+    "qwen3_5_moe": "as qwen3_5 (the same layers, with mixture-of-experts MLPs)",
 }
 """mlx-vlm ``model_type`` values whose language model runs on viewed
 caches, with why."""

@@ -43,12 +43,12 @@ from worker.vision.markup import UnsupportedProcessor, part_markup
 from worker.vision.processing import Expander, ExpansionError, ProcessorCall, ProcessorOutputError
 from worker.vision.video import VideoLayout, VideoLimits, group_seconds, sample_video
 
-VIDEO_FAMILIES = frozenset({"qwen3_vl", "qwen3_5"})
+VIDEO_FAMILIES = frozenset({"qwen3_vl", "qwen3_5", "qwen3_5_moe"})
 """mlx-vlm ``model_type`` values whose videos are laid out here, as
 Qwen3-VL's processor does (time stamps per temporal patch); other
 families' videos go through their processor's own expansion."""
 
-IMAGES_OR_VIDEOS = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_5"})
+IMAGES_OR_VIDEOS = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_5", "qwen3_5_moe"})
 """mlx-vlm ``model_type`` values whose model runs its vision tower on a
 prompt's images or on its videos, not both (a request with both is
 refused)."""
