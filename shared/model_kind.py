@@ -201,5 +201,5 @@ def cannot_read_message(model: str | None, kind: str | None, what: str, needs: s
 VIDEO_MODELS = "videos are read by vision models of the Qwen-VL families (kind 'vision')"
 """Which models take ``video_url`` parts (for refusals)."""
 
-AUDIO_MODELS = "audio is read by vision models of the Gemma 4 family with an audio tower (kind 'vision')"
+AUDIO_MODELS = "audio is read by vision models of the Gemma 4 and Gemma 3n families with an audio tower (kind 'vision')"
 """Which models take ``input_audio`` parts (for refusals)."""

@@ -1,13 +1,17 @@
 """Audio clips in the vision path of the worker, in process: the tiny
-Gemma 4 with an audio tower (``tests/tiny_vlm.py``) loaded by
-worker.vision.model, prompts built by worker.prompting.builder with an
-audio part, run by the Scheduler over the batch engine. Greedy tokens equal
-mlx-vlm's own ``generate`` for the same clip and question, alone and
-batched; a repeated clip is a prefix-cache hit with the same tokens; a
-different clip changes the answer; bad clips are refused naming the part."""
+Gemma 4 with an audio tower (``tests/tiny_vlm.py``) and the tiny Gemma 3n
+(``tests/tiny_vlm_families/gemma3n.py``) loaded by worker.vision.model,
+prompts built by worker.prompting.builder with an audio part, run by the
+Scheduler over the batch engine. Greedy tokens equal mlx-vlm's own
+``generate`` for the same clip and question (for Gemma 3n with two
+library defects mended as the reference implementation computes:
+:func:`gemma3n_as_reference`), alone and batched; a repeated clip is a prefix-cache hit with the same
+tokens; a different clip changes the answer; bad clips are refused naming
+the part."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import wave
@@ -17,6 +21,10 @@ import pytest
 from shared.protocol import ChatMessage, GenerateRequest, ImagePart, SamplingParams
 from tests.test_vision_engine import TOKENS, _Engine
 from tests.tiny_vlm import build_tiny_audio_vlm
+from tests.tiny_vlm_families.gemma3n import build_tiny_gemma3n
+
+AUDIO_BUILDERS = {"gemma4": build_tiny_audio_vlm, "gemma3n": build_tiny_gemma3n}
+"""The audio families served, by mlx-vlm model type."""
 
 
 def make_wav(kind: str, seconds: float = 1.5, rate: int = 16000) -> bytes:
@@ -65,10 +73,64 @@ def clips(tmp_path_factory):
     return {name: (root / f"{name}.wav", blob) for name, blob in made.items()}
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    """The tiny audio model's directory."""
-    return build_tiny_audio_vlm(tmp_path_factory.mktemp("tiny-audio") / "m")
+@pytest.fixture(scope="module", params=sorted(AUDIO_BUILDERS))
+def model_dir(request, tmp_path_factory):
+    """A tiny audio model's directory, one per audio family."""
+    return AUDIO_BUILDERS[request.param](tmp_path_factory.mktemp(request.param) / "m")
+
+
+class _AtCallStart:
+    """``cache`` read at the position of a call's first token: ``length``
+    positions before its offset (everything else as the cache)."""
+
+    def __init__(self, cache, length: int) -> None:
+        self._cache, self._length = cache, length
+
+    def __getattr__(self, name):
+        return getattr(self._cache, name)
+
+    @property
+    def offset(self):
+        """The offset before the call's ``length`` tokens."""
+        return self._cache.offset - self._length
+
+
+@contextlib.contextmanager
+def gemma3n_as_reference():
+    """While open, mlx-vlm's Gemma 3n computes as the model's reference
+    implementation (transformers) does in two places where mlx-vlm 0.7.10
+    does not: its KV-shared attention layers rotate their queries from the
+    position of the call's first token (mlx-vlm reads the shared cache's
+    offset after the call's tokens were added, so a prompt prefilled in
+    one call and in two answer differently; mlx-lm's Gemma 3n has it
+    right), and ``get_input_embeddings`` scales text tokens by the square
+    root of the hidden size as the language model scales ids (mlx-vlm
+    leaves them unscaled, so a prompt fed as embeddings and as ids answer
+    differently). The first is worker.vision.cache_view's SharedKVView,
+    the second worker.vision.prompt_embeddings."""
+    import mlx.core as mx
+    from mlx_vlm.models.gemma3n.gemma3n import Model
+    from mlx_vlm.models.gemma3n.language import Gemma3nAttention
+
+    attention, embeddings = Gemma3nAttention.__call__, Model.get_input_embeddings
+
+    def attend(self, x, mask=None, cache=None):
+        if self.is_kv_shared_layer and cache is not None:
+            cache = _AtCallStart(cache, x.shape[1])
+        return attention(self, x, mask, cache)
+
+    def embed(self, input_ids=None, pixel_values=None, **kwargs):
+        result = embeddings(self, input_ids, pixel_values, **kwargs)
+        text = input_ids < self.embed_vision.vocab_offset
+        scale = self.config.text_config.hidden_size**0.5
+        result.inputs_embeds = mx.where(text[..., None], result.inputs_embeds * scale, result.inputs_embeds)
+        return result
+
+    Gemma3nAttention.__call__, Model.get_input_embeddings = attend, embed
+    try:
+        yield
+    finally:
+        Gemma3nAttention.__call__, Model.get_input_embeddings = attention, embeddings
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +159,9 @@ def _reference(reference, text: str, clip_path) -> list[int]:
         [{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False
     )
     audio = [str(clip_path)] if clip_path else None
-    result = generate(model, processor, prompt, audio=audio, max_tokens=TOKENS, temperature=0.0)
+    fixed = gemma3n_as_reference() if model.config.model_type == "gemma3n" else contextlib.nullcontext()
+    with fixed:
+        result = generate(model, processor, prompt, audio=audio, max_tokens=TOKENS, temperature=0.0)
     return list(result.token_ids)
 
 
@@ -156,5 +220,5 @@ def test_bad_clips_are_refused_naming_the_part(engine, clips):
         GenerateRequest(
             request_id="img", sampling=two.sampling, messages=[ChatMessage(role="user", content="Hi", images=[png])]
         ),
-        r"this vision model \(gemma4\) is served for audio only",
+        rf"this vision model \({engine.prompts.images.model_type}\) is served for audio only",
     )

@@ -1,7 +1,8 @@
 """Videos and audio clips in chat, end to end: a real gateway configured
 from a TOML file (``video_*`` keys) serves the tiny random-weight Qwen3-VL
-and the tiny Gemma 4 with an audio tower of ``tests/tiny_vlm.py`` (real
-mlx-vlm workers) next to the tiny text model, asked through the official
+and the tiny Gemma 4 with an audio tower of ``tests/tiny_vlm.py`` and the
+tiny Gemma 3n of ``tests/tiny_vlm_families/gemma3n.py`` (real mlx-vlm
+workers) next to the tiny text model, asked through the official
 openai SDK and plain HTTP with real MP4 bytes written by OpenCV and WAV
 bytes written by the standard library. Greedy decoding; that the workers'
 answers equal mlx-vlm's own is checked in process by
@@ -21,9 +22,11 @@ from tests.conftest import API_KEY, TINY, settled_stats, start_server
 from tests.test_vision_audio import make_wav
 from tests.test_vision_video import make_clip
 from tests.tiny_vlm import build_tiny_audio_vlm, build_tiny_vlm
+from tests.tiny_vlm_families.gemma3n import build_tiny_gemma3n
 
 VLM = "tiny-vlm"
 AUDIO = "tiny-audio"
+GEMMA3N = "tiny-gemma3n"
 TOKENS = 6
 VIDEO_CONFIG = {"video_fps": 2.0, "video_max_frames": 8, "video_max_seconds": 5.0, "video_max_bytes": "1MiB"}
 
@@ -47,14 +50,16 @@ def clips(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(tiny_model_dir, tmp_path_factory):
     """A gateway serving the tiny VLM with video limits, the tiny audio
-    model (clips of at most 5 s) and the tiny text model."""
+    models (clips of at most 5 s) and the tiny text model."""
     vlm = build_tiny_vlm(tmp_path_factory.mktemp("tiny-vlm") / "m", seed=1)
     audio = build_tiny_audio_vlm(tmp_path_factory.mktemp("tiny-audio") / "m")
+    gemma3n = build_tiny_gemma3n(tmp_path_factory.mktemp("tiny-gemma3n") / "m")
     srv = start_server(
         tmp_path_factory.mktemp("video-gw"),
         [
             {"name": VLM, "source": str(vlm), "max_batch_size": 4, **VIDEO_CONFIG},
             {"name": AUDIO, "source": str(audio), "max_batch_size": 4, "audio_max_seconds": 5.0},
+            {"name": GEMMA3N, "source": str(gemma3n), "max_batch_size": 4, "audio_max_seconds": 5.0},
             {"name": TINY, "source": str(tiny_model_dir), "max_batch_size": 2},
         ],
     )
@@ -179,23 +184,25 @@ def _ask_audio(client, clip: bytes, model: str = AUDIO):
     )
 
 
-def test_openai_sdk_audio_answers_and_cache(server, client):
-    """The clip decides the answer; a repeat comes from the prefix cache
-    (the audio tower does not run again) with the same answer as cold."""
+@pytest.mark.parametrize("model", [AUDIO, GEMMA3N])
+def test_openai_sdk_audio_answers_and_cache(server, client, model):
+    """For each audio family (Gemma 4, Gemma 3n): the clip decides the
+    answer; a repeat comes from the prefix cache (the audio tower does not
+    run again) with the same answer as cold."""
     tone, noise = make_wav("tone"), make_wav("noise")
-    before = settled_stats(server, AUDIO)
-    cold = _ask_audio(client, tone)
-    middle = settled_stats(server, AUDIO)
+    before = settled_stats(server, model)
+    cold = _ask_audio(client, tone, model)
+    middle = settled_stats(server, model)
     assert middle["vision_prefills"] - before["vision_prefills"] == 1
-    assert cold.choices[0].message.content != _ask_audio(client, noise).choices[0].message.content
-    after_other = settled_stats(server, AUDIO)
-    warm = _ask_audio(client, tone)
+    assert cold.choices[0].message.content != _ask_audio(client, noise, model).choices[0].message.content
+    after_other = settled_stats(server, model)
+    warm = _ask_audio(client, tone, model)
     assert warm.choices[0].message.content == cold.choices[0].message.content
-    assert settled_stats(server, AUDIO)["vision_prefills"] == after_other["vision_prefills"]
+    assert settled_stats(server, model)["vision_prefills"] == after_other["vision_prefills"]
     assert warm.usage.prompt_tokens_details.cached_tokens >= warm.usage.prompt_tokens - 1
     # the Responses API's input_audio part: the same turn, the same answer
     response = client.responses.create(
-        model=AUDIO,
+        model=model,
         input=[{"role": "user", "content": [{"type": "input_text", "text": "Hi"}, _audio_part(tone)]}],
         max_output_tokens=TOKENS,
         temperature=0,

@@ -2,12 +2,21 @@
 
 mlx-lm's batch engine keeps plain mlx-lm caches (they merge, filter,
 extend, and go to the disk tier by class name). Most mlx-vlm language
-models run on them as they are. The families in :data:`VIEWED` do not:
-their recurrent layers call mlx-vlm's own cache methods, and their
-padding logic reads mlx-lm's batch caches differently from what mlx-lm
-means. For those, every call of the language model gets each cache
-wrapped in a :class:`CacheView` that lives only for that call: the stored
-caches stay plain, so nothing else changes.
+models run on them as they are. The families in :data:`VIEWED` do not,
+and every call of their language model gets each cache wrapped in a view
+of the family's kind that lives only for that call: the stored caches
+stay plain, so nothing else changes.
+
+* :class:`CacheView` (Qwen3.5): their recurrent layers call mlx-vlm's own
+  cache methods, and their padding logic reads mlx-lm's batch caches
+  differently from what mlx-lm means.
+* :class:`SharedKVView` (Gemma 3n): their last layers attend with the keys
+  and values of an earlier layer, read from its cache's ``state``, which
+  for mlx-lm's batch caches is the whole preallocated buffer, not what
+  that layer attended to; and at that layer's position after the call's
+  tokens were added (mlx-vlm 0.7.10 rotates those layers' queries that
+  many positions too far; the model's reference implementation and
+  mlx-lm's own Gemma 3n use the call's one position).
 
 Scheduler thread only (MLX).
 """
@@ -15,14 +24,6 @@ Scheduler thread only (MLX).
 from __future__ import annotations
 
 from typing import Any
-
-VIEWED = {
-    "qwen3_5": "its gated-delta layers call mlx-vlm's update_window and update_recurrent, and its own "
-    "padding paths misread mlx-lm's batch caches (a one-row batch, right-padded prefills)",
-    "qwen3_5_moe": "as qwen3_5 (the same layers, with mixture-of-experts MLPs)",
-}
-"""mlx-vlm ``model_type`` values whose language model runs on viewed
-caches, with why."""
 
 
 class CacheView:
@@ -76,10 +77,71 @@ class CacheView:
         return output, state
 
 
+class SharedKVView:
+    """One engine cache, for one language-model call, as a model whose
+    later layers share an earlier layer's keys and values reads it (see
+    the module docstring).
+
+    Everything goes to the cache, except: after :meth:`update_and_fetch`
+    in this call, ``state`` is the keys and values it returned (what the
+    owning layer attended to, in the layout its mask was made for) and
+    ``offset`` the cache's offset before it (the position of the call's
+    first token).
+    """
+
+    def __init__(self, cache: Any) -> None:
+        object.__setattr__(self, "_cache", cache)
+        object.__setattr__(self, "_fetched", None)
+        object.__setattr__(self, "_before", None)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cache, name)
+
+    def update_and_fetch(self, keys: Any, values: Any) -> Any:
+        """The cache's ``update_and_fetch``, remembered for the call."""
+        import mlx.core as mx
+
+        before = self._cache.offset
+        object.__setattr__(self, "_before", mx.array(before) if isinstance(before, mx.array) else before)
+        fetched = self._cache.update_and_fetch(keys, values)
+        object.__setattr__(self, "_fetched", fetched)
+        return fetched
+
+    @property
+    def state(self) -> Any:
+        """This call's fetched keys and values once the owning layer ran,
+        else the cache's state."""
+        return self._fetched if self._fetched is not None else self._cache.state
+
+    @property
+    def offset(self) -> Any:
+        """The offset before this call's tokens once the owning layer ran,
+        else the cache's."""
+        return self._before if self._before is not None else self._cache.offset
+
+
+VIEWED: dict[str, tuple[type, str]] = {
+    "qwen3_5": (
+        CacheView,
+        "its gated-delta layers call mlx-vlm's update_window and update_recurrent, and its own "
+        "padding paths misread mlx-lm's batch caches (a one-row batch, right-padded prefills)",
+    ),
+    "qwen3_5_moe": (CacheView, "as qwen3_5 (the same layers, with mixture-of-experts MLPs)"),
+    "gemma3n": (
+        SharedKVView,
+        "its KV-shared layers read an earlier layer's cache state (the whole preallocated buffer of a "
+        "batch cache) at that cache's offset after this call's tokens",
+    ),
+}
+"""mlx-vlm ``model_type`` values whose language model runs on viewed
+caches: the view class and why."""
+
+
 def viewed(family: str, caches: list[Any] | None) -> list[Any] | None:
     """``caches`` for one language-model call of a ``family`` model: each
-    wrapped in a :class:`CacheView` when the family is in :data:`VIEWED`,
-    as they are otherwise."""
+    wrapped in its view class when the family is in :data:`VIEWED`, as
+    they are otherwise."""
     if caches is None or family not in VIEWED:
         return caches
-    return [CacheView(cache) for cache in caches]
+    view = VIEWED[family][0]
+    return [view(cache) for cache in caches]

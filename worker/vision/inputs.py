@@ -58,7 +58,7 @@ ONE_IMAGE = frozenset({"mllama"})
 image's state must have one shape in every sequence of a batch:
 :mod:`worker.vision.cross_attention`)."""
 
-AUDIO_FAMILIES = frozenset({"gemma4"})
+AUDIO_FAMILIES = frozenset({"gemma4", "gemma3n"})
 """mlx-vlm ``model_type`` values served for audio (an audio tower and a
 processor with a NumPy feature extractor); their images are not served."""
 
@@ -208,12 +208,24 @@ class ImagePreparer:
                 begin-of-audio and end-of-audio tokens.
         """
         extractor = getattr(processor, "feature_extractor", None)
-        names = [getattr(processor, name, None) for name in ("boa_token", "eoa_token", "audio_token")]
+        names = [
+            getattr(processor, name, None) or getattr(tokenizer, name, None)
+            for name in ("boa_token", "eoa_token", "audio_token")
+        ]
         if extractor is None or not all(isinstance(name, str) and name for name in names):
             raise UnsupportedProcessor(f"the {type(processor).__name__} processor is not supported for audio")
         begin, end, audio = (int(tokenizer.convert_tokens_to_ids(name)) for name in names)
+        per_token = getattr(processor, "audio_ms_per_token", None)
+        around: tuple[list[int], list[int]] = ([], [])
+        sequence = getattr(processor, "full_audio_sequence", None)  # Gemma 3n's expansion, as its processor writes it
+        if isinstance(sequence, str) and names[0] in sequence and names[1] in sequence:
+            before, after = sequence.split(names[0], 1)[0], sequence.rsplit(names[1], 1)[1]
+            around = (
+                list(tokenizer.encode(before, add_special_tokens=False)) if before else [],
+                list(tokenizer.encode(after, add_special_tokens=False)) if after else [],
+            )
         self.audio_layout = AudioLayout(
-            begin, end, audio, int(processor.audio_ms_per_token), int(processor.audio_seq_length)
+            begin, end, audio, None if per_token is None else int(per_token), int(processor.audio_seq_length), around
         )
         self.image_token = names[2]
         self.image_token_id = audio

@@ -52,13 +52,10 @@ from worker.loading.loader import (
     one_line,
     resolve_source,
 )
-from worker.vision import cross_attention
+from worker.vision import cross_attention, prompt_embeddings
 from worker.vision.cache_view import viewed
 
-NOT_SERVED = {
-    "gemma3n": "its KV-shared layers read an earlier layer's whole cache buffer, which the batch "
-    "engine preallocates in steps, so keys and mask lengths disagree",
-}
+NOT_SERVED: dict[str, str] = {}
 """mlx-vlm ``model_type`` values refused at load, with why: families that
 load and pass the load probe (:meth:`VisionLanguageModel._probe`) but
 would answer wrongly on this path."""
@@ -261,9 +258,8 @@ class VisionLanguageModel(nn.Module):
             ids, None if pixel_values is None else mx.array(pixel_values), mask=mx.ones(ids.shape), **media
         )
         extra = {k: v for k, v in embedded.to_dict().items() if k != "inputs_embeds" and v is not None}
-        self.vlm.language_model(
-            ids, inputs_embeds=embedded.inputs_embeds, cache=viewed(self.family, cache), **{**media, **extra}
-        )
+        embeddings = prompt_embeddings.as_reference(self.family, self.vlm, ids, embedded.inputs_embeds)
+        self.vlm.language_model(ids, inputs_embeds=embeddings, cache=viewed(self.family, cache), **{**media, **extra})
         if crossed:
             cross_attention.store_image(self.vlm, cache, extra["cross_attention_states"], extra["cross_attention_mask"])
         mx.eval([c.state for c in cache])
