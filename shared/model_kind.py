@@ -25,8 +25,8 @@ Rules, first match wins:
 4b. ``config.json`` whose ``model_type`` is ``whisper`` is a
    speech-to-text model (``transcription``);
 5. ``config.json`` with a ``vision_config`` object (as every mlx-vlm image
-   model's has) is a vision model (``vision``: a generator that also takes
-   images);
+   model's has), at its top or in its ``thinker_config`` (Qwen-Omni), is a
+   vision model (``vision``: a generator that also takes images or audio);
 6. anything else is a (text) generator.
 """
 
@@ -72,9 +72,18 @@ def detect_kind(path: Path) -> ModelKind:
         return "speech"
     if isinstance(config, dict) and str(config.get("model_type", "")).lower() == "whisper":
         return "transcription"
-    if isinstance(config, dict) and isinstance(config.get("vision_config"), dict):
+    if isinstance(config, dict) and _has_vision_config(config):
         return "vision"
     return "generate"
+
+
+def _has_vision_config(config: dict) -> bool:
+    """Whether ``config`` has a ``vision_config`` object, at its top or in
+    its ``thinker_config`` object."""
+    thinker = config.get("thinker_config")
+    return isinstance(config.get("vision_config"), dict) or (
+        isinstance(thinker, dict) and isinstance(thinker.get("vision_config"), dict)
+    )
 
 
 def model_kind(path: Path, configured: str = "auto") -> ModelKind:
@@ -201,5 +210,5 @@ def cannot_read_message(model: str | None, kind: str | None, what: str, needs: s
 VIDEO_MODELS = "videos are read by vision models of the Qwen-VL families (kind 'vision')"
 """Which models take ``video_url`` parts (for refusals)."""
 
-AUDIO_MODELS = "audio is read by vision models of the Gemma 4 and Gemma 3n families with an audio tower (kind 'vision')"
+AUDIO_MODELS = "audio is read by vision models of the Gemma 4 (with an audio tower), Gemma 3n and Qwen3-Omni families (kind 'vision')"
 """Which models take ``input_audio`` parts (for refusals)."""

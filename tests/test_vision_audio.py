@@ -22,8 +22,13 @@ from shared.protocol import ChatMessage, GenerateRequest, ImagePart, SamplingPar
 from tests.test_vision_engine import TOKENS, _Engine
 from tests.tiny_vlm import build_tiny_audio_vlm
 from tests.tiny_vlm_families.gemma3n import build_tiny_gemma3n
+from tests.tiny_vlm_families.qwen3_omni_moe import build_tiny_qwen3_omni_moe
 
-AUDIO_BUILDERS = {"gemma4": build_tiny_audio_vlm, "gemma3n": build_tiny_gemma3n}
+AUDIO_BUILDERS = {
+    "gemma4": build_tiny_audio_vlm,
+    "gemma3n": build_tiny_gemma3n,
+    "qwen3_omni_moe": build_tiny_qwen3_omni_moe,
+}
 """The audio families served, by mlx-vlm model type."""
 
 

@@ -1,7 +1,7 @@
 """Videos and audio clips in chat, end to end: a real gateway configured
 from a TOML file (``video_*`` keys) serves the tiny random-weight Qwen3-VL
 and the tiny Gemma 4 with an audio tower of ``tests/tiny_vlm.py`` and the
-tiny Gemma 3n of ``tests/tiny_vlm_families/gemma3n.py`` (real mlx-vlm
+tiny Gemma 3n and Qwen3-Omni of ``tests/tiny_vlm_families`` (real mlx-vlm
 workers) next to the tiny text model, asked through the official
 openai SDK and plain HTTP with real MP4 bytes written by OpenCV and WAV
 bytes written by the standard library. Greedy decoding; that the workers'
@@ -23,10 +23,12 @@ from tests.test_vision_audio import make_wav
 from tests.test_vision_video import make_clip
 from tests.tiny_vlm import build_tiny_audio_vlm, build_tiny_vlm
 from tests.tiny_vlm_families.gemma3n import build_tiny_gemma3n
+from tests.tiny_vlm_families.qwen3_omni_moe import build_tiny_qwen3_omni_moe
 
 VLM = "tiny-vlm"
 AUDIO = "tiny-audio"
 GEMMA3N = "tiny-gemma3n"
+OMNI = "tiny-qwen3-omni"
 TOKENS = 6
 VIDEO_CONFIG = {"video_fps": 2.0, "video_max_frames": 8, "video_max_seconds": 5.0, "video_max_bytes": "1MiB"}
 
@@ -54,12 +56,14 @@ def server(tiny_model_dir, tmp_path_factory):
     vlm = build_tiny_vlm(tmp_path_factory.mktemp("tiny-vlm") / "m", seed=1)
     audio = build_tiny_audio_vlm(tmp_path_factory.mktemp("tiny-audio") / "m")
     gemma3n = build_tiny_gemma3n(tmp_path_factory.mktemp("tiny-gemma3n") / "m")
+    omni = build_tiny_qwen3_omni_moe(tmp_path_factory.mktemp("tiny-qwen3-omni") / "m")
     srv = start_server(
         tmp_path_factory.mktemp("video-gw"),
         [
             {"name": VLM, "source": str(vlm), "max_batch_size": 4, **VIDEO_CONFIG},
             {"name": AUDIO, "source": str(audio), "max_batch_size": 4, "audio_max_seconds": 5.0},
             {"name": GEMMA3N, "source": str(gemma3n), "max_batch_size": 4, "audio_max_seconds": 5.0},
+            {"name": OMNI, "source": str(omni), "max_batch_size": 4, "audio_max_seconds": 5.0},
             {"name": TINY, "source": str(tiny_model_dir), "max_batch_size": 2},
         ],
     )
@@ -184,9 +188,9 @@ def _ask_audio(client, clip: bytes, model: str = AUDIO):
     )
 
 
-@pytest.mark.parametrize("model", [AUDIO, GEMMA3N])
+@pytest.mark.parametrize("model", [AUDIO, GEMMA3N, OMNI])
 def test_openai_sdk_audio_answers_and_cache(server, client, model):
-    """For each audio family (Gemma 4, Gemma 3n): the clip decides the
+    """For each audio family (Gemma 4, Gemma 3n, Qwen3-Omni): the clip decides the
     answer; a repeat comes from the prefix cache (the audio tower does not
     run again) with the same answer as cold."""
     tone, noise = make_wav("tone"), make_wav("noise")

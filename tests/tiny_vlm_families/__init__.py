@@ -33,10 +33,11 @@ The package:
   :mod:`~tests.tiny_vlm_families.qwen3_5_moe`,
   :mod:`~tests.tiny_vlm_families.smolvlm`): its builder, special tokens
   and chat template.
-* :mod:`tests.tiny_vlm_families.gemma3n`: Gemma 3n, not in
-  :data:`BUILDERS` (served for audio only, checked by
-  tests/test_vision_audio.py; its vision tower cannot be made small, so
-  an image costs seconds here: see that module).
+* :mod:`tests.tiny_vlm_families.gemma3n` and
+  :mod:`tests.tiny_vlm_families.qwen3_omni_moe`: Gemma 3n and Qwen3-Omni,
+  not in :data:`BUILDERS` (served for audio only, checked by
+  tests/test_vision_audio.py; Gemma 3n's vision tower cannot be made
+  small, so an image costs seconds here: see that module).
 * :mod:`tests.tiny_vlm_families.selfcheck`: :func:`check`, the three
   greedy generations of a built directory.
 * :mod:`tests.tiny_vlm_families.__main__`: the command above.

@@ -31,7 +31,7 @@ from worker.sampling.constrained_decoding import GrammarCompiler, GrammarError
 from worker.sampling.defaults import with_defaults
 from worker.vision.images import ImageError
 from worker.vision.inputs import ImagePreparer
-from worker.vision.markup import UnsupportedProcessor, media_markup, video_markup
+from worker.vision.markup import UnsupportedProcessor, video_markup
 
 _SENTINEL = re.compile("(\ue000mlxd[0-9a-z.]+\ue001)")
 """Placeholders for client-written contents and images while the template
@@ -172,12 +172,6 @@ class PromptBuilder:
     ) -> None:
         self._tokenizer = tokenizer
         self.images = images
-        self._audio_ids: tuple[list[int], list[int]] | str = ([], [])
-        if images is not None and images.audio_layout is not None:
-            try:
-                self._audio_ids = media_markup(tokenizer, "audio", images.audio_layout.audio_token_id)
-            except UnsupportedProcessor as exc:
-                self._audio_ids = str(exc)
         self._video_ids: tuple[list[int], list[int]] | str = ([], [])
         if images is not None and images.video_layout is not None:
             try:
@@ -417,9 +411,9 @@ class PromptBuilder:
         """Tokenize rendered chat text: template text normally (its control
         tokens are real), each protected content as plain text (any
         special-token spelling in it stays ordinary text), image ``k``'s
-        placeholder as a ``-(k + 1)`` marker (an image's marker stands for
-        the template's whole image markup, a video's or audio clip's sits
-        inside theirs; :meth:`ImagePreparer.prepare` expands it)."""
+        placeholder as a ``-(k + 1)`` marker (an image's or audio clip's
+        marker stands for the template's whole markup of it, a video's sits
+        inside its own; :meth:`ImagePreparer.prepare` expands it)."""
         ids: list[int] = []
         for piece in _SENTINEL.split(text):
             if not piece:
@@ -427,10 +421,7 @@ class PromptBuilder:
             image = _IMAGE_KEY.fullmatch(piece)
             if image is not None:
                 letter = image.group(1)
-                if letter == "v":
-                    before, after = self._video_markup()
-                else:
-                    before, after = self._audio_markup() if letter == "a" else ([], [])
+                before, after = self._video_markup() if letter == "v" else ([], [])
                 ids += [*before, -int(image.group(2)) - 1, *after]
             elif piece in originals:
                 ids += self._tokenizer.encode(originals[piece], add_special_tokens=False, split_special_tokens=True)
@@ -449,18 +440,6 @@ class PromptBuilder:
         if isinstance(self._video_ids, str):
             raise PromptError("invalid_request", f"this model cannot take videos: {self._video_ids}", "messages")
         return self._video_ids
-
-    def _audio_markup(self) -> tuple[list[int], list[int]]:
-        """The template's ids around an audio clip's marker (none for a
-        model that takes no audio: :meth:`ImagePreparer.prepare` refuses it).
-
-        Raises:
-            PromptError: the model takes audio but its chat template cannot
-                place a clip.
-        """
-        if isinstance(self._audio_ids, str):
-            raise PromptError("invalid_request", f"this model cannot take audio: {self._audio_ids}", "messages")
-        return self._audio_ids
 
     @staticmethod
     def _offered_tools(request: GenerateRequest) -> list[Tool] | None:

@@ -1,12 +1,12 @@
-"""Decoding a request's audio clip into the waveform and features a vision
-model with an audio tower (Gemma 4, Gemma 3n) reads, and laying out its tokens.
+"""Decoding a request's audio clip into the waveform a vision model with an
+audio tower (Gemma 4, Gemma 3n, Qwen3-Omni) reads; its processor then makes
+the features and lays out the clip's tokens (:mod:`worker.vision.inputs`).
 
 Runs on the worker's input thread (never the scheduler thread, never the
 gateway's event loop) and touches no MLX: the bytes are decoded from
 memory (no file) by mlx-audio's reader (miniaudio: WAV, MP3, FLAC, Vorbis),
 down-mixed to mono and resampled to the feature extractor's rate by
-mlx-audio's resampler (what mlx-vlm's own ``load_audio`` does), and turned
-into log-mel features by the processor's NumPy feature extractor.
+mlx-audio's resampler (what mlx-vlm's own ``load_audio`` does).
 
 Limits, checked in this order for each clip:
 
@@ -21,7 +21,6 @@ by its index among the request's media parts.
 from __future__ import annotations
 
 import io
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,48 +69,3 @@ def decode_audio(blob: bytes, index: int, limits: AudioLimits, sample_rate: int)
     if rate != sample_rate:
         samples = resample_audio(samples, rate, sample_rate)
     return np.asarray(samples, dtype=np.float32)
-
-
-class AudioLayout:
-    """How a model with an audio tower reads one clip: its begin-of-audio
-    token, its audio tokens, its end-of-audio token. Gemma 4 gives a clip
-    one audio token per ``ms_per_token`` milliseconds (rounded up, at most
-    ``max_tokens``); Gemma 3n (``ms_per_token`` None) gives every clip
-    ``max_tokens``, as its processor does."""
-
-    def __init__(
-        self,
-        begin_id: int,
-        end_id: int,
-        audio_token_id: int,
-        ms_per_token: int | None,
-        max_tokens: int,
-        around: tuple[list[int], list[int]] = ([], []),
-    ) -> None:
-        self.around = around
-        """The ids the processor writes before the begin-of-audio token and
-        after the end-of-audio token (Gemma 3n: blank lines; Gemma 4: none)."""
-        self.begin_id = begin_id
-        self.end_id = end_id
-        self.audio_token_id = audio_token_id
-        self.ms_per_token = ms_per_token
-        self.max_tokens = max_tokens
-
-    def count(self, samples: int, sample_rate: int) -> int:
-        """The audio tokens of a clip of ``samples`` samples."""
-        if self.ms_per_token is None:
-            return self.max_tokens
-        return min(math.ceil(samples * 1000 / sample_rate / self.ms_per_token), self.max_tokens)
-
-    def ids(self, count: int, keys: list[int] | None = None) -> list[int]:
-        """The ids of a clip of ``count`` tokens; with ``keys`` (one per
-        audio token) those stand in place of the audio tokens (the prefix
-        cache's view)."""
-        before, after = self.around
-        return [
-            *before,
-            self.begin_id,
-            *(keys if keys is not None else [self.audio_token_id] * count),
-            self.end_id,
-            *after,
-        ]

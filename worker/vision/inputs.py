@@ -25,19 +25,21 @@ tokens, vision end: :data:`VIDEO_FAMILIES`); any other model whose
 processor names a video token and whose template places a video part
 gets the processor's own expansion of the sampled frames. A video's keys
 derive from its digest and the frame sampling settings (which change its
-tokens); they lie in their own range (:data:`VIDEO_KEYS`). Audio clips (Gemma 4, see :mod:`worker.vision.audio`)
-expand to begin-of-audio, their audio tokens, end-of-audio; keyed by
-content like images.
+tokens); they lie in their own range (:data:`VIDEO_KEYS`). Audio clips
+(:data:`AUDIO_FAMILIES`; decoded by :mod:`worker.vision.audio`) go through
+the processor's own expansion of the template's audio markup, as images
+do, and are keyed by content like images.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from typing import Any
 
 from shared.model_kind import AUDIO_MODELS, cannot_read_message
 from worker.messages import VisionPrompt
-from worker.vision.audio import MAX_CLIPS, AudioLayout, AudioLimits, decode_audio
+from worker.vision.audio import MAX_CLIPS, AudioLimits, decode_audio
 from worker.vision.images import DEFAULT_LIMITS, ImageError, ImageLimits, decode_images
 from worker.vision.markup import UnsupportedProcessor, part_markup
 from worker.vision.processing import Expander, ExpansionError, ProcessorCall, ProcessorOutputError
@@ -58,7 +60,7 @@ ONE_IMAGE = frozenset({"mllama"})
 image's state must have one shape in every sequence of a batch:
 :mod:`worker.vision.cross_attention`)."""
 
-AUDIO_FAMILIES = frozenset({"gemma4", "gemma3n"})
+AUDIO_FAMILIES = frozenset({"gemma4", "gemma3n", "qwen3_omni_moe"})
 """mlx-vlm ``model_type`` values served for audio (an audio tower and a
 processor with a NumPy feature extractor); their images are not served."""
 
@@ -102,13 +104,13 @@ class ImagePreparer:
         tokenizer = getattr(processor, "tokenizer", processor)
         self._call = ProcessorCall(processor)
         self.audio_limits = audio_limits or AudioLimits()
-        self.audio_layout: AudioLayout | None = None
+        self._audio_expander: Expander | None = None
         self.takes_images = model_type not in AUDIO_FAMILIES
         self.vocab_size = vocab_size
         if self.takes_images:
             self._image_setup(processor, tokenizer, template if template is not None else tokenizer)
         else:
-            self._audio_setup(processor, tokenizer)
+            self._audio_setup(processor, tokenizer, template if template is not None else tokenizer)
         self.limits = limits
         self.model_type = model_type
         self.video_limits = video_limits or VideoLimits()
@@ -178,7 +180,7 @@ class ImagePreparer:
     @property
     def takes_audio(self) -> bool:
         """Whether the model reads audio clips."""
-        return self.audio_layout is not None
+        return self._audio_expander is not None
 
     def _expander(self, processor: Any, tokenizer: Any, argument: str, markup: str, token: str) -> Expander:
         """An :class:`Expander` of ``processor`` for its ``argument`` media
@@ -199,38 +201,28 @@ class ImagePreparer:
             int(tokenizer.convert_tokens_to_ids(separator)),
         )
 
-    def _audio_setup(self, processor: Any, tokenizer: Any) -> None:
-        """Read the audio layout and feature extractor of an audio family's
-        processor.
+    def _audio_setup(self, processor: Any, tokenizer: Any, template: Any) -> None:
+        """Take audio clips through the processor's own expansion of the
+        template's audio markup (with ``padding=True``, as mlx-vlm's own
+        generation calls it), checked once on a second of silence.
 
         Raises:
-            UnsupportedProcessor: it has no feature extractor or no audio,
-                begin-of-audio and end-of-audio tokens.
+            UnsupportedProcessor: no feature extractor or audio token, a
+                template that cannot place an audio part, or a processor
+                whose expansion this module cannot read.
         """
+        import numpy as np
+
         extractor = getattr(processor, "feature_extractor", None)
-        names = [
-            getattr(processor, name, None) or getattr(tokenizer, name, None)
-            for name in ("boa_token", "eoa_token", "audio_token")
-        ]
-        if extractor is None or not all(isinstance(name, str) and name for name in names):
+        token = getattr(processor, "audio_token", None) or getattr(tokenizer, "audio_token", None)
+        if extractor is None or not isinstance(token, str) or not token:
             raise UnsupportedProcessor(f"the {type(processor).__name__} processor is not supported for audio")
-        begin, end, audio = (int(tokenizer.convert_tokens_to_ids(name)) for name in names)
-        per_token = getattr(processor, "audio_ms_per_token", None)
-        around: tuple[list[int], list[int]] = ([], [])
-        sequence = getattr(processor, "full_audio_sequence", None)  # Gemma 3n's expansion, as its processor writes it
-        if isinstance(sequence, str) and names[0] in sequence and names[1] in sequence:
-            before, after = sequence.split(names[0], 1)[0], sequence.rsplit(names[1], 1)[1]
-            around = (
-                list(tokenizer.encode(before, add_special_tokens=False)) if before else [],
-                list(tokenizer.encode(after, add_special_tokens=False)) if after else [],
-            )
-        self.audio_layout = AudioLayout(
-            begin, end, audio, None if per_token is None else int(per_token), int(processor.audio_seq_length), around
-        )
-        self.image_token = names[2]
-        self.image_token_id = audio
-        self._extractor = extractor
+        self.image_token = token
+        self.image_token_id = int(tokenizer.convert_tokens_to_ids(token))
         self._sample_rate = int(extractor.sampling_rate)
+        expander = self._expander(processor, tokenizer, "audio", part_markup(template, "audio"), token)
+        self._audio_expander = dataclasses.replace(expander, options={"padding": True})
+        _probe(processor, self._audio_expander, [np.zeros(self._sample_rate, dtype=np.float32)], "a second of silence")
 
     def prepare(
         self, ids: list[int], blobs: list[tuple[bytes, str]], kinds: list[str] | None = None
@@ -332,34 +324,24 @@ class ImagePreparer:
     def _audio(
         self, blobs: list[tuple[bytes, str]], audio_at: list[int], expansions: dict[int, tuple[list[int], list[int]]]
     ) -> tuple[Any, Any]:
-        """Decode the clips at ``audio_at`` of ``blobs``, record each one's
-        model ids and key ids in ``expansions``; return their features and
-        feature mask (one row per clip).
+        """Decode the clips at ``audio_at`` of ``blobs``, run the processor on
+        them, record each one's model ids and key ids in ``expansions``;
+        return their features and feature mask (as the processor gives them).
 
         Raises:
             ImageError: too many clips, or a clip breaks a limit (see
                 :mod:`worker.vision.audio`).
         """
-        import numpy as np
-
-        layout = self.audio_layout
-        assert layout is not None  # checked by prepare
+        expander = self._audio_expander
+        assert expander is not None  # checked by prepare
         if len(audio_at) > MAX_CLIPS:
             raise ImageError(f"too many audio clips: {len(audio_at)} given, at most {MAX_CLIPS} per request")
-        waves = []
-        for k in audio_at:
-            blob, digest = blobs[k]
-            wave = decode_audio(blob, k, self.audio_limits, self._sample_rate)
-            count = layout.count(wave.size, self._sample_rate)
-            keys = image_keys(f"audio:{digest}", count, self.vocab_size)
-            expansions[k] = (layout.ids(count), layout.ids(count, keys))
-            waves.append(wave)
-        result = self._extractor(waves, sampling_rate=self._sample_rate, return_attention_mask=True)
-        features = np.stack(
-            [np.asarray(f, dtype=np.float32).reshape(np.shape(f)[-2:]) for f in result["input_features"]]
-        )
-        mask = np.stack([np.asarray(m).reshape(-1) for m in result["input_features_mask"]])
-        return features, mask
+        waves = [decode_audio(blobs[k][0], k, self.audio_limits, self._sample_rate) for k in audio_at]
+        digests = [blobs[k][1] for k in audio_at]
+        pieces, inputs = expander.expand(waves, lambda i, n: image_keys(f"audio:{digests[i]}", n, self.vocab_size))
+        expansions.update(zip(audio_at, pieces))
+        mask = inputs.get("input_features_mask", inputs.get("feature_attention_mask"))
+        return inputs["input_features"], mask
 
     @property
     def video_token_id(self) -> int | None:

@@ -28,7 +28,7 @@ layers read in its caches and runs through
 
 Served: any model mlx-vlm loads whose language model runs on the batch
 engine's caches (else :class:`UnsupportedModel` at load, the reason
-named), whose family is not declared :data:`NOT_SERVED`, and whose
+named), and whose
 processor :mod:`worker.vision.inputs` can drive (checked when the worker
 builds its preparer). Threads: load and call everything here on the
 scheduler thread only.
@@ -54,11 +54,6 @@ from worker.loading.loader import (
 )
 from worker.vision import cross_attention, prompt_embeddings
 from worker.vision.cache_view import viewed
-
-NOT_SERVED: dict[str, str] = {}
-"""mlx-vlm ``model_type`` values refused at load, with why: families that
-load and pass the load probe (:meth:`VisionLanguageModel._probe`) but
-would answer wrongly on this path."""
 
 
 class UnsupportedModel(ModelLoadError):
@@ -241,8 +236,9 @@ class VisionLanguageModel(nn.Module):
             ids = mx.array([model_ids])
             media["input_features"] = mx.array(input_features)
             media["input_features_mask"] = mx.array(input_features_mask)
-            # the token types mlx-vlm's Gemma 4 processor gives (3: audio)
-            media["mm_token_type_ids"] = (ids == int(self.vlm.config.audio_token_id)).astype(mx.int32) * 3
+            audio_token = getattr(self.vlm.config, "audio_token_id", None)
+            if audio_token is not None:  # the token types mlx-vlm's Gemma processors give (3: audio)
+                media["mm_token_type_ids"] = (ids == int(audio_token)).astype(mx.int32) * 3
         if image_grid_thw is not None:
             media["image_grid_thw"] = mx.array(image_grid_thw)
         if pixel_values_videos is not None:
@@ -283,9 +279,6 @@ def load_vision_model(source: str, *, dtype: str = "auto") -> tuple[LoadedModel,
         raw = json.loads((path / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"model source {source!r}: no readable config.json in {path}: {one_line(exc)}") from exc
-    family = str(raw.get("model_type", ""))
-    if family in NOT_SERVED:
-        raise UnsupportedModel(f"model source {source!r} ({family}) cannot be served: {NOT_SERVED[family]}")
     try:
         from mlx_lm.utils import load_tokenizer
         from mlx_vlm import load as vlm_load

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
@@ -92,9 +92,10 @@ class Expander:
     video tokens) replaced by cache keys in the key ids.
 
     ``call`` runs the processor; ``argument`` is its keyword for the media
-    (``images``, ``videos``); ``separator`` a special token (and its id) the
-    expansions never hold, put between the items so each item's ids can be
-    told apart in one processor call.
+    (``images``, ``videos``, ``audio``); ``separator`` a special token (and
+    its id) the expansions never hold, put between the items so each item's
+    ids can be told apart in one processor call; ``options`` further
+    keywords of every call (as mlx-vlm's own generation passes them).
     """
 
     call: ProcessorCall
@@ -103,6 +104,7 @@ class Expander:
     token_id: int
     separator: str
     separator_id: int
+    options: dict[str, Any] = field(default_factory=dict)
 
     def expand(
         self, items: list[Any], keys: Callable[[int, int], list[int]]
@@ -118,7 +120,7 @@ class Expander:
             ProcessorOutputError: as :meth:`ProcessorCall.__call__`.
         """
         text = self.separator + self.separator.join([self.markup] * len(items)) + self.separator
-        output = self.call(text, **{self.argument: items})
+        output = self.call(text, **{self.argument: items}, **self.options)
         ids = [int(t) for t in np.asarray(output["input_ids"]).reshape(-1)]
         inputs = {name: value for name, value in output.items() if name not in TEXT_OUTPUTS}
         at = [i for i, t in enumerate(ids) if t == self.separator_id]
