@@ -16,7 +16,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-pytest.importorskip("mlx_embeddings", reason="pip install 'mlxd[embeddings]'")
+pytest.importorskip("mlx_embeddings", reason="pip install -e '.[embeddings]'")
 
 from mlx_embeddings.utils import load_model as mlx_embeddings_load_model  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402

@@ -105,7 +105,7 @@ def test_scores_equal_mlx_vlm_reranker_classes(tiny):
     """The library's own forward: mlx-vlm's ``SequenceClassificationModel``
     (the ``vision`` extra) on the same checkpoint and token ids, alone and
     as one right-padded batch."""
-    mlx_vlm_loader = pytest.importorskip("mlx_vlm.reranker_loader", reason="pip install 'mlxd[vision]'")
+    mlx_vlm_loader = pytest.importorskip("mlx_vlm.reranker_loader", reason="pip install -e '.[vision]'")
     import mlx.core as mx
 
     family, path, _ = tiny

@@ -560,4 +560,6 @@ def _require_sdk() -> None:
         import mcp.shared.exceptions  # noqa: F401
         import mcp_types  # noqa: F401
     except ImportError:
-        raise McpUnavailable("[[mcp_servers]] needs the mcp package: pip install 'mlxd[mcp]'") from None
+        raise McpUnavailable(
+            "[[mcp_servers]] needs the mcp package: pip install -e '.[mcp]' in the mlxd clone (make installs it)"
+        ) from None

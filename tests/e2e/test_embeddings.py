@@ -351,7 +351,7 @@ def test_mlx_embeddings_model_through_the_sdk(client):
     """A non-BERT directory (tiny random XLM-RoBERTa) served by the
     mlx-embeddings engine: the SDK gets one normalized vector per input, and
     batching does not change them."""
-    pytest.importorskip("mlx_embeddings", reason="pip install 'mlxd[embeddings]'")
+    pytest.importorskip("mlx_embeddings", reason="pip install -e '.[embeddings]'")
     texts = ["Hello world", "a much longer sentence than the first one, padded in a batch", "x"]
     together = client.embeddings.create(model=XLMR, input=texts, encoding_format="float")
     assert together.model == XLMR and [d.index for d in together.data] == [0, 1, 2]

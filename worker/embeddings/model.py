@@ -13,7 +13,7 @@ engines run it:
   directories and mlx-embeddings conversions of BERT models, the default
   model among them, with no extra dependency.
 - **mlx-embeddings** (the optional ``embeddings`` extra,
-  ``pip install 'mlxd[embeddings]'``) for every other ``model_type`` it has
+  ``make`` installs it; elsewhere ``pip install -e '.[embeddings]'`` in the clone) for every other ``model_type`` it has
   a model class for (XLM-RoBERTa, with ``roberta`` and ``camembert`` run as
   the same architecture; ModernBERT, Qwen3, Gemma 3, ...) and for BERT
   configs mlxd's encoder refuses. Only its model classes and weight loader
@@ -67,7 +67,7 @@ concatenates them."""
 _IGNORED_PREFIXES = ("pooler.", "cls.", "lm_head.")
 
 EMBEDDINGS_EXTRA = "embeddings"
-"""The optional extra that installs mlx-embeddings (``pip install 'mlxd[embeddings]'``)."""
+"""The optional extra that installs mlx-embeddings (``make`` installs it; elsewhere ``pip install -e '.[embeddings]'`` in the clone)."""
 
 _MLX_EMBEDDINGS_ALIASES = {"roberta": "xlm_roberta", "camembert": "xlm_roberta"}
 """``model_type`` values mlx-embeddings has no module for but whose
@@ -398,7 +398,7 @@ def _load_with_mlx_embeddings(
     except ImportError:
         raise ModelLoadError(
             f"model source {source!r}: {refused}; other embedding models run on mlx-embeddings, "
-            f"which is not installed (pip install 'mlxd[{EMBEDDINGS_EXTRA}]')"
+            f"which is not installed (make installs it; elsewhere pip install -e '.[{EMBEDDINGS_EXTRA}]' in the mlxd clone)"
         ) from None
 
     def classes(config: dict[str, Any]) -> Any:

@@ -62,7 +62,7 @@ def missing_encoder(fmt: str) -> str | None:
         try:
             import soundfile
         except ImportError:
-            return f"response_format '{fmt}' needs the soundfile package (pip install 'mlxd[speech]')"
+            return f"response_format '{fmt}' needs the soundfile package (make installs it; elsewhere pip install -e '.[speech]' in the mlxd clone)"
         kind, subtype = _SOUNDFILE[fmt]
         if subtype not in soundfile.available_subtypes(kind):
             return f"response_format '{fmt}' needs libsndfile with {kind} {subtype} support, which this one lacks"

@@ -9,7 +9,7 @@ in ``voices/<name>.safetensors`` (one ``voice`` tensor of shape
 mlx-audio's own loader (``mlx_audio.tts.utils.load_model`` on the resolved
 local directory, the Hugging Face hub switched offline), so weights go
 through its ``sanitize`` exactly as mlx-audio loads them; it needs the
-optional ``speech`` extra (``pip install 'mlxd[speech]'``) and is refused
+optional ``speech`` extra (``make`` installs it; elsewhere ``pip install -e '.[speech]'`` in the clone) and is refused
 at load, naming the extra, without it.
 
 Synthesis calls the model's own forward (``Model.__call__(phonemes,
@@ -145,7 +145,7 @@ def load_speech_model(source: str) -> SpeechModel:
         from mlx_audio.tts.utils import load_model
     except ImportError as exc:
         raise ModelLoadError(
-            f"speech models need the '{SPEECH_EXTRA}' extra (pip install 'mlxd[{SPEECH_EXTRA}]'): {exc}"
+            f"speech models need the '{SPEECH_EXTRA}' extra (make installs it; elsewhere pip install -e '.[{SPEECH_EXTRA}]' in the mlxd clone): {exc}"
         ) from None
     model = load_model(path)
     context = int((config.get("plbert") or {}).get("max_position_embeddings", VOICE_ROWS + 2))
