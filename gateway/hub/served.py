@@ -67,8 +67,9 @@ def expand_sources(config: Config, catalog: dict[str, CatalogEntry]) -> Config:
     (and ``draft:`` sources likewise); a second pass changes nothing.
 
     Raises:
-        CatalogError: an entry's catalog name is a ``transcription`` model,
-            which mlxd cannot serve.
+        CatalogError: an entry's catalog name is a ``transcription`` model
+            (the catalog's are mlx-examples Whisper exports, without the
+            tokenizer files mlxd's transcription worker needs).
     """
     models = []
     for model in config.models:
@@ -76,7 +77,7 @@ def expand_sources(config: Config, catalog: dict[str, CatalogEntry]) -> Config:
         if target is not None and target.entry is not None:
             if target.entry.kind == "transcription":
                 raise CatalogError(
-                    f"model {model.name!r}: {target.name} is a transcription model; mlxd does not serve those"
+                    f"model {model.name!r}: {target.name} is an mlx-examples Whisper export (no tokenizer files), which mlxd cannot serve by catalog name; serve a Whisper model directory (docs/api/audio.md)"
                 )
             model = _apply_entry(msgspec.structs.replace(model, source=_source_of(target)), target)
         if model.speculative.startswith("draft:"):
@@ -108,7 +109,9 @@ def models_for_names(targets: list[Target]) -> list[ModelConfig]:
     models: list[ModelConfig] = []
     for target in targets:
         if target.entry is not None and target.entry.kind == "transcription":
-            raise CatalogError(f"{target.name} is a transcription model; mlxd does not serve those")
+            raise CatalogError(
+                f"{target.name} is an mlx-examples Whisper export (no tokenizer files), which mlxd cannot serve by catalog name; serve a Whisper model directory (docs/api/audio.md)"
+            )
         name = model_name(target)
         if any(m.name == name for m in models):
             raise CatalogError(f"--model {name} is given twice")
