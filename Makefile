@@ -97,20 +97,21 @@ check: model
 	  $(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile --durations=10 -m "not slow" \
 	  --ignore=tests/e2e --ignore=tests/reliability tests
 
-# Each script writes its results to bench/results/NAME.json; plots.py draws
+# Each script writes its results to bench/results/NAME.json (--write; run alone
+# without it, a script only prints them, so the committed results stay); plots.py draws
 # bench/results/plots/*.png from them last (README shows those).
 bench: model
 	# vllm-mlx in its own venv (bench/peers.py); a failure only skips that contender
 	-$(PY) bench/peers.py ensure-vllm-mlx
-	$(PY) bench/compare.py
-	$(PY) bench/embeddings.py
-	$(PY) bench/rerank.py
-	$(PY) bench/speech.py
-	$(PY) bench/transcription.py
-	$(PY) bench/vision.py
-	$(PY) bench/speculative.py
-	$(PY) bench/agent_session.py
-	$(PY) bench/tensor_parallel.py
+	$(PY) bench/compare.py --write
+	$(PY) bench/embeddings.py --write
+	$(PY) bench/rerank.py --write
+	$(PY) bench/speech.py --write
+	$(PY) bench/transcription.py --write
+	$(PY) bench/vision.py --write
+	$(PY) bench/speculative.py --write
+	$(PY) bench/agent_session.py --write
+	$(PY) bench/tensor_parallel.py --write
 	$(PY) bench/plots.py
 
 # 30 minutes of mixed traffic with disconnects; prints worker memory over time (not in CI)

@@ -16,7 +16,7 @@ Prints, per turn, TTFT for each contender and mlxd's cached tokens; then:
 - with ``--kv-bits``: the session again with quantized prefix-cache
   entries, its TTFTs and the prefix cache's bytes against full precision.
 
-The numbers also go to ``bench/results/agent_session.json``.
+With ``--write`` the numbers also go to ``bench/results/agent_session.json``.
 
 Usage: ``.venv/bin/python bench/agent_session.py [--model real|tiny]
 [--turns 10] [--contenders mlxd,mlx_lm] [--kv-bits 8]``. On a shared
@@ -35,6 +35,7 @@ from pathlib import Path
 import httpx
 from harness import Result, mlx_lm_server, mlxd, stream_chat
 from models import float32_model, tiny_model
+from record import add_write_flag
 from record import write as write_results
 
 WORDS = "read write grep edit test build file line error pass fail path module function class value".split()
@@ -124,8 +125,9 @@ def turn_rows(columns: dict[str, list[Result]]) -> list[dict]:
 
 def main() -> None:
     """Run the session on each contender, then the resumed and ``--kv-bits``
-    runs; print them and write ``bench/results/agent_session.json``."""
+    runs; print them (and with ``--write`` write ``bench/results/agent_session.json``)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_write_flag(parser)
     parser.add_argument("--model", choices=("real", "tiny"), default="real")
     parser.add_argument("--turns", type=int, default=10)
     parser.add_argument("--tool-words", type=int, default=300)
@@ -181,7 +183,8 @@ def main() -> None:
                 label: {"cache_bytes": nbytes, "ttft_s": [r.ttft for r in results]}
                 for label, (results, nbytes) in rows.items()
             }
-        write_results("agent_session", data)
+        if args.write:
+            write_results("agent_session", data)
 
 
 if __name__ == "__main__":

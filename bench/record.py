@@ -9,12 +9,15 @@ Every file is one envelope::
 version and BLAS), ``source`` how the numbers came to be (a run of the
 script, or a seed transcribed from ``bench/NOTES.md``), and ``results`` is
 the script's own shape, which ``bench/plots.py`` draws. :func:`write`
-replaces the file of the same bench (the latest run is the one plotted);
+replaces the file of the same bench (the latest run is the one plotted),
+which each script does only when run with ``--write``
+(:func:`add_write_flag`; ``make bench`` passes it);
 :func:`read_all` reads every file back.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -76,6 +79,18 @@ def machine() -> str:
         pass
     parts.append(_blas())
     return ", ".join(parts)
+
+
+def add_write_flag(parser: argparse.ArgumentParser) -> None:
+    """``--write``: replace ``bench/results/NAME.json`` with this run's numbers.
+    Without it a script only prints them, so a smoke run leaves the committed
+    results (the ones the README's plots are drawn from) alone; ``make bench``
+    passes it."""
+    parser.add_argument(
+        "--write",
+        action="store_true",
+        help="write the results to bench/results/NAME.json (make bench does); without it they are only printed",
+    )
 
 
 def write(bench: str, results: dict[str, Any], source: str | None = None, directory: Path = RESULTS) -> Path:

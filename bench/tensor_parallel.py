@@ -12,8 +12,8 @@ docs/operations/tensor-parallel.md.
 The default model is the tiny random-weight llama of the tests (4 heads:
 SmolLM2-135M's 9 heads do not divide by 2; pass ``--model`` and ``--ranks
 3`` for it). Usage: ``python bench/tensor_parallel.py [--model SOURCE]
-[--ranks N] [--max-tokens N] [--streams S] [--rounds R]``. Nothing here
-asserts: it prints measurements and writes them to
+[--ranks N] [--max-tokens N] [--streams S] [--rounds R] [--write]``. Nothing
+here asserts: it prints measurements and with ``--write`` writes them to
 ``bench/results/tensor_parallel.json``.
 """
 
@@ -31,6 +31,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.harness import mlxd  # noqa: E402
+from bench.record import add_write_flag
 from bench.record import write as write_results  # noqa: E402
 
 NAME = "tp"
@@ -68,6 +69,7 @@ def measure(source: str, ranks: int, args: argparse.Namespace, tmp: Path) -> tup
 def main() -> None:
     """Parse the options, run one process then the group, print the comparison."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_write_flag(parser)
     parser.add_argument("--model", default="", help="model source (default: the tests' tiny llama)")
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=64)
@@ -88,18 +90,19 @@ def main() -> None:
     print(f"  1 process     {one_rate:8.1f} tok/s")
     print(f"  {args.ranks} ranks       {group_rate:8.1f} tok/s  ({group_rate / one_rate:.2f}x)")
     print(f"  identical text: {one == group}")
-    write_results(
-        "tensor_parallel",
-        {
-            "model": args.model or "tiny llama",
-            "streams": args.streams,
-            "max_tokens": args.max_tokens,
-            "one_process_tok_s": one_rate,
-            "ranks": args.ranks,
-            "group_tok_s": group_rate,
-            "identical_text": one == group,
-        },
-    )
+    if args.write:
+        write_results(
+            "tensor_parallel",
+            {
+                "model": args.model or "tiny llama",
+                "streams": args.streams,
+                "max_tokens": args.max_tokens,
+                "one_process_tok_s": one_rate,
+                "ranks": args.ranks,
+                "group_tok_s": group_rate,
+                "identical_text": one == group,
+            },
+        )
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ worker environment):
 
 Each shape runs for about ``--seconds`` seconds. Prints audio seconds
 transcribed per wall-clock second and mlxd's share of the in-process rate,
-and writes them to ``bench/results/transcription.json``. Never asserts.
+and with ``--write`` writes them to ``bench/results/transcription.json``. Never asserts.
 Usage::
 
     .venv/bin/python bench/transcription.py [--seconds 30]
@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 from harness import ROOT, blas_environment, mlxd
+from record import add_write_flag
 from record import write as write_results
 
 SENTENCE = "Good morning. How are you today?"
@@ -94,6 +95,7 @@ def drive(url: str, clip: bytes, clients: int, seconds: float) -> float:
 def main() -> None:
     """Measure both sides and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_write_flag(parser)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--reference", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -122,7 +124,10 @@ def main() -> None:
         print(f"{name:<28}{mine:>10.2f}{theirs:>12.2f}{mine / theirs:>10.2f}")
     print("(in-process: one clip at a time; the 4-client row shares each window decode)")
     shapes = [{"shape": n, "mlxd_audio_s_per_s": m, "in_process_audio_s_per_s": t} for n, m, t in rows]
-    write_results("transcription", {"model": "Whisper tiny.en (float32)", "seconds": args.seconds, "shapes": shapes})
+    if args.write:
+        write_results(
+            "transcription", {"model": "Whisper tiny.en (float32)", "seconds": args.seconds, "shapes": shapes}
+        )
 
 
 if __name__ == "__main__":

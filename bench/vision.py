@@ -18,8 +18,8 @@ process of its own with mlxd's worker environment).
   request after request (it caches nothing between calls).
 
 Prints the mean seconds per request of each side and the in-process time
-over mlxd's (above 1: mlxd answers sooner), and writes them to
-``bench/results/vision.json``. Never asserts. Usage::
+over mlxd's (above 1: mlxd answers sooner), and with ``--write``
+writes them to ``bench/results/vision.json``. Never asserts. Usage::
 
     .venv/bin/python bench/vision.py [--requests 12]
 """
@@ -38,6 +38,7 @@ import wave
 from pathlib import Path
 
 from harness import ROOT, blas_environment, mlxd
+from record import add_write_flag
 from record import write as write_results
 
 TOKENS = 8
@@ -189,6 +190,7 @@ def drive(url: str, name: str, kind: str, blobs: list[bytes]) -> float:
 def main() -> None:
     """Measure both sides and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_write_flag(parser)
     parser.add_argument("--requests", type=int, default=12)
     parser.add_argument("--reference", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -224,7 +226,8 @@ def main() -> None:
         print(f"{key:<32}{ours[key]:>10.3f}{theirs[key]:>12.3f}{theirs[key] / ours[key]:>10.2f}")
         rows.append({"row": key, "mlxd_s_per_request": ours[key], "in_process_s_per_request": theirs[key]})
     print("(repeated: every mlxd request after the first is a prefix-cache hit; mlx-vlm's generate caches nothing)")
-    write_results("vision", {"requests": args.requests, "tokens": TOKENS, "rows": rows})
+    if args.write:
+        write_results("vision", {"requests": args.requests, "tokens": TOKENS, "rows": rows})
 
 
 if __name__ == "__main__":

@@ -149,3 +149,46 @@ def test_a_malformed_file_is_refused(tmp_path, content, message):
     (tmp_path / "compare.json").write_text(content)
     done = run_plots(tmp_path, tmp_path / "plots")
     assert done.returncode == 1 and message in done.stderr, done.stderr
+
+
+def _writers() -> list[str]:
+    """The bench scripts that write a result file (they import ``record.write``)."""
+    return sorted(
+        path.stem
+        for path in BENCH.glob("*.py")
+        if "import write as write_results" in path.read_text() and path.stem != "record"
+    )
+
+
+def test_bench_scripts_write_results_only_when_asked():
+    """A bench script run by hand (README's smoke runs) only prints: each
+    write of ``bench/results/NAME.json`` sits under ``if args.write``, the
+    flag is off by default, and ``make bench`` passes it to every writer."""
+    import argparse
+    import ast
+
+    writers = _writers()
+    assert len(writers) >= 9, writers
+    makefile = (ROOT / "Makefile").read_text()
+    for name in writers:
+        tree = ast.parse((BENCH / f"{name}.py").read_text())
+        guards = [
+            node
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If)
+            and ast.unparse(node.test) == "args.write"
+            and any(
+                isinstance(inner, ast.Call) and getattr(inner.func, "id", None) == "write_results"
+                for inner in ast.walk(node)
+            )
+        ]
+        calls = [
+            node
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("write_results", "add_write_flag")
+        ]
+        assert len(guards) == 1 and len(calls) == 2, name
+        assert f"$(PY) bench/{name}.py --write\n" in makefile, name
+    parser = argparse.ArgumentParser()
+    record.add_write_flag(parser)
+    assert parser.parse_args([]).write is False and parser.parse_args(["--write"]).write is True
