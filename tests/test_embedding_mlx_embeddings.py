@@ -116,7 +116,7 @@ def test_roberta_model_type_runs_as_xlm_roberta(tmp_path, xlmr_dir):
 
 def test_without_mlx_embeddings_the_refusal_names_the_extra(xlmr_dir, monkeypatch):
     monkeypatch.setitem(sys.modules, "mlx_embeddings", None)
-    with pytest.raises(ModelLoadError, match=r"xlm-roberta.*mlxd\[embeddings\]"):
+    with pytest.raises(ModelLoadError, match=r"xlm-roberta.*pip install -e '\.\[embeddings\]'"):
         load_embedding_model(str(xlmr_dir))
 
 

@@ -174,7 +174,9 @@ def test_non_bert_models_are_refused(tmp_path, monkeypatch):
         with pytest.raises(ModelLoadError, match="model_type 'roberta'"):
             load_embedding_model(str(tmp_path / "x"))
     monkeypatch.setitem(sys.modules, "mlx_embeddings", None)
-    with pytest.raises(ModelLoadError, match=r"'roberta' is not supported by mlxd's encoder.*mlxd\[embeddings\]"):
+    with pytest.raises(
+        ModelLoadError, match=r"'roberta' is not supported by mlxd's encoder.*pip install -e '\.\[embeddings\]'"
+    ):
         load_embedding_model(str(tmp_path / "x"))
 
 
