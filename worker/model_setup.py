@@ -221,9 +221,10 @@ class KindSetup:
     context: int
 
     def report(self, worker_id: str, load_seconds: float) -> Loaded:
-        """The ``Loaded`` message announcing this model."""
+        """The ``Loaded`` message announcing this model (memory read now)."""
         import mlx.core as mx
 
+        memory = mlx_memory.sample()
         return Loaded(
             worker_id=worker_id,
             context_length=self.context,
@@ -231,6 +232,11 @@ class KindSetup:
             model_path=str(self.model.path),
             blas=blas_in_use(on_gpu=mx.default_device() == mx.gpu),
             sampling="none",
+            active_memory_bytes=memory.active,
+            cache_memory_bytes=memory.cache,
+            peak_memory_bytes=memory.peak,
+            working_set_bytes=mlx_memory.working_set_bytes(),
+            memory_limit_bytes=mlx_memory.memory_limit(),
         )
 
 
@@ -245,7 +251,7 @@ def build_embedding(config: ModelConfig, emit: Callable[[Any], None]) -> KindSet
     from worker.embeddings.scheduler import EmbeddingScheduler
 
     model = load_embedding_model(config.source, dtype=config.dtype, context_length=config.context_length)
-    scheduler = EmbeddingScheduler(model, emit, max_batch_size=config.max_batch_size)
+    scheduler = EmbeddingScheduler(model, emit, max_batch_size=config.max_batch_size, sample_memory=mlx_memory.record)
     return KindSetup("embedding", model, scheduler, model.max_tokens)
 
 
@@ -261,7 +267,10 @@ def build_rerank(config: ModelConfig, emit: Callable[[Any], None]) -> KindSetup:
 
     model = load_rerank_model(config.source, dtype=config.dtype, context_length=config.context_length)
     return KindSetup(
-        "rerank", model, RerankScheduler(model, emit, max_batch_size=config.max_batch_size), model.max_tokens
+        "rerank",
+        model,
+        RerankScheduler(model, emit, max_batch_size=config.max_batch_size, sample_memory=mlx_memory.record),
+        model.max_tokens,
     )
 
 
@@ -277,7 +286,7 @@ def build_speech(config: ModelConfig, emit: Callable[[Any], None]) -> KindSetup:
     from worker.speech.scheduler import SpeechScheduler
 
     model = load_speech_model(config.source)
-    return KindSetup("speech", model, SpeechScheduler(model, emit), model.max_phonemes)
+    return KindSetup("speech", model, SpeechScheduler(model, emit, sample_memory=mlx_memory.record), model.max_phonemes)
 
 
 def build_transcription(config: ModelConfig, emit: Callable[[Any], None]) -> KindSetup:
@@ -292,7 +301,9 @@ def build_transcription(config: ModelConfig, emit: Callable[[Any], None]) -> Kin
     from worker.transcription.scheduler import TranscriptionScheduler
 
     model = load_whisper(config.source, dtype=config.dtype)
-    scheduler = TranscriptionScheduler(model, emit, max_batch_size=config.max_batch_size)
+    scheduler = TranscriptionScheduler(
+        model, emit, max_batch_size=config.max_batch_size, sample_memory=mlx_memory.record
+    )
     return KindSetup("transcription", model, scheduler, model.model.dims.n_text_ctx)
 
 

@@ -285,6 +285,22 @@ def test_metrics_count_embedding_requests_and_tokens(client, server):
     assert lines[f'mlxd:e2e_request_latency_seconds_count{{model="{EMB}"}}'] >= 1
 
 
+def test_status_reports_the_embedding_workers_mlx_memory(client, server):
+    """``/v1/status`` (what ``mlxd ps`` and the dashboard show) reports the
+    MLX memory of an embedding model that has served requests, on every
+    heartbeat after the request, not 0 B (the weights alone hold ~90 MB)."""
+    client.embeddings.create(model=EMB, input=SENTENCES)
+    beat = server.worker(EMB)["stats"]["heartbeat_seq"]
+    deadline = time.monotonic() + 30
+    while server.worker(EMB)["stats"]["heartbeat_seq"] < beat + 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert server.worker(EMB)["stats"]["heartbeat_seq"] >= beat + 2
+    models = {m["name"]: m for m in httpx.get(f"{server.url}/v1/status", timeout=10).json()["models"]}
+    memory = models[EMB]["memory"]
+    assert memory["mlx_active_bytes"] > 50_000_000, memory
+    assert memory["mlx_peak_bytes"] >= memory["mlx_active_bytes"], memory
+
+
 def test_models_list_includes_the_embedding_model(client):
     assert EMB in {m.id for m in client.models.list().data}
 

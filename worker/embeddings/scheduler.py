@@ -84,7 +84,9 @@ class EmbeddingScheduler:
 
     ``emit`` takes ready contract messages (thread-safe and non-blocking,
     e.g. the output thread's queue ``put``). ``max_batch_size`` is the most
-    inputs encoded in one step. ``model`` needs ``encode(rows)`` returning
+    inputs encoded in one step. ``sample_memory`` (the worker passes
+    :func:`worker.engine.mlx_memory.record`) writes MLX's memory counts into
+    ``counters`` on every loop turn, for the heartbeats. ``model`` needs ``encode(rows)`` returning
     one result per row; a subclass answers with other results by
     overriding :meth:`_answer` (see :mod:`worker.rerank.scheduler`). ``cache`` and ``speculation`` are always
     None (no prefix cache, no drafting; the heartbeat code reads both, as
@@ -94,12 +96,20 @@ class EmbeddingScheduler:
     cache = None
     speculation = None
 
-    def __init__(self, model: EmbeddingModel | Any, emit: Callable[[object], None], *, max_batch_size: int) -> None:
+    def __init__(
+        self,
+        model: EmbeddingModel | Any,
+        emit: Callable[[object], None],
+        *,
+        max_batch_size: int,
+        sample_memory: Callable[[Counters], None] | None = None,
+    ) -> None:
         self._model = model
         self._emit = emit
         self._max_batch = max_batch_size
         self.inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         self.counters = Counters()
+        self._sample_memory = sample_memory
         self._live: dict[str, _Live] = {}
         self._waiting: deque[_Item] = deque()
 
@@ -126,6 +136,8 @@ class EmbeddingScheduler:
                 self._step()
             c = self.counters
             c.running, c.waiting = len(self._live), len(self._waiting)
+            if self._sample_memory is not None:
+                self._sample_memory(c)  # MLX's memory counts, for the heartbeats
 
     # -- commands -------------------------------------------------------------
 

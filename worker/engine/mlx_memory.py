@@ -13,6 +13,7 @@ Every function here calls MLX, so it runs on the scheduler thread only
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,16 @@ def sample() -> MemorySample:
     import mlx.core as mx
 
     return MemorySample(active=mx.get_active_memory(), cache=mx.get_cache_memory(), peak=mx.get_peak_memory())
+
+
+def record(counters: Any) -> None:
+    """Write MLX's memory counters into a scheduler's ``counters`` (its
+    ``active_memory``, ``cache_memory`` and ``peak_memory``, which the
+    heartbeats report); scheduler thread only."""
+    memory = sample()
+    counters.active_memory = memory.active
+    counters.cache_memory = memory.cache
+    counters.peak_memory = memory.peak
 
 
 def memory_limit() -> int:

@@ -77,7 +77,10 @@ class SpeechScheduler:
     """Runs ``model`` on the scheduler thread; see the module docstring.
 
     ``emit`` takes items for the output thread (thread-safe and
-    non-blocking, e.g. the output thread's queue ``put``). ``cache`` and
+    non-blocking, e.g. the output thread's queue ``put``).
+    ``sample_memory`` (the worker passes
+    :func:`worker.engine.mlx_memory.record`) writes MLX's memory counts into
+    ``counters`` on every loop turn, for the heartbeats. ``cache`` and
     ``speculation`` are always None (the heartbeat code reads both, as on a
     generation scheduler).
     """
@@ -85,11 +88,18 @@ class SpeechScheduler:
     cache = None
     speculation = None
 
-    def __init__(self, model: SpeechModel, emit: Callable[[object], None]) -> None:
+    def __init__(
+        self,
+        model: SpeechModel,
+        emit: Callable[[object], None],
+        *,
+        sample_memory: Callable[[Counters], None] | None = None,
+    ) -> None:
         self._model = model
         self._emit = emit
         self.inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         self.counters = Counters()
+        self._sample_memory = sample_memory
         self._round: deque[_Live] = deque()
 
     def submit(self, item: object) -> None:
@@ -115,6 +125,8 @@ class SpeechScheduler:
             c = self.counters
             c.running = len(self._round)
             c.waiting = sum(1 for live in self._round if live.next_chunk == 0)
+            if self._sample_memory is not None:
+                self._sample_memory(c)  # MLX's memory counts, for the heartbeats
 
     # -- commands -------------------------------------------------------------
 

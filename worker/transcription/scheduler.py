@@ -96,7 +96,10 @@ class TranscriptionScheduler:
     """Runs ``model`` on the scheduler thread; see the module docstring.
 
     ``emit`` takes ready contract messages (thread-safe and non-blocking).
-    ``max_batch_size`` is the most windows decoded together. ``cache`` and
+    ``max_batch_size`` is the most windows decoded together.
+    ``sample_memory`` (the worker passes
+    :func:`worker.engine.mlx_memory.record`) writes MLX's memory counts into
+    ``counters`` on every loop turn, for the heartbeats. ``cache`` and
     ``speculation`` are always None (read by the heartbeat code, as on a
     generation scheduler).
     """
@@ -104,12 +107,20 @@ class TranscriptionScheduler:
     cache = None
     speculation = None
 
-    def __init__(self, model: WhisperModel, emit: Callable[[object], None], *, max_batch_size: int) -> None:
+    def __init__(
+        self,
+        model: WhisperModel,
+        emit: Callable[[object], None],
+        *,
+        max_batch_size: int,
+        sample_memory: Callable[[Counters], None] | None = None,
+    ) -> None:
         self._model = model
         self._emit = emit
         self._max_batch = max_batch_size
         self.inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         self.counters = Counters()
+        self._sample_memory = sample_memory
         self._live: dict[str, _Live] = {}
         self.rounds: list[list[str]] = []
         """The requests of each group decoded so far, in order (kept for the
@@ -154,6 +165,8 @@ class TranscriptionScheduler:
                     raise
             c = self.counters
             c.running = len(self._live)
+            if self._sample_memory is not None:
+                self._sample_memory(c)  # MLX's memory counts, for the heartbeats
 
     # -- commands -------------------------------------------------------------
 
