@@ -16,7 +16,10 @@ The packages, each importing only those listed before it (and :mod:`shared`):
 - :mod:`worker.speculation`: speculative decoding.
 - :mod:`worker.caches`: the prefix cache, its disk tier, cache profiles.
 - :mod:`worker.loading`: finding and loading models.
-- :mod:`worker.vision`, :mod:`worker.embeddings`: the other model kinds.
+- :mod:`worker.batch_loop`: the scheduler loop of the kinds that do not
+  generate.
+- :mod:`worker.vision`, :mod:`worker.embeddings`, :mod:`worker.rerank`,
+  :mod:`worker.speech`, :mod:`worker.transcription`: the other model kinds.
 - :mod:`worker.prompting` and :mod:`worker.output`: the input and output
   threads, which never import MLX.
 - :mod:`worker.engine`: the scheduler thread and the batch engine.

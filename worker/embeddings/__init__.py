@@ -5,6 +5,6 @@ Belongs here: loading an embedding model and turning token ids into vectors
 (:mod:`~worker.embeddings.bert`), and the embedding worker's scheduler
 thread (:mod:`~worker.embeddings.scheduler`).
 
-Imports: :mod:`worker.loading`, :mod:`worker.messages`, :mod:`shared`, MLX.
+Imports: :mod:`worker.loading`, :mod:`worker.batch_loop`, :mod:`worker.messages`, :mod:`shared`, MLX.
 Runs on the embedding scheduler thread.
 """

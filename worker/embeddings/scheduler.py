@@ -9,7 +9,9 @@ is done is answered at once with one :class:`~shared.protocol.RequestOutput`
 holding all its vectors (see the wire contract), so a small request is not
 held back by a large one queued before it for longer than its inputs' turn.
 
-Every admitted request ends with exactly one terminal output: its vectors,
+The inbox, aborts, deadlines, shutdown and failure handling are the shared
+loop's (:class:`~worker.batch_loop.loop.BatchLoop`); this module supplies
+the queue of inputs and the encoding step. Every admitted request ends with exactly one terminal output: its vectors,
 an ``abort`` (client gone, shutdown), a ``timeout`` error past its deadline,
 or an ``internal`` error if encoding fails (the failure then escapes
 :meth:`EmbeddingScheduler.run` and the worker exits to be replaced).
@@ -21,8 +23,6 @@ from any thread. ``counters`` is written here and read by the output thread.
 
 from __future__ import annotations
 
-import logging
-import queue
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -31,10 +31,9 @@ from typing import Any, Callable
 import numpy as np
 
 from shared.protocol import RequestOutput, StepOutputs
+from worker.batch_loop.loop import BatchLoop
 from worker.embeddings.model import EmbeddingModel
-from worker.messages import Abort, Counters, Stop
-
-log = logging.getLogger("mlxd.worker.embedding")
+from worker.messages import Counters
 
 STEP_TOKENS = 16384
 """Most padded tokens (rows x longest row) encoded in one forward pass."""
@@ -79,43 +78,23 @@ class _Item:
     tokens: list[int] = field(repr=False)
 
 
-class EmbeddingScheduler:
-    """Runs ``model`` on the scheduler thread; see the module docstring.
-
-    ``emit`` takes ready contract messages (thread-safe and non-blocking,
-    e.g. the output thread's queue ``put``). ``max_batch_size`` is the most
-    inputs encoded in one step. ``sample_memory`` (the worker passes
-    :func:`worker.engine.mlx_memory.record`) writes MLX's memory counts into
-    ``counters`` on every loop turn, for the heartbeats. ``model`` needs ``encode(rows)`` returning
-    one result per row; a subclass answers with other results by
-    overriding :meth:`_answer` (see :mod:`worker.rerank.scheduler`). ``cache`` and ``speculation`` are always
-    None (no prefix cache, no drafting; the heartbeat code reads both, as
-    on a generation scheduler).
+class EmbeddingScheduler(BatchLoop[_Live]):
+    """Runs ``model`` on the scheduler thread through the shared loop
+    (:class:`~worker.batch_loop.loop.BatchLoop`: ``emit``,
+    ``max_batch_size``, the most inputs encoded in one step, and
+    ``sample_memory`` as there); see the module docstring. ``model`` needs
+    ``encode(rows)`` returning one result per row; a subclass answers with
+    other results by overriding :meth:`_answer` (see
+    :mod:`worker.rerank.scheduler`).
     """
 
-    cache = None
-    speculation = None
+    job_type = EmbedJob
+    name = "embedding"
+    work = "encoding"
 
-    def __init__(
-        self,
-        model: EmbeddingModel | Any,
-        emit: Callable[[object], None],
-        *,
-        max_batch_size: int,
-        sample_memory: Callable[[Counters], None] | None = None,
-    ) -> None:
-        self._model = model
-        self._emit = emit
-        self._max_batch = max_batch_size
-        self.inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
-        self.counters = Counters()
-        self._sample_memory = sample_memory
-        self._live: dict[str, _Live] = {}
+    def __init__(self, model: EmbeddingModel | Any, emit: Callable[[object], None], **options: Any) -> None:
+        super().__init__(model, emit, **options)
         self._waiting: deque[_Item] = deque()
-
-    def submit(self, item: object) -> None:
-        """Queue an :class:`EmbedJob`, ``Abort`` or ``Stop``; any thread."""
-        self.inbox.put(item)
 
     def warm_up(self) -> None:
         """Encode a short and a batched input once so kernels are built
@@ -123,81 +102,25 @@ class EmbeddingScheduler:
         self._model.encode([[0, 1]])
         self._model.encode([[0, 1, 2]] * 4)
 
-    def run(self) -> None:
-        """The loop: apply commands, expire deadlines, encode one step.
-        Returns after ``Stop`` (everything in flight aborted); an encoding
-        failure ends every request in flight with an error and then
-        propagates (the worker exits, see ``worker.main``)."""
-        while True:
-            if not self._drain(block=not self._waiting):
-                return
-            self._expire(time.monotonic())
-            if self._waiting:
-                self._step()
-            c = self.counters
-            c.running, c.waiting = len(self._live), len(self._waiting)
-            if self._sample_memory is not None:
-                self._sample_memory(c)  # MLX's memory counts, for the heartbeats
+    def _busy(self) -> bool:
+        return bool(self._waiting)
 
-    # -- commands -------------------------------------------------------------
+    def _count(self, counters: Counters) -> None:
+        counters.waiting = len(self._waiting)
 
-    def _drain(self, block: bool) -> bool:
-        """Apply every queued command (waiting up to 0.5 s for one when
-        ``block``); False when a ``Stop`` was seen."""
-        try:
-            item = self.inbox.get(timeout=0.5) if block else self.inbox.get_nowait()
-        except queue.Empty:
-            return True
-        while True:
-            if isinstance(item, Stop):
-                self._end(list(self._live), "abort")
-                return False
-            if isinstance(item, EmbedJob):
-                self._admit(item)
-            elif isinstance(item, Abort):
-                self._end([r for r in item.request_ids if r in self._live], "abort")
-            try:
-                item = self.inbox.get_nowait()
-            except queue.Empty:
-                return True
-
-    def _admit(self, job: EmbedJob) -> None:
-        if job.request_id in self._live:
-            log.error("duplicate embedding request id %s dropped", job.request_id)
-            return
-        self._live[job.request_id] = _Live(
-            job, [None] * len(job.inputs), len(job.inputs), sum(len(ids) for ids in job.inputs)
-        )
+    def _open(self, job: EmbedJob) -> _Live:
         self._waiting.extend(_Item(job.request_id, i, ids) for i, ids in enumerate(job.inputs))
+        return _Live(job, [None] * len(job.inputs), len(job.inputs), sum(len(ids) for ids in job.inputs))
 
-    def _expire(self, now: float) -> None:
-        late = [r for r, live in self._live.items() if live.job.deadline is not None and now >= live.job.deadline]
-        if late:
-            self.counters.requests_timed_out += len(late)
-            self._end(late, "error", "timeout", "the request ran past its deadline and was stopped")
+    def _ended_tokens(self, live: _Live) -> int:
+        return live.tokens
 
     def _end(self, request_ids: list[str], reason: str, kind: str | None = None, message: str | None = None) -> None:
         """End requests without their vectors (one terminal each) and drop
         their waiting inputs."""
-        if not request_ids:
-            return
         gone = set(request_ids)
         self._waiting = deque(item for item in self._waiting if item.request_id not in gone)
-        outputs = []
-        for request_id in request_ids:
-            live = self._live.pop(request_id)
-            if reason == "abort":
-                self.counters.requests_aborted += 1
-            outputs.append(
-                RequestOutput(
-                    request_id=request_id,
-                    prompt_tokens=live.tokens,
-                    finish_reason=reason,  # type: ignore[arg-type]
-                    error=message,
-                    error_kind=kind,  # type: ignore[arg-type]
-                )
-            )
-        self._emit(StepOutputs(step=-1, outputs=outputs))
+        super()._end(request_ids, reason, kind, message)
 
     # -- encoding ---------------------------------------------------------------
 
@@ -211,15 +134,10 @@ class EmbeddingScheduler:
                 live.started = True
                 live.queue_seconds = max(0.0, now - live.job.received) if live.job.received else None
         take.sort(key=lambda item: len(item.tokens))
-        try:
-            for group in _groups(take):
-                vectors = self._model.encode([item.tokens for item in group])
-                for item, vector in zip(group, vectors):
-                    self._file(item, vector)
-        except Exception:
-            log.exception("encoding failed; failing %d requests", len(self._live))
-            self._end(list(self._live), "error", "internal", "the model worker failed while encoding; retry")
-            raise
+        for group in _groups(take):
+            vectors = self._model.encode([item.tokens for item in group])
+            for item, vector in zip(group, vectors):
+                self._file(item, vector)
         c = self.counters
         c.steps += 1
         c.step_seconds += time.perf_counter() - started

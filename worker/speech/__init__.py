@@ -7,7 +7,7 @@ into the response formats (:mod:`~worker.speech.encode`, output thread) and
 the speech worker's scheduler thread, which interleaves requests chunk by
 chunk (:mod:`~worker.speech.scheduler`).
 
-Imports: :mod:`worker.loading`, :mod:`worker.messages`, :mod:`shared`, MLX
+Imports: :mod:`worker.loading`, :mod:`worker.batch_loop`, :mod:`worker.messages`, :mod:`shared`, MLX
 and mlx-audio (the optional ``speech`` extra; imported inside functions).
 MLX runs on the speech scheduler thread only; ``text`` and ``encode`` never
 touch it.

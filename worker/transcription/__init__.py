@@ -9,7 +9,7 @@ rules and the batched window decode (:mod:`~worker.transcription.decoding`),
 and the transcription worker's round scheduler
 (:mod:`~worker.transcription.scheduler`).
 
-Imports: :mod:`worker.messages`, :mod:`shared`, MLX and mlx-audio (only in
+Imports: :mod:`worker.batch_loop`, :mod:`worker.messages`, :mod:`shared`, MLX and mlx-audio (only in
 ``model``, ``windows``, ``decoding`` and ``scheduler``, which run on the
 scheduler thread); ``audio`` imports neither MLX nor mlx-audio.
 """

@@ -21,6 +21,8 @@ spectrogram is computed (the whole file at once, as the library does), and
 the language of those that named none is detected, in one batch, on their
 first window (English-only models: ``english``).
 
+The inbox, aborts, deadlines, shutdown and failure handling are the shared
+loop's (:class:`~worker.batch_loop.loop.BatchLoop`); a round is its step.
 Every admitted request ends with exactly one terminal output: its
 transcript, an ``abort`` (client gone, shutdown), a ``timeout`` error past
 its deadline, an ``invalid_request`` error (a language the model does not
@@ -35,9 +37,7 @@ only one touching MLX; :meth:`submit` may be called from any thread.
 
 from __future__ import annotations
 
-import logging
 import math
-import queue
 import sys
 import time
 from dataclasses import dataclass
@@ -46,12 +46,10 @@ from typing import Any, Callable
 import numpy as np
 
 from shared.protocol import RequestOutput, StepOutputs, Transcript, TranscriptSegment, TranscriptWord
-from worker.messages import Abort, Counters, Stop
+from worker.batch_loop.loop import BatchLoop
 from worker.transcription.decoding import decode_windows
 from worker.transcription.model import WhisperModel
 from worker.transcription.windows import FALLBACK_TEMPERATURES, Transcription
-
-log = logging.getLogger("mlxd.worker.transcription")
 
 
 @dataclass
@@ -92,43 +90,23 @@ class TranscriptionError(ValueError):
     """A request the model cannot serve; ``str()`` is the client-facing reason."""
 
 
-class TranscriptionScheduler:
-    """Runs ``model`` on the scheduler thread; see the module docstring.
-
-    ``emit`` takes ready contract messages (thread-safe and non-blocking).
-    ``max_batch_size`` is the most windows decoded together.
-    ``sample_memory`` (the worker passes
-    :func:`worker.engine.mlx_memory.record`) writes MLX's memory counts into
-    ``counters`` on every loop turn, for the heartbeats. ``cache`` and
-    ``speculation`` are always None (read by the heartbeat code, as on a
-    generation scheduler).
+class TranscriptionScheduler(BatchLoop[_Live]):
+    """Runs ``model`` on the scheduler thread through the shared loop
+    (:class:`~worker.batch_loop.loop.BatchLoop`: ``emit``,
+    ``max_batch_size``, the most windows decoded together, and
+    ``sample_memory`` as there); see the module docstring.
     """
 
-    cache = None
-    speculation = None
+    _model: WhisperModel
+    job_type = TranscribeJob
+    name = "transcription"
+    work = "transcribing"
 
-    def __init__(
-        self,
-        model: WhisperModel,
-        emit: Callable[[object], None],
-        *,
-        max_batch_size: int,
-        sample_memory: Callable[[Counters], None] | None = None,
-    ) -> None:
-        self._model = model
-        self._emit = emit
-        self._max_batch = max_batch_size
-        self.inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
-        self.counters = Counters()
-        self._sample_memory = sample_memory
-        self._live: dict[str, _Live] = {}
+    def __init__(self, model: WhisperModel, emit: Callable[[object], None], **options: Any) -> None:
+        super().__init__(model, emit, **options)
         self.rounds: list[list[str]] = []
         """The requests of each group decoded so far, in order (kept for the
         last 64 decodes: what shared a decode, for tests and logs)."""
-
-    def submit(self, item: object) -> None:
-        """Queue a :class:`TranscribeJob`, ``Abort`` or ``Stop``; any thread."""
-        self.inbox.put(item)
 
     def warm_up(self) -> None:
         """Transcribe half a second of silence once so kernels are built
@@ -144,84 +122,12 @@ class TranscriptionScheduler:
             [state.last_stamp()],
         )
 
-    def run(self) -> None:
-        """The loop: apply commands, expire deadlines, run one round.
-        Returns after ``Stop`` (everything in flight aborted); a decoding
-        failure ends every request in flight with an error and then
-        propagates (the worker exits, see ``worker.main``)."""
-        while True:
-            if not self._drain(block=not self._live):
-                return
-            self._expire(time.monotonic())
-            if self._live:
-                try:
-                    if not self._round():
-                        return
-                except Exception:
-                    log.exception("transcription failed; failing %d requests", len(self._live))
-                    self._end(
-                        list(self._live), "error", "internal", "the model worker failed while transcribing; retry"
-                    )
-                    raise
-            c = self.counters
-            c.running = len(self._live)
-            if self._sample_memory is not None:
-                self._sample_memory(c)  # MLX's memory counts, for the heartbeats
-
-    # -- commands -------------------------------------------------------------
-
-    def _drain(self, block: bool) -> bool:
-        """Apply every queued command (waiting up to 0.5 s for one when
-        ``block``); False when a ``Stop`` was seen."""
-        try:
-            item = self.inbox.get(timeout=0.5) if block else self.inbox.get_nowait()
-        except queue.Empty:
-            return True
-        while True:
-            if isinstance(item, Stop):
-                self._end(list(self._live), "abort")
-                return False
-            if isinstance(item, TranscribeJob):
-                if item.request_id in self._live:
-                    log.error("duplicate transcription request id %s dropped", item.request_id)
-                else:
-                    self._live[item.request_id] = _Live(item)
-                    self.counters.running = len(self._live)
-            elif isinstance(item, Abort):
-                self._end([r for r in item.request_ids if r in self._live], "abort")
-            try:
-                item = self.inbox.get_nowait()
-            except queue.Empty:
-                return True
-
-    def _expire(self, now: float) -> None:
-        late = [r for r, live in self._live.items() if live.job.deadline is not None and now >= live.job.deadline]
-        if late:
-            self.counters.requests_timed_out += len(late)
-            self._end(late, "error", "timeout", "the request ran past its deadline and was stopped")
-
-    def _end(self, request_ids: list[str], reason: str, kind: str | None = None, message: str | None = None) -> None:
-        """End requests without a transcript (one terminal each)."""
-        if not request_ids:
-            return
-        outputs = []
-        for request_id in request_ids:
-            self._live.pop(request_id)
-            if reason == "abort":
-                self.counters.requests_aborted += 1
-            outputs.append(
-                RequestOutput(
-                    request_id=request_id,
-                    finish_reason=reason,  # type: ignore[arg-type]
-                    error=message,
-                    error_kind=kind,  # type: ignore[arg-type]
-                )
-            )
-        self._emit(StepOutputs(step=-1, outputs=outputs))
+    def _open(self, job: TranscribeJob) -> _Live:
+        return _Live(job)
 
     # -- rounds -----------------------------------------------------------------
 
-    def _round(self) -> bool:
+    def _step(self) -> bool:
         """One window of every request in flight (see the module docstring);
         False when a ``Stop`` arrived between decodes."""
         fresh = [live for live in self._live.values() if live.state is None]
