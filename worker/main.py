@@ -470,14 +470,7 @@ class Worker:
 
         model = self._embedding
         if model is None:
-            from shared.model_kind import wrong_kind_message
-
-            self._refuse(
-                request.request_id,
-                "invalid_request",
-                wrong_kind_message(self.config.name, self._own_kind(), "embedding"),
-                "model",
-            )
+            self._refuse_wrong_kind(request.request_id, "embedding")
             return
         dims = request.dimensions
         if dims is not None and dims != model.dim:
@@ -500,20 +493,13 @@ class Worker:
                 "input",
             )
             return
-        try:
-            inputs = model.tokenizer.prepare(request)
-        except EmbeddingInputError as exc:
-            self._refuse(request.request_id, exc.kind, exc.message, exc.field)
-            return
-        except Exception as exc:  # never let one request take the input thread down
-            log.exception("could not prepare request %s", request.request_id)
-            self._refuse(
-                request.request_id, "invalid_request", f"the inputs could not be prepared: {type(exc).__name__}"
-            )
-            return
-        now = time.monotonic()
-        deadline = now + request.timeout if request.timeout else None
-        self._scheduler.submit(EmbedJob(request.request_id, inputs, dims, deadline, now))  # type: ignore[union-attr]
+        self._submit_prepared(
+            request,
+            "inputs",
+            lambda: model.tokenizer.prepare(request),
+            (EmbeddingInputError,),
+            lambda inputs, deadline, now: EmbedJob(request.request_id, inputs, dims, deadline, now),
+        )
 
     def _transcribe(self, request: TranscribeRequest) -> None:
         """Input thread: decode a transcription's audio (numpy only) and queue
@@ -523,10 +509,7 @@ class Worker:
         from worker.transcription.scheduler import TranscribeJob
 
         if self._transcriber is None:
-            from shared.model_kind import wrong_kind_message
-
-            message = wrong_kind_message(self.config.name, self._own_kind(), "transcription")
-            self._refuse(request.request_id, "invalid_request", message, "model")
+            self._refuse_wrong_kind(request.request_id, "transcription")
             return
         try:
             samples = decode_audio(request.audio, self.config.max_audio_seconds)
@@ -567,14 +550,7 @@ class Worker:
 
         model = self._reranker
         if model is None:
-            from shared.model_kind import wrong_kind_message
-
-            self._refuse(
-                request.request_id,
-                "invalid_request",
-                wrong_kind_message(self.config.name, self._own_kind(), "rerank"),
-                "model",
-            )
+            self._refuse_wrong_kind(request.request_id, "rerank")
             return
         if len(request.documents) > self.config.max_inputs:
             self._refuse(
@@ -585,20 +561,13 @@ class Worker:
                 "documents",
             )
             return
-        try:
-            pairs = model.tokenizer.prepare(request)
-        except RerankInputError as exc:
-            self._refuse(request.request_id, exc.kind, exc.message, exc.field)
-            return
-        except Exception as exc:  # never let one request take the input thread down
-            log.exception("could not prepare request %s", request.request_id)
-            self._refuse(
-                request.request_id, "invalid_request", f"the documents could not be prepared: {type(exc).__name__}"
-            )
-            return
-        now = time.monotonic()
-        deadline = now + request.timeout if request.timeout else None
-        self._scheduler.submit(RerankJob(request.request_id, pairs, None, deadline, now))  # type: ignore[union-attr]
+        self._submit_prepared(
+            request,
+            "documents",
+            lambda: model.tokenizer.prepare(request),
+            (RerankInputError,),
+            lambda pairs, deadline, now: RerankJob(request.request_id, pairs, None, deadline, now),
+        )
 
     def _speak(self, request: SpeechRequest) -> None:
         """Input thread: check a speech request's voice, format and
@@ -610,17 +579,11 @@ class Worker:
         from worker.speech.text import SpeechTextError
 
         if self._speech is None:
-            from shared.model_kind import wrong_kind_message
-
-            self._refuse(
-                request.request_id,
-                "invalid_request",
-                wrong_kind_message(self.config.name, self._own_kind(), "speech"),
-                "model",
-            )
+            self._refuse_wrong_kind(request.request_id, "speech")
             return
         model, phonemizer = self._speech
-        try:
+
+        def chunks() -> list[str]:
             if request.instructions:
                 raise SpeechInputError(
                     f"model '{self.config.name}' ({model.family}) cannot follow instructions: "
@@ -633,29 +596,64 @@ class Worker:
             if missing is not None:
                 raise SpeechInputError(missing, "response_format")
             model.check_voice(request.voice)
-            chunks = phonemizer.chunks(request.input, request.voice)
-        except (SpeechInputError, SpeechTextError) as exc:
-            self._refuse(request.request_id, "invalid_request", exc.message, exc.field)
+            return phonemizer.chunks(request.input, request.voice)
+
+        self._submit_prepared(
+            request,
+            "input",
+            chunks,
+            (SpeechInputError, SpeechTextError),
+            lambda pieces, deadline, now: SpeechJob(
+                request.request_id,
+                pieces,
+                request.voice,
+                request.speed,
+                request.response_format,
+                request.stream,
+                deadline,
+                now,
+            ),
+        )
+
+    def _refuse_wrong_kind(self, request_id: str, kind: str) -> None:
+        """Input thread: refuse a request of ``kind`` (``embedding``,
+        ``rerank``, ``speech``, ``transcription``) that this worker's model
+        does not serve, naming what it serves."""
+        from shared.model_kind import wrong_kind_message
+
+        message = wrong_kind_message(self.config.name, self._own_kind(), kind)
+        self._refuse(request_id, "invalid_request", message, "model")
+
+    def _submit_prepared(
+        self,
+        request: EmbedRequest | RerankRequest | SpeechRequest,
+        what: str,
+        prepare: Callable[[], Any],
+        known: tuple[type[Exception], ...],
+        job: Callable[[Any, float | None, float], object],
+    ) -> None:
+        """Input thread: ``prepare()`` a request's inputs and queue
+        ``job(inputs, deadline, received)`` for the scheduler (``deadline``
+        from the request's ``timeout``, a ``time.monotonic()`` instant or
+        None), or refuse it: an error of ``known`` with its ``message``,
+        ``field`` and ``kind`` (``invalid_request`` when it has none); any
+        other error as "the WHAT could not be prepared" (one request never
+        takes the input thread down)."""
+        try:
+            inputs = prepare()
+        except known as exc:
+            kind = getattr(exc, "kind", "invalid_request")
+            self._refuse(request.request_id, kind, exc.message, exc.field)  # type: ignore[attr-defined]
             return
-        except Exception as exc:  # never let one request take the input thread down
+        except Exception as exc:
             log.exception("could not prepare request %s", request.request_id)
             self._refuse(
-                request.request_id, "invalid_request", f"the input could not be prepared: {type(exc).__name__}"
+                request.request_id, "invalid_request", f"the {what} could not be prepared: {type(exc).__name__}"
             )
             return
         now = time.monotonic()
         deadline = now + request.timeout if request.timeout else None
-        job = SpeechJob(
-            request.request_id,
-            chunks,
-            request.voice,
-            request.speed,
-            request.response_format,
-            request.stream,
-            deadline,
-            now,
-        )
-        self._scheduler.submit(job)  # type: ignore[union-attr]
+        self._scheduler.submit(job(inputs, deadline, now))  # type: ignore[union-attr]
 
     def _refuse(self, request_id: str, kind: str, message: str, field: str | None = None) -> None:
         """End a request that never reached the engine with an error
