@@ -8,7 +8,8 @@ The top of the package is the entry points and the composition:
 :mod:`gateway.cli` (``mlxd``), :mod:`gateway.__main__`, :mod:`gateway.server`
 (uvicorn and signals), :mod:`gateway.node_main` (``mlxd node``),
 :mod:`gateway.app` (routes, middleware, lifespan) and
-:mod:`gateway.openapi_document` (every front-end's schemas as one document).
+:mod:`gateway.openapi_document` (every part of the OpenAPI document, assembled
+into one; each protocol package holds its own part in its ``openapi`` module).
 Nothing below imports them.
 
 The packages, each importing only those listed before it (and :mod:`shared`):
@@ -25,6 +26,8 @@ The packages, each importing only those listed before it (and :mod:`shared`):
   :mod:`gateway.anthropic`, :mod:`gateway.ollama`, :mod:`gateway.embeddings`:
   never each other (the Responses front-end builds on OpenAI's chat pieces),
   never the workers or the metrics (the backend interface is their door).
+- :mod:`gateway.openapi`: the OpenAPI document's parts no front-end owns
+  (the Operations routes) and its schema views.
 - :mod:`gateway.http`: the middleware and guards around the app.
 - :mod:`gateway.service`: launchd (imports nothing of the gateway).
 

@@ -39,6 +39,7 @@ GATEWAY: dict[str, set[str]] = {
     "metrics": {"core", "workers"},
     "dashboard": {"core"},
     "control": {"core"},
+    "openapi": {"core", "frontend", "workers", "dashboard", "control"},
     "openai": _FRONT_END,
     "responses": _FRONT_END | {"openai"},
     "anthropic": _FRONT_END,

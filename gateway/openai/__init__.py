@@ -7,7 +7,8 @@ decoding and checks (:mod:`~gateway.openai.checks`, tools in
 (:mod:`~gateway.openai.translate`), submission
 (:mod:`~gateway.openai.submit`), the answer's builder and shapes
 (:mod:`~gateway.openai.builder`, :mod:`~gateway.openai.format`,
-:mod:`~gateway.openai.logprobs`), the endpoints (:mod:`~gateway.openai.routes`).
+:mod:`~gateway.openai.logprobs`), the endpoints (:mod:`~gateway.openai.routes`),
+their part of the OpenAPI document (:mod:`~gateway.openai.openapi`).
 
 Imports: :mod:`gateway.core`, :mod:`gateway.frontend`, :mod:`gateway.images`
 and :mod:`shared`; never another front-end, the workers or the metrics

@@ -5,6 +5,8 @@ routes (:mod:`~gateway.speech.routes`), which submit a
 :class:`~shared.protocol.SpeechRequest` to a speech worker and answer audio,
 an audio stream or Server-Sent Events.
 
+Its routes' part of the OpenAPI document: :mod:`~gateway.speech.openapi`.
+
 Imports: :mod:`gateway.core`, :mod:`gateway.frontend`, :mod:`shared`;
 never MLX. Runs on the gateway's event loop.
 """

@@ -6,6 +6,8 @@ the answer formats json / text / srt / vtt / verbose_json and the
 ``transcript.text.*`` stream events (:mod:`~gateway.transcription.format`),
 and the handlers (:mod:`~gateway.transcription.routes`).
 
+Its routes' part of the OpenAPI document: :mod:`~gateway.transcription.openapi`.
+
 Imports: :mod:`gateway.core`, :mod:`gateway.frontend`, :mod:`shared`.
 Runs on the gateway's event loop; never decodes audio (the worker does).
 """
