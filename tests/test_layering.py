@@ -85,7 +85,7 @@ WORKER_CONTRACTS = {"messages", "faults", "parent_watch"}
 """Top-level worker modules every worker package may import; they import
 nothing of the worker but each other."""
 
-WORKER_TOP = {"__init__", "__main__", "main", "model_setup"}
+WORKER_TOP = {"__init__", "__main__", "main", "model_setup", "kind_requests"}
 """The worker process's entry point and composition: no package imports them."""
 
 MLX_FREE = {"prompting", "output", "parsers"}

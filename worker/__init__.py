@@ -4,10 +4,11 @@ scheduler thread.
 The top of the package is the process and its contracts:
 :mod:`worker.__main__` and :mod:`worker.main` (the threads and sockets),
 :mod:`worker.model_setup` (everything built around the model, from the
-config): nothing imports these. :mod:`worker.messages` (what the threads
-hand each other), :mod:`worker.faults` (fault injection) and
-:mod:`worker.parent_watch` (the gateway watchdog) may be imported by any
-package.
+config), :mod:`worker.kind_requests` (the input thread's requests of
+the kinds that do not generate): no package imports these.
+:mod:`worker.messages` (what the threads hand each other),
+:mod:`worker.faults` (fault injection) and :mod:`worker.parent_watch` (the
+gateway watchdog) may be imported by any package.
 
 The packages, each importing only those listed before it (and :mod:`shared`):
 

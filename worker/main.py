@@ -12,7 +12,9 @@ A watchdog thread (:mod:`worker.parent_watch`) ends the process when the
 gateway that started it is gone, so a worker never outlives its gateway.
 What the worker loads and builds around its model (the prompt builder,
 the scheduler, prefix cache, speculation, the tensor-parallel shard) is
-:mod:`worker.model_setup`; this module is the threads and the sockets.
+:mod:`worker.model_setup`; how the main thread prepares the requests of
+the kinds that do not generate is :mod:`worker.kind_requests`; this module
+is the threads and the sockets.
 
 Tensor parallelism: with ``tensor_parallel`` > 1 this process is one rank
 of an MLX distributed group started by :mod:`worker.tensor_parallel.launch`. Rank 0 is
@@ -72,6 +74,7 @@ from worker.caches.disk import disk_stats
 from worker.engine import mlx_memory
 from worker.engine.scheduler import Scheduler
 from worker.faults import armed, reached
+from worker.kind_requests import KindRequests
 from worker.messages import Abort, ClearPrefixCache, OutputPace, Stop
 from worker.model_setup import KIND_BUILDERS, GenerationSetup, KindSetup, build_generation, served_kind
 from worker.output.loop import Exit, FailAll, OutputLoop
@@ -125,10 +128,8 @@ class Worker:
         out_codec = worker_codec()
         self._scheduler: Scheduler | None = None
         self._prompts: PromptBuilder | None = None
-        self._embedding: Any = None  # the EmbeddingModel of an embedding worker
-        self._reranker: Any = None  # the RerankModel of a rerank worker
-        self._speech: Any = None  # the SpeechModel and Phonemizer of a speech worker
-        self._transcriber: Any = None  # the WhisperModel of a transcription worker
+        # the requests and models of the kinds that do not generate
+        self._kinds = KindRequests(config, self._refuse, lambda job: self._scheduler.submit(job))  # type: ignore[union-attr]
         self._lockstep: Any = None  # a tensor-parallel group's Lockstep, once joined
         self._ready = threading.Event()
         self._failed = threading.Event()
@@ -255,7 +256,7 @@ class Worker:
                 self._prompts = setup.prompts
             if isinstance(setup, KindSetup):
                 setup.scheduler.warm_up()
-                self._take_model(setup)
+                self._kinds.take_model(setup)
                 context = setup.context
             else:
                 setup.scheduler.warm_up(list(setup.loaded.tokenizer.encode("Hello")) or [0])
@@ -274,20 +275,6 @@ class Worker:
         if grammars is not None:
             threading.Thread(target=grammars.warm, name="mlxd-grammar-warm", daemon=True).start()
         self._serve(setup.scheduler, context)
-
-    def _take_model(self, setup: KindSetup) -> None:
-        """Keep the model of a non-generating kind where the input thread
-        reads it (a speech model with its phonemizer)."""
-        if setup.kind == "embedding":
-            self._embedding = setup.model
-        elif setup.kind == "rerank":
-            self._reranker = setup.model
-        elif setup.kind == "speech":
-            from worker.speech.text import Phonemizer
-
-            self._speech = (setup.model, Phonemizer(setup.model.max_phonemes))
-        elif setup.kind == "transcription":
-            self._transcriber = setup.model
 
     def _warm_prefix(self, setup: GenerationSetup) -> None:
         """Scheduler thread, at load: prefill the model's ``warm_prompts``
@@ -355,13 +342,13 @@ class Worker:
                 self._signal_preparing(True)
                 self._admit(message)
             elif isinstance(message, EmbedRequest):
-                self._embed(message)
+                self._kinds.embed(message)
             elif isinstance(message, RerankRequest):
-                self._rerank(message)
+                self._kinds.rerank(message)
             elif isinstance(message, SpeechRequest):
-                self._speak(message)
+                self._kinds.speak(message)
             elif isinstance(message, TranscribeRequest):
-                self._transcribe(message)
+                self._kinds.transcribe(message)
             elif isinstance(message, AbortRequest):
                 self._scheduler.submit(Abort(list(message.request_ids)))  # type: ignore[union-attr]
             elif isinstance(message, ClearCache):
@@ -431,13 +418,13 @@ class Worker:
         )
 
     def _admit(self, request: GenerateRequest) -> None:
-        if self._own_kind() != "generate":
+        if self._kinds.own_kind() != "generate":
             from shared.model_kind import wrong_kind_message
 
             self._refuse(
                 request.request_id,
                 "invalid_request",
-                wrong_kind_message(self.config.name, self._own_kind(), "generate"),
+                wrong_kind_message(self.config.name, self._kinds.own_kind(), "generate"),
                 "model",
             )
             return
@@ -460,200 +447,6 @@ class Worker:
             )
             return
         self._scheduler.submit(admission)
-
-    def _embed(self, request: EmbedRequest) -> None:
-        """Input thread: tokenize an embedding request and queue it for the
-        scheduler, or refuse it (wrong kind of model, bad ``dimensions``,
-        bad or over-long inputs)."""
-        from worker.embeddings.model import EmbeddingInputError
-        from worker.embeddings.scheduler import EmbedJob
-
-        model = self._embedding
-        if model is None:
-            self._refuse_wrong_kind(request.request_id, "embedding")
-            return
-        dims = request.dimensions
-        if dims is not None and dims != model.dim:
-            if dims > model.dim or not self.config.shorten_dimensions:
-                allowed = f"1..{model.dim}" if self.config.shorten_dimensions else f"only {model.dim}"
-                why = "" if self.config.shorten_dimensions else " (the model is not configured to shorten its vectors)"
-                self._refuse(
-                    request.request_id,
-                    "invalid_request",
-                    f"dimensions {dims} is not available for model '{self.config.name}': {allowed}{why}",
-                    "dimensions",
-                )
-                return
-        count = len(request.texts or request.token_ids or ())
-        if count > self.config.max_inputs:
-            self._refuse(
-                request.request_id,
-                "invalid_request",
-                f"{count} inputs; model '{self.config.name}' takes at most {self.config.max_inputs} per request",
-                "input",
-            )
-            return
-        self._submit_prepared(
-            request,
-            "inputs",
-            lambda: model.tokenizer.prepare(request),
-            (EmbeddingInputError,),
-            lambda inputs, deadline, now: EmbedJob(request.request_id, inputs, dims, deadline, now),
-        )
-
-    def _transcribe(self, request: TranscribeRequest) -> None:
-        """Input thread: decode a transcription's audio (numpy only) and queue
-        it for the scheduler, or refuse it (wrong kind of model; an empty,
-        unknown, corrupt or too long file, naming why)."""
-        from worker.transcription.audio import AudioError, decode_audio
-        from worker.transcription.scheduler import TranscribeJob
-
-        if self._transcriber is None:
-            self._refuse_wrong_kind(request.request_id, "transcription")
-            return
-        try:
-            samples = decode_audio(request.audio, self.config.max_audio_seconds)
-        except AudioError as exc:
-            self._refuse(request.request_id, "invalid_request", str(exc), "file")
-            return
-        now = time.monotonic()
-        job = TranscribeJob(
-            request.request_id,
-            samples,
-            task=request.task,
-            language=request.language,
-            prompt=request.prompt,
-            temperature=request.temperature,
-            words=request.words,
-            deadline=now + request.timeout if request.timeout else None,
-            received=now,
-        )
-        self._scheduler.submit(job)  # type: ignore[union-attr]
-
-    def _own_kind(self) -> str:
-        """What this worker serves: ``embedding``, ``rerank``, ``speech``,
-        ``transcription`` or ``generate``."""
-        if self._embedding is not None:
-            return "embedding"
-        if self._speech is not None:
-            return "speech"
-        if self._transcriber is not None:
-            return "transcription"
-        return "rerank" if self._reranker is not None else "generate"
-
-    def _rerank(self, request: RerankRequest) -> None:
-        """Input thread: pair and tokenize a rerank request and queue it for
-        the scheduler, or refuse it (wrong kind of model, too many
-        documents, empty or over-long texts)."""
-        from worker.rerank.model import RerankInputError
-        from worker.rerank.scheduler import RerankJob
-
-        model = self._reranker
-        if model is None:
-            self._refuse_wrong_kind(request.request_id, "rerank")
-            return
-        if len(request.documents) > self.config.max_inputs:
-            self._refuse(
-                request.request_id,
-                "invalid_request",
-                f"{len(request.documents)} documents; model '{self.config.name}' takes at most "
-                f"{self.config.max_inputs} per request",
-                "documents",
-            )
-            return
-        self._submit_prepared(
-            request,
-            "documents",
-            lambda: model.tokenizer.prepare(request),
-            (RerankInputError,),
-            lambda pairs, deadline, now: RerankJob(request.request_id, pairs, None, deadline, now),
-        )
-
-    def _speak(self, request: SpeechRequest) -> None:
-        """Input thread: check a speech request's voice, format and
-        instructions, cut its text into phoneme chunks and queue it for the
-        scheduler, or refuse it."""
-        from worker.speech.encode import FORMATS, missing_encoder
-        from worker.speech.model import SpeechInputError
-        from worker.speech.scheduler import SpeechJob
-        from worker.speech.text import SpeechTextError
-
-        if self._speech is None:
-            self._refuse_wrong_kind(request.request_id, "speech")
-            return
-        model, phonemizer = self._speech
-
-        def chunks() -> list[str]:
-            if request.instructions:
-                raise SpeechInputError(
-                    f"model '{self.config.name}' ({model.family}) cannot follow instructions: "
-                    "it has no input for them (leave instructions out)",
-                    "instructions",
-                )
-            if request.response_format not in FORMATS:
-                raise SpeechInputError(f"response_format must be one of {', '.join(FORMATS)}", "response_format")
-            missing = missing_encoder(request.response_format)
-            if missing is not None:
-                raise SpeechInputError(missing, "response_format")
-            model.check_voice(request.voice)
-            return phonemizer.chunks(request.input, request.voice)
-
-        self._submit_prepared(
-            request,
-            "input",
-            chunks,
-            (SpeechInputError, SpeechTextError),
-            lambda pieces, deadline, now: SpeechJob(
-                request.request_id,
-                pieces,
-                request.voice,
-                request.speed,
-                request.response_format,
-                request.stream,
-                deadline,
-                now,
-            ),
-        )
-
-    def _refuse_wrong_kind(self, request_id: str, kind: str) -> None:
-        """Input thread: refuse a request of ``kind`` (``embedding``,
-        ``rerank``, ``speech``, ``transcription``) that this worker's model
-        does not serve, naming what it serves."""
-        from shared.model_kind import wrong_kind_message
-
-        message = wrong_kind_message(self.config.name, self._own_kind(), kind)
-        self._refuse(request_id, "invalid_request", message, "model")
-
-    def _submit_prepared(
-        self,
-        request: EmbedRequest | RerankRequest | SpeechRequest,
-        what: str,
-        prepare: Callable[[], Any],
-        known: tuple[type[Exception], ...],
-        job: Callable[[Any, float | None, float], object],
-    ) -> None:
-        """Input thread: ``prepare()`` a request's inputs and queue
-        ``job(inputs, deadline, received)`` for the scheduler (``deadline``
-        from the request's ``timeout``, a ``time.monotonic()`` instant or
-        None), or refuse it: an error of ``known`` with its ``message``,
-        ``field`` and ``kind`` (``invalid_request`` when it has none); any
-        other error as "the WHAT could not be prepared" (one request never
-        takes the input thread down)."""
-        try:
-            inputs = prepare()
-        except known as exc:
-            kind = getattr(exc, "kind", "invalid_request")
-            self._refuse(request.request_id, kind, exc.message, exc.field)  # type: ignore[attr-defined]
-            return
-        except Exception as exc:
-            log.exception("could not prepare request %s", request.request_id)
-            self._refuse(
-                request.request_id, "invalid_request", f"the {what} could not be prepared: {type(exc).__name__}"
-            )
-            return
-        now = time.monotonic()
-        deadline = now + request.timeout if request.timeout else None
-        self._scheduler.submit(job(inputs, deadline, now))  # type: ignore[union-attr]
 
     def _refuse(self, request_id: str, kind: str, message: str, field: str | None = None) -> None:
         """End a request that never reached the engine with an error
