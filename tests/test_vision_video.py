@@ -162,7 +162,7 @@ def test_penalties_read_video_keys_as_the_video_token(engine, clips):
     image keys as the image token, video keys as the video token."""
     import mlx.core as mx
 
-    from worker.engine.scheduler import _model_ids_only
+    from worker.engine.admission import model_ids_only
 
     key_ids, vision = engine.prompts.images.prepare(
         [5, -1, 6], [(red := clips["red"][1], hashlib.sha256(red).hexdigest())], ["video"]
@@ -171,7 +171,7 @@ def test_penalties_read_video_keys_as_the_video_token(engine, clips):
     assert all(k >= vision.video_keys_from for k in key_ids if k >= engine.prompts.vocab_size)
     assert max(key_ids) < 2**31  # every key fits an int32
     seen = []
-    wrapped = _model_ids_only(
+    wrapped = model_ids_only(
         lambda tokens, logits: seen.append(tokens.tolist()) or logits,
         vision.image_token_id,
         vision.video_token_id,

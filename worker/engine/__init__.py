@@ -1,6 +1,7 @@
 """The worker's engine: the scheduler thread, the only thread that touches MLX.
 
-Belongs here: the scheduler loop (:mod:`~worker.engine.scheduler`), mlx-lm's
+Belongs here: the scheduler loop (:mod:`~worker.engine.scheduler`), its
+admission of requests (:mod:`~worker.engine.admission`), mlx-lm's
 batch engine with mlxd's decode step (:mod:`~worker.engine.batch_engine`),
 the one-sequence engine for caches that cannot batch
 (:mod:`~worker.engine.solo_cache`), prompt checkpoints

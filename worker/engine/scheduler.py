@@ -1,24 +1,23 @@
 """The scheduler thread: the only thread of the worker that touches MLX.
 
 It runs continuous batching on mlx-lm's ``BatchGenerator``: each loop
-iteration applies every queued command (admit, abort, release, clear the prefix
-cache, stop), ends
-requests past their deadline, then runs one engine step in which new prompts
-are prefilled while running sequences decode. The tokens of a step (with
-log-probabilities where asked) go to the output thread as one
-:class:`TokenStep`; text, stop strings and wire messages are that thread's
-job.
+iteration applies every queued command (admit, abort, release, clear the
+prefix cache, stop), ends requests past their deadline, then runs one engine
+step in which new prompts are prefilled while running sequences decode. The
+tokens of a step (with log-probabilities where asked) go to the output thread
+as one :class:`TokenStep`; text, stop strings and wire messages are that
+thread's job. Admission (a prompt's reuse of the prefix cache, its prefill,
+each choice's sampler and logits processors) is the scheduler's base class,
+in :mod:`worker.engine.admission`.
 
-Prompts start from the longest reusable prefix in the :class:`PrefixCache`,
-and finished (or aborted) sequences leave their state there. For a model
-whose cache cannot be trimmed (state-space layers, sliding windows; see
-:mod:`worker.caches.profile`) a finished sequence's state only helps a prompt
-that continues exactly where it ended, so the scheduler also keeps
-prompt-end checkpoints (see :mod:`worker.engine.checkpoints`). A request with ``n``
-choices is prefilled once; each choice then decodes from its own copy.
+Finished (or aborted) sequences leave their state in the :class:`PrefixCache`.
+For a model whose cache cannot be trimmed (state-space layers, sliding
+windows; see :mod:`worker.caches.profile`) a finished sequence's state only
+helps a prompt that continues exactly where it ended, so the scheduler also
+keeps prompt-end checkpoints (see :mod:`worker.engine.checkpoints`).
 
-Every mlx-lm internal stays in :mod:`worker.engine.batch_engine`; the scheduler
-uses the engine's public methods only.
+Every mlx-lm internal stays in :mod:`worker.engine.batch_engine`; the
+scheduler uses the engine's public methods only.
 
 Threads: :meth:`Scheduler.run` and :meth:`Scheduler.warm_up` execute on the
 scheduler thread; :meth:`Scheduler.submit` may be called from any thread
@@ -27,26 +26,19 @@ read by the output thread (plain numbers, each update atomic under the GIL).
 MLX's memory counters are sampled into ``counters`` on every loop turn, and
 once the engine has been idle for :data:`IDLE_CLEAR_SECONDS` MLX's buffer
 cache is cleared (here, never from another thread).
-
-Longer than ~500 lines on purpose: it is one thread's loop. Admission,
-prefill, decode, expiry, release and the tensor-parallel plan all act on
-the same batch state, in a fixed order each turn; the pieces that do not
-need that state live beside it (the batch engine, prompt checkpoints, the
-step plan, sampling, speculation, the prefix cache).
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 import queue
 import threading
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from worker.caches.prefix import Lookup, PrefixCache
+from worker.caches.prefix import PrefixCache
 from worker.engine import mlx_memory
+from worker.engine.admission import PREFILL_UID, Admitter, Seq
 from worker.engine.checkpoints import PromptCheckpoints
 from worker.engine.step_plan import Expire, PlanLink
 from worker.messages import (
@@ -56,7 +48,6 @@ from worker.messages import (
     Counters,
     OutputPace,
     Release,
-    Started,
     Stop,
     Terminal,
     TokenEvent,
@@ -90,48 +81,13 @@ IDLE_CLEAR_SECONDS = 2.0
 long enough that back-to-back requests (an agent's next turn) reuse the
 cached buffers, short enough that an idle model gives its cache back."""
 
-
 OUTPUT_AHEAD = 2
 """Steps the scheduler may run ahead of the output thread (see
 :class:`~worker.messages.OutputPace`): enough to overlap the two threads'
 work, few enough that a stop string ends its choice within two tokens."""
 
-_PREFILL_UID = -1
-"""The engine uid a lone prefill's position delta is bound to."""
 
-
-def _model_ids_only(
-    processor: Callable[[Any, Any], Any],
-    image_token_id: int,
-    video_token_id: int | None = None,
-    video_keys_from: int | None = None,
-) -> Callable[[Any, Any], Any]:
-    """``processor`` reading the tokens as the model does: a prompt's media
-    cache keys (ids past the vocabulary, see :mod:`worker.vision.inputs`)
-    read as the image token, those at or past ``video_keys_from`` (None:
-    none) as the video token."""
-    import mlx.core as mx
-
-    def apply(tokens: Any, logits: Any) -> Any:
-        keyed = tokens >= logits.shape[-1]
-        read = mx.where(keyed, mx.array(image_token_id, dtype=tokens.dtype), tokens)
-        if video_keys_from is not None and video_token_id is not None:
-            read = mx.where(tokens >= video_keys_from, mx.array(video_token_id, dtype=tokens.dtype), read)
-        return processor(read, logits)
-
-    return apply
-
-
-@dataclass
-class _Seq:
-    """One choice of one request inside the engine."""
-
-    request_id: str
-    index: int
-    top_logprobs: int | None  # None: no logprobs wanted
-
-
-class Scheduler:
+class Scheduler(Admitter):
     """Owns the model's ``BatchGenerator`` and runs it on its own thread.
 
     ``emit`` receives :class:`Started`, :class:`TokenStep` and
@@ -197,7 +153,7 @@ class Scheduler:
         self.inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         self.preparing = threading.Event()
         self.counters = Counters()
-        self._seqs: dict[int, _Seq] = {}
+        self._seqs: dict[int, Seq] = {}
         self._uids: dict[str, list[int]] = {}
         self._deadlines: dict[str, float] = {}
         self._waiting_since: dict[str, float] = {}
@@ -241,17 +197,17 @@ class Scheduler:
         if self.cache is None:
             return 0
         engine = self._new_engine()
-        engine.set_delta(_PREFILL_UID, 0)
+        engine.set_delta(PREFILL_UID, 0)
         try:
             for prompt in prompts:
                 if len(prompt) < 2:
                     continue
-                state = engine.prefill(None, prompt[:-1], uid=_PREFILL_UID)
+                state = engine.prefill(None, prompt[:-1], uid=PREFILL_UID)
                 self.cache.insert(prompt[:-1], state)
                 self.counters.warm_prompts += 1
                 self.counters.warm_tokens += len(prompt) - 1
         finally:
-            engine.drop_delta(_PREFILL_UID)
+            engine.drop_delta(PREFILL_UID)
             engine.close()
         return self.counters.warm_tokens
 
@@ -468,131 +424,6 @@ class Scheduler:
                 disk_bytes=disk_bytes,
             )
         )
-
-    # -- admission ----------------------------------------------------------
-
-    def _admit(self, adm: Admission) -> None:
-        try:
-            uids, cached, from_disk = self._insert(adm)
-        except Exception:  # a bad request must not take the worker down
-            log.exception("could not admit %s", adm.request_id)
-            self._emit(Started(adm.request_id, adm.n, len(adm.prompt), 0, [], adm.output))
-            self._emit(Terminal(adm.request_id, "error", "internal", "the request could not be started"))
-            return
-        self._uids[adm.request_id] = uids
-        self._waiting_since[adm.request_id] = adm.received or time.monotonic()
-        if adm.deadline is not None:
-            self._deadlines[adm.request_id] = adm.deadline
-        self._emit(
-            Started(adm.request_id, adm.n, len(adm.prompt), cached, list(adm.params.stop), adm.output, from_disk)
-        )
-
-    def _insert(self, adm: Admission) -> tuple[list[int], int, int]:
-        """Insert every choice of ``adm`` into the engine; return the uids,
-        the number of prompt tokens reused from the prefix cache and how
-        many of those came from its disk tier."""
-        from worker.sampling.samplers import make_sampler
-
-        prompt = adm.prompt
-        found = self.cache.fetch(prompt) if self.cache else Lookup(None, 0, list(prompt))
-        base, remaining = found.cache, found.remaining
-        cached, from_disk, delta = found.cached, found.from_disk, 0
-        engine = self._engine
-        if adm.vision is not None:
-            base, remaining, delta = self._vision_prefix(adm, base, remaining)
-            if base is not found.cache:
-                cached = from_disk = 0
-        if adm.n > 1 and len(remaining) > 1:
-            base = self._prefill(base, prompt, len(prompt) - len(remaining), delta)
-            remaining = prompt[-1:]
-        done = len(prompt) - len(remaining)
-        self.counters.prompt_tokens += len(remaining)
-        params = adm.params
-        stops = engine.stop_sequences(params.ignore_eos)
-        marks = self._checkpoints.marks_for(adm, done) if adm.n == 1 else set()
-        uids = []
-        for i in range(adm.n):
-            cache = copy.deepcopy(base) if base is not None and adm.n > 1 else base
-            (uid,) = engine.insert_segments(
-                [self._checkpoints.segments(remaining, done, marks)],
-                max_tokens=[adm.max_tokens],
-                caches=[cache] if cache is not None else None,
-                all_tokens=[list(prompt[:done])],
-                samplers=[make_sampler(params, choice=i)],
-                logits_processors=[self._processors(adm, i)],
-                stop_sequences=[stops],
-            )
-            engine.set_delta(uid, delta)
-            if self.speculation is not None:
-                self.speculation.begin(uid, adm.key_name, params.speculative)
-            top = params.top_logprobs if params.logprobs else None
-            self._seqs[uid] = _Seq(adm.request_id, i, top)
-            uids.append(uid)
-            self._checkpoints.track(uid, prompt, done, marks)
-        return uids, cached, from_disk
-
-    def _vision_prefix(
-        self, adm: Admission, base: list[Any] | None, remaining: list[int]
-    ) -> tuple[Any, list[int], int]:
-        """For a prompt with images: the cache to start from, the prompt
-        tokens still to feed and the position delta. A cached prefix that
-        covers every image token (keyed by the images' content, see
-        :mod:`worker.vision.inputs`) is kept and the vision tower is not
-        run; otherwise all but the last prompt token are prefilled with
-        the images now (and that state kept in the prefix cache)."""
-        vision = adm.vision
-        engine = self._engine
-        if len(adm.prompt) - len(remaining) >= vision.image_end:
-            return base, remaining, engine.position_delta(vision)
-        cache, delta = engine.prefill_images(vision)
-        self.counters.prompt_tokens += len(adm.prompt) - 1
-        self.counters.vision_prefills += 1
-        self.counters.vision_image_tokens += vision.model_ids.count(vision.image_token_id)
-        if vision.video_token_id is not None:
-            self.counters.vision_image_tokens += vision.model_ids.count(vision.video_token_id)
-        if self.cache is not None:
-            self.cache.insert(list(adm.prompt[:-1]), copy.deepcopy(cache))
-        return cache, list(adm.prompt[-1:]), delta
-
-    def _processors(self, adm: Admission, choice: int) -> list[Any]:
-        """The logits processors of one choice: sampling penalties and biases,
-        then its grammar (last, so nothing can re-allow a masked token)."""
-        from worker.sampling.constrained_decoding import after_marker, grammar_processor
-        from worker.sampling.samplers import make_processors, thinking_budget_processor
-
-        processors = make_processors(adm.params, len(adm.prompt), self._eos)
-        if adm.vision is not None and processors:
-            vision = adm.vision
-            processors = [
-                _model_ids_only(p, vision.image_token_id, vision.video_token_id, vision.video_keys_from)
-                for p in processors
-            ]
-        if adm.thinking_budget is not None:
-            processors.append(thinking_budget_processor(adm.thinking_budget, len(adm.prompt)))
-        if adm.matchers is not None:
-            matcher = adm.matchers[choice]
-            if adm.reasoning_close:
-                processors.append(
-                    after_marker(lambda start: grammar_processor(matcher, start), len(adm.prompt), adm.reasoning_close)
-                )
-            else:
-                processors.append(grammar_processor(matcher, len(adm.prompt)))
-        return processors
-
-    def _prefill(self, cache: list[Any] | None, prompt: list[int], start: int, delta: int = 0) -> list[Any]:
-        """Feed ``prompt[start:-1]`` into ``cache`` (a fresh one when None) so
-        it covers all but the last prompt token; keep a copy in the prefix
-        cache. Used to prefill once for all choices of an ``n`` > 1 request
-        (``delta``: its position delta, see :mod:`worker.vision.model`)."""
-        engine = self._engine
-        engine.set_delta(_PREFILL_UID, delta)  # type: ignore[union-attr]
-        try:
-            cache = engine.prefill(cache, prompt[start:-1], uid=_PREFILL_UID)  # type: ignore[union-attr]
-        finally:
-            engine.drop_delta(_PREFILL_UID)  # type: ignore[union-attr]
-        if self.cache is not None:
-            self.cache.insert(prompt[:-1], copy.deepcopy(cache))
-        return cache
 
     # -- removal --------------------------------------------------------------
 
