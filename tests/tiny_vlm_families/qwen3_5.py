@@ -76,21 +76,7 @@ def build_tiny_qwen3_5(out_dir: Path, seed: int = 0) -> Path:
             "mrope_interleaved": True,
         },
     }
-    vision = {
-        "model_type": "qwen3_5",
-        "depth": 1,
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "out_hidden_size": 64,
-        "num_heads": 2,
-        "patch_size": 16,
-        "spatial_patch_size": 16,
-        "spatial_merge_size": 2,
-        "temporal_patch_size": 2,
-        "in_channels": 3,
-        "num_position_embeddings": 64,
-        "deepstack_visual_indexes": [],
-    }
+    vision = qwen3_vl_tower("qwen3_5")
     config = {
         "model_type": "qwen3_5",
         "architectures": ["Qwen3_5ForConditionalGeneration"],
@@ -106,10 +92,47 @@ def build_tiny_qwen3_5(out_dir: Path, seed: int = 0) -> Path:
     }
     mx.random.seed(seed)
     model = qwen3_5.Model(qwen3_5.ModelConfig.from_dict(config))
-    # as for LFM2-VL: scale the layers' outputs and the image features up
-    scales = {"out_proj.weight": 8.0, "o_proj.weight": 8.0, "down_proj.weight": 8.0, "merger.linear_fc2.weight": 16.0}
-    save_model(model, out_dir, scales)
+    save_model(model, out_dir, QWEN3_5_SCALES)
     write_json(out_dir / "config.json", config)
+    write_qwen3_vl_processor(out_dir)
+    return out_dir
+
+
+QWEN3_5_SCALES = {
+    "out_proj.weight": 8.0,
+    "o_proj.weight": 8.0,
+    "down_proj.weight": 8.0,
+    "merger.linear_fc2.weight": 16.0,
+}
+"""As for LFM2-VL: the layers' outputs and the image features scaled up, so
+the image changes a random model's answer (Qwen 3.5 and Qwen 3.5 MoE)."""
+
+
+def qwen3_vl_tower(model_type: str) -> dict:
+    """The config of a 1-block, 32-wide Qwen3-VL vision tower without
+    deepstack (16-pixel patches merged 2x2, 64 wide out) named
+    ``model_type``: the tower of the tiny Qwen 3.5, Qwen 3.5 MoE and
+    Qwen3-Omni."""
+    return {
+        "model_type": model_type,
+        "depth": 1,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "out_hidden_size": 64,
+        "num_heads": 2,
+        "patch_size": 16,
+        "spatial_patch_size": 16,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "in_channels": 3,
+        "num_position_embeddings": 64,
+        "deepstack_visual_indexes": [],
+    }
+
+
+def write_qwen3_vl_processor(out_dir: Path) -> None:
+    """Write Qwen3-VL's processor configs to ``out_dir`` (images and videos
+    resized to 32x32 ... 64x64 pixels, so at most 4 image tokens)."""
     image_processor = {
         "image_processor_type": "Qwen2VLImageProcessor",
         "processor_class": "Qwen3VLProcessor",
@@ -124,4 +147,3 @@ def build_tiny_qwen3_5(out_dir: Path, seed: int = 0) -> Path:
     write_json(out_dir / "preprocessor_config.json", image_processor)
     write_json(out_dir / "video_preprocessor_config.json", image_processor)
     write_json(out_dir / "processor_config.json", {"processor_class": "Qwen3VLProcessor"})
-    return out_dir

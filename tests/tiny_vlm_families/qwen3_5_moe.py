@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .common import save_model, train_tokenizer, write_json
-from .qwen3_5 import QWEN_VL_TEMPLATE, QWEN_VL_TOKENS
+from .qwen3_5 import QWEN3_5_SCALES, QWEN_VL_TEMPLATE, QWEN_VL_TOKENS, qwen3_vl_tower, write_qwen3_vl_processor
 
 
 def build_tiny_qwen3_5_moe(out_dir: Path, seed: int = 1) -> Path:
@@ -72,21 +72,7 @@ def build_tiny_qwen3_5_moe(out_dir: Path, seed: int = 1) -> Path:
             "mrope_interleaved": True,
         },
     }
-    vision = {
-        "model_type": "qwen3_5_moe",
-        "depth": 1,
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "out_hidden_size": 64,
-        "num_heads": 2,
-        "patch_size": 16,
-        "spatial_patch_size": 16,
-        "spatial_merge_size": 2,
-        "temporal_patch_size": 2,
-        "in_channels": 3,
-        "num_position_embeddings": 64,
-        "deepstack_visual_indexes": [],
-    }
+    vision = qwen3_vl_tower("qwen3_5_moe")
     config = {
         "model_type": "qwen3_5_moe",
         "architectures": ["Qwen3_5MoeForConditionalGeneration"],
@@ -102,22 +88,8 @@ def build_tiny_qwen3_5_moe(out_dir: Path, seed: int = 1) -> Path:
     }
     mx.random.seed(seed)
     model = qwen3_5_moe.Model(qwen3_5_moe.ModelConfig.from_dict(config))
-    # as for Qwen 3.5: scale the layers' outputs and the image features up
-    scales = {"out_proj.weight": 8.0, "o_proj.weight": 8.0, "down_proj.weight": 8.0, "merger.linear_fc2.weight": 16.0}
-    save_model(model, out_dir, scales)
+    # as for Qwen 3.5 (the suffixes catch the experts' and the shared expert's down projections too)
+    save_model(model, out_dir, QWEN3_5_SCALES)
     write_json(out_dir / "config.json", config)
-    image_processor = {
-        "image_processor_type": "Qwen2VLImageProcessor",
-        "processor_class": "Qwen3VLProcessor",
-        "patch_size": 16,
-        "merge_size": 2,
-        "temporal_patch_size": 2,
-        "image_mean": [0.5, 0.5, 0.5],
-        "image_std": [0.5, 0.5, 0.5],
-        "min_pixels": 32 * 32,
-        "max_pixels": 64 * 64,
-    }
-    write_json(out_dir / "preprocessor_config.json", image_processor)
-    write_json(out_dir / "video_preprocessor_config.json", image_processor)
-    write_json(out_dir / "processor_config.json", {"processor_class": "Qwen3VLProcessor"})
+    write_qwen3_vl_processor(out_dir)
     return out_dir

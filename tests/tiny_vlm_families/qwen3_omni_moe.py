@@ -45,6 +45,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .common import save_model, train_tokenizer, write_json
+from .qwen3_5 import qwen3_vl_tower
 
 QWEN_OMNI_TOKENS = (
     "<|im_start|>",
@@ -159,21 +160,7 @@ def build_tiny_qwen3_omni_moe(out_dir: Path, seed: int = 0) -> Path:
         "conv_chunksize": 500,
         "max_source_positions": 1500,
     }
-    vision = {
-        "model_type": "qwen3_omni_moe_vision_encoder",
-        "depth": 1,
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "out_hidden_size": 64,
-        "num_heads": 2,
-        "patch_size": 16,
-        "spatial_patch_size": 16,
-        "spatial_merge_size": 2,
-        "temporal_patch_size": 2,
-        "in_channels": 3,
-        "num_position_embeddings": 64,
-        "deepstack_visual_indexes": [],
-    }
+    vision = qwen3_vl_tower("qwen3_omni_moe_vision_encoder")
     media_ids = {
         "image_token_id": ids["<|image_pad|>"],
         "video_token_id": ids["<|video_pad|>"],
