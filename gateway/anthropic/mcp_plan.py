@@ -40,7 +40,7 @@ from gateway.mcp.client import McpHub, McpTool
 _ENTRY_FIELDS = {"type", "url", "name", "authorization_token", "tool_configuration"}
 
 
-def wants_mcp(body: bytes) -> bool:
+def names_mcp_servers(body: bytes) -> bool:
     """Whether ``body`` is a JSON object with a non-empty ``mcp_servers``."""
     data = peek_object(body, b'"mcp_servers"')
     return data is not None and isinstance(data.get("mcp_servers"), list) and bool(data["mcp_servers"])

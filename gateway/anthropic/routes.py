@@ -40,7 +40,7 @@ from gateway.anthropic import format as fmt
 from gateway.anthropic import mcp as anthropic_mcp
 from gateway.anthropic.builder import MessageBuilder
 from gateway.anthropic.checks import decode_count_tokens_request, decode_messages_request, tool_set
-from gateway.anthropic.mcp_plan import count_body, wants_mcp
+from gateway.anthropic.mcp_plan import count_body, names_mcp_servers
 from gateway.anthropic.submit import (
     MessagesJob,
     builder_of,
@@ -69,7 +69,7 @@ async def messages(request: Request) -> Response:
     the MCP tool loop of :mod:`gateway.anthropic.mcp`."""
     try:
         body = await request.body()
-        if wants_mcp(body):
+        if names_mcp_servers(body):
             return await anthropic_mcp.create_mcp_message(request, body)
         job = await submit_decoded(request, decode_messages_request(body), new_id("msg_"))
     except APIError as err:
@@ -109,7 +109,7 @@ async def count_tokens(request: Request) -> Response:
     as for :func:`messages`."""
     try:
         body = await request.body()
-        if wants_mcp(body):
+        if names_mcp_servers(body):
             body = count_body(request.app.state.mcp, body)
         req = decode_count_tokens_request(body)
         backend = backend_of(request)

@@ -1,7 +1,7 @@
 """How a ``POST /v1/responses`` request with MCP tools is rewritten for the
 worker (step 1 of the loop in :mod:`gateway.responses.mcp`).
 
-:func:`wants_mcp` tells such a body apart; :func:`bind` checks each
+:func:`has_mcp_tool` tells such a body apart; :func:`bind` checks each
 ``{"type": "mcp", ...}`` entry against the configured ``[[mcp_servers]]``
 (a 400 for anything else: a request can never make mlxd start a command or
 reach a new URL) and :func:`plan` rewrites the body: every allowed MCP tool
@@ -39,7 +39,7 @@ _MCP_FIELDS = {
 }
 
 
-def wants_mcp(body: bytes) -> bool:
+def has_mcp_tool(body: bytes) -> bool:
     """Whether ``body`` is a JSON object whose ``tools`` hold an ``mcp`` tool."""
     data = peek_object(body, b'"mcp"')
     tools = data.get("tools") if data is not None else None

@@ -42,7 +42,7 @@ from gateway.frontend.request_flow import JSON_MEDIA_TYPE, backend_of
 from gateway.responses import mcp as responses_mcp
 from gateway.responses.checks import decode_responses_request
 from gateway.responses.format import encode
-from gateway.responses.mcp_plan import wants_mcp
+from gateway.responses.mcp_plan import has_mcp_tool
 from gateway.responses.submit import error_of, submit_decoded
 
 
@@ -52,7 +52,7 @@ async def create_response(request: Request) -> Response:
     with the matching status (see the module docstring)."""
     body = await request.body()
     try:
-        if wants_mcp(body):
+        if has_mcp_tool(body):
             return await responses_mcp.create_mcp_response(request, body)
         job = await submit_decoded(backend_of(request), decode_responses_request(body), new_id("resp_"))
     except APIError as err:
