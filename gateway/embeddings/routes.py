@@ -26,11 +26,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.core.errors import APIError, worker_error
-from gateway.core.ids import new_id
 from gateway.embeddings.schema import EmbeddingRequest, decode_embedding_request, to_embed_request
 from gateway.frontend.embedding_vectors import embedding_rows, floats_of
 from gateway.frontend.error_shapes import openai_error_response
-from gateway.frontend.request_flow import JSON_MEDIA_TYPE, backend_of, respond_to_only_output
+from gateway.frontend.request_flow import JSON_MEDIA_TYPE, decode_and_submit, respond_to_only_output
 from shared.protocol import RequestOutput
 
 _encoder = msgspec.json.Encoder()
@@ -68,20 +67,16 @@ async def create_embeddings(request: Request) -> Response:
     """``POST /v1/embeddings``: a ``list`` of ``embedding`` objects, or an
     OpenAI error with its status."""
     try:
-        body = decode_embedding_request(await request.body())
-        backend = backend_of(request)
-        model = backend.resolve(body.model)
-        embed = to_embed_request(body, new_id("embd-"))
-        stream = await backend.submit(model, embed)
+        sent = await decode_and_submit(request, decode_embedding_request, to_embed_request, "embd-")
     except APIError as err:
         return openai_error_response(err)
 
     return await respond_to_only_output(
         request,
-        stream,
-        embed.request_id,
+        sent.stream,
+        sent.work.request_id,
         refuse=lambda output: openai_error_response(worker_error(output, "input")),
-        answer=lambda output: _answer(body, model, output),
+        answer=lambda output: _answer(sent.body, sent.model, output),
     )
 
 

@@ -36,6 +36,9 @@ directly):
 
 - One output: :func:`respond_to_only_output` answers a request whose first
   output is its only one (embeddings) the same way, without a stream.
+- Submitting a JSON body: :func:`decode_and_submit` reads and decodes it,
+  resolves its ``model``, builds the worker request under a new id and
+  submits it (the embeddings, rerank and speech routes).
 
 Also shared: :func:`backend_of` (the app's ModelBackend), :data:`JSON_MEDIA_TYPE`
 and :data:`CLIENT_CLOSED_STATUS`.
@@ -45,13 +48,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, AsyncIterator, Awaitable, Callable, Literal, Mapping, TypeVar
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Awaitable, Callable, Generic, Literal, Mapping, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive
 
 from gateway.core.backend import ModelBackend, RequestStream
+from gateway.core.ids import new_id
 from gateway.frontend import sse
 from shared.protocol import RequestOutput
 
@@ -79,12 +84,48 @@ DISCONNECTED: Any = object()
 with ``is``)."""
 
 _Collected = TypeVar("_Collected")
+_Body = TypeVar("_Body")
+_Work = TypeVar("_Work")
 
 
 def backend_of(request: Request) -> ModelBackend:
     """Return the :class:`~gateway.core.backend.ModelBackend` the app was built with
     (``request.app.state.backend``)."""
     return request.app.state.backend
+
+
+@dataclass(frozen=True)
+class Submitted(Generic[_Body, _Work]):
+    """A submitted request: its decoded ``body``, the resolved ``model``
+    name, the ``work`` sent to the worker and the ``stream`` of its outputs."""
+
+    body: _Body
+    model: str
+    work: _Work
+    stream: RequestStream
+
+
+async def decode_and_submit(
+    request: Request,
+    decode: Callable[[bytes], _Body],
+    prepare: Callable[[_Body, str], _Work],
+    id_prefix: str,
+) -> Submitted[_Body, _Work]:
+    """Decode ``request``'s body with ``decode``, resolve the model its
+    ``model`` field names, build the worker request with ``prepare(body,
+    new id starting with id_prefix)`` and submit it.
+
+    Raises:
+        APIError: what ``decode``, ``prepare``, the model's resolution or the
+            submission refuse with (the caller answers it in its protocol's
+            shape).
+    """
+    body = decode(await request.body())
+    backend = backend_of(request)
+    model = backend.resolve(body.model)  # type: ignore[attr-defined]
+    work = prepare(body, new_id(id_prefix))
+    stream = await backend.submit(model, work)  # type: ignore[arg-type]
+    return Submitted(body, model, work, stream)
 
 
 def client_closed() -> Response:

@@ -25,9 +25,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.core.errors import APIError, worker_error
-from gateway.core.ids import new_id
 from gateway.frontend.error_shapes import openai_error_response
-from gateway.frontend.request_flow import JSON_MEDIA_TYPE, backend_of, respond_to_only_output
+from gateway.frontend.request_flow import JSON_MEDIA_TYPE, decode_and_submit, respond_to_only_output
 from gateway.rerank.schema import RerankBody, decode_rerank_request, to_rerank_request
 from shared.protocol import RequestOutput
 
@@ -71,20 +70,16 @@ async def rerank(request: Request) -> Response:
     """``POST /v1/rerank``, ``/rerank``, ``/v2/rerank``: the sorted
     results, or an OpenAI error with its status."""
     try:
-        body = decode_rerank_request(await request.body())
-        backend = backend_of(request)
-        model = backend.resolve(body.model)
-        work = to_rerank_request(body, new_id("rerank-"))
-        stream = await backend.submit(model, work)
+        sent = await decode_and_submit(request, decode_rerank_request, to_rerank_request, "rerank-")
     except APIError as err:
         return openai_error_response(err)
 
     return await respond_to_only_output(
         request,
-        stream,
-        work.request_id,
+        sent.stream,
+        sent.work.request_id,
         refuse=lambda output: openai_error_response(worker_error(output, output.error_param or "documents")),
-        answer=lambda output: _answer(body, model, work.request_id, output),
+        answer=lambda output: _answer(sent.body, sent.model, sent.work.request_id, output),
     )
 
 

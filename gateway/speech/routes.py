@@ -43,10 +43,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.core.errors import APIError, bad_request, worker_error
-from gateway.core.ids import new_id
 from gateway.frontend import sse
 from gateway.frontend.error_shapes import openai_error_frame, openai_error_response
-from gateway.frontend.request_flow import JSON_MEDIA_TYPE, backend_of, next_output, respond_after_first_output
+from gateway.frontend.request_flow import (
+    JSON_MEDIA_TYPE,
+    backend_of,
+    decode_and_submit,
+    next_output,
+    respond_after_first_output,
+)
 from gateway.speech.schema import decode_speech_request, to_speech_request
 from shared.protocol import RequestOutput
 
@@ -112,14 +117,10 @@ async def create_speech(request: Request) -> Response:
     """``POST /v1/audio/speech``: audio, an audio stream, an SSE stream, or
     an OpenAI error with its status."""
     try:
-        body = decode_speech_request(await request.body())
-        backend = backend_of(request)
-        model = backend.resolve(body.model)
-        speech = to_speech_request(body, new_id("speech-"))
-        stream = await backend.submit(model, speech)
+        sent = await decode_and_submit(request, decode_speech_request, to_speech_request, "speech-")
     except APIError as err:
         return openai_error_response(err)
-    request_id = speech.request_id
+    body, stream, request_id = sent.body, sent.stream, sent.work.request_id
     media_type = MEDIA_TYPES[body.response_format]
 
     async def collect(first: RequestOutput) -> list[bytes] | RequestOutput:
