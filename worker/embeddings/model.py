@@ -17,9 +17,10 @@ engines run it:
   a model class for (XLM-RoBERTa, with ``roberta`` and ``camembert`` run as
   the same architecture; ModernBERT, Qwen3, Gemma 3, ...) and for BERT
   configs mlxd's encoder refuses. Only its model classes and weight loader
-  are used (``mlx_embeddings.utils.load_model`` on the resolved local
-  directory, with the Hugging Face hub switched offline): never its hub
-  download nor its transformers tokenizer. Without the extra such a
+  are used (``mlx_embeddings.utils.load_model`` given the resolved local
+  directory as a ``Path``, which it reads without the Hugging Face hub; the
+  process's environment is left alone): never its hub download nor its
+  transformers tokenizer. Without the extra such a
   directory is refused at load, naming the extra.
 
 Pooling and normalization follow the sentence-transformers metadata when
@@ -47,7 +48,6 @@ touch MLX and run on the scheduler thread only.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -357,11 +357,10 @@ def _load_with_mlx_embeddings(
     path: Path, source: str, config_dict: dict[str, Any], dtype: str, context_length: int, *, refused: str
 ) -> EmbeddingModel:
     """Load a directory mlxd's encoder does not run with mlx-embeddings'
-    model classes (local files only, hub offline); ``refused`` is why
-    mlxd's encoder declined, for the error when mlx-embeddings cannot help."""
+    model classes (local files only: given a ``Path``, its loader reads it
+    without the hub); ``refused`` is why mlxd's encoder declined, for the
+    error when mlx-embeddings cannot help."""
     model_type = str(config_dict.get("model_type", ""))
-    os.environ["HF_HUB_OFFLINE"] = "1"  # belt and braces: only local files are read below
-    os.environ["TRANSFORMERS_OFFLINE"] = "1"
     try:
         from mlx_embeddings import utils as mlx_embeddings_utils
     except ImportError:
