@@ -261,7 +261,7 @@ def start_server(
         cwd=ROOT,
         stdout=log,
         stderr=subprocess.STDOUT,
-        env={**_inherited(), "PYTHONUNBUFFERED": "1", RECORD_ENV: str(record_path), **(env or {})},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", RECORD_ENV: str(record_path), **(env or {})},
     )
     srv = Server(f"http://127.0.0.1:{port}", proc, api_key, log_path, record_path)
     STARTED.append(srv)
@@ -362,24 +362,15 @@ os.environ.setdefault("MLXD_AUDIT_FILE", os.path.join(tempfile.mkdtemp(prefix="m
 """Model actions of the gateways the tests start are logged in a temporary
 folder, not the user's cache directory."""
 
-WORKER_ONLY_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
-"""Variables the embedding and speech loaders set in their own process (a
-worker's); when such a loader ran in the test process they must not reach
-the gateways the tests start (a pull through the hub stand-in would be
-refused as offline)."""
-
-
-def _inherited() -> dict[str, str]:
-    """The test process's environment without :data:`WORKER_ONLY_VARIABLES`."""
-    return {k: v for k, v in os.environ.items() if k not in WORKER_ONLY_VARIABLES}
-
 
 @pytest.fixture(autouse=True)
 def environment_restored():
     """After each test: the test process's environment as it was before it.
-    Code that runs in-process in a test may set variables meant for a worker
-    process (the embedding and speech loaders set ``HF_HUB_OFFLINE`` and
-    ``TRANSFORMERS_OFFLINE``); every later subprocess would inherit them."""
+    Code that runs in-process in a test may set variables (a library's
+    first import does: mlx-audio sets ``TRANSFORMERS_NO_ADVISORY_WARNINGS``,
+    mlx-embeddings too); every later test, and every subprocess they start,
+    would inherit them. mlxd's own loaders set none (see
+    ``tests/test_speech_model.py`` and ``tests/test_embedding_mlx_embeddings.py``)."""
     saved = dict(os.environ)
     yield
     if dict(os.environ) != saved:

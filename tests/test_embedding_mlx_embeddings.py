@@ -23,6 +23,7 @@ from tokenizers import Tokenizer  # noqa: E402
 
 from shared.model_kind import detect_kind  # noqa: E402
 from shared.protocol import EmbedRequest  # noqa: E402
+from tests.hub_watch import assert_no_hub_and_no_environment_change, watching_the_hub  # noqa: E402
 from tests.test_embedding_model import run_scheduler  # noqa: E402
 from tests.tiny_xlm_roberta import TINY_XLMR, build_tiny_xlm_roberta  # noqa: E402
 from worker.embeddings.model import load_embedding_model  # noqa: E402
@@ -91,6 +92,16 @@ def test_sentence_transformers_pooling_on_mlx_embeddings(tmp_path, mode):
     batched = model.encode(ids)
     np.testing.assert_allclose(batched, np.stack([model.encode([row])[0] for row in ids]), atol=2e-5)
     np.testing.assert_allclose(batched, reference(path, SENTENCES, mode), atol=2e-5)
+
+
+def test_loading_on_mlx_embeddings_asks_no_hub_and_leaves_the_environment(xlmr_dir, monkeypatch):
+    """The loader hands mlx-embeddings a local ``Path``: with the hub at a
+    counting loopback listener (and not switched offline) the load connects
+    nowhere and sets no variable (``HF_HUB_OFFLINE`` among them)."""
+    with watching_the_hub(monkeypatch) as watch:
+        model = load_embedding_model(str(xlmr_dir), dtype="float32")
+    assert model.engine == "mlx-embeddings"
+    assert_no_hub_and_no_environment_change(watch)
 
 
 def test_scheduler_batches_mlx_embeddings_model(xlmr_dir):

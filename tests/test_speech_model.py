@@ -27,6 +27,7 @@ pytest.importorskip("misaki")
 
 import soundfile as sf  # noqa: E402
 
+from tests.hub_watch import assert_no_hub_and_no_environment_change, watching_the_hub  # noqa: E402
 from tests.tiny_kokoro import build_tiny_kokoro  # noqa: E402
 from worker.messages import Abort, Deferred, Stop  # noqa: E402
 from worker.speech.encode import FORMATS, AudioEncoder, clean, missing_encoder, pcm16  # noqa: E402
@@ -329,3 +330,15 @@ def test_kind_detection_and_refusal_wording(kokoro_dir):
     assert serves("speech", "speech") and not serves("speech", "generate") and not serves("generate", "speech")
     message = wrong_kind_message("tts", "speech", "generate")
     assert "kind 'speech'" in message and "/v1/audio/speech" in message and "'generate'" in message
+
+
+def test_loading_asks_no_hub_and_leaves_the_environment(kokoro_dir, monkeypatch):
+    """The loader hands mlx-audio a local ``Path``: with the hub at a
+    counting loopback listener (and not switched offline) the load connects
+    nowhere and sets no variable (``HF_HUB_OFFLINE`` among them)."""
+    from worker.speech.model import load_speech_model
+
+    with watching_the_hub(monkeypatch) as watch:
+        model = load_speech_model(str(kokoro_dir))
+    assert model.family == "kokoro"
+    assert_no_hub_and_no_environment_change(watch)

@@ -17,9 +17,10 @@ engines run it:
   a model class for (XLM-RoBERTa, with ``roberta`` and ``camembert`` run as
   the same architecture; ModernBERT, Qwen3, Gemma 3, ...) and for BERT
   configs mlxd's encoder refuses. Only its model classes and weight loader
-  are used (``mlx_embeddings.utils.load_model`` on the resolved local
-  directory, with the Hugging Face hub switched offline): never its hub
-  download nor its transformers tokenizer. Without the extra such a
+  are used (``mlx_embeddings.utils.load_model`` given the resolved local
+  directory as a ``Path``, which it reads without the Hugging Face hub; the
+  process's environment is left alone): never its hub download nor its
+  transformers tokenizer. Without the extra such a
   directory is refused at load, naming the extra.
 
 Pooling and normalization follow the sentence-transformers metadata when
@@ -47,18 +48,17 @@ touch MLX and run on the scheduler thread only.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
-import mlx.nn as nn
 import numpy as np
 
 from shared.protocol import EmbedRequest
 from worker.embeddings.bert import BertConfig, BertModel, UnsupportedModel
-from worker.loading.loader import DTYPES, ModelLoadError, cast_weights, resolve_source
+from worker.embeddings.encoder_files import install_weights, open_encoder_directory, token_limit, weight_files
+from worker.loading.loader import ModelLoadError, cast_weights
 
 POOLING_ORDER = ("cls", "max", "mean", "mean_sqrt_len", "lasttoken")
 """Pooling modes this module implements, in the order sentence-transformers
@@ -298,18 +298,6 @@ def _pooling_modes(file: Path) -> tuple[str, ...]:
     return tuple(mode for mode in POOLING_ORDER if mode in names)
 
 
-def _max_tokens(path: Path, positions: int, cap: int) -> int:
-    """Tokens per input: ``max_seq_length``, else the position limit ``positions``; at most ``cap`` when set."""
-    limit = positions
-    try:
-        st = json.loads((path / "sentence_bert_config.json").read_text(encoding="utf-8"))
-        if isinstance(st.get("max_seq_length"), int) and st["max_seq_length"] > 0:
-            limit = min(limit, st["max_seq_length"])
-    except (OSError, ValueError):
-        pass
-    return min(limit, cap) if cap else limit
-
-
 def load_embedding_model(source: str, *, dtype: str = "auto", context_length: int = 0) -> EmbeddingModel:
     """Resolve ``source`` and load its encoder, tokenizer and pooling.
 
@@ -327,13 +315,7 @@ def load_embedding_model(source: str, *, dtype: str = "auto", context_length: in
             ``context_length`` too small for the special tokens and one
             more.
     """
-    if dtype not in DTYPES:
-        raise ModelLoadError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
-    path = resolve_source(source)
-    try:
-        config_dict = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"model source {source!r}: {exc}") from None
+    path, config_dict = open_encoder_directory(source, dtype)
     try:
         if config_dict.get("model_type") != "bert":  # other families' embedding models: mlx-embeddings
             raise UnsupportedModel(
@@ -352,21 +334,8 @@ def _load_bert(
     """Load a BERT directory on mlxd's own encoder."""
     model = BertModel(config)
     weights = _read_weights(path, source)
-    quantization = config_dict.get("quantization")
-    if isinstance(quantization, dict):
-        nn.quantize(
-            model,
-            group_size=int(quantization.get("group_size", 64)),
-            bits=int(quantization.get("bits", 4)),
-            class_predicate=lambda name, _module: f"{name}.scales" in weights,
-        )
-    try:
-        model.load_weights(list(weights.items()), strict=True)
-    except ValueError as exc:
-        raise ModelLoadError(f"model source {source!r}: the weights do not fit a BERT encoder: {exc}") from None
-    effective = cast_weights(model, dtype)
-    model.eval()
-    max_tokens = _max_tokens(path, config.max_position_embeddings, context_length)
+    effective = install_weights(model, weights, config_dict, dtype, source=source, fits="a BERT encoder")
+    max_tokens = token_limit(path, config.max_position_embeddings, context_length)
     pooling = read_pooling(path)
     hidden = config.hidden_size * len(pooling.modes)
     tokenizer = EmbeddingTokenizer(path, max_tokens, config.vocab_size)
@@ -388,11 +357,10 @@ def _load_with_mlx_embeddings(
     path: Path, source: str, config_dict: dict[str, Any], dtype: str, context_length: int, *, refused: str
 ) -> EmbeddingModel:
     """Load a directory mlxd's encoder does not run with mlx-embeddings'
-    model classes (local files only, hub offline); ``refused`` is why
-    mlxd's encoder declined, for the error when mlx-embeddings cannot help."""
+    model classes (local files only: given a ``Path``, its loader reads it
+    without the hub); ``refused`` is why mlxd's encoder declined, for the
+    error when mlx-embeddings cannot help."""
     model_type = str(config_dict.get("model_type", ""))
-    os.environ["HF_HUB_OFFLINE"] = "1"  # belt and braces: only local files are read below
-    os.environ["TRANSFORMERS_OFFLINE"] = "1"
     try:
         from mlx_embeddings import utils as mlx_embeddings_utils
     except ImportError:
@@ -428,7 +396,7 @@ def _load_with_mlx_embeddings(
     pad_id = pad if isinstance(pad, int) and pad >= 0 else 0
     if model_type.lower() in _ROBERTA_FAMILY:
         positions -= pad_id + 1  # position ids start after the padding index
-    max_tokens = _max_tokens(path, positions, context_length)
+    max_tokens = token_limit(path, positions, context_length)
     vocab_size = int(config_dict.get("vocab_size") or 0)
     tokenizer = EmbeddingTokenizer(path, max_tokens, vocab_size or 1 << 31)
     if max_tokens <= len(tokenizer.prefix) + len(tokenizer.suffix):
@@ -457,11 +425,8 @@ def _load_with_mlx_embeddings(
 def _read_weights(path: Path, source: str) -> dict[str, mx.array]:
     """Every encoder weight of the directory's safetensors files, with the
     ``bert.`` prefix stripped and unused tensors dropped."""
-    files = sorted(path.glob("*.safetensors"))
-    if not files:
-        raise ModelLoadError(f"model source {source!r}: {path} has no .safetensors weights")
     weights: dict[str, mx.array] = {}
-    for file in files:
+    for file in weight_files(path, source):
         for name, array in mx.load(str(file)).items():
             name = name.removeprefix("bert.")
             if name.startswith(_IGNORED_PREFIXES) or name.endswith("position_ids"):

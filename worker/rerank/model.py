@@ -35,7 +35,6 @@ and run on the scheduler thread only.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,8 +44,9 @@ import mlx.nn as nn
 import numpy as np
 
 from shared.protocol import RerankRequest
-from worker.embeddings.bert import BertConfig, BertModel, UnsupportedModel
-from worker.loading.loader import DTYPES, ModelLoadError, cast_weights, resolve_source
+from worker.embeddings.bert import BertConfig, BertModel
+from worker.embeddings.encoder_files import install_weights, open_encoder_directory, token_limit, weight_files
+from worker.loading.loader import ModelLoadError
 
 
 class RerankInputError(Exception):
@@ -255,17 +255,12 @@ def score_activation(config: dict[str, Any], labels: int) -> str:
 
 
 def _max_tokens(path: Path, config: dict[str, Any], positions: int, cap: int) -> int:
-    """Tokens per pair: the position limit, capped as the module docstring says."""
-    limit = positions
-    try:
-        st = json.loads((path / "sentence_bert_config.json").read_text(encoding="utf-8"))
-        if isinstance(st.get("max_seq_length"), int) and st["max_seq_length"] > 0:
-            limit = min(limit, st["max_seq_length"])
-    except (OSError, ValueError):
-        pass
+    """Tokens per pair: the position limit, capped as the module docstring says
+    (``config.json``'s ``max_length`` here, the rest by
+    :func:`~worker.embeddings.encoder_files.token_limit`)."""
     if isinstance(config.get("max_length"), int) and config["max_length"] > 0:
-        limit = min(limit, config["max_length"])
-    return min(limit, cap) if cap else limit
+        positions = min(positions, config["max_length"])
+    return token_limit(path, positions, cap)
 
 
 def load_rerank_model(source: str, *, dtype: str = "auto", context_length: int = 0) -> RerankModel:
@@ -281,35 +276,17 @@ def load_rerank_model(source: str, *, dtype: str = "auto", context_length: int =
             missing or mismatched weights, no ``tokenizer.json``, or a
             limit too small for the special tokens and two more.
     """
-    if dtype not in DTYPES:
-        raise ModelLoadError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
-    path = resolve_source(source)
+    path, config_dict = open_encoder_directory(source, dtype)
     try:
-        config_dict = json.loads((path / "config.json").read_text(encoding="utf-8"))
         config = BertConfig.from_dict(config_dict)
-    except (OSError, ValueError) as exc:
+    except ValueError as exc:  # UnsupportedModel is a ValueError
         raise ModelLoadError(f"model source {source!r}: {exc}") from None
-    except UnsupportedModel as exc:
-        raise ModelLoadError(f"model source {source!r}: {exc} (as a reranker)") from None
     roberta = config.position_offset is not None
     labels = _labels(config_dict)
     activation = score_activation(config_dict, labels)
     model = CrossEncoder(config, labels, roberta=roberta)
     weights = _read_weights(path, source, roberta)
-    quantization = config_dict.get("quantization")
-    if isinstance(quantization, dict):
-        nn.quantize(
-            model,
-            group_size=int(quantization.get("group_size", 64)),
-            bits=int(quantization.get("bits", 4)),
-            class_predicate=lambda name, _module: f"{name}.scales" in weights,
-        )
-    try:
-        model.load_weights(list(weights.items()), strict=True)
-    except ValueError as exc:
-        raise ModelLoadError(f"model source {source!r}: the weights do not fit a cross-encoder: {exc}") from None
-    effective = cast_weights(model, dtype)
-    model.eval()
+    effective = install_weights(model, weights, config_dict, dtype, source=source, fits="a cross-encoder")
     positions = config.max_position_embeddings - (config.position_offset + 1 if roberta else 0)
     max_tokens = _max_tokens(path, config_dict, positions, context_length)
     tokenizer = PairTokenizer(path, max_tokens, zero_types=roberta)
@@ -334,12 +311,9 @@ def _read_weights(path: Path, source: str, roberta: bool) -> dict[str, mx.array]
     becomes ``encoder.``, the pooler and classifier move under ``head.``;
     ``position_ids`` buffers (and a RoBERTa encoder's unused pooler) are
     dropped."""
-    files = sorted(path.glob("*.safetensors"))
-    if not files:
-        raise ModelLoadError(f"model source {source!r}: {path} has no .safetensors weights")
     prefix = "roberta." if roberta else "bert."
     weights: dict[str, mx.array] = {}
-    for file in files:
+    for file in weight_files(path, source):
         for name, array in mx.load(str(file)).items():
             if name.endswith("position_ids") or (roberta and name.startswith(prefix + "pooler.")):
                 continue  # buffers, and a RoBERTa pooler its head does not use

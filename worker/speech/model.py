@@ -6,8 +6,9 @@ Face repo, see :func:`worker.loading.loader.resolve_source`) with
 ``*.safetensors`` weights as Kokoro checkpoints store them, and voice packs
 in ``voices/<name>.safetensors`` (one ``voice`` tensor of shape
 ``(510, 1, 256)``: a style vector per phoneme count). The model is built by
-mlx-audio's own loader (``mlx_audio.tts.utils.load_model`` on the resolved
-local directory, the Hugging Face hub switched offline), so weights go
+mlx-audio's own loader (``mlx_audio.tts.utils.load_model`` given the
+resolved local directory as a ``Path``, which it reads without the Hugging
+Face hub; the process's environment is left alone), so weights go
 through its ``sanitize`` exactly as mlx-audio loads them; it needs the
 optional ``speech`` extra (``make`` installs it; elsewhere ``pip install -e '.[speech]'`` in the clone) and is refused
 at load, naming the extra, without it.
@@ -32,7 +33,6 @@ data, safe on the input thread.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -140,7 +140,6 @@ def load_speech_model(source: str) -> SpeechModel:
     voices = sorted(p.stem for p in (path / "voices").glob("*.safetensors")) if (path / "voices").is_dir() else []
     if not voices:
         raise ModelLoadError(f"{path} has no voice packs (voices/<name>.safetensors)")
-    os.environ["HF_HUB_OFFLINE"] = "1"  # the loader must never reach for the hub
     try:
         from mlx_audio.tts.utils import load_model
     except ImportError as exc:
