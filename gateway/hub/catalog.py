@@ -20,6 +20,7 @@ from typing import Literal
 import msgspec
 
 from gateway.hub.names import CATALOG_NAME, InvalidName, RepoRef, check_repo_id, check_revision, parse_repo_ref
+from shared.model_names import find_name
 
 SHIPPED_CATALOG = Path(__file__).with_name("catalog.toml")
 """The catalog that ships with mlxd."""
@@ -106,6 +107,10 @@ def load_catalog(user_file: str = "") -> dict[str, CatalogEntry]:
 
 def resolve(text: str, catalog: dict[str, CatalogEntry]) -> Target:
     """What ``text`` names: a catalog short name, or ``org/name[@revision]``.
+    A short name also answers to its ``:latest`` twin as model names do
+    (:func:`shared.model_names.find_name`: ``X:latest`` finds an entry
+    ``X``, ``X`` one named ``X:latest``); the target carries the catalog's
+    own spelling, under which the pulled model is served.
 
     Raises:
         InvalidName: neither (an unknown short name lists the known ones
@@ -114,6 +119,9 @@ def resolve(text: str, catalog: dict[str, CatalogEntry]) -> Target:
     text = text.strip()
     if "/" in text:
         return Target(parse_repo_ref(text))
+    found = find_name(text, catalog)
+    if found is not None:
+        text = found
     entry = catalog.get(text)
     if entry is None:
         family = text.split(":")[0]

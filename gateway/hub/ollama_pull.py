@@ -41,6 +41,7 @@ from gateway.hub.served import catalog_of, model_name, pulled_names, with_pulled
 from gateway.hub.store import StoreError, remove
 from shared.config import Config
 from shared.config_values import parse_size
+from shared.model_names import find_name
 
 NDJSON = "application/x-ndjson"
 
@@ -232,15 +233,17 @@ async def delete_route(request: Request) -> Response:
 
 def _delete_target(text: str, config: Config, catalog: dict) -> Target:
     """The hub target ``text`` names: a model served because it was pulled
-    (by its served name), else a catalog name or repo id.
+    (by its served name, or that name's ``:latest`` twin:
+    :func:`shared.model_names.find_name`), else a catalog name or repo id.
 
     Raises:
         InvalidName: none of those.
     """
-    for model in config.models:
-        if model.name == text and text in pulled_names():
-            target = resolve(model.source, catalog)
-            if model_name(target) != text:
-                target = Target(target.ref, text, catalog.get(text))
-            return target
+    models = {model.name: model for model in config.models}
+    served = find_name(text, models)
+    if served is not None and served in pulled_names():
+        target = resolve(models[served].source, catalog)
+        if model_name(target) != served:
+            target = Target(target.ref, served, catalog.get(served))
+        return target
     return resolve(text, catalog)

@@ -30,6 +30,7 @@ from gateway.workers.model_paths import SourceOutsideRoot, check_inside_root
 from gateway.workers.node_link import NodeLink
 from shared.config import Config, ModelConfig
 from shared.model_kind import ModelKind, serves, wrong_kind_message
+from shared.model_names import find_name
 from shared.protocol import (
     CacheCleared,
     EmbedRequest,
@@ -213,11 +214,11 @@ class WorkerPool:
         for a model the request's API key may not use
         (:data:`gateway.core.grants.current_grant`). As in Ollama, a name
         without a tag means its ``:latest``: ``X:latest`` finds a model named
-        ``X`` and ``X`` one named ``X:latest`` (:func:`latest_twin`); any
-        other tag must be configured as written."""
-        canonical = self._names.get(name)
-        if canonical is None:
-            canonical = self._names.get(latest_twin(name) or "")
+        ``X`` and ``X`` one named ``X:latest``
+        (:func:`shared.model_names.find_name`, the one place of that rule);
+        any other tag must be configured as written."""
+        found = find_name(name, self._names)
+        canonical = self._names[found] if found is not None else None
         if canonical is None or not self._granted(canonical):
             raise model_not_found(name)
         return canonical
@@ -441,15 +442,3 @@ def with_key_name(request: GenerateRequest) -> GenerateRequest:
     if request.key_name or grant is None:
         return request
     return msgspec.structs.replace(request, key_name=grant.name)
-
-
-def latest_twin(name: str) -> str | None:
-    """The other spelling of ``name`` under Ollama's rule that an untagged
-    name means ``:latest``: ``X:latest`` -> ``X``, ``X`` -> ``X:latest``;
-    None for a name with another tag."""
-    base, colon, tag = name.rpartition(":")
-    if not colon:
-        return f"{name}:latest"
-    if tag == "latest" and base and "/" not in tag:
-        return base
-    return None

@@ -75,21 +75,3 @@ def test_images_in_all_stay_under_the_frame_cap():
     with pytest.raises(APIError) as caught:
         asyncio.run(ready_images(request, "m", "vision", ImagesConfig()))
     assert caught.value.param == "b" and "in all" in caught.value.message
-
-
-def test_untagged_names_mean_latest_as_in_ollama(tmp_path):
-    """``X:latest`` finds ``X`` and ``X`` finds ``X:latest``; another tag does
-    not (Ollama's naming rule, issue 34)."""
-    from gateway.core.errors import APIError
-
-    pool = WorkerPool(
-        Config(models=[ModelConfig(name="tiny", source="org/tiny"), ModelConfig(name="qwen3:latest", source="org/q")])
-    )
-    pool._socket_dir = str(tmp_path)
-    pool._apply_models(pool.config.models, read_models_files(pool.config.models))
-    assert pool.resolve("tiny") == pool.resolve("tiny:latest") == "tiny"
-    assert pool.resolve("qwen3") == pool.resolve("qwen3:latest") == "qwen3:latest"
-    for name in ("tiny:4b", "qwen3:4b", "tiny:"):
-        with pytest.raises(APIError) as refused:
-            pool.resolve(name)
-        assert refused.value.status == 404 and name in refused.value.message
