@@ -78,6 +78,7 @@ from gateway.ollama.translate import (
     show_model_name,
 )
 from shared.model_kind import capabilities, wrong_kind_message
+from shared.model_names import listed_name
 from shared.protocol import RequestOutput
 
 OLLAMA_VERSION = "0.12.0"
@@ -305,10 +306,15 @@ def details(config: dict[str, Any], source: str) -> dict[str, Any]:
 def model_entry(
     name: str, source: str, created: float, size: int, config: dict[str, Any], **extra: Any
 ) -> dict[str, Any]:
-    """One model of ``/api/tags`` (and, with ``extra``, of ``/api/ps``)."""
+    """One model of ``/api/tags`` (and, with ``extra``, of ``/api/ps``),
+    named (``name`` and ``model`` alike) as Ollama lists it, with its tag
+    (:func:`shared.model_names.listed_name`: ``tiny`` as ``tiny:latest``),
+    a name every route resolves back to the model; the digest is of the
+    configured ``name``."""
+    shown = listed_name(name)
     return {
-        "name": name,
-        "model": name,
+        "name": shown,
+        "model": shown,
         "modified_at": timestamp(created),
         "size": size,
         "digest": digest(name, source),
@@ -355,23 +361,27 @@ def _entry(info: ModelInfo, files: ModelFiles, **extra: Any) -> dict[str, Any]:
 
 async def list_tags(request: Request) -> Response:
     """``GET /api/tags``: every configured model (aliases too, as their own
-    entries) with its size on disk and details, and (mlxd extensions) its
-    ``kind`` and ``capabilities`` as ``/api/show`` names them."""
+    entries, as Ollama lists a copied name), each name once and with its
+    tag (:func:`model_entry`), with its size on disk and details, and (mlxd
+    extensions) its ``kind`` and ``capabilities`` as ``/api/show`` names
+    them."""
     backend = backend_of(request)
     infos = backend.models()
     files = await _files_of(backend, infos)
-    entries = []
+    entries: dict[str, dict[str, Any]] = {}
     for info in infos:
         entry = _entry(
             info, files[info.name], kind=info.kind, capabilities=capabilities(info.kind, files[info.name].chat_template)
         )
-        entries.append(entry)
-        entries += [{**entry, "name": alias, "model": alias} for alias in info.aliases]
-    return JSONResponse({"models": entries})
+        for name in (info.name, *info.aliases):
+            shown = listed_name(name)
+            entries.setdefault(shown, {**entry, "name": shown, "model": shown})
+    return JSONResponse({"models": list(entries.values())})
 
 
 async def list_running(request: Request) -> Response:
-    """``GET /api/ps``: the models whose workers are loaded, with memory in
+    """``GET /api/ps``: the models whose workers are loaded, each once under
+    its configured name with its tag (:func:`model_entry`), with memory in
     use (``size`` and ``size_vram``: unified memory), idle expiry and
     context length; a model being pulled by ``server.auto_pull`` is listed
     with size 0 and ``download`` (an mlxd extension: phase, bytes, rate,

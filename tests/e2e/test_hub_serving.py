@@ -158,7 +158,7 @@ def test_auto_pull_reports_downloading_then_serves(world, hub, tiny_model_dir):
             assert status["state"] == "downloading"
             assert status["download"]["phase"] == "downloading" and status["download"]["total"] > 16_000_000
             ps = httpx.get(f"{server.url}/api/ps", headers=server.headers, timeout=10).json()["models"]
-            assert [(m["name"], m["download"]["phase"]) for m in ps] == [("auto", "downloading")]
+            assert [(m["name"], m["download"]["phase"]) for m in ps] == [("auto:latest", "downloading")]
             waited = httpx.post(
                 f"{server.url}/v1/chat/completions",
                 headers=server.headers,

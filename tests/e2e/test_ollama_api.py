@@ -25,6 +25,7 @@ from tests.conftest import API_KEY, TINY, start_server
 ollama = pytest.importorskip("ollama")
 
 LAZY = "lazy"
+TAGGED = "tiny:q4"  # an alias with an explicit tag: resolves exactly, listed as is
 THINKER = "thinker"
 HERMES = "hermes"
 FIM = "coder"
@@ -93,7 +94,7 @@ def server(tiny_model_dir, fim_model_dir, tmp_path_factory):
         root,
         [
             {"name": THINKER, "source": str(thinker), "preload": False, "ttl": 30},
-            {"name": TINY, "source": str(tiny_model_dir), "max_batch_size": 8, "aliases": ["tiny-alias"]},
+            {"name": TINY, "source": str(tiny_model_dir), "max_batch_size": 8, "aliases": ["tiny-alias", TAGGED]},
             {"name": LAZY, "source": str(tiny_model_dir), "preload": False},
             {"name": HERMES, "source": str(hermes), "preload": False, "ttl": 30},
             {"name": FIM, "source": str(fim_model_dir), "preload": False, "ttl": 30},
@@ -266,18 +267,32 @@ def test_reasoning_arrives_as_thinking(client):
 # --- listings -----------------------------------------------------------------------------
 
 
+def latest(name: str) -> str:
+    """``name`` as Ollama lists an untagged name."""
+    return f"{name}:latest"
+
+
 def test_list_show_ps(client, server):
-    names = {m.model for m in client.list().models}
-    assert {TINY, "tiny-alias", LAZY, HERMES, EMB, THINKER} <= names
-    entry = next(m for m in client.list().models if m.model == TINY)
+    """The listings name models as Ollama does, with their tag (``name`` and
+    ``model`` alike, each name once); ``/v1/models`` keeps the configured
+    names."""
+    listed = [m.model for m in client.list().models]
+    assert {latest(n) for n in (TINY, "tiny-alias", LAZY, HERMES, EMB, THINKER)} | {TAGGED} <= set(listed)
+    assert len(listed) == len(set(listed)) and TINY not in listed
+    for route in ("tags", "ps"):  # the client reads only `model`; Ollama sends `name` alike
+        raw = httpx.get(f"{server.url}/api/{route}", headers=server.headers, timeout=30).json()["models"]
+        assert raw and all(m["name"] == m["model"] and ":" in m["name"] for m in raw)
+    entry = next(m for m in client.list().models if m.model == latest(TINY))
     assert entry.size > 0 and len(entry.digest) == 64 and entry.details.family == "llama"
     shown = client.show(TINY)
     assert "completion" in shown.capabilities and shown.details.family == "llama"
     assert shown.modelinfo["llama.context_length"] > 0
     running = {m.model: m for m in client.ps().models}
-    assert TINY in running
-    assert running[TINY].size > 0 and running[TINY].context_length > 0
-    assert running[TINY].expires_at.year >= 2300  # no ttl: never unloaded for idleness
+    assert latest(TINY) in running and TINY not in running
+    assert running[latest(TINY)].size > 0 and running[latest(TINY)].context_length > 0
+    assert running[latest(TINY)].expires_at.year >= 2300  # no ttl: never unloaded for idleness
+    v1 = {m["id"] for m in httpx.get(f"{server.url}/v1/models", headers=server.headers, timeout=10).json()["data"]}
+    assert TINY in v1 and latest(TINY) not in v1
     version = httpx.get(f"{server.url}/api/version", timeout=10)  # public, as Ollama's
     assert version.status_code == 200 and version.json()["version"]
     root = httpx.get(f"{server.url}/", timeout=10)
@@ -301,15 +316,15 @@ def wait_state(server, model: str, state: str, timeout: float = 30) -> None:
 def test_keep_alive_drives_the_idle_timer(client, server):
     loaded = client.generate(model=LAZY, keep_alive="5m")
     assert loaded.done_reason == "load" and server.worker(LAZY)["state"] == "ready"
-    expires = next(m for m in client.ps().models if m.model == LAZY).expires_at
+    expires = next(m for m in client.ps().models if m.model == latest(LAZY)).expires_at
     left = (expires - datetime.now(UTC)).total_seconds()
     assert 240 < left <= 301
     client.generate(model=LAZY, prompt="Hi", options={"num_predict": 2}, keep_alive=-1)
-    assert next(m for m in client.ps().models if m.model == LAZY).expires_at.year >= 2300
+    assert next(m for m in client.ps().models if m.model == latest(LAZY)).expires_at.year >= 2300
     r = client.chat(model=LAZY, messages=ASK, options={"num_predict": 2}, keep_alive=0)
     assert r.done
     wait_state(server, LAZY, "unloaded")
-    assert LAZY not in {m.model for m in client.ps().models}
+    assert latest(LAZY) not in {m.model for m in client.ps().models}
     client.generate(model=LAZY, prompt="Hi", options={"num_predict": 2}, keep_alive="1h")
     assert server.worker(LAZY)["state"] == "ready"
     unloaded = client.generate(model=LAZY, keep_alive=0)
@@ -397,26 +412,56 @@ def test_client_raises_response_errors(client, server):
 
 
 def test_a_name_with_latest_is_the_untagged_model_on_every_protocol(client, server):
-    """As in Ollama, ``tiny:latest`` is ``tiny``: chat, generate, show through
-    the official client, and the OpenAI and Anthropic routes over HTTP;
-    another tag stays a 404 naming the model."""
-    latest = f"{TINY}:latest"
-    assert client.chat(model=latest, messages=ASK, options={"num_predict": 2}).done
-    assert client.generate(model=latest, prompt="x", options={"num_predict": 2}).done
-    assert client.show(latest).capabilities
-    openai_answer = httpx.post(
-        f"{server.url}/v1/chat/completions",
-        json={"model": latest, "messages": ASK, "max_tokens": 2},
-        headers=server.headers,
-        timeout=60,
+    """As in Ollama, ``tiny:latest`` is ``tiny``: chat, generate, embed, show
+    and ps through the official client and plain HTTP, and the OpenAI and
+    Anthropic routes; a configured tag resolves exactly; another tag stays
+    a 404 naming the model on every protocol."""
+    name = latest(TINY)
+    assert client.chat(model=name, messages=ASK, options={"num_predict": 2}).model == name
+    assert client.generate(model=name, prompt="x", options={"num_predict": 2}).done
+    assert client.show(name).capabilities == client.show(TINY).capabilities
+    assert client.chat(model=TAGGED, messages=ASK, options={"num_predict": 1}).done
+    assert len(client.embed(model=latest(EMB), input=["a cat"]).embeddings[0]) == 384
+    assert latest(EMB) in {m.model for m in client.ps().models}
+    plain = httpx.post(
+        f"{server.url}/api/embed", json={"model": latest(EMB), "input": "a cat"}, headers=server.headers, timeout=60
     )
-    assert openai_answer.status_code == 200, openai_answer.text
-    anthropic_answer = httpx.post(
-        f"{server.url}/v1/messages",
-        json={"model": latest, "messages": ASK, "max_tokens": 2},
-        headers=server.headers,
-        timeout=60,
+    assert plain.status_code == 200 and plain.json()["model"] == latest(EMB)
+    openai_calls = (
+        ("/v1/chat/completions", {"model": name, "messages": ASK, "max_tokens": 2}),
+        ("/v1/completions", {"model": name, "prompt": "x", "max_tokens": 2}),
+        ("/v1/embeddings", {"model": latest(EMB), "input": "a cat"}),
+        ("/v1/messages", {"model": name, "messages": ASK, "max_tokens": 2}),
+        ("/v1/messages", {"model": TAGGED, "messages": ASK, "max_tokens": 2}),
     )
-    assert anthropic_answer.status_code == 200, anthropic_answer.text
-    other = httpx.post(f"{server.url}/api/show", json={"model": f"{TINY}:4b"}, headers=server.headers, timeout=30)
-    assert other.status_code == 404 and f"{TINY}:4b" in other.json()["error"]
+    for path, body in openai_calls:
+        answer = httpx.post(f"{server.url}{path}", json=body, headers=server.headers, timeout=60)
+        assert answer.status_code == 200, (path, answer.text)
+    for path, body in (
+        ("/api/show", {"model": f"{TINY}:4b"}),
+        ("/api/chat", {"model": f"{TINY}:4b", "messages": ASK}),
+        ("/api/embed", {"model": f"{EMB}:4b", "input": "a"}),
+        ("/api/chat", {"model": f"{TAGGED}:latest", "messages": ASK}),
+        ("/v1/chat/completions", {"model": f"{TINY}:4b", "messages": ASK}),
+        ("/v1/messages", {"model": f"{TINY}:4b", "messages": ASK, "max_tokens": 2}),
+    ):
+        other = httpx.post(f"{server.url}{path}", json=body, headers=server.headers, timeout=30)
+        assert other.status_code == 404 and body["model"] in other.text, (path, other.text)
+
+
+def test_listed_names_round_trip_through_the_python_client(client):
+    """Every name ``list`` gives is one ``show`` knows; the preloaded
+    model's names chat under it (the lazy ones would each start a worker),
+    and every generator ``ps`` lists generates under its listed name."""
+    listed = [m.model for m in client.list().models]
+    for name in listed:
+        assert client.show(name).capabilities, name
+    for name in (latest(TINY), latest("tiny-alias"), TAGGED):
+        assert name in listed
+        answer = client.chat(model=name, messages=ASK, options={"num_predict": 1})
+        assert answer.done and answer.model == name
+    running = [m.model for m in client.ps().models]
+    assert latest(TINY) in running
+    for name in running:
+        if "completion" in client.show(name).capabilities:
+            assert client.generate(model=name, prompt="Hi", options={"num_predict": 1}).done, name

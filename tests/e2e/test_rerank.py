@@ -207,7 +207,8 @@ def test_model_lists_carry_kind_and_capabilities(server):
     assert (cards[EMB]["kind"], cards[EMB]["capabilities"]) == ("embedding", ["embedding"])
     assert cards[CHAT]["kind"] == "generate" and cards[CHAT]["capabilities"][0] == "completion"
     tags = {m["name"]: m for m in httpx.get(f"{server.url}/api/tags", timeout=30).json()["models"]}
-    assert tags[XLMR]["kind"] == "rerank" and tags["ce"]["capabilities"] == ["rerank"]
-    assert tags[EMB]["capabilities"] == ["embedding"] and "completion" in tags[CHAT]["capabilities"]
+    assert tags[f"{XLMR}:latest"]["kind"] == "rerank" and tags["ce:latest"]["capabilities"] == ["rerank"]
+    assert tags[f"{EMB}:latest"]["capabilities"] == ["embedding"]
+    assert "completion" in tags[f"{CHAT}:latest"]["capabilities"]
     show = httpx.post(f"{server.url}/api/show", json={"model": BERT}, timeout=30).json()
     assert show["capabilities"] == ["rerank"] and show["kind"] == "rerank"
