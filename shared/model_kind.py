@@ -147,17 +147,18 @@ KIND_CAPABILITIES: dict[str, tuple[str, ...]] = {
 template may add ``tools`` and ``thinking``)."""
 
 
-def capabilities(kind: str | None, chat_template: str = "") -> list[str]:
+def capabilities(kind: str | None, chat_template: str = "", thinking: bool = False) -> list[str]:
     """What a model of ``kind`` can do, in Ollama's capability names: the
-    kind's own (:data:`KIND_CAPABILITIES`), and for a generator whose
-    ``chat_template`` mentions them, ``tools`` and ``thinking`` (before
-    ``vision``). Empty when the kind is not known."""
+    kind's own (:data:`KIND_CAPABILITIES`), and for a generator ``tools``
+    when its ``chat_template`` mentions them and ``thinking`` when
+    ``thinking`` says it has reasoning markup (the gateway's rule:
+    :meth:`gateway.workers.pool.WorkerPool.thinks`), both before
+    ``vision``. Empty when the kind is not known."""
     if kind not in KIND_CAPABILITIES:
         return []
     found = list(KIND_CAPABILITIES[kind])
     if kind in ("generate", "vision"):
-        extra = [name for name, marker in (("tools", "tools"), ("thinking", "think")) if marker in chat_template]
-        found[1:1] = extra
+        found[1:1] = [name for name, has in (("tools", "tools" in chat_template), ("thinking", thinking)) if has]
     return found
 
 

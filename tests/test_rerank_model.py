@@ -78,7 +78,13 @@ def test_kind_helpers_name_both_kinds():
     assert "generation model" in message and "kind 'rerank'" in message
     assert serves("vision", "generate") and serves("rerank", "rerank") and not serves("rerank", "embedding")
     assert capabilities("rerank") == ["rerank"] and capabilities(None) == []
-    assert capabilities("vision", "{% if tools %}{{ think }}") == ["completion", "tools", "thinking", "vision"]
+    assert capabilities("vision", "{% if tools %}{{ think }}", thinking=True) == [
+        "completion",
+        "tools",
+        "thinking",
+        "vision",
+    ]
+    assert capabilities("generate", "{{ enable_thinking }}") == ["completion"]  # only the markup rule says thinking
 
 
 # --- scores against the reference ----------------------------------------------------------------

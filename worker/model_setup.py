@@ -84,6 +84,7 @@ class GenerationSetup:
             memory_limit_bytes=mlx_memory.memory_limit(),
             vision=self.vision,
             speculation=self.scheduler.speculation.method if self.scheduler.speculation is not None else "",
+            reasoning=self.prompts.formats.reasoning_format or "",
         )
 
 

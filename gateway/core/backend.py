@@ -34,7 +34,10 @@ class ModelInfo:
     ``context_length`` is the model's context in tokens (None until its
     worker has loaded it once); ``source`` its configured ``source``;
     ``kind`` ``generate``, ``vision`` (takes images), ``embedding``,
-    ``rerank`` or ``transcription`` (None: not known yet).
+    ``rerank`` or ``transcription`` (None: not known yet); ``thinking``
+    whether it has reasoning markup, i.e. can think (None: only its worker
+    can tell, once it has loaded the model; the rule is
+    :meth:`gateway.workers.pool.WorkerPool.thinks`).
     """
 
     name: str
@@ -45,6 +48,7 @@ class ModelInfo:
     context_length: int | None = None
     source: str = ""
     kind: str | None = None
+    thinking: bool | None = None
 
 
 @dataclass(frozen=True)

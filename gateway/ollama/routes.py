@@ -18,7 +18,10 @@ Without ``stream`` the same builder is drained and its final object is the
 answer. A chat
 without messages or a generate with an empty prompt only loads the model
 (``done_reason`` ``load``) or, with ``keep_alive`` 0, unloads it
-(``unload``).
+(``unload``). ``think`` true or a level for a model without reasoning
+markup is refused as Ollama refuses it (400 ``"<model>" does not support
+thinking``; only on these two routes: the OpenAI and Anthropic routes keep
+their own rules).
 
 Also: ``GET /api/tags``, ``POST /api/show``, ``GET /api/ps``,
 ``GET /api/version``, ``POST /api/embed``, ``POST /api/embeddings``,
@@ -36,6 +39,7 @@ every call (:meth:`gateway.core.backend.ModelBackend.model_files`).
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +80,7 @@ from gateway.ollama.translate import (
     is_load_only,
     keep_alive_seconds,
     show_model_name,
+    thinking,
 )
 from shared.model_kind import capabilities, wrong_kind_message
 from shared.model_names import listed_name
@@ -167,12 +172,13 @@ async def _submit(request: Request, kind: Kind, timing: Timing) -> _Job | Respon
     keep = keep_alive_seconds(body.keep_alive)
     if isinstance(body, OllamaGenerateRequest):
         check_generate(body)
+    if is_load_only(body) and keep == 0:
+        await backend.unload(model)
+        return JSONResponse(load_reply(kind, body.model, timing, unloaded=True))
+    await _check_think(backend, model, body.model, thinking(body.think), keep)
     if is_load_only(body):
-        if keep == 0:
-            await backend.unload(model)
-        else:
-            await backend.load(model, keep)
-        return JSONResponse(load_reply(kind, body.model, timing, unloaded=keep == 0))
+        await backend.load(model, keep)
+        return JSONResponse(load_reply(kind, body.model, timing, unloaded=False))
     request_id = new_id("ollama-")
     if isinstance(body, OllamaChatRequest):
         work, prompt_param = chat_request(body, request_id), "messages"
@@ -195,6 +201,27 @@ async def _submit(request: Request, kind: Kind, timing: Timing) -> _Job | Respon
         kind, body.model, timing, logprobs, error_of=lambda output: worker_error(output, prompt_param)
     )
     return _Job(stream, builder, request_id, body.stream is not False, prompt_param)
+
+
+async def _check_think(backend: ModelBackend, model: str, name: str, think: bool | None, keep: float | None) -> None:
+    """Refuse ``think`` on (as Ollama does) for canonical ``model``, asked
+    for as ``name``, when it has no reasoning markup; ``think`` false or
+    unset always passes. The rule is :attr:`ModelInfo.thinking`; while it
+    is unknown (only the worker can tell), the model is loaded first, with
+    the request's ``keep`` (awaited: the event loop keeps running), then
+    asked again.
+
+    Raises:
+        APIError: 400 ``"<name>" does not support thinking`` (Ollama's
+        words), or the load's own errors (503).
+    """
+    if not think:
+        return
+    if _info(backend, model).thinking is None:
+        await backend.load(model, keep)
+    if not _info(backend, model).thinking:
+        quoted = json.dumps(name, ensure_ascii=False)
+        raise APIError(400, f"{quoted} does not support thinking", code="thinking_not_supported", param="think")
 
 
 def _check_num_ctx(backend: ModelBackend, model: str, num_ctx: int | None) -> None:
@@ -370,9 +397,8 @@ async def list_tags(request: Request) -> Response:
     files = await _files_of(backend, infos)
     entries: dict[str, dict[str, Any]] = {}
     for info in infos:
-        entry = _entry(
-            info, files[info.name], kind=info.kind, capabilities=capabilities(info.kind, files[info.name].chat_template)
-        )
+        found = capabilities(info.kind, files[info.name].chat_template, bool(info.thinking))
+        entry = _entry(info, files[info.name], kind=info.kind, capabilities=found)
         for name in (info.name, *info.aliases):
             shown = listed_name(name)
             entries.setdefault(shown, {**entry, "name": shown, "model": shown})
@@ -408,8 +434,9 @@ async def list_running(request: Request) -> Response:
 async def show(request: Request) -> Response:
     """``POST /api/show``: a configured model's details, chat template,
     sampling defaults (as ``parameters``), ``model_info``, capabilities
-    (:func:`shared.model_kind.capabilities`) and (an mlxd extension) its
-    ``kind``."""
+    (:func:`shared.model_kind.capabilities`; ``thinking`` only when
+    :attr:`ModelInfo.thinking` says it has reasoning markup: not while only
+    its worker can tell) and (an mlxd extension) its ``kind``."""
     try:
         body: OllamaShowRequest = decode(OllamaShowRequest, await request.body())
         backend = backend_of(request)
@@ -431,7 +458,7 @@ async def show(request: Request) -> Response:
             "template": template,
             "details": entry["details"],
             "model_info": model_info,
-            "capabilities": capabilities(info.kind or "generate", template),
+            "capabilities": capabilities(info.kind or "generate", template, bool(info.thinking)),
             "kind": info.kind,
             "modified_at": entry["modified_at"],
         }

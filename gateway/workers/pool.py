@@ -40,6 +40,7 @@ from shared.protocol import (
     TranscribeRequest,
     WorkerStats,
 )
+from shared.reasoning_markup import reasoning_format_in
 from shared.sockets import make_socket_dir, read_key_pair, remove_socket_dir
 
 log = logging.getLogger("mlxd.gateway.pool")
@@ -168,6 +169,7 @@ class WorkerPool:
         handle.model = model
         handle.files = files
         handle.status.peak_memory_bytes = None  # measured under the old configuration
+        handle.status.reasoning = None  # the new configuration may parse other markup
         handle.server = self.config.server
         if was_running or model.preload:
             await self._acquire(handle)
@@ -257,6 +259,7 @@ class WorkerPool:
                     context_length=status.context_length,
                     source=m.source,
                     kind=self.kind(m.name),
+                    thinking=self.thinks(m.name),
                 )
             )
         return infos
@@ -271,6 +274,25 @@ class WorkerPool:
         if kind is None and self.handles[model].status.vision:
             return "vision"
         return kind
+
+    def thinks(self, model: str) -> bool | None:
+        """Whether canonical ``model`` has reasoning markup (can think), the
+        one rule every listing and refusal asks: what its worker reported
+        when it last loaded this configuration; before that, no for a model
+        of a kind that does not generate, the configured
+        ``reasoning_parser`` when it is not ``auto`` (``none``: no; a
+        format: yes), yes when the chat template the gateway read shows
+        reasoning markers (:func:`shared.reasoning_markup.reasoning_format_in`,
+        the worker's first test); else None: only the worker can tell (it
+        also looks at the vocabulary). Reads no file."""
+        handle = self.handles[model]
+        if handle.status.reasoning is not None:
+            return bool(handle.status.reasoning)
+        if self.kind(model) not in (None, "generate", "vision"):
+            return False
+        if handle.model.reasoning_parser != "auto":
+            return handle.model.reasoning_parser != "none"
+        return True if reasoning_format_in(handle.files.chat_template) else None
 
     async def submit(
         self,

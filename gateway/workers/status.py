@@ -37,7 +37,9 @@ class WorkerStatus:
     ``pid`` is then a pid on that machine. ``vision``: the loaded model
     takes images (None until a worker has loaded it). ``speculation``:
     the drafting the loaded worker runs (``""``: none; None until a worker
-    has loaded). ``download``: the
+    has loaded). ``reasoning``: the reasoning format the loaded worker
+    parses (``""``: none, the model cannot think; None until a worker of
+    this configuration has loaded). ``download``: the
     progress of the pull that ``server.auto_pull`` runs before the worker
     starts (see :func:`gateway.hub.auto_pull.download_report`; None when
     none runs)."""
@@ -60,11 +62,13 @@ class WorkerStatus:
     node: str | None = None
     vision: bool | None = None
     speculation: str | None = None
+    reasoning: str | None = None
     download: dict | None = None
 
     def loaded(self, message: Loaded) -> None:
         """Take what the worker's ``Loaded`` message reports: its context
-        length, load time, backends, sampling defaults, working set and
+        length, load time, backends, sampling defaults, reasoning format,
+        working set and
         memory limit, and its MLX memory counts (which seed
         :attr:`stats` until the first heartbeat and the remembered peak)."""
         self.context_length = message.context_length
@@ -76,6 +80,7 @@ class WorkerStatus:
         self.memory_limit_bytes = message.memory_limit_bytes
         self.vision = message.vision
         self.speculation = message.speculation
+        self.reasoning = message.reasoning
         self.stats = msgspec.structs.replace(
             self.stats,
             active_memory_bytes=message.active_memory_bytes,

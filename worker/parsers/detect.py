@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from shared.reasoning_markup import REASONING_MARKERS, reasoning_format_in
 from worker.parsers.registry import DETECTION_ORDER
 
 
@@ -28,17 +29,15 @@ def _tool_format_in(text: str) -> str | None:
 
 
 def _reasoning_format_in(text: str) -> str | None:
-    """The reasoning format whose markers occur in ``text`` (None if none)."""
-    if "<think>" in text or "</think>" in text:
-        return "think"
-    if "[THINK]" in text:
-        return "think_mistral"
-    if "<|channel|>" in text:
-        return "harmony"
-    return None
+    """The reasoning format whose markers occur in ``text`` (None if none):
+    :func:`shared.reasoning_markup.reasoning_format_in`, the rule the
+    gateway applies to the chat template too."""
+    return reasoning_format_in(text)
 
 
-_REASONING_VOCAB_MARKERS = ("<think>", "</think>", "[THINK]", "<|channel|>")
+_REASONING_VOCAB_MARKERS = tuple(marker for marker, _ in REASONING_MARKERS)
+
+_VOCAB_MARKERS = ("<think>", "</think>", "[THINK]", "<|channel|>")
 
 _VOCAB_MARKERS = frozenset(_REASONING_VOCAB_MARKERS).union(*(f.vocab_markers for f in DETECTION_ORDER))
 
