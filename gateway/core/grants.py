@@ -22,6 +22,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Callable
 
+from shared.model_names import find_name
+
 
 @dataclass(frozen=True)
 class KeyGrant:
@@ -35,8 +37,11 @@ class KeyGrant:
 
     def allows(self, *names: str) -> bool:
         """Whether the key may use a model known by any of ``names`` (its
-        canonical name and aliases)."""
-        return not self.models or any(name in self.models for name in names)
+        canonical name and aliases), under the naming rule of every route
+        (:func:`shared.model_names.find_name`: a key naming ``tiny:latest``
+        may use a model named ``tiny``, and one naming ``tiny`` a model
+        named ``tiny:latest``)."""
+        return not self.models or any(find_name(name, self.models) is not None for name in names)
 
 
 KEY_ENTRY_SCOPE = "mlxd.api_key"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.core.errors import APIError
+from gateway.core.grants import KeyGrant, current_grant
 from gateway.hub.catalog import CatalogEntry, resolve
 from gateway.hub.names import InvalidName
 from gateway.workers.model_files import read_models_files
@@ -69,3 +70,23 @@ def test_catalog_names_follow_the_same_rule():
     for text in ("qwen3", "qwen3:latest", "plain:4b"):
         with pytest.raises(InvalidName, match="not in the model catalog"):
             resolve(text, catalog)
+
+
+def test_a_keys_model_list_follows_the_same_rule(tmp_path):
+    """A key limited to ``tiny:latest`` may use ``tiny`` by either name;
+    one limited to ``qwen3`` may use ``qwen3:latest``; no other model
+    exists for them."""
+    pool = _pool(tmp_path, "tiny", "qwen3:latest", "other")
+    for allowed, names, refused in (
+        ("tiny:latest", ("tiny", "tiny:latest"), "qwen3"),
+        ("qwen3", ("qwen3", "qwen3:latest"), "tiny"),
+    ):
+        token = current_grant.set(KeyGrant(name="k", models=frozenset({allowed})))
+        try:
+            assert {pool.resolve(n) for n in names} == {pool.resolve(names[0])}
+            with pytest.raises(APIError) as caught:
+                pool.resolve(refused)
+            assert caught.value.status == 404
+            assert [info.name for info in pool.models()] == [pool.resolve(names[0])]
+        finally:
+            current_grant.reset(token)
