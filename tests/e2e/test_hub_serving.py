@@ -12,7 +12,9 @@ official ``ollama`` client:
 - ``server.allow_model_management``: ``client.pull(..., stream=True)``
   streams Ollama's progress objects, the model appears in ``/api/tags``
   and answers, ``client.delete`` removes it, the config's own models
-  cannot be deleted, and keys are required when set.
+  cannot be deleted, and keys are required when set; an untagged catalog
+  name is pulled, listed, used and deleted as ``NAME:latest`` (issue 34),
+  another tag of it is refused.
 """
 
 from __future__ import annotations
@@ -199,6 +201,7 @@ def test_a_missing_model_without_auto_pull_says_how_to_get_it(world, hub, tiny_m
 
 def test_ollama_pull_streams_progress_then_serves_and_delete_removes(world, hub, tiny_model_dir):
     world.serve_tiny("test-org/tiny-ollama", tiny_model_dir, "tiny:ollama")
+    world.serve_tiny("test-org/tiny-plain", tiny_model_dir, "tinyplain")  # an untagged catalog name
     world.write_config()
     server = start_server(
         world.root,
@@ -243,6 +246,15 @@ def test_ollama_pull_streams_progress_then_serves_and_delete_removes(world, hub,
         with pytest.raises(ollama.ResponseError) as gone:
             client.chat(model="tiny:ollama", messages=[{"role": "user", "content": "Hi"}])
         assert gone.value.status_code == 404
+        plain = "tinyplain:latest"  # as Ollama spells it: the untagged catalog name's :latest
+        assert client.pull(plain).status == "success"
+        assert plain in {m.model for m in client.list().models}  # served as tinyplain, listed with its tag
+        assert client.chat(model=plain, messages=[{"role": "user", "content": "Hi"}], options={"num_predict": 1}).done
+        assert client.delete(plain).status == "success"
+        assert plain not in {m.model for m in client.list().models}
+        with pytest.raises(ollama.ResponseError) as other_tag:
+            client.pull("tinyplain:4b")
+        assert other_tag.value.status_code == 400 and "tinyplain:4b" in other_tag.value.error
         with pytest.raises(ollama.ResponseError) as failed:
             list(client.pull("test-org/no-such-repo", stream=True))
         assert "no repo test-org/no-such-repo" in str(failed.value)
