@@ -34,6 +34,7 @@ from shared.config import (
     api_key_entries,
 )
 from shared.config_values import host_pattern, is_loopback, parse_duration, parse_network, parse_size
+from shared.model_names import find_name
 
 _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
 _DTYPES = {"auto", "float32", "float16", "bfloat16", "quantized"}
@@ -50,7 +51,8 @@ def validate(config: Config, origin: str = "config") -> Config:
     """Check cross-field rules msgspec cannot express; return ``config``.
 
     Raises:
-        ConfigError: no models, duplicate names or aliases, a bad dtype or
+        ConfigError: no models, duplicate names or aliases (also ``X`` and
+            ``X:latest``, one name under :mod:`shared.model_names`), a bad dtype or
             log level, a non-loopback bind without API keys (unless
             ``allow_insecure_bind``), or a malformed ``[images]`` section.
     """
@@ -63,6 +65,11 @@ def validate(config: Config, origin: str = "config") -> Config:
                 raise ConfigError(f"{origin}: invalid model name {name!r} (letters, digits, . _ : / - only)")
             if name in seen:
                 raise ConfigError(f"{origin}: model name {name!r} is used twice")
+            twin = find_name(name, seen)
+            if twin is not None:
+                raise ConfigError(
+                    f"{origin}: model names {twin!r} and {name!r} are one name (an untagged name means its :latest)"
+                )
             seen.add(name)
         if model.tool_parser not in TOOL_PARSERS:
             raise ConfigError(f"{origin}: model {model.name!r}: tool_parser must be one of {list(TOOL_PARSERS)}")
@@ -139,7 +146,8 @@ def validate(config: Config, origin: str = "config") -> Config:
 
 def _resolve_draft_models(config: Config, origin: str) -> None:
     """Rewrite ``speculative = "draft:<name>"`` naming another ``[[models]]``
-    entry (or alias) as ``draft:<that entry's source>``: the draft runs in
+    entry (or alias, under the naming rule of every route:
+    :func:`shared.model_names.find_name`) as ``draft:<that entry's source>``: the draft runs in
     the target's worker, which receives only its own model config. Any
     other ``draft:`` value is a source and is left as it is, so a second
     pass changes nothing.
@@ -152,7 +160,8 @@ def _resolve_draft_models(config: Config, origin: str) -> None:
     for i, model in enumerate(config.models):
         if not model.speculative.startswith(DRAFT_PREFIX):
             continue
-        draft = by_name.get(model.speculative[len(DRAFT_PREFIX) :].strip())
+        found = find_name(model.speculative[len(DRAFT_PREFIX) :].strip(), by_name)
+        draft = by_name[found] if found is not None else None
         if draft is None:
             continue
         if draft is model:
@@ -170,7 +179,8 @@ _KEY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 def _validate_api_keys(config: Config, origin: str) -> None:
     """Check ``server.api_keys``: no empty key, no key twice, names that are
     unique labels (letters, digits, ``. _ -``), ``models`` naming configured
-    models or aliases.
+    models or aliases (``tiny:latest`` names ``tiny``:
+    :func:`shared.model_names.find_name`).
 
     Raises:
         ConfigError: naming the entry (by its name, never its key).
@@ -190,7 +200,7 @@ def _validate_api_keys(config: Config, origin: str) -> None:
             raise ConfigError(f"{where}: the same key is listed twice")
         names.add(entry.name)
         keys.add(entry.key)
-        unknown = [m for m in entry.models if m not in models]
+        unknown = [m for m in entry.models if find_name(m, models) is None]
         if unknown:
             raise ConfigError(f"{where}: models names unknown model {unknown[0]!r}")
 

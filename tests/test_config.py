@@ -26,6 +26,8 @@ def test_default_config_loads():
         ('[server]\nport = 70000\n[[models]]\nname = "a"\n', "<= 65535"),
         ("[server]\n", "at least one [[models]]"),
         ('[[models]]\nname = "a"\n[[models]]\nname = "a"\n', "used twice"),
+        ('[[models]]\nname = "a"\naliases = ["b"]\n[[models]]\nname = "b:latest"\n', "are one name"),
+        ('[[models]]\nname = "a:latest"\n[[models]]\nname = "c"\naliases = ["a"]\n', "are one name"),
         ('[[models]]\nname = "a"\nmax_batch_size = 0\n', ">= 1"),
         ('[[models]]\nname = "a"\nspeculative_max_batch = 0\n', "speculative_max_batch"),
         ('[[models]]\nname = "a"\nspeculative = "draft: "\n', "or draft:<model name or source>"),
@@ -282,7 +284,7 @@ def test_a_draft_named_by_model_name_becomes_that_models_source(tmp_path):
     from shared.config_loader import validate
 
     text = (
-        '[[models]]\nname = "big"\nspeculative = "draft:small-alias"\n'
+        '[[models]]\nname = "big"\nspeculative = "draft:small-alias:latest"\n'
         '[[models]]\nname = "small"\nsource = "/models/small"\naliases = ["small-alias"]\n'
         '[[models]]\nname = "other"\nspeculative = "draft:/models/elsewhere"\n'
     )
@@ -324,3 +326,12 @@ def test_api_keys_mix_strings_and_tables(tmp_path):
         ("key1", "sk-a", 0, []),
         ("ci", "sk-b", 5, ["m2"]),
     ]
+
+
+def test_a_keys_models_name_models_as_requests_do(tmp_path):
+    """A key's ``models`` may name a model by its ``:latest`` twin (issue 34);
+    another tag is an unknown model."""
+    text = '[server]\napi_keys = [{name = "x", key = "k", models = ["a:latest"]}]\n[[models]]\nname = "a"\n'
+    assert load_config(write(tmp_path, text)).server.api_keys
+    with pytest.raises(ConfigError, match="unknown model 'a:4b'"):
+        load_config(write(tmp_path, text.replace("a:latest", "a:4b")))

@@ -30,6 +30,7 @@ from gateway.hub.catalog import CatalogEntry, CatalogError, Target, load_catalog
 from gateway.hub.store import hub_source, list_local
 from shared.config import Config, ModelConfig
 from shared.hub_snapshots import SnapshotUnavailable, local_snapshot
+from shared.model_names import find_name
 
 PULLED_TTL = "5m"
 """Idle time after which a pulled model that only ``allow_model_management``
@@ -135,7 +136,9 @@ def pull_target(model: ModelConfig, catalog: dict[str, CatalogEntry]) -> Target 
 
 def with_pulled_models(config: Config, catalog: dict[str, CatalogEntry], cache_dir: Path | None = None) -> Config:
     """``config`` plus an entry for every completely pulled model that no
-    entry uses (see the module docstring); unchanged unless
+    entry uses and whose name (or its ``:latest`` twin,
+    :func:`shared.model_names.find_name`) no entry has (see the module
+    docstring); unchanged unless
     ``server.allow_model_management``."""
     global _pulled
     if not config.server.allow_model_management:
@@ -151,7 +154,7 @@ def with_pulled_models(config: Config, catalog: dict[str, CatalogEntry], cache_d
         source = local.repo_id if ref == "main" else f"{local.repo_id}@{ref}"
         names = [n for n in local.names if catalog[n].repo == local.repo_id and catalog[n].revision == ref]
         name = names[0] if names else local.repo_id
-        if name in taken:
+        if find_name(name, taken) is not None:  # taken by that name or its :latest twin
             continue
         taken.add(name)
         target = Target(

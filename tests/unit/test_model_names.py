@@ -90,3 +90,25 @@ def test_a_keys_model_list_follows_the_same_rule(tmp_path):
             assert [info.name for info in pool.models()] == [pool.resolve(names[0])]
         finally:
             current_grant.reset(token)
+
+
+def test_a_pulled_model_is_not_served_twice_under_one_name(monkeypatch, tmp_path):
+    """A pulled ``plain`` is not added beside a config entry named
+    ``plain:latest`` (one name under the rule); a pulled ``other`` is."""
+    from pathlib import Path
+
+    from gateway.hub import served
+    from gateway.hub.store import LocalModel
+    from shared.config import ServerConfig
+
+    catalog = {"plain": CatalogEntry(repo="org/plain"), "other": CatalogEntry(repo="org/other")}
+
+    def local(repo: str, name: str) -> LocalModel:
+        return LocalModel(repo, "c" * 40, ("main",), Path("/x"), 1, "generate", "complete", (name,), ())
+
+    monkeypatch.setattr(served, "list_local", lambda *_: [local("org/plain", "plain"), local("org/other", "other")])
+    config = Config(
+        server=ServerConfig(allow_model_management=True),
+        models=[ModelConfig(name="plain:latest", source=str(tmp_path))],
+    )
+    assert [m.name for m in served.with_pulled_models(config, catalog).models] == ["plain:latest", "other"]
