@@ -209,7 +209,9 @@ async def _check_think(backend: ModelBackend, model: str, name: str, think: bool
     unset always passes. The rule is :attr:`ModelInfo.thinking`; while it
     is unknown (only the worker can tell), the model is loaded first, with
     the request's ``keep`` (awaited: the event loop keeps running), then
-    asked again.
+    asked again; still unknown (a worker that does not report its
+    reasoning format), the request passes and the worker applies its
+    template as asked.
 
     Raises:
         APIError: 400 ``"<name>" does not support thinking`` (Ollama's
@@ -219,7 +221,7 @@ async def _check_think(backend: ModelBackend, model: str, name: str, think: bool
         return
     if _info(backend, model).thinking is None:
         await backend.load(model, keep)
-    if not _info(backend, model).thinking:
+    if _info(backend, model).thinking is False:
         quoted = json.dumps(name, ensure_ascii=False)
         raise APIError(400, f"{quoted} does not support thinking", code="thinking_not_supported", param="think")
 

@@ -39,7 +39,8 @@ class WorkerStatus:
     the drafting the loaded worker runs (``""``: none; None until a worker
     has loaded). ``reasoning``: the reasoning format the loaded worker
     parses (``""``: none, the model cannot think; None until a worker of
-    this configuration has loaded). ``download``: the
+    this configuration has loaded, or when its worker did not say).
+    ``download``: the
     progress of the pull that ``server.auto_pull`` runs before the worker
     starts (see :func:`gateway.hub.auto_pull.download_report`; None when
     none runs)."""

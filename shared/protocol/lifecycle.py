@@ -150,7 +150,8 @@ class Loaded(msgspec.Struct, frozen=True, kw_only=True, tag="loaded"):
     ``prompt_lookup`` or ``draft:<source>``; ``""``: off, also when the
     config asked for it and the model cannot speculate).
     ``reasoning``: the reasoning format the worker parses (``think``,
-    ``think_mistral``, ``harmony``; ``""``: none, the model cannot think),
+    ``think_mistral``, ``harmony``; ``""``: none, the model cannot think;
+    None: not said, a worker older than this field),
     from the configured ``reasoning_parser`` or detected from the chat
     template and vocabulary (:mod:`shared.reasoning_markup`).
     """
@@ -169,7 +170,7 @@ class Loaded(msgspec.Struct, frozen=True, kw_only=True, tag="loaded"):
     memory_limit_bytes: int = 0
     vision: bool = False
     speculation: str = ""
-    reasoning: str = ""
+    reasoning: str | None = None
 
 
 class Ready(msgspec.Struct, frozen=True, kw_only=True, tag="ready"):

@@ -41,7 +41,7 @@ def test_whether_a_model_thinks_is_one_rule(tmp_path):
         "forced": True,
         "emb": False,
     }
-    for reported, thinks in (("", False), ("think", True)):
+    for reported, thinks in ((None, None), ("", False), ("think", True)):  # None: an older worker, silent
         pool.handles["plain"].status.loaded(
             Loaded(worker_id="w", context_length=8, load_seconds=0, model_path="/m", reasoning=reported)
         )
