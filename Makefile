@@ -70,6 +70,16 @@ model: setup
 run: model
 	$(VENV)/bin/mlxd serve --config $(CONFIG)
 
+# The JavaScript clients the end-to-end tests drive (tests/js_clients, pinned by its lock file;
+# tests/e2e/test_ollama_js_client.py). Needs Node.js and npm: without them that test is skipped, saying why.
+JS_CLIENTS := tests/js_clients/node_modules/.package-lock.json
+$(JS_CLIENTS): tests/js_clients/package-lock.json
+	@if command -v npm >/dev/null; then \
+	  npm ci --prefix tests/js_clients --no-audit --no-fund --silent || \
+	  npm ci --prefix tests/js_clients --no-audit --no-fund --silent || \
+	  echo "note: npm ci in tests/js_clients failed; the JavaScript client tests will be skipped"; \
+	else echo "note: install Node.js and npm to run the JavaScript client tests"; fi
+
 # TEST_JOBS test processes (each test file runs whole, in order, on one of them);
 # the 30 slowest tests are listed at the end (docs/testing.md: where the time goes).
 # The whole run may take TEST_LIMIT seconds: past it, tests/run_limit.py prints the stacks of
@@ -84,7 +94,7 @@ TEST_JOBS ?= 2
 TEST_BLAS_THREADS ?= 1
 TEST_LIMIT ?= 3600
 BLAS_PRELOAD := $(shell [ "$$(uname)" = Linux ] && ldconfig -p 2>/dev/null | awk '/libopenblas\.so\.0 /{print $$NF; exit}')
-test: model
+test: model $(JS_CLIENTS)
 	OPENBLAS_NUM_THREADS=$(TEST_BLAS_THREADS) LD_PRELOAD="$(strip $(LD_PRELOAD) $(BLAS_PRELOAD))" \
 	  $(PY) -m tests.run_limit --limit $(TEST_LIMIT) -- \
 	  $(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile --durations=30 tests
