@@ -290,6 +290,14 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     a list whose items are a list of chat messages, or an object with
     ``messages`` and optional ``tools`` (OpenAI function tools); see
     ``docs/concepts/prefix-cache.md`` (empty: none).
+    ``kv_budget``: the memory the KV caches of the running sequences and
+    the prefix cache may hold together: ``auto`` (85% of the memory MLX may
+    use, Metal's recommended working set or the memory limit, less the
+    weights), bytes or a size such as ``"4GiB"``, a share of the memory
+    left after the weights such as ``"50%"``, or 0 for none. Requests wait
+    until their KV fits, the newest sequence is preempted (and resumes
+    later with the same output) when the running ones outgrow it, a prompt
+    that cannot fit alone is refused; see ``docs/operations/running.md``.
     """
 
     name: str
@@ -339,6 +347,7 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     video_max_count: PositiveInt = 2
     audio_max_seconds: Annotated[float, msgspec.Meta(gt=0, le=30)] = 30.0
     warm_prompts: str = ""
+    kv_budget: int | str = "auto"
 
 
 class McpServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

@@ -104,6 +104,11 @@ def validate(config: Config, origin: str = "config") -> Config:
                 f"{origin}: model {model.name!r}: speculative must be one of {', '.join(SPECULATIVE_MODES)}"
                 f" or {DRAFT_PREFIX}<model name or source>"
             )
+        if model.kv_budget != "auto":
+            try:
+                parse_size(model.kv_budget, 1 << 40)
+            except ValueError as exc:
+                raise ConfigError(f"{origin}: model {model.name!r}: kv_budget: {exc} (or auto)") from None
         if model.kv_bits not in (0, 4, 8):
             raise ConfigError(f"{origin}: model {model.name!r}: kv_bits must be 0, 4 or 8")
         if model.kv_group_size not in (32, 64, 128):

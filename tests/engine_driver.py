@@ -116,8 +116,8 @@ class EngineDriver:
     ``config`` is the model's ``[[models]]`` entry (its ``source`` the
     model directory): its prefix cache (``prefix_cache_bytes`` 0 turns it
     off, and with it prompt checkpoints: the cache-less twin), disk tier
-    (``disk_cache_bytes``, ``disk_cache_dir``), speculation and batch
-    sizes are built by the worker's own composition functions
+    (``disk_cache_bytes``, ``disk_cache_dir``), speculation, KV budget
+    (``kv_budget``) and batch sizes are built by the worker's own composition functions
     (:mod:`worker.model_setup`). ``vision``: load it as a
     vision-language model. ``host_sampling``: sample and normalize on the
     host with NumPy (the CPU backend's default) or with MLX (False: the
@@ -127,7 +127,7 @@ class EngineDriver:
     def __init__(self, config: Any, *, vision: bool = False, host_sampling: bool = True) -> None:
         from worker.caches.profile import profile_model
         from worker.engine.scheduler import Scheduler
-        from worker.model_setup import prefix_cache_for, speculation_for
+        from worker.model_setup import kv_budget_for, prefix_cache_for, speculation_for, weight_bytes
         from worker.prompting.builder import PromptBuilder
         from worker.prompting.model_formats import model_formats
         from worker.sampling.constrained_decoding import GrammarCompiler
@@ -177,6 +177,7 @@ class EngineDriver:
             checkpoints=not self.profile.trimmable,
             speculation=spec,
             solo=self.profile.solo,
+            kv_budget=kv_budget_for(config, weight_bytes(loaded.model)[0]),
         )
         self.scheduler.start()
 
@@ -202,8 +203,8 @@ class EngineDriver:
 
     @property
     def busy(self) -> bool:
-        """Sequences are still in flight."""
-        return bool(self.scheduler._seqs)
+        """Sequences are still in flight or waiting for KV memory."""
+        return bool(self.scheduler._seqs or self.scheduler._memory_queue)
 
     def run_until_idle(self, limit: int = 100_000) -> None:
         """Turn until nothing is in flight (at most ``limit`` turns)."""
@@ -252,10 +253,10 @@ class EngineDriver:
 def solo_reference(config: Any, asks: list[Ask], *, vision: bool = False) -> dict[tuple, dict[int, list[int]]]:
     """Each distinct ask (by :meth:`Ask.key`) run alone, from scratch, on a
     cache-less twin of ``config``'s model (no prefix cache, no disk tier,
-    no speculation): its choices' tokens."""
+    no speculation, no KV budget): its choices' tokens."""
     import msgspec
 
-    plain = msgspec.structs.replace(config, prefix_cache_bytes=0, disk_cache_bytes=0, speculative="none")
+    plain = msgspec.structs.replace(config, prefix_cache_bytes=0, disk_cache_bytes=0, speculative="none", kv_budget=0)
     twin = EngineDriver(plain, vision=vision)
     out: dict[tuple, dict[int, list[int]]] = {}
     try:

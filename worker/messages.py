@@ -293,6 +293,11 @@ class Counters:
     audio_seconds_in: float = 0.0
     warm_prompts: int = 0
     warm_tokens: int = 0
+    kv_bytes: int = 0
+    kv_budget_bytes: int = 0
+    kv_waiting: int = 0
+    kv_preemptions: int = 0
+    kv_waited: int = 0
 
 
 @dataclass

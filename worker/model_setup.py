@@ -196,6 +196,7 @@ def build_generation(
         solo=cache_profile.solo,
         lockstep=link,
         pace=pace,
+        kv_budget=kv_budget_for(config, total),
     )
     return GenerationSetup(
         loaded=loaded,
@@ -353,6 +354,19 @@ def prefix_cache_for(config: ModelConfig, loaded: LoadedModel, trimmable: bool) 
         kv_bits=config.kv_bits,
         kv_group_size=config.kv_group_size,
     )
+
+
+def kv_budget_for(config: ModelConfig, weights: int) -> int:
+    """Scheduler thread: ``config``'s KV budget in bytes (0: none) for a
+    model holding ``weights`` bytes, against the memory MLX may use here
+    (Metal's recommended working set, or the memory limit in effect when
+    lower or when the device reports none); see :mod:`worker.engine.kv_budget`."""
+    from worker.engine.kv_budget import budget_bytes
+
+    usable = [m for m in (mlx_memory.working_set_bytes(), mlx_memory.memory_limit()) if m > 0]
+    budget = budget_bytes(config.kv_budget, min(usable) if usable else 0, weights)
+    log.info("model %s: KV budget %s = %d bytes (weights %d bytes)", config.name, config.kv_budget, budget, weights)
+    return budget
 
 
 def served_kind(config: ModelConfig) -> ModelKind:

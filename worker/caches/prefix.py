@@ -206,6 +206,15 @@ class PrefixCache:
             while len(self._unspilled) > MAX_UNSPILLED:
                 self._unspilled.pop(next(iter(self._unspilled)))
 
+    def fit(self, max_bytes: int) -> None:
+        """Evict entries, least recently used first, until at most
+        ``min(max_bytes, budget_bytes)`` bytes are held: the room a KV
+        budget's running sequences leave (see :mod:`worker.engine.kv_budget`).
+        Not counted in :attr:`evictions`, which counts entries evicted for
+        an insert."""
+        if self._lru.nbytes > max_bytes:
+            self._lru.trim_to(n_bytes=max_bytes)
+
     @property
     def disk_min_tokens(self) -> int:
         """The shortest entry worth a file."""

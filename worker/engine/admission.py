@@ -18,11 +18,13 @@ from __future__ import annotations
 import copy
 import logging
 import time
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable
 
 from worker.caches.prefix import Lookup, PrefixCache
 from worker.engine.checkpoints import PromptCheckpoints
+from worker.engine.kv_budget import KVLedger
 from worker.messages import Admission, Counters, Started, Terminal
 from worker.speculation.drafting import Speculation
 
@@ -59,11 +61,35 @@ def model_ids_only(
 
 @dataclass
 class Seq:
-    """One choice of one request inside the engine."""
+    """One choice of one request inside the engine: its ``admission``, the
+    ``sampler`` and ``processors`` it was inserted with, the ``tokens`` its
+    row started from (the prompt, or for a resumed choice the prompt and
+    what it had generated before) and the ``max_tokens`` it was allowed
+    from there; ``generated`` collects its tokens only under a KV budget
+    (a preempted choice resumes from ``tokens + generated``)."""
 
     request_id: str
     index: int
     top_logprobs: int | None  # None: no logprobs wanted
+    admission: Admission | None = None
+    sampler: Any = None
+    processors: list[Any] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    max_tokens: int = 0
+    generated: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Resumption:
+    """A preempted choice waiting for memory to continue (see
+    :meth:`Admitter._preempt`)."""
+
+    seq: Seq
+
+    @property
+    def request_id(self) -> str:
+        """The request the choice belongs to."""
+        return self.seq.request_id
 
 
 class Admitter:
@@ -86,17 +112,37 @@ class Admitter:
     _uids: dict[str, list[int]]
     _deadlines: dict[str, float]
     _waiting_since: dict[str, float]
+    _ledger: KVLedger | None
+    _memory_queue: deque[Admission | Resumption]
+    _remove_keeping_state: Callable[[list[int]], None]
     cache: PrefixCache | None
     counters: Counters
     speculation: Speculation | None
 
     def _admit(self, adm: Admission) -> None:
+        """Start ``adm`` now, or under a KV budget queue it until it fits
+        (see :meth:`_admit_waiting`); a prompt that cannot fit even alone
+        is refused, and an output that could not is cut to what fits."""
+        if self._ledger is None:
+            self._start(adm)
+            return
+        fitted = self._fit_alone(adm)
+        if fitted is None:
+            return
+        self._memory_queue.append(fitted)
+        if fitted.deadline is not None:
+            self._deadlines[fitted.request_id] = fitted.deadline
+        self._admit_waiting()
+        if self._memory_queue and self._memory_queue[-1] is fitted:
+            self.counters.kv_waited += 1
+
+    def _start(self, adm: Admission) -> None:
+        """Insert ``adm`` into the engine and announce it (``Started``)."""
         try:
             uids, cached, from_disk = self._insert(adm)
         except Exception:  # a bad request must not take the worker down
             log.exception("could not admit %s", adm.request_id)
-            self._emit(Started(adm.request_id, adm.n, len(adm.prompt), 0, [], adm.output))
-            self._emit(Terminal(adm.request_id, "error", "internal", "the request could not be started"))
+            self._end_unstarted(adm, Terminal(adm.request_id, "error", "internal", "the request could not be started"))
             return
         self._uids[adm.request_id] = uids
         self._waiting_since[adm.request_id] = adm.received or time.monotonic()
@@ -105,6 +151,140 @@ class Admitter:
         self._emit(
             Started(adm.request_id, adm.n, len(adm.prompt), cached, list(adm.params.stop), adm.output, from_disk)
         )
+
+    def _end_unstarted(self, adm: Admission, terminal: Terminal) -> None:
+        """End ``adm``, never started, with ``terminal`` (the output thread
+        knows a request only once it has seen its ``Started``)."""
+        self._emit(Started(adm.request_id, adm.n, len(adm.prompt), 0, [], adm.output))
+        self._emit(terminal)
+
+    # -- the KV budget ------------------------------------------------------------
+
+    def _fit_alone(self, adm: Admission) -> Admission | None:
+        """``adm`` with ``max_tokens`` cut to what one row may hold within
+        the KV budget; None (the request ended with a
+        ``context_length_exceeded`` error) when its prompt cannot fit."""
+        ledger = self._ledger
+        assert ledger is not None
+        lone = ledger.lone_tokens()
+        if len(adm.prompt) + 1 > lone:
+            message = (
+                f"the prompt ({len(adm.prompt)} tokens) needs more KV memory than this model's KV budget"
+                f" ({ledger.budget} bytes) holds: at most {max(0, lone - 1)} prompt tokens fit"
+            )
+            self._end_unstarted(adm, Terminal(adm.request_id, "error", "context_length_exceeded", message))
+            return None
+        most = lone - len(adm.prompt)
+        return replace(adm, max_tokens=most) if adm.max_tokens > most else adm
+
+    def _admit_waiting(self) -> None:
+        """Start waiting work (preempted choices first, then requests in the
+        order they came) while it fits beside the running rows; the head
+        always starts when nothing runs."""
+        ledger, queue = self._ledger, self._memory_queue
+        assert ledger is not None
+        while queue:
+            item = queue[0]
+            if len(ledger) and not ledger.fits(_rows_of(item)):
+                return
+            queue.popleft()
+            if isinstance(item, Resumption):
+                self._resume(item.seq)
+            else:
+                self._start(item)
+
+    def _fit_memory(self) -> None:
+        """Before a step under a KV budget: preempt the newest rows (never
+        one with images, never the last) while the rows are over the
+        budget, start what now fits, and trim the prefix cache to the room
+        the rows leave (one accounting for both)."""
+        ledger = self._ledger
+        if ledger is None:
+            return
+        while len(ledger) > 1 and ledger.over():
+            uid = next((u for u in ledger.newest() if self._seqs[u].admission.vision is None), None)
+            if uid is None:
+                break
+            self._preempt(uid)
+        self._admit_waiting()
+        if self.cache is not None:
+            self.cache.fit(ledger.room())
+
+    def _preempt(self, uid: int) -> None:
+        """Take choice ``uid`` out of the engine, its state kept in the
+        prefix cache (when there is one and the state fits; else it is
+        recomputed), and queue it to resume first once memory frees."""
+        seq = self._seqs.pop(uid)
+        self._ledger.drop(uid)  # type: ignore[union-attr]
+        self._uids[seq.request_id].remove(uid)
+        self._engine.drop_delta(uid)  # type: ignore[union-attr]
+        self._checkpoints.forget(uid)
+        if self.speculation is not None:
+            self.speculation.forget(uid)
+        self._remove_keeping_state([uid])
+        self._memory_queue.appendleft(Resumption(seq))
+        self.counters.kv_preemptions += 1
+        log.info(
+            "preempted %s choice %d at %d tokens: KV budget",
+            seq.request_id,
+            seq.index,
+            len(seq.tokens) + len(seq.generated),
+        )
+
+    def _resume(self, seq: Seq) -> None:
+        """Insert preempted choice ``seq`` again: from its prompt and what it
+        had generated, reusing the prefix cache, with the same sampler and
+        logits processors, allowed what it had left."""
+        adm = seq.admission
+        assert adm is not None
+        tokens = seq.tokens + seq.generated
+        left = seq.max_tokens - len(seq.generated)
+        found = self.cache.fetch(tokens) if self.cache else Lookup(None, 0, list(tokens))
+        done = len(tokens) - len(found.remaining)
+        self.counters.prompt_tokens += len(found.remaining)
+        engine = self._engine
+        (uid,) = engine.insert_segments(  # type: ignore[union-attr]
+            [self._checkpoints.segments(found.remaining, done, set())],
+            max_tokens=[left],
+            caches=[found.cache] if found.cache is not None else None,
+            all_tokens=[list(tokens[:done])],
+            samplers=[seq.sampler],
+            logits_processors=[seq.processors],
+            stop_sequences=[engine.stop_sequences(adm.params.ignore_eos)],  # type: ignore[union-attr]
+        )
+        if self.speculation is not None:
+            self.speculation.begin(uid, adm.key_name, adm.params.speculative)
+        self._seqs[uid] = Seq(
+            seq.request_id, seq.index, seq.top_logprobs, adm, seq.sampler, seq.processors, tokens, left
+        )
+        self._uids[seq.request_id].append(uid)
+        self._checkpoints.track(uid, tokens, done, set())
+        self._ledger.add(uid, len(tokens), left)  # type: ignore[union-attr]
+
+    def _unqueue(self, request_id: str) -> Admission | None:
+        """Drop ``request_id``'s work waiting for memory; return its
+        admission when the request had not started."""
+        unstarted = None
+        kept: deque[Admission | Resumption] = deque()
+        for item in self._memory_queue:
+            if item.request_id != request_id:
+                kept.append(item)
+            elif isinstance(item, Admission):
+                unstarted = item
+        self._memory_queue = kept
+        return unstarted
+
+    def _waits_for_memory(self, request_id: str) -> bool:
+        """Whether some choice of ``request_id`` waits for memory."""
+        return any(item.request_id == request_id for item in self._memory_queue)
+
+    def _unstarted_ids(self) -> list[str]:
+        """Requests waiting for memory that have not started."""
+        return [item.request_id for item in self._memory_queue if isinstance(item, Admission)]
+
+    def _kv_waiting(self) -> int:
+        """Choices waiting for memory."""
+        return sum(len(_rows_of(item)) for item in self._memory_queue)
 
     def _insert(self, adm: Admission) -> tuple[list[int], int, int]:
         """Insert every choice of ``adm`` into the engine; return the uids,
@@ -132,20 +312,23 @@ class Admitter:
         uids = []
         for i in range(adm.n):
             cache = copy.deepcopy(base) if base is not None and adm.n > 1 else base
+            sampler, processors = make_sampler(params, choice=i), self._processors(adm, i)
             (uid,) = engine.insert_segments(
                 [self._checkpoints.segments(remaining, done, marks)],
                 max_tokens=[adm.max_tokens],
                 caches=[cache] if cache is not None else None,
                 all_tokens=[list(prompt[:done])],
-                samplers=[make_sampler(params, choice=i)],
-                logits_processors=[self._processors(adm, i)],
+                samplers=[sampler],
+                logits_processors=[processors],
                 stop_sequences=[stops],
             )
             engine.set_delta(uid, delta)
             if self.speculation is not None:
                 self.speculation.begin(uid, adm.key_name, params.speculative)
             top = params.top_logprobs if params.logprobs else None
-            self._seqs[uid] = Seq(adm.request_id, i, top)
+            self._seqs[uid] = Seq(adm.request_id, i, top, adm, sampler, processors, list(prompt), adm.max_tokens)
+            if self._ledger is not None:
+                self._ledger.add(uid, len(prompt), adm.max_tokens)
             uids.append(uid)
             self._checkpoints.track(uid, prompt, done, marks)
         return uids, cached, from_disk
@@ -212,3 +395,11 @@ class Admitter:
         if self.cache is not None:
             self.cache.insert(prompt[:-1], copy.deepcopy(cache))
         return cache
+
+
+def _rows_of(item: Admission | Resumption) -> list[tuple[int, int]]:
+    """The rows ``(tokens, left)`` that waiting ``item`` would start."""
+    if isinstance(item, Resumption):
+        seq = item.seq
+        return [(len(seq.tokens) + len(seq.generated), seq.max_tokens - len(seq.generated))]
+    return [(len(item.prompt), item.max_tokens)] * item.n

@@ -34,12 +34,14 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Any, Callable
 
 from worker.caches.prefix import PrefixCache
 from worker.engine import mlx_memory
-from worker.engine.admission import PREFILL_UID, Admitter, Seq
+from worker.engine.admission import PREFILL_UID, Admitter, Resumption, Seq
 from worker.engine.checkpoints import PromptCheckpoints
+from worker.engine.kv_budget import KVLedger
 from worker.engine.step_plan import Expire, PlanLink
 from worker.messages import (
     Abort,
@@ -112,7 +114,12 @@ class Scheduler(Admitter):
     (:mod:`worker.tensor_parallel.lockstep`); rank 0 runs :meth:`run` and shares
     each loop turn, the other ranks run :meth:`follow`. ``pace``: the
     :class:`~worker.messages.OutputPace` shared with the output thread
-    (None: the loop never waits for it).
+    (None: the loop never waits for it). ``kv_budget``: bytes the
+    running sequences' KV caches and the prefix cache may hold together
+    (0: no budget; see :mod:`worker.engine.kv_budget`): requests wait
+    until they fit, the newest rows are preempted when the rows outgrow
+    it, a prompt that cannot fit alone is refused (not for a
+    tensor-parallel rank, whose steps other ranks mirror).
     """
 
     def __init__(
@@ -131,6 +138,7 @@ class Scheduler(Admitter):
         solo: bool = False,
         lockstep: PlanLink | None = None,
         pace: OutputPace | None = None,
+        kv_budget: int = 0,
     ) -> None:
         self._model = model
         self._eos = sorted(eos_token_ids)
@@ -162,6 +170,10 @@ class Scheduler(Admitter):
         self._idle_since: float | None = None
         self._cache_cleared = False
         self._spilled_at = 0
+        self._kv_budget = kv_budget if lockstep is None else 0
+        self._ledger: KVLedger | None = None
+        self._memory_queue: deque[Admission | Resumption] = deque()
+        self._prefill_step = prefill_step_size
 
     def submit(self, item: object) -> None:
         """Queue a command for the scheduler thread; any thread may call."""
@@ -231,7 +243,7 @@ class Scheduler(Admitter):
         self.start()
         try:
             while True:
-                idle = not self._seqs
+                idle = not self._seqs and not self._memory_queue
                 if idle and self.speculation is not None:
                     self.speculation.pause()  # a step's interval must not span the idle time
                 if not idle and self._pace is not None:
@@ -251,7 +263,21 @@ class Scheduler(Admitter):
         once, so the heartbeats of an idle worker report its weights from
         the start (they are read again after every loop turn)."""
         self._engine = self._new_engine()
+        if self._kv_budget > 0 and self._ledger is None:
+            self._ledger = self._measure_kv()
         self._update_gauges()
+
+    def _measure_kv(self) -> KVLedger:
+        """The ledger of the KV budget, with the model's KV profile read from
+        the cache of a one-token prompt (see :class:`KVProfile`)."""
+        from worker.engine.kv_budget import KVProfile
+
+        cache = self._engine.prefill(None, [0])  # type: ignore[union-attr]
+        profile = KVProfile.of_cache(cache, self._prefill_step)
+        del cache
+        log.info("KV budget %d bytes; KV profile: %s", self._kv_budget, profile.describe())
+        self.counters.kv_budget_bytes = self._kv_budget
+        return KVLedger(profile, self._kv_budget)
 
     def apply_pending(self) -> bool:
         """Apply every queued command without waiting; False when a
@@ -268,6 +294,7 @@ class Scheduler(Admitter):
 
         if self._deadlines:
             self._expire(time.monotonic())
+        self._fit_memory()
         stepped = bool(self._seqs)
         if self._lockstep is not None:
             self._lockstep.publish(stepped)
@@ -383,7 +410,7 @@ class Scheduler(Admitter):
             if self._lockstep is not None:
                 item = self._lockstep.record(item)
             if isinstance(item, Stop):
-                self._abort(list(self._uids))
+                self._abort([*self._uids, *self._unstarted_ids()])
                 if self._lockstep is not None:
                     self._lockstep.publish(False)
                 return False
@@ -434,6 +461,8 @@ class Scheduler(Admitter):
         self._waiting_since.pop(request_id, None)
         for uid in uids:
             self._seqs.pop(uid, None)
+            if self._ledger is not None:
+                self._ledger.drop(uid)
             self._engine.drop_delta(uid)  # type: ignore[union-attr]
             self._checkpoints.forget(uid)
             if self.speculation is not None:
@@ -451,18 +480,23 @@ class Scheduler(Admitter):
 
     def _abort(self, request_ids: list[str]) -> None:
         for request_id in request_ids:
-            if request_id not in self._uids:
+            unstarted = self._unqueue(request_id) if self._memory_queue else None
+            if request_id not in self._uids and unstarted is None:
                 continue
             uids = self._forget(request_id)
             if uids:
                 self._remove_keeping_state(uids)
             self.counters.requests_aborted += 1
-            self._emit(Terminal(request_id, "abort"))
+            if unstarted is not None:
+                self._end_unstarted(unstarted, Terminal(request_id, "abort"))
+            else:
+                self._emit(Terminal(request_id, "abort"))
 
     def _release(self, item: Release) -> None:
         uids = self._uids.get(item.request_id, [])
         uid = next((u for u in uids if self._seqs[u].index == item.index), None)
         if uid is None:
+            self._release_waiting(item)
             return
         caches = self._engine.remove([uid], return_prompt_caches=self.cache is not None)
         self._finish_seq(uid)
@@ -476,14 +510,35 @@ class Scheduler(Admitter):
         seq = self._seqs.pop(uid)
         self._engine.drop_delta(uid)  # type: ignore[union-attr]
         self._checkpoints.forget(uid)
+        if self._ledger is not None:
+            self._ledger.drop(uid)
         if self.speculation is not None:
             self.speculation.forget(uid, tokens)
-        uids = self._uids[seq.request_id]
-        uids.remove(uid)
-        if not uids:
-            del self._uids[seq.request_id]
-            self._deadlines.pop(seq.request_id, None)
+        self._uids[seq.request_id].remove(uid)
+        self._end_if_done(seq.request_id)
+
+    def _end_if_done(self, request_id: str) -> None:
+        """Count ``request_id`` finished once no choice of it runs or waits."""
+        if not self._uids[request_id] and not self._waits_for_memory(request_id):
+            del self._uids[request_id]
+            self._deadlines.pop(request_id, None)
             self.counters.requests_finished += 1
+
+    def _release_waiting(self, item: Release) -> None:
+        """Release a preempted choice waiting for memory (its output ended
+        on a stop string while it was being preempted)."""
+        queue = self._memory_queue
+        found = next(
+            (
+                w
+                for w in queue
+                if isinstance(w, Resumption) and w.seq.request_id == item.request_id and w.seq.index == item.index
+            ),
+            None,
+        )
+        if found is not None:
+            queue.remove(found)
+            self._end_if_done(item.request_id)
 
     def _expire(self, now: float) -> None:
         expired = [request_id for request_id, deadline in self._deadlines.items() if deadline <= now]
@@ -494,11 +549,16 @@ class Scheduler(Admitter):
     def _end_expired(self, request_ids: list[str]) -> None:
         """End ``request_ids`` with a timeout error, keeping their state."""
         for request_id in request_ids:
+            unstarted = self._unqueue(request_id) if self._memory_queue else None
             uids = self._forget(request_id)
             if uids:
                 self._remove_keeping_state(uids)
             self.counters.requests_timed_out += 1
-            self._emit(Terminal(request_id, "error", "timeout", "the request exceeded its time limit"))
+            terminal = Terminal(request_id, "error", "timeout", "the request exceeded its time limit")
+            if unstarted is not None:
+                self._end_unstarted(unstarted, terminal)
+            else:
+                self._emit(terminal)
 
     # -- stepping ---------------------------------------------------------------
 
@@ -557,6 +617,9 @@ class Scheduler(Admitter):
             if seq is None:
                 continue
             events.append((seq.request_id, seq.index, r.token, r.finish_reason, logprobs.get(id(r))))
+            if self._ledger is not None:
+                seq.generated.append(r.token)
+                self._ledger.grew(r.uid)
             if r.finish_reason is not None:
                 self._finish_seq(r.uid, r.all_tokens)
                 if self.cache is not None and r.prompt_cache is not None:
@@ -581,6 +644,9 @@ class Scheduler(Admitter):
         running = engine.running if engine is not None else 0
         self.counters.running = running
         self.counters.waiting = max(0, len(self._seqs) - running)
+        if self._ledger is not None:
+            self.counters.kv_bytes = self._ledger.nbytes()
+            self.counters.kv_waiting = self._kv_waiting()
         memory = mlx_memory.sample()
         self.counters.active_memory = memory.active
         self.counters.cache_memory = memory.cache
