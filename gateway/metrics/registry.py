@@ -79,7 +79,7 @@ first heartbeat). ``gpu_working_set_bytes`` (the device's recommended
 working set) is absent off Metal; ``model_memory_estimate_bytes`` is what
 the memory budget counts for the model, also while it is unloaded.
 The ``kv_*`` series and ``num_requests_waiting_for_memory`` are the
-worker's KV-memory budget (all 0 for a model without one).
+worker's KV-memory budget (``kv_budget_bytes`` 0: the model has none).
 
 Everything runs on the gateway's event-loop thread; no locking beyond
 prometheus-client's own is needed.
