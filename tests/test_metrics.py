@@ -297,6 +297,32 @@ def test_heartbeat_series_follow_the_latest_snapshot_across_a_restart():
     assert v(values, "mlxd:model_load_time_seconds", model=M) == 1.25
 
 
+KV_SERIES = {
+    "mlxd:kv_cache_bytes": ("kv_bytes", 3 << 20),
+    "mlxd:kv_budget_bytes": ("kv_budget_bytes", 8 << 20),
+    "mlxd:num_requests_waiting_for_memory": ("kv_waiting", 2),
+    "mlxd:kv_preemptions_total": ("kv_preemptions", 5),
+    "mlxd:kv_waited_requests_total": ("kv_waited", 7),
+}
+"""The KV budget's series: sample name -> (heartbeat field, a value)."""
+
+
+def test_kv_budget_series_follow_the_heartbeat():
+    """Each KV-budget field of the latest heartbeat is its series' value
+    (gauges and ``_total`` counters), absent without a heartbeat and 0 for
+    a worker without a budget."""
+    stats = WorkerStats(running=1, **{field: value for field, value in KV_SERIES.values()})
+    pool = Pool(snap(M, stats=stats), snap("m2", stats=WorkerStats()), snap("m3", state="unloaded"))
+    families, values = scrape(Metrics(pool))
+    kinds = {f.name: f.type for f in families}
+    for name, (_, value) in KV_SERIES.items():
+        assert v(values, name, model=M) == value, name
+        assert v(values, name, model="m2") == 0, name
+        assert v(values, name, model="m3") is None, name
+        family = name.removesuffix("_total")
+        assert kinds[family] == ("counter" if name.endswith("_total") else "gauge"), name
+
+
 def test_load_time_absent_before_first_load():
     _, values = scrape(Metrics(Pool(snap(M, state="loading"))))
     assert v(values, "mlxd:model_load_time_seconds", model=M) is None

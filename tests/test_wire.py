@@ -234,3 +234,29 @@ def test_images_travel_by_value_and_loaded_says_vision():
     assert codec.decode(codec.encode(plain)).messages[0].images is None
     loaded = Loaded(worker_id="w", context_length=8, load_seconds=0.1, model_path="/m", vision=True)
     assert gateway_codec().decode(gateway_codec().encode(loaded)).vision is True
+
+
+def test_kv_budget_stats_cross_and_older_heartbeats_read_as_no_budget():
+    """The KV budget's heartbeat fields cross the wire; a heartbeat from an
+    older worker (without them) decodes with them 0, and an older gateway,
+    which knows none of them, still decodes a newer heartbeat (the fields
+    are appended with defaults, so the protocol version stays)."""
+    codec = gateway_codec()
+    kv = dict(kv_bytes=5 << 20, kv_budget_bytes=8 << 20, kv_waiting=2, kv_preemptions=3, kv_waited=4)
+    beat = Heartbeat(worker_id="w", stats=WorkerStats(running=1, **kv))
+    decoded = codec.decode(codec.encode(beat))
+    assert {name: getattr(decoded.stats, name) for name in kv} == kv
+
+    older = msgspec.msgpack.encode({"type": "heartbeat", "worker_id": "w", "stats": {"running": 1, "steps": 2}})
+    stats = codec.decode(older).stats
+    assert stats.steps == 2 and all(getattr(stats, name) == 0 for name in kv)
+
+    class OlderStats(msgspec.Struct, kw_only=True):
+        running: int = 0
+        warm_tokens: int = 0
+
+    class OlderHeartbeat(msgspec.Struct, tag="heartbeat", kw_only=True):
+        worker_id: str
+        stats: OlderStats
+
+    assert msgspec.msgpack.decode(codec.encode(beat), type=OlderHeartbeat).stats.running == 1

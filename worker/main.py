@@ -415,6 +415,11 @@ class Worker:
             vision_image_tokens=c.vision_image_tokens,
             rerank_pairs=c.rerank_pairs,
             audio_seconds_in=c.audio_seconds_in,
+            kv_bytes=c.kv_bytes,
+            kv_budget_bytes=c.kv_budget_bytes,
+            kv_waiting=c.kv_waiting,
+            kv_preemptions=c.kv_preemptions,
+            kv_waited=c.kv_waited,
         )
 
     def _admit(self, request: GenerateRequest) -> None:

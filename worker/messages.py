@@ -272,7 +272,20 @@ class Counters:
     """Live counters reported with each heartbeat, written only by the
     scheduler thread and read by the output thread (plain numbers, each
     update atomic under the GIL; the ``*_memory`` ones are MLX's byte
-    counts, sampled on every scheduler loop turn)."""
+    counts, sampled on every scheduler loop turn).
+
+    The ``kv_*`` ones are the KV-memory budget's (:mod:`worker.engine`; all
+    0 in a worker without one):
+
+    - ``kv_bytes``: bytes the KV caches of the running sequences are
+      bounded by now (the budget's accounting);
+    - ``kv_budget_bytes``: the model's KV budget in bytes (0: no budget);
+    - ``kv_waiting``: requests (choices) waiting for KV memory now;
+    - ``kv_preemptions``: running sequences preempted (total) because the
+      running sequences outgrew the budget;
+    - ``kv_waited``: requests that had to wait for memory before starting
+      (total).
+    """
 
     steps: int = 0
     prompt_tokens: int = 0

@@ -85,6 +85,24 @@ class SpeculationStatus(msgspec.Struct, kw_only=True):
     acceptance: float | None
 
 
+class KVStatus(msgspec.Struct, kw_only=True):
+    """The KV-memory budget of one worker (latest heartbeat; all 0 for a
+    model without a budget, without a worker, or of a kind that does not
+    generate). ``bytes``: what the KV caches of the running sequences are
+    bounded by now (the budget's accounting); ``budget_bytes``: the budget
+    (0: none); ``waiting``: requests (each choice counts) waiting for KV
+    memory now; since the worker started, ``preemptions``: running
+    sequences preempted because the running sequences outgrew the budget,
+    and ``waited``: requests that had to wait for memory before
+    starting."""
+
+    bytes: int
+    budget_bytes: int
+    waiting: int
+    preemptions: int
+    waited: int
+
+
 class ModelStatus(msgspec.Struct, kw_only=True):
     """One configured model.
 
@@ -99,6 +117,7 @@ class ModelStatus(msgspec.Struct, kw_only=True):
     and admitted but not yet decoding (latest heartbeat).
     ``requests_finished`` and ``generated_tokens`` count since its worker
     started. ``speculation`` is None when speculative decoding is off.
+    ``kv``: the worker's KV-memory budget (:class:`KVStatus`).
     ``expires_at``: Unix time it unloads if left idle (None: never, or not
     loaded)."""
 
@@ -121,6 +140,7 @@ class ModelStatus(msgspec.Struct, kw_only=True):
     prefix_cache: PrefixCacheStatus
     disk_cache: DiskTierStatus
     speculation: SpeculationStatus | None
+    kv: KVStatus
     expires_at: float | None
 
 

@@ -23,6 +23,7 @@ from typing import Any
 from gateway.dashboard.recorder import ActivityRecorder, Gauges
 from gateway.dashboard.schema import (
     DiskTierStatus,
+    KVStatus,
     McpServerStatus,
     MemoryStatus,
     ModelStatus,
@@ -171,6 +172,13 @@ class StatusBuilder:
                 rejected=stats.disk_cache_rejected,
             ),
             speculation=speculation,
+            kv=KVStatus(
+                bytes=stats.kv_bytes,
+                budget_bytes=stats.kv_budget_bytes,
+                waiting=stats.kv_waiting,
+                preemptions=stats.kv_preemptions,
+                waited=stats.kv_waited,
+            ),
             expires_at=handle.expires_at(),
         )
 

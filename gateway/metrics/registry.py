@@ -59,6 +59,11 @@ mlxd:worker_memory_bytes                      gauge      psutil RSS of pid
 mlxd:mlx_active_memory_bytes                  gauge      heartbeat
 mlxd:mlx_cache_memory_bytes                   gauge      heartbeat
 mlxd:mlx_peak_memory_bytes                    gauge      heartbeat
+mlxd:kv_cache_bytes                           gauge      heartbeat
+mlxd:kv_budget_bytes                          gauge      heartbeat
+mlxd:num_requests_waiting_for_memory          gauge      heartbeat
+mlxd:kv_preemptions_total                     counter    heartbeat
+mlxd:kv_waited_requests_total                 counter    heartbeat
 mlxd:gpu_working_set_bytes                    gauge      snapshot (Loaded)
 mlxd:model_memory_estimate_bytes              gauge      snapshot
 mlxd:model_load_time_seconds                  gauge      snapshot
@@ -73,6 +78,8 @@ they include the GPU buffers RSS misses; ``Loaded`` seeds them until the
 first heartbeat). ``gpu_working_set_bytes`` (the device's recommended
 working set) is absent off Metal; ``model_memory_estimate_bytes`` is what
 the memory budget counts for the model, also while it is unloaded.
+The ``kv_*`` series and ``num_requests_waiting_for_memory`` are the
+worker's KV-memory budget (``kv_budget_bytes`` 0: the model has none).
 
 Everything runs on the gateway's event-loop thread; no locking beyond
 prometheus-client's own is needed.

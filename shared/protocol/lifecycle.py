@@ -74,6 +74,16 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     longer entry of the same prefix replaced). ``warm_prompts`` /
     ``warm_tokens``: the model's ``warm_prompts`` prefilled into the prefix
     cache at load, and their prompt tokens.
+    ``kv_*``: a generating worker's KV-memory budget (all 0 without one,
+    from an older worker, or from a worker of another kind):
+    ``kv_bytes`` the bytes the KV caches of the running sequences are
+    bounded by now; ``kv_budget_bytes`` the budget (0: none);
+    ``kv_waiting`` requests (choices) waiting for KV memory now;
+    ``kv_preemptions`` running sequences preempted because the running
+    sequences outgrew the budget; ``kv_waited`` requests that had to wait
+    for memory before starting. Appended last with defaults, so no
+    protocol bump: an older peer ignores them, and one that does not send
+    them reads as no budget.
     """
 
     running: int = 0
@@ -115,6 +125,11 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     disk_cache_evictions: int = 0
     warm_prompts: int = 0
     warm_tokens: int = 0
+    kv_bytes: int = 0
+    kv_budget_bytes: int = 0
+    kv_waiting: int = 0
+    kv_preemptions: int = 0
+    kv_waited: int = 0
 
 
 class Hello(msgspec.Struct, frozen=True, kw_only=True, tag="hello"):

@@ -311,3 +311,38 @@ def test_the_page_asks_no_other_host(browser, server):
     assert {f"{server.url}/dashboard", f"{server.url}/dashboard/dashboard.js"} <= set(urls)
     assert any(u.startswith(f"{server.url}/v1/status") for u in urls)
     assert any(u == f"{server.url}/v1/admin/reload" for u in urls)
+
+
+KV_BUDGET = {"bytes": 3 << 20, "budget_bytes": 8 << 20, "waiting": 2, "preemptions": 5, "waited": 7}
+"""A KV budget's ``kv`` object, put into the tiny model's status by the page's own fetch."""
+
+KV_REWRITE = """
+const realFetch = window.fetch.bind(window);
+window.fetch = async (input, init) => {
+  const response = await realFetch(input, init);
+  if (!String(input).includes("/v1/status") || !response.ok) return response;
+  const body = await response.json();
+  for (const m of body.models) if (m.name === %s) m.kv = %s;
+  return new Response(JSON.stringify(body), {status: response.status, headers: response.headers});
+};
+"""
+"""A script run before the page's own: its ``/v1/status`` answers carry
+:data:`KV_BUDGET` for the tiny model (the page is the same, the data is
+what a worker with a KV budget sends)."""
+
+
+def test_a_kv_budget_shows_under_the_memory(browser, server):
+    """With a KV budget (``kv.budget_bytes`` > 0) the memory cell says the KV
+    memory in use of its budget, the requests waiting for it and the
+    preemptions; a model without a budget shows no such line."""
+    script = KV_REWRITE % (json.dumps(TINY), json.dumps(KV_BUDGET))
+    added = browser.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": script})
+    try:
+        browser.refresh()
+        use_key(browser, API_KEY)
+        wait(browser, lambda d: field(d, TINY, "kv"), what="tiny's KV line")
+        assert field(browser, TINY, "kv") == "KV 3.0 MiB / 8.0 MiB · 2 waiting · 5 preempted"
+        assert field(browser, BROKEN, "state") and not field(browser, BROKEN, "kv")
+    finally:
+        browser.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": added["identifier"]})
+        browser.refresh()

@@ -106,6 +106,11 @@ def test_snapshot_matches_the_published_schema(server):
     assert tiny.pid and tiny.memory.mlx_active_bytes > 0 and tiny.memory.estimate_bytes > 0
     assert tiny.speculation is not None and tiny.speculation.method == "suffix"  # the default: auto
     assert model(snapshot, BROKEN).state == "unloaded" and model(snapshot, BROKEN).pid is None
+    # the KV budget: within its budget when there is one; a model without a worker has none
+    assert tiny.kv.budget_bytes == 0 or 0 <= tiny.kv.bytes <= tiny.kv.budget_bytes
+    assert msgspec.structs.asdict(model(snapshot, BROKEN).kv) == dict.fromkeys(
+        ("bytes", "budget_bytes", "waiting", "preemptions", "waited"), 0
+    )
     assert snapshot.mcp_servers == [] and snapshot.nodes == [] and not snapshot.draining
     assert snapshot.started_at <= snapshot.time
     assert "/v1/status" in document["paths"] and "/v1/admin/reload" in document["paths"]

@@ -152,6 +152,7 @@
       const pc = m.prefix_cache;
       const disk = m.disk_cache;
       const spec = m.speculation;
+      const kv = m.kv;
       const busy = state.busy.has(m.name);
       return el(
         "tr",
@@ -168,7 +169,11 @@
           el("span", { text: bytes(mem.mlx_active_bytes) }),
           el("span", { class: "muted", text: ` / ${cap ? bytes(cap) : "–"}` }),
           el("div", { class: "bar", title: mem.limit_bytes ? "of the worker's MLX limit" : "of the budget's estimate" },
-            el("div", { style: { width: `${(share * 100).toFixed(1)}%` } }))),
+            el("div", { style: { width: `${(share * 100).toFixed(1)}%` } })),
+          kv && kv.budget_bytes > 0
+            ? el("div", { class: "muted small", "data-field": "kv", title: "KV memory in use of its budget, requests waiting for it, sequences preempted",
+              text: `KV ${bytes(kv.bytes)} / ${bytes(kv.budget_bytes)} · ${kv.waiting} waiting · ${kv.preemptions} preempted` })
+            : null),
         el("td", { "data-field": "requests" },
           el("span", { text: `${m.running} running` }), el("br"),
           el("span", { class: "muted", text: `${m.waiting} queued · ${m.inflight} in flight` })),
