@@ -10,7 +10,10 @@ some ask for ``n`` = 2, some sample with a seed, some opt out of
 speculation; some are cancelled before their first token (mid-prefill) or
 after it (mid-decode). Variants run with speculation on, and with a prefix
 cache so small that it evicts, backed by a disk tier that survives a
-restart of the engine between two phases. The plain-cache variant samples
+restart of the engine between two phases, and under a KV budget so small
+that requests wait for memory and running rows are preempted and resumed
+(some asks then run long enough to outgrow it; the budget holds about
+two such rows of the family's model). The plain-cache variant samples
 and normalizes with MLX on the device, the path a Metal GPU takes; the
 others on the host, the CPU backend's default.
 
@@ -27,7 +30,8 @@ Checked for every schedule:
   and nothing follows its end;
 * the prefix cache never refused a state (a state that does not hold
   exactly its key's tokens, see ``PrefixCache.insert``);
-* once idle, the engine holds nothing: no sequence, no drafting record.
+* once idle, the engine holds nothing: no sequence, no drafting record,
+  nothing waiting for memory; the KV-budget variant waited and preempted.
 
 A failure prints the family, variant, seed and the schedule that
 reproduces it (rerun with ``MLXD_FUZZ_SEEDS=<seed>``). ``MLXD_FUZZ=long``
@@ -61,6 +65,7 @@ VARIANTS = {
     "cache": {},  # sampled on the device (MLX), as on a Metal GPU; the others on the host
     "speculation": {"speculative": "auto", "speculative_tokens": 4},
     "evict+disk": {"prefix_cache_bytes": 96 * 1024, "disk_cache_bytes": 64 << 20},
+    "kv_budget": {"speculative": "auto", "speculative_tokens": 4},  # kv_budget: see budget_for
 }
 """Config overrides of each variant (on top of :data:`BASE`)."""
 
@@ -112,6 +117,7 @@ class Fuzzer:
         self.asks: list[Ask] = []
         self.cancelled: set[str] = set()
         self.outcomes: dict[str, object] = {}
+        self._max_tokens: dict[str, int] = {}
         self._images = [png(color) for color in ((200, 30, 30), (30, 200, 30), (30, 30, 200))]
 
     # -- building requests ----------------------------------------------------
@@ -133,8 +139,10 @@ class Fuzzer:
         """The next request and how it was made."""
         rid = f"r{index}"
         rng = self.rng
+        budgeted = self.schedule.variant == "kv_budget"
+        long = budgeted and (index < 2 or rng.random() < 0.5)  # the first two outgrow the budget together
         settings = dict(
-            max_tokens=rng.randint(3, 14),
+            max_tokens=rng.randint(*LONG_OUTPUT) if long else rng.randint(3, 14),
             n=2 if rng.random() < 0.15 else 1,
             speculative=rng.random() < 0.8,
         )
@@ -157,6 +165,8 @@ class Fuzzer:
                 return Ask(rid, messages=messages, images=base.images, **settings), f"next turn of {base.request_id}"
             messages = base.messages[:-1] + (("user", self._words(3, 20)),)
             return Ask(rid, messages=messages, **settings), f"edited last message of {base.request_id}"
+        if budgeted and index < 2:  # one choice each, never cancelled
+            return Ask(rid, prompt=self._tokens(150, 200), **{**settings, "n": 1}), "new long prompt"
         if self.vision or rng.random() < 0.4:
             messages = (("system", self._words(5, 40)), ("user", self._words(3, 30)))
             images = ()
@@ -165,6 +175,9 @@ class Fuzzer:
                 images = ((rng.choice(self._images), rng.randint(0, len(text))),)
             return Ask(rid, messages=messages, images=images, **settings), "new chat"
         return Ask(rid, prompt=self._tokens(10, 200), **settings), "new prompt"
+
+    def _started(self, request_id: str) -> bool:
+        return bool(self.driver.outcomes[request_id].tokens)
 
     def _ended(self, ask: Ask) -> bool:
         outcome = self.driver.outcomes.get(ask.request_id)
@@ -194,9 +207,16 @@ class Fuzzer:
             if len(in_flight) < 5 and self.rng.random() < 0.45:
                 ask, how = self._new_ask(index)
                 self.asks.append(ask)
+                self._max_tokens[ask.request_id] = ask.max_tokens
                 self.driver.submit(ask)
                 self.schedule.note(turn, f"submit {ask.request_id}: {how}; {_describe(ask)}", ask)
                 index += 1
+            if self.schedule.variant == "kv_budget":  # long asks are cancelled only while they wait
+                in_flight = [
+                    r
+                    for r in in_flight
+                    if r not in ("r0", "r1") and (self._max_tokens[r] < LONG_OUTPUT[0] or not self._started(r))
+                ]
             if in_flight and self.rng.random() < 0.06:
                 victim = self.rng.choice(in_flight)
                 stage = "mid-decode" if self.driver.outcomes[victim].tokens else "mid-prefill"
@@ -227,6 +247,10 @@ class Fuzzer:
         assert refused == 0, f"the prefix cache refused {refused} states\n{schedule}"
         scheduler = driver.scheduler
         assert not scheduler._seqs and not scheduler._uids, f"sequences left behind\n{schedule}"
+        assert not scheduler._memory_queue, f"requests left waiting for memory\n{schedule}"
+        if self.schedule.variant == "kv_budget":
+            counters = scheduler.counters
+            assert counters.kv_waited and counters.kv_preemptions, f"the budget never bit: {counters}\n{schedule}"
         assert scheduler._engine.running == 0, f"the engine still decodes\n{schedule}"
         if scheduler.speculation is not None:
             assert scheduler.speculation.idle, f"drafting records left behind\n{schedule}"
@@ -316,7 +340,32 @@ def models(tmp_path_factory) -> dict[str, Path]:
     return built
 
 
-CASES = [(family, variant) for family in [*FAMILY_NAMES, VLM] for variant in VARIANTS]
+KV_BUDGET_FAMILIES = set(FAMILY_NAMES) | {VLM} if LONG else {"llama", "gemma3_text", "qwen3_next", "gpt_oss", VLM}
+"""The families the KV-budget variant runs for in the short profile: plain,
+sliding-window, recurrent, attention-sink KV and the vision model."""
+
+LONG_OUTPUT = (300, 420)
+"""The output lengths of the KV-budget variant's long asks."""
+
+CASES = [
+    (family, variant)
+    for family in [*FAMILY_NAMES, VLM]
+    for variant in VARIANTS
+    if variant != "kv_budget" or family in KV_BUDGET_FAMILIES
+]
+
+
+def budget_for(config: ModelConfig, vision: bool) -> int:
+    """A KV budget holding about two rows of a long ask of ``config``'s
+    model (its KV profile as the scheduler measures it)."""
+    from worker.engine.kv_budget import LOOKAHEAD, TRANSIENT
+
+    probe = EngineDriver(config, vision=vision)
+    try:
+        profile = probe.scheduler._ledger.profile
+    finally:
+        probe.close()
+    return TRANSIENT * 2 * profile.row_bytes(200 + LOOKAHEAD)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -327,6 +376,8 @@ def test_cached_and_batched_answers_equal_a_cache_less_twin(models, tmp_path, fa
     if "disk_cache_bytes" in settings:
         settings["disk_cache_dir"] = str(tmp_path / "disk")
     config = msgspec.convert({"name": family, "source": str(models[family]), **settings}, ModelConfig)
+    if variant == "kv_budget":
+        config = msgspec.structs.replace(config, kv_budget=budget_for(config, vision))
     schedule = Schedule(family, variant, seed)
     fuzzer = Fuzzer(config, schedule, vision=vision, disk="disk_cache_bytes" in settings)
     try:
