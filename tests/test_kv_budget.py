@@ -88,8 +88,8 @@ def test_the_booked_cost_bounds_the_live_caches_and_answers_equal_solo(models, f
     """Every step: what mlx-lm's caches hold <= the ledger's bound for the
     rows; a budget below the burst makes requests wait and preempts rows,
     and every answer equals the request alone without a budget."""
-    asks = _asks(1, 8, (10, 90), (300, 420))
-    config = _config(models[family], kv_budget=_budget_for_rows(models[family], 3, 90 + LOOKAHEAD))
+    asks = _asks(1, 5, (60, 90), (300, 340))
+    config = _config(models[family], kv_budget=_budget_for_rows(models[family], 2, 90 + LOOKAHEAD))
     driver = EngineDriver(config)
     try:
         ledger = driver.scheduler._ledger
