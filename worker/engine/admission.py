@@ -8,6 +8,14 @@ prefilled once and each choice then decodes from its own copy. Each choice
 gets its sampler and logits processors (penalties, biases, thinking budget,
 grammar) and, for checkpointing caches, its prompt checkpoints.
 
+Under a KV budget (see :mod:`worker.engine.kv_budget`) admission also
+decides when: a request waits in the memory queue until its rows fit
+beside the running ones; before each step the newest rows are preempted
+while the rows are over the budget (a preempted choice keeps its sampler,
+processors and the tokens it generated, and resumes first); a prompt that
+cannot fit alone is refused with ``context_length_exceeded`` and an
+output that could not is cut.
+
 :class:`Admitter` is a part of :class:`~worker.engine.scheduler.Scheduler`
 (its base class), split out of the scheduler loop's module; it runs on the
 scheduler thread and acts on the scheduler's batch state.
@@ -102,6 +110,9 @@ class Admitter:
     ``_deadlines``) and emits :class:`~worker.messages.Started`; a request
     that cannot be admitted gets a ``Started`` then an ``internal`` error
     :class:`~worker.messages.Terminal` instead, and the loop goes on.
+    Under a KV budget (``_ledger`` set) requests and preempted choices
+    wait in ``_memory_queue``; a request there that never started is
+    ended with a ``Started`` and its terminal (see :meth:`_end_unstarted`).
     """
 
     _engine: BatchEngine | None
