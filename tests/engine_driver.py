@@ -58,7 +58,10 @@ class Outcome:
 class Ask:
     """One request of a schedule: a token prompt (``prompt``) or chat
     messages (``messages``, with ``images`` as (bytes, position) pairs
-    placed in the last message), and its sampling settings."""
+    placed in the last message), and its sampling settings (a
+    ``frequency_penalty`` keeps a tiny random model's long greedy answers
+    from settling on one repeated token, where a lost or repeated token
+    would not show)."""
 
     request_id: str
     max_tokens: int
@@ -70,6 +73,7 @@ class Ask:
     seed: int | None = None
     speculative: bool = True
     ignore_eos: bool = True
+    frequency_penalty: float = 0.0
 
     def request(self) -> GenerateRequest:
         """The wire request the worker's input thread would receive."""
@@ -79,6 +83,7 @@ class Ask:
             seed=self.seed,
             ignore_eos=self.ignore_eos,
             speculative=self.speculative,
+            frequency_penalty=self.frequency_penalty,
         )
         if self.prompt:
             return GenerateRequest(
@@ -106,6 +111,7 @@ class Ask:
             self.temperature,
             self.seed,
             self.ignore_eos,
+            self.frequency_penalty,
         )
 
 

@@ -143,6 +143,7 @@ class Fuzzer:
         long = budgeted and (index < 2 or rng.random() < 0.5)  # the first two outgrow the budget together
         settings = dict(
             max_tokens=rng.randint(*LONG_OUTPUT) if long else rng.randint(3, 14),
+            frequency_penalty=1.5 if long else 0.0,  # a long answer must not settle on one token
             n=2 if rng.random() < 0.15 else 1,
             speculative=rng.random() < 0.8,
         )
