@@ -57,12 +57,18 @@ WIDE_KV = {
     "num_key_value_heads": 8,
     "head_dim": 64,
     "max_position_embeddings": 8192,
+    "tie_word_embeddings": False,
 }
 """Config overrides of the tiny llama so that its KV cache dominates its
 memory: 4 layers x 8 KV heads x 64 dims, keys and values in float32, are
 16 KiB per token (the default tiny llama: 1 KiB), while the weights stay
-about 14 MiB (mostly the 49152 x 64 embedding). A long context, so the
-oversized prompt is refused by the KV budget, not by the context length."""
+about 28 MiB (mostly the 49152 x 64 embedding and output head). A long
+context, so the oversized prompt is refused by the KV budget, not by the
+context length. An output head of its own: with the embedding tied to it,
+the tiny network's greedy answer soon repeats one token forever, and an
+answer that repeats one token reads the same whatever a preemption did to
+its context; with its own head the answer keeps changing with the context
+(a resume that dropped a token was seen only then)."""
 
 KV_BUDGET = 50 << 20
 """The model's ``kv_budget`` in bytes. The scheduler books a row of ``t``
@@ -397,11 +403,21 @@ def check(budgeted: Measured, unbudgeted_peak: int, unbudgeted_weights: int, ref
         for turn, outcome in enumerate(got.outcomes):
             if outcome == "ok" and got.answers[turn] != want.answers[turn]:
                 failures.append(
-                    f"session {got.number} turn {turn}: {got.answers[turn]!r} differs from its run alone"
-                    f" {want.answers[turn]!r}"
+                    f"session {got.number} turn {turn}: " + difference(got.answers[turn], want.answers[turn])
                 )
                 break
     return failures
+
+
+def difference(got: str, want: str, around: int = 40) -> str:
+    """Where answer ``got`` first differs from ``want`` (the session's
+    answer alone), with ``around`` characters of each from there."""
+    at = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+    start = max(0, at - around)
+    return (
+        f"differs from its run alone at character {at} of {len(got)}:"
+        f" {got[start : at + around]!r} against {want[start : at + around]!r}"
+    )
 
 
 def summary(budgeted: Measured, unbudgeted: Measured, seconds: dict[str, float]) -> str:
