@@ -454,7 +454,7 @@ def summary(budgeted: Measured, unbudgeted: Measured, seconds: dict[str, float])
         for outcome in session.outcomes:
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
         cut = sum(done < asked for done, asked in zip(session.completion_tokens, session.max_tokens))
-        outcomes["ok, cut to the budget"] = outcomes.get("ok, cut to the budget", 0) + cut
+        outcomes["of the ok: cut to the budget"] = outcomes.get("of the ok: cut to the budget", 0) + cut
     mib = 1 << 20
     lines = [
         f"sessions {len(budgeted.ran)}, turns {[len(s.max_tokens) for s in budgeted.ran][0]},"
