@@ -27,7 +27,7 @@ which must be clearly above the budget: the budget is what held it); see
 ``make soak`` runs :func:`main` (more turns, bounded by ``--minutes``);
 ``tests/reliability/test_kv_soak.py`` runs a short version in ``make test``.
 
-Usage: ``.venv/bin/python tests/reliability/kv_soak.py [--sessions 16] [--turns 8] [--minutes 10]``
+Usage: ``.venv/bin/python tests/reliability/kv_soak.py [--sessions 16] [--turns 8] [--minutes 20]``
 """
 
 from __future__ import annotations
