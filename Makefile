@@ -124,9 +124,13 @@ bench: model
 	$(PY) bench/tensor_parallel.py --write
 	$(PY) bench/plots.py
 
-# 30 minutes of mixed traffic with disconnects; prints worker memory over time (not in CI)
+# 30 minutes of mixed traffic with disconnects; prints worker memory over time (not in CI).
+# Then the KV-budget soak: 16 agent-like sessions of 8 turns outgrowing a small kv_budget under a
+# low MLX memory limit, checked against the same sessions one at a time (no request starts after 20 minutes;
+# tests/reliability/test_kv_soak.py runs 2 turns of it in `make test`)
 soak: model
 	$(PY) tests/reliability/soak.py --minutes 30
+	$(PY) tests/reliability/kv_soak.py --sessions 16 --turns 8 --minutes 20
 
 # One turn of the real Claude Code and Codex CLIs (npm, pinned) against mlxd; needs Node.js (not in CI)
 agents: model

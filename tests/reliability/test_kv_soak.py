@@ -1,0 +1,19 @@
+"""The short KV-budget soak in ``make test`` (``make soak`` runs the long
+one): 16 agent-like sessions of two turns, whose contexts at once outgrow
+the model's KV budget, on a worker with a low MLX memory limit. Every
+request is answered (one oversized prompt refused with an OpenAI-shaped
+``context_length_exceeded``), the worker never restarts, requests wait and
+rows are preempted, the peak MLX memory stays within the budget, and every
+answer equals the session's answer run alone without a budget. See
+:mod:`tests.reliability.kv_soak`."""
+
+from __future__ import annotations
+
+from tests.reliability.kv_soak import soak
+
+
+def test_sessions_that_outgrow_the_kv_budget_are_all_served_within_it(tmp_path):
+    """The soak's conditions hold for 16 sessions of 2 turns (3 long answers)."""
+    failures, summary = soak(tmp_path, count=16, turns=2, long_every=5, minutes=3, quick=True)
+    print(summary)
+    assert not failures, "\n".join([summary, *failures])
