@@ -51,6 +51,11 @@ if str(ROOT) not in sys.path:
 from tests.conftest import Server, settled_stats, start_server  # noqa: E402
 from tests.tiny_model import build_tiny_model  # noqa: E402
 
+FREQUENCY_PENALTY = 1.5
+"""Keeps the tiny model's long greedy answers from settling into a short
+loop, where a token lost or repeated at a resume far from the answer's end
+would not show."""
+
 MODEL = "kvsoak"
 
 WIDE_KV = {
@@ -225,6 +230,7 @@ def run_session(
                 "max_tokens": max_tokens,
                 "temperature": 0,
                 "ignore_eos": True,
+                "frequency_penalty": FREQUENCY_PENALTY,
             }
             try:
                 response = chat(http, server, body)
