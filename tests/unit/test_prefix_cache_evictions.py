@@ -33,3 +33,27 @@ def test_budget_evictions_are_counted():
     assert cache.evictions == 1  # a clear is not an eviction
     cache.insert(list(range(500, 508)), kv_state(8))
     assert cache.entries == 1 and cache.evictions == 1
+
+
+def test_fit_gives_back_what_it_evicts_also_before_the_disk_tier_has_it(tmp_path):
+    """``fit`` (a KV budget's room for the prefix cache) evicts down to the
+    room, and an evicted entry still queued for the disk tier is let go
+    too: MLX's memory in use comes back down."""
+    from worker.caches.disk import DiskTier
+
+    mx.random.seed(0)
+    cache = PrefixCache("m", 1 << 30, disk=DiskTier(tmp_path, "m", 1 << 30))
+    mx.clear_cache()
+    before = mx.get_active_memory()
+    for first in range(4):
+        cache.insert([first, *range(1000, 1999)], kv_state(1000))
+    held = mx.get_active_memory() - before
+    assert held >= 4 * kv_state(1000)[0].nbytes
+    one = cache.nbytes // 4
+    cache.fit(one)
+    assert cache.entries == 1 and cache.nbytes == one and len(cache._unspilled) == 1
+    mx.clear_cache()
+    assert mx.get_active_memory() - before <= held // 4 + (1 << 20)
+    cache.fit(0)
+    assert cache.entries == 0 and not cache._unspilled
+    cache.disk.close()

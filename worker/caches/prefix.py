@@ -211,9 +211,12 @@ class PrefixCache:
         ``min(max_bytes, budget_bytes)`` bytes are held: the room a KV
         budget's running sequences leave (see :mod:`worker.engine.kv_budget`).
         Not counted in :attr:`evictions`, which counts entries evicted for
-        an insert."""
+        an insert. An evicted entry the disk tier has not got yet is dropped
+        from its queue too (its memory must go now), so it never reaches
+        the disk."""
         if self._lru.nbytes > max_bytes:
             self._lru.trim_to(n_bytes=max_bytes)
+            self._unspilled = {k: v for k, v in self._unspilled.items() if self._lru.holds(self.model_key, k)}
 
     @property
     def disk_min_tokens(self) -> int:
@@ -246,6 +249,14 @@ class _CountingLRU(LRUPromptCache):
     def __init__(self, max_size: int, max_bytes: int) -> None:
         super().__init__(max_size=max_size, max_bytes=max_bytes)
         self.evictions = 0
+
+    def holds(self, model: Any, tokens: tuple[int, ...]) -> bool:
+        """Whether an entry is stored under exactly ``tokens``."""
+        try:
+            self._trie.get(model, list(tokens))
+        except KeyError:
+            return False
+        return True
 
     def insert_cache(self, *args: Any, **kwargs: Any) -> None:
         """``LRUPromptCache.insert_cache``, counting its evictions."""
