@@ -235,10 +235,15 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     Entries of at least 128 tokens are written there and survive an idle
     unload and restarts. ``disk_cache_dir``: where (empty: ``prefix-cache``
     in the cache directory, see :func:`shared.paths.state_dir`).
-    ``kv_bits``: store prefix-cache entries with their KV quantized to this
-    many bits (4 or 8; 0: as computed); ``kv_group_size``: the quantization
-    group size (32, 64 or 128). Decoding itself keeps full-precision KV,
-    because mlx-lm's batch engine cannot batch a quantized cache.
+    ``kv_bits``: keep the running sequences' plain KV layers quantized to
+    this many bits from their first token (4 or 8; 0: full precision), and
+    the prefix cache's entries with them (stored and reused as they are);
+    ``kv_group_size``: the quantization group size (32, 64 or 128).
+    Sliding-window and state-space layers keep their kinds. A model that
+    cannot take quantized attention (attention sinks, multi-head latent
+    attention, a head size the group size does not divide, a vision model,
+    a tensor-parallel group) keeps full-precision running KV (logged) and
+    only stores its prefix-cache entries quantized (dequantized on reuse).
     ``node``: the name of the ``[[nodes]]`` entry whose machine runs this
     model's worker (empty: this machine); the node's own config says where
     the model's files are.    ``speculative``: ``auto`` (default: ``suffix`` for every model

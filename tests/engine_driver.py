@@ -123,7 +123,8 @@ class EngineDriver:
     model directory): its prefix cache (``prefix_cache_bytes`` 0 turns it
     off, and with it prompt checkpoints: the cache-less twin), disk tier
     (``disk_cache_bytes``, ``disk_cache_dir``), speculation, KV budget
-    (``kv_budget``) and batch sizes are built by the worker's own composition functions
+    (``kv_budget``), quantized live KV (``kv_bits``; :attr:`kv_bits` says
+    whether it applies) and batch sizes are built by the worker's own composition functions
     (:mod:`worker.model_setup`). ``vision``: load it as a
     vision-language model. ``host_sampling``: sample and normalize on the
     host with NumPy (the CPU backend's default) or with MLX (False: the
@@ -133,7 +134,7 @@ class EngineDriver:
     def __init__(self, config: Any, *, vision: bool = False, host_sampling: bool = True) -> None:
         from worker.caches.profile import profile_model
         from worker.engine.scheduler import Scheduler
-        from worker.model_setup import kv_budget_for, prefix_cache_for, speculation_for, weight_bytes
+        from worker.model_setup import kv_budget_for, live_kv_bits, prefix_cache_for, speculation_for, weight_bytes
         from worker.prompting.builder import PromptBuilder
         from worker.prompting.model_formats import model_formats
         from worker.sampling.constrained_decoding import GrammarCompiler
@@ -151,7 +152,7 @@ class EngineDriver:
         else:
             from worker.loading.loader import load_model
 
-            loaded = load_model(config.source)
+            loaded = load_model(config.source, dtype=config.dtype)
         self.config = config
         self.loaded = loaded
         self.profile = profile_model(loaded.model)
@@ -166,7 +167,8 @@ class EngineDriver:
             grammars=GrammarCompiler(getattr(loaded.tokenizer, "_tokenizer", loaded.tokenizer), 0, vocab),
             images=images,
         )
-        cache = prefix_cache_for(config, loaded, self.profile.trimmable)
+        self.kv_bits = live_kv_bits(config, loaded.model, vision=vision)
+        cache = prefix_cache_for(config, loaded, self.profile.trimmable, live_quantized=self.kv_bits > 0)
         spec = None if vision else speculation_for(config, self.profile, vocab)
         self.speculating = spec is not None
         self.outcomes: dict[str, Outcome] = {}
@@ -184,6 +186,8 @@ class EngineDriver:
             speculation=spec,
             solo=self.profile.solo,
             kv_budget=kv_budget_for(config, weight_bytes(loaded.model)[0]),
+            kv_bits=self.kv_bits,
+            kv_group_size=config.kv_group_size,
         )
         self.scheduler.start()
 

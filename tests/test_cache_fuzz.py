@@ -13,7 +13,9 @@ cache so small that it evicts, backed by a disk tier that survives a
 restart of the engine between two phases, and under a KV budget so small
 that requests wait for memory and running rows are preempted and resumed
 (some asks then run long enough to outgrow it; the budget holds about
-two such rows of the family's model). The plain-cache variant samples
+two such rows of the family's model), and with the running sequences' KV
+quantized to 4 bits (``kv_bits``, with speculation, the small evicting
+prefix cache and the disk tier; the twin quantizes too). The plain-cache variant samples
 and normalizes with MLX on the device, the path a Metal GPU takes; the
 others on the host, the CPU backend's default.
 
@@ -66,6 +68,14 @@ VARIANTS = {
     "speculation": {"speculative": "auto", "speculative_tokens": 4},
     "evict+disk": {"prefix_cache_bytes": 96 * 1024, "disk_cache_bytes": 64 << 20},
     "kv_budget": {"speculative": "auto", "speculative_tokens": 4},  # kv_budget: see budget_for
+    "kv_bits": {
+        "kv_bits": 4,
+        "kv_group_size": 32,
+        "speculative": "auto",
+        "speculative_tokens": 4,
+        "prefix_cache_bytes": 96 * 1024,
+        "disk_cache_bytes": 64 << 20,
+    },  # on the family's wide model (see WIDE)
 }
 """Config overrides of each variant (on top of :data:`BASE`)."""
 
@@ -338,7 +348,31 @@ def models(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("fuzz-models")
     built = {name: build_tiny_model(root / name, family=name) for name in FAMILY_NAMES}
     built[VLM] = build_tiny_vlm(root / VLM)
+    for name in KV_BITS_FAMILIES:
+        built[f"{name}+wide"] = build_tiny_model(
+            root / f"{name}+wide", family=name, overrides=WIDE.get(name, WIDE_HEADS)
+        )
     return built
+
+
+WIDE = {"lfm2": {"num_attention_heads": 2, "num_key_value_heads": 1}}
+"""Config overrides that give a family 32-value attention heads, which
+4-bit KV in groups of 32 needs; :data:`WIDE_HEADS` for the others."""
+
+WIDE_HEADS = {"head_dim": 32}
+
+KV_BITS_FAMILIES = (
+    {"llama", "qwen3", "gemma3_text", "qwen3_next", "lfm2", "nemotron_h", "llama4"}
+    if LONG
+    else {"llama", "gemma3_text", "qwen3_next"}
+)
+"""The families the quantized-KV variant runs for (on their wide models,
+where the live KV really is quantized: plain, sliding-window and
+recurrent hybrids in the short profile). The families that fall back to
+full-precision live KV are left out: their prefix-cache entries are still
+stored quantized and a hit dequantizes them, so their hits may differ from
+the twin's cold answers by design (tests/test_quantized_batch_kv.py runs
+them)."""
 
 
 KV_BUDGET_FAMILIES = set(FAMILY_NAMES) | {VLM} if LONG else {"llama", "gemma3_text", "qwen3_next", "gpt_oss", VLM}
@@ -352,7 +386,7 @@ CASES = [
     (family, variant)
     for family in [*FAMILY_NAMES, VLM]
     for variant in VARIANTS
-    if variant != "kv_budget" or family in KV_BUDGET_FAMILIES
+    if (variant != "kv_budget" or family in KV_BUDGET_FAMILIES) and (variant != "kv_bits" or family in KV_BITS_FAMILIES)
 ]
 
 
@@ -376,12 +410,14 @@ def test_cached_and_batched_answers_equal_a_cache_less_twin(models, tmp_path, fa
     settings = {**BASE, **VARIANTS[variant]}
     if "disk_cache_bytes" in settings:
         settings["disk_cache_dir"] = str(tmp_path / "disk")
-    config = msgspec.convert({"name": family, "source": str(models[family]), **settings}, ModelConfig)
+    source = models[f"{family}+wide" if variant == "kv_bits" else family]
+    config = msgspec.convert({"name": family, "source": str(source), **settings}, ModelConfig)
     if variant == "kv_budget":
         config = msgspec.structs.replace(config, kv_budget=budget_for(config, vision))
     schedule = Schedule(family, variant, seed)
     fuzzer = Fuzzer(config, schedule, vision=vision, disk="disk_cache_bytes" in settings)
     try:
+        assert fuzzer.driver.kv_bits == config.kv_bits, "the quantized-KV variant must quantize the live KV"
         fuzzer.run()
     finally:
         fuzzer.driver.close()

@@ -182,11 +182,12 @@ def build_generation(
     )
     host_sampling = default_host_sampling()
     link: PlanLink | None = lockstep
+    kv_bits = live_kv_bits(config, loaded.model, vision=vision, grouped=lockstep is not None)
     scheduler = Scheduler(
         loaded.model,
         set(loaded.eos_token_ids),
         emit,
-        cache=prefix_cache_for(config, loaded, cache_profile.trimmable),
+        cache=prefix_cache_for(config, loaded, cache_profile.trimmable, live_quantized=kv_bits > 0),
         max_batch_size=config.max_batch_size,
         prefill_batch_size=config.prefill_batch_size,
         prefill_step_size=config.prefill_step_size,
@@ -197,6 +198,8 @@ def build_generation(
         lockstep=link,
         pace=pace,
         kv_budget=kv_budget_for(config, total),
+        kv_bits=kv_bits,
+        kv_group_size=config.kv_group_size,
     )
     return GenerationSetup(
         loaded=loaded,
@@ -319,9 +322,13 @@ KIND_BUILDERS: dict[str, Callable[[ModelConfig, Callable[[Any], None]], KindSetu
 ``vision`` are :func:`build_generation`'s)."""
 
 
-def prefix_cache_for(config: ModelConfig, loaded: LoadedModel, trimmable: bool) -> PrefixCache | None:
+def prefix_cache_for(
+    config: ModelConfig, loaded: LoadedModel, trimmable: bool, live_quantized: bool = False
+) -> PrefixCache | None:
     """The prefix cache for ``config``'s model ``loaded`` (None when its
-    budget is 0), with a disk tier when ``disk_cache_bytes`` is set (its
+    budget is 0; ``live_quantized``: the running sequences keep quantized
+    KV, so quantized entries are handed out as stored, see
+    :func:`live_kv_bits`), with a disk tier when ``disk_cache_bytes`` is set (its
     writer thread is started here; a directory that cannot be created is
     logged and the tier left out). The disk tier's identity is the weights'
     content hash (:mod:`worker.loading.weights_digest`, memoized next to the tiers),
@@ -353,7 +360,44 @@ def prefix_cache_for(config: ModelConfig, loaded: LoadedModel, trimmable: bool) 
         trimmable=trimmable,
         kv_bits=config.kv_bits,
         kv_group_size=config.kv_group_size,
+        live_quantized=live_quantized,
     )
+
+
+def live_kv_bits(config: ModelConfig, model: Any, *, vision: bool = False, grouped: bool = False) -> int:
+    """Scheduler thread: the bits the running sequences' KV of ``config``'s
+    ``model`` is kept in (``kv_bits``; 0: full precision). Falls back to
+    full precision, logged as a warning, for a vision model (``vision``), a
+    tensor-parallel group (``grouped``) and any model
+    :func:`~worker.caches.quantized_batch.why_not_quantized` rejects
+    (attention sinks, multi-head latent attention, a head size
+    ``kv_group_size`` does not divide); the prefix cache then still keeps
+    its entries quantized and hands them out dequantized."""
+    from worker.caches.quantized_batch import why_not_quantized
+
+    if not config.kv_bits:
+        return 0
+    if vision:
+        reason = "a vision model (its prefill runs outside the batch engine's caches)"
+    elif grouped:
+        reason = "a tensor-parallel group"
+    else:
+        reason = why_not_quantized(model, config.kv_bits, config.kv_group_size)
+    if reason is not None:
+        log.warning(
+            "model %s: kv_bits = %d applies to prefix-cache entries only; running sequences keep full-precision KV: %s",
+            config.name,
+            config.kv_bits,
+            reason,
+        )
+        return 0
+    log.info(
+        "model %s: running sequences keep their KV quantized to %d bits (group size %d)",
+        config.name,
+        config.kv_bits,
+        config.kv_group_size,
+    )
+    return config.kv_bits
 
 
 def kv_budget_for(config: ModelConfig, weights: int) -> int:

@@ -60,12 +60,16 @@ class PrefixCache:
     there than in memory loads it. ``trimmable``: the model's cache can be
     cut back (see :mod:`worker.caches.profile`). ``kv_bits`` (4 or 8; 0:
     off) and ``kv_group_size``: entries keep their plain KV layers
-    quantized (about 4x / 2x smaller in float16, more in float32) and are
-    dequantized when handed out, because mlx-lm's batch engine cannot
-    batch a quantized cache. A hit then continues from rounded KV, so its
-    output may differ from a cold run's; layers of other kinds (sliding
-    window, state-space) and KV widths the group size does not divide stay
-    as they are.
+    quantized (about 4x / 2x smaller in float16, more in float32); layers
+    of other kinds (sliding window, state-space) and KV widths the group
+    size does not divide stay as they are. ``live_quantized``: the running
+    sequences keep quantized KV too (see
+    :mod:`worker.caches.quantized_batch`), so the states stored are already
+    quantized and are handed out as stored, never converted back: a hit
+    continues exactly as the cold run that stored it. Without it (a model
+    whose live KV stays in full precision) entries are dequantized when
+    handed out, and a hit continues from rounded KV, so its output may
+    differ from a cold run's.
     """
 
     def __init__(
@@ -76,8 +80,10 @@ class PrefixCache:
         trimmable: bool = True,
         kv_bits: int = 0,
         kv_group_size: int = 64,
+        live_quantized: bool = False,
     ) -> None:
         self.model_key = model_key
+        self.live_quantized = live_quantized
         self.kv_bits = kv_bits
         self.kv_group_size = kv_group_size
         self.budget_bytes = budget_bytes
@@ -138,7 +144,8 @@ class PrefixCache:
                 remaining, from_disk = prompt[cached:], cached
         if cache is None or cached <= 0:
             return Lookup(None, 0, list(prompt))
-        cache = _dequantized(cache)
+        if not self.live_quantized:
+            cache = _dequantized(cache)
         self.hits += 1
         self.reused_tokens += cached
         return Lookup(cache, cached, list(remaining), from_disk)
@@ -293,7 +300,7 @@ def _quantized(cache: list[Any], bits: int, group_size: int) -> list[Any]:
 
 def _dequantized(cache: list[Any]) -> list[Any]:
     """``cache`` with each quantized KV layer turned back into a plain one
-    (the form mlx-lm's batch engine can merge)."""
+    (for a model whose running sequences keep full-precision KV)."""
     from mlx_lm.models.cache import KVCache, QuantizedKVCache
 
     out = []

@@ -9,8 +9,10 @@ two ways that matter for serving:
 
 * batching: mlx-lm's ``BatchGenerator`` joins caches of different
   sequences with the cache class's ``merge``; a class without one (chunked,
-  quantized) or a rotating cache that keeps its first tokens (``keep`` > 0)
-  cannot join a batch. Such a model is served one sequence at a time
+  and mlx-lm's own quantized cache, which mlxd batches only through
+  :mod:`worker.caches.quantized_batch` when ``kv_bits`` is set) or a
+  rotating cache that keeps its first tokens (``keep`` > 0) cannot join a
+  batch. Such a model is served one sequence at a time
   through the same engine (:mod:`worker.engine.solo_cache`), never refused and
   never batched wrongly;
 * trimming: a KV cache can be cut back to any shorter prefix, so one

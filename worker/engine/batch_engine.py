@@ -50,6 +50,7 @@ import numpy as np
 from mlx_lm.generate import BatchGenerator, GenerationBatch, PromptProcessingBatch, StopSequences, generation_stream
 from mlx_lm.models.cache import make_prompt_cache
 
+from worker.caches.quantized_batch import as_rows, plain_rows, quantized_prompt_cache
 from worker.engine.solo_cache import SoloBatch, solo_caches
 from worker.messages import TokenLogprobs
 from worker.sampling.samplers import TokenSampler, host_log_softmax
@@ -242,6 +243,13 @@ class BatchEngine(BatchGenerator):
     :mod:`worker.engine.solo_cache`); every sequence runs on its model's own
     caches, one at a time (``completion_batch_size`` and
     ``prefill_batch_size`` are forced to 1).
+    ``kv_bits`` (4 or 8; 0: off) and ``kv_group_size``: running sequences
+    keep their plain KV layers quantized (see
+    :mod:`worker.caches.quantized_batch`): every cache the engine makes
+    (:meth:`new_cache`) quantizes from the first token, inserted caches
+    join the batch as quantized rows, and extracted states are mlx-lm's
+    ``QuantizedKVCache`` for those layers. The caller decides whether the
+    model can take it (:func:`~worker.caches.quantized_batch.why_not_quantized`).
     Between two :meth:`step` calls every sequence's cache holds exactly the
     tokens its last progress response reported: a state copied then (a
     prompt checkpoint) is the state of that prefix.
@@ -256,8 +264,12 @@ class BatchEngine(BatchGenerator):
         speculation: Speculation | None = None,
         stop_tokens: Sequence[Sequence[int]] | None = None,
         solo: bool = False,
+        kv_bits: int = 0,
+        kv_group_size: int = 64,
         **kwargs: Any,
     ) -> None:
+        self.kv_bits = kv_bits
+        self.kv_group_size = kv_group_size
         if solo:
             kwargs.update(completion_batch_size=1, prefill_batch_size=1)
         super().__init__(model, stop_tokens=stop_tokens, **kwargs)
@@ -281,26 +293,41 @@ class BatchEngine(BatchGenerator):
         *rest: Any,
         **kwargs: Any,
     ) -> list[int]:
-        """``BatchGenerator.insert_segments``; for a solo engine each
-        sequence's caches (given, or fresh from the model) are first given
-        the batch-of-one operations (:func:`worker.engine.solo_cache.solo_caches`)."""
-        if self.solo:
-            caches = [
-                solo_caches(c if c is not None else make_prompt_cache(self.model, self.max_kv_size))
-                for c in (caches or [None] * len(segments))
-            ]
+        """``BatchGenerator.insert_segments``, each sequence's caches given or
+        fresh (:meth:`new_cache`). For a solo engine they are first given the
+        batch-of-one operations (:func:`worker.engine.solo_cache.solo_caches`);
+        with ``kv_bits`` their quantized layers become rows that merge into a
+        quantized batch (:func:`~worker.caches.quantized_batch.as_rows`)."""
+        if self.solo or self.kv_bits:
+            caches = [c if c is not None else self.new_cache() for c in (caches or [None] * len(segments))]
+            if self.kv_bits and not self.solo:
+                caches = [as_rows(c, self.kv_bits, self.kv_group_size) for c in caches]
+            if self.solo:
+                caches = [solo_caches(c) for c in caches]
         return super().insert_segments(segments, max_tokens, caches, *rest, **kwargs)
+
+    def new_cache(self) -> list[Any]:
+        """A fresh prompt cache for the model: mlx-lm's
+        ``make_prompt_cache``, with its plain KV layers quantized from the
+        first token when ``kv_bits`` is set."""
+        if self.kv_bits:
+            return quantized_prompt_cache(self.model, self.kv_bits, self.kv_group_size, self.max_kv_size)
+        return make_prompt_cache(self.model, self.max_kv_size)
 
     def extract_cache(self, uids: list[int]) -> dict[int, tuple[list[Any], list[int]]]:
         """``BatchGenerator.extract_cache``: each sequence's cache state and
         tokens. A solo engine returns plain cache classes also for a
         sequence not yet prefilled (whose caches mlx-lm hands back as they
         were inserted), so a stored state never carries the batch-of-one
-        operations."""
+        operations; likewise a quantized sequence not yet prefilled hands
+        back mlx-lm's ``QuantizedKVCache`` layers, never the engine's rows."""
         results = super().extract_cache(uids)
         if self.solo:
             for uid, (cache, tokens) in results.items():
                 results[uid] = ([c.extract(0) if isinstance(c, SoloBatch) else c for c in cache], tokens)
+        if self.kv_bits:
+            for uid, (cache, tokens) in results.items():
+                results[uid] = (plain_rows(cache), tokens)
         return results
 
     def set_delta(self, uid: int, delta: int) -> None:
@@ -408,8 +435,9 @@ class BatchEngine(BatchGenerator):
         when None) outside any batch, in chunks of ``prefill_step_size`` on
         the engine's stream, evaluating each chunk (a host sync per chunk,
         as mlx-lm's own prefill); return the cache. ``uid``: the sequence
-        whose position delta applies (see :meth:`set_delta`; None: none)."""
-        cache = cache if cache is not None else make_prompt_cache(self.model)
+        whose position delta applies (see :meth:`set_delta`; None: none).
+        A fresh cache is :meth:`new_cache`'s (quantized with ``kv_bits``)."""
+        cache = cache if cache is not None else self.new_cache()
         step = self.prefill_step_size
         bind_rows(self.model, [uid] if uid is not None else [])
         with mx.stream(self.stream):

@@ -3,7 +3,8 @@ more sequence would cost.
 
 A model's KV cost is read from its own cache, not from its config
 (:meth:`KVProfile.of_cache`): a layer that keeps every token (mlx-lm's
-``KVCache``) costs its bytes per token for each token a row holds, a
+``KVCache``, or ``QuantizedKVCache`` when ``kv_bits`` quantizes the running
+sequences' KV) costs its bytes per token for each token a row holds, a
 sliding-window layer (``RotatingKVCache``) at most its window plus one
 prefill chunk, and a layer with fixed state (state-space, recurrent) the
 same bytes whatever the length. mlx-lm's batch caches pad every row to the
@@ -69,7 +70,9 @@ class KVProfile:
     @classmethod
     def of_cache(cls, cache: list[Any], chunk: int) -> KVProfile:
         """The profile of a model, read from ``cache``: one sequence's prompt
-        cache (batch size 1) after at least one token. ``chunk``: the
+        cache (batch size 1) after at least one token. A quantized KV layer
+        (keys and values as ``mx.quantize`` triples: packed data, scales,
+        biases) costs the bytes of all three per token. ``chunk``: the
         prefill step, by which a window's buffer may run past its size
         while a prompt is fed."""
         per_token = 0
@@ -78,11 +81,12 @@ class KVProfile:
         fixed = ROW_BOOKKEEPING * len(layers)
         for layer in layers:
             keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
-            if keys is None or values is None or isinstance(keys, (list, tuple)) or not hasattr(layer, "offset"):
+            if keys is None or values is None or not hasattr(layer, "offset"):
                 fixed += _state_bytes(layer)
                 continue
-            held = max(int(keys.shape[-2]), 1)
-            row = (int(keys.nbytes) + int(values.nbytes)) // held
+            keys, values = _arrays(keys), _arrays(values)
+            held = max(int(keys[0].shape[-2]), 1)
+            row = sum(int(a.nbytes) for a in (*keys, *values)) // held
             window = getattr(layer, "max_size", None)
             if window:
                 windows.append((row, int(window) + chunk - 1))
@@ -210,6 +214,12 @@ def _layers(cache: list[Any]) -> list[Any]:
         else:
             found.append(layer)
     return found
+
+
+def _arrays(part: Any) -> tuple[Any, ...]:
+    """A layer's keys or values as a tuple of arrays: the array itself, or
+    a quantized triple (data, scales, biases) as it is."""
+    return tuple(part) if isinstance(part, (list, tuple)) else (part,)
 
 
 def _state_bytes(layer: Any) -> int:

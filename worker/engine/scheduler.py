@@ -119,7 +119,11 @@ class Scheduler(Admitter):
     (0: no budget; see :mod:`worker.engine.kv_budget`): requests wait
     until they fit, the newest rows are preempted when the rows outgrow
     it, a prompt that cannot fit alone is refused (not for a
-    tensor-parallel rank, whose steps other ranks mirror).
+    tensor-parallel rank, whose steps other ranks mirror). ``kv_bits``
+    (4 or 8; 0: full precision) and ``kv_group_size``: the running
+    sequences' plain KV layers are kept quantized (see
+    :class:`~worker.engine.batch_engine.BatchEngine`; the caller has checked
+    that the model can take it).
     """
 
     def __init__(
@@ -139,6 +143,8 @@ class Scheduler(Admitter):
         lockstep: PlanLink | None = None,
         pace: OutputPace | None = None,
         kv_budget: int = 0,
+        kv_bits: int = 0,
+        kv_group_size: int = 64,
     ) -> None:
         self._model = model
         self._eos = sorted(eos_token_ids)
@@ -157,6 +163,8 @@ class Scheduler(Admitter):
             completion_batch_size=max_batch_size,
             prefill_batch_size=self._prefill_batch,
             prefill_step_size=prefill_step_size,
+            kv_bits=kv_bits,
+            kv_group_size=kv_group_size,
         )
         self.inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         self.preparing = threading.Event()

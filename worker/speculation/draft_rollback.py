@@ -7,7 +7,8 @@ batch's caches get back to exactly the kept tokens:
 
 * :class:`TrimRows` when every layer can be cut back: a batch of one whose
   caches are all trimmable, or a batch whose every layer is a plain
-  ``BatchKVCache``. The whole batch is trimmed by the smallest count; a row
+  ``BatchKVCache`` (or a subclass of it: the quantized live batch of
+  :mod:`worker.caches.quantized_batch`). The whole batch is trimmed by the smallest count; a row
   with more to drop is shifted right inside the cache buffer, its left
   padding growing by as much (mlx-lm's own right-padding
   ``prepare``/``finalize``), so the dropped positions fall past the write
@@ -123,8 +124,9 @@ def rollback_for(cache: list[Any], rows: int) -> Rollback | None:
     if rows == 1 and all(leaf.is_trimmable() for leaf in every):
         return TrimRows()
     kinds = {type(leaf) for leaf in every}
-    if kinds == {BatchKVCache}:
+    attention = {k for k in kinds if issubclass(k, BatchKVCache)}
+    if attention and kinds == attention:
         return TrimRows()
-    if kinds <= {BatchKVCache, ArraysCache}:
+    if kinds - attention <= {ArraysCache}:
         return ReplayKept()
     return None
