@@ -73,10 +73,11 @@ def _config(source: Path, **settings) -> ModelConfig:
     return ModelConfig(name="tiny", source=str(source), **{**BASE, **settings})
 
 
-def _budget_for_rows(source: Path, rows: int, tokens: int) -> int:
+def _budget_for_rows(source: Path, rows: int, tokens: int, **settings) -> int:
     """A budget that holds ``rows`` rows of ``tokens`` tokens of the model
-    at ``source`` (its KV profile as the scheduler measures it)."""
-    driver = EngineDriver(_config(source))
+    at ``source`` with ``settings`` (its KV profile as the scheduler
+    measures it)."""
+    driver = EngineDriver(_config(source, **settings))
     try:
         profile = driver.scheduler._ledger.profile
     finally:
@@ -135,9 +136,38 @@ def test_preempted_rows_resume_with_their_answers_unchanged(models, prefix_cache
             driver.submit(ask)
         driver.run_until_idle()
         preempted = driver.scheduler.counters.kv_preemptions
+        hits = driver.scheduler.cache.hits if driver.scheduler.cache else 0
     finally:
         driver.close()
     assert preempted > 0
+    assert hits > 0 or not prefix_cache_bytes, "a preempted row must resume from its kept state"
+    reference = solo_reference(config, asks)
+    for ask in asks:
+        assert driver.outcomes[ask.request_id].tokens == reference[ask.key()], ask.request_id
+
+
+@pytest.mark.parametrize("prefix_cache_bytes", [64 << 20, 0], ids=["state-kept", "recomputed"])
+def test_preempted_quantized_rows_resume_with_their_answers_unchanged(tmp_path, prefix_cache_bytes):
+    """With 4-bit live KV (``kv_bits``) under a budget sized by the
+    quantized profile, preempted rows continue from their quantized state
+    in the prefix cache, or are recomputed, and greedy answers equal their
+    solo runs with the same quantization."""
+    source = build_tiny_model(tmp_path / "wide", overrides={"head_dim": 64, "tie_word_embeddings": False})
+    budget = _budget_for_rows(source, 3, 60 + LOOKAHEAD, kv_bits=4)
+    config = _config(source, kv_budget=budget, prefix_cache_bytes=prefix_cache_bytes, kv_bits=4)
+    asks = _asks(2, 6, (20, 60), (300, 400))
+    driver = EngineDriver(config)
+    try:
+        assert driver.kv_bits == 4, "the live KV must be quantized"
+        for ask in asks:
+            driver.submit(ask)
+        driver.run_until_idle()
+        preempted = driver.scheduler.counters.kv_preemptions
+        hits = driver.scheduler.cache.hits if driver.scheduler.cache else 0
+    finally:
+        driver.close()
+    assert preempted > 0
+    assert hits > 0 or not prefix_cache_bytes, "a preempted row must resume from its kept state"
     reference = solo_reference(config, asks)
     for ask in asks:
         assert driver.outcomes[ask.request_id].tokens == reference[ask.key()], ask.request_id
@@ -219,6 +249,7 @@ def test_the_ledger_arithmetic():
     assert ledger.nbytes() == profile.row_bytes(100)
     assert ledger.fits([(100, 1000)]) and not ledger.fits([(101, 1000)]) and ledger.fits([(101, 10)])
     ledger.add(2, 100, 1000)
+    assert ledger.tokens() == 200
     assert not ledger.over() and ledger.room() == 0
     for _ in range(LOOKAHEAD + 1):
         ledger.grew(2)

@@ -299,6 +299,7 @@ def test_heartbeat_series_follow_the_latest_snapshot_across_a_restart():
 
 KV_SERIES = {
     "mlxd:kv_cache_bytes": ("kv_bytes", 3 << 20),
+    "mlxd:kv_cache_tokens": ("kv_tokens", 900),
     "mlxd:kv_budget_bytes": ("kv_budget_bytes", 8 << 20),
     "mlxd:num_requests_waiting_for_memory": ("kv_waiting", 2),
     "mlxd:kv_preemptions_total": ("kv_preemptions", 5),

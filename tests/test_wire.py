@@ -242,7 +242,7 @@ def test_kv_budget_stats_cross_and_older_heartbeats_read_as_no_budget():
     which knows none of them, still decodes a newer heartbeat (the fields
     are appended with defaults, so the protocol version stays)."""
     codec = gateway_codec()
-    kv = dict(kv_bytes=5 << 20, kv_budget_bytes=8 << 20, kv_waiting=2, kv_preemptions=3, kv_waited=4)
+    kv = dict(kv_bytes=5 << 20, kv_budget_bytes=8 << 20, kv_waiting=2, kv_preemptions=3, kv_waited=4, kv_tokens=600)
     beat = Heartbeat(worker_id="w", stats=WorkerStats(running=1, **kv))
     decoded = codec.decode(codec.encode(beat))
     assert {name: getattr(decoded.stats, name) for name in kv} == kv

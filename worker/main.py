@@ -420,6 +420,7 @@ class Worker:
             kv_waiting=c.kv_waiting,
             kv_preemptions=c.kv_preemptions,
             kv_waited=c.kv_waited,
+            kv_tokens=c.kv_tokens,
         )
 
     def _admit(self, request: GenerateRequest) -> None:

@@ -284,7 +284,9 @@ class Counters:
     - ``kv_preemptions``: running sequences preempted (total) because the
       running sequences outgrew the budget;
     - ``kv_waited``: requests that had to wait for memory before starting
-      (total).
+      (total);
+    - ``kv_tokens``: tokens the KV caches of the running sequences hold
+      now, all sequences together (the budget's accounting).
     """
 
     steps: int = 0
@@ -311,6 +313,7 @@ class Counters:
     kv_waiting: int = 0
     kv_preemptions: int = 0
     kv_waited: int = 0
+    kv_tokens: int = 0
 
 
 @dataclass

@@ -94,13 +94,15 @@ class KVStatus(msgspec.Struct, kw_only=True):
     memory now; since the worker started, ``preemptions``: running
     sequences preempted because the running sequences outgrew the budget,
     and ``waited``: requests that had to wait for memory before
-    starting."""
+    starting. ``tokens``: the tokens the running sequences' KV caches hold
+    now, all together."""
 
     bytes: int
     budget_bytes: int
     waiting: int
     preemptions: int
     waited: int
+    tokens: int
 
 
 class ModelStatus(msgspec.Struct, kw_only=True):

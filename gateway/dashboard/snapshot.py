@@ -178,6 +178,7 @@ class StatusBuilder:
                 waiting=stats.kv_waiting,
                 preemptions=stats.kv_preemptions,
                 waited=stats.kv_waited,
+                tokens=stats.kv_tokens,
             ),
             expires_at=handle.expires_at(),
         )

@@ -60,6 +60,7 @@ mlxd:mlx_active_memory_bytes                  gauge      heartbeat
 mlxd:mlx_cache_memory_bytes                   gauge      heartbeat
 mlxd:mlx_peak_memory_bytes                    gauge      heartbeat
 mlxd:kv_cache_bytes                           gauge      heartbeat
+mlxd:kv_cache_tokens                          gauge      heartbeat
 mlxd:kv_budget_bytes                          gauge      heartbeat
 mlxd:num_requests_waiting_for_memory          gauge      heartbeat
 mlxd:kv_preemptions_total                     counter    heartbeat

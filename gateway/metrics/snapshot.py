@@ -66,6 +66,7 @@ HEARTBEAT_SERIES: tuple[tuple[str, str, str, str], ...] = (
     ("gauge", "mlx_cache_memory_bytes", "Freed memory MLX keeps cached for reuse (latest heartbeat).", "cache_memory_bytes"),
     ("gauge", "mlx_peak_memory_bytes", "Most memory MLX had in use since the worker started.", "peak_memory_bytes"),
     ("gauge", "kv_cache_bytes", "Bytes the KV caches of the running sequences are bounded by (the KV budget's accounting).", "kv_bytes"),
+    ("gauge", "kv_cache_tokens", "Tokens the KV caches of the running sequences hold, all together (the KV budget's accounting).", "kv_tokens"),
     ("gauge", "kv_budget_bytes", "The model's KV-memory budget in bytes (0: no budget).", "kv_budget_bytes"),
     ("gauge", "num_requests_waiting_for_memory", "Requests (choices) waiting for KV memory (latest heartbeat).", "kv_waiting"),
     ("counter", "kv_preemptions", "Running sequences preempted because the running sequences outgrew the KV budget.", "kv_preemptions"),

@@ -81,7 +81,8 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     ``kv_waiting`` requests (choices) waiting for KV memory now;
     ``kv_preemptions`` running sequences preempted because the running
     sequences outgrew the budget; ``kv_waited`` requests that had to wait
-    for memory before starting. Appended last with defaults, so no
+    for memory before starting; ``kv_tokens`` the tokens the KV caches of
+    the running sequences hold now, all together. Appended last with defaults, so no
     protocol bump: an older peer ignores them, and one that does not send
     them reads as no budget.
     """
@@ -130,6 +131,7 @@ class WorkerStats(msgspec.Struct, frozen=True, kw_only=True):
     kv_waiting: int = 0
     kv_preemptions: int = 0
     kv_waited: int = 0
+    kv_tokens: int = 0
 
 
 class Hello(msgspec.Struct, frozen=True, kw_only=True, tag="hello"):

@@ -313,7 +313,7 @@ def test_the_page_asks_no_other_host(browser, server):
     assert any(u == f"{server.url}/v1/admin/reload" for u in urls)
 
 
-KV_BUDGET = {"bytes": 3 << 20, "budget_bytes": 8 << 20, "waiting": 2, "preemptions": 5, "waited": 7}
+KV_BUDGET = {"bytes": 3 << 20, "budget_bytes": 8 << 20, "waiting": 2, "preemptions": 5, "waited": 7, "tokens": 900}
 """A KV budget's ``kv`` object, put into the tiny model's status by the page's own fetch."""
 
 KV_REWRITE = """
@@ -341,7 +341,7 @@ def test_a_kv_budget_shows_under_the_memory(browser, server):
         browser.refresh()
         use_key(browser, API_KEY)
         wait(browser, lambda d: field(d, TINY, "kv"), what="tiny's KV line")
-        assert field(browser, TINY, "kv") == "KV 3.0 MiB / 8.0 MiB · 2 waiting · 5 preempted"
+        assert field(browser, TINY, "kv") == "KV 3.0 MiB / 8.0 MiB · 900 tokens · 2 waiting · 5 preempted"
         assert field(browser, BROKEN, "state") and not field(browser, BROKEN, "kv")
     finally:
         browser.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": added["identifier"]})

@@ -63,7 +63,7 @@ WIDE_KV = {
     "num_attention_heads": 8,
     "num_key_value_heads": 8,
     "head_dim": 64,
-    "max_position_embeddings": 8192,
+    "max_position_embeddings": 32768,
     "tie_word_embeddings": False,
 }
 """Config overrides of the tiny llama so that its KV cache dominates its
@@ -92,6 +92,34 @@ MEMORY_BUDGET = "160MiB"
 """``[server] memory_budget``: the worker's MLX memory limit (and a quarter
 of it for MLX's buffer cache): the weights, the KV budget and activations
 fit, 16 sessions' unbudgeted KV does not."""
+
+FULL_PRECISION_TOKENS = KV_BUDGET // (2 * (16 << 10))
+"""The most tokens the running rows can hold at once within
+:data:`KV_BUDGET` in full precision: 16 KiB per token, and the rows take
+half the budget (``TRANSIENT`` in ``worker/engine/kv_budget.py``); mlx-lm's
+padding of every row to the longest (and its 256-token growth step) only
+lowers it. 1,600 tokens."""
+
+QUANTIZED_BITS = 4
+"""``kv_bits`` of the quantized soak (:func:`quantized_soak`): 4-bit keys
+and values with a float32 scale and bias per 64 values are 40 bytes per
+64 dims instead of 256, so the budget holds 6.4 times the tokens."""
+
+HELD_RATIO = 3.5
+"""How many times :data:`FULL_PRECISION_TOKENS` the rows must hold at once
+with :data:`QUANTIZED_BITS`-bit KV within the same budget (the issue asks
+for about four times; the bytes allow 6.4, the sessions' demand and the
+rows' padding take some of it)."""
+
+QUANTIZED_ATTENTION_COPY = KV_BUDGET // 2 // WIDE_KV["num_hidden_layers"]
+"""What the quantized soak's peak may exceed :data:`ACTIVATION_ALLOWANCE`
+by: mlx-lm's attention over quantized keys and values reads them through
+``mx.quantized_matmul``, which copies the strided view of one layer's
+packed keys and values (measured on the CPU backend: a decode step over
+16 rows of 600 tokens needed 16.2 MB beside 15.4 MB of 4-bit KV, against
+nothing beside full-precision KV), so a step holds one layer's share of
+the rows' KV twice: a quarter of the rows' half of the budget for this
+4-layer model (a 28-layer model: under 4 %). Needs a Mac to confirm."""
 
 ACTIVATION_ALLOWANCE = 16 << 20
 """What the peak MLX memory may exceed the weights plus the KV budget by:
@@ -126,6 +154,11 @@ a long answer grows past what its row was admitted with."""
 
 OVERSIZED_PROMPT_WORDS = 3000
 """Words of the one prompt that cannot fit the KV budget alone."""
+
+QUANTIZED_OVERSIZED_WORDS = 12000
+"""Words of the one prompt that cannot fit the KV budget alone with
+:data:`QUANTIZED_BITS`-bit KV (which holds 6.4 times the tokens; still
+within the model's context length, so the budget refuses it)."""
 
 WORDS = (
     "the agent reads files and runs tools then writes a patch for the failing test in the parser module "
@@ -194,8 +227,8 @@ def chat(http: httpx.Client, server: Server, body: dict) -> httpx.Response:
 
 def refusal_problem(response: httpx.Response) -> str | None:
     """None when ``response`` is a 400 ``context_length_exceeded`` refusal
-    with an OpenAI-shaped error object (a message, type and code); else
-    what is wrong."""
+    by the KV budget (its message names it) with an OpenAI-shaped error
+    object (a message, type and code); else what is wrong."""
     try:
         error = response.json()["error"]
     except (ValueError, KeyError, TypeError):
@@ -204,6 +237,8 @@ def refusal_problem(response: httpx.Response) -> str | None:
         return f"{response.status_code} {error}"
     if not isinstance(error.get("message"), str) or not error["message"] or not isinstance(error.get("type"), str):
         return f"a refusal without a message and type: {error}"
+    if "KV budget" not in error["message"]:
+        return f"refused, but not by the KV budget: {error['message']}"
     return None
 
 
@@ -271,13 +306,15 @@ def run_all(
 
 class PeakWatch:
     """Samples ``/health``'s worker status of :data:`MODEL` in a thread
-    while a run goes (until :meth:`stop`): the highest ``kv_bytes`` and
-    ``kv_waiting`` seen, for the summary."""
+    while a run goes (until :meth:`stop`): the highest ``kv_bytes``,
+    ``kv_tokens`` (the context the running rows hold at once) and
+    ``kv_waiting`` seen."""
 
     def __init__(self, server: Server) -> None:
         self.server = server
         self.kv_bytes = 0
         self.kv_waiting = 0
+        self.kv_tokens = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kv-soak-watch", daemon=True)
         self._thread.start()
@@ -291,6 +328,7 @@ class PeakWatch:
                     continue
                 self.kv_bytes = max(self.kv_bytes, stats.get("kv_bytes", 0))
                 self.kv_waiting = max(self.kv_waiting, stats.get("kv_waiting", 0))
+                self.kv_tokens = max(self.kv_tokens, stats.get("kv_tokens", 0))
 
     def stop(self) -> None:
         """End the sampling (waits for the thread)."""
@@ -303,7 +341,8 @@ class Measured:
     """What one gateway's runs left: the sessions as run at once, the
     problems seen, the worker's status when it became ready and after the
     runs, its settled heartbeat counters, ``/v1/status``'s ``kv`` block,
-    and the sampled highs (:class:`PeakWatch`)."""
+    and the sampled highs (:class:`PeakWatch`; ``watched_kv_tokens``: the
+    most context the running rows held at once)."""
 
     ran: list[Session]
     problems: list[str]
@@ -313,6 +352,7 @@ class Measured:
     kv: dict
     watched_kv_bytes: int
     watched_kv_waiting: int
+    watched_kv_tokens: int
     refusal: str | None = None
 
     @property
@@ -327,8 +367,9 @@ class Measured:
         return max(self.after["peak_memory_bytes"] or 0, self.stats["peak_memory_bytes"])
 
 
-def model_entry(source: Path, kv_budget: int) -> dict:
-    """The ``[[models]]`` table of the soak's model."""
+def model_entry(source: Path, kv_budget: int, kv_bits: int = 0) -> dict:
+    """The ``[[models]]`` table of the soak's model (``kv_bits``: the
+    running sequences' KV quantized to that many bits; 0: full precision)."""
     return {
         "name": MODEL,
         "source": str(source),
@@ -338,14 +379,17 @@ def model_entry(source: Path, kv_budget: int) -> dict:
         "prefill_batch_size": PREFILL_BATCH,
         "speculative": "none",
         "kv_budget": kv_budget,
+        "kv_bits": kv_bits,
     }
 
 
-def start(tmp: Path, source: Path, kv_budget: int) -> Server:
-    """A gateway serving the soak's model with ``kv_budget`` and the low
-    ``memory_budget`` (waits until its worker is ready)."""
+def start(tmp: Path, source: Path, kv_budget: int, kv_bits: int = 0) -> Server:
+    """A gateway serving the soak's model with ``kv_budget``, ``kv_bits``
+    and the low ``memory_budget`` (waits until its worker is ready)."""
     tmp.mkdir(parents=True, exist_ok=True)
-    return start_server(tmp, [model_entry(source, kv_budget)], memory_budget=MEMORY_BUDGET, heartbeat_timeout=600)
+    return start_server(
+        tmp, [model_entry(source, kv_budget, kv_bits)], memory_budget=MEMORY_BUDGET, heartbeat_timeout=600
+    )
 
 
 def kv_status(server: Server) -> dict:
@@ -354,16 +398,17 @@ def kv_status(server: Server) -> dict:
     return next(m for m in body["models"] if m["name"] == MODEL)["kv"]
 
 
-def measure(server: Server, ready: dict, plan: list[Session], deadline: float, oversized: bool) -> Measured:
-    """Run ``plan`` at once on ``server`` (with, when ``oversized``, one
-    prompt too long for the KV budget sent among the sessions) and collect
+def measure(server: Server, ready: dict, plan: list[Session], deadline: float, oversized: int) -> Measured:
+    """Run ``plan`` at once on ``server`` (with, when ``oversized`` words
+    are given, one prompt of that many, too long for the KV budget, sent
+    among the sessions) and collect
     what :func:`check` needs; ``ready``: the worker's status from
     ``/health`` as it was when it became ready."""
     refusal: list[str | None] = []
     watch = PeakWatch(server)
 
     def oversized_request() -> None:
-        words = " ".join(WORDS[i % len(WORDS)] for i in range(OVERSIZED_PROMPT_WORDS))
+        words = " ".join(WORDS[i % len(WORDS)] for i in range(oversized))
         body = {"model": MODEL, "messages": [{"role": "user", "content": words}], "max_tokens": 4}
         with httpx.Client(timeout=600) as http:
             response = chat(http, server, body)
@@ -389,6 +434,7 @@ def measure(server: Server, ready: dict, plan: list[Session], deadline: float, o
         kv_status(server),
         watch.kv_bytes,
         watch.kv_waiting,
+        watch.kv_tokens,
         (refusal[0] if refusal else "no answer") if oversized else None,
     )
 
@@ -396,6 +442,31 @@ def measure(server: Server, ready: dict, plan: list[Session], deadline: float, o
 def check(budgeted: Measured, unbudgeted_peak: int, unbudgeted_weights: int, reference: list[Session]) -> list[str]:
     """Every way the budgeted run failed the soak's conditions (see the
     module docstring); empty when it passed."""
+    failures = served_within_budget(budgeted)
+    kv = budgeted.kv
+    if kv["waited"] <= 0:
+        failures.append(f"no request waited for KV memory: {kv}")
+    if kv["preemptions"] <= 0:
+        failures.append(f"no row was preempted: {kv}")
+    free_used = unbudgeted_peak - unbudgeted_weights
+    if free_used <= KV_BUDGET + ACTIVATION_ALLOWANCE:
+        failures.append(
+            f"without a budget the peak less the weights is only {free_used >> 20} MiB: the sessions do not"
+            " outgrow the budget, so the soak shows nothing"
+        )
+    if budgeted.watched_kv_tokens > FULL_PRECISION_TOKENS:
+        failures.append(
+            f"the rows held {budgeted.watched_kv_tokens} tokens at once, more than the"
+            f" {FULL_PRECISION_TOKENS} the budget holds in full precision"
+        )
+    return failures + answer_failures(budgeted.ran, reference)
+
+
+def served_within_budget(budgeted: Measured, more: int = 0) -> list[str]:
+    """The conditions every budgeted run must meet: no problems, the
+    oversized prompt refused, no worker death or restart, the budget
+    reported, the peak MLX memory less the weights within the budget plus
+    :data:`ACTIVATION_ALLOWANCE` plus ``more`` bytes."""
     failures = list(budgeted.problems)
     if budgeted.refusal is not None:
         failures.append(f"the oversized prompt: {budgeted.refusal}")
@@ -407,29 +478,28 @@ def check(budgeted: Measured, unbudgeted_peak: int, unbudgeted_weights: int, ref
         "ready",
     ):
         failures.append(f"the worker died or restarted: {ready['pid']} -> {after['pid']}, state {after['state']}")
-    kv = budgeted.kv
-    if kv["budget_bytes"] != KV_BUDGET:
-        failures.append(f"/v1/status reports a KV budget of {kv['budget_bytes']}, not {KV_BUDGET}")
-    if kv["waited"] <= 0:
-        failures.append(f"no request waited for KV memory: {kv}")
-    if kv["preemptions"] <= 0:
-        failures.append(f"no row was preempted: {kv}")
+    if budgeted.kv["budget_bytes"] != KV_BUDGET:
+        failures.append(f"/v1/status reports a KV budget of {budgeted.kv['budget_bytes']}, not {KV_BUDGET}")
     used = budgeted.peak - budgeted.weights
-    if used > KV_BUDGET + ACTIVATION_ALLOWANCE:
+    if used > KV_BUDGET + ACTIVATION_ALLOWANCE + more:
         failures.append(
-            f"peak MLX memory less the weights {used >> 20} MiB > KV budget {KV_BUDGET >> 20} MiB"
-            f" + allowance {ACTIVATION_ALLOWANCE >> 20} MiB"
+            f"peak MLX memory less the weights {used / (1 << 20):.1f} MiB > KV budget {KV_BUDGET >> 20} MiB"
+            f" + allowance {(ACTIVATION_ALLOWANCE + more) / (1 << 20):.1f} MiB"
         )
-    free_used = unbudgeted_peak - unbudgeted_weights
-    if free_used <= KV_BUDGET + ACTIVATION_ALLOWANCE:
-        failures.append(
-            f"without a budget the peak less the weights is only {free_used >> 20} MiB: the sessions do not"
-            " outgrow the budget, so the soak shows nothing"
-        )
-    for got, want in zip(budgeted.ran, reference):
+    return failures
+
+
+def answer_failures(ran: list[Session], reference: list[Session]) -> list[str]:
+    """Every session of ``ran`` whose answers differ from ``reference``'s
+    (the same sessions run one at a time with ``ran``'s messages): an
+    answer the budget cut short must be the start of the reference one,
+    any other must equal it; a reference session that was not answered
+    throughout is a failure too."""
+    failures = []
+    for got, want in zip(ran, reference):
         answered = got.outcomes.count("ok")
         if want.outcomes != ["ok"] * answered:
-            failures.append(f"session {want.number} alone without a budget: {want.outcomes}")
+            failures.append(f"session {want.number} alone: {want.outcomes}")
             continue
         for turn in range(answered):
             mine, alone = got.answers[turn], want.answers[turn]
@@ -469,7 +539,8 @@ def summary(budgeted: Measured, unbudgeted: Measured, seconds: dict[str, float])
         f" (memory_budget {MEMORY_BUDGET}), weights {budgeted.weights / mib:.1f} MiB",
         f"with the budget: peak MLX {budgeted.peak / mib:.1f} MiB, less weights"
         f" {(budgeted.peak - budgeted.weights) / mib:.1f} MiB (allowed {(KV_BUDGET + ACTIVATION_ALLOWANCE) / mib:.0f});"
-        f" KV booked at most {budgeted.watched_kv_bytes / mib:.1f} MiB, waiting at most {budgeted.watched_kv_waiting};"
+        f" KV booked at most {budgeted.watched_kv_bytes / mib:.1f} MiB, waiting at most {budgeted.watched_kv_waiting},"
+        f" held at most {budgeted.watched_kv_tokens} tokens at once (of {FULL_PRECISION_TOKENS});"
         f" /v1/status kv {budgeted.kv}",
         f"without a budget: peak MLX {unbudgeted.peak / mib:.1f} MiB, less weights"
         f" {(unbudgeted.peak - unbudgeted.weights) / mib:.1f} MiB",
@@ -519,14 +590,14 @@ def soak(
     try:
         ready = {server.url: server.worker(MODEL) for server in servers}
         clock = time.monotonic()
-        budgeted = measure(budget_server, ready[budget_server.url], plan, deadline, True)
+        budgeted = measure(budget_server, ready[budget_server.url], plan, deadline, OVERSIZED_PROMPT_WORDS)
         seconds["at once with the budget"] = time.monotonic() - clock
         budget_server.stop()
         clock = time.monotonic()
         reference, problems = run_all(free_server, plan, False, deadline, replay=budgeted.ran)
         seconds["one at a time without"] = time.monotonic() - clock
         clock = time.monotonic()
-        unbudgeted = measure(free_server, ready[free_server.url], capped(plan) if quick else plan, deadline, False)
+        unbudgeted = measure(free_server, ready[free_server.url], capped(plan) if quick else plan, deadline, 0)
         seconds["at once without the budget"] = time.monotonic() - clock
     finally:
         budget_server.stop()
@@ -536,6 +607,60 @@ def soak(
     return failures, summary(budgeted, unbudgeted, seconds)
 
 
+def quantized_soak(
+    tmp: Path, count: int, turns: int, long_every: int, minutes: float, bits: int = QUANTIZED_BITS
+) -> tuple[list[str], str]:
+    """The soak's sessions at once on one gateway with the same KV budget
+    and ``kv_bits`` = ``bits``. Returns the failures and a summary: the
+    conditions of :func:`served_within_budget` (the peak allowed
+    :data:`QUANTIZED_ATTENTION_COPY` more), every turn answered with its
+    full ``max_tokens`` (at 4 bits each fits alone), and the rows holding at least
+    :data:`HELD_RATIO` times :data:`FULL_PRECISION_TOKENS` at once.
+
+    Answers are not compared with the sessions run alone: with quantized
+    KV a row's greedy answer in a batch may part from its answer alone (a
+    last-bit difference of the batch's matrix products moves a key across
+    a quantization step; measured on the soak's model: batched and solo
+    logits differ by 1e-6 in full precision and up to 6e-4 with 4-bit KV,
+    and 4 of 16 answers of 300 tokens parted after 65 to 287 tokens). That
+    preemption and resumption keep quantized answers exact is tested turn
+    by turn in ``tests/test_kv_budget.py``."""
+    deadline = time.monotonic() + minutes * 60
+    source = build_tiny_model(tmp / "model", overrides=WIDE_KV)
+    plan = sessions(count, turns, long_every)
+    server = start(tmp / "quantized", source, KV_BUDGET, bits)
+    clock = time.monotonic()
+    try:
+        measured = measure(server, server.worker(MODEL), plan, deadline, QUANTIZED_OVERSIZED_WORDS)
+    finally:
+        server.stop()
+    seconds = time.monotonic() - clock
+    failures = served_within_budget(measured, QUANTIZED_ATTENTION_COPY)
+    for session in measured.ran:
+        if session.completion_tokens != session.max_tokens:
+            failures.append(
+                f"session {session.number}: {session.outcomes}, completion tokens {session.completion_tokens}"
+                f" for max_tokens {session.max_tokens} (the budget holds every turn alone)"
+            )
+    held = measured.watched_kv_tokens
+    if held < HELD_RATIO * FULL_PRECISION_TOKENS:
+        failures.append(
+            f"with {bits}-bit KV the rows held at most {held} tokens at once, under {HELD_RATIO} x the"
+            f" {FULL_PRECISION_TOKENS} the budget holds in full precision"
+        )
+    mib = 1 << 20
+    text = (
+        f"{bits}-bit KV: sessions {len(measured.ran)}, answered {sum(s.outcomes.count('ok') for s in measured.ran)},"
+        f" oversized prompt: {measured.refusal or 'refused (context_length_exceeded)'};"
+        f" held at most {held} tokens at once ({held / FULL_PRECISION_TOKENS:.2f}x the {FULL_PRECISION_TOKENS}"
+        f" of full precision), KV booked at most {measured.watched_kv_bytes / mib:.1f} MiB of {KV_BUDGET / mib:.0f};"
+        f" peak MLX less weights {(measured.peak - measured.weights) / mib:.1f} MiB"
+        f" (allowed {(KV_BUDGET + ACTIVATION_ALLOWANCE + QUANTIZED_ATTENTION_COPY) / mib:.1f});"
+        f" /v1/status kv {measured.kv}; {seconds:.1f} s"
+    )
+    return failures, text
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the soak, print its summary and failures; exit status 1 on any
     failure."""
@@ -543,10 +668,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sessions", type=int, default=16)
     parser.add_argument("--turns", type=int, default=8)
     parser.add_argument("--long-every", type=int, default=4, help="a turn is long when session + turn is a multiple")
-    parser.add_argument("--minutes", type=float, default=20, help="no request starts after this")
+    parser.add_argument("--minutes", type=float, default=20, help="no request starts after this (each soak)")
+    parser.add_argument(
+        "--kv-bits", type=int, default=QUANTIZED_BITS, help="then the quantized soak with this kv_bits (0: skip it)"
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="mlxd-kv-soak-") as tmp:
         failures, text = soak(Path(tmp), args.sessions, args.turns, args.long_every, args.minutes)
+    if args.kv_bits:
+        with tempfile.TemporaryDirectory(prefix="mlxd-kv-soak-q-") as tmp:
+            more, quantized = quantized_soak(
+                Path(tmp), args.sessions, args.turns, args.long_every, args.minutes, args.kv_bits
+            )
+        failures, text = failures + more, text + "\n" + quantized
     print(text)
     for failure in failures:
         print("FAIL:", failure)

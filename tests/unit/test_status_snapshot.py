@@ -15,7 +15,14 @@ from gateway.dashboard.snapshot import StatusBuilder
 from gateway.workers.status import WorkerStatus
 from shared.protocol import WorkerStats
 
-KV = {"kv_bytes": 3 << 20, "kv_budget_bytes": 8 << 20, "kv_waiting": 2, "kv_preemptions": 5, "kv_waited": 7}
+KV = {
+    "kv_bytes": 3 << 20,
+    "kv_budget_bytes": 8 << 20,
+    "kv_waiting": 2,
+    "kv_preemptions": 5,
+    "kv_waited": 7,
+    "kv_tokens": 900,
+}
 """A heartbeat's KV-budget fields."""
 
 
@@ -45,8 +52,8 @@ def test_the_kv_budget_of_the_latest_heartbeat_is_the_models_kv():
     gone = WorkerStatus(state="unloaded", pid=None, stats=WorkerStats(**KV))
     status = builder(live=live, gone=gone).status()
     kv = {m.name: m.kv for m in status.models}
-    assert kv["live"] == KVStatus(bytes=3 << 20, budget_bytes=8 << 20, waiting=2, preemptions=5, waited=7)
-    assert kv["gone"] == KVStatus(bytes=0, budget_bytes=0, waiting=0, preemptions=0, waited=0)
+    assert kv["live"] == KVStatus(bytes=3 << 20, budget_bytes=8 << 20, waiting=2, preemptions=5, waited=7, tokens=900)
+    assert kv["gone"] == KVStatus(bytes=0, budget_bytes=0, waiting=0, preemptions=0, waited=0, tokens=0)
     body = msgspec.json.encode(status)
     assert msgspec.json.decode(body)["models"][0]["kv"] == {
         "bytes": 3 << 20,
@@ -54,5 +61,6 @@ def test_the_kv_budget_of_the_latest_heartbeat_is_the_models_kv():
         "waiting": 2,
         "preemptions": 5,
         "waited": 7,
+        "tokens": 900,
     }
     assert msgspec.json.decode(body, type=Status, strict=True) == status

@@ -10,7 +10,14 @@ from shared.protocol import WorkerStats
 from worker.main import Worker
 from worker.messages import Counters
 
-KV = {"kv_bytes": 3 << 20, "kv_budget_bytes": 8 << 20, "kv_waiting": 2, "kv_preemptions": 5, "kv_waited": 7}
+KV = {
+    "kv_bytes": 3 << 20,
+    "kv_budget_bytes": 8 << 20,
+    "kv_waiting": 2,
+    "kv_preemptions": 5,
+    "kv_waited": 7,
+    "kv_tokens": 900,
+}
 
 
 def test_the_kv_budget_counters_reach_the_heartbeat():

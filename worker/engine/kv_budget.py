@@ -138,6 +138,10 @@ class KVLedger:
         """The rows' uids, the most recently started first."""
         return list(reversed(self._rows))
 
+    def tokens(self) -> int:
+        """Tokens the rows' caches hold now, all rows together."""
+        return sum(tokens for tokens, _ in self._rows.values())
+
     def nbytes(self) -> int:
         """What the rows' caches are bounded by now (no lookahead, held once)."""
         if not self._rows:

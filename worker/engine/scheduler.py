@@ -654,6 +654,7 @@ class Scheduler(Admitter):
         self.counters.waiting = max(0, len(self._seqs) - running)
         if self._ledger is not None:
             self.counters.kv_bytes = self._ledger.nbytes()
+            self.counters.kv_tokens = self._ledger.tokens()
             self.counters.kv_waiting = self._kv_waiting()
         memory = mlx_memory.sample()
         self.counters.active_memory = memory.active

@@ -171,8 +171,8 @@
           el("div", { class: "bar", title: mem.limit_bytes ? "of the worker's MLX limit" : "of the budget's estimate" },
             el("div", { style: { width: `${(share * 100).toFixed(1)}%` } })),
           kv && kv.budget_bytes > 0
-            ? el("div", { class: "muted small", "data-field": "kv", title: "KV memory in use of its budget, requests waiting for it, sequences preempted",
-              text: `KV ${bytes(kv.bytes)} / ${bytes(kv.budget_bytes)} · ${kv.waiting} waiting · ${kv.preemptions} preempted` })
+            ? el("div", { class: "muted small", "data-field": "kv", title: "KV memory in use of its budget, tokens held, requests waiting for it, sequences preempted",
+              text: `KV ${bytes(kv.bytes)} / ${bytes(kv.budget_bytes)} · ${kv.tokens} tokens · ${kv.waiting} waiting · ${kv.preemptions} preempted` })
             : null),
         el("td", { "data-field": "requests" },
           el("span", { text: `${m.running} running` }), el("br"),
