@@ -123,6 +123,7 @@ bench: model
 	$(PY) bench/agent_session.py --write
 	$(PY) bench/tensor_parallel.py --write
 	$(PY) bench/kv_budget.py --write
+	$(PY) bench/kv_quant.py --write
 	$(PY) bench/plots.py
 
 # 30 minutes of mixed traffic with disconnects; prints worker memory over time (not in CI).
