@@ -14,16 +14,7 @@ from gateway.dashboard.schema import KVStatus, Status
 from gateway.dashboard.snapshot import StatusBuilder
 from gateway.workers.status import WorkerStatus
 from shared.protocol import WorkerStats
-
-KV = {
-    "kv_bytes": 3 << 20,
-    "kv_budget_bytes": 8 << 20,
-    "kv_waiting": 2,
-    "kv_preemptions": 5,
-    "kv_waited": 7,
-    "kv_tokens": 900,
-}
-"""A heartbeat's KV-budget fields."""
+from tests.unit.test_worker_heartbeat import KV
 
 
 def handle(name: str, status: WorkerStatus) -> SimpleNamespace:
