@@ -13,8 +13,11 @@ the thread that built the driver). Commands go through the scheduler's
 own inbox; everything it emits is collected into one :class:`Outcome` per
 request.
 
-Nothing here waits on time: a turn is a function call, so a schedule of
-arrivals and cancellations by turn number replays exactly.
+Nothing here waits on time: a turn is a function call, and the drafting
+controller of speculation reads the driver's turn count as its clock (one
+second a turn) instead of the wall clock, whose step timings would change
+its grid widths, and so the turns a request takes, from run to run; so a
+schedule of arrivals and cancellations by turn number replays exactly.
 """
 
 from __future__ import annotations
@@ -170,6 +173,8 @@ class EngineDriver:
         self.kv_bits = live_kv_bits(config, loaded.model, vision=vision)
         cache = prefix_cache_for(config, loaded, self.profile.trimmable, live_quantized=self.kv_bits > 0)
         spec = None if vision else speculation_for(config, self.profile, vocab)
+        if spec is not None and spec.controller is not None:
+            spec.controller.clock = self._clock  # measured step times, but the same on every run
         self.speculating = spec is not None
         self.outcomes: dict[str, Outcome] = {}
         self.turns = 0
@@ -210,6 +215,10 @@ class EngineDriver:
         assert self.scheduler.apply_pending()
         self.scheduler.turn()
         self.turns += 1
+
+    def _clock(self) -> float:
+        """The drafting controller's clock: the turns run, as seconds."""
+        return float(self.turns)
 
     @property
     def busy(self) -> bool:

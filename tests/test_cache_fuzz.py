@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import os
 import random
+import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -301,8 +302,12 @@ class Fuzzer:
 
 def replay(config: ModelConfig, schedule: Schedule, *, vision: bool, host_sampling: bool = True) -> dict:
     """Run ``schedule``'s recorded plan again on a fresh engine (the same
-    submissions, cancellations and restarts at the same turns); return its
-    outcomes by request id."""
+    submissions, cancellations and restarts at the same turns) with an
+    empty disk tier of its own (the first run's files would turn its
+    misses into hits); return its outcomes by request id."""
+    if config.disk_cache_dir:
+        fresh_dir = tempfile.mkdtemp(prefix="replay-", dir=Path(config.disk_cache_dir).parent)
+        config = msgspec.structs.replace(config, disk_cache_dir=fresh_dir)
     driver = EngineDriver(config, vision=vision, host_sampling=host_sampling)
     plan = list(schedule.plan)
     try:
