@@ -128,8 +128,9 @@ bench: model
 
 # 30 minutes of mixed traffic with disconnects; prints worker memory over time (not in CI).
 # Then the KV-budget soak: 16 agent-like sessions of 8 turns outgrowing a small kv_budget under a
-# low MLX memory limit, checked against the same sessions one at a time (no request starts after 20 minutes;
-# tests/reliability/test_kv_soak.py runs 2 turns of it in `make test`)
+# low MLX memory limit, checked against the same sessions one at a time, then the same sessions with
+# kv_bits = 4 holding several times the context in the same budget (no request starts after 20 minutes
+# in each; tests/reliability/test_kv_soak.py runs 2 turns of both in `make test`)
 soak: model
 	$(PY) tests/reliability/soak.py --minutes 30
 	$(PY) tests/reliability/kv_soak.py --sessions 16 --turns 8 --minutes 20
