@@ -306,6 +306,7 @@ class LoopProbe:
         self._window: _Window | None = None
         self._loop_ident = 0
         self._samples = _Samples(epoch=0.0)
+        self._samples_lock = threading.Lock()  # the watcher counts stacks while the loop reads them
         self._history: collections.deque[_Machine] = collections.deque(maxlen=HISTORY)
         self._loop_tid = 0
         self._gc_ns = 0  # time the loop's thread spent collecting garbage
@@ -382,8 +383,10 @@ class LoopProbe:
 
     def _tick(self) -> None:
         assert self._loop is not None
-        self._check()
-        self._timer = self._loop.call_later(TICK, self._tick)
+        try:
+            self._check()
+        finally:  # a failed judgement must not end the watching: the next window would never close
+            self._timer = self._loop.call_later(TICK, self._tick)
 
     def _check(self) -> None:
         """Judge the window since the last tick if it is late, and open the
@@ -408,8 +411,9 @@ class LoopProbe:
             runq = others = others_cpu = steal = 0.0
             blamed = min(lateness, cpu)
             rule = "thread_time"
-        samples = self._samples
-        frames = samples.stacks.most_common(1)[0][0] if samples.epoch == start.wall and samples.stacks else ()
+        with self._samples_lock:
+            samples = self._samples
+            frames = samples.stacks.most_common(1)[0][0] if samples.epoch == start.wall and samples.stacks else ()
         own = _own_frame(frames)
         record = {
             "role": self.role,
@@ -474,10 +478,12 @@ class LoopProbe:
         if window is None or now - window.wall < TICK + LATE_LOOK:
             return SAMPLE_EVERY
         frame = sys._current_frames().get(self._loop_ident)
-        if self._samples.epoch != window.wall:
-            self._samples = _Samples(epoch=window.wall)
-        self._samples.stacks[_frames(frame)] += 1
+        frames = _frames(frame)
         del frame
+        with self._samples_lock:
+            if self._samples.epoch != window.wall:
+                self._samples = _Samples(epoch=window.wall)
+            self._samples.stacks[frames] += 1
         return STACK_EVERY
 
 

@@ -109,7 +109,7 @@ def test_snapshot_matches_the_published_schema(server):
     # the KV budget: within its budget when there is one; a model without a worker has none
     assert tiny.kv.budget_bytes == 0 or 0 <= tiny.kv.bytes <= tiny.kv.budget_bytes
     assert msgspec.structs.asdict(model(snapshot, BROKEN).kv) == dict.fromkeys(
-        ("bytes", "budget_bytes", "waiting", "preemptions", "waited"), 0
+        ("bytes", "budget_bytes", "waiting", "preemptions", "waited", "tokens"), 0
     )
     assert snapshot.mcp_servers == [] and snapshot.nodes == [] and not snapshot.draining
     assert snapshot.started_at <= snapshot.time

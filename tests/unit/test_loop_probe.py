@@ -71,3 +71,37 @@ def test_waiting_for_a_cpu_is_excused(scenario, tmp_path):
     assert not [r for r in late if r["stall"]], late
     if scenario == "gil":  # excused by the other thread's wait: the loop's thread never waited for a CPU
         assert max(r["lateness_ms"] - r["runq_ms"] for r in spun) > 100, spun
+
+
+def test_a_failed_judgement_does_not_end_the_watching(tmp_path):
+    """A tick whose judgement raises (a race with the watcher's stack count
+    once did: ``dictionary changed size during iteration``) still arms the
+    next tick; before, the probe stopped ticking and judged everything up
+    to the gateway's stop as one late window, a false stall."""
+    import asyncio
+
+    from gateway.metrics.loop_probe import TICK, LoopProbe
+
+    checks: list[int] = []
+
+    async def watch() -> None:
+        probe = LoopProbe(tmp_path / "records.jsonl", "test")
+        probe.start()
+        judge = probe._check
+
+        def failing_once() -> None:
+            checks.append(1)
+            if len(checks) == 1:
+                raise RuntimeError("dictionary changed size during iteration")
+            judge()
+
+        probe._check = failing_once  # type: ignore[method-assign]
+        try:
+            while len(checks) < 3:
+                await asyncio.sleep(TICK)
+        finally:
+            probe._check = judge  # type: ignore[method-assign]
+            probe.stop()
+
+    asyncio.run(asyncio.wait_for(watch(), timeout=500 * TICK))
+    assert len(checks) >= 3
