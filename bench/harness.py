@@ -109,12 +109,16 @@ async def stream_chat(client: httpx.AsyncClient, url: str, body: dict) -> Result
     )
 
 
-async def concurrent(url: str, bodies: list[dict]) -> tuple[list[Result], float]:
-    """Run every body at once; return the results and the wall time."""
+async def concurrent(url: str, bodies: list[dict], send=None, timeout: float = 600) -> tuple[list, float]:
+    """Run every body at once; return the results (in body order) and the
+    wall time. ``send(client, url, body)`` makes one request and never
+    raises (default :func:`stream_chat`); ``timeout``: each request's, in
+    seconds."""
+    send = send or stream_chat
     limits = httpx.Limits(max_connections=len(bodies) + 4, max_keepalive_connections=0)
-    async with httpx.AsyncClient(timeout=600, limits=limits) as client:
+    async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
         started = time.perf_counter()
-        results = await asyncio.gather(*(stream_chat(client, url, b) for b in bodies))
+        results = await asyncio.gather(*(send(client, url, b) for b in bodies))
         return list(results), time.perf_counter() - started
 
 

@@ -61,7 +61,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import ROOT, ratio_line  # noqa: E402
+from harness import ROOT, concurrent, ratio_line  # noqa: E402
 from record import add_write_flag  # noqa: E402
 from record import write as write_results  # noqa: E402
 
@@ -190,15 +190,6 @@ async def ask(client: httpx.AsyncClient, url: str, body: dict) -> Answer:
         return Answer(seconds=time.perf_counter() - started, error=f"{type(exc).__name__}: {exc}"[:200])
 
 
-async def send_all(url: str, bodies: list[dict]) -> tuple[list[Answer], float]:
-    """Send every body at once; return the answers in body order and the wall time."""
-    limits = httpx.Limits(max_connections=len(bodies) + 4, max_keepalive_connections=0)
-    async with httpx.AsyncClient(timeout=900, limits=limits) as client:
-        started = time.perf_counter()
-        answers = await asyncio.gather(*(ask(client, url, b) for b in bodies))
-        return list(answers), time.perf_counter() - started
-
-
 def model_status(url: str, name: str) -> dict:
     """``name``'s entry of ``GET /v1/status``."""
     status = httpx.get(f"{url}/v1/status", timeout=10).json()
@@ -245,7 +236,9 @@ def measure(tmp: Path, label: str, server_cfg: dict, model: dict, bodies: list[d
         side = Side(label, budget_bytes=0)
         side.weights_bytes = loaded_memory(server.log_path.read_text(), name)
         side.peak_at_ready_bytes = model_status(server.url, name)["memory"]["mlx_peak_bytes"]
-        side.answers, side.wall_s = asyncio.run(send_all(f"{server.url}/v1/chat/completions", bodies))
+        side.answers, side.wall_s = asyncio.run(
+            concurrent(f"{server.url}/v1/chat/completions", bodies, send=ask, timeout=900)
+        )
         time.sleep(HEARTBEAT_WAIT)
         status = model_status(server.url, name)
         side.peak_bytes = status["memory"]["mlx_peak_bytes"]
