@@ -192,7 +192,8 @@ def _describe(record: dict[str, Any], state: _State) -> str:
         f" waiting for one {r['runq_ms']:.0f} ms"
         f"\n  other Python threads (the most one did): waiting for a CPU {r['others_runq_ms']:.0f} ms,"
         f" on one {r['others_cpu_ms']:.0f} ms; collecting garbage {r['others_gc_ms']:.0f} ms"
-        f"\n  stolen by the host: {r['steal_ms']:.0f} ms"
+        f"\n  taken by the host: {r['host_ms']:.0f} ms ({r['steal_ms']:.0f} ms reported as steal;"
+        f" {r['cpu_stolen_ms']:.0f} ms of it excused from the loop's CPU time)"
     )
     began = _began_in(r["at"], state)
     if began is not None:
