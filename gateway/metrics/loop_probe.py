@@ -62,13 +62,15 @@ How a stall is measured, and blamed:
 
   Why CPU time is not taken at its word: measured on the CI machine (a
   KVM guest, 2 vCPUs, whose host takes its vCPUs about 100 ms at a time
-  when busy), a thread that never stops spinning showed each such freeze
-  as sleep in most cases, as run-queue wait in some and as 88-100 ms of
-  its own CPU time in others; ``/proc/stat``'s steal column reported
-  some freezes, on the CPU concerned or the other one, and missed others,
-  while the wall time less the guest's accounted time showed every one
-  (to within the 10 ms units of ``/proc/stat``; 20-30 ms of it in a window
-  the host left alone, which the rule excuses in the loop's favour).
+  when busy), a thread that never stops spinning showed such freezes as
+  sleep in most cases, as run-queue wait in some and as 88-100 ms of its
+  own CPU time in 5 of 55 gaps over 80 ms in 11 minutes; ``/proc/stat``'s
+  steal column reported some freezes, on the CPU concerned or the other
+  one, and missed others (3 of those 5), while the wall time less the
+  guest's accounted time showed each freeze of the 4 minutes that
+  measured it, reported or not (to within the 10 ms units of
+  ``/proc/stat``: 20-30 ms in a window the host left alone, which the rule
+  excuses in the loop's favour).
   Five CI stall reports of 100-105 ms of loop CPU time each came with
   100 ms the host took.
 - Elsewhere (no ``/proc``) only CPU time can be attributed: the blamed
