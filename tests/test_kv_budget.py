@@ -25,9 +25,16 @@ import pytest
 from shared.config import ModelConfig
 from tests.engine_driver import Ask, EngineDriver, solo_reference
 from tests.tiny_model import FAMILIES, build_tiny_model
-from worker.engine.kv_budget import LOOKAHEAD, TRANSIENT
+from worker.engine.kv_budget import TRANSIENT
 
 BASE = dict(max_batch_size=8, prefill_batch_size=2, prefill_step_size=32, speculative="none")
+
+SHORT_LOOKAHEAD = 32
+"""The lookahead of the ledgers the preemption tests drive (the
+scheduler's is ``LOOKAHEAD``, 256 tokens): a row outgrows its booking
+after 32 tokens, so answers of about 100 tokens make rows wait and be
+preempted, where the default needs 300-token answers and three times the
+steps (what the tests check holds for any lookahead)."""
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +80,14 @@ def _config(source: Path, **settings) -> ModelConfig:
     return ModelConfig(name="tiny", source=str(source), **{**BASE, **settings})
 
 
+def _short_lookahead_driver(config: ModelConfig) -> EngineDriver:
+    """A driver of ``config`` whose ledger books :data:`SHORT_LOOKAHEAD`."""
+    driver = EngineDriver(config)
+    assert driver.scheduler._ledger is not None
+    driver.scheduler._ledger.lookahead = SHORT_LOOKAHEAD
+    return driver
+
+
 def _budget_for_rows(source: Path, rows: int, tokens: int, **settings) -> int:
     """A budget that holds ``rows`` rows of ``tokens`` tokens of the model
     at ``source`` with ``settings`` (its KV profile as the scheduler
@@ -90,9 +105,9 @@ def test_the_booked_cost_bounds_the_live_caches_and_answers_equal_solo(models, f
     """Every step: what mlx-lm's caches hold <= the ledger's bound for the
     rows; a budget below the burst makes requests wait and preempts rows,
     and every answer equals the request alone without a budget."""
-    asks = _asks(1, 5, (60, 90), (300, 340))
-    config = _config(models[family], kv_budget=_budget_for_rows(models[family], 2, 90 + LOOKAHEAD))
-    driver = EngineDriver(config)
+    asks = _asks(1, 5, (60, 90), (100, 120))
+    config = _config(models[family], kv_budget=_budget_for_rows(models[family], 2, 90 + SHORT_LOOKAHEAD))
+    driver = _short_lookahead_driver(config)
     try:
         ledger = driver.scheduler._ledger
         assert ledger is not None and ledger.profile.per_token > 0
@@ -134,10 +149,10 @@ def test_preempted_rows_resume_with_their_answers_unchanged(models, tmp_path, pr
     source = models["llama"]
     if kv_bits:
         source = build_tiny_model(tmp_path / "wide", overrides={"head_dim": 64, "tie_word_embeddings": False})
-    budget = _budget_for_rows(source, 3, 60 + LOOKAHEAD, kv_bits=kv_bits)
+    budget = _budget_for_rows(source, 3, 60 + SHORT_LOOKAHEAD, kv_bits=kv_bits)
     config = _config(source, kv_budget=budget, prefix_cache_bytes=prefix_cache_bytes, kv_bits=kv_bits)
-    asks = _asks(2, 6, (20, 60), (300, 400))
-    driver = EngineDriver(config)
+    asks = _asks(2, 6, (20, 60), (100, 130))
+    driver = _short_lookahead_driver(config)
     try:
         assert driver.kv_bits == kv_bits, "the live KV must be quantized as configured"
         for ask in asks:

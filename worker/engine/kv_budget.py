@@ -109,11 +109,14 @@ class KVLedger:
     """The running rows' KV cost against ``budget`` bytes (see the module
     docstring). Rows are keyed by the engine's uid and kept in the order
     they started; each holds ``[tokens, left]`` (tokens in its cache,
-    tokens it may still generate). Scheduler thread only."""
+    tokens it may still generate). ``lookahead``: the tokens of growth a
+    row must have room for to start (:data:`LOOKAHEAD`; tests lower it so
+    that short answers outgrow their booking). Scheduler thread only."""
 
-    def __init__(self, profile: KVProfile, budget: int) -> None:
+    def __init__(self, profile: KVProfile, budget: int, lookahead: int = LOOKAHEAD) -> None:
         self.profile = profile
         self.budget = budget
+        self.lookahead = lookahead
         self._rows: dict[int, list[int]] = {}
 
     def __len__(self) -> int:
@@ -151,7 +154,7 @@ class KVLedger:
     def _bound(self, rows: list[tuple[int, int]], lookahead: bool) -> int:
         if not rows:
             return 0
-        longest = max(tokens + (max(0, min(left, LOOKAHEAD)) if lookahead else 0) for tokens, left in rows)
+        longest = max(tokens + (max(0, min(left, self.lookahead)) if lookahead else 0) for tokens, left in rows)
         return TRANSIENT * len(rows) * self.profile.row_bytes(longest)
 
     def fits(self, new: list[tuple[int, int]]) -> bool:
