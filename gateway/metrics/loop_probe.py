@@ -26,7 +26,8 @@ How a stall is measured, and blamed:
   machine's per-CPU times (``/proc/stat``): what the host *took* from each
   CPU is the wall time less what the guest's kernel accounted to it
   (user, system, idle and the rest), which holds the *steal* the host
-  reports and the time it took without reporting it. A window more than :data:`LIMIT` late is judged by splitting its
+  reports and the time it took without reporting it. A window more than
+  :data:`LIMIT` late is judged by splitting its
   lateness into the loop thread's time on a CPU, its time waiting for one
   and the rest, when it was asleep. The loop is blamed for
 
@@ -322,7 +323,7 @@ class Blame:
     """How much of a late window the loop is blamed for (seconds):
     ``blamed`` in all, ``cpu`` its CPU time counted as its own (the basis
     of a CPU-time stall) and ``cpu_stolen`` the part of its CPU time
-    excused as the host's steal."""
+    excused as time the host took."""
 
     blamed: float
     cpu: float
